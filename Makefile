@@ -1,0 +1,56 @@
+# One task runner for everything: setup, run, lint, test, bench.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+export PATH := $(abspath $(BIN)):$(PATH)
+
+.PHONY: setup run test test-unit test-integration chaos lint format bench clean dev-up dev-down
+
+$(BIN)/pipeline: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
+
+## setup: create .venv/ with the console scripts and the dev tools installed
+setup: $(BIN)/pipeline
+
+## run: local Kafka, topics, example jobs flowing
+run: setup
+	$(BIN)/python -m examples.run
+
+## test: the default suite (unit + integration against a real local Kafka, with short chaos smoke)
+test: setup
+	$(BIN)/pytest -m "not chaos" -q
+
+test-unit: setup
+	$(BIN)/pytest tests/unit -q
+
+test-integration: setup
+	$(BIN)/pytest tests/integration -q
+
+## chaos: the long fault-injection suite
+chaos: setup
+	$(BIN)/pytest -m chaos -q
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: setup
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+## bench: throughput and latency benchmarks; results go to docs/benchmarks.md
+bench: setup
+	$(BIN)/python -m ops.bench
+
+dev-up: setup
+	$(BIN)/pipeline dev up
+
+dev-down: setup
+	$(BIN)/pipeline dev down
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist

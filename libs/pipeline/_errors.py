@@ -1,0 +1,63 @@
+"""The project's exception types.
+
+Every error raised by ``pipeline`` derives from :class:`PipelineError`, and each message says
+what went wrong and what to do about it. Lower-level causes are chained (``raise ... from exc``).
+"""
+
+from __future__ import annotations
+
+
+class PipelineError(Exception):
+    """Base class of every error raised by this package."""
+
+
+class ConfigurationError(PipelineError):
+    """The settings are invalid or inconsistent."""
+
+
+class PayloadValidationError(PipelineError, ValueError):
+    """A job's payload does not match its job type's schema; nothing was sent."""
+
+    def __init__(self, job_type: str, reason: str) -> None:
+        super().__init__(f"invalid payload for job type {job_type!r}: {reason}")
+        self.job_type = job_type
+        self.reason = reason
+
+
+class UnknownJobTypeError(PipelineError, LookupError):
+    """No handler is registered for a job type."""
+
+    def __init__(self, job_type: str) -> None:
+        super().__init__(
+            f"no job type {job_type!r} is registered; register it with @app.job({job_type!r})"
+        )
+        self.job_type = job_type
+
+
+class DecodeError(PipelineError):
+    """Bytes could not be decoded as a job (or another record of the wire contract).
+
+    ``raw`` keeps the undecodable bytes, so that a consumer can dead-letter them as they were.
+    """
+
+    def __init__(self, reason: str, raw: bytes) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.raw = raw
+
+
+class SchemaNotFoundError(DecodeError):
+    """The writer schema's fingerprint is not one of the released schemas under ``schemas/``."""
+
+
+class KafkaUnavailableError(PipelineError):
+    """The Kafka cluster did not answer in time (broker down, wrong address, network)."""
+
+
+class EnqueueError(PipelineError):
+    """Kafka refused or could not acknowledge a job."""
+
+    def __init__(self, job_id: str, reason: str) -> None:
+        super().__init__(f"job {job_id} was not enqueued: {reason}")
+        self.job_id = job_id
+        self.reason = reason

@@ -1,0 +1,178 @@
+"""One settings object for the library, the worker, the scheduler and the CLI.
+
+Values come from, highest precedence first: arguments in code, ``PIPELINE_*`` environment
+variables (nested fields with ``__``, e.g. ``PIPELINE_TOPICS__PARTITIONS=12``), a TOML config file
+(``PIPELINE_CONFIG_FILE`` or :meth:`Settings.from_file`), then the defaults below.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from ._job import Priority
+
+DAY_MS = 24 * 3600 * 1000
+
+
+class SecuritySettings(BaseModel):
+    """TLS and SASL options, mapped to librdkafka's keys. Secrets are never logged."""
+
+    model_config = {"extra": "forbid"}
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_ca_location: Path | None = None
+    ssl_certificate_location: Path | None = None
+    ssl_key_location: Path | None = None
+    ssl_key_password: SecretStr | None = None
+
+    def librdkafka(self) -> dict[str, str]:
+        conf = {"security.protocol": self.protocol}
+        optional: dict[str, str | Path | SecretStr | None] = {
+            "sasl.mechanism": self.sasl_mechanism,
+            "sasl.username": self.sasl_username,
+            "sasl.password": self.sasl_password,
+            "ssl.ca.location": self.ssl_ca_location,
+            "ssl.certificate.location": self.ssl_certificate_location,
+            "ssl.key.location": self.ssl_key_location,
+            "ssl.key.password": self.ssl_key_password,
+        }
+        for key, value in optional.items():
+            if isinstance(value, SecretStr):
+                conf[key] = value.get_secret_value()
+            elif value is not None:
+                conf[key] = str(value)
+        return conf
+
+
+class TopicSettings(BaseModel):
+    """The topic layout that ``pipeline topics apply`` creates (DESIGN section 3)."""
+
+    model_config = {"extra": "forbid"}
+
+    partitions: int = Field(6, ge=1, description="partitions of each job, retry and deferred topic")
+    replication_factor: int = Field(1, ge=1)
+    min_insync_replicas: int | None = Field(
+        None, ge=1, description="None: replication_factor - 1 (at least 1)"
+    )
+    jobs_retention_ms: int = Field(7 * DAY_MS, ge=-1)
+    dlq_retention_ms: int = Field(14 * DAY_MS, ge=-1)
+    events_retention_ms: int = Field(3 * DAY_MS, ge=-1)
+    events_partitions: int = Field(3, ge=1)
+    retry_delays_s: list[float] = Field(
+        default_factory=lambda: [5.0, 30.0, 300.0, 1800.0],
+        description="one retry tier topic per delay, in increasing order",
+    )
+
+    @field_validator("retry_delays_s")
+    @classmethod
+    def _increasing(cls, delays: list[float]) -> list[float]:
+        if any(d <= 0 for d in delays) or delays != sorted(set(delays)):
+            raise ValueError("retry delays must be positive and strictly increasing")
+        return delays
+
+    @model_validator(mode="after")
+    def _insync_fits(self) -> TopicSettings:
+        if self.min_insync_replicas is not None and self.min_insync_replicas > self.replication_factor:
+            raise ValueError(
+                f"min_insync_replicas ({self.min_insync_replicas}) cannot exceed "
+                f"replication_factor ({self.replication_factor})"
+            )
+        return self
+
+    @property
+    def effective_min_insync_replicas(self) -> int:
+        if self.min_insync_replicas is not None:
+            return self.min_insync_replicas
+        return max(1, self.replication_factor - 1)
+
+
+class ProducerSettings(BaseModel):
+    """How jobs are produced. The producer is always idempotent with ``acks=all``."""
+
+    model_config = {"extra": "forbid"}
+
+    delivery_timeout_s: float = Field(
+        30.0, gt=0, description="how long a job may wait for Kafka before enqueue fails"
+    )
+    linger_ms: float = Field(5.0, ge=0)
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
+    default_max_attempts: int = Field(5, ge=1)
+
+
+class Settings(BaseSettings):
+    """Everything configurable, with defaults that run against ``pipeline dev up``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="PIPELINE_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    bootstrap_servers: str = "localhost:9092"
+    namespace: str = Field("pipeline", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+    client_id: str = "pipeline"
+    security: SecuritySettings = Field(default_factory=SecuritySettings)
+    kafka: dict[str, str] = Field(
+        default_factory=dict,
+        description="librdkafka options passed through as they are (they win over derived ones)",
+    )
+    topics: TopicSettings = Field(default_factory=TopicSettings)
+    producer: ProducerSettings = Field(default_factory=ProducerSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        config_file = os.environ.get("PIPELINE_CONFIG_FILE")
+        if config_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+        return tuple(sources)
+
+    @classmethod
+    def from_file(cls, path: str | Path, **overrides: Any) -> Settings:
+        """Settings from a TOML file; environment variables and ``overrides`` still win."""
+        path = Path(path)
+        if not path.is_file():
+            from ._errors import ConfigurationError
+
+            raise ConfigurationError(f"config file {path} does not exist")
+        previous = os.environ.get("PIPELINE_CONFIG_FILE")
+        os.environ["PIPELINE_CONFIG_FILE"] = str(path)
+        try:
+            return cls(**overrides)
+        finally:
+            if previous is None:
+                del os.environ["PIPELINE_CONFIG_FILE"]
+            else:
+                os.environ["PIPELINE_CONFIG_FILE"] = previous
+
+    def client_config(self) -> dict[str, str]:
+        """librdkafka options shared by every client: servers, identity, security, passthrough."""
+        conf = {"bootstrap.servers": self.bootstrap_servers, "client.id": self.client_id}
+        conf.update(self.security.librdkafka())
+        conf.update(self.kafka)
+        return conf
+
+    @property
+    def priorities(self) -> tuple[Priority, ...]:
+        return tuple(Priority)

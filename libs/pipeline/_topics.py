@@ -1,0 +1,44 @@
+"""Topic names of a namespace (DESIGN section 3). Pure naming; no Kafka calls here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ._job import Priority
+
+
+@dataclass(frozen=True, slots=True)
+class TopicNames:
+    """The names of every topic in namespace ``ns``."""
+
+    namespace: str
+
+    def jobs(self, priority: Priority | str) -> str:
+        return f"{self.namespace}.jobs.{Priority(priority).value}"
+
+    def retry(self, tier: int) -> str:
+        """Retry tier ``tier``, counting from 0."""
+        return f"{self.namespace}.retry.{tier}"
+
+    @property
+    def deferred(self) -> str:
+        return f"{self.namespace}.deferred"
+
+    @property
+    def dlq(self) -> str:
+        return f"{self.namespace}.dlq"
+
+    @property
+    def schedules(self) -> str:
+        return f"{self.namespace}.schedules"
+
+    @property
+    def scheduler_state(self) -> str:
+        return f"{self.namespace}.scheduler-state"
+
+    @property
+    def events(self) -> str:
+        return f"{self.namespace}.events"
+
+    def all_jobs(self) -> list[str]:
+        return [self.jobs(p) for p in Priority]
