@@ -1,0 +1,59 @@
+"""Background jobs on Apache Kafka.
+
+```python
+from pipeline import Pipeline
+
+app = Pipeline()
+
+@app.job("email.send", priority="high", max_attempts=3)
+def send_email(to: str, subject: str) -> None: ...
+
+send_email.enqueue(to="a@b.c", subject="hi")
+app.flush()
+```
+"""
+
+from ._app import BoundEnqueue, JobFunction, JobHandle, Pipeline
+from ._codec import AvroPayload, JobCodec, JsonPayload, PayloadCodec
+from ._errors import (
+    ConfigurationError,
+    DecodeError,
+    EnqueueError,
+    KafkaUnavailableError,
+    PayloadValidationError,
+    PipelineError,
+    SchemaNotFoundError,
+    UnknownJobTypeError,
+)
+from ._job import AttemptError, Job, PayloadEncoding, Priority
+from ._registry import JobOptions, JobType
+from ._settings import Settings
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "AttemptError",
+    "AvroPayload",
+    "BoundEnqueue",
+    "ConfigurationError",
+    "DecodeError",
+    "EnqueueError",
+    "Job",
+    "JobCodec",
+    "JobFunction",
+    "JobHandle",
+    "JobOptions",
+    "JobType",
+    "JsonPayload",
+    "KafkaUnavailableError",
+    "PayloadCodec",
+    "PayloadEncoding",
+    "PayloadValidationError",
+    "Pipeline",
+    "PipelineError",
+    "Priority",
+    "SchemaNotFoundError",
+    "Settings",
+    "UnknownJobTypeError",
+    "__version__",
+]

@@ -10,10 +10,15 @@ import os
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from enum import Enum
+from enum import StrEnum
 
 
-class Priority(str, Enum):
+def now_ms() -> int:
+    """Milliseconds since the Unix epoch: the wire's unit of time."""
+    return time.time_ns() // 1_000_000
+
+
+class Priority(StrEnum):
     """The four priorities; each has its own topic (``<namespace>.jobs.<priority>``)."""
 
     CRITICAL = "critical"
@@ -30,7 +35,7 @@ class Priority(str, Enum):
             raise ValueError(f"unknown priority {value!r}; use one of: {names}") from None
 
 
-class PayloadEncoding(str, Enum):
+class PayloadEncoding(StrEnum):
     """How a job's payload bytes are encoded, as stated in the envelope."""
 
     JSON = "JSON"
@@ -61,7 +66,7 @@ class Job:
     priority: Priority = Priority.DEFAULT
     attempt: int = 1
     max_attempts: int = 5
-    created_at: int = field(default_factory=lambda: now_ms())
+    created_at: int = field(default_factory=now_ms)
     not_before: int | None = None
     idempotency_key: str | None = None
     tenant: str | None = None
@@ -77,10 +82,6 @@ class Job:
         if self.not_before is None:
             return None
         return datetime.fromtimestamp(self.not_before / 1000, tz=UTC)
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class JobIdFactory:

@@ -39,7 +39,7 @@ class SecuritySettings(BaseModel):
     ssl_key_password: SecretStr | None = None
 
     def librdkafka(self) -> dict[str, str]:
-        conf = {"security.protocol": self.protocol}
+        conf: dict[str, str] = {"security.protocol": self.protocol}
         optional: dict[str, str | Path | SecretStr | None] = {
             "sasl.mechanism": self.sasl_mechanism,
             "sasl.username": self.sasl_username,
@@ -85,7 +85,10 @@ class TopicSettings(BaseModel):
 
     @model_validator(mode="after")
     def _insync_fits(self) -> TopicSettings:
-        if self.min_insync_replicas is not None and self.min_insync_replicas > self.replication_factor:
+        if (
+            self.min_insync_replicas is not None
+            and self.min_insync_replicas > self.replication_factor
+        ):
             raise ValueError(
                 f"min_insync_replicas ({self.min_insync_replicas}) cannot exceed "
                 f"replication_factor ({self.replication_factor})"
@@ -112,6 +115,65 @@ class ProducerSettings(BaseModel):
     default_max_attempts: int = Field(5, ge=1)
 
 
+class WorkerSettings(BaseModel):
+    """How ``pipeline-worker`` consumes and runs jobs (flags of the same names override these)."""
+
+    model_config = {"extra": "forbid"}
+
+    group_id: str | None = Field(None, description="consumer group; None: '<namespace>.workers'")
+    priorities: list[Priority] = Field(default_factory=lambda: list(Priority))
+    policy: Literal["strict", "weighted"] = "weighted"
+    weights: list[int] = Field(default_factory=lambda: [10, 5, 3, 1])
+    concurrency: int = Field(64, ge=1, description="jobs in flight per process")
+    threads: int | None = Field(
+        None, ge=1, description="thread pool size for plain-function handlers; None: concurrency"
+    )
+    processes: int = Field(1, ge=1)
+    buffer_size: int = Field(2000, ge=1, description="jobs buffered per partition before pausing")
+    commit_interval_s: float = Field(1.0, gt=0)
+    commit_every: int = Field(5000, ge=1, description="also commit after this many finished jobs")
+    shutdown_timeout_s: float = Field(30.0, ge=0)
+    revoke_grace_s: float = Field(10.0, ge=0)
+    metrics_port: int | None = Field(None, ge=0, le=65535)
+    max_poll_interval_ms: int = Field(300_000, ge=1)
+    session_timeout_ms: int = Field(45_000, ge=1)
+    key_ordering: bool = Field(
+        False, description="jobs with the same Kafka key never run concurrently, in offset order"
+    )
+    burst: bool = Field(False, description="exit 0 once every assigned partition is drained")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    consume_batch: int = Field(
+        1000, ge=1, le=100_000, description="messages taken from the consumer per poll at most"
+    )
+    kafka_consumer: dict[str, str] = Field(
+        default_factory=dict,
+        description="librdkafka options for the worker's consumer only (they win over all others)",
+    )
+
+    @field_validator("priorities")
+    @classmethod
+    def _distinct_priorities(cls, priorities: list[Priority]) -> list[Priority]:
+        if not priorities or len(set(priorities)) != len(priorities):
+            raise ValueError(
+                f"priorities must be a non-empty list without repeats, got {priorities}"
+            )
+        return priorities
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper_log_level(cls, level: object) -> object:
+        return level.upper() if isinstance(level, str) else level
+
+    @model_validator(mode="after")
+    def _weights_match(self) -> WorkerSettings:
+        if len(self.weights) != len(Priority) or any(w < 1 for w in self.weights):
+            raise ValueError(
+                f"weights need one positive integer per priority ({len(Priority)}), "
+                f"got {self.weights}"
+            )
+        return self
+
+
 class Settings(BaseSettings):
     """Everything configurable, with defaults that run against ``pipeline dev up``."""
 
@@ -132,6 +194,7 @@ class Settings(BaseSettings):
     )
     topics: TopicSettings = Field(default_factory=TopicSettings)
     producer: ProducerSettings = Field(default_factory=ProducerSettings)
+    worker: WorkerSettings = Field(default_factory=WorkerSettings)
 
     @classmethod
     def settings_customise_sources(

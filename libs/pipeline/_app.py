@@ -1,0 +1,434 @@
+"""The application object: job registration and enqueueing (DESIGN section 9)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from confluent_kafka import KafkaError, Message
+
+from ._codec import JobCodec, JsonPayload, PayloadCodec
+from ._errors import (
+    ConfigurationError,
+    DecodeError,
+    EnqueueError,
+    KafkaUnavailableError,
+    PayloadValidationError,
+)
+from ._job import Job, Priority, new_job_id, now_ms
+from ._producer import UNREACHABLE_CODES, KafkaTransport, Transport
+from ._registry import JobOptions, JobType, Registry
+from ._settings import Settings
+from ._topics import TopicNames
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_JSON = JsonPayload()
+_MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOptions:
+    """How one enqueue call routes its jobs; ``None`` falls back to the job type's options."""
+
+    priority: Priority | str | None = None
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    key: str | bytes | None = None
+    idempotency_key: str | None = None
+    tenant: str | None = None
+    headers: Mapping[str, str] | None = None
+    max_attempts: int | None = None
+
+
+class Pipeline:
+    """A job application: registers handlers with :meth:`job` and enqueues jobs to Kafka.
+
+    ``Pipeline()`` reads :class:`Settings` from the environment and the config file; pass a
+    settings object (or keyword overrides) to configure it in code. The Kafka producer is created
+    on the first enqueue, so constructing an application (e.g. in a worker) costs nothing.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        transport: Transport | None = None,
+        **overrides: Any,
+    ) -> None:
+        if settings is not None and overrides:
+            settings = settings.model_copy(update=overrides)
+        self.settings = settings if settings is not None else Settings(**overrides)
+        self.topics = TopicNames(self.settings.namespace)
+        self.registry = Registry()
+        self.codec = JobCodec()
+        self._transport = transport if transport is not None else KafkaTransport(self.settings)
+        self._failures: list[PipelineFailure] = []
+        self._failures_lock = threading.Lock()
+        self._since_poll = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"Pipeline(namespace={self.settings.namespace!r}, "
+            f"bootstrap_servers={self.settings.bootstrap_servers!r}, "
+            f"job_types={len(self.registry)})"
+        )
+
+    # Registration ---------------------------------------------------------------------------
+
+    def job(
+        self, name: str | None = None, **options: Any
+    ) -> Callable[[Callable[P, R]], JobFunction[P, R]]:
+        """Register the decorated function as the handler of job type ``name``.
+
+        Options are those of :class:`JobOptions` (``priority``, ``max_attempts``, ``time_limit``,
+        ``concurrency``, ``rate_limit``, ``fatal``, ``payload``). The function stays callable as
+        before and gains ``.enqueue(**payload)``.
+        """
+        if "priority" in options:
+            options["priority"] = Priority.parse(options["priority"])
+        try:
+            job_options = JobOptions(**options)
+        except TypeError as exc:
+            raise ConfigurationError(f"bad option for @app.job: {exc}") from None
+
+        def register(func: Callable[P, R]) -> JobFunction[P, R]:
+            job_name = name or f"{func.__module__}.{func.__qualname__}"
+            job_type = JobType(job_name, func, job_options)
+            self.registry.add(job_type)
+            return JobFunction(self, job_type, func)
+
+        return register
+
+    # Enqueueing -----------------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        wait: bool = False,
+        **options: Any,
+    ) -> str:
+        """Validate, encode and send one job; return its id.
+
+        Options: ``priority``, ``delay`` (seconds or timedelta), ``run_at`` (aware datetime),
+        ``key``, ``idempotency_key``, ``tenant``, ``headers``, ``max_attempts``. Without
+        ``wait`` the job is acknowledged in the background: :meth:`flush` waits for that and
+        raises what failed. With ``wait=True`` this call blocks until Kafka acknowledged the job.
+        """
+        if wait:
+            return self.submit(job_type, payload, **options).wait().job_id
+        opts = EnqueueOptions(**options)
+        return self._send(self._route(job_type, opts), payload or {}, self._on_delivery)
+
+    def submit(
+        self, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
+    ) -> JobHandle:
+        """Like :meth:`enqueue`, but return a handle to wait on this job's acknowledgement."""
+        route = self._route(job_type, EnqueueOptions(**options))
+        handle = JobHandle(self._transport, self.settings)
+        handle.job_id = self._send(route, payload or {}, handle._on_delivery)
+        return handle
+
+    def enqueue_many(
+        self, job_type: str, payloads: Iterable[Mapping[str, Any]], **options: Any
+    ) -> list[str]:
+        """Send many jobs of one type with the same options; return their ids in order.
+
+        Routing and options are resolved once for the batch, which makes this the fastest way
+        to enqueue. Call :meth:`flush` to wait until Kafka acknowledged all of them.
+        """
+        route = self._route(job_type, EnqueueOptions(**options))
+        on_delivery = self._on_delivery
+        return [self._send(route, payload, on_delivery) for payload in payloads]
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every enqueued job is acknowledged by Kafka.
+
+        Raises :class:`KafkaUnavailableError` when jobs are still unacknowledged after
+        ``timeout`` (default: the producer's delivery timeout), and :class:`EnqueueError` for the
+        first job Kafka refused since the last flush.
+        """
+        if timeout is None:
+            timeout = self.settings.producer.delivery_timeout_s + 5
+        remaining = self._transport.flush(timeout)
+        if remaining:
+            raise KafkaUnavailableError(
+                f"{remaining} job(s) were not acknowledged within {timeout:g}s by Kafka at "
+                f"{self.settings.bootstrap_servers}; is it running? (`pipeline dev up` starts one)"
+            )
+        with self._failures_lock:
+            failures, self._failures = self._failures, []
+        if failures:
+            first = failures[0]
+            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            raise first.error(self.settings) from EnqueueError(first.job_id, first.reason + more)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush and release the producer."""
+        try:
+            self.flush(timeout)
+        finally:
+            self._transport.close()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # Internals ------------------------------------------------------------------------------
+
+    def _route(self, job_type: str, opts: EnqueueOptions) -> _Route:
+        registered = self.registry.find(job_type)
+        type_options = registered.options if registered is not None else JobOptions()
+        priority = (
+            Priority.parse(opts.priority) if opts.priority is not None else type_options.priority
+        )
+        max_attempts = next(
+            value
+            for value in (
+                opts.max_attempts,
+                type_options.max_attempts,
+                self.settings.producer.default_max_attempts,
+            )
+            if value is not None
+        )
+        if max_attempts < 1:
+            raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
+        not_before = _not_before(opts.delay, opts.run_at)
+        topic = (
+            self.topics.deferred
+            if not_before is not None and not_before > now_ms()
+            else self.topics.jobs(priority)
+        )
+        # The partition key: the idempotency key when present (every duplicate then lands on
+        # one partition), else the explicit key, else none (librdkafka spreads the jobs).
+        key_source = opts.idempotency_key if opts.idempotency_key is not None else opts.key
+        key = key_source.encode() if isinstance(key_source, str) else key_source
+        return _Route(
+            job_type=job_type,
+            registered=registered,
+            payload_codec=type_options.payload or _JSON,
+            topic=topic,
+            key=key,
+            priority=priority,
+            max_attempts=max_attempts,
+            not_before=not_before,
+            idempotency_key=opts.idempotency_key,
+            tenant=opts.tenant,
+            headers=dict(opts.headers) if opts.headers else {},
+        )
+
+    def _send(
+        self,
+        route: _Route,
+        payload: Mapping[str, Any],
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> str:
+        if not isinstance(payload, Mapping):
+            raise PayloadValidationError(
+                route.job_type, f"payload must be a mapping, got {type(payload).__name__}"
+            )
+        if route.registered is not None:
+            route.registered.check_payload(payload)
+        job = Job(
+            id=new_job_id(),
+            type=route.job_type,
+            payload=route.payload_codec.encode(route.job_type, payload),
+            payload_encoding=route.payload_codec.encoding,
+            priority=route.priority,
+            max_attempts=route.max_attempts,
+            not_before=route.not_before,
+            idempotency_key=route.idempotency_key,
+            tenant=route.tenant,
+            headers=route.headers.copy() if route.headers else {},
+        )
+        self._transport.produce(route.topic, self.codec.encode(job), route.key, on_delivery)
+        # Serve delivery callbacks now and then so they never pile up in librdkafka's queue.
+        self._since_poll += 1
+        if self._since_poll >= 1000:
+            self._since_poll = 0
+            self._transport.poll(0)
+        return job.id
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is None:
+            return
+        failure = PipelineFailure.from_delivery(self.codec, error, message)
+        with self._failures_lock:
+            self._failures.append(failure)
+
+
+@dataclass(frozen=True, slots=True)
+class _Route:
+    job_type: str
+    registered: JobType | None
+    payload_codec: PayloadCodec
+    topic: str
+    key: bytes | None
+    priority: Priority
+    max_attempts: int
+    not_before: int | None
+    idempotency_key: str | None
+    tenant: str | None
+    headers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineFailure:
+    """A job Kafka did not acknowledge, as reported by its delivery callback."""
+
+    job_id: str
+    topic: str
+    code: int
+    reason: str
+
+    @classmethod
+    def from_delivery(cls, codec: JobCodec, error: KafkaError, message: Message) -> PipelineFailure:
+        value = message.value() or b""
+        try:
+            job_id = codec.decode(value).id
+        except DecodeError:
+            job_id = "<unknown>"
+        return cls(job_id, message.topic() or "?", error.code(), error.str())
+
+    def error(self, settings: Settings) -> EnqueueError | KafkaUnavailableError:
+        if self.code in UNREACHABLE_CODES:
+            return KafkaUnavailableError(
+                f"job {self.job_id} was not acknowledged by Kafka at {settings.bootstrap_servers}"
+                f" within {settings.producer.delivery_timeout_s:g}s ({self.reason}); "
+                "is it running? (`pipeline dev up` starts one)"
+            )
+        if self.code in _MISSING_TOPIC_CODES:
+            return EnqueueError(
+                self.job_id,
+                f"topic {self.topic} does not exist; create the topics with "
+                "`pipeline topics apply`",
+            )
+        return EnqueueError(self.job_id, self.reason)
+
+
+class JobHandle:
+    """The pending acknowledgement of one submitted job."""
+
+    __slots__ = (
+        "_done",
+        "_failure",
+        "_settings",
+        "_transport",
+        "job_id",
+        "offset",
+        "partition",
+        "topic",
+    )
+
+    def __init__(self, transport: Transport, settings: Settings) -> None:
+        self.job_id = ""
+        self.topic: str | None = None
+        self.partition: int | None = None
+        self.offset: int | None = None
+        self._transport = transport
+        self._settings = settings
+        self._done = threading.Event()
+        self._failure: tuple[KafkaError, Message] | None = None
+
+    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self._failure = (error, message)
+        else:
+            self.topic = message.topic()
+            self.partition = message.partition()
+            self.offset = message.offset()
+        self._done.set()
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> JobHandle:
+        """Block until Kafka acknowledged the job; raise if it refused or did not answer."""
+        if timeout is None:
+            timeout = self._settings.producer.delivery_timeout_s + 5
+        deadline = time.monotonic() + timeout
+        while not self._done.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise KafkaUnavailableError(
+                    f"job {self.job_id} was not acknowledged within {timeout:g}s by Kafka at "
+                    f"{self._settings.bootstrap_servers}; is it running?"
+                )
+            self._transport.poll(min(remaining, 0.1))
+        if self._failure is not None:
+            error, message = self._failure
+            failure = PipelineFailure(
+                self.job_id, message.topic() or "?", error.code(), error.str()
+            )
+            raise failure.error(self._settings)
+        return self
+
+
+def _not_before(delay: float | timedelta | None, run_at: datetime | None) -> int | None:
+    if delay is not None and run_at is not None:
+        raise ConfigurationError("give either delay or run_at, not both")
+    if delay is not None:
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
+        if seconds < 0:
+            raise ConfigurationError(f"delay must not be negative, got {seconds:g}s")
+        return now_ms() + int(seconds * 1000)
+    if run_at is not None:
+        if run_at.tzinfo is None:
+            raise ConfigurationError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
+        return int(run_at.timestamp() * 1000)
+    return None
+
+
+class JobFunction(Generic[P, R]):
+    """A registered handler: call it like the original function, or ``.enqueue(**payload)``."""
+
+    def __init__(self, app: Pipeline, job_type: JobType, func: Callable[P, R]) -> None:
+        self.app = app
+        self.job_type = job_type
+        self._func = func
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", job_type.name)
+        self.__wrapped__ = func
+
+    @property
+    def name(self) -> str:
+        return self.job_type.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._func(*args, **kwargs)
+
+    def enqueue(self, **payload: Any) -> str:
+        """Enqueue a job of this type with ``payload`` as the handler's keyword arguments."""
+        return self.app.enqueue(self.job_type.name, payload)
+
+    def with_options(self, **options: Any) -> BoundEnqueue:
+        """Fix routing options: ``.with_options(priority="high", delay=30).enqueue(...)``."""
+        EnqueueOptions(**options)  # fail fast on a misspelled option
+        return BoundEnqueue(self.app, self.job_type.name, options)
+
+    def __repr__(self) -> str:
+        return f"<job {self.job_type.name!r} -> {self._func!r}>"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundEnqueue:
+    """A job type with enqueue options fixed; made by :meth:`JobFunction.with_options`."""
+
+    app: Pipeline
+    job_type: str
+    options: Mapping[str, Any]
+
+    def enqueue(self, **payload: Any) -> str:
+        return self.app.enqueue(self.job_type, payload, **self.options)
+
+    def enqueue_many(self, payloads: Iterable[Mapping[str, Any]]) -> list[str]:
+        return self.app.enqueue_many(self.job_type, payloads, **self.options)

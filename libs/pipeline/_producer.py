@@ -1,0 +1,136 @@
+"""A thin wrapper around confluent-kafka's Producer: safe defaults, created lazily, clear errors.
+
+It is wrapped, not subclassed, so that the rest of the package depends on four methods only and
+tests can swap it for an in-memory transport.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from ._errors import KafkaUnavailableError, PipelineError
+from ._settings import Settings
+
+DeliveryCallback = Callable[[KafkaError | None, Message], None]
+
+# librdkafka error codes that mean "Kafka could not be reached", as opposed to "Kafka said no".
+UNREACHABLE_CODES = frozenset(
+    {
+        KafkaError._MSG_TIMED_OUT,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+
+
+class Transport(Protocol):
+    """What the application needs from a producer; the in-memory broker implements it too."""
+
+    def produce(
+        self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
+    ) -> None: ...
+
+    def poll(self, timeout: float = 0) -> int: ...
+
+    def flush(self, timeout: float) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def producer_config(settings: Settings) -> dict[str, Any]:
+    """librdkafka options for producing jobs: idempotent, ``acks=all``, bounded delivery time."""
+    conf: dict[str, Any] = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": settings.producer.linger_ms,
+        "compression.type": settings.producer.compression,
+        "delivery.timeout.ms": int(settings.producer.delivery_timeout_s * 1000),
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1_048_576,
+    }
+    conf.update(settings.client_config())
+    return conf
+
+
+class KafkaTransport:
+    """A lazily created idempotent producer that turns librdkafka's failures into our errors."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._producer: Producer | None = None
+        self._lock = threading.Lock()
+        self._fatal: KafkaError | None = None
+
+    def _get(self) -> Producer:
+        producer = self._producer
+        if producer is None:
+            with self._lock:
+                if self._producer is None:
+                    conf = producer_config(self._settings)
+                    conf["error_cb"] = self._on_error
+                    self._producer = Producer(conf)
+                producer = self._producer
+        return producer
+
+    def _on_error(self, error: KafkaError) -> None:
+        # Transport errors are retried by librdkafka until delivery.timeout.ms; only a fatal
+        # error (e.g. the idempotent producer was fenced) makes the producer unusable.
+        if error.fatal():
+            self._fatal = error
+
+    def produce(
+        self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
+    ) -> None:
+        producer = self._get()
+        if self._fatal is not None:
+            raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        try:
+            producer.produce(topic, value, key, on_delivery=on_delivery)
+        except BufferError:
+            # The local queue is full: wait for Kafka to drain it, within the delivery timeout.
+            self._wait_for_room(producer, topic, value, key, on_delivery)
+        except KafkaException as exc:
+            raise PipelineError(f"cannot produce to {topic}: {exc.args[0].str()}") from exc
+
+    def _wait_for_room(
+        self,
+        producer: Producer,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        on_delivery: DeliveryCallback,
+    ) -> None:
+        deadline = time.monotonic() + self._settings.producer.delivery_timeout_s
+        while True:
+            producer.poll(0.05)
+            try:
+                producer.produce(topic, value, key, on_delivery=on_delivery)
+            except BufferError:
+                if time.monotonic() > deadline:
+                    raise KafkaUnavailableError(
+                        f"the local producer queue stayed full for "
+                        f"{self._settings.producer.delivery_timeout_s:g}s: Kafka at "
+                        f"{self._settings.bootstrap_servers} is not taking jobs. Is it running?"
+                    ) from None
+            else:
+                return
+
+    def poll(self, timeout: float = 0) -> int:
+        if self._producer is None:
+            return 0
+        return int(self._producer.poll(timeout))
+
+    def flush(self, timeout: float) -> int:
+        if self._producer is None:
+            return 0
+        return int(self._producer.flush(timeout))
+
+    def close(self) -> None:
+        self._producer = None

@@ -1,0 +1,106 @@
+"""Job types: a handler, its name and its per-type options, collected in a registry."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
+from ._job import Priority
+
+if TYPE_CHECKING:
+    from ._codec import PayloadCodec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobOptions:
+    """Per-type options given to ``@app.job(name, **options)``.
+
+    ``None`` means "use the setting's default" wherever a setting exists.
+    """
+
+    priority: Priority = Priority.DEFAULT
+    max_attempts: int | None = None
+    time_limit: float | None = None
+    """Seconds a run may take; past it the job fails with a timeout (async tasks are cancelled)."""
+    concurrency: int | None = None
+    """At most this many runs of the type at once in one worker process."""
+    rate_limit: float | None = None
+    """Runs per second across the whole fleet (each worker takes its partitions' share)."""
+    fatal: tuple[type[BaseException], ...] = ()
+    """Exceptions that go straight to the dead-letter topic instead of being retried."""
+    payload: PayloadCodec | None = None
+    """How payloads are encoded: ``None`` is JSON; ``AvroPayload(schema)`` for Avro."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_attempts", "concurrency"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigurationError(f"{name} must be at least 1, got {value}")
+        for name in ("time_limit", "rate_limit"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ConfigurationError(f"{name} must be positive, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class JobType:
+    """A registered job type: its handler and how to call it."""
+
+    name: str
+    handler: Callable[..., Any]
+    options: JobOptions = field(default_factory=JobOptions)
+    is_async: bool = field(init=False)
+    wants_ctx: bool = field(init=False)
+    _signature: inspect.Signature = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        signature = inspect.signature(self.handler)
+        object.__setattr__(self, "_signature", signature)
+        object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
+        object.__setattr__(self, "wants_ctx", "ctx" in signature.parameters)
+
+    def check_payload(self, payload: Mapping[str, Any]) -> None:
+        """Raise :class:`PayloadValidationError` when ``payload`` cannot be the handler's kwargs."""
+        try:
+            if self.wants_ctx:
+                self._signature.bind(**payload, ctx=None)
+            else:
+                self._signature.bind(**payload)
+        except TypeError as exc:
+            raise PayloadValidationError(self.name, str(exc)) from None
+
+
+class Registry:
+    """The job types an application knows, by name."""
+
+    def __init__(self) -> None:
+        self._types: dict[str, JobType] = {}
+
+    def add(self, job_type: JobType) -> None:
+        existing = self._types.get(job_type.name)
+        if existing is not None and existing.handler is not job_type.handler:
+            raise ConfigurationError(
+                f"job type {job_type.name!r} is already registered to {existing.handler!r}"
+            )
+        self._types[job_type.name] = job_type
+
+    def get(self, name: str) -> JobType:
+        try:
+            return self._types[name]
+        except KeyError:
+            raise UnknownJobTypeError(name) from None
+
+    def find(self, name: str) -> JobType | None:
+        return self._types.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._types
+
+    def __iter__(self) -> Iterator[JobType]:
+        return iter(self._types.values())
+
+    def __len__(self) -> int:
+        return len(self._types)

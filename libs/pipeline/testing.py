@@ -1,0 +1,93 @@
+"""Test helpers for applications built on ``pipeline``: no Kafka needed.
+
+``InMemoryTransport`` stands in for the Kafka producer, so a service's own unit tests can check
+what it enqueues::
+
+    transport = InMemoryTransport()
+    app = Pipeline(transport=transport)
+    signup(app, "a@b.c")
+    [job] = transport.jobs(app.topics.jobs("default"))
+    assert job.type == "email.send"
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaError, Message
+
+from ._codec import JobCodec
+from ._job import Job
+from ._producer import DeliveryCallback
+
+
+@dataclass(frozen=True, slots=True)
+class SentMessage:
+    """One message as the in-memory transport stored it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes
+
+
+class InMemoryTransport:
+    """Keeps produced messages in memory and acknowledges them on ``poll``/``flush``.
+
+    Keyed messages go to ``crc32(key) % partitions`` (the same key always lands on the same
+    partition, as with Kafka's partitioner, though not the same number); unkeyed ones round-robin.
+    ``fail_with`` makes every delivery fail with that librdkafka error code, to test error paths.
+    """
+
+    def __init__(self, partitions: int = 6, fail_with: int | None = None) -> None:
+        self.partitions = partitions
+        self.fail_with = fail_with
+        self.messages: list[SentMessage] = []
+        self._offsets: dict[tuple[str, int], int] = defaultdict(int)
+        self._round_robin = 0
+        self._pending: list[tuple[SentMessage, DeliveryCallback]] = []
+        self._codec = JobCodec()
+
+    def produce(
+        self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
+    ) -> None:
+        if key is not None:
+            partition = zlib.crc32(key) % self.partitions
+        else:
+            partition = self._round_robin % self.partitions
+            self._round_robin += 1
+        offset = self._offsets[topic, partition]
+        self._offsets[topic, partition] = offset + 1
+        sent = SentMessage(topic, partition, offset, key, value)
+        self._pending.append((sent, on_delivery))
+
+    def poll(self, timeout: float = 0) -> int:
+        pending, self._pending = self._pending, []
+        for sent, on_delivery in pending:
+            message = Message(
+                topic=sent.topic,
+                partition=sent.partition,
+                offset=sent.offset,
+                key=sent.key,
+                value=sent.value,
+            )
+            if self.fail_with is None:
+                self.messages.append(sent)
+                on_delivery(None, message)
+            else:
+                on_delivery(KafkaError(self.fail_with), message)
+        return len(pending)
+
+    def flush(self, timeout: float) -> int:
+        self.poll()
+        return 0
+
+    def close(self) -> None:
+        self.poll()
+
+    def jobs(self, topic: str) -> list[Job]:
+        """The acknowledged jobs of ``topic``, decoded, in produce order."""
+        return [self._codec.decode(m.value) for m in self.messages if m.topic == topic]

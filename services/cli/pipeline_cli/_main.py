@@ -1,0 +1,39 @@
+"""The root ``pipeline`` command group."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from ._dev import dev
+from ._enqueue import enqueue
+from ._topics import topics
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="kafka-pipeline", prog_name="pipeline")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default="WARNING",
+    show_default=True,
+    help="Logging level of the command's own messages.",
+)
+def cli(log_level: str) -> None:
+    """Background jobs on Apache Kafka: manage topics, enqueue jobs, run a local broker.
+
+    Settings come from PIPELINE_* environment variables (PIPELINE_BOOTSTRAP_SERVERS,
+    PIPELINE_NAMESPACE, ...), a TOML file named by PIPELINE_CONFIG_FILE, or the options of
+    each command.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+
+
+cli.add_command(dev)
+cli.add_command(topics)
+cli.add_command(enqueue)
+
+
+def main() -> None:
+    cli(prog_name="pipeline")

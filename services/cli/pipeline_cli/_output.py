@@ -1,0 +1,173 @@
+"""Helpers every ``pipeline`` command shares: settings options, tables, JSON and clean errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import date, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from pydantic import ValidationError
+
+from pipeline._errors import ConfigurationError, PipelineError
+from pipeline._settings import Settings
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = [
+    "cli_errors",
+    "common_options",
+    "json_option",
+    "load_settings",
+    "print_json",
+    "print_table",
+]
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn a :class:`PipelineError` into ``Error: <message>`` on stderr and exit code 1.
+
+    Use it as a context manager or as a decorator (``@cli_errors()``) under the click ones.
+    """
+    try:
+        yield
+    except PipelineError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def load_settings(
+    *,
+    bootstrap_servers: str | None = None,
+    namespace: str | None = None,
+    config_file: Path | None = None,
+) -> Settings:
+    """Settings from the environment and ``config_file``; the given values win over both."""
+    overrides: dict[str, Any] = {}
+    if bootstrap_servers is not None:
+        overrides["bootstrap_servers"] = bootstrap_servers
+    if namespace is not None:
+        overrides["namespace"] = namespace
+    try:
+        if config_file is not None:
+            return Settings.from_file(config_file, **overrides)
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise ConfigurationError(f"invalid settings: {problems}") from exc
+
+
+def common_options(command: Callable[..., T]) -> Callable[..., T]:
+    """Add ``--bootstrap-servers``, ``--namespace`` and ``--config``; pass ``settings=``.
+
+    The command receives a built :class:`Settings` instead of the three options.
+    """
+
+    @click.option(
+        "--bootstrap-servers",
+        metavar="HOST:PORT[,...]",
+        default=None,
+        help="Kafka bootstrap servers [default: $PIPELINE_BOOTSTRAP_SERVERS, else localhost:9092].",
+    )
+    @click.option(
+        "--namespace",
+        default=None,
+        help="Prefix of every topic name, e.g. NAMESPACE.jobs.high "
+        "[default: $PIPELINE_NAMESPACE, else pipeline].",
+    )
+    @click.option(
+        "--config",
+        "config_file",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="TOML settings file; environment variables and options win over it "
+        "[default: $PIPELINE_CONFIG_FILE].",
+    )
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        bootstrap_servers: str | None,
+        namespace: str | None,
+        config_file: Path | None,
+        **kwargs: Any,
+    ) -> T:
+        with cli_errors():
+            settings = load_settings(
+                bootstrap_servers=bootstrap_servers, namespace=namespace, config_file=config_file
+            )
+        return command(*args, settings=settings, **kwargs)
+
+    return wrapper
+
+
+def json_option(command: F) -> F:
+    """Add ``--json`` (passed as ``as_json``): machine-readable output for scripts."""
+    return click.option(
+        "--json", "as_json", is_flag=True, help="Print JSON instead of a table, for scripts."
+    )(command)
+
+
+def _jsonable(value: object) -> object:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
+def print_json(obj: object) -> None:
+    """Print ``obj`` as indented JSON; dataclasses, enums, paths and datetimes are converted."""
+    click.echo(json.dumps(obj, indent=2, default=_jsonable))
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def _is_numeric(values: Sequence[object]) -> bool:
+    return bool(values) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in values
+    )
+
+
+def print_table(
+    rows: Iterable[Sequence[object]], columns: Sequence[str], *, err: bool = False
+) -> None:
+    """Print rows under a header, columns aligned; numbers right-aligned, ``None`` as ``-``."""
+    rows = [list(row) for row in rows]
+    cells = [[_cell(v) for v in row] for row in rows]
+    widths = [len(c) for c in columns]
+    for row in cells:
+        for i, text in enumerate(row):
+            widths[i] = max(widths[i], len(text))
+    numeric = [_is_numeric([r[i] for r in rows if r[i] is not None]) for i in range(len(columns))]
+
+    def line(texts: Sequence[str]) -> str:
+        parts = [
+            t.rjust(widths[i]) if numeric[i] else t.ljust(widths[i]) for i, t in enumerate(texts)
+        ]
+        return "  ".join(parts).rstrip()
+
+    click.echo(line([c.upper() for c in columns]), err=err)
+    for row in cells:
+        click.echo(line(row), err=err)

@@ -1,0 +1,121 @@
+"""Fixtures of the whole suite: a real Kafka for the tests that ask for one, started lazily.
+
+``bootstrap_servers`` uses ``PIPELINE_BOOTSTRAP_SERVERS`` when set, else starts one local node on
+free ports with :func:`pipeline_cli.devbroker.up` (what ``pipeline dev up`` runs) for the session.
+A broker that cannot be reached or started fails the tests that need it; they are never skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from pipeline._settings import Settings
+    from pipeline_cli.devbroker import DevCluster
+
+TESTS = Path(__file__).parent
+# Tests under these folders get these marks (chaos runs need a broker too, hence both).
+_FOLDER_MARKS = {TESTS / "integration": ("kafka",), TESTS / "chaos": ("kafka", "chaos")}
+_PORT_ATTEMPTS = 3
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for folder, marks in _FOLDER_MARKS.items():
+            if item.path.is_relative_to(folder):
+                for mark in marks:
+                    item.add_marker(mark)
+
+
+def start_dev_cluster(nodes: int, data_dir: Path, timeout: float = 180.0) -> DevCluster:
+    """Starts a local cluster in ``data_dir`` on free ports, or fails the test with the cause."""
+    from pipeline_cli import devbroker
+
+    problem: devbroker.DevBrokerError | None = None
+    for _ in range(_PORT_ATTEMPTS):
+        try:
+            return devbroker.up(nodes, data_dir, devbroker.free_base_port(nodes), timeout=timeout)
+        except devbroker.PortInUseError as exc:
+            problem = exc  # a parallel test worker may take the ports after we looked: retry
+        except devbroker.DevBrokerError as exc:
+            problem = exc
+            break
+    pytest.fail(f"could not start a local Kafka for the tests: {problem}", pytrace=False)
+
+
+def _stop_dev_cluster(data_dir: Path) -> None:
+    from pipeline_cli import devbroker
+
+    try:
+        devbroker.down(data_dir, timeout=30)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def _check_answers(servers: str) -> None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    try:
+        AdminClient({"bootstrap.servers": servers, "log_level": 0}).list_topics(timeout=15)
+    except KafkaException as exc:
+        problem = exc
+    else:
+        return
+    pytest.fail(
+        f"PIPELINE_BOOTSTRAP_SERVERS={servers} did not answer a metadata request within 15 s "
+        f"({problem}); start that Kafka, or unset the variable so the tests start their own",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def bootstrap_servers() -> Iterator[str]:
+    """A Kafka for the session: ``PIPELINE_BOOTSTRAP_SERVERS``, else one local node."""
+    if servers := os.environ.get("PIPELINE_BOOTSTRAP_SERVERS"):
+        _check_answers(servers)
+        yield servers
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="pipeline-test-kafka-"))
+    try:
+        yield start_dev_cluster(1, data_dir).bootstrap_servers
+    finally:
+        _stop_dev_cluster(data_dir)
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A topic namespace of this test alone, so tests never see each other's topics."""
+    return f"t{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def settings(bootstrap_servers: str, namespace: str) -> Settings:
+    from pipeline._settings import Settings
+
+    return Settings(bootstrap_servers=bootstrap_servers, namespace=namespace)
+
+
+@pytest.fixture(scope="module")
+def dev_cluster_factory() -> Iterator[Callable[..., DevCluster]]:
+    """``start(nodes=3)`` starts an extra local cluster on free ports, removed after the module."""
+    data_dirs: list[Path] = []
+
+    def start(nodes: int = 3, *, timeout: float = 180.0) -> DevCluster:
+        data_dirs.append(Path(tempfile.mkdtemp(prefix="pipeline-test-cluster-")))
+        return start_dev_cluster(nodes, data_dirs[-1], timeout)
+
+    try:
+        yield start
+    finally:
+        for data_dir in data_dirs:
+            _stop_dev_cluster(data_dir)

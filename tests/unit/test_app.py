@@ -1,0 +1,245 @@
+"""The producer side of the application object, against the in-memory transport."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError
+
+from pipeline import (
+    ConfigurationError,
+    EnqueueError,
+    KafkaUnavailableError,
+    PayloadValidationError,
+    Pipeline,
+    Priority,
+    Settings,
+)
+from pipeline._job import now_ms
+from pipeline.testing import InMemoryTransport
+
+
+@pytest.fixture
+def transport() -> InMemoryTransport:
+    return InMemoryTransport(partitions=6)
+
+
+@pytest.fixture
+def app(transport: InMemoryTransport) -> Pipeline:
+    return Pipeline(Settings(namespace="acme"), transport=transport)
+
+
+def test_enqueue_unregistered_type_sends_json_to_default_priority(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    job_id = app.enqueue("email.send", {"to": "a@b.c", "n": 3})
+    app.flush()
+    [job] = transport.jobs("acme.jobs.default")
+    assert job.id == job_id
+    assert job.type == "email.send"
+    assert json.loads(job.payload) == {"to": "a@b.c", "n": 3}
+    assert job.priority is Priority.DEFAULT
+    assert job.attempt == 1
+    assert job.max_attempts == app.settings.producer.default_max_attempts
+    assert job.not_before is None
+    assert transport.messages[0].key is None
+
+
+def test_registered_type_uses_its_options_and_checks_the_signature(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    @app.job("report.build", priority="high", max_attempts=2)
+    def build(report_id: int, fmt: str = "pdf") -> str:
+        return f"{report_id}.{fmt}"
+
+    assert build(7) == "7.pdf"  # still a plain function
+    build.enqueue(report_id=7)
+    app.flush()
+    [job] = transport.jobs("acme.jobs.high")
+    assert (job.type, job.max_attempts, json.loads(job.payload)) == (
+        "report.build",
+        2,
+        {"report_id": 7},
+    )
+
+    with pytest.raises(PayloadValidationError, match=r"report\.build"):
+        build.enqueue(fmt="csv")  # missing report_id
+    with pytest.raises(PayloadValidationError, match="unexpected"):
+        build.enqueue(report_id=1, colour="red")
+    app.flush()
+    assert len(transport.messages) == 1, "an invalid payload must send nothing"
+
+
+def test_ctx_parameter_is_not_a_payload_field(app: Pipeline) -> None:
+    @app.job("ctx.job")
+    def handler(x: int, ctx: object) -> None: ...
+
+    handler.enqueue(x=1)
+    with pytest.raises(PayloadValidationError):
+        handler.enqueue()
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (["not", "a", "mapping"], "mapping"),
+        ({"when": datetime(2026, 1, 1)}, "when"),
+        ({1: "int key"}, "key"),
+    ],
+)
+def test_invalid_payloads_raise_and_send_nothing(
+    app: Pipeline, transport: InMemoryTransport, payload: object, message: str
+) -> None:
+    with pytest.raises(PayloadValidationError, match=message):
+        app.enqueue("x", payload)  # type: ignore[arg-type]
+    app.flush()
+    assert transport.messages == []
+
+
+def test_keys_route_by_idempotency_key_then_key(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    app.enqueue("t", {}, key="order-1")
+    app.enqueue("t", {}, key="order-1", idempotency_key="charge-9")
+    app.enqueue("t", {}, key=b"raw")
+    app.flush()
+    assert [m.key for m in transport.messages] == [b"order-1", b"charge-9", b"raw"]
+    [_, keyed, _] = transport.jobs("acme.jobs.default")
+    assert keyed.idempotency_key == "charge-9"
+
+
+def test_same_key_same_partition(app: Pipeline, transport: InMemoryTransport) -> None:
+    for _ in range(20):
+        app.enqueue("t", {}, key="customer-42")
+    app.flush()
+    assert len({m.partition for m in transport.messages}) == 1
+
+
+def test_delay_and_run_at_go_to_the_deferred_topic(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    before = now_ms()
+    app.enqueue("t", {}, delay=30, priority="low")
+    at = datetime.now(UTC) + timedelta(hours=1)
+    app.enqueue("t", {}, run_at=at)
+    app.enqueue("t", {}, run_at=datetime.now(UTC) - timedelta(minutes=1))  # already due
+    app.flush()
+    delayed, scheduled = transport.jobs("acme.deferred")
+    assert delayed.priority is Priority.LOW
+    assert delayed.not_before is not None
+    assert before + 30_000 <= delayed.not_before <= now_ms() + 30_000
+    assert scheduled.not_before == int(at.timestamp() * 1000)
+    assert len(transport.jobs("acme.jobs.default")) == 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"delay": 5, "run_at": datetime.now(UTC)},
+        {"delay": -1},
+        {"run_at": datetime(2030, 1, 1)},  # naive
+        {"priority": "urgent"},
+        {"max_attempts": 0},
+    ],
+)
+def test_bad_options_are_rejected(app: Pipeline, options: dict[str, Any]) -> None:
+    with pytest.raises((ConfigurationError, ValueError)):
+        app.enqueue("t", {}, **options)
+
+
+def test_unknown_option_is_a_clear_type_error(app: Pipeline) -> None:
+    with pytest.raises(TypeError, match="priorty"):
+        app.enqueue("t", {}, priorty="high")
+
+
+def test_enqueue_many_keeps_order_and_with_options(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    @app.job("bulk")
+    def bulk(i: int) -> None: ...
+
+    ids = bulk.with_options(priority="critical", tenant="acme-co").enqueue_many(
+        {"i": i} for i in range(50)
+    )
+    app.flush()
+    jobs = transport.jobs("acme.jobs.critical")
+    assert [j.id for j in jobs] == ids
+    assert len(set(ids)) == 50
+    assert [json.loads(j.payload)["i"] for j in jobs] == list(range(50))
+    assert {j.tenant for j in jobs} == {"acme-co"}
+
+
+def test_headers_are_carried(app: Pipeline, transport: InMemoryTransport) -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    app.enqueue("t", {}, headers={"traceparent": traceparent})
+    app.flush()
+    assert transport.jobs("acme.jobs.default")[0].headers == {"traceparent": traceparent}
+
+
+def test_flush_reports_refused_jobs() -> None:
+    transport = InMemoryTransport(fail_with=KafkaError.MSG_SIZE_TOO_LARGE)
+    app = Pipeline(Settings(), transport=transport)
+    job_id = app.enqueue("t", {})
+    with pytest.raises(EnqueueError) as info:
+        app.flush()
+    assert info.value.job_id == job_id
+    app.flush()  # reported once
+
+
+def test_flush_reports_missing_topics_with_the_fix() -> None:
+    app = Pipeline(Settings(), transport=InMemoryTransport(fail_with=KafkaError._UNKNOWN_TOPIC))
+    app.enqueue("t", {})
+    with pytest.raises(EnqueueError, match="pipeline topics apply"):
+        app.flush()
+
+
+def test_timed_out_delivery_is_kafka_unavailable() -> None:
+    app = Pipeline(Settings(), transport=InMemoryTransport(fail_with=KafkaError._MSG_TIMED_OUT))
+    app.enqueue("t", {})
+    with pytest.raises(KafkaUnavailableError, match=r"localhost:9092.*running"):
+        app.flush()
+
+
+def test_submit_handle_reports_partition_and_offset(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    handle = app.submit("t", {"a": 1}, key="k")
+    assert not handle.done()
+    handle.wait(timeout=1)
+    assert handle.done()
+    assert handle.partition == transport.messages[0].partition
+    assert handle.offset == 0
+    assert app.enqueue("t", {}, wait=True)
+
+
+def test_submit_handle_raises_on_failure() -> None:
+    app = Pipeline(Settings(), transport=InMemoryTransport(fail_with=KafkaError._MSG_TIMED_OUT))
+    with pytest.raises(KafkaUnavailableError):
+        app.enqueue("t", {}, wait=True)
+
+
+def test_job_ids_are_unique_and_time_ordered(app: Pipeline) -> None:
+    ids = app.enqueue_many("t", ({} for _ in range(1000)))
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 32 for i in ids)
+    assert ids[0][:12] <= ids[-1][:12]
+
+
+def test_duplicate_registration_is_refused(app: Pipeline) -> None:
+    @app.job("dup")
+    def first() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="dup"):
+
+        @app.job("dup")
+        def second() -> None: ...
+
+
+def test_bad_job_options_are_refused(app: Pipeline) -> None:
+    with pytest.raises(ConfigurationError):
+        app.job("bad", concurrency=0)
+    with pytest.raises(ConfigurationError, match="retries"):
+        app.job("bad", retries=3)

@@ -1,0 +1,117 @@
+"""Settings: defaults, environment, config file, code, and secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from pipeline import ConfigurationError, Settings
+from pipeline._job import Priority
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("PIPELINE_"):
+            monkeypatch.delenv(name)
+
+
+def test_defaults_run_against_the_dev_broker() -> None:
+    settings = Settings()
+    assert settings.bootstrap_servers == "localhost:9092"
+    assert settings.namespace == "pipeline"
+    assert settings.client_config() == {
+        "bootstrap.servers": "localhost:9092",
+        "client.id": "pipeline",
+        "security.protocol": "PLAINTEXT",
+    }
+    assert settings.worker.weights == [10, 5, 3, 1]
+    assert settings.worker.priorities == list(Priority)
+
+
+def test_environment_variables_including_nested(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINE_BOOTSTRAP_SERVERS", "k1:9092,k2:9092")
+    monkeypatch.setenv("PIPELINE_NAMESPACE", "billing")
+    monkeypatch.setenv("PIPELINE_TOPICS__PARTITIONS", "24")
+    monkeypatch.setenv("PIPELINE_TOPICS__RETRY_DELAYS_S", "[1, 10]")
+    monkeypatch.setenv("PIPELINE_WORKER__POLICY", "strict")
+    monkeypatch.setenv("PIPELINE_KAFKA", '{"socket.keepalive.enable": "true"}')
+    settings = Settings()
+    assert settings.bootstrap_servers == "k1:9092,k2:9092"
+    assert settings.namespace == "billing"
+    assert settings.topics.partitions == 24
+    assert settings.topics.retry_delays_s == [1.0, 10.0]
+    assert settings.worker.policy == "strict"
+    assert settings.client_config()["socket.keepalive.enable"] == "true"
+
+
+def test_code_beats_environment_beats_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        'namespace = "from-file"\nclient_id = "file-client"\n'
+        "[topics]\npartitions = 3\nreplication_factor = 3\nmin_insync_replicas = 2\n"
+    )
+    monkeypatch.setenv("PIPELINE_CLIENT_ID", "env-client")
+    settings = Settings.from_file(config, namespace="from-code")
+    assert settings.namespace == "from-code"
+    assert settings.client_id == "env-client"
+    assert settings.topics.partitions == 3
+    assert settings.topics.effective_min_insync_replicas == 2
+
+
+def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "p.toml"
+    config.write_text('bootstrap_servers = "kafka:9093"\n')
+    monkeypatch.setenv("PIPELINE_CONFIG_FILE", str(config))
+    assert Settings().bootstrap_servers == "kafka:9093"
+
+
+def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        Settings.from_file(tmp_path / "nope.toml")
+
+
+def test_security_maps_to_librdkafka_and_hides_secrets() -> None:
+    settings = Settings(
+        security={
+            "protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "sasl_username": "svc",
+            "sasl_password": "hunter2",
+            "ssl_ca_location": "/etc/ssl/ca.pem",
+        }
+    )
+    conf = settings.client_config()
+    assert conf["security.protocol"] == "SASL_SSL"
+    assert conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    assert conf["sasl.username"] == "svc"
+    assert conf["sasl.password"] == "hunter2"
+    assert conf["ssl.ca.location"] == "/etc/ssl/ca.pem"
+    assert "hunter2" not in repr(settings)
+    assert "hunter2" not in str(settings.model_dump())
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"namespace": "has space"},
+        {"topics": {"partitions": 0}},
+        {"topics": {"retry_delays_s": [30, 5]}},
+        {"topics": {"replication_factor": 1, "min_insync_replicas": 2}},
+        {"worker": {"weights": [1, 2]}},
+        {"worker": {"policy": "random"}},
+        {"unknown_setting": 1},
+    ],
+)
+def test_invalid_settings_are_rejected(bad: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        Settings(**bad)  # type: ignore[arg-type]
+
+
+def test_min_insync_replicas_default_follows_replication() -> None:
+    assert Settings().topics.effective_min_insync_replicas == 1
+    assert Settings(topics={"replication_factor": 3}).topics.effective_min_insync_replicas == 2
