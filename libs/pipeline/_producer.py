@@ -6,6 +6,7 @@ tests can swap it for an in-memory transport.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -49,6 +50,9 @@ def producer_config(settings: Settings) -> dict[str, Any]:
     conf: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
+        # The Java client's partitioner, so that a key maps to the same partition whichever
+        # language produced the job (librdkafka's default hashes keys with CRC32 instead).
+        "partitioner": "murmur2_random",
         "linger.ms": settings.producer.linger_ms,
         "compression.type": settings.producer.compression,
         "delivery.timeout.ms": int(settings.producer.delivery_timeout_s * 1000),
@@ -75,6 +79,8 @@ class KafkaTransport:
                 if self._producer is None:
                     conf = producer_config(self._settings)
                     conf["error_cb"] = self._on_error
+                    # librdkafka's own log lines go through logging, not straight to stderr.
+                    conf["logger"] = logging.getLogger("pipeline.kafka.producer")
                     self._producer = Producer(conf)
                 producer = self._producer
         return producer
