@@ -54,6 +54,14 @@ class KafkaUnavailableError(PipelineError):
     """The Kafka cluster did not answer in time (broker down, wrong address, network)."""
 
 
+class TopicAdminError(PipelineError):
+    """Kafka refused a topic operation (policy, authorization, replication, invalid config)."""
+
+    def __init__(self, topic: str | None, message: str) -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
 class EnqueueError(PipelineError):
     """Kafka refused or could not acknowledge a job."""
 

@@ -1,0 +1,244 @@
+"""What the topics of a namespace should look like, and what ``apply`` would change: no Kafka.
+
+:func:`topic_specs` declares the topics (DESIGN section 3), :func:`plan_topic` compares one spec
+with what the cluster has, and :class:`ApplyReport` sums the changes up. The calls to the cluster
+are in :mod:`pipeline._admin`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from ._job import Priority
+from ._topics import TopicNames
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from ._settings import Settings
+
+__all__ = [
+    "ApplyReport",
+    "Change",
+    "ChangeAction",
+    "ObservedTopic",
+    "TopicPlan",
+    "TopicSpec",
+    "plan_topic",
+    "topic_specs",
+]
+
+HOUR_MS = 3600 * 1000
+MIN_INSYNC = "min.insync.replicas"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """How one topic should look. ``configs`` holds only the keys ``apply`` manages."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=dict, hash=False)
+    purpose: str = ""
+
+
+def topic_specs(settings: Settings) -> list[TopicSpec]:
+    """Every topic of ``settings.namespace``, in a stable order. Extend here for new topics."""
+    t = settings.topics
+    names = TopicNames(settings.namespace)
+    rf = t.replication_factor
+    common = {
+        MIN_INSYNC: str(t.effective_min_insync_replicas),
+        "message.timestamp.type": "CreateTime",
+    }
+
+    def log(retention_ms: int) -> dict[str, str]:
+        return {"cleanup.policy": "delete", "retention.ms": str(retention_ms), **common}
+
+    # A table topic: compact often (small, hot keys) so a reader catching up reads little.
+    table = {
+        "cleanup.policy": "compact",
+        "segment.ms": str(HOUR_MS),
+        "min.cleanable.dirty.ratio": "0.1",
+        **common,
+    }
+    specs = [
+        TopicSpec(names.jobs(p), t.partitions, rf, log(t.jobs_retention_ms), f"{p.value} jobs")
+        for p in Priority
+    ]
+    specs.append(
+        TopicSpec(names.deferred, t.partitions, rf, log(t.jobs_retention_ms), "jobs due later")
+    )
+    specs.extend(
+        TopicSpec(
+            names.retry(tier),
+            t.partitions,
+            rf,
+            log(t.jobs_retention_ms),
+            f"retry tier {tier} (delay {delay:g}s)",
+        )
+        for tier, delay in enumerate(t.retry_delays_s)
+    )
+    specs += [
+        TopicSpec(names.dlq, t.partitions, rf, log(t.dlq_retention_ms), "dead letters"),
+        TopicSpec(names.schedules, 1, rf, dict(table), "cron schedules, by name"),
+        TopicSpec(names.scheduler_state, 1, rf, dict(table), "scheduler progress"),
+        TopicSpec(
+            names.events,
+            t.events_partitions,
+            rf,
+            log(t.events_retention_ms),
+            "job lifecycle events",
+        ),
+    ]
+    return specs
+
+
+# --- planning: pure, no Kafka -------------------------------------------------------------
+
+
+class ChangeAction(StrEnum):
+    CREATED = "created"
+    PARTITIONS = "partitions"
+    CONFIG = "config"
+    UNCHANGED = "unchanged"
+    WARNING = "warning"
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One line of an apply report: what was (or, in a dry run, would be) done to a topic."""
+
+    topic: str
+    action: ChangeAction
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ObservedTopic:
+    """What the cluster has for a topic: counts and the current values of the configs asked for."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlan:
+    """What ``apply`` must do to make one topic match its spec."""
+
+    spec: TopicSpec
+    create: bool = False
+    grow_to: int | None = None
+    set_configs: Mapping[str, str] = field(default_factory=dict, hash=False)
+    changes: tuple[Change, ...] = ()
+
+
+def _same_value(current: str | None, wanted: str) -> bool:
+    if current is None:
+        return False
+    try:
+        return float(current) == float(wanted)  # "0.1" == "0.10"
+    except ValueError:
+        return current.strip() == wanted.strip()
+
+
+def plan_topic(spec: TopicSpec, observed: ObservedTopic | None) -> TopicPlan:
+    """Compare a spec with the observed topic (``None``: it does not exist)."""
+    name = spec.name
+    if observed is None:
+        detail = (
+            f"{_plural(spec.partitions, 'partition')}, replication factor {spec.replication_factor}"
+        )
+        return TopicPlan(spec, create=True, changes=(Change(name, ChangeAction.CREATED, detail),))
+    changes: list[Change] = []
+    grow_to = None
+    if spec.partitions > observed.partitions:
+        grow_to = spec.partitions
+        detail = f"{observed.partitions} -> {spec.partitions}"
+        changes.append(Change(name, ChangeAction.PARTITIONS, detail))
+    elif spec.partitions < observed.partitions:
+        detail = (
+            f"cannot decrease partitions from {observed.partitions} to {spec.partitions}; "
+            "left as it is"
+        )
+        changes.append(Change(name, ChangeAction.WARNING, detail))
+    if spec.replication_factor != observed.replication_factor:
+        detail = (
+            f"replication factor is {observed.replication_factor}, the spec says "
+            f"{spec.replication_factor}; changing it needs a partition reassignment "
+            "(kafka-reassign-partitions.sh), which apply does not do"
+        )
+        changes.append(Change(name, ChangeAction.WARNING, detail))
+    set_configs: dict[str, str] = {}
+    for key, wanted in spec.configs.items():
+        current = observed.configs.get(key)
+        if _same_value(current, wanted):
+            continue
+        if key == MIN_INSYNC and int(wanted) > observed.replication_factor:
+            detail = (
+                f"{MIN_INSYNC} {wanted} exceeds the replication factor "
+                f"{observed.replication_factor}, which would block every acks=all write; "
+                f"left at {current}"
+            )
+            changes.append(Change(name, ChangeAction.WARNING, detail))
+            continue
+        set_configs[key] = wanted
+        changes.append(Change(name, ChangeAction.CONFIG, f"{key} {current} -> {wanted}"))
+    if not changes:
+        changes.append(Change(name, ChangeAction.UNCHANGED))
+    return TopicPlan(spec, grow_to=grow_to, set_configs=set_configs, changes=tuple(changes))
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyReport:
+    """Everything ``apply_topics`` did (or would do, when ``dry_run``), topic by topic."""
+
+    changes: tuple[Change, ...]
+    dry_run: bool = False
+
+    def of(self, action: ChangeAction) -> list[Change]:
+        return [c for c in self.changes if c.action is action]
+
+    @property
+    def changed(self) -> bool:
+        return any(c.action in _MUTATIONS for c in self.changes)
+
+    @property
+    def warnings(self) -> list[Change]:
+        return self.of(ChangeAction.WARNING)
+
+    def summary(self) -> str:
+        """One line: ``created 11 topics``, ``nothing to change``, ..."""
+        created = len(self.of(ChangeAction.CREATED))
+        grown = len(self.of(ChangeAction.PARTITIONS))
+        configs = self.of(ChangeAction.CONFIG)
+        parts = []
+        if created:
+            parts.append(
+                f"{'would create' if self.dry_run else 'created'} {_plural(created, 'topic')}"
+            )
+        if grown:
+            verb = "would add" if self.dry_run else "added"
+            parts.append(f"{verb} partitions to {_plural(grown, 'topic')}")
+        if configs:
+            verb = "would change" if self.dry_run else "changed"
+            on = len({c.topic for c in configs})
+            parts.append(f"{verb} {_plural(len(configs), 'setting')} on {_plural(on, 'topic')}")
+        text = ", ".join(parts) if parts else "nothing to change"
+        if self.warnings:
+            text += f"; {_plural(len(self.warnings), 'warning')}"
+        if self.dry_run and parts:
+            text += " (dry run: nothing was changed)"
+        return text
+
+
+_MUTATIONS = frozenset({ChangeAction.CREATED, ChangeAction.PARTITIONS, ChangeAction.CONFIG})
