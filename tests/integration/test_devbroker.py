@@ -12,9 +12,15 @@ from typing import TYPE_CHECKING
 import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined, unused-ignore]
+from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+    ResourceType,
+)
 
-from pipeline_cli import devbroker
+from pipeline import Pipeline, Settings
+from pipeline_cli import cli, devbroker
 from pipeline_cli._dev import dev
 
 if TYPE_CHECKING:
@@ -96,6 +102,36 @@ def test_three_nodes_replicate_with_acks_all(cluster: DevCluster) -> None:
     values = [f"first-{i}".encode() for i in range(20)]
     produce(cluster.bootstrap_servers, values)
     assert consume_all(cluster.bootstrap_servers, len(values)) == values
+
+
+def test_topics_apply_with_replication_three_and_min_isr_two(cluster: DevCluster) -> None:
+    namespace = f"rf3{uuid.uuid4().hex[:6]}"
+    env = {
+        "PIPELINE_BOOTSTRAP_SERVERS": cluster.bootstrap_servers,
+        "PIPELINE_NAMESPACE": namespace,
+        "PIPELINE_TOPICS__REPLICATION_FACTOR": "3",
+        "PIPELINE_TOPICS__MIN_INSYNC_REPLICAS": "2",
+    }
+    result = CliRunner().invoke(cli, ["topics", "apply"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "created 13 topics" in result.output
+
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
+    topics = admin.list_topics(timeout=10).topics
+    ours = sorted(name for name in topics if name.startswith(f"{namespace}."))
+    assert len(ours) == 13
+    for name in ours:
+        assert {len(p.replicas) for p in topics[name].partitions.values()} == {3}, name
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in ours]
+    for resource, future in admin.describe_configs(resources).items():
+        assert future.result(timeout=30)["min.insync.replicas"].value == "2", resource
+
+    again = CliRunner().invoke(cli, ["topics", "apply"], env=env)
+    assert again.exit_code == 0, again.output
+    assert "nothing to change" in again.output
+
+    app = Pipeline(Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace))
+    assert app.submit("t", {"x": 1}, priority="critical").wait(timeout=60).offset == 0
 
 
 def test_killed_leader_is_survived_and_restarted(cluster: DevCluster) -> None:
