@@ -15,6 +15,7 @@ app.flush()
 
 from ._app import BoundEnqueue, JobFunction, JobHandle, Pipeline
 from ._codec import AvroPayload, JobCodec, JsonPayload, PayloadCodec
+from ._context import JobContext
 from ._errors import (
     ConfigurationError,
     DecodeError,
@@ -40,6 +41,7 @@ __all__ = [
     "EnqueueError",
     "Job",
     "JobCodec",
+    "JobContext",
     "JobFunction",
     "JobHandle",
     "JobOptions",

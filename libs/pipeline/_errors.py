@@ -46,6 +46,10 @@ class DecodeError(PipelineError):
         self.raw = raw
 
 
+class EncodeError(PipelineError, ValueError):
+    """A record does not fit its schema (a programming error: nothing was sent)."""
+
+
 class SchemaNotFoundError(DecodeError):
     """The writer schema's fingerprint is not one of the released schemas under ``schemas/``."""
 
