@@ -21,6 +21,7 @@ from ._errors import (
 )
 from ._job import Job, Priority, new_job_id, now_ms
 from ._producer import UNREACHABLE_CODES, KafkaTransport, Transport
+from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
 from ._settings import Settings
 from ._topics import TopicNames
@@ -71,6 +72,7 @@ class Pipeline:
         self._failures: list[PipelineFailure] = []
         self._failures_lock = threading.Lock()
         self._since_poll = 0
+        self.schedules: dict[str, Schedule] = {}
 
     def __repr__(self) -> str:
         return (
@@ -104,6 +106,28 @@ class Pipeline:
             return JobFunction(self, job_type, func)
 
         return register
+
+    def schedule(self, name: str, *, cron: str, job_type: str, **options: Any) -> Schedule:
+        """Register cron schedule ``name``: a ``job_type`` job at every fire of ``cron``.
+
+        Options: ``payload`` (mapping or bytes), ``tz`` (IANA name, default UTC), ``missed``
+        (``skip``, ``once`` or ``all``), ``priority``, ``max_attempts``, ``headers``.
+        ``pipeline-scheduler --app`` publishes the registered schedules to ``<ns>.schedules``
+        when it takes the lead; :meth:`publish_schedules` does it now.
+        """
+        from ._schedule import make_schedule
+
+        registered = self.registry.find(job_type)
+        codec = registered.options.payload if registered is not None else None
+        made = make_schedule(name, cron=cron, job_type=job_type, payload_codec=codec, **options)
+        self.schedules[name] = made
+        return made
+
+    def publish_schedules(self, timeout: float = 30.0) -> list[str]:
+        """Write the registered schedules to ``<ns>.schedules``; return the names that changed."""
+        from ._schedule import publish_schedules
+
+        return publish_schedules(self.settings, list(self.schedules.values()), timeout)
 
     # Enqueueing -----------------------------------------------------------------------------
 

@@ -26,7 +26,9 @@ __all__ = [
     "ObservedTopic",
     "TopicPlan",
     "TopicSpec",
+    "deferred_tier_topic",
     "plan_topic",
+    "scheduler_control_topic",
     "topic_specs",
 ]
 
@@ -43,6 +45,16 @@ class TopicSpec:
     replication_factor: int
     configs: Mapping[str, str] = field(default_factory=dict, hash=False)
     purpose: str = ""
+
+
+def deferred_tier_topic(namespace: str, tier: int) -> str:
+    """Wait tier ``tier`` (from 0) of the scheduler: one fixed delay per topic."""
+    return f"{namespace}.deferred.{tier}"
+
+
+def scheduler_control_topic(namespace: str) -> str:
+    """The one-partition topic whose owner in the scheduler group is the leader."""
+    return f"{namespace}.scheduler-control"
 
 
 def topic_specs(settings: Settings) -> list[TopicSpec]:
@@ -82,7 +94,24 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         )
         for tier, delay in enumerate(t.retry_delays_s)
     )
+    specs.extend(
+        TopicSpec(
+            deferred_tier_topic(settings.namespace, tier),
+            t.partitions,
+            rf,
+            log(t.jobs_retention_ms),
+            f"scheduler wait tier {tier} (delay {delay:g}s)",
+        )
+        for tier, delay in enumerate(settings.scheduler.wait_tiers_s)
+    )
     specs += [
+        TopicSpec(
+            scheduler_control_topic(settings.namespace),
+            1,
+            rf,
+            log(HOUR_MS),
+            "scheduler leadership (never written)",
+        ),
         TopicSpec(names.dlq, t.partitions, rf, log(t.dlq_retention_ms), "dead letters"),
         TopicSpec(names.schedules, 1, rf, dict(table), "cron schedules, by name"),
         TopicSpec(names.scheduler_state, 1, rf, dict(table), "scheduler progress"),

@@ -114,7 +114,7 @@ def test_topics_apply_with_replication_three_and_min_isr_two(cluster: DevCluster
     }
     result = CliRunner().invoke(cli, ["topics", "apply"], env=env)
     assert result.exit_code == 0, result.output
-    assert "created 13 topics" in result.output
+    assert "created 18 topics" in result.output
 
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap_servers})
     topics = admin.list_topics(timeout=10).topics

@@ -165,7 +165,9 @@ def test_more_partitions_are_added(settings: Settings, admin: AdminClient) -> No
     assert changed[f"{ns}.jobs.high"] == "6 -> 8"
     assert f"{ns}.schedules" not in changed
     assert f"{ns}.events" not in changed
-    assert len(changed) == 4 + 1 + len(settings.topics.retry_delays_s) + 1
+    assert len(changed) == (
+        4 + 1 + len(settings.topics.retry_delays_s) + len(settings.scheduler.wait_tiers_s) + 1
+    )
     counts = partitions_of(admin, [f"{ns}.jobs.high", f"{ns}.dlq", f"{ns}.schedules"])
     assert counts == {f"{ns}.jobs.high": 8, f"{ns}.dlq": 8, f"{ns}.schedules": 1}
     assert apply_topics(grown).summary() == "nothing to change"
@@ -177,7 +179,7 @@ def test_fewer_partitions_are_left_with_a_warning(settings: Settings, admin: Adm
     report = apply_topics(with_topics(settings, partitions=2))
 
     warnings = [c for c in report.changes if c.action is ChangeAction.WARNING]
-    assert len(warnings) == 10
+    assert len(warnings) == 14
     assert "cannot decrease partitions from 4 to 2" in warnings[0].detail
     assert not report.changed
     assert partitions_of(admin, [f"{settings.namespace}.jobs.low"]) == {
@@ -197,6 +199,7 @@ def test_changed_retention_is_altered(settings: Settings, admin: AdminClient) ->
     assert sorted(changed) == sorted(
         [*(f"{ns}.jobs.{p}" for p in ("critical", "high", "default", "low")), f"{ns}.deferred"]
         + [f"{ns}.retry.{i}" for i in range(len(settings.topics.retry_delays_s))]
+        + [f"{ns}.deferred.{i}" for i in range(len(settings.scheduler.wait_tiers_s))]
     )
     assert {c.action for c in report.changes} == {ChangeAction.CONFIG, ChangeAction.UNCHANGED}
     # apply returns only once the new values are visible, so a re-run finds nothing to do.
@@ -314,10 +317,10 @@ def test_cli_apply_twice(bootstrap_servers: str, namespace: str) -> None:
     assert first.exit_code == 0, first.output
     assert f"{namespace}.jobs.high" in first.stdout
     assert "created (6 partitions, replication factor 1)" in first.stdout
-    assert first.stdout.splitlines()[-1] == "created 13 topics"
+    assert first.stdout.splitlines()[-1] == "created 18 topics"
     assert second.exit_code == 0, second.output
     assert second.stdout.splitlines()[-1] == "nothing to change"
-    assert second.stdout.count("unchanged") == 13
+    assert second.stdout.count("unchanged") == 18
 
 
 def test_cli_dry_run_and_json(bootstrap_servers: str, namespace: str) -> None:
@@ -339,7 +342,7 @@ def test_cli_describe_table(bootstrap_servers: str, namespace: str) -> None:
     options = ["--bootstrap-servers", bootstrap_servers, "--namespace", namespace]
     missing = cli("describe", *options)
     assert missing.exit_code == 0, missing.output
-    assert "13 of 13 topics are missing" in missing.stdout
+    assert "18 of 18 topics are missing" in missing.stdout
 
     assert cli("apply", *options).exit_code == 0
     present = cli("describe", *options)

@@ -8,6 +8,7 @@ import click
 
 from ._dev import dev
 from ._enqueue import enqueue
+from ._schedules import schedules
 from ._topics import topics
 
 
@@ -33,6 +34,7 @@ def cli(log_level: str) -> None:
 cli.add_command(dev)
 cli.add_command(topics)
 cli.add_command(enqueue)
+cli.add_command(schedules)
 
 
 def main() -> None:

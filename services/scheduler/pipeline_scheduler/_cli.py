@@ -1,0 +1,110 @@
+"""``pipeline-scheduler [--app MODULE[:ATTR]] [options]``: run a scheduler (leader or standby)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from pipeline import Pipeline, Settings
+
+from ._loader import AppLoadError, load_app
+from ._logging import configure_logging
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE[:ATTR]",
+    help="An application whose app.schedule(...) schedules are published [default: none; "
+    "schedules come from the topic alone].",
+)
+@click.option("--bootstrap-servers", metavar="HOST:PORT,...", help="Kafka to connect to.")
+@click.option("--namespace", help="Topic namespace [default: the settings'].")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics and /healthz on this port (0: any free port) [default: off].",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Log level [default: INFO].",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML settings file (as PIPELINE_CONFIG_FILE).",
+)
+@click.pass_context
+def main(
+    ctx: click.Context,
+    /,
+    app_spec: str | None,
+    bootstrap_servers: str | None,
+    namespace: str | None,
+    metrics_port: int | None,
+    log_level: str | None,
+    config_file: Path | None,
+) -> None:
+    """Release delayed jobs and fire cron schedules; run two or more for hot standbys.
+
+    Exactly one process of a namespace leads (it owns <namespace>.scheduler-control in the
+    group <namespace>.scheduler); the others wait and take over within the session timeout
+    (PIPELINE_SCHEDULER__SESSION_TIMEOUT_MS, default 6000) when it dies. SIGTERM hands over
+    at once.
+    """
+    if config_file is not None:
+        os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
+    configure_logging((log_level or "INFO").upper())
+    app = _load(app_spec) if app_spec else None
+    settings = _settings(app, bootstrap_servers, namespace, metrics_port, log_level)
+    configure_logging(settings.scheduler.log_level)
+    from ._runtime import Scheduler
+
+    ctx.exit(Scheduler(settings, app).run())
+
+
+def _load(spec: str) -> Pipeline:
+    try:
+        return load_app(spec)
+    except AppLoadError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from None
+    except Exception:
+        click.echo(f"Error: importing the application {spec!r} failed:", err=True)
+        click.echo(traceback.format_exc(), err=True)
+        sys.exit(2)
+
+
+def _settings(
+    app: Pipeline | None,
+    bootstrap_servers: str | None,
+    namespace: str | None,
+    metrics_port: int | None,
+    log_level: str | None,
+) -> Settings:
+    try:
+        base = app.settings if app is not None else Settings()
+        data: dict[str, Any] = base.model_dump()
+        if bootstrap_servers is not None:
+            data["bootstrap_servers"] = bootstrap_servers
+        if namespace is not None:
+            data["namespace"] = namespace
+        if metrics_port is not None:
+            data["scheduler"]["metrics_port"] = metrics_port
+        if log_level is not None:
+            data["scheduler"]["log_level"] = log_level.upper()
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise click.UsageError(f"invalid settings: {problems}") from None

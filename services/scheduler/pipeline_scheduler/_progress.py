@@ -1,0 +1,109 @@
+"""Progress through one source partition (``<ns>.deferred`` or a wait tier). Pure.
+
+Jobs held in memory finish out of offset order, so the committed offset is the lowest offset
+still held (the contiguous watermark) and offsets above it may already be finished. To release
+none of those twice after a failover, each transaction also writes this partition's progress to
+``<ns>.scheduler-state``: the watermark ``w``, the position ``p`` (every offset below it was
+processed) and the held offsets ``h``. A new leader reading from ``w`` skips every offset below
+``p`` that is not in ``h``: those were released or moved already, in committed transactions.
+The record is as large as the held set, which the horizon bounds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class SavedProgress:
+    """What one committed transaction recorded about a partition."""
+
+    watermark: int
+    position: int
+    held: tuple[int, ...]
+
+    def encode(self) -> bytes:
+        deltas = []
+        previous = self.watermark
+        for offset in self.held:
+            deltas.append(offset - previous)
+            previous = offset
+        record = {"v": 1, "w": self.watermark, "p": self.position, "h": deltas}
+        return json.dumps(record, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, data: bytes) -> SavedProgress:
+        record = json.loads(data)
+        held = []
+        offset = int(record["w"])
+        for delta in record["h"]:
+            offset += int(delta)
+            held.append(offset)
+        return cls(int(record["w"]), int(record["p"]), tuple(held))
+
+
+class PartitionProgress:
+    """Held offsets, parked messages and the position of one source partition."""
+
+    __slots__ = ("_held", "_lowest", "dirty", "parked", "position", "replay_held", "replay_until")
+
+    def __init__(self, committed: int | None = None, saved: SavedProgress | None = None) -> None:
+        self.position: int | None = committed
+        self._held: set[int] = set()
+        self._lowest: list[int] = []
+        # Messages of a wait tier read before they may leave it; the partition is paused.
+        self.parked: deque[Any] = deque()
+        self.replay_until = -1
+        self.replay_held: frozenset[int] = frozenset()
+        if saved is not None and committed is not None and saved.watermark == committed:
+            self.replay_until = saved.position
+            self.replay_held = frozenset(saved.held)
+        self.dirty = False
+
+    def delivered(self, offset: int) -> None:
+        """Note a message read from Kafka (before it is processed)."""
+        if self.position is None:
+            self.position = offset
+
+    def finished_before(self, offset: int) -> bool:
+        """Whether a committed transaction already released or moved this offset."""
+        return offset < self.replay_until and offset not in self.replay_held
+
+    def processed(self, offset: int) -> None:
+        """Every offset up to ``offset`` is routed (released, moved, held or skipped)."""
+        self.position = offset + 1
+        self.dirty = True
+
+    def hold(self, offset: int) -> None:
+        self._held.add(offset)
+        heapq.heappush(self._lowest, offset)
+
+    def release(self, offset: int) -> None:
+        self._held.discard(offset)
+        self.dirty = True
+
+    @property
+    def held_count(self) -> int:
+        return len(self._held)
+
+    @property
+    def watermark(self) -> int | None:
+        """The offset to commit: the lowest held offset, else the position."""
+        lowest = self._lowest
+        held = self._held
+        while lowest and lowest[0] not in held:
+            heapq.heappop(lowest)
+        if lowest:
+            return lowest[0]
+        return self.position
+
+    def saved(self) -> SavedProgress | None:
+        """The record to write with this partition's next commit (None: nothing read yet)."""
+        watermark = self.watermark
+        if watermark is None or self.position is None:
+            return None
+        return SavedProgress(watermark, self.position, tuple(sorted(self._held)))

@@ -1,0 +1,143 @@
+"""The scheduler process: a standby until it owns the control partition, then the leader."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from types import FrameType
+
+from confluent_kafka import KafkaException
+
+from pipeline import Pipeline, Settings
+from pipeline._errors import PipelineError
+from pipeline._records import Schedule
+
+from ._http import MetricsServer
+from ._leadership import Leadership
+from ._metrics import SchedulerMetrics
+from ._session import LeaderSession
+from ._txn import LeadershipFencedError, TransactionAbortedError
+
+_log = logging.getLogger("pipeline.scheduler")
+
+EXIT_FENCED = 3
+
+
+class Scheduler:
+    """Runs until :meth:`stop` (or SIGTERM/SIGINT): standby, or leader while it owns leadership.
+
+    With an application, the schedules it registered with ``app.schedule(...)`` are published
+    to ``<ns>.schedules`` each time this process becomes the leader.
+    """
+
+    def __init__(self, settings: Settings | None = None, app: Pipeline | None = None) -> None:
+        if settings is None:
+            settings = app.settings if app is not None else Settings()
+        self.settings = settings
+        self.app = app
+        self.metrics = SchedulerMetrics()
+        self.metrics.watch(self._held, self._parked)
+        self.session: LeaderSession | None = None
+        self.metrics_port: int | None = None
+        self._stop = threading.Event()
+        self._signals = 0
+        self._last_turn = time.monotonic()
+
+    def _schedules(self) -> list[Schedule]:
+        return list(getattr(self.app, "schedules", {}).values()) if self.app is not None else []
+
+    def _held(self) -> float:
+        session = self.session
+        return float(session.held) if session is not None else 0.0
+
+    def _parked(self) -> float:
+        session = self.session
+        return float(session.parked) if session is not None else 0.0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.session is not None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            os._exit(1)
+        _log.info("stopping: finishing the current transaction", extra={"signal": signum})
+        self._stop.set()
+
+    def health(self) -> tuple[bool, str]:
+        stalled = time.monotonic() - self._last_turn > 30
+        role = "leader" if self.is_leader else "standby"
+        return (not stalled, f"{role}{' (stalled)' if stalled else ''}")
+
+    def run(self) -> int:
+        """Run until stopped; return the exit code (3 when fenced by another leader)."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        port = self.settings.scheduler.metrics_port
+        server = (
+            MetricsServer(self.metrics.registry, self.health, port) if port is not None else None
+        )
+        self.metrics_port = server.port if server is not None else None
+        leadership = Leadership(self.settings)
+        wait = self.settings.scheduler.max_wait_s
+        _log.info("scheduler started", extra={"namespace": self.settings.namespace})
+        code = 0
+        try:
+            while not self._stop.is_set():
+                self._last_turn = time.monotonic()
+                if not leadership.is_leader:
+                    self._end_session()
+                    leadership.poll(min(wait, 0.2))
+                    continue
+                if self.session is None and not self._start_session():
+                    self._stop.wait(1.0)
+                    leadership.poll(0)
+                    continue
+                assert self.session is not None
+                try:
+                    self.session.step()
+                except TransactionAbortedError as exc:
+                    _log.warning("transaction aborted: rewinding", extra={"error": str(exc)})
+                    self.metrics.aborts.inc()
+                    self._end_session()
+                leadership.poll(0)
+        except LeadershipFencedError as exc:
+            _log.error("fenced by another scheduler: exiting", extra={"error": str(exc)})
+            code = EXIT_FENCED
+        finally:
+            self._end_session()
+            leadership.close()
+            if server is not None:
+                server.close()
+            _log.info("scheduler stopped")
+        return code
+
+    def _start_session(self) -> bool:
+        session = LeaderSession(self.settings, self.metrics, self._schedules())
+        try:
+            session.start()
+        except (PipelineError, KafkaException, TransactionAbortedError) as exc:
+            _log.error("could not take the lead; retrying", extra={"error": str(exc)})
+            session.close()
+            return False
+        self.session = session
+        self.metrics.is_leader.set(1)
+        return True
+
+    def _end_session(self) -> None:
+        session, self.session = self.session, None
+        if session is not None:
+            self.metrics.is_leader.set(0)
+            try:
+                session.close()
+            except KafkaException as exc:
+                _log.warning("closing the leader session failed", extra={"error": str(exc)})
+            _log.info("no longer leading")

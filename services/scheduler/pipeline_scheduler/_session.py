@@ -1,0 +1,356 @@
+"""One term as leader: read the deferred and wait-tier topics, release jobs when due, fire cron.
+
+A session starts by fencing the previous leader (``init_transactions``), then reads the
+scheduler state and the schedules, and assigns every source partition at its committed offset.
+Each :meth:`LeaderSession.step` waits for the next due time or a new message (whichever comes
+first; never longer than ``max_wait_s``), routes what arrived, releases what is due, fires cron,
+and commits all of it with the consumed offsets and the progress records in one transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from pipeline._codec import DeadLetterCodec, JobCodec
+from pipeline._errors import DecodeError, KafkaUnavailableError
+from pipeline._job import now_ms
+from pipeline._records import DeadLetter, DeadLetterReason, Schedule
+from pipeline._schedule import fire_job, publish_schedules
+from pipeline._settings import Settings
+from pipeline._topics import TopicNames
+from pipeline._topicspec import deferred_tier_topic
+
+from ._cron import CronTable
+from ._duequeue import DueQueue, Headers
+from ._metrics import SchedulerMetrics
+from ._progress import PartitionProgress
+from ._routing import HOLD, RELEASE, Router
+from ._state import cron_key, encode_last_fire, load_state, progress_key
+from ._txn import Transactions
+
+_log = logging.getLogger("pipeline.scheduler")
+
+Where = tuple[str, int]
+OFFSETS_INTERVAL_MS = 1000
+
+
+class LeaderSession:
+    """The leader's state and loop step; :meth:`close` ends the term (aborting what is open)."""
+
+    def __init__(
+        self, settings: Settings, metrics: SchedulerMetrics, schedules: list[Schedule]
+    ) -> None:
+        self.settings = settings
+        self.metrics = metrics
+        self._code_schedules = schedules
+        sched = settings.scheduler
+        ns = settings.namespace
+        self.names = TopicNames(ns)
+        self.router = Router(
+            int(sched.horizon_s * 1000), tuple(int(d * 1000) for d in sched.wait_tiers_s)
+        )
+        self.tier_topics = [deferred_tier_topic(ns, i) for i in range(len(sched.wait_tiers_s))]
+        self._tier_index = {topic: i for i, topic in enumerate(self.tier_topics)}
+        self._tier_labels = [str(i) for i in range(len(self.tier_topics))]
+        self.queue = DueQueue()
+        self.progress: dict[Where, PartitionProgress] = {}
+        self.cron = CronTable(int(sched.misfire_grace_s * 1000), sched.max_catchup_fires)
+        self.cron_ready = False
+        self._schedules_end = 0
+        self._paused: set[Where] = set()
+        self._codec = JobCodec()
+        self._dlq_codec = DeadLetterCodec(self._codec.store)
+        self._batch_max = sched.batch_max
+        self._max_wait_ms = int(sched.max_wait_s * 1000)
+        self._default_attempts = settings.producer.default_max_attempts
+        self.txn = Transactions(settings)
+        self._consumer: Consumer | None = None
+        self._unsent: dict[Where, int] = {}
+        self._offsets_sent_ms = 0
+
+    # --- start and stop --------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.txn.init()  # fences the previous leader: from here on, only we commit
+        if self._code_schedules:
+            written = publish_schedules(self.settings, self._code_schedules)
+            if written:
+                _log.info("schedules published", extra={"schedules": ",".join(written)})
+        state = load_state(self.settings)
+        self.cron.load_last_fires(state.last_fires)
+        conf: dict[str, Any] = {
+            "group.id": f"{self.settings.namespace}.scheduler.deferred",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "fetch.wait.max.ms": 50,
+            "logger": logging.getLogger("pipeline.kafka.consumer"),
+            **self.settings.client_config(),
+        }
+        consumer = Consumer(conf)
+        self._consumer = consumer
+        metadata = consumer.list_topics(timeout=30)
+        sources = [self.names.deferred, *self.tier_topics]
+        wanted: list[TopicPartition] = []
+        for topic in [*sources, self.names.schedules]:
+            meta = metadata.topics.get(topic)
+            if meta is None or meta.error is not None:
+                raise KafkaUnavailableError(
+                    f"topic {topic} does not exist; create the topics with `pipeline topics apply`"
+                )
+            if topic != self.names.schedules:
+                wanted.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
+        assignment = []
+        for tp in consumer.committed(wanted, timeout=30):
+            committed = tp.offset if tp.offset >= 0 else None
+            where = (tp.topic, tp.partition)
+            saved = state.progress.get(where)
+            # Offsets are committed about once a second; the progress record of every
+            # transaction is at least as recent, and everything below its watermark is done.
+            if saved is not None and (committed is None or saved.watermark >= committed):
+                committed = saved.watermark
+            self.progress[where] = PartitionProgress(committed, saved)
+            start = committed if committed is not None else OFFSET_BEGINNING
+            assignment.append(TopicPartition(tp.topic, tp.partition, start))
+        schedules = TopicPartition(self.names.schedules, 0, OFFSET_BEGINNING)
+        low, high = consumer.get_watermark_offsets(schedules, timeout=30)
+        self._schedules_end = high
+        self.cron_ready = high <= low
+        consumer.assign([*assignment, schedules])
+        _log.info(
+            "leading",
+            extra={"partitions": len(assignment), "saved_progress": len(state.progress)},
+        )
+
+    def close(self) -> None:
+        """End the term: abort an open transaction, drop what memory holds."""
+        try:
+            self.txn.close()
+        finally:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+            self.queue.clear()
+
+    # --- the loop step ---------------------------------------------------------------------
+
+    def next_wake(self) -> int | None:
+        wakes = [w for w in (self.queue.next_due(), self.cron.next_due()) if w is not None]
+        for where in self._paused:
+            parked = self.progress[where].parked
+            if parked:
+                wakes.append(
+                    self.router.tier_due(self._tier_index[where[0]], parked[0].timestamp()[1])
+                )
+        return min(wakes) if wakes else None
+
+    def step(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None, "start() first"
+        wake = self.next_wake()
+        wait_ms = self._max_wait_ms
+        if wake is not None:
+            wait_ms = max(0, min(wait_ms, wake - now_ms()))
+        first = consumer.poll(wait_ms / 1000)
+        messages: list[Message] = []
+        if first is not None:
+            messages.append(first)
+            messages.extend(consumer.consume(self._batch_max, 0))
+        now = now_ms()
+        for message in messages:
+            self._handle(message, now)
+        self._unpark(now)
+        self._release(now_ms())
+        if self.cron_ready:
+            self._fire(now_ms())
+        self._commit()
+
+    def _handle(self, message: Message, now: int) -> None:
+        error = message.error()
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                _log.warning("consumer error", extra={"error": error.str()})
+            return
+        topic = message.topic()
+        assert topic is not None
+        if topic == self.names.schedules:
+            self._schedule_message(message)
+            return
+        where = (topic, message.partition() or 0)
+        progress = self.progress[where]
+        offset = message.offset() or 0
+        progress.delivered(offset)
+        if progress.parked:
+            progress.parked.append(message)
+            return
+        tier = self._tier_index.get(topic)
+        if (
+            tier is not None
+            and not progress.finished_before(offset)
+            and self.router.tier_due(tier, message.timestamp()[1]) > now
+        ):
+            # Every later message of this partition is due later: wait at the head.
+            progress.parked.append(message)
+            assert self._consumer is not None
+            self._consumer.pause([TopicPartition(topic, where[1])])
+            self._paused.add(where)
+            return
+        self._process(message, where, progress, now)
+
+    def _process(
+        self, message: Message, where: Where, progress: PartitionProgress, now: int
+    ) -> None:
+        offset = message.offset() or 0
+        if progress.finished_before(offset):
+            progress.processed(offset)  # released or moved by a committed transaction
+            return
+        value = message.value() or b""
+        try:
+            job = self._codec.decode(value)
+        except DecodeError as exc:
+            self._dead_letter(message, exc)
+            progress.processed(offset)
+            return
+        due = job.not_before or 0
+        decision = self.router.route(due, now)
+        key = message.key()
+        headers = message.headers()
+        if decision == RELEASE:
+            self.txn.produce(self.names.jobs(job.priority), value, key, headers)
+            self.metrics.releases.inc()
+            self.metrics.lateness.observe(max(0, now - due) / 1000)
+        elif decision == HOLD:
+            target = self.names.jobs(job.priority)
+            self.queue.push(due, where, offset, target, key, value, headers, job.id)
+            progress.hold(offset)
+        else:
+            self.txn.produce(self.tier_topics[decision], value, key, headers)
+            self.metrics.tier_moves.labels(self._tier_labels[decision]).inc()
+        progress.processed(offset)
+
+    def _unpark(self, now: int) -> None:
+        for where in list(self._paused):
+            progress = self.progress[where]
+            tier = self._tier_index[where[0]]
+            parked = progress.parked
+            while parked and self.router.tier_due(tier, parked[0].timestamp()[1]) <= now:
+                self._process(parked.popleft(), where, progress, now)
+            if not parked:
+                assert self._consumer is not None
+                # resume() fetches after the last message delivered, i.e. after the parked ones.
+                self._consumer.resume([TopicPartition(where[0], where[1])])
+                self._paused.discard(where)
+
+    def _release(self, now: int) -> None:
+        produce = self.txn.produce
+        observe = self.metrics.lateness.observe
+        released = self.queue.pop_due(now, self._batch_max)
+        for job in released:
+            produce(job.target, job.value, job.key, job.headers)
+            self.progress[job.source].release(job.offset)
+            observe((now_ms() - job.due_ms) / 1000)
+        if released:
+            self.metrics.releases.inc(len(released))
+
+    def _fire(self, now: int) -> None:
+        state_topic = self.names.scheduler_state
+        for fire in self.cron.due(now):
+            schedule = fire.schedule
+            if fire.fire_ms is not None:
+                job = fire_job(
+                    schedule, self.settings.namespace, fire.fire_ms, self._default_attempts
+                )
+                key = (job.idempotency_key or "").encode()
+                self.txn.produce(self.names.jobs(job.priority), self._codec.encode(job), key, None)
+                self.metrics.cron_fires.labels(schedule.name).inc()
+                _log.info(
+                    "cron fire",
+                    extra={"schedule": schedule.name, "fire_ms": fire.fire_ms, "job_id": job.id},
+                )
+            self.txn.produce(
+                state_topic, encode_last_fire(fire.last_ms), cron_key(schedule.name), None
+            )
+        for name in self.cron.removed:
+            self.txn.produce(state_topic, None, cron_key(name), None)
+        self.cron.removed.clear()
+
+    def _schedule_message(self, message: Message) -> None:
+        offset = message.offset() or 0
+        if offset + 1 >= self._schedules_end:
+            self.cron_ready = True
+        raw_key = message.key()
+        if not raw_key:
+            return
+        name = raw_key.decode(errors="replace")
+        value = message.value()
+        if value is None:
+            self.cron.put(name, None)
+            return
+        from pipeline._codec import ScheduleCodec
+
+        try:
+            self.cron.put(name, ScheduleCodec(self._codec.store).decode(value))
+        except DecodeError as exc:
+            _log.error(
+                "undecodable schedule ignored", extra={"schedule": name, "error": exc.reason}
+            )
+
+    def _dead_letter(self, message: Message, exc: DecodeError) -> None:
+        letter = DeadLetter(
+            reason=DeadLetterReason.DECODE_ERROR,
+            message=exc.reason,
+            source_topic=message.topic() or "",
+            source_partition=message.partition() or 0,
+            source_offset=message.offset() or 0,
+            raw_value=message.value(),
+            raw_key=message.key(),
+            raw_headers=_header_bytes(message.headers()),
+        )
+        self.txn.produce(self.names.dlq, self._dlq_codec.encode(letter), message.key(), None)
+        self.metrics.dead_letters.inc()
+        _log.warning("undecodable deferred message dead-lettered", extra={"reason": exc.reason})
+
+    def _commit(self) -> None:
+        if not self.txn.open:
+            return
+        offsets = []
+        state_topic = self.names.scheduler_state
+        for where, progress in self.progress.items():
+            if not progress.dirty:
+                continue
+            saved = progress.saved()
+            if saved is None:
+                continue
+            self.txn.produce(state_topic, saved.encode(), progress_key(*where), None)
+            self._unsent[where] = saved.watermark
+        # Sending offsets costs a round trip to the group coordinator (about 100 ms on a busy
+        # single node), and the progress records above already make the transaction exact, so
+        # offsets ride along about once a second (they spare a new leader re-reading).
+        now = now_ms()
+        if self._unsent and now - self._offsets_sent_ms >= OFFSETS_INTERVAL_MS:
+            offsets = [TopicPartition(t, p, w) for (t, p), w in self._unsent.items()]
+            self._unsent.clear()
+            self._offsets_sent_ms = now
+        assert self._consumer is not None
+        self.txn.commit(offsets, self._consumer.consumer_group_metadata())
+        for progress in self.progress.values():
+            progress.dirty = False
+        self.metrics.transactions.inc()
+
+    # --- read-outs -------------------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        return len(self.queue)
+
+    @property
+    def parked(self) -> int:
+        return sum(len(self.progress[w].parked) for w in self._paused)
+
+
+def _header_bytes(headers: Headers) -> dict[str, bytes]:
+    items = headers.items() if isinstance(headers, dict) else (headers or [])
+    return {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in items}

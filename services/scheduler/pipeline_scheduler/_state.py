@@ -1,0 +1,64 @@
+"""The scheduler's table on ``<ns>.scheduler-state``: progress per partition, last fire per cron.
+
+Keys are ``offsets:<topic>:<partition>`` (a :class:`SavedProgress`) and ``cron:<name>`` (the
+last fire time handled). Values are small JSON documents; only the scheduler reads them, and
+every write happens in the transaction that made the change, so the table always matches the
+committed offsets and the jobs on the job topics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+
+from pipeline._schedule import read_table
+from pipeline._settings import Settings
+from pipeline._topics import TopicNames
+
+from ._progress import SavedProgress
+
+_log = logging.getLogger("pipeline.scheduler")
+
+
+def progress_key(topic: str, partition: int) -> bytes:
+    return f"offsets:{topic}:{partition}".encode()
+
+
+def cron_key(name: str) -> bytes:
+    return f"cron:{name}".encode()
+
+
+def encode_last_fire(fire_ms: int) -> bytes:
+    return json.dumps({"v": 1, "last": fire_ms}).encode()
+
+
+@dataclass(slots=True)
+class SchedulerState:
+    """The table as a new leader finds it."""
+
+    progress: dict[tuple[str, int], SavedProgress] = field(default_factory=dict)
+    last_fires: dict[str, int] = field(default_factory=dict)
+
+
+def load_state(settings: Settings, timeout: float = 60.0) -> SchedulerState:
+    """Read ``<ns>.scheduler-state`` to its end (committed transactions only)."""
+    state = SchedulerState()
+    for key, value in read_table(settings, TopicNames(settings.namespace).scheduler_state, timeout):
+        kind, _, rest = key.partition(":")
+        try:
+            if kind == "offsets":
+                topic, _, partition = rest.rpartition(":")
+                where = (topic, int(partition))
+                if value is None:
+                    state.progress.pop(where, None)
+                else:
+                    state.progress[where] = SavedProgress.decode(value)
+            elif kind == "cron":
+                if value is None:
+                    state.last_fires.pop(rest, None)
+                else:
+                    state.last_fires[rest] = int(json.loads(value)["last"])
+        except (ValueError, KeyError, TypeError):
+            _log.warning("unreadable scheduler state record ignored", extra={"key": key})
+    return state

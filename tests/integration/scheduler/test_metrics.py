@@ -1,0 +1,50 @@
+"""An embedded scheduler serves /healthz and /metrics and stops cleanly on stop()."""
+
+from __future__ import annotations
+
+import threading
+import time
+import urllib.request
+
+from pipeline import Pipeline
+from pipeline._settings import SchedulerSettings, Settings
+from pipeline_scheduler import Scheduler
+
+
+def get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
+        body: bytes = response.read()
+    return body.decode()
+
+
+def wait_for(condition: object, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not callable(condition) or not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.05)
+
+
+def test_metrics_and_health(topics: Settings) -> None:
+    settings = topics.model_copy(update={"scheduler": SchedulerSettings(metrics_port=0)})
+    scheduler = Scheduler(settings)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(scheduler.run()))
+    thread.start()
+    try:
+        wait_for(lambda: scheduler.is_leader and scheduler.metrics_port is not None)
+        port = scheduler.metrics_port
+        assert port is not None
+        assert get(port, "/healthz").strip() == "leader"
+        app = Pipeline(settings)
+        for _ in range(3):
+            app.enqueue("m.job", {}, delay=0.5)
+        app.flush()
+        wait_for(lambda: "pipeline_scheduler_releases_total 3.0" in get(port, "/metrics"))
+        text = get(port, "/metrics")
+        assert "pipeline_scheduler_is_leader 1.0" in text
+        assert "pipeline_scheduler_release_lateness_seconds_count 3.0" in text
+        assert "pipeline_scheduler_held_jobs 0.0" in text
+    finally:
+        scheduler.stop()
+        thread.join(30)
+    assert codes == [0]

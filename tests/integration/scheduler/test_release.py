@@ -1,0 +1,71 @@
+"""Delayed jobs are released once, never early, with their ids, through memory and wait tiers."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+
+from pipeline import Pipeline
+
+from .conftest import SchedulerFactory, collect, job_consumer, scheduler_env
+
+
+def test_ten_thousand_jobs_are_released_once_and_never_early(
+    schedulers: SchedulerFactory,
+) -> None:
+    settings = schedulers.settings
+    rng = random.Random(5)
+    delays = [rng.uniform(1, 20) for _ in range(10_000)]
+    app = Pipeline(settings)
+    ids = {app.enqueue("delayed.job", {"i": i}, delay=d) for i, d in enumerate(delays)}
+    app.flush()
+    consumer = job_consumer(settings)
+    scheduler = schedulers.start()
+    try:
+        released = collect(consumer, 10_000, timeout=60)
+        extra = collect(consumer, 1, timeout=2)  # nothing more may come
+    finally:
+        consumer.close()
+    counts = Counter(r.job.id for r in released + extra)
+    assert set(counts) == ids, scheduler.output()[-3000:]
+    assert max(counts.values()) == 1
+    for r in released:
+        assert r.job.not_before is not None
+        assert r.timestamp_ms >= r.job.not_before, (r.job.id, r.timestamp_ms, r.job.not_before)
+        assert r.received_ms >= r.job.not_before
+        assert r.topic == settings.namespace + ".jobs.default"
+
+
+def test_far_jobs_travel_through_wait_tiers_and_are_released_on_time(
+    schedulers: SchedulerFactory,
+) -> None:
+    """A shortened clock: 2 s horizon, tiers of 1, 3 and 6 s; delays up to 25 s."""
+    settings = schedulers.settings
+    rng = random.Random(7)
+    delays = [rng.uniform(0.5, 25) for _ in range(2_000)]
+    app = Pipeline(settings)
+    ids = {app.enqueue("far.job", {"i": i}, delay=d) for i, d in enumerate(delays)}
+    app.flush()
+    consumer = job_consumer(settings)
+    scheduler = schedulers.start(scheduler_env(horizon_s=2, wait_tiers_s=[1, 3, 6]))
+    schedulers.wait_leading(scheduler)
+    leading_ms = time.time_ns() // 1_000_000
+    try:
+        released = collect(consumer, 2_000, timeout=60)
+        extra = collect(consumer, 1, timeout=2)
+    finally:
+        consumer.close()
+    counts = Counter(r.job.id for r in released + extra)
+    assert set(counts) == ids, scheduler.output()[-3000:]
+    assert max(counts.values()) == 1
+    assert all(r.timestamp_ms >= (r.job.not_before or 0) for r in released)
+    # Jobs due well after the start waited in tiers then in memory: released within ms.
+    late = sorted(
+        r.timestamp_ms - (r.job.not_before or 0)
+        for r in released
+        if (r.job.not_before or 0) > leading_ms + 8000
+    )
+    assert len(late) > 1000
+    assert late[len(late) // 2] < 250, late
+    assert late[int(len(late) * 0.99)] < 1000, late[-20:]

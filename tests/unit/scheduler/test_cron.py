@@ -1,0 +1,163 @@
+"""Cron fire times (DST in Europe/Paris), missed-fire policies and fire ids."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from pipeline import Pipeline
+from pipeline._errors import ConfigurationError
+from pipeline._records import Schedule
+from pipeline._schedule import (
+    due_fires,
+    fire_idempotency_key,
+    fire_job,
+    fire_job_id,
+    make_schedule,
+    next_fire_ms,
+    same_definition,
+)
+from pipeline._settings import Settings
+from pipeline_scheduler._cron import CronTable
+
+PARIS = ZoneInfo("Europe/Paris")
+
+
+def ms(year: int, month: int, day: int, hour: int, minute: int) -> int:
+    return int(datetime(year, month, day, hour, minute, tzinfo=PARIS).timestamp() * 1000)
+
+
+def local(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=PARIS).isoformat()
+
+
+def test_next_fire_in_a_time_zone() -> None:
+    after = ms(2024, 6, 1, 12, 0)
+    assert local(next_fire_ms("0 3 * * *", "Europe/Paris", after)) == "2024-06-02T03:00:00+02:00"
+
+
+def test_spring_forward_a_nonexistent_time_fires_at_the_first_valid_one() -> None:
+    # 2024-03-31 02:00 -> 03:00 in Paris: 02:30 does not exist that day.
+    first = next_fire_ms("30 2 * * *", "Europe/Paris", ms(2024, 3, 30, 12, 0))
+    second = next_fire_ms("30 2 * * *", "Europe/Paris", first)
+    assert local(first) == "2024-03-31T03:00:00+02:00"
+    assert local(second) == "2024-04-01T02:30:00+02:00"
+
+
+def test_fall_back_a_repeated_time_fires_in_both_offsets() -> None:
+    # 2024-10-27 03:00 -> 02:00: croniter fires 02:30 of both the summer and the winter hour.
+    first = next_fire_ms("30 2 * * *", "Europe/Paris", ms(2024, 10, 26, 12, 0))
+    second = next_fire_ms("30 2 * * *", "Europe/Paris", first)
+    third = next_fire_ms("30 2 * * *", "Europe/Paris", second)
+    assert [local(t) for t in (first, second, third)] == [
+        "2024-10-27T02:30:00+02:00",
+        "2024-10-27T02:30:00+01:00",
+        "2024-10-28T02:30:00+01:00",
+    ]
+    assert second - first == 3600_000
+
+
+EVERY_10S = "* * * * * */10"
+LAST = 1_700_000_000_000  # a fire time (multiple of 10 s)
+
+
+@pytest.mark.parametrize(
+    ("missed", "expected"),
+    [
+        ("skip", []),
+        ("once", [LAST + 30_000]),
+        ("all", [LAST + 10_000, LAST + 20_000, LAST + 30_000]),
+    ],
+)
+def test_missed_policies(missed: str, expected: list[int]) -> None:
+    now = LAST + 35_000
+    assert due_fires(EVERY_10S, "UTC", LAST, now, missed) == expected
+
+
+def test_late_fires_within_grace_always_fire() -> None:
+    now = LAST + 31_000
+    assert due_fires(EVERY_10S, "UTC", LAST, now, "skip", grace_ms=5_000) == [LAST + 30_000]
+    assert due_fires(EVERY_10S, "UTC", LAST, now, "once", grace_ms=5_000) == [
+        LAST + 20_000,
+        LAST + 30_000,
+    ]
+    assert due_fires(EVERY_10S, "UTC", LAST, LAST + 9_999, "all") == []
+
+
+def test_all_is_capped() -> None:
+    fires = due_fires(EVERY_10S, "UTC", LAST, LAST + 1_000_000, "all", limit=5)
+    assert fires == [LAST + 1_000_000 - 10_000 * i for i in range(4, -1, -1)]
+
+
+def test_fire_ids_are_deterministic_and_distinct() -> None:
+    a = fire_job_id("ns", "nightly", LAST)
+    assert a == fire_job_id("ns", "nightly", LAST)
+    assert len(a) == 32
+    assert int(a, 16) >= 0
+    assert a != fire_job_id("ns", "nightly", LAST + 1)
+    assert a != fire_job_id("other", "nightly", LAST)
+    assert fire_idempotency_key("nightly", LAST) == f"cron:nightly:{LAST}"
+
+
+def test_fire_job_carries_the_schedule() -> None:
+    schedule = make_schedule(
+        "n", cron="0 3 * * *", job_type="report", payload={"a": 1}, priority="high"
+    )
+    job = fire_job(schedule, "ns", LAST, default_max_attempts=5)
+    assert job.id == fire_job_id("ns", "n", LAST)
+    assert job.idempotency_key == f"cron:n:{LAST}"
+    assert job.priority.value == "high"
+    assert job.payload == b'{"a":1}' or job.payload.replace(b" ", b"") == b'{"a":1}'
+    assert job.headers["pipeline-schedule"] == "n"
+    assert job.max_attempts == 5
+
+
+def test_validation() -> None:
+    with pytest.raises(ConfigurationError, match="invalid cron"):
+        make_schedule("x", cron="61 * * * *", job_type="t")
+    with pytest.raises(ConfigurationError, match="unknown time zone"):
+        make_schedule("x", cron="* * * * *", job_type="t", tz="Nowhere/Land")
+    with pytest.raises(ConfigurationError, match="skip, once, all"):
+        make_schedule("x", cron="* * * * *", job_type="t", missed="sometimes")
+
+
+def test_app_schedule_registers_in_code() -> None:
+    app = Pipeline(Settings(namespace="unit"))
+    made = app.schedule(
+        "nightly-report", cron="0 3 * * *", job_type="report.build", payload={"k": 1},
+        tz="Europe/Paris", missed="once",
+    )  # fmt: skip
+    assert app.schedules == {"nightly-report": made}
+    assert made.timezone == "Europe/Paris"
+    again = make_schedule(
+        "nightly-report", cron="0 3 * * *", job_type="report.build", payload={"k": 1},
+        tz="Europe/Paris", missed="once",
+    )  # fmt: skip
+    assert same_definition(made, again)
+
+
+def schedule(name: str, missed: str = "all", created_at: int = LAST) -> Schedule:
+    made = make_schedule(name, cron=EVERY_10S, job_type="t", missed=missed)
+    made.created_at = created_at
+    return made
+
+
+def test_cron_table_fires_each_time_once_and_records_the_last_fire() -> None:
+    table = CronTable(grace_ms=0, max_catchup=100)
+    table.load_last_fires({"a": LAST})
+    table.put("a", schedule("a"))
+    assert table.next_due() == LAST + 10_000
+    fires = table.due(LAST + 25_000)
+    assert [(f.fire_ms, f.last_ms) for f in fires] == [
+        (LAST + 10_000, LAST + 20_000),
+        (LAST + 20_000, LAST + 20_000),
+    ]
+    assert table.due(LAST + 25_000) == []
+    assert table.next_due() == LAST + 30_000
+    table.put("a", schedule("a", missed="skip"))  # a change keeps the last fire
+    assert [f.fire_ms for f in table.due(LAST + 55_000)] == [None]
+    table.put("a", None)
+    assert table.removed == ["a"]
+    assert table.next_due() is None
