@@ -33,14 +33,16 @@ test-integration: setup
 chaos: setup
 	$(BIN)/pytest -m chaos -q
 
+PY_SOURCES := $(wildcard libs services tests ops examples)
+
 lint: setup
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(BIN)/ruff check $(PY_SOURCES)
+	$(BIN)/ruff format --check $(PY_SOURCES)
 	$(BIN)/mypy
 
 format: setup
-	$(BIN)/ruff format .
-	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format $(PY_SOURCES)
+	$(BIN)/ruff check --fix $(PY_SOURCES)
 
 ## bench: throughput and latency benchmarks; results go to docs/benchmarks.md
 bench: setup
