@@ -20,6 +20,7 @@ from ._errors import (
     PayloadValidationError,
 )
 from ._job import Job, Priority, new_job_id, now_ms
+from ._jobtemplate import JobTemplate
 from ._producer import UNREACHABLE_CODES, KafkaTransport, Transport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
@@ -170,7 +171,8 @@ class Pipeline:
         """
         route = self._route(job_type, EnqueueOptions(**options))
         on_delivery = self._on_delivery
-        return [self._send(route, payload, on_delivery) for payload in payloads]
+        template = JobTemplate(self.codec, route.job(new_job_id(), b"{}"))
+        return [self._send(route, payload, on_delivery, template) for payload in payloads]
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every enqueued job is acknowledged by Kafka.
@@ -255,6 +257,7 @@ class Pipeline:
         route: _Route,
         payload: Mapping[str, Any],
         on_delivery: Callable[[KafkaError | None, Message], None],
+        template: JobTemplate | None = None,
     ) -> str:
         if not isinstance(payload, Mapping):
             raise PayloadValidationError(
@@ -262,25 +265,19 @@ class Pipeline:
             )
         if route.registered is not None:
             route.registered.check_payload(payload)
-        job = Job(
-            id=new_job_id(),
-            type=route.job_type,
-            payload=route.payload_codec.encode(route.job_type, payload),
-            payload_encoding=route.payload_codec.encoding,
-            priority=route.priority,
-            max_attempts=route.max_attempts,
-            not_before=route.not_before,
-            idempotency_key=route.idempotency_key,
-            tenant=route.tenant,
-            headers=route.headers.copy() if route.headers else {},
-        )
-        self._transport.produce(route.topic, self.codec.encode(job), route.key, on_delivery)
+        payload_bytes = route.payload_codec.encode(route.job_type, payload)
+        job_id = new_job_id()
+        if template is not None:
+            value = template.encode(job_id, payload_bytes, now_ms())
+        else:
+            value = self.codec.encode(route.job(job_id, payload_bytes))
+        self._transport.produce(route.topic, value, route.key, on_delivery)
         # Serve delivery callbacks now and then so they never pile up in librdkafka's queue.
         self._since_poll += 1
         if self._since_poll >= 1000:
             self._since_poll = 0
             self._transport.poll(0)
-        return job.id
+        return job_id
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
@@ -303,6 +300,21 @@ class _Route:
     idempotency_key: str | None
     tenant: str | None
     headers: dict[str, str]
+
+    def job(self, job_id: str, payload: bytes) -> Job:
+        """A new job of this route."""
+        return Job(
+            id=job_id,
+            type=self.job_type,
+            payload=payload,
+            payload_encoding=self.payload_codec.encoding,
+            priority=self.priority,
+            max_attempts=self.max_attempts,
+            not_before=self.not_before,
+            idempotency_key=self.idempotency_key,
+            tenant=self.tenant,
+            headers=self.headers.copy() if self.headers else {},
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -229,6 +229,10 @@ class PayloadCodec(Protocol):
     def decode(self, job_type: str, data: bytes) -> dict[str, Any]: ...
 
 
+# One encoder for every payload: json.dumps would build one per call from its keyword arguments.
+_json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
 class JsonPayload:
     """Compact UTF-8 JSON of an object with string keys (the default payload encoding)."""
 
@@ -247,8 +251,7 @@ class JsonPayload:
             if not isinstance(key, str):
                 raise PayloadValidationError(job_type, f"payload key {key!r} is not a string")
         try:
-            text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-            return text.encode("utf-8")
+            return _json_encode(obj).encode("utf-8")
         except (TypeError, ValueError) as exc:
             problem = _json_problem(obj, "") or str(exc)
             raise PayloadValidationError(job_type, problem) from exc

@@ -73,6 +73,20 @@ def test_registered_type_uses_its_options_and_checks_the_signature(
     assert len(transport.messages) == 1, "an invalid payload must send nothing"
 
 
+def test_signature_checks_cover_kwargs_and_positional_only(app: Pipeline) -> None:
+    @app.job("open")
+    def open_ended(a: int, **rest: object) -> None: ...
+
+    @app.job("positional")
+    def positional(a: int, /) -> None: ...
+
+    open_ended.enqueue(a=1, anything="goes")
+    with pytest.raises(PayloadValidationError, match="'a'"):
+        open_ended.enqueue(b=2)
+    with pytest.raises(PayloadValidationError, match="positional"):
+        positional.enqueue(a=1)
+
+
 def test_ctx_parameter_is_not_a_payload_field(app: Pipeline) -> None:
     @app.job("ctx.job")
     def handler(x: int, ctx: object) -> None: ...

@@ -1,0 +1,82 @@
+"""Encoding many new jobs that differ only in id, payload and creation time, fast.
+
+An Avro record is the concatenation of its fields' encodings, so the bytes of a job are the same
+for every job of a batch except in three places. :class:`JobTemplate` encodes a prototype job
+once with marker values in those places, cuts the bytes at the markers, and afterwards only
+encodes the three fields and joins the pieces: several times cheaper than encoding a record,
+and byte-for-byte what :class:`JobCodec` writes (checked when the template is built).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from ._codec import JobCodec
+from ._job import Job
+
+# Markers: a 32-character id, a payload and a creation time whose encodings are long random byte
+# strings, so they cannot occur by chance in the rest of a job's bytes.
+_ID_MARK = os.urandom(16).hex()
+_PAYLOAD_MARK = os.urandom(24)
+_TIME_MARK = int.from_bytes(os.urandom(7), "big") | (1 << 60)
+
+
+def _long(n: int) -> bytes:
+    """Avro's zig-zag varint of a long."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while z > 0x7F:
+        out.append((z & 0x7F) | 0x80)
+        z >>= 7
+    out.append(z)
+    return bytes(out)
+
+
+class JobTemplate:
+    """Encodes jobs like ``prototype`` with another id, payload and ``created_at``."""
+
+    __slots__ = ("_last_ms", "_last_ms_bytes", "_pieces")
+
+    def __init__(self, codec: JobCodec, prototype: Job) -> None:
+        marked = dataclasses.replace(
+            prototype, id=_ID_MARK, payload=_PAYLOAD_MARK, created_at=_TIME_MARK
+        )
+        encoded = codec.encode(marked)
+        cuts = []
+        for mark in (
+            _long(len(_ID_MARK)) + _ID_MARK.encode(),
+            _long(len(_PAYLOAD_MARK)) + _PAYLOAD_MARK,
+            _long(_TIME_MARK),
+        ):
+            head, found, encoded = encoded.partition(mark)
+            if not found:
+                raise AssertionError("the job schema changed: JobTemplate must learn it")
+            cuts.append(head)
+        self._pieces = (*cuts, encoded)
+        self._last_ms = -1
+        self._last_ms_bytes = b""
+        if self.encode(prototype.id, prototype.payload, prototype.created_at) != codec.encode(
+            prototype
+        ):
+            raise AssertionError("JobTemplate disagrees with JobCodec")
+
+    def encode(self, job_id: str, payload: bytes, created_at: int) -> bytes:
+        if created_at != self._last_ms:  # many jobs of a batch share a millisecond
+            self._last_ms = created_at
+            self._last_ms_bytes = _long(created_at)
+        head, after_id, after_payload, tail = self._pieces
+        id_bytes = job_id.encode()
+        return b"".join(
+            (
+                head,
+                _long(len(id_bytes)),
+                id_bytes,
+                after_id,
+                _long(len(payload)),
+                payload,
+                after_payload,
+                self._last_ms_bytes,
+                tail,
+            )
+        )
