@@ -1,2 +1,62 @@
+"""``pipeline-worker``: consumes the priority topics of a pipeline application and runs its jobs.
+
+Run it with ``pipeline-worker --app myproject.jobs:app`` or embed it::
+
+    from pipeline_worker import Worker
+    Worker(app).run()
+
+See docs/worker.md for how it works and how to operate it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._middleware import Middleware, Outcome, OutcomeKind, PartitionRef, TimeLimitError
+    from ._runtime import Worker
+
+__all__ = [
+    "Middleware",
+    "Outcome",
+    "OutcomeKind",
+    "PartitionRef",
+    "TimeLimitError",
+    "Worker",
+    "main",
+]
+
+_LAZY = {
+    "Middleware": "._middleware",
+    "Outcome": "._middleware",
+    "OutcomeKind": "._middleware",
+    "PartitionRef": "._middleware",
+    "TimeLimitError": "._middleware",
+    "Worker": "._runtime",
+}
+
+
 def main() -> None:
-    raise SystemExit("not yet")
+    """The ``pipeline-worker`` command (``pipeline-worker --help``).
+
+    Stop signals are caught before anything heavy is imported: a worker stopped while it still
+    starts exits cleanly instead of dying of the signal.
+    """
+    from . import _signals
+
+    _signals.catch_early()
+    from ._cli import command
+
+    command(prog_name="pipeline-worker")
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use, so that `main` can catch signals before the heavy imports.
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pipeline_worker' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value

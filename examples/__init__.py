@@ -1,0 +1,1 @@
+"""Runnable examples; ``make run`` starts :mod:`examples.run`."""

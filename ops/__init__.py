@@ -1,0 +1,1 @@
+"""Operational tooling that ships with the repository: benchmarks, and later deployment files."""

@@ -1,0 +1,90 @@
+"""``python -m ops.bench [--quick] [--only enqueue|drain|latency] [--output PATH]``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from . import drain, enqueue, latency, scheduler
+from .env import REPO_ROOT, broker, machine, say
+from .report import Section, document
+
+SECTIONS = ("enqueue", "drain", "latency", "scheduler")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m ops.bench",
+        description="Measure enqueue and drain throughput and enqueue-to-start latency next to "
+        "raw confluent-kafka, and write the results (Markdown).",
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="small counts: a smoke run, not a measurement"
+    )
+    parser.add_argument("--only", choices=SECTIONS, help="run one section")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=REPO_ROOT / "docs" / "benchmarks.md",
+        help="where to write the results (default: docs/benchmarks.md)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    quick = args.quick
+    wanted = [args.only] if args.only else list(SECTIONS)
+    command = " ".join(["python -m ops.bench", *(argv if argv is not None else sys.argv[1:])])
+    if args.output.resolve() != (REPO_ROOT / "docs" / "benchmarks.md").resolve():
+        # Only the path the reader would type matters; keep machine paths out of the report.
+        command = command.replace(str(args.output), args.output.name)
+    started = datetime.now(UTC)
+    sections: list[Section] = []
+    with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
+        workdir = Path(tmp)
+        say(f"bench: Kafka at {kafka.bootstrap_servers}")
+        if "enqueue" in wanted:
+            jobs, repeats = (10_000, 1) if quick else (100_000, 3)
+            sections.append(enqueue.run(kafka.bootstrap_servers, jobs, repeats))
+        if "drain" in wanted:
+            sections.append(
+                drain.run(kafka.bootstrap_servers, 10_000 if quick else 200_000, workdir)
+            )
+        if "latency" in wanted:
+            rate, seconds = (500.0, 2.0) if quick else (2000.0, 10.0)
+            sections.append(latency.run(kafka.bootstrap_servers, rate, seconds, workdir))
+        if "scheduler" in wanted:
+            sections.append(scheduler.run(kafka.bootstrap_servers, quick, workdir))
+        broker_description = kafka.description
+    facts = machine()
+    header = [
+        "# Benchmarks",
+        "",
+        "Written by `python -m ops.bench` (`make bench`). Every number on this page comes from "
+        "the one run described here; each pipeline number is set next to a raw confluent-kafka "
+        "baseline measured in the same run, on the same broker and machine. Quick runs "
+        "(`--quick`) are smoke tests, not measurements.",
+        "",
+        f"- Command: `{command}`",
+        f"- Date: {started:%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {facts['nproc']} cores (nproc), {facts['RAM']} RAM, {facts['CPU']}, "
+        f"{facts['OS']}",
+        f"- Python {facts['Python']}, confluent-kafka {facts['confluent-kafka']} "
+        f"(librdkafka {facts['librdkafka']})",
+        f"- Kafka: {broker_description}",
+        "- The producer, the broker and the worker share the machine's cores.",
+    ]
+    text = document(header, sections)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(text)
+    say(f"bench: results written to {args.output}")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

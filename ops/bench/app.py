@@ -1,0 +1,48 @@
+"""The job application the benchmark's workers run (``pipeline-worker --app ops.bench.app``).
+
+Handlers stay as close to no-ops as possible; what they record goes to the file named by
+``BENCH_RECORD`` (one ``os.write`` per line, ``O_APPEND``):
+
+* ``bench.noop`` writes ``first <ns>`` on its first run in a process and ``last <ns>`` on run
+  number ``BENCH_EXPECTED``, which gives the first-to-last-job time of a drain;
+* ``bench.latency`` writes ``<start ns - enqueue ns>`` for every job.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+from pipeline import Pipeline
+
+RECORD_ENV = "BENCH_RECORD"
+EXPECTED_ENV = "BENCH_EXPECTED"
+
+app = Pipeline()
+
+_runs = itertools.count(1)  # next() on a count is atomic under the GIL: safe across threads
+_fd: int | None = None
+
+
+def _write(line: str) -> None:
+    global _fd  # noqa: PLW0603 - one file per worker process, opened on first use
+    if _fd is None:
+        _fd = os.open(os.environ[RECORD_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(_fd, line.encode())
+
+
+@app.job("bench.noop")
+def noop(n: int) -> None:
+    """Nothing, but note the first and the last (``BENCH_EXPECTED``-th) run."""
+    run = next(_runs)
+    if run == 1:
+        _write(f"first {time.time_ns()}\n")
+    if run == int(os.environ.get(EXPECTED_ENV, "0")):
+        _write(f"last {time.time_ns()}\n")
+
+
+@app.job("bench.latency")
+def latency(n: int, t: int) -> None:
+    """Note how long ago, in nanoseconds, the job was enqueued (``t``: ``time.time_ns()``)."""
+    _write(f"{time.time_ns() - t}\n")

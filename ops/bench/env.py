@@ -1,0 +1,162 @@
+"""Where the benchmark runs: the broker (given or started), the machine, worker processes."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import confluent_kafka
+
+from pipeline import Settings
+from pipeline._admin import apply_topics
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+APP = "ops.bench.app:app"
+
+
+def say(line: str) -> None:
+    """Progress goes to stderr; the results go to the report."""
+    print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Broker:
+    bootstrap_servers: str
+    description: str
+
+
+@contextlib.contextmanager
+def broker() -> Iterator[Broker]:
+    """``PIPELINE_BOOTSTRAP_SERVERS`` if set, else a fresh local broker stopped afterwards."""
+    given = os.environ.get("PIPELINE_BOOTSTRAP_SERVERS")
+    if given:
+        yield Broker(given, "an existing broker (PIPELINE_BOOTSTRAP_SERVERS), version not probed")
+        return
+    from pipeline_cli import devbroker
+
+    with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as data_dir:
+        cluster = devbroker.up(
+            nodes=1,
+            data_dir=Path(data_dir),
+            base_port=devbroker.free_base_port(1),
+            progress=say,
+            fresh=True,
+        )
+        try:
+            yield Broker(
+                cluster.bootstrap_servers,
+                f"Apache Kafka {devbroker.KAFKA_VERSION}, one KRaft node started by the "
+                "benchmark (`pipeline_cli.devbroker`, heap 1G), on the same machine",
+            )
+        finally:
+            devbroker.down(Path(data_dir), purge=False)
+
+
+def fresh_namespace(bootstrap_servers: str, label: str) -> Settings:
+    """Settings for a new namespace of its own, with every topic created."""
+    settings = Settings(
+        bootstrap_servers=bootstrap_servers, namespace=f"bench-{label}-{uuid.uuid4().hex[:8]}"
+    )
+    apply_topics(settings)
+    return settings
+
+
+def machine() -> dict[str, str]:
+    """What the numbers depend on: cores, memory, CPU, Python, the Kafka client."""
+    memory = "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                memory = f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    cpu = platform.processor() or "?"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "nproc": str(os.cpu_count()),
+        "RAM": memory,
+        "CPU": cpu,
+        "OS": f"{platform.system()} {platform.release()}",
+        "Python": platform.python_version(),
+        "confluent-kafka": _first(confluent_kafka.version()),
+        "librdkafka": _first(confluent_kafka.libversion()),
+    }
+
+
+def _first(version: object) -> str:
+    """``version()`` answers a string or a (string, int) tuple depending on the release."""
+    return str(version[0] if isinstance(version, tuple) else version)
+
+
+def _worker_command() -> list[str]:
+    script = Path(sys.executable).parent / "pipeline-worker"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "pipeline_worker"]
+
+
+def _die_with_parent() -> None:
+    """In the child: get SIGKILL when the benchmark dies, so no worker outlives it (Linux)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def start_worker(
+    settings: Settings, args: list[str], env: Mapping[str, str], log: Path
+) -> subprocess.Popen[bytes]:
+    """``pipeline-worker --app ops.bench.app:app *args`` in the benchmark's namespace."""
+    environ = {
+        **os.environ,
+        "PIPELINE_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "PIPELINE_NAMESPACE": settings.namespace,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        **env,
+    }
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [*_worker_command(), "--app", APP, *args],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            cwd=REPO_ROOT,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - a single prctl call
+        )
+
+
+def worker_command_line(args: list[str]) -> str:
+    """The worker command as a reader would type it (no machine paths)."""
+    return " ".join(["pipeline-worker", "--app", APP, *args])
+
+
+def stop(process: subprocess.Popen[bytes], timeout: float = 60) -> int:
+    """SIGTERM, then SIGKILL if it does not exit in time; return its exit code."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
+def tail(log: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return ""

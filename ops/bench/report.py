@@ -1,0 +1,71 @@
+"""Results and how they are written to ``docs/benchmarks.md``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One timed run: ``jobs`` jobs in ``seconds``."""
+
+    label: str
+    jobs: int
+    seconds: float
+    command: str = ""
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds if self.seconds > 0 else float("nan")
+
+
+@dataclass
+class Section:
+    """One benchmark: what was measured, the baseline, the ratios, and notes."""
+
+    title: str
+    description: str
+    rows: list[tuple[Measurement, Measurement | None]] = field(default_factory=list)
+    """(measurement, the baseline its ratio is taken against, if any)"""
+    extra: list[str] = field(default_factory=list)
+    goal: str = ""
+
+    def markdown(self) -> str:
+        lines = [f"## {self.title}", "", self.description, ""]
+        if self.rows:
+            lines += [
+                "| measured | jobs | seconds | jobs/s | vs raw | command |",
+                "|---|---:|---:|---:|---:|---|",
+            ]
+            for row, baseline in self.rows:
+                ratio = f"{row.rate / baseline.rate:.0%}" if baseline is not None else "baseline"
+                command = f"`{row.command}`" if row.command else ""
+                lines.append(
+                    f"| {row.label} | {row.jobs:,} | {row.seconds:.3f} | {row.rate:,.0f} "
+                    f"| {ratio} | {command} |"
+                )
+            lines.append("")
+        lines += self.extra
+        if self.goal:
+            lines += ["", self.goal]
+        lines.append("")
+        return "\n".join(lines)
+
+
+def document(header: list[str], sections: list[Section]) -> str:
+    body = "\n".join(section.markdown() for section in sections)
+    return "\n".join(header) + "\n\n" + body
+
+
+def goal_line(checks: list[tuple[str, bool]]) -> str:
+    """'Goal: ... met' or 'not met', spelled out per criterion. Reported, never asserted."""
+    parts = [f"{text}: {'met' if ok else '**not met**'}" for text, ok in checks]
+    return "Goal: " + "; ".join(parts) + "."
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_values:
+        return float("nan")
+    rank = max(1, round(fraction * len(sorted_values) + 0.5))
+    return sorted_values[min(rank, len(sorted_values)) - 1]

@@ -1,0 +1,224 @@
+"""``pipeline-worker --app MODULE[:ATTR] [options]``: run a worker (or N supervised ones)."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+from pydantic import ValidationError
+
+from pipeline import Pipeline, Priority, Settings
+from pipeline._settings import WorkerSettings
+
+from . import _signals
+from ._loader import AppLoadError, load_app
+from ._logging import configure_logging
+
+_log = logging.getLogger("pipeline.worker")
+
+# Options that map to WorkerSettings fields of the same name (the CLI wins over settings).
+WORKER_OPTIONS = (
+    "group_id",
+    "priorities",
+    "policy",
+    "weights",
+    "concurrency",
+    "threads",
+    "processes",
+    "burst",
+    "key_ordering",
+    "metrics_port",
+    "log_level",
+)
+PRIORITY_NAMES = ", ".join(p.value for p in Priority)
+
+
+def _priorities(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = [v.strip().lower() for v in value.split(",") if v.strip()]
+    if not names:
+        raise click.BadParameter(f"give one or more of {PRIORITY_NAMES}, comma-separated")
+    for name in names:
+        if name not in {p.value for p in Priority}:
+            raise click.BadParameter(f"unknown priority {name!r}; use {PRIORITY_NAMES}")
+    if len(set(names)) != len(names):
+        raise click.BadParameter(f"a priority is repeated in {value!r}")
+    return names
+
+
+def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        weights = [int(v) for v in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if len(weights) != len(Priority) or any(w < 1 for w in weights):
+        raise click.BadParameter(
+            f"give {len(Priority)} positive integers, one per priority in the order "
+            f"{PRIORITY_NAMES} (e.g. 10,5,3,1), got {value!r}"
+        )
+    return weights
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.option(
+    "--app",
+    "app_spec",
+    required=True,
+    metavar="MODULE[:ATTR]",
+    help="The application: a module and its pipeline.Pipeline attribute (default: app).",
+)
+@click.option(
+    "--group", "group_id", metavar="NAME", help="Consumer group [default: <namespace>.workers]."
+)
+@click.option(
+    "--priorities",
+    callback=_priorities,
+    metavar="LIST",
+    help=f"Priorities to consume, in strict order [default: {PRIORITY_NAMES}].",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(["strict", "weighted"]),
+    help="strict: higher priorities first; weighted: shares by --weights [default: weighted].",
+)
+@click.option(
+    "--weights",
+    callback=_weights,
+    metavar="C,H,D,L",
+    help="Weights of critical,high,default,low for --policy weighted [default: 10,5,3,1].",
+)
+@click.option(
+    "--concurrency", type=click.IntRange(min=1), help="Jobs in flight per process [default: 64]."
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    help="Threads for plain-function handlers [default: the concurrency].",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    help="Worker processes (group members) to run and supervise [default: 1].",
+)
+@click.option(
+    "--burst/--no-burst", default=None, help="Exit 0 once every assigned partition is drained."
+)
+@click.option(
+    "--key-ordering/--no-key-ordering",
+    default=None,
+    help="Jobs with the same Kafka key run one at a time, in order [default: off].",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Serve /metrics and /healthz on this port (0: any free port) [default: off].",
+)
+@click.option("--bootstrap-servers", metavar="HOST:PORT,...", help="Kafka to connect to.")
+@click.option("--namespace", help="Topic namespace [default: the application's].")
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    help="Log level [default: INFO].",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="TOML settings file (as PIPELINE_CONFIG_FILE).",
+)
+@click.option("--child-index", type=int, hidden=True)
+@click.pass_context
+def command(
+    ctx: click.Context,
+    /,
+    app_spec: str,
+    config_file: Path | None,
+    child_index: int | None,
+    bootstrap_servers: str | None,
+    namespace: str | None,
+    **options: Any,
+) -> None:
+    """Run the jobs of a pipeline application.
+
+    Joins the consumer group on the priority topics (<namespace>.jobs.<priority>) and runs
+    jobs until SIGTERM or SIGINT (a second signal exits at once). Every option can also be set
+    with the environment (PIPELINE_WORKER__CONCURRENCY=100, PIPELINE_BOOTSTRAP_SERVERS=...) or
+    the config file; the command line wins.
+    """
+    if config_file is not None:
+        os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
+    level = options["log_level"] or os.environ.get("PIPELINE_WORKER__LOG_LEVEL", "INFO")
+    configure_logging(level.upper() if level.upper() in logging.getLevelNamesMapping() else "INFO")
+    app = _load(app_spec)
+    if _signals.received():
+        _log.info("stopped before starting")
+        ctx.exit(0)
+    settings = _settings(app, bootstrap_servers, namespace, options)
+    configure_logging(settings.worker.log_level)
+    worker = settings.worker
+    if worker.processes > 1 and child_index is None:
+        from ._supervisor import Supervisor
+
+        given = {
+            name: value
+            for name, value in ctx.params.items()
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        }
+        ctx.exit(Supervisor(given, worker.processes, worker.metrics_port).run())
+    from ._runtime import Worker
+
+    # The app and its imports are loaded: move them out of the collector's way, and collect
+    # less often, since the per-job objects are short-lived and free of cycles.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 50, 100)
+    ctx.exit(Worker(app, settings).run())
+
+
+def _load(spec: str) -> Pipeline:
+    try:
+        return load_app(spec)
+    except AppLoadError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from None
+    except Exception:
+        click.echo(f"Error: importing the application {spec!r} failed:", err=True)
+        click.echo(traceback.format_exc(), err=True)
+        sys.exit(2)
+
+
+def _settings(
+    app: Pipeline,
+    bootstrap_servers: str | None,
+    namespace: str | None,
+    options: dict[str, Any],
+) -> Settings:
+    """The application's settings with the command line's options on top, validated."""
+    base = app.settings
+    worker = base.worker.model_dump()
+    worker.update({k: options[k] for k in WORKER_OPTIONS if options.get(k) is not None})
+    top: dict[str, Any] = {}
+    if bootstrap_servers is not None:
+        top["bootstrap_servers"] = bootstrap_servers
+    if namespace is not None:
+        top["namespace"] = namespace
+    try:
+        worker_settings = WorkerSettings.model_validate(worker)
+        if not top:
+            return base.model_copy(update={"worker": worker_settings})
+        merged = {**base.model_dump(), **top, "worker": worker_settings}
+        return type(base).model_validate(merged)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise click.UsageError(f"invalid settings: {problems}") from None

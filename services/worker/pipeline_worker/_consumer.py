@@ -1,0 +1,420 @@
+"""The consumer thread: the only thread that calls the Kafka consumer.
+
+confluent-kafka serializes calls on one client: a ``pause()`` from another thread waits until a
+blocking ``poll()`` returns. So one thread owns the consumer and does everything with it: poll,
+hand batches to the event loop, pause full partitions and resume drained ones, commit, react
+to rebalances, measure lag, detect the end of a burst run. The event loop talks back only by
+writing fields of :class:`PartitionState` (each with one writer) and a few flags.
+
+Polling never stops while jobs run (a job longer than ``max.poll.interval.ms`` causes no
+rebalance). ``poll(timeout)`` waits for the first message, then ``consume(n, 0)`` takes what is
+already fetched without waiting (``consume(n, timeout)`` would wait the whole timeout for a
+full batch and ruin latency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from pipeline import Priority, Settings
+
+from ._burst import BurstWatch
+from ._commits import Committer, describe
+from ._flow import FlowControl
+from ._metrics import WorkerMetrics
+from ._ratelog import RateLimitedLog
+from ._work import PartitionState
+
+_log = logging.getLogger("pipeline.worker.consumer")
+
+POLL_TIMEOUT_S = 0.05
+"""Longest blocking poll: bounds how late the thread notices flags, commits and burst ends."""
+PAUSED_POLL_TIMEOUT_S = 0.005
+"""Poll timeout while a partition is paused, so it resumes soon after its buffer drains."""
+LAG_INTERVAL_S = 5.0
+FINAL_COMMIT_S = 10.0
+"""How long the last commit may keep retrying while the group rebalances."""
+
+Batch = list[tuple[PartitionState, list[Message]]]
+
+
+class LoopSide(Protocol):
+    """What the consumer thread needs from the event loop side of the worker."""
+
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def finished_jobs(self) -> int:
+        """Offsets finished so far: a commit follows every ``commit_every`` of them."""
+        ...
+
+    def on_batch(self, batch: Batch) -> None: ...
+
+    def on_assigned(self, states: list[PartitionState]) -> None: ...
+
+    async def revoke(self, states: list[PartitionState], *, lost: bool) -> None: ...
+
+    def on_share(self, owned: dict[str, int], total: dict[str, int]) -> None:
+        """Partitions owned and in all, per topic, after an assignment change."""
+
+    def on_burst_drained(self) -> None: ...
+
+    def on_consumer_failed(self, exc: BaseException) -> None: ...
+
+
+def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
+    """librdkafka options for the worker's consumer; ``Settings.kafka`` and then
+    ``WorkerSettings.kafka_consumer`` win over these defaults."""
+    worker = settings.worker
+    conf: dict[str, Any] = {
+        "group.id": group_id,
+        "partition.assignment.strategy": "cooperative-sticky",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "max.poll.interval.ms": worker.max_poll_interval_ms,
+        "session.timeout.ms": worker.session_timeout_ms,
+        # Members learn of a rebalance from a heartbeat response: beating every second instead
+        # of every 3 s makes each of the two rounds of a cooperative rebalance that much faster.
+        "heartbeat.interval.ms": max(100, min(1000, worker.session_timeout_ms // 3)),
+        # End-of-partition events tell a burst run that a partition is drained.
+        "enable.partition.eof": worker.burst,
+        # Our own per-partition buffers hold the jobs waiting to run; librdkafka's prefetch only
+        # needs to keep them fed. A partition we pause has its prefetch purged, so a small
+        # prefetch wastes little.
+        "queued.min.messages": max(1000, worker.buffer_size),
+        "queued.max.messages.kbytes": 16384,
+        # A resumed partition is fetched only once the fetch in flight returns, and a fetch of
+        # partitions with nothing new waits up to fetch.wait.max.ms on the broker: with the
+        # default 500 ms a drained buffer would wait that long for its refill. 50 ms costs an
+        # idle worker 20 small fetches a second per broker. librdkafka also backs off a
+        # partition whose prefetch queue was full for fetch.queue.backoff.ms (1 s by default).
+        "fetch.wait.max.ms": 50,
+        "fetch.queue.backoff.ms": 10,
+    }
+    conf.update(settings.client_config())
+    conf.update(worker.kafka_consumer)
+    return conf
+
+
+class ConsumerThread:
+    """Owns the consumer; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        group_id: str,
+        topics: dict[str, tuple[Priority, int]],
+        side: LoopSide,
+        metrics: WorkerMetrics,
+        consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
+    ) -> None:
+        worker = settings.worker
+        self._topics = topics
+        self._side = side
+        self._metrics = metrics
+        self._batch = worker.consume_batch
+        self._burst = worker.burst
+        self._grace = worker.revoke_grace_s
+        conf = consumer_config(settings, group_id)
+        conf["error_cb"] = self._on_error
+        self._committer = Committer(
+            metrics, interval_s=worker.commit_interval_s, every=worker.commit_every
+        )
+        conf["on_commit"] = self._committer.on_commit
+        conf["logger"] = logging.getLogger("pipeline.worker.kafka")
+        self._consumer = consumer_factory(conf)
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self._committer.attach(self._consumer, self.states)
+        self._flow = FlowControl(self._consumer, self.states, worker.buffer_size)
+        self._burst_watch = BurstWatch(
+            self._consumer, self._committer, self.states, self._known_partition_counts
+        )
+        self._partition_counts: dict[str, int] = {}
+        self._share_changed = False
+        self._next_lag = 0.0
+        self._assigned_once = False
+        self._closing = False
+        self.intake_stopped = False
+        """Set by the loop at shutdown: pause everything, hand nothing more."""
+        self.stop_requested = False
+        """Set by the loop when jobs are done: commit synchronously, close, exit."""
+        self.last_poll = time.monotonic()
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._thread = threading.Thread(target=self._main, name="pipeline-consumer", daemon=True)
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._consumer.subscribe(
+                list(self._topics),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            self._loop()
+            self._final_commit()
+        except BaseException as exc:
+            _log.exception("the consumer thread failed: %s", exc)
+            self._notify(self._side.on_consumer_failed, exc)
+        finally:
+            self._closing = True
+            try:
+                self._consumer.close()
+            except Exception as exc:  # already closed, or the broker is gone
+                _log.warning("closing the consumer failed: %s", exc)
+            self.done.set()
+
+    def _loop(self) -> None:
+        consumer = self._consumer
+        poll = consumer.poll
+        consume = consumer.consume
+        batch_size = self._batch - 1
+        paused = self._flow.paused
+        committer = self._committer
+        while not self.stop_requested:
+            if self.intake_stopped:
+                self._flow.pause_all()
+            msg = poll(PAUSED_POLL_TIMEOUT_S if paused else POLL_TIMEOUT_S)
+            now = time.monotonic()
+            self.last_poll = now
+            if msg is not None:
+                messages = [msg]
+                if batch_size:
+                    messages += consume(batch_size, 0)
+                self._hand(messages)
+            if paused and not self.intake_stopped:
+                self._flow.resume_drained()
+            if committer.due(now, self._side.finished_jobs):
+                committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
+            if self._share_changed:
+                self._update_share()
+            if now >= self._next_lag:
+                self._update_lag(now)
+            if msg is None and self._burst and self._assigned_once and not self.intake_stopped:
+                if self._share_changed:
+                    self._update_share()
+                if self._burst_watch.drained(now):
+                    self._burst = False
+                    self._notify(self._side.on_burst_drained)
+
+    def _final_commit(self) -> None:
+        """Commit every owned partition synchronously before closing, whatever it takes.
+
+        A commit sent while the group rebalances is refused (the generation changes under it).
+        Then keep taking part in the rebalance (poll) and try again with the new generation.
+        """
+        deadline = time.monotonic() + FINAL_COMMIT_S
+        while not self._committer.commit(self.states.values(), time.monotonic(), sync=True):
+            if time.monotonic() >= deadline:
+                _log.error(
+                    "could not commit the final offsets within %gs; the jobs finished since the "
+                    "last commit will run again",
+                    FINAL_COMMIT_S,
+                )
+                return
+            until = time.monotonic() + 0.2
+            while time.monotonic() < until:
+                msg = self._consumer.poll(0.05)
+                if msg is not None:
+                    self._hand([msg])  # counted as handed: never committed past by position
+
+    def _hand(self, messages: list[Message]) -> None:
+        """Group a batch by partition, count it into the buffers, pause full ones, hand it over."""
+        states = self.states
+        batch: Batch = []
+        state: PartitionState | None = None
+        group: list[Message] = []
+        for msg in messages:
+            if msg.error() is not None:
+                self._message_error(msg)
+                state = None  # a message after an end-of-partition event starts a new group
+                continue
+            partition = msg.partition()
+            topic = msg.topic()
+            if state is None or partition != state.partition or topic != state.topic:
+                state = states.get((topic, partition))  # type: ignore[arg-type]
+                if state is None:
+                    continue  # not ours any more (cannot happen after incremental_unassign)
+                state.at_end = False
+                group = []
+                batch.append((state, group))
+            group.append(msg)
+        if not batch:
+            return
+        for state, group in batch:
+            state.handed += len(group)
+            last = group[-1].offset() + 1  # type: ignore[operator]
+            state.handed_next = max(state.handed_next, last)
+        self._flow.pause_full(state for state, _ in batch)
+        self._notify(self._side.on_batch, batch)
+
+    def _notify(self, callback: Callable[..., Any], *args: Any) -> None:
+        # A closed loop (RuntimeError) means the worker is exiting: nothing to tell it.
+        with contextlib.suppress(RuntimeError):
+            self._side.loop.call_soon_threadsafe(callback, *args)
+
+    # -- rebalances ----------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        new = []
+        for tp in partitions:
+            known = self._topics.get(tp.topic)
+            if known is None:
+                continue
+            priority, pidx = known
+            state = PartitionState(tp.topic, tp.partition, priority, pidx)
+            self.states[(state.topic, state.partition)] = state
+            new.append(state)
+        consumer.incremental_assign(partitions)
+        if partitions:
+            # librdkafka keeps a partition's pause flag across a revoke and a new assignment, so
+            # a partition we paused before losing it would come back paused: resume it.
+            consumer.resume(partitions)
+            if self.intake_stopped:
+                consumer.pause(partitions)
+                for state in new:
+                    state.paused = True
+            self._metrics.count(self._metrics.rebalances, "assign")
+            _log.info(
+                "partitions assigned",
+                extra={"partitions": describe(partitions), "owned": len(self.states)},
+            )
+        self._assigned_once = True
+        self._share_changed = True
+        self._notify(self._side.on_assigned, new)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=False)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=True)
+
+    def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
+        states = []
+        for tp in partitions:
+            state = self.states.pop((tp.topic, tp.partition), None)
+            if state is not None:
+                states.append(state)
+                self._flow.forget(state)
+        if states and not self._closing:
+            self._metrics.count(self._metrics.rebalances, "lost" if lost else "revoke")
+            _log.info(
+                "partitions lost" if lost else "partitions revoked",
+                extra={"partitions": describe(partitions), "owned": len(self.states)},
+            )
+            # The loop stops dispatching them, drops their buffered jobs and waits up to the
+            # grace period for their running jobs; polling waits meanwhile (well within
+            # max.poll.interval.ms), which keeps the assignment steady while we finish.
+            future = asyncio.run_coroutine_threadsafe(
+                self._side.revoke(states, lost=lost), self._side.loop
+            )
+            try:
+                future.result(timeout=self._grace + 5.0)
+            except Exception as exc:
+                _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
+            self._share_changed = True
+        if states and not lost:
+            # Still ours until incremental_unassign, and this is the one moment of a rebalance
+            # when the group generation is settled: commit their watermarks now (also when
+            # closing, in case the final commit met a rebalance in progress and was refused).
+            # Not a synchronous commit: a blocking consumer call inside a rebalance callback
+            # breaks confluent-kafka's per-thread call state (a later callback of the same poll
+            # then aborts the process). The commit is queued before the unassignment and the
+            # rejoin, so the coordinator handles it first; close() waits for it.
+            self._committer.commit(states, time.monotonic())
+        consumer.incremental_unassign(partitions)
+
+    def _known_partition_counts(self) -> dict[str, int] | None:
+        counts = self._partition_counts
+        return counts if len(counts) == len(self._topics) else None
+
+    def _update_share(self) -> None:
+        """Tell the loop how many partitions of each topic it owns, of how many in all.
+
+        Runs after ``poll`` returned, never inside a rebalance callback (a metadata request
+        there would break the binding's call state, see ``_give_up``).
+        """
+        self._share_changed = False
+        try:
+            for topic in self._topics:
+                metadata = self._consumer.list_topics(topic, timeout=5.0)
+                found = metadata.topics.get(topic)
+                if found is not None and found.error is None:
+                    self._partition_counts[topic] = len(found.partitions)
+        except KafkaException as exc:
+            _log.warning("could not read the topics' partition counts: %s", exc)
+            self._share_changed = True  # try again after the next poll
+        owned = dict.fromkeys(self._topics, 0)
+        for topic, _ in self.states:
+            owned[topic] += 1
+        self._notify(self._side.on_share, owned, dict(self._partition_counts))
+
+    # -- lag and burst -------------------------------------------------------------------------
+
+    def _update_lag(self, now: float) -> None:
+        self._next_lag = now + LAG_INTERVAL_S
+        states = list(self.states.values())
+        if not states:
+            self._metrics.lag = {}
+            return
+        tps = [TopicPartition(s.topic, s.partition) for s in states]
+        lag: dict[tuple[str, int], int] = {}
+        try:
+            positions = self._consumer.position(tps)
+            for state, tp in zip(states, positions, strict=True):
+                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if high < 0:
+                    continue
+                position = tp.offset if tp.offset >= 0 else state.committed
+                if position < 0:
+                    position = low
+                lag[(state.topic, state.partition)] = max(0, high - position)
+        except KafkaException as exc:
+            self._errors.warning("lag", "could not read consumer lag: %s", exc)
+            return
+        self._metrics.lag = lag
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def _message_error(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            # Burst mode asks for these: the partition is consumed up to its end (for now).
+            state = self.states.get((msg.topic(), msg.partition()))  # type: ignore[arg-type]
+            if state is not None:
+                state.at_end = True
+            return
+        self._errors.warning(
+            "message",
+            "consumer error on %s[%s]: %s",
+            msg.topic(),
+            msg.partition(),
+            error.str() if error is not None else "?",
+        )
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            _log.error("fatal consumer error: %s", error.str())
+            self._notify(self._side.on_consumer_failed, KafkaException(error))
+            self.stop_requested = True
+            return
+        self._errors.warning("client", "Kafka client error: %s", error.str())

@@ -1,0 +1,60 @@
+"""``/metrics`` (Prometheus text format) and ``/healthz`` from a small threaded HTTP server."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+_log = logging.getLogger("pipeline.worker.http")
+
+Health = Callable[[], tuple[bool, str]]
+
+
+class MetricsServer:
+    """Serves the registry and the health check on ``port`` (0: a free port) on every interface."""
+
+    def __init__(
+        self, registry: CollectorRegistry, health: Health, port: int, host: str = ""
+    ) -> None:
+        handler = _handler(registry, health)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self.port: int = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="pipeline-metrics", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
+            elif path == "/healthz":
+                ok, detail = health()
+                self._send(200 if ok else 503, "text/plain; charset=utf-8", f"{detail}\n".encode())
+            else:
+                self._send(404, "text/plain; charset=utf-8", b"try /metrics or /healthz\n")
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            _log.debug("%s " + format, self.address_string(), *args)
+
+    return Handler

@@ -1,0 +1,343 @@
+"""The worker: an event loop running jobs, a consumer thread feeding it, and their lifecycle.
+
+Two threads do the work. The consumer thread owns the Kafka consumer (see ``_consumer``); the
+event loop thread (the one calling :meth:`Worker.run`) decodes, dispatches and finishes jobs
+(see ``_processing``) and runs ``async def`` handlers; pool threads run plain functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from pipeline import Pipeline, Priority, Settings
+from pipeline._topics import TopicNames
+
+from . import _signals
+from ._consumer import Batch, ConsumerThread
+from ._http import MetricsServer
+from ._metrics import Gauges, WorkerMetrics, make_registry
+from ._middleware import Middleware, PartitionRef
+from ._processing import Processor
+from ._work import PartitionState
+
+if TYPE_CHECKING:
+    from prometheus_client.registry import CollectorRegistry
+
+_log = logging.getLogger("pipeline.worker")
+
+HEARTBEAT_S = 1.0
+
+
+class Worker:
+    """Consumes an application's priority topics and runs its jobs until stopped.
+
+    ``settings`` defaults to the application's; ``middleware`` hooks see every job's outcome
+    and the assignment changes (see :class:`Middleware`). :meth:`run` blocks and returns the
+    exit code; :meth:`stop` (from any thread) or SIGTERM/SIGINT end it gracefully.
+    """
+
+    def __init__(
+        self,
+        app: Pipeline,
+        settings: Settings | None = None,
+        *,
+        middleware: Sequence[Middleware] = (),
+    ) -> None:
+        self.app = app
+        self.settings = settings if settings is not None else app.settings
+        self.middleware = tuple(middleware)
+        worker = self.settings.worker
+        self.group_id = worker.group_id or f"{self.settings.namespace}.workers"
+        self.priorities: list[Priority] = list(worker.priorities)
+        names = TopicNames(self.settings.namespace)
+        self.topics = {names.jobs(p): (p, i) for i, p in enumerate(self.priorities)}
+        """Topic name -> (priority, index in the priority order)."""
+        self.metrics = WorkerMetrics()
+        self.registry: CollectorRegistry | None = None
+        self.metrics_port: int | None = None
+        """The port ``/metrics`` and ``/healthz`` are served on, once running (None: off)."""
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+        self._processor: Processor | None = None
+        self._consumer: ConsumerThread | None = None
+        self._stopped: asyncio.Event | None = None
+        self._stop_requested = threading.Event()
+        self._exit_code = 0
+        self._signals = 0
+        self._loop_beat = time.monotonic()
+        self._first_start: float | None = None
+
+    # -- public --------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Run until stopped; returns the exit code (0: stopped or drained, 1: failed)."""
+        return asyncio.run(self._serve())
+
+    def stop(self) -> None:
+        """Begin a graceful stop (thread-safe): finish running jobs, commit, leave the group."""
+        self._stop_requested.set()
+        loop = self.loop
+        if loop is not None and self._stopped is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: stopped already
+                loop.call_soon_threadsafe(self._stopped.set)
+
+    def healthy(self) -> tuple[bool, str]:
+        """Whether the consumer loop and the event loop are alive and turned recently."""
+        consumer = self._consumer
+        if consumer is None or self._stopped is None:
+            return False, "starting"
+        now = time.monotonic()
+        limit = max(15.0, self.settings.worker.revoke_grace_s + 5.0)
+        if consumer.done.is_set():
+            return False, "the consumer is closed"
+        if now - consumer.last_poll > limit:
+            return False, f"the consumer has not polled for {now - consumer.last_poll:.0f}s"
+        if now - self._loop_beat > limit:
+            return False, f"the event loop has been blocked for {now - self._loop_beat:.0f}s"
+        return True, "ok"
+
+    @property
+    def finished_jobs(self) -> int:
+        return self._processor.finished if self._processor is not None else 0
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def _serve(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        if self._stop_requested.is_set() or _signals.received():
+            _log.info("stopped before starting")
+            return 0
+        worker = self.settings.worker
+        self._processor = Processor(
+            app=self.app,
+            worker=worker,
+            priorities=self.priorities,
+            topics={p: topic for topic, (p, _) in self.topics.items()},
+            loop=self.loop,
+            metrics=self.metrics,
+            middleware=self.middleware,
+            context=contextvars.copy_context(),
+        )
+        processor = self._processor
+        server = self._start_http(processor)
+        self._consumer = ConsumerThread(
+            settings=self.settings,
+            group_id=self.group_id,
+            topics=self.topics,
+            side=self,
+            metrics=self.metrics,
+        )
+        self._install_signals()
+        self._call_hooks("on_worker_start", self)
+        _log.info(
+            "worker starting",
+            extra={
+                "group": self.group_id,
+                "topics": ",".join(self.topics),
+                "policy": worker.policy,
+                "concurrency": worker.concurrency,
+                "burst": worker.burst,
+            },
+        )
+        self._consumer.start()
+        heartbeat = self.loop.create_task(self._heartbeat())
+        try:
+            await self._stopped.wait()
+            await self._shutdown()
+        finally:
+            heartbeat.cancel()
+            self._remove_signals()
+            if server is not None:
+                server.close()
+        self._call_hooks("on_worker_stop", self)
+        return self._exit_code
+
+    async def _heartbeat(self) -> None:
+        burst = self.settings.worker.burst
+        while True:
+            self._loop_beat = time.monotonic()
+            processor = self._processor
+            if (
+                burst
+                and processor is not None
+                and processor.held
+                and processor.in_flight == 0
+                and not any(s.buffered for s in self._states())
+            ):
+                _log.error(
+                    "cannot drain: outcome hooks failed for %d job(s), whose offsets are held",
+                    processor.held,
+                )
+                self._fail(1)
+            await asyncio.sleep(HEARTBEAT_S)
+
+    async def _shutdown(self) -> None:
+        """Stop intake, let running jobs finish (bounded), commit, leave the group."""
+        processor = self._processor
+        consumer = self._consumer
+        assert processor is not None
+        assert consumer is not None
+        worker = self.settings.worker
+        processor.stopping = True
+        consumer.intake_stopped = True
+        dropped = processor.drop(self._states())
+        running = processor.in_flight
+        _log.info(
+            "stopping: intake stopped",
+            extra={"running": running, "dropped_buffered": dropped},
+        )
+        if running and not await processor.wait_idle((), worker.shutdown_timeout_s):
+            _log.warning(
+                "shutdown timeout: abandoning %d running job(s); their offsets are not "
+                "committed, so they will run again",
+                processor.in_flight,
+                extra={"timeout_s": worker.shutdown_timeout_s},
+            )
+        consumer.stop_requested = True
+        while not consumer.done.is_set():
+            await asyncio.sleep(0.01)
+        await processor.close()
+        self._log_summary()
+
+    def _log_summary(self) -> None:
+        processor = self._processor
+        finished = processor.finished if processor is not None else 0
+        extra: dict[str, object] = {"finished": finished, "exit_code": self._exit_code}
+        last = processor.last_end if processor is not None else 0.0
+        if self._first_start is not None and finished and last > self._first_start:
+            # First batch received to last job done: the drain, without start-up and exit.
+            elapsed = last - self._first_start
+            extra["elapsed_s"] = round(elapsed, 3)
+            extra["jobs_per_s"] = round(finished / elapsed) if elapsed > 0 else None
+        _log.info("worker stopped", extra=extra)
+
+    def _fail(self, code: int) -> None:
+        self._exit_code = code
+        if self._stopped is not None:
+            self._stopped.set()
+
+    def _states(self) -> list[PartitionState]:
+        consumer = self._consumer
+        return list(consumer.states.values()) if consumer is not None else []
+
+    # -- signals -------------------------------------------------------------------------------
+
+    def _install_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return  # embedded in a thread: the host calls stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, self._on_signal, sig)
+
+    def _remove_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.remove_signal_handler(sig)
+        _signals.restore()  # a signal while exiting must not kill the process with it
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals == 1:
+            _log.info(
+                "%s received: stopping gracefully (a second signal exits at once)",
+                sig.name,
+                extra={"timeout_s": self.settings.worker.shutdown_timeout_s},
+            )
+            self.stop()
+            return
+        _log.warning("%s received again: exiting now without committing", sig.name)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        os._exit(_signals.EXIT_INTERRUPTED)
+
+    # -- the consumer thread's calls (LoopSide) ------------------------------------------------
+
+    def on_batch(self, batch: Batch) -> None:
+        if self._first_start is None:
+            self._first_start = time.monotonic()
+        assert self._processor is not None
+        try:
+            self._processor.on_batch(batch)
+        except Exception:
+            # A bug, not bad input (that is skipped per message): a worker that silently lost
+            # a batch would stall its partitions, so stop and let the orchestrator restart it.
+            _log.critical("processing a batch failed; stopping", exc_info=True)
+            self._fail(1)
+
+    def on_assigned(self, states: list[PartitionState]) -> None:
+        if states:
+            refs = [PartitionRef(s.topic, s.partition) for s in states]
+            self._call_hooks("on_partitions_assigned", self, refs)
+
+    def on_share(self, owned: dict[str, int], total: dict[str, int]) -> None:
+        assert self._processor is not None
+        self._processor.set_share(owned, total)
+
+    async def revoke(self, states: list[PartitionState], *, lost: bool) -> None:
+        processor = self._processor
+        assert processor is not None
+        for state in states:
+            state.active = False
+        dropped = processor.drop(states)
+        grace = self.settings.worker.revoke_grace_s
+        running = sum(s.in_flight for s in states)
+        if running and not await processor.wait_idle(states, grace):
+            _log.warning(
+                "revoke grace period over: %d job(s) of revoked partitions still running; "
+                "their offsets are not committed",
+                sum(s.in_flight for s in states),
+                extra={"grace_s": grace},
+            )
+        _log.debug("revoked partitions released", extra={"dropped_buffered": dropped})
+        refs = [PartitionRef(s.topic, s.partition) for s in states]
+        self._call_hooks("on_partitions_revoked", self, refs, lost=lost)
+
+    def on_burst_drained(self) -> None:
+        _log.info("burst: drained, exiting")
+        self._fail(0)
+
+    def on_consumer_failed(self, exc: BaseException) -> None:
+        _log.error("stopping: the consumer failed: %s", exc)
+        self._fail(1)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _call_hooks(self, name: str, *args: object, **kwargs: object) -> None:
+        for middleware in self.middleware:
+            try:
+                getattr(middleware, name)(*args, **kwargs)
+            except Exception:
+                self.metrics.hook_failures += 1
+                _log.exception("%s.%s failed", type(middleware).__name__, name)
+
+    def _start_http(self, processor: Processor) -> MetricsServer | None:
+        port = self.settings.worker.metrics_port
+        gauges = Gauges(
+            in_flight=lambda: processor.in_flight,
+            concurrency=self.settings.worker.concurrency,
+            buffered=self._buffered_by_priority,
+            paused=lambda: sum(1 for s in self._states() if s.paused),
+            assigned=lambda: len(self._states()),
+        )
+        self.registry = make_registry(self.metrics, gauges)
+        if port is None:
+            return None
+        server = MetricsServer(self.registry, self.healthy, port)
+        self.metrics_port = server.port
+        _log.info("serving /metrics and /healthz", extra={"port": server.port})
+        return server
+
+    def _buffered_by_priority(self) -> dict[str, int]:
+        counts = {p.value: 0 for p in self.priorities}
+        for state in self._states():
+            counts[state.priority.value] += max(0, state.buffered)
+        return counts

@@ -1,0 +1,168 @@
+"""``--processes N``: run N worker processes (N group members) and keep them running.
+
+Each child is a fresh interpreter running ``python -m pipeline_worker`` with the same options
+(re-exec rather than fork: librdkafka's threads do not survive a fork). A child that dies (exit
+code other than 0, or a signal) is restarted after a backoff that doubles per quick death, from
+1 s up to 30 s. SIGTERM/SIGINT to the parent are forwarded to every child; the parent exits
+once all children have. Children run in their own process group, so a Ctrl-C in a terminal
+reaches them once (through the parent), not twice (which would make them exit at once).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+_log = logging.getLogger("pipeline.worker.supervisor")
+
+BACKOFF_MIN_S = 1.0
+BACKOFF_MAX_S = 30.0
+STABLE_AFTER_S = 60.0
+"""A child that ran this long before dying restarts after the shortest backoff again."""
+CHECK_INTERVAL_S = 0.2
+
+# Click parameter name -> command-line flag, to pass the parent's options to its children.
+FLAGS = {
+    "app_spec": "--app",
+    "group_id": "--group",
+    "priorities": "--priorities",
+    "policy": "--policy",
+    "weights": "--weights",
+    "concurrency": "--concurrency",
+    "threads": "--threads",
+    "burst": "--burst",
+    "key_ordering": "--key-ordering",
+    "bootstrap_servers": "--bootstrap-servers",
+    "namespace": "--namespace",
+    "log_level": "--log-level",
+    "config_file": "--config",
+}
+
+
+def child_arguments(given: Mapping[str, Any]) -> list[str]:
+    """The options given to the parent, as arguments for a child (without ``--processes``)."""
+    args: list[str] = []
+    for name, flag in FLAGS.items():
+        if name not in given or given[name] is None:
+            continue
+        value = given[name]
+        if isinstance(value, bool):
+            args.append(flag if value else "--no-" + flag.removeprefix("--"))
+        elif isinstance(value, list | tuple):
+            args += [flag, ",".join(str(v) for v in value)]
+        elif isinstance(value, Path):
+            args += [flag, str(value.resolve())]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+@dataclass(eq=False)
+class _Child:
+    index: int
+    process: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    failures: int = 0
+    restart_at: float | None = None
+    exit_code: int | None = None
+    done: bool = False
+    extra: list[str] = field(default_factory=list)
+
+
+class Supervisor:
+    """Starts, watches, restarts and stops the worker processes."""
+
+    def __init__(self, given: Mapping[str, Any], processes: int, metrics_port: int | None) -> None:
+        base = child_arguments(given)
+        self._children = []
+        for index in range(processes):
+            extra = ["--child-index", str(index)]
+            if metrics_port is not None:
+                port = metrics_port + index if metrics_port else 0
+                extra += ["--metrics-port", str(port)]
+            self._children.append(_Child(index, extra=base + extra))
+        self._stopping = 0
+        self._signal: int | None = None
+
+    def run(self) -> int:
+        """Supervise until every child exited; 0 when all of them exited cleanly."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for child in self._children:
+                self._start(child)
+            while not all(c.done for c in self._children):
+                self._watch()
+                time.sleep(CHECK_INTERVAL_S)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        codes = [c.exit_code for c in self._children]
+        _log.info("all worker processes exited", extra={"exit_codes": codes})
+        return 0 if all(code == 0 for code in codes) else 1
+
+    def _start(self, child: _Child) -> None:
+        command = [sys.executable, "-m", "pipeline_worker", *child.extra]
+        child.process = subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent)  # noqa: PLW1509
+        child.started = time.monotonic()
+        child.restart_at = None
+        _log.info("worker process started", extra={"index": child.index, "pid": child.process.pid})
+
+    def _watch(self) -> None:
+        now = time.monotonic()
+        for child in self._children:
+            if child.done:
+                continue
+            if child.process is None:
+                if child.restart_at is not None and now >= child.restart_at and not self._stopping:
+                    self._start(child)
+                continue
+            code = child.process.poll()
+            if code is None:
+                continue
+            child.process = None
+            child.exit_code = code
+            if code == 0 or self._stopping:
+                child.done = True
+                continue
+            if now - child.started >= STABLE_AFTER_S:
+                child.failures = 0
+            delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2**child.failures)
+            child.failures += 1
+            child.restart_at = now + delay
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            _log.warning(
+                "worker process died (%s); restarting in %gs",
+                how,
+                delay,
+                extra={"index": child.index, "restarts": child.failures},
+            )
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stopping += 1
+        name = signal.Signals(signum).name
+        _log.info("%s received: forwarding to the worker processes", name)
+        for child in self._children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signum)
+            elif child.process is None:
+                child.done = True  # waiting for a restart: stay down
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: get SIGTERM when the supervisor dies (Linux only)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass

@@ -1,0 +1,175 @@
+"""The two records the runtime moves around: an owned partition and a job taken from it.
+
+Both are plain slotted objects: one ``Work`` is made per job on the hot path, so it must be
+cheap. A ``PartitionState`` is shared by the consumer thread and the event loop thread without
+locks: every field has a single writer (noted below), and readers on the other thread only need
+a recent value (ints and bools are replaced atomically under the GIL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ._offsets import OffsetTracker
+
+if TYPE_CHECKING:
+    from asyncio import Task, TimerHandle
+    from collections import deque
+
+    from pipeline import Job, JobType, Priority
+    from pipeline._context import JobContext
+
+    from ._limits import TypeGate
+    from ._metrics import TypeStats
+
+
+class PartitionState:
+    """One assigned partition of a priority topic, from assignment until revocation."""
+
+    __slots__ = (
+        "active",
+        "at_end",
+        "commit_offset",
+        "committed",
+        "expected",
+        "handed",
+        "handed_next",
+        "in_flight",
+        "keys",
+        "partition",
+        "paused",
+        "pidx",
+        "priority",
+        "taken",
+        "topic",
+        "tracker",
+    )
+
+    def __init__(self, topic: str, partition: int, priority: Priority, pidx: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.priority = priority
+        self.pidx = pidx
+        """Index of the priority in the worker's priority order (its dispatcher queue)."""
+        self.active = True
+        """False once revoked or lost (loop thread writes)."""
+        # Consumer thread writes: messages handed to the loop, one past the last handed offset,
+        # and whether the partition is paused. Loop thread writes: messages taken out of the
+        # buffer (started, skipped or dropped), so handed - taken is what the buffer holds.
+        self.handed = 0
+        self.handed_next = -1
+        self.paused = False
+        self.at_end = False
+        """Consumed to the end (an end-of-partition event came after the last message)."""
+        self.taken = 0
+        # Loop thread: next offset expected from the consumer (-1: any), finished offsets and
+        # the commit point they allow; the consumer thread reads commit_offset to commit it.
+        self.expected = -1
+        self.tracker = OffsetTracker()
+        self.commit_offset = -1
+        self.in_flight = 0
+        self.keys: dict[bytes, deque[Work] | None] = {}
+        """Per-key ordering: a key present has a job admitted; the deque holds its successors."""
+        # Consumer thread: the last offset the broker acknowledged as committed.
+        self.committed = -1
+
+    @property
+    def buffered(self) -> int:
+        return self.handed - self.taken
+
+    def __repr__(self) -> str:
+        return f"<partition {self.topic}[{self.partition}]>"
+
+
+class Work:
+    """One job taken from a partition, from decoding until its offset is finished."""
+
+    __slots__ = (
+        "ctx",
+        "expired",
+        "finished",
+        "gate",
+        "job",
+        "job_type",
+        "key",
+        "kwargs",
+        "offset",
+        "runner",
+        "started",
+        "state",
+        "stats",
+        "suspended",
+        "timer",
+    )
+
+    def __init__(
+        self,
+        state: PartitionState,
+        offset: int,
+        key: bytes | None,
+        job: Job,
+        job_type: JobType,
+        gate: TypeGate | None,
+        stats: TypeStats,
+    ) -> None:
+        self.state = state
+        self.offset = offset
+        self.key = key
+        self.job = job
+        self.job_type = job_type
+        self.gate = gate
+        self.stats = stats
+        self.kwargs: dict[str, Any] | None = None
+        self.ctx: JobContext | None = None
+        self.started = 0.0
+        self.timer: TimerHandle | None = None
+        self.runner: Task[None] | None = None
+        self.suspended = False
+        self.expired = False
+        self.finished = False
+
+    def __repr__(self) -> str:
+        where = f"{self.state.topic}[{self.state.partition}]@{self.offset}"
+        return f"<job {self.job.id} {self.job.type} at {where}>"
+
+
+class IdleWaiters:
+    """Coroutines waiting until no job of some partitions (or no job at all) is running.
+
+    The job path calls :meth:`wake` when a partition's last running job finished, and only if
+    :attr:`waiting` is set, so it costs nothing while nobody waits (revocation and shutdown).
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, running: Callable[[], int]) -> None:
+        self._loop = loop
+        self._running = running
+        self._waiters: list[tuple[frozenset[PartitionState], asyncio.Future[None]]] = []
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self._waiters)
+
+    def idle(self, states: frozenset[PartitionState]) -> bool:
+        if states:
+            return all(s.in_flight == 0 for s in states)
+        return self._running() == 0
+
+    async def wait(self, states: frozenset[PartitionState], timeout: float) -> bool:
+        if self.idle(states):
+            return True
+        future: asyncio.Future[None] = self._loop.create_future()
+        self._waiters.append((states, future))
+        try:
+            await asyncio.wait_for(asyncio.shield(future), timeout)
+        except TimeoutError:
+            return self.idle(states)
+        finally:
+            self._waiters = [w for w in self._waiters if w[1] is not future]
+        return True
+
+    def wake(self) -> None:
+        for states, future in self._waiters:
+            if not future.done() and self.idle(states):
+                future.set_result(None)

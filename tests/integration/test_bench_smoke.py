@@ -1,0 +1,56 @@
+"""``python -m ops.bench --quick`` runs end to end and reports numbers (no timing is asserted)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.kafka
+
+
+def test_quick_benchmark_reports_every_section_with_numbers(
+    bootstrap_servers: str, tmp_path: Path
+) -> None:
+    published = REPO_ROOT / "docs" / "benchmarks.md"
+    before = published.read_bytes() if published.exists() else None
+    output = tmp_path / "benchmarks.md"
+    result = subprocess.run(
+        [sys.executable, "-m", "ops.bench", "--quick", "--output", str(output)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PIPELINE_BOOTSTRAP_SERVERS": bootstrap_servers},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    text = output.read_text()
+
+    for title in ("(a) Enqueue throughput", "(b) Drain throughput", "(c) Enqueue-to-start"):
+        assert f"## {title}" in text, text
+    # Every measured row has a positive rate, and every non-baseline row a ratio.
+    rows = re.findall(r"^\| (.+?) \| ([\d,]+) \| ([\d.]+) \| ([\d,]+) \| (\S+) \|", text, re.M)
+    assert len(rows) >= 7, text
+    for label, jobs, seconds, rate, ratio in rows:
+        assert int(jobs.replace(",", "")) > 0, label
+        assert float(seconds) > 0, label
+        assert int(rate.replace(",", "")) > 0, label
+        assert ratio == "baseline" or re.fullmatch(r"\d+%", ratio), (label, ratio)
+    latency = re.search(
+        r"\| ([\d,]+) \| [\d,]+ jobs/s \| ([\d.]+) ms \| [\d.]+ ms \| ([\d.]+) ms", text
+    )
+    assert latency is not None, text
+    assert float(latency[2]) <= float(latency[3])  # p50 <= p99
+    assert "Date:" in text
+    assert "nproc" in text
+    # A quick run must not overwrite the published results, nor leak this machine's paths.
+    assert (published.read_bytes() if published.exists() else None) == before
+    assert str(tmp_path) not in text
+    assert str(REPO_ROOT) not in text

@@ -1,0 +1,130 @@
+"""The job application the worker tests run: each handler appends what it did to a file.
+
+Every run writes a start line (``S``) when the handler begins and an end line (``E``) when it
+returns, so a test can tell which jobs ran, how often, in which order, and which were in flight
+at any moment. Each line is one ``os.write`` to a file opened with ``O_APPEND``: small appends are
+atomic, so lines from many threads and processes never interleave, and the file's order is the
+order in which the lines were written.
+
+Line format (space separated, see ``harness.RunEvent``)::
+
+    S|E job_id time_ns pid type topic partition offset key n
+
+Configuration comes from the environment (the worker runs this module in its own process):
+``WORKER_TEST_RECORD`` names the file, ``WORKER_TEST_RATE_LIMIT`` and
+``WORKER_TEST_CONCURRENCY_CAP`` set the options of the rate-limited and capped job types.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from typing import Any
+
+from pipeline import Pipeline
+
+RECORD_ENV = "WORKER_TEST_RECORD"
+RATE_LIMIT_ENV = "WORKER_TEST_RATE_LIMIT"
+CONCURRENCY_CAP_ENV = "WORKER_TEST_CONCURRENCY_CAP"
+
+app = Pipeline()
+
+
+class _Recorder:
+    """Appends lines to the recording file; opened lazily so forked workers get their own fd."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._pid = 0
+
+    def _open(self) -> int:
+        pid = os.getpid()
+        if self._fd is None or self._pid != pid:
+            path = os.environ[RECORD_ENV]
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._pid = pid
+        return self._fd
+
+    def line(self, event: str, ctx: Any, job_type: str, n: int) -> None:
+        key = getattr(ctx, "key", None)
+        if isinstance(key, bytes):
+            key = key.decode("utf-8", "replace")
+        topic = getattr(ctx, "topic", None) or app.topics.jobs(getattr(ctx, "priority", "default"))
+        # The brief names the id ``ctx.job_id``; pipeline.JobContext calls it ``ctx.id``.
+        job_id = getattr(ctx, "job_id", None) or getattr(ctx, "id", "?")
+        fields = (
+            event,
+            job_id,
+            time.time_ns(),
+            os.getpid(),
+            job_type,
+            topic,
+            getattr(ctx, "partition", -1),
+            getattr(ctx, "offset", -1),
+            key or "-",
+            n,
+        )
+        os.write(self._open(), (" ".join(map(str, fields)) + "\n").encode())
+
+
+record = _Recorder()
+
+
+def _duration_s(min_ms: float, max_ms: float) -> float:
+    return random.uniform(min_ms, max_ms) / 1000.0
+
+
+@app.job("noop")
+def noop(n: int, ctx: Any) -> None:
+    """Does nothing but record its run."""
+    record.line("S", ctx, "noop", n)
+    record.line("E", ctx, "noop", n)
+
+
+@app.job("sleepy")
+def sleepy(n: int, ctx: Any, min_ms: float = 0.0, max_ms: float = 5.0) -> None:
+    """A plain-function job that takes a random time (thread pool)."""
+    record.line("S", ctx, "sleepy", n)
+    time.sleep(_duration_s(min_ms, max_ms))
+    record.line("E", ctx, "sleepy", n)
+
+
+@app.job("sleepy_async")
+async def sleepy_async(n: int, ctx: Any, min_ms: float = 0.0, max_ms: float = 5.0) -> None:
+    """An ``async def`` job that takes a random time (event loop)."""
+    record.line("S", ctx, "sleepy_async", n)
+    await asyncio.sleep(_duration_s(min_ms, max_ms))
+    record.line("E", ctx, "sleepy_async", n)
+
+
+@app.job("long")
+def long(n: int, ctx: Any, seconds: float) -> None:
+    """A job that runs for ``seconds`` (far longer than max.poll.interval.ms in its test)."""
+    record.line("S", ctx, "long", n)
+    time.sleep(seconds)
+    record.line("E", ctx, "long", n)
+
+
+@app.job("ordered")
+async def ordered(n: int, ctx: Any, max_ms: float = 5.0) -> None:
+    """A keyed job whose start/end lines show per-key order and overlap."""
+    record.line("S", ctx, "ordered", n)
+    await asyncio.sleep(_duration_s(0.0, max_ms))
+    record.line("E", ctx, "ordered", n)
+
+
+@app.job("limited", rate_limit=float(os.environ.get(RATE_LIMIT_ENV, "200")))
+def limited(n: int, ctx: Any) -> None:
+    """A rate-limited job type: the whole fleet starts at most ``WORKER_TEST_RATE_LIMIT``/s."""
+    record.line("S", ctx, "limited", n)
+    record.line("E", ctx, "limited", n)
+
+
+@app.job("capped", concurrency=int(os.environ.get(CONCURRENCY_CAP_ENV, "3")))
+async def capped(n: int, ctx: Any, max_ms: float = 20.0) -> None:
+    """A job type with a per-process concurrency cap of ``WORKER_TEST_CONCURRENCY_CAP``."""
+    record.line("S", ctx, "capped", n)
+    await asyncio.sleep(_duration_s(0.0, max_ms))
+    record.line("E", ctx, "capped", n)

@@ -1,0 +1,7 @@
+"""Worker tests: real ``pipeline-worker`` processes against a real Kafka."""
+
+from __future__ import annotations
+
+from .fixtures import kit
+
+__all__ = ["kit"]

@@ -1,0 +1,53 @@
+"""Fixtures for worker tests, shared by ``tests/integration/worker`` and ``tests/chaos``.
+
+They build on the fixtures of ``tests/conftest.py``: a real broker, and per test a unique
+namespace with its :class:`~pipeline.Settings`. A test asks for ``kit`` and gets all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pipeline import Pipeline, Settings
+from pipeline._admin import apply_topics
+from pipeline._topics import TopicNames
+
+from .harness import GroupOffsets, Recording, WorkerLauncher
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+
+@dataclass(frozen=True)
+class WorkerKit:
+    """Everything a worker test uses, for one namespace whose topics exist."""
+
+    settings: Settings
+    topics: TopicNames
+    workers: WorkerLauncher
+    """Starts workers on the recording app; any still running are killed at teardown."""
+    producer: Pipeline
+    """Enqueues jobs (it has no handlers: the workers have those)."""
+    offsets: GroupOffsets
+    recording: Recording
+
+
+@pytest.fixture
+def kit(settings: Settings, tmp_path: Path) -> Iterator[WorkerKit]:
+    apply_topics(settings)
+    recording = Recording(tmp_path / "runs.log")
+    launcher = WorkerLauncher(settings, recording.path, tmp_path)
+    producer = Pipeline(settings)
+    offsets = GroupOffsets(settings)
+    try:
+        yield WorkerKit(
+            settings, TopicNames(settings.namespace), launcher, producer, offsets, recording
+        )
+    finally:
+        launcher.stop_all()
+        offsets.close()
+        producer.close(30)

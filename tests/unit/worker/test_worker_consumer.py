@@ -1,0 +1,367 @@
+"""The consumer thread's bookkeeping against a fake consumer: pauses, commits, revokes, bursts."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message, TopicPartition
+
+from pipeline import Priority, Settings
+from pipeline_worker._consumer import ConsumerThread, consumer_config
+from pipeline_worker._metrics import WorkerMetrics
+from pipeline_worker._work import PartitionState
+
+TOPIC = "ns.jobs.default"
+
+
+class FakeConsumer:
+    """Records what the consumer thread asks of librdkafka."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+        self.paused: set[tuple[str, int]] = set()
+        self.positions: dict[tuple[str, int], int] = {}
+        self.commits: list[tuple[bool, list[tuple[str, int, int]]]] = []
+        self.unassigned: list[tuple[str, int]] = []
+        self.partitions = 2
+        self.ends: dict[tuple[str, int], tuple[int, int]] = {}
+        """(low, high) watermarks; partitions not listed are empty."""
+        self.group_committed: dict[tuple[str, int], int] = {}
+        self.watermark_queries: list[tuple[str, int]] = []
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused |= {(tp.topic, tp.partition) for tp in tps}
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in tps}
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, self.positions.get((tp.topic, tp.partition), -1001)
+            )
+            for tp in tps
+        ]
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+        self.commits.append((asynchronous, [(tp.topic, tp.partition, tp.offset) for tp in offsets]))
+        for tp in offsets:
+            self.group_committed[(tp.topic, tp.partition)] = tp.offset
+        return offsets
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, self.group_committed.get((tp.topic, tp.partition), -1001)
+            )
+            for tp in tps
+        ]
+
+    def get_watermark_offsets(
+        self, tp: TopicPartition, timeout: float, cached: bool = False
+    ) -> tuple[int, int]:
+        self.watermark_queries.append((tp.topic, tp.partition))
+        return self.ends.get((tp.topic, tp.partition), (0, 0))
+
+    def list_topics(self, topic: str, timeout: float) -> Any:
+        partitions = dict.fromkeys(range(self.partitions))
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=partitions)})
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        self.unassigned += [(tp.topic, tp.partition) for tp in tps]
+
+
+class FakeSide:
+    """The event loop side, on a real loop in a thread (revocation waits for it)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.batches: list[Any] = []
+        self.revoked: list[tuple[list[PartitionState], bool]] = []
+        self.drained = threading.Event()
+        self.finished_jobs = 0
+        self.shares: list[tuple[dict[str, int], dict[str, int]]] = []
+
+    def on_batch(self, batch: Any) -> None:
+        self.batches.append(batch)
+
+    def on_assigned(self, states: list[PartitionState]) -> None:
+        return None
+
+    def on_share(self, owned: dict[str, int], total: dict[str, int]) -> None:
+        self.shares.append((owned, total))
+
+    async def revoke(self, states: list[PartitionState], *, lost: bool) -> None:
+        self.revoked.append((states, lost))
+
+    def on_burst_drained(self) -> None:
+        self.drained.set()
+
+    def on_consumer_failed(self, exc: BaseException) -> None:
+        return None
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+def consumer_thread(
+    loop: asyncio.AbstractEventLoop, **worker: Any
+) -> tuple[ConsumerThread, FakeConsumer, FakeSide]:
+    settings = Settings(namespace="ns", worker=worker)
+    side = FakeSide(loop)
+    made: list[FakeConsumer] = []
+
+    def factory(conf: dict[str, Any]) -> FakeConsumer:
+        made.append(FakeConsumer(conf))
+        return made[0]
+
+    thread = ConsumerThread(
+        settings=settings,
+        group_id="ns.workers",
+        topics={TOPIC: (Priority.DEFAULT, 0)},
+        side=side,
+        metrics=WorkerMetrics(),
+        consumer_factory=factory,  # type: ignore[arg-type]
+    )
+    return thread, made[0], side
+
+
+def own(thread: ConsumerThread, *partitions: int) -> list[PartitionState]:
+    states = [PartitionState(TOPIC, p, Priority.DEFAULT, 0) for p in partitions]
+    for state in states:
+        thread.states[(TOPIC, state.partition)] = state
+    return states
+
+
+def messages(partition: int, start: int, count: int) -> list[Message]:
+    return [
+        Message(topic=TOPIC, partition=partition, offset=o, value=b"x")
+        for o in range(start, start + count)
+    ]
+
+
+def flush(loop: asyncio.AbstractEventLoop) -> None:
+    """Wait until the loop ran every callback handed to it so far."""
+    done = threading.Event()
+    loop.call_soon_threadsafe(done.set)
+    assert done.wait(5)
+
+
+def test_the_consumer_settings_follow_the_design() -> None:
+    conf = consumer_config(Settings(namespace="ns", kafka={"fetch.min.bytes": "7"}), "g")
+    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+    assert conf["enable.auto.commit"] is False
+    assert conf["enable.auto.offset.store"] is False
+    assert conf["isolation.level"] == "read_committed"
+    assert conf["auto.offset.reset"] == "earliest"
+    assert conf["fetch.min.bytes"] == "7"
+    override = Settings(worker={"kafka_consumer": {"isolation.level": "read_uncommitted"}})
+    assert consumer_config(override, "g")["isolation.level"] == "read_uncommitted"
+
+
+def test_a_full_buffer_pauses_its_partition_and_a_drained_one_resumes(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, side = consumer_thread(loop, buffer_size=10)
+    full, other = own(thread, 0, 1)
+    thread._hand(messages(0, 0, 6) + messages(1, 0, 3))
+    assert fake.paused == set()
+    thread._hand(messages(0, 6, 6))  # 12 buffered >= 10
+    assert fake.paused == {(TOPIC, 0)}
+    assert full.paused
+    assert (full.handed, full.handed_next) == (12, 12)
+    flush(loop)
+    assert sum(len(group) for batch in side.batches for _, group in batch) == 15  # none lost
+    full.taken = 6  # 6 left: still above the resume mark (5)
+    thread._flow.resume_drained()
+    assert fake.paused == {(TOPIC, 0)}
+    full.taken = 7
+    thread._flow.resume_drained()
+    assert fake.paused == set()
+    assert not full.paused
+    assert not other.paused
+
+
+def test_resuming_when_everything_was_paused_wakes_the_fetcher(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, _ = consumer_thread(loop, buffer_size=4)
+    first, second = own(thread, 0, 1)
+    thread._hand(messages(0, 0, 4) + messages(1, 0, 4))
+    assert fake.paused == {(TOPIC, 0), (TOPIC, 1)}
+    first.taken = 4
+    thread._flow.resume_drained()
+    # Every partition was paused: librdkafka's fetcher sleeps until some request wakes it.
+    assert fake.watermark_queries == [(TOPIC, 0)]
+    thread._hand(messages(0, 4, 4))
+    second.taken = 4
+    thread._flow.resume_drained()
+    assert fake.watermark_queries == [(TOPIC, 0), (TOPIC, 1)]
+    first.taken = 8
+    thread._hand(messages(1, 4, 1))
+    thread._flow.resume_drained()  # partition 1 was fetching all along: no wake-up needed
+    assert fake.watermark_queries == [(TOPIC, 0), (TOPIC, 1)]
+
+
+def test_a_batch_is_grouped_by_partition_in_order(loop: asyncio.AbstractEventLoop) -> None:
+    thread, _, side = consumer_thread(loop)
+    own(thread, 0, 1)
+    thread._hand(messages(0, 0, 2) + messages(1, 5, 1) + messages(0, 2, 1))
+    flush(loop)
+    [batch] = side.batches
+    assert [(s.partition, [m.offset() for m in g]) for s, g in batch] == [
+        (0, [0, 1]),
+        (1, [5]),
+        (0, [2]),
+    ]
+
+
+def test_end_of_partition_events_mark_the_partition_drained_until_more_arrives(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, _, _ = consumer_thread(loop, burst=True)
+    [state] = own(thread, 0)
+    eof = Message(topic=TOPIC, partition=0, offset=3, error=KafkaError(KafkaError._PARTITION_EOF))
+    thread._hand([*messages(0, 0, 3), eof])
+    assert state.at_end
+    thread._hand([eof, *messages(0, 3, 1)])
+    assert not state.at_end
+
+
+def finish_all(state: PartitionState) -> None:
+    state.taken = state.handed
+    state.commit_offset = state.handed_next
+
+
+def test_commits_take_the_watermark_and_the_position_past_transaction_markers(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, _ = consumer_thread(loop)
+    busy, idle, untouched = own(thread, 0, 1, 2)
+    thread._hand(messages(0, 0, 10) + messages(1, 0, 5))
+    busy.commit_offset = 4  # offsets 4.. still running
+    finish_all(idle)
+    fake.positions = {(TOPIC, 0): 10, (TOPIC, 1): 6}  # a commit marker at offset 5
+    thread._committer.commit(thread.states.values(), 0.0)
+    assert fake.commits == [(True, [(TOPIC, 0, 4), (TOPIC, 1, 6)])]
+    assert untouched.committed == -1
+    thread._committer.on_commit(None, [TopicPartition(TOPIC, 0, 4), TopicPartition(TOPIC, 1, 6)])
+    assert (busy.committed, idle.committed) == (4, 6)
+    thread._committer.commit(thread.states.values(), 1.0)
+    assert len(fake.commits) == 1  # nothing moved: nothing to commit
+
+
+def test_commits_are_due_by_time_or_by_count(loop: asyncio.AbstractEventLoop) -> None:
+    thread, _, _ = consumer_thread(loop, commit_interval_s=2.0, commit_every=100)
+    committer = thread._committer
+    committer.commit([], 10.0, finished=0)
+    assert not committer.due(11.0, finished=99)
+    assert committer.due(11.0, finished=100)
+    assert committer.due(12.0, finished=0)
+
+
+def test_a_revoked_partition_is_committed_synchronously_once_its_jobs_are_done(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, side = consumer_thread(loop)
+    kept, revoked = own(thread, 0, 1)
+    thread._hand(messages(1, 0, 8))
+    revoked.commit_offset = 5
+    thread._give_up(fake, [TopicPartition(TOPIC, 1)], lost=False)  # type: ignore[arg-type]
+    assert [([s.partition for s in states], lost) for states, lost in side.revoked] == [
+        ([1], False)
+    ]
+    # Asynchronous: a blocking call inside a rebalance callback breaks the binding.
+    assert fake.commits == [(True, [(TOPIC, 1, 5)])]
+    assert fake.unassigned == [(TOPIC, 1)]
+    assert list(thread.states.values()) == [kept]
+    thread._committer.commit(thread.states.values(), 0.0)
+    assert len(fake.commits) == 1  # never again for a partition no longer owned
+
+
+def test_a_lost_partition_is_not_committed(loop: asyncio.AbstractEventLoop) -> None:
+    thread, fake, side = consumer_thread(loop)
+    [lost] = own(thread, 3)
+    lost.commit_offset = 9
+    thread._give_up(fake, [TopicPartition(TOPIC, 3)], lost=True)  # type: ignore[arg-type]
+    assert side.revoked[0][1] is True
+    assert fake.commits == []
+    assert fake.unassigned == [(TOPIC, 3)]
+
+
+def burst_check(thread: ConsumerThread) -> Callable[[], None]:
+    """Run the burst check as the consumer loop does when a poll returned nothing."""
+    thread._assigned_once = True
+    thread._share_changed = True
+
+    def check() -> None:
+        thread._burst_watch.recheck_now()
+        thread._update_share()
+        if thread._burst_watch.drained(1.0):
+            thread._side.on_burst_drained()
+
+    return check
+
+
+def test_a_burst_ends_once_every_partition_is_at_its_end_and_finished(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, side = consumer_thread(loop, burst=True)
+    states = own(thread, 0, 1)
+    check = burst_check(thread)
+    fake.ends = {(TOPIC, 0): (0, 4)}
+    thread._hand(messages(0, 0, 4))
+    states[0].commit_offset = 2  # two jobs still running
+    for state in states:
+        state.at_end = True
+    states[0].taken = 4
+    check()
+    assert not side.drained.is_set()
+    finish_all(states[0])
+    fake.positions = {(TOPIC, 0): 4}
+    check()
+    assert side.drained.wait(5)
+    assert fake.commits == [(False, [(TOPIC, 0, 4)])]
+
+
+def test_a_burst_waits_for_partitions_not_yet_at_their_end(loop: asyncio.AbstractEventLoop) -> None:
+    thread, _, side = consumer_thread(loop, burst=True)
+    states = own(thread, 0, 1)
+    check = burst_check(thread)
+    states[0].at_end = True
+    check()
+    flush(loop)
+    assert not side.drained.is_set()
+    states[1].at_end = True
+    check()
+    assert side.drained.wait(5)
+
+
+def test_a_burst_waits_for_the_partitions_other_members_still_drain(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, side = consumer_thread(loop, burst=True)
+    [mine] = own(thread, 0)
+    mine.at_end = True
+    check = burst_check(thread)
+    fake.ends = {(TOPIC, 1): (0, 10)}  # partition 1 belongs to another worker: 10 jobs
+    fake.group_committed = {(TOPIC, 1): 6}
+    check()
+    flush(loop)
+    assert not side.drained.is_set()
+    fake.group_committed = {(TOPIC, 1): 10}
+    check()
+    assert side.drained.wait(5)

@@ -1,0 +1,289 @@
+"""Priority policies, per-key ordering and per-type gates of the dispatcher."""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+
+import pytest
+
+from pipeline_worker._dispatch import Dispatcher, StrictPolicy, WeightedPolicy, make_policy
+from pipeline_worker._limits import TypeGate
+from pipeline_worker._work import Work
+
+from .support import FakeTimers, Jobs, state
+
+
+def dispatcher(
+    policy: StrictPolicy | WeightedPolicy | None = None,
+    *,
+    key_ordering: bool = False,
+    timers: FakeTimers | None = None,
+    ready: list[int] | None = None,
+) -> Dispatcher:
+    timers = timers or FakeTimers()
+    return Dispatcher(
+        4,
+        policy or StrictPolicy(),
+        key_ordering=key_ordering,
+        clock=timers.clock,
+        schedule=timers.schedule,
+        on_ready=lambda: ready.append(1) if ready is not None else None,
+    )
+
+
+def fill(d: Dispatcher, jobs: Jobs, pidx: int, count: int) -> None:
+    partition = state(pidx)
+    for _ in range(count):
+        d.push(jobs.work(partition))
+
+
+def drain(d: Dispatcher, count: int) -> list[Work]:
+    taken = []
+    for _ in range(count):
+        work = d.pop()
+        assert work is not None
+        taken.append(work)
+        d.release(work)
+    return taken
+
+
+def test_weighted_shares_follow_the_weights_over_a_long_run() -> None:
+    d = dispatcher(WeightedPolicy([10, 5, 3, 1]))
+    jobs = Jobs()
+    for pidx in range(4):
+        fill(d, jobs, pidx, 20_000)
+    picks = Counter(w.state.pidx for w in drain(d, 19_000))
+    assert picks == {0: 10_000, 1: 5_000, 2: 3_000, 3: 1_000}
+
+
+def test_weighted_interleaves_instead_of_bursting() -> None:
+    d = dispatcher(WeightedPolicy([10, 5, 3, 1]))
+    jobs = Jobs()
+    for pidx in range(4):
+        fill(d, jobs, pidx, 100)
+    window = [w.state.pidx for w in drain(d, 19)]
+    assert Counter(window) == {0: 10, 1: 5, 2: 3, 3: 1}
+    longest_run = max(len(run) for run in "".join(map(str, window)).split("1"))
+    assert longest_run <= 3  # critical never takes 10 in a row: others get turns in between
+
+
+def test_weighted_never_starves_low_and_shares_only_among_non_empty_queues() -> None:
+    d = dispatcher(WeightedPolicy([10, 5, 3, 1]))
+    jobs = Jobs()
+    fill(d, jobs, 0, 10_000)
+    fill(d, jobs, 3, 10_000)
+    picks = Counter(w.state.pidx for w in drain(d, 1_100))
+    assert picks == {0: 1_000, 3: 100}
+
+
+def test_weighted_with_custom_weights_within_a_percent() -> None:
+    d = dispatcher(make_policy("weighted", [7, 1, 1, 3]))
+    jobs = Jobs()
+    for pidx in range(4):
+        fill(d, jobs, pidx, 10_000)
+    picks = Counter(w.state.pidx for w in drain(d, 12_000))
+    for pidx, weight in enumerate([7, 1, 1, 3]):
+        assert picks[pidx] == pytest.approx(12_000 * weight / 12, rel=0.01)
+
+
+def test_strict_runs_lower_priorities_only_when_higher_ones_are_empty() -> None:
+    d = dispatcher(make_policy("strict", [10, 5, 3, 1]))
+    jobs = Jobs()
+    fill(d, jobs, 3, 5)
+    fill(d, jobs, 0, 5)
+    fill(d, jobs, 1, 2)
+    order = [w.state.pidx for w in drain(d, 12)]
+    assert order == [0] * 5 + [1] * 2 + [3] * 5
+    assert d.pop() is None
+
+
+def test_an_empty_dispatcher_has_nothing() -> None:
+    assert dispatcher(WeightedPolicy([1, 1, 1, 1])).pop() is None
+    with pytest.raises(ValueError, match="unknown policy"):
+        make_policy("fifo", [1, 1, 1, 1])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="positive"):
+        WeightedPolicy([1, 0, 1, 1])
+
+
+def test_same_key_jobs_never_run_together_and_run_in_offset_order() -> None:
+    d = dispatcher(key_ordering=True)
+    jobs = Jobs()
+    partition = state(0)
+    a1, b1, a2, a3, b2 = (jobs.work(partition, key=k) for k in (b"a", b"b", b"a", b"a", b"b"))
+    for work in (a1, b1, a2, a3, b2):
+        d.push(work)
+    running = [d.pop(), d.pop()]
+    assert running == [a1, b1]  # a2 waits behind a1, b2 behind b1
+    assert d.pop() is None
+    d.release(b1)
+    assert d.pop() is b2
+    d.release(a1)
+    assert d.pop() is a2
+    assert d.pop() is None
+    d.release(a2)
+    assert d.pop() is a3
+    d.release(a3)
+    d.release(b2)
+    assert partition.keys == {}
+
+
+def test_without_key_ordering_keys_are_ignored() -> None:
+    d = dispatcher(key_ordering=False)
+    jobs = Jobs()
+    partition = state(0)
+    first, second = jobs.work(partition, key=b"k"), jobs.work(partition, key=b"k")
+    d.push(first)
+    d.push(second)
+    assert [d.pop(), d.pop()] == [first, second]
+
+
+def test_keyless_jobs_are_never_ordered() -> None:
+    d = dispatcher(key_ordering=True)
+    jobs = Jobs()
+    partition = state(0)
+    for _ in range(3):
+        d.push(jobs.work(partition))
+    assert all(d.pop() is not None for _ in range(3))
+
+
+def test_a_capped_type_waits_aside_without_blocking_other_types() -> None:
+    d = dispatcher()
+    jobs = Jobs()
+    gate = TypeGate("slow", cap=2, rate_limit=None, now=0.0)
+    partition = state(0)
+    slow = [jobs.work(partition, "slow", gate=gate) for _ in range(4)]
+    fast = [jobs.work(partition, "fast") for _ in range(3)]
+    for work in slow + fast:
+        d.push(work)
+    started = [d.pop() for _ in range(5)]
+    assert started == [slow[0], slow[1], *fast]
+    assert d.pop() is None
+    assert gate.running == 2
+    assert list(gate.waiting) == slow[2:]
+    d.release(slow[0])
+    assert d.pop() is slow[2]  # admitted as soon as a slot frees, in arrival order
+    assert d.pop() is None
+    d.release(slow[1])
+    assert d.pop() is slow[3]
+    assert gate.running == 2
+
+
+def test_a_key_successor_still_respects_its_type_cap() -> None:
+    d = dispatcher(key_ordering=True)
+    jobs = Jobs()
+    gate = TypeGate("capped", cap=1, rate_limit=None, now=0.0)
+    partition = state(0)
+    first = jobs.work(partition, "capped", key=b"k", gate=gate)
+    other = jobs.work(partition, "capped", key=b"x", gate=gate)
+    second = jobs.work(partition, "capped", key=b"k", gate=gate)
+    for work in (first, other, second):
+        d.push(work)
+    assert d.pop() is first
+    assert d.pop() is None  # other waits in the gate, second behind its key
+    d.release(first)
+    assert d.pop() is other  # the gate's queue comes first; second then queues for the gate
+    assert d.pop() is None
+    d.release(other)
+    assert d.pop() is second
+
+
+def test_a_rate_limited_type_is_admitted_by_a_timer_at_its_rate() -> None:
+    timers = FakeTimers()
+    ready: list[int] = []
+    d = dispatcher(timers=timers, ready=ready)
+    jobs = Jobs()
+    gate = TypeGate("limited", cap=None, rate_limit=10.0, now=0.0)
+    gate.set_share(1, 1, 0.0)
+    partition = state(0)
+    for _ in range(5):
+        d.push(jobs.work(partition, "limited", gate=gate))
+    assert d.pop() is not None  # the bucket starts with one token
+    assert d.pop() is None
+    assert len(timers.timers) == 1  # one timer, no spinning
+    timers.advance(0.1)
+    assert ready == [1]
+    assert d.pop() is not None
+    assert d.pop() is None
+    started = 2
+    for _ in range(30):
+        timers.advance(0.1)
+        while d.pop() is not None:
+            started += 1
+    assert started == 5
+
+
+def test_dropping_a_partition_removes_its_jobs_everywhere_and_frees_slots() -> None:
+    d = dispatcher(key_ordering=True)
+    jobs = Jobs()
+    gate = TypeGate("capped", cap=1, rate_limit=None, now=0.0)
+    gone, kept = state(0, partition=0), state(0, partition=1)
+    running = jobs.work(gone, "capped", key=b"k", gate=gate)
+    waiting_key = jobs.work(gone, "x", key=b"k")
+    waiting_gate = jobs.work(kept, "capped", gate=gate)
+    queued = jobs.work(gone, "x")
+    other = jobs.work(kept, "x")
+    for work in (running, waiting_key, waiting_gate):
+        d.push(work)
+    assert d.pop() is running
+    assert d.pop() is None  # waiting_key behind its key, waiting_gate in the gate
+    d.push(queued)
+    d.push(other)
+    dropped = d.drop([gone])
+    assert set(dropped) == {waiting_key, queued}
+    assert gone.keys == {}
+    d.release(running)  # finishing after the drop admits the other partition's job
+    assert d.pop() is waiting_gate
+    assert d.pop() is other
+    assert d.pop() is None
+
+
+def test_dropping_admitted_jobs_gives_their_gate_slot_back() -> None:
+    d = dispatcher()
+    jobs = Jobs()
+    gate = TypeGate("capped", cap=1, rate_limit=None, now=0.0)
+    partition = state(0)
+    first, second = (
+        jobs.work(partition, "capped", gate=gate),
+        jobs.work(partition, "capped", gate=gate),
+    )
+    d.push(first)
+    d.push(second)
+    assert d.pop() is first
+    assert d.pop() is None  # second waits in the gate
+    d.release(first)  # second is admitted (holds the slot) but not started
+    assert d.admitted == deque([second])
+    assert gate.running == 1
+    assert d.drop([partition]) == [second]
+    assert gate.running == 0
+
+
+def test_taking_many_at_once_keeps_the_weighted_shares() -> None:
+    d = dispatcher(WeightedPolicy([10, 5, 3, 1]))
+    jobs = Jobs()
+    for pidx in range(4):
+        fill(d, jobs, pidx, 20_000)
+    picks: Counter[int] = Counter()
+    while sum(picks.values()) < 19_000:
+        batch = d.pop_many(38)
+        picks.update(w.state.pidx for w in batch)
+        for work in batch:
+            d.release(work)
+    assert picks == {0: 10_000, 1: 5_000, 2: 3_000, 3: 1_000}
+
+
+def test_taking_many_respects_gates_and_keys() -> None:
+    for key_ordering in (False, True):
+        d = dispatcher(key_ordering=key_ordering)
+        jobs = Jobs()
+        gate = TypeGate("capped", cap=2, rate_limit=None, now=0.0)
+        partition = state(1)
+        capped = [jobs.work(partition, "capped", gate=gate) for _ in range(4)]
+        keyed = [jobs.work(partition, key=b"k") for _ in range(2)]
+        for work in capped + keyed:
+            d.push(work)
+        taken = d.pop_many(100)
+        expected = [*capped[:2], *keyed] if not key_ordering else [*capped[:2], keyed[0]]
+        assert taken == expected
+        assert d.pop_many(100) == []
+        d.release(capped[0])
+        assert d.pop_many(100) == [capped[2]]

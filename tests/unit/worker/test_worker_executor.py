@@ -1,0 +1,443 @@
+"""Running handlers: eager coroutines on runner tasks, threads, time limits, outcomes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from pipeline import PayloadValidationError, Pipeline
+from pipeline._context import JobContext
+from pipeline.testing import InMemoryTransport
+from pipeline_worker import Middleware, Outcome, OutcomeKind, TimeLimitError
+
+from .support import Harness
+
+VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 20))
+
+
+def make_app() -> Pipeline:
+    return Pipeline(transport=InMemoryTransport())
+
+
+def test_coroutines_that_never_suspend_finish_eagerly_inside_a_task() -> None:
+    seen: list[tuple[int, bool, str]] = []
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("quick")
+        async def quick(i: int) -> None:
+            seen.append((i, asyncio.current_task() is not None, VAR.get()))
+            VAR.set(f"leaked by {i}")  # each job has its own context: nothing leaks
+
+        h = Harness(app)
+        h.feed(*(h.message("quick", {"i": i}) for i in range(50)))
+        await h.recorder.wait_for(50)
+        assert h.recorder.kinds() == [OutcomeKind.SUCCEEDED] * 50
+        assert h.partition.commit_offset == 50
+        assert h.processor.in_flight == 0
+        assert h.processor.finished == 50
+
+    run(main)
+    assert seen == [(i, True, "unset") for i in range(50)]
+
+
+def test_a_suspended_job_keeps_its_runner_and_others_run_meanwhile() -> None:
+    async def main() -> None:
+        app = make_app()
+        release = asyncio.Event()
+
+        @app.job("wait")
+        async def wait() -> None:
+            await release.wait()
+
+        @app.job("quick")
+        async def quick() -> None:
+            await asyncio.sleep(0)
+
+        h = Harness(app)
+        h.feed(h.message("wait"), *(h.message("quick") for _ in range(5)))
+        outcomes = await h.recorder.wait_for(5)
+        assert {o.offset for o in outcomes} == {1, 2, 3, 4, 5}
+        assert h.partition.commit_offset == 0  # offset 0 is still running
+        release.set()
+        await h.recorder.wait_for(6)
+        assert h.partition.commit_offset == 6
+
+    run(main)
+
+
+def test_exceptions_before_and_after_suspending_fail_the_job() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("early")
+        async def early() -> None:
+            raise KeyError("early")
+
+        @app.job("late")
+        async def late() -> None:
+            await asyncio.sleep(0)
+            raise ValueError("late")
+
+        @app.job("fine")
+        async def fine() -> None:
+            return None
+
+        h = Harness(app)
+        h.feed(h.message("early"), h.message("late"), h.message("fine"))
+        outcomes = await h.recorder.wait_for(3)
+        by_offset = {o.offset: o for o in outcomes}
+        assert by_offset[0].kind is OutcomeKind.FAILED
+        assert isinstance(by_offset[0].error, KeyError)
+        assert by_offset[1].kind is OutcomeKind.FAILED
+        assert isinstance(by_offset[1].error, ValueError)
+        assert by_offset[2].kind is OutcomeKind.SUCCEEDED
+        assert h.partition.commit_offset == 3  # failures move the offset on too (for now)
+        stats = h.metrics.stats["early", "default"]
+        assert (stats.started, stats.failed, stats.succeeded) == (1, 1, 0)
+
+    run(main)
+
+
+def test_asyncio_timeout_works_inside_a_handler() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("bounded")
+        async def bounded() -> None:
+            async with asyncio.timeout(0.01):
+                await asyncio.Event().wait()
+
+        h = Harness(app)
+        h.feed(h.message("bounded"))
+        [outcome] = await h.recorder.wait_for(1)
+        assert outcome.kind is OutcomeKind.FAILED
+        assert isinstance(outcome.error, TimeoutError)
+
+    run(main)
+
+
+def test_a_time_limit_cancels_a_coroutine_and_the_runner_carries_on() -> None:
+    cancelled = []
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("slow", time_limit=0.05)
+        async def slow() -> None:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+
+        @app.job("after")
+        async def after() -> None:
+            await asyncio.sleep(0)
+
+        h = Harness(app, concurrency=1)
+        h.feed(h.message("slow"), h.message("after"))
+        outcomes = await h.recorder.wait_for(2)
+        assert [o.kind for o in outcomes] == [OutcomeKind.TIMED_OUT, OutcomeKind.SUCCEEDED]
+        assert isinstance(outcomes[0].error, TimeLimitError)
+        assert outcomes[0].duration >= 0.05
+        assert h.partition.commit_offset == 2
+        assert h.metrics.stats["slow", "default"].timed_out == 1
+
+    run(main)
+    assert cancelled == [True]
+
+
+def test_a_time_limit_fails_a_thread_job_at_the_deadline_and_ignores_its_late_result() -> None:
+    release = threading.Event()
+    returned = threading.Event()
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("stuck", time_limit=0.05)
+        def stuck() -> str:
+            release.wait(10)
+            returned.set()
+            return "late"
+
+        h = Harness(app)
+        h.feed(h.message("stuck"))
+        [outcome] = await h.recorder.wait_for(1)
+        assert outcome.kind is OutcomeKind.TIMED_OUT
+        assert not returned.is_set()
+        assert h.partition.commit_offset == 1
+        assert h.processor.in_flight == 0
+        release.set()
+        await asyncio.to_thread(returned.wait, 5)
+        h.feed(h.message("stuck"))  # the late result must not count as a second outcome
+        await h.recorder.wait_for(2)
+        assert len(h.recorder.outcomes) == 2
+
+    run(main)
+
+
+def test_plain_functions_run_on_pool_threads_with_their_own_context() -> None:
+    seen: list[tuple[bool, str]] = []
+
+    async def main() -> None:
+        app = make_app()
+        main_thread = threading.get_ident()
+
+        @app.job("sync")
+        def sync(i: int) -> None:
+            seen.append((threading.get_ident() != main_thread, VAR.get()))
+            VAR.set("leak")
+
+        h = Harness(app, threads=2)
+        h.feed(*(h.message("sync", {"i": i}) for i in range(20)))
+        await h.recorder.wait_for(20)
+        assert h.partition.commit_offset == 20
+
+    run(main)
+    assert seen == [(True, "unset")] * 20
+
+
+def test_arguments_that_do_not_fit_the_handler_fail_as_payload_errors() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("strict")
+        async def strict(a: int) -> None:
+            return None
+
+        @app.job("strict_sync")
+        def strict_sync(a: int) -> None:
+            raise TypeError("raised inside the handler")
+
+        h = Harness(app)
+        h.feed(
+            h.message("strict", {"b": 1}),
+            h.message("strict_sync", {"b": 1}),
+            h.message("strict_sync", {"a": 1}),
+        )
+        outcomes = sorted(await h.recorder.wait_for(3), key=lambda o: o.offset)
+        assert isinstance(outcomes[0].error, PayloadValidationError)
+        assert isinstance(outcomes[1].error, PayloadValidationError)
+        assert type(outcomes[2].error) is TypeError  # not a payload problem
+
+    run(main)
+
+
+def test_undecodable_and_unknown_messages_are_skipped_past() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("known")
+        async def known() -> None:
+            return None
+
+        h = Harness(app)
+        h.feed(
+            h.message("known", value=b"\x00garbage"),
+            h.message("nobody-handles-this"),
+            h.message("known"),
+            h.message(
+                "known", value=b'{"id": "1", "type": "known", "payload": "[1]", "attempt": 1}'
+            ),
+        )
+        outcomes = await h.recorder.wait_for(4)
+        kinds = {o.offset: o.kind for o in outcomes}
+        assert kinds == {
+            0: OutcomeKind.UNDECODABLE,
+            1: OutcomeKind.UNKNOWN_TYPE,
+            2: OutcomeKind.SUCCEEDED,
+            3: OutcomeKind.FAILED,  # the payload is not an object
+        }
+        assert outcomes[0].raw == b"\x00garbage"
+        assert h.partition.commit_offset == 4
+        assert h.metrics.undecodable == {"decode_error": 1, "unknown_type": 1}
+
+    run(main)
+
+
+def test_a_message_delivered_twice_runs_once() -> None:
+    runs: list[int] = []
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("once")
+        async def once(i: int) -> None:
+            runs.append(i)
+
+        h = Harness(app)
+        first = [h.message("once", {"i": i}) for i in range(3)]
+        h.feed(*first)
+        h.feed(*first[1:], h.message("once", {"i": 3}))  # a resume racing a fetch re-delivers
+        await h.recorder.wait_for(4)
+        assert h.metrics.duplicates == 2
+        assert h.partition.taken == h.partition.handed
+
+    run(main)
+    assert runs == [0, 1, 2, 3]
+
+
+def test_the_context_describes_the_job() -> None:
+    contexts: list[JobContext] = []
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("ctx", time_limit=30)
+        async def with_ctx(x: int, ctx: JobContext) -> None:
+            contexts.append(ctx)
+            ctx.progress(0.5, "half")
+
+        h = Harness(app)
+        h.feed(h.message("ctx", {"x": 1}, key=b"k"))
+        await h.recorder.wait_for(1)
+        assert h.metrics.progress == 1
+
+    run(main)
+    [ctx] = contexts
+    assert (ctx.id, ctx.type, ctx.offset, ctx.partition, ctx.key) == ("job-0", "ctx", 0, 0, b"k")
+    assert ctx.topic.endswith(".jobs.default")
+    assert ctx.deadline is not None
+    assert 0 < (ctx.time_left() or 0) <= 30
+    assert (ctx.progress_fraction, ctx.progress_detail) == (0.5, "half")
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        ctx.progress(1.5)
+
+
+def test_the_global_concurrency_is_never_exceeded() -> None:
+    async def main() -> None:
+        app = make_app()
+        running = 0
+        peak = 0
+
+        @app.job("busy")
+        async def busy() -> None:
+            nonlocal running, peak
+            running += 1
+            peak = max(peak, running)
+            await asyncio.sleep(0.001)
+            running -= 1
+
+        h = Harness(app, concurrency=3)
+        h.feed(*(h.message("busy") for _ in range(30)))
+        await h.recorder.wait_for(30)
+        assert peak == 3
+
+    run(main)
+
+
+class Holding(Middleware):
+    """An outcome hook that finishes later (e.g. a produce waiting for its acknowledgement)."""
+
+    def __init__(self) -> None:
+        self.gate: asyncio.Future[None] | None = None
+
+    def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:
+        self.gate = asyncio.get_running_loop().create_future()
+        return self.gate
+
+
+def test_an_outcome_hook_holds_the_offset_until_its_awaitable_is_done() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("x")
+        async def x() -> None:
+            return None
+
+        holding = Holding()
+        h = Harness(app, middleware=[holding])
+        h.feed(h.message("x"))
+        await h.recorder.wait_for(1)
+        assert holding.gate is not None
+        assert h.partition.commit_offset == -1
+        assert h.processor.in_flight == 1
+        holding.gate.set_result(None)
+        while h.processor.in_flight:
+            await asyncio.sleep(0)
+        assert h.partition.commit_offset == 1
+
+    run(main)
+
+
+class Failing(Middleware):
+    def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:
+        raise RuntimeError("the dead-letter topic is unreachable")
+
+
+def test_a_failing_outcome_hook_keeps_the_offset_unfinished() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("x")
+        async def x() -> None:
+            return None
+
+        h = Harness(app, middleware=[Failing()])
+        h.feed(h.message("x"), h.message("x"))
+        await h.recorder.wait_for(2)
+        assert h.partition.commit_offset == -1  # never past a job whose outcome was not handled
+        assert h.processor.held == 2
+        assert h.processor.in_flight == 0
+        assert h.metrics.hook_failures == 2
+
+    run(main)
+
+
+def test_tombstones_and_codec_crashes_are_undecodable_not_fatal() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("known")
+        async def known() -> None:
+            return None
+
+        h = Harness(app)
+        tombstone = h.message("known")
+        tombstone.set_value(None)
+        h.feed(tombstone, h.message("known", value=b"crash"), h.message("known"))
+        outcomes = await h.recorder.wait_for(3)
+        assert [o.kind for o in outcomes[:2]] == [OutcomeKind.UNDECODABLE] * 2
+        assert "tombstone" in str(outcomes[0].error)
+        assert "a bug in the codec" in str(outcomes[1].error)
+        assert outcomes[2].kind is OutcomeKind.SUCCEEDED
+        assert h.partition.commit_offset == 3
+
+    run(main)
+
+
+def test_a_rate_limit_takes_the_share_of_its_priority_topic() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("limited", rate_limit=60.0, priority="high")
+        async def limited() -> None:
+            return None
+
+        @app.job("everywhere", rate_limit=60.0, priority="critical")
+        async def everywhere() -> None:
+            return None
+
+        h = Harness(app, priorities=["high", "default"])
+        high, default = app.topics.jobs("high"), app.topics.jobs("default")
+        h.feed(h.message("limited"), h.message("everywhere"))
+        await h.recorder.wait_for(2)
+        h.processor.set_share({high: 1, default: 6}, {high: 6, default: 6})
+        gates = {name: e.gate for name, e in h.processor.types.entries.items()}
+        assert gates["limited"] is not None
+        assert gates["limited"].rate == pytest.approx(10.0)  # 1 of the 6 high partitions
+        assert gates["everywhere"] is not None
+        assert gates["everywhere"].rate == pytest.approx(35.0)  # critical is not consumed: 7/12
+
+    run(main)
