@@ -36,9 +36,8 @@ def test_job_running_3x_max_poll_interval_causes_no_rebalance_and_runs_once(
         "PIPELINE_WORKER__SESSION_TIMEOUT_MS": str(MAX_POLL_INTERVAL_MS),
     }
     port = free_port()
-    worker = kit.workers.start(
-        "--concurrency", "4", "--burst", "--metrics-port", str(port), env=env
-    )
+    # No --burst: a burst worker exits the moment the long job ends, before the last scrape.
+    worker = kit.workers.start("--concurrency", "4", "--metrics-port", str(port), env=env)
     wait_until(
         lambda: recording.count("S", job_type="long") >= 1,
         timeout=60,
@@ -59,7 +58,14 @@ def test_job_running_3x_max_poll_interval_causes_no_rebalance_and_runs_once(
         assert worker.alive(), worker.log_tail()
         assert time.monotonic() < deadline, "the long job never ended"
         snapshots.append(describe_group(kit.settings, kit.offsets.group))
+    wait_until(
+        lambda: recording.count("E", job_type="noop") >= len(behind),
+        timeout=60,
+        what="the jobs behind the long one to finish",
+        watch=[worker],
+    )
     after = scrape(port)
+    worker.terminate()  # graceful: commits what finished, then leaves the group
     assert worker.wait(timeout=60) == 0, worker.log_tail()
 
     assert after is not None, worker.log_tail()
