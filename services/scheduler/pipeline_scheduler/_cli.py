@@ -12,9 +12,8 @@ import click
 from pydantic import ValidationError
 
 from pipeline import Pipeline, Settings
-
-from ._loader import AppLoadError, load_app
-from ._logging import configure_logging
+from pipeline._loader import AppLoadError, load_app
+from pipeline._logfmt import configure_logging
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})

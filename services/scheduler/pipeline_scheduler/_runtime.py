@@ -13,9 +13,9 @@ from confluent_kafka import KafkaException
 
 from pipeline import Pipeline, Settings
 from pipeline._errors import PipelineError
+from pipeline._metricsserver import MetricsServer
 from pipeline._records import Schedule
 
-from ._http import MetricsServer
 from ._leadership import Leadership
 from ._metrics import SchedulerMetrics
 from ._session import LeaderSession

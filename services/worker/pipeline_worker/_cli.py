@@ -14,11 +14,11 @@ import click
 from pydantic import ValidationError
 
 from pipeline import Pipeline, Priority, Settings
+from pipeline._loader import AppLoadError, load_app
+from pipeline._logfmt import configure_logging
 from pipeline._settings import WorkerSettings
 
 from . import _signals
-from ._loader import AppLoadError, load_app
-from ._logging import configure_logging
 
 _log = logging.getLogger("pipeline.worker")
 

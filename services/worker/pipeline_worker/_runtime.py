@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline import Pipeline, Priority, Settings
+from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 
 from . import _signals
 from ._consumer import Batch, ConsumerThread
-from ._http import MetricsServer
 from ._metrics import Gauges, WorkerMetrics, make_registry
 from ._middleware import Middleware, PartitionRef
 from ._processing import Processor

@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline import Pipeline, Settings
+from pipeline._loader import AppLoadError, load_app
 from pipeline_worker._cli import WORKER_OPTIONS, _settings
 from pipeline_worker._cli import command as main
-from pipeline_worker._loader import AppLoadError, load_app
 from pipeline_worker._supervisor import child_arguments
 
 APP_MODULE = """

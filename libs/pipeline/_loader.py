@@ -6,10 +6,11 @@ import importlib
 import os
 import sys
 
-from pipeline import Pipeline
+from ._app import Pipeline
+from ._errors import PipelineError
 
 
-class AppLoadError(Exception):
+class AppLoadError(PipelineError):
     """``--app`` does not name a :class:`pipeline.Pipeline`; the message says why."""
 
 

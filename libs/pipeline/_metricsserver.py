@@ -10,22 +10,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-_log = logging.getLogger("pipeline.scheduler.http")
+_log = logging.getLogger("pipeline.http")
 
 Health = Callable[[], tuple[bool, str]]
 
 
 class MetricsServer:
-    """Serves the registry and the health check on ``port`` (0: a free port)."""
+    """Serves the registry and the health check on ``port`` (0: a free port) on every interface."""
 
     def __init__(
         self, registry: CollectorRegistry, health: Health, port: int, host: str = ""
     ) -> None:
-        self._server = ThreadingHTTPServer((host, port), _handler(registry, health))
+        handler = _handler(registry, health)
+        self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="scheduler-metrics", daemon=True
+            target=self._server.serve_forever, name="pipeline-metrics", daemon=True
         )
         self._thread.start()
 
