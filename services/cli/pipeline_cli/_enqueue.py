@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from pipeline import Pipeline, Priority
 
-from ._output import cli_errors, common_options, json_option, print_json
+from ._output import cli_errors, common_options, json_object, json_option, print_json
 
 if TYPE_CHECKING:
     from pipeline import Settings
-
-
-def _parse_payload(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:
-    try:
-        payload = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise click.BadParameter(
-            f"must be a JSON object of the handler's arguments, got {type(payload).__name__}"
-        )
-    return payload
 
 
 def _parse_header(
@@ -45,7 +32,7 @@ def _parse_header(
     "--payload",
     default="{}",
     show_default=True,
-    callback=_parse_payload,
+    callback=json_object,
     help="The job's arguments as a JSON object.",
 )
 @click.option(

@@ -171,3 +171,16 @@ def print_table(
     click.echo(line([c.upper() for c in columns]), err=err)
     for row in cells:
         click.echo(line(row), err=err)
+
+
+def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:
+    """A click callback: the option's value parsed as a JSON object (a handler's arguments)."""
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(
+            f"must be a JSON object of the handler's arguments, got {type(parsed).__name__}"
+        )
+    return parsed

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -21,20 +20,17 @@ from pipeline._schedule import (
     read_schedules,
 )
 
-from ._output import cli_errors, common_options, json_option, print_json, print_table
+from ._output import (
+    cli_errors,
+    common_options,
+    json_object,
+    json_option,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from pipeline import Settings
-
-
-def _payload(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:
-    try:
-        payload = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}") from None
-    if not isinstance(payload, dict):
-        raise click.BadParameter(f"must be a JSON object, got {type(payload).__name__}")
-    return payload
 
 
 @click.group()
@@ -46,7 +42,9 @@ def schedules() -> None:
 @click.argument("name")
 @click.option("--cron", "cron", required=True, help="Cron expression, e.g. '*/5 * * * *'.")
 @click.option("--type", "job_type", required=True, help="Job type each fire enqueues.")
-@click.option("--payload", default="{}", show_default=True, callback=_payload, help="JSON object.")
+@click.option(
+    "--payload", default="{}", show_default=True, callback=json_object, help="JSON object."
+)
 @click.option("--tz", default="UTC", show_default=True, help="IANA time zone of the expression.")
 @click.option(
     "--missed",
