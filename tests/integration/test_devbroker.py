@@ -23,6 +23,7 @@ from pipeline import Pipeline, Settings
 from pipeline._topicspec import topic_specs
 from pipeline_cli import cli, devbroker
 from pipeline_cli._dev import dev
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -79,14 +80,18 @@ def consume_all(servers: str, count: int) -> list[bytes]:
 def wait_for_full_isr(servers: str, timeout: float = 60) -> int:
     """Waits until all three replicas of the test topic are in sync; returns its leader."""
     admin = AdminClient({"bootstrap.servers": servers})
-    deadline = time.monotonic() + timeout
-    while True:
+    leaders: list[int] = []
+
+    def in_sync() -> bool:
         topic = admin.list_topics(TOPIC, timeout=10).topics[TOPIC]
         partition = topic.partitions.get(0)
         if topic.error is None and partition is not None and sorted(partition.isrs) == [1, 2, 3]:
-            return int(partition.leader)
-        assert time.monotonic() < deadline, f"replicas not all in sync after {timeout} s"
-        time.sleep(0.2)
+            leaders.append(int(partition.leader))
+            return True
+        return False
+
+    assert wait_for(in_sync, timeout, interval=0.2), f"replicas not all in sync after {timeout} s"
+    return leaders[-1]
 
 
 def test_three_nodes_replicate_with_acks_all(cluster: DevCluster) -> None:

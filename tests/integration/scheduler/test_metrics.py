@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-import time
 import urllib.request
+from collections.abc import Callable
 
 from pipeline import Pipeline
 from pipeline._settings import SchedulerSettings, Settings
 from pipeline_scheduler import Scheduler
+from tests import waiting
 
 
 def get(port: int, path: str) -> str:
@@ -17,11 +18,8 @@ def get(port: int, path: str) -> str:
     return body.decode()
 
 
-def wait_for(condition: object, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not callable(condition) or not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.05)
+def wait_for(condition: Callable[[], bool], timeout: float = 30) -> None:
+    assert waiting.wait_for(condition, timeout), "condition not met in time"
 
 
 def test_metrics_and_health(topics: Settings) -> None:

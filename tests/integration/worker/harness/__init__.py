@@ -9,6 +9,8 @@
   ever passes a job that has not finished.
 """
 
+from tests.waiting import wait_for
+
 from .kafka import (
     CommitAuditor,
     GroupOffsets,
@@ -23,7 +25,6 @@ from .processes import (
     REPO_ROOT,
     WorkerLauncher,
     WorkerProcess,
-    wait_for,
     wait_until,
 )
 from .runs import Recording, RunEvent, TopicPartitionKey, check_ran

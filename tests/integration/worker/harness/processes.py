@@ -24,16 +24,6 @@ RECORDING_APP = "tests.integration.worker.apps.recording:app"
 TRACEBACK = "Traceback (most recent call last)"
 
 
-def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.05) -> bool:
-    """Poll ``condition`` for up to ``timeout`` seconds; return whether it came true."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(interval)
-    return True
-
-
 def wait_until(
     condition: Callable[[], bool],
     *,
