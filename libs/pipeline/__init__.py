@@ -24,10 +24,12 @@ from ._errors import (
     PayloadValidationError,
     PipelineError,
     SchemaNotFoundError,
+    TimeLimitError,
     UnknownJobTypeError,
 )
 from ._job import AttemptError, Job, PayloadEncoding, Priority
 from ._registry import JobOptions, JobType
+from ._retry import Backoff, Retry
 from ._settings import Settings
 
 __version__ = "0.1.0.dev0"
@@ -35,6 +37,7 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AttemptError",
     "AvroPayload",
+    "Backoff",
     "BoundEnqueue",
     "ConfigurationError",
     "DecodeError",
@@ -54,8 +57,10 @@ __all__ = [
     "Pipeline",
     "PipelineError",
     "Priority",
+    "Retry",
     "SchemaNotFoundError",
     "Settings",
+    "TimeLimitError",
     "UnknownJobTypeError",
     "__version__",
 ]

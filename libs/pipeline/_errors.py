@@ -73,3 +73,12 @@ class EnqueueError(PipelineError):
         super().__init__(f"job {job_id} was not enqueued: {reason}")
         self.job_id = job_id
         self.reason = reason
+
+
+class TimeLimitError(PipelineError, TimeoutError):
+    """A job ran past its type's ``time_limit``; the worker failed it at the deadline."""
+
+    def __init__(self, job_type: str, time_limit: float) -> None:
+        super().__init__(f"job type {job_type!r} exceeded its time limit of {time_limit:g}s")
+        self.job_type = job_type
+        self.time_limit = time_limit

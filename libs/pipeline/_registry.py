@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
 from ._job import Priority
+from ._retry import Backoff
 
 if TYPE_CHECKING:
     from ._codec import PayloadCodec
@@ -33,6 +34,8 @@ class JobOptions:
     """Exceptions that go straight to the dead-letter topic instead of being retried."""
     payload: PayloadCodec | None = None
     """How payloads are encoded: ``None`` is JSON; ``AvroPayload(schema)`` for Avro."""
+    backoff: Backoff = field(default_factory=Backoff)
+    """Delay before each retry of a transient failure."""
 
     def __post_init__(self) -> None:
         for name in ("max_attempts", "concurrency"):
@@ -43,6 +46,12 @@ class JobOptions:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ConfigurationError(f"{name} must be positive, got {value}")
+        if isinstance(self.fatal, type):
+            object.__setattr__(self, "fatal", (self.fatal,))
+        else:
+            object.__setattr__(self, "fatal", tuple(self.fatal))
+        if not all(isinstance(t, type) and issubclass(t, BaseException) for t in self.fatal):
+            raise ConfigurationError(f"fatal must name exception classes, got {self.fatal!r}")
 
 
 @dataclass(frozen=True, slots=True)

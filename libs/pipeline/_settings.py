@@ -149,6 +149,15 @@ class WorkerSettings(BaseModel):
         default_factory=dict,
         description="librdkafka options for the worker's consumer only (they win over all others)",
     )
+    retries: bool = Field(
+        True, description="also move due jobs from the retry tiers back to their priority topics"
+    )
+    poison_deliveries: int = Field(
+        3,
+        ge=0,
+        description="dead-letter a job that killed its worker this many times running alone "
+        "on its partition (0: never)",
+    )
 
     @field_validator("priorities")
     @classmethod
@@ -237,6 +246,11 @@ class Settings(BaseSettings):
     kafka: dict[str, str] = Field(
         default_factory=dict,
         description="librdkafka options passed through as they are (they win over derived ones)",
+    )
+    events: Literal["off", "errors", "all"] = Field(
+        "errors",
+        description="lifecycle events on <ns>.events: none, failures only (retried, dead, "
+        "replayed, discarded), or also started, succeeded and progress",
     )
     topics: TopicSettings = Field(default_factory=TopicSettings)
     producer: ProducerSettings = Field(default_factory=ProducerSettings)

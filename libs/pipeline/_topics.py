@@ -29,6 +29,11 @@ class TopicNames:
         return f"{self.namespace}.dlq"
 
     @property
+    def dlq_state(self) -> str:
+        """Compacted: what ``pipeline dlq`` replayed or discarded, by dead-letter id."""
+        return f"{self.namespace}.dlq-state"
+
+    @property
     def schedules(self) -> str:
         return f"{self.namespace}.schedules"
 

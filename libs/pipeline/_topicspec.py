@@ -113,6 +113,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             "scheduler leadership (never written)",
         ),
         TopicSpec(names.dlq, t.partitions, rf, log(t.dlq_retention_ms), "dead letters"),
+        TopicSpec(names.dlq_state, 1, rf, dict(table), "dead letters replayed or discarded"),
         TopicSpec(names.schedules, 1, rf, dict(table), "cron schedules, by name"),
         TopicSpec(names.scheduler_state, 1, rf, dict(table), "scheduler progress"),
         TopicSpec(

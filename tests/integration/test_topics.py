@@ -317,7 +317,7 @@ def test_cli_apply_twice(bootstrap_servers: str, namespace: str) -> None:
     assert first.exit_code == 0, first.output
     assert f"{namespace}.jobs.high" in first.stdout
     assert "created (6 partitions, replication factor 1)" in first.stdout
-    assert first.stdout.splitlines()[-1] == "created 18 topics"
+    assert first.stdout.splitlines()[-1] == "created 19 topics"
     assert second.exit_code == 0, second.output
     assert second.stdout.splitlines()[-1] == "nothing to change"
     assert second.stdout.count("unchanged") == 18

@@ -62,6 +62,7 @@ def test_default_specs_cover_the_design_topic_set() -> None:
         "deferred.3",
         "scheduler-control",
         "dlq",
+        "dlq-state",
         "schedules",
         "scheduler-state",
         "events",
@@ -73,6 +74,7 @@ def test_default_specs_cover_the_design_topic_set() -> None:
         **dict.fromkeys(["deferred.0", "deferred.1", "deferred.2", "deferred.3"], 6),
         "scheduler-control": 1,
         "dlq": 6,
+        "dlq-state": 1,
         "schedules": 1,
         "scheduler-state": 1,
         "events": 3,
@@ -87,7 +89,7 @@ def test_default_specs_retention_and_cleanup() -> None:
         assert specs[name].configs["retention.ms"] == str(7 * DAY_MS)
     assert specs["dlq"].configs["retention.ms"] == str(14 * DAY_MS)
     assert specs["events"].configs["retention.ms"] == str(3 * DAY_MS)
-    for name in ["schedules", "scheduler-state"]:
+    for name in ["dlq-state", "schedules", "scheduler-state"]:
         configs = specs[name].configs
         assert configs["cleanup.policy"] == "compact"
         # retention.ms means nothing to a compact-only topic: not managed, so never "changed".

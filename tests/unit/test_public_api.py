@@ -11,6 +11,7 @@ import pipeline
 PUBLIC = {
     "AttemptError",
     "AvroPayload",
+    "Backoff",
     "BoundEnqueue",
     "ConfigurationError",
     "DecodeError",
@@ -30,8 +31,10 @@ PUBLIC = {
     "Pipeline",
     "PipelineError",
     "Priority",
+    "Retry",
     "SchemaNotFoundError",
     "Settings",
+    "TimeLimitError",
     "UnknownJobTypeError",
     "__version__",
 }
@@ -50,7 +53,7 @@ def test_every_exported_name_exists() -> None:
 def test_errors_share_one_base() -> None:
     exported = [getattr(pipeline, n) for n in pipeline.__all__]
     errors = [e for e in exported if isinstance(e, type) and issubclass(e, BaseException)]
-    assert len(errors) == 8
+    assert len(errors) == 10  # eight errors, Retry and TimeLimitError
     for error in errors:
         assert issubclass(error, pipeline.PipelineError), error
 

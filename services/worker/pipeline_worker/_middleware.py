@@ -20,22 +20,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from pipeline import PipelineError
+from pipeline import TimeLimitError
 
 if TYPE_CHECKING:
     from pipeline import Job, JobType
     from pipeline._context import JobContext
 
     from ._runtime import Worker
-
-
-class TimeLimitError(PipelineError, TimeoutError):
-    """A job ran past its type's ``time_limit``; the worker failed it at the deadline."""
-
-    def __init__(self, job_type: str, time_limit: float) -> None:
-        super().__init__(f"job type {job_type!r} exceeded its time limit of {time_limit:g}s")
-        self.job_type = job_type
-        self.time_limit = time_limit
 
 
 class OutcomeKind(StrEnum):

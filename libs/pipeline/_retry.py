@@ -1,0 +1,88 @@
+"""How a failed job comes back: the ``Retry`` request a handler raises, and backoff policies.
+
+A handler raises :class:`Retry` to ask for another run at a time it chooses; any other
+exception that is not fatal for its job type is retried after :meth:`Backoff.delay_s`. Both count
+as an attempt: a job runs at most ``max_attempts`` times in all, then it is dead-lettered.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from ._errors import ConfigurationError, PipelineError
+
+
+class Retry(PipelineError):
+    """Raise from a handler to run the job again later.
+
+    ``Retry(after=30)`` (seconds, or a ``timedelta``) or ``Retry(at=datetime)`` (time zone
+    aware); with neither, the job type's backoff decides. The retry counts as an attempt.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        after: float | timedelta | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        if after is not None and at is not None:
+            raise ConfigurationError("Retry takes after= or at=, not both")
+        if isinstance(after, timedelta):
+            after = after.total_seconds()
+        if after is not None and after < 0:
+            raise ConfigurationError(f"Retry(after=...) must not be negative, got {after}")
+        if at is not None and at.tzinfo is None:
+            raise ConfigurationError("Retry(at=...) needs a time zone aware datetime")
+        super().__init__(message or _describe(after, at))
+        self.after_s = after
+        self.at = at
+
+    def due_ms(self, now_ms: int) -> int | None:
+        """When the job should run again, or None to let the backoff policy decide."""
+        if self.at is not None:
+            return int(self.at.timestamp() * 1000)
+        if self.after_s is not None:
+            return now_ms + int(self.after_s * 1000)
+        return None
+
+
+def _describe(after: float | None, at: datetime | None) -> str:
+    if at is not None:
+        return f"retry requested at {at.isoformat()}"
+    if after is not None:
+        return f"retry requested in {after:g}s"
+    return "retry requested"
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with proportional jitter: ``base * factor**(n-1)``, at most ``cap``.
+
+    ``jitter`` spreads each delay uniformly over ``±jitter`` of itself, so jobs that failed
+    together do not come back together. ``n`` is the attempt that just failed (from 1).
+    """
+
+    base_s: float = 5.0
+    factor: float = 4.0
+    cap_s: float = 3600.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.base_s <= 0 or self.cap_s <= 0:
+            raise ConfigurationError("backoff base_s and cap_s must be positive")
+        if self.factor < 1:
+            raise ConfigurationError(f"backoff factor must be at least 1, got {self.factor}")
+        if not 0 <= self.jitter < 1:
+            raise ConfigurationError(f"backoff jitter must be in [0, 1), got {self.jitter}")
+
+    def delay_s(self, failed_attempt: int, rand: random.Random | None = None) -> float:
+        """Seconds to wait before the attempt after ``failed_attempt``."""
+        exponent = max(0, failed_attempt - 1)
+        delay = min(self.cap_s, self.base_s * self.factor**exponent)
+        if self.jitter:
+            spread = (rand or random).uniform(-self.jitter, self.jitter)
+            delay *= 1.0 + spread
+        return delay
