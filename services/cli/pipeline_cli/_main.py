@@ -7,6 +7,7 @@ import logging
 import click
 
 from ._dev import dev
+from ._dlq import dlq
 from ._enqueue import enqueue
 from ._schedules import schedules
 from ._topics import topics
@@ -22,7 +23,8 @@ from ._topics import topics
     help="Logging level of the command's own messages.",
 )
 def cli(log_level: str) -> None:
-    """Background jobs on Apache Kafka: manage topics, enqueue jobs, run a local broker.
+    """Background jobs on Apache Kafka: manage topics, enqueue jobs, inspect and replay dead
+    letters, run a local broker.
 
     Settings come from PIPELINE_* environment variables (PIPELINE_BOOTSTRAP_SERVERS,
     PIPELINE_NAMESPACE, ...), a TOML file named by PIPELINE_CONFIG_FILE, or the options of
@@ -35,6 +37,7 @@ cli.add_command(dev)
 cli.add_command(topics)
 cli.add_command(enqueue)
 cli.add_command(schedules)
+cli.add_command(dlq)
 
 
 def main() -> None:
