@@ -78,16 +78,51 @@ def _check_answers(servers: str) -> None:
     )
 
 
+def _wait_for_coordinators(servers: str, timeout: float = 90.0) -> None:
+    """Wait until the group and transaction coordinators answer.
+
+    A new broker creates ``__consumer_offsets`` and ``__transaction_state`` on first use and
+    answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS while it loads them; tests should
+    start against a broker that is ready, whichever test happens to run first.
+    """
+    import time
+
+    from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+    deadline = time.monotonic() + timeout
+    conf = {"bootstrap.servers": servers, "log_level": 0}
+    consumer = Consumer({**conf, "group.id": f"pipeline-tests-{uuid.uuid4().hex[:8]}"})
+    try:
+        while True:
+            try:
+                consumer.committed([TopicPartition("pipeline-tests-warm-up", 0)], timeout=10)
+                break
+            except KafkaException as exc:
+                if time.monotonic() >= deadline:
+                    pytest.fail(f"Kafka at {servers} has no group coordinator: {exc}")
+                time.sleep(0.2)
+    finally:
+        consumer.close()
+    producer = Producer({**conf, "transactional.id": f"pipeline-tests-{uuid.uuid4().hex[:8]}"})
+    try:
+        producer.init_transactions(max(1.0, deadline - time.monotonic()))
+    except KafkaException as exc:
+        pytest.fail(f"Kafka at {servers} has no transaction coordinator: {exc}")
+
+
 @pytest.fixture(scope="session")
 def bootstrap_servers() -> Iterator[str]:
     """A Kafka for the session: ``PIPELINE_BOOTSTRAP_SERVERS``, else one local node."""
     if servers := os.environ.get("PIPELINE_BOOTSTRAP_SERVERS"):
         _check_answers(servers)
+        _wait_for_coordinators(servers)
         yield servers
         return
     data_dir = Path(tempfile.mkdtemp(prefix="pipeline-test-kafka-"))
     try:
-        yield start_dev_cluster(1, data_dir).bootstrap_servers
+        servers = start_dev_cluster(1, data_dir).bootstrap_servers
+        _wait_for_coordinators(servers)
+        yield servers
     finally:
         _stop_dev_cluster(data_dir)
 

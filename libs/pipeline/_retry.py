@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from ._errors import ConfigurationError, PipelineError
 
 
-class Retry(PipelineError):
+class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(after=30)`)
     """Raise from a handler to run the job again later.
 
     ``Retry(after=30)`` (seconds, or a ``timedelta``) or ``Retry(at=datetime)`` (time zone

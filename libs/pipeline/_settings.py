@@ -149,6 +149,12 @@ class WorkerSettings(BaseModel):
         default_factory=dict,
         description="librdkafka options for the worker's consumer only (they win over all others)",
     )
+    transaction_timeout_ms: int = Field(
+        10_000,
+        ge=1000,
+        description="a worker that dies inside a transaction holds back read_committed readers "
+        "of the topics it wrote (retry tiers, DLQ, priority topics) at most this long",
+    )
     retries: bool = Field(
         True, description="also move due jobs from the retry tiers back to their priority topics"
     )
@@ -198,6 +204,13 @@ class SchedulerSettings(BaseModel):
     )
     session_timeout_ms: int = Field(
         6000, ge=1000, description="a standby takes over this long after the leader dies"
+    )
+    release_lead_ms: int = Field(
+        200,
+        ge=0,
+        le=2000,
+        description="release a delayed job this long before it is due, so that its transaction "
+        "has committed by then; the worker holds it until its not_before",
     )
     batch_max: int = Field(5000, ge=1, description="releases per transaction at most")
     max_wait_s: float = Field(0.5, gt=0, description="longest sleep between two loop turns")

@@ -13,7 +13,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ._middleware import Middleware, Outcome, OutcomeKind, PartitionRef, TimeLimitError
+    from pipeline import TimeLimitError
+
+    from ._middleware import Middleware, Outcome, OutcomeKind, PartitionRef
     from ._runtime import Worker
 
 __all__ = [
@@ -31,7 +33,7 @@ _LAZY = {
     "Outcome": "._middleware",
     "OutcomeKind": "._middleware",
     "PartitionRef": "._middleware",
-    "TimeLimitError": "._middleware",
+    "TimeLimitError": "pipeline",
     "Worker": "._runtime",
 }
 

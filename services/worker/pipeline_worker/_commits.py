@@ -14,15 +14,18 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from ._marks import CommitMark
 from ._metrics import WorkerMetrics
+from ._moves import Mover
 from ._ratelog import RateLimitedLog
 
 if TYPE_CHECKING:
+    from ._poison import Gate
     from ._work import PartitionState
 
 _log = logging.getLogger("pipeline.worker.commits")
@@ -31,32 +34,55 @@ _log = logging.getLogger("pipeline.worker.commits")
 class Committer:
     """Commits for the consumer thread (every call happens on that thread)."""
 
-    def __init__(self, metrics: WorkerMetrics, *, interval_s: float, every: int) -> None:
+    def __init__(
+        self,
+        metrics: WorkerMetrics,
+        *,
+        interval_s: float,
+        every: int,
+        mover: Mover | None = None,
+    ) -> None:
         self._metrics = metrics
+        self._mover = mover
         self._interval = interval_s
         self._every = every
         self._consumer: Consumer | None = None
         self._states: dict[tuple[str, int], PartitionState] = {}
+        self._gates: Mapping[tuple[str, int], Gate] = {}
         self._next = 0.0
         self._finished_at_last = 0
         self._started: deque[float] = deque()
         self._errors = RateLimitedLog(_log, interval_s=10.0)
 
-    def attach(self, consumer: Consumer, states: dict[tuple[str, int], PartitionState]) -> None:
-        """The consumer to commit with, and the table of owned partitions (shared, not copied)."""
+    def attach(
+        self,
+        consumer: Consumer,
+        states: dict[tuple[str, int], PartitionState],
+        gates: Mapping[tuple[str, int], Gate] | None = None,
+    ) -> None:
+        """The consumer to commit with, the table of owned partitions and their poison-pill
+        gates (shared, not copied), which say what each commit's mark promises."""
         self._consumer = consumer
         self._states = states
+        if gates is not None:
+            self._gates = gates
 
     def due(self, now: float, finished: int) -> bool:
         """Whether the interval passed or ``commit_every`` jobs finished since the last commit."""
         return now >= self._next or finished - self._finished_at_last >= self._every
 
-    def offsets(self, states: Sequence[PartitionState]) -> list[TopicPartition]:
-        """Each partition's commit point, where it moved past what was committed.
+    def offsets(
+        self, states: Sequence[PartitionState], *, clean: bool = False, force: bool = False
+    ) -> list[TopicPartition]:
+        """Each partition's commit point, where it moved past what was committed, or where the
+        open transaction moved one of its jobs; with its :class:`CommitMark` as metadata.
 
         When everything handed over is finished, the consumer's position may be further on:
         past transaction markers, which are never delivered. Committing the position then
         keeps the committed offset equal to the end offset instead of one short of it.
+        ``clean``: the last commit before the partition is handed over in good order.
+        ``force``: every partition of ``states``, moved or not. A partition whose gate (see
+        :mod:`._poison`) made a promise Kafka has not acknowledged is always included.
         """
         assert self._consumer is not None
         idle = [s for s in states if s.handed_next >= 0 and s.commit_offset == s.handed_next]
@@ -64,11 +90,32 @@ class Committer:
         if idle:
             found = self._consumer.position([TopicPartition(s.topic, s.partition) for s in idle])
             positions = {s: tp.offset for s, tp in zip(idle, found, strict=True)}
+        mover = self._mover
+        touched = set(mover.touched()) if mover is not None and mover.open else set()
+        gates = self._gates
         offsets = []
         for state in states:
-            offset = max(state.commit_offset, positions.get(state, -1))
-            if offset >= 0 and offset > state.committed:
-                offsets.append(TopicPartition(state.topic, state.partition, offset))
+            offset = max(state.commit_offset, positions.get(state, -1), state.committed)
+            where = (state.topic, state.partition)
+            gate = gates.get(where)
+            if gate is not None:
+                offset = max(offset, gate.floor)
+            if offset < 0 or not (
+                offset > state.committed
+                or where in touched
+                or clean
+                or force
+                or (gate is not None and gate.unsecured)
+            ):
+                continue
+            moved = mover.moved_above(where, offset) if mover is not None else ()
+            if gate is not None:
+                mark = gate.stamp(offset, moved, clean=clean)
+            else:
+                mark = CommitMark(offset, moved, dirty=not clean)
+            offsets.append(
+                TopicPartition(state.topic, state.partition, offset, metadata=mark.encode())
+            )
         return offsets
 
     def commit(
@@ -78,16 +125,35 @@ class Committer:
         *,
         sync: bool = False,
         finished: int | None = None,
+        clean: bool = False,
     ) -> bool:
-        """Commit the commit points of ``states``.
+        """Commit the commit points of ``states`` (with the open transaction, if any).
 
         Returns whether everything is committed (an asynchronous commit counts as done).
         """
-        assert self._consumer is not None
         self._next = now + self._interval
         if finished is not None:
             self._finished_at_last = finished
-        offsets = self.offsets(list(states))
+        return self._send(list(states), sync=sync, clean=clean)
+
+    def push(self, states: Iterable[PartitionState], *, sync: bool) -> bool:
+        """Commit the marks of ``states`` now, moved or not, outside the schedule: a new owner's
+        mark, a strike or a longer lease must be in Kafka before the jobs it covers run."""
+        return self._send(list(states), sync=sync, force=True)
+
+    def _send(
+        self,
+        states: list[PartitionState],
+        *,
+        sync: bool,
+        clean: bool = False,
+        force: bool = False,
+    ) -> bool:
+        assert self._consumer is not None
+        mover = self._mover
+        if mover is not None and mover.open:
+            return self._commit_transaction(states, clean=clean, force=force)
+        offsets = self.offsets(states, clean=clean, force=force)
         if not offsets:
             return True
         if not sync:
@@ -112,6 +178,31 @@ class Committer:
         self._metrics.count_commit("sync", True, time.monotonic() - started)
         return self._record(result or [])
 
+    def _commit_transaction(
+        self, states: list[PartitionState], *, clean: bool, force: bool = False
+    ) -> bool:
+        """Commit the mover's transaction with the offsets of every owned partition it touched
+        (they must ride along even when the watermark stands still) and of ``states``."""
+        assert self._consumer is not None
+        assert self._mover is not None
+        touched = set(self._mover.touched())
+        chosen = {id(s): s for s in states}
+        for state in self._states.values():
+            if (state.topic, state.partition) in touched:
+                chosen[id(state)] = state
+        offsets = self.offsets(list(chosen.values()), clean=clean, force=force)
+        started = time.monotonic()
+        committed = self._mover.commit(
+            offsets,
+            self._consumer.consumer_group_metadata(),
+            lambda where: where in self._states,
+        )
+        self._metrics.count_commit("transaction", committed, time.monotonic() - started)
+        if not committed:
+            return False
+        self._metrics.transactions += 1
+        return self._record(offsets)
+
     def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """librdkafka's callback for asynchronous commits (served by ``poll``, in order)."""
         started = self._started.popleft() if self._started else None
@@ -131,9 +222,13 @@ class Committer:
                     "commit", "offset commit of %s[%d] failed: %s", tp.topic, tp.partition, tp.error
                 )
                 continue
-            state = self._states.get((tp.topic, tp.partition))
+            where = (tp.topic, tp.partition)
+            state = self._states.get(where)
             if state is not None and tp.offset > state.committed:
                 state.committed = tp.offset
+            gate = self._gates.get(where)
+            if gate is not None and tp.metadata:
+                gate.acknowledged(CommitMark.decode(tp.offset, tp.metadata).high)
         return ok
 
 

@@ -29,7 +29,10 @@ from pipeline import Priority, Settings
 from ._burst import BurstWatch
 from ._commits import Committer, describe
 from ._flow import FlowControl
+from ._marks import CommitMark
 from ._metrics import WorkerMetrics
+from ._moves import Mover
+from ._poison import PoisonPillError, PoisonSide, PoisonWatch
 from ._ratelog import RateLimitedLog
 from ._work import PartitionState
 
@@ -38,10 +41,15 @@ _log = logging.getLogger("pipeline.worker.consumer")
 POLL_TIMEOUT_S = 0.05
 """Longest blocking poll: bounds how late the thread notices flags, commits and burst ends."""
 PAUSED_POLL_TIMEOUT_S = 0.005
-"""Poll timeout while a partition is paused, so it resumes soon after its buffer drains."""
+"""Poll timeout while a partition is paused, so it resumes soon after its buffer drains (and
+while poison-pill detection holds messages back, so they go on soon after they may)."""
 LAG_INTERVAL_S = 5.0
 FINAL_COMMIT_S = 10.0
 """How long the last commit may keep retrying while the group rebalances."""
+LEASE_BATCHES = 2
+"""Poison-pill leases: offsets handed ahead of the last commit, in ``consume_batch`` units."""
+MAX_WINDOW = 256
+"""The largest group of suspects a quarantine runs at once (at most the concurrency)."""
 
 Batch = list[tuple[PartitionState, list[Message]]]
 
@@ -117,6 +125,7 @@ class ConsumerThread:
         topics: dict[str, tuple[Priority, int]],
         side: LoopSide,
         metrics: WorkerMetrics,
+        mover: Mover | None = None,
         consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
     ) -> None:
         worker = settings.worker
@@ -128,14 +137,29 @@ class ConsumerThread:
         self._grace = worker.revoke_grace_s
         conf = consumer_config(settings, group_id)
         conf["error_cb"] = self._on_error
+        self._mover = mover
         self._committer = Committer(
-            metrics, interval_s=worker.commit_interval_s, every=worker.commit_every
+            metrics, interval_s=worker.commit_interval_s, every=worker.commit_every, mover=mover
         )
+        self._unmarked: list[PartitionState] = []
+        """Assigned partitions, paused until their commit marks are read."""
         conf["on_commit"] = self._committer.on_commit
         conf["logger"] = logging.getLogger("pipeline.worker.kafka")
         self._consumer = consumer_factory(conf)
         self.states: dict[tuple[str, int], PartitionState] = {}
-        self._committer.attach(self._consumer, self.states)
+        self._poison_side = side if isinstance(side, PoisonSide) else None
+        self._poison = PoisonWatch(
+            deliveries=worker.poison_deliveries,
+            lease=LEASE_BATCHES * worker.consume_batch,
+            window=min(worker.concurrency, MAX_WINDOW),
+            consumer=self._consumer,
+            committer=self._committer,
+            states=self.states,
+            metrics=metrics,
+            deliver=self._deliver,
+            dead_letter=self._dead_letter if self._poison_side is not None else None,
+        )
+        self._committer.attach(self._consumer, self.states, self._poison.gates)
         self._flow = FlowControl(self._consumer, self.states, worker.buffer_size)
         self._burst_watch = BurstWatch(
             self._consumer, self._committer, self.states, self._known_partition_counts
@@ -181,6 +205,11 @@ class ConsumerThread:
                 self._consumer.close()
             except Exception as exc:  # already closed, or the broker is gone
                 _log.warning("closing the consumer failed: %s", exc)
+            if self._mover is not None:
+                try:
+                    self._mover.close()
+                except Exception as exc:
+                    _log.warning("closing the transactional producer failed: %s", exc)
             self.done.set()
 
     def _loop(self) -> None:
@@ -189,11 +218,12 @@ class ConsumerThread:
         consume = consumer.consume
         batch_size = self._batch - 1
         paused = self._flow.paused
+        poison = self._poison
         committer = self._committer
         while not self.stop_requested:
             if self.intake_stopped:
                 self._flow.pause_all()
-            msg = poll(PAUSED_POLL_TIMEOUT_S if paused else POLL_TIMEOUT_S)
+            msg = poll(PAUSED_POLL_TIMEOUT_S if paused or poison.busy else POLL_TIMEOUT_S)
             now = time.monotonic()
             self.last_poll = now
             if msg is not None:
@@ -201,8 +231,12 @@ class ConsumerThread:
                 if batch_size:
                     messages += consume(batch_size, 0)
                 self._hand(messages)
+            if self._unmarked:
+                self._load_marks()
             if paused and not self.intake_stopped:
                 self._flow.resume_drained()
+            self._drain_moves()
+            poison.step(stopped=self.intake_stopped)
             if committer.due(now, self._side.finished_jobs):
                 committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
             if self._share_changed:
@@ -223,7 +257,10 @@ class ConsumerThread:
         Then keep taking part in the rebalance (poll) and try again with the new generation.
         """
         deadline = time.monotonic() + FINAL_COMMIT_S
-        while not self._committer.commit(self.states.values(), time.monotonic(), sync=True):
+        self._drain_moves()
+        while not self._committer.commit(
+            self.states.values(), time.monotonic(), sync=True, clean=True
+        ):
             if time.monotonic() >= deadline:
                 _log.error(
                     "could not commit the final offsets within %gs; the jobs finished since the "
@@ -238,7 +275,8 @@ class ConsumerThread:
                     self._hand([msg])  # counted as handed: never committed past by position
 
     def _hand(self, messages: list[Message]) -> None:
-        """Group a batch by partition, count it into the buffers, pause full ones, hand it over."""
+        """Group a batch by partition, count it into the buffers, pause full ones, hand it over
+        (but for what poison-pill detection holds back for now: it is counted all the same)."""
         states = self.states
         batch: Batch = []
         state: PartitionState | None = None
@@ -265,7 +303,18 @@ class ConsumerThread:
             last = group[-1].offset() + 1  # type: ignore[operator]
             state.handed_next = max(state.handed_next, last)
         self._flow.pause_full(state for state, _ in batch)
+        batch = self._poison.gate(batch)
+        if batch:
+            self._notify(self._side.on_batch, batch)
+
+    def _deliver(self, batch: Batch) -> None:
+        """Hand messages held back by poison-pill detection (counted as handed already)."""
         self._notify(self._side.on_batch, batch)
+
+    def _dead_letter(self, state: PartitionState, message: Message, error: PoisonPillError) -> None:
+        """Have the loop dead-letter a poison pill instead of running it."""
+        assert self._poison_side is not None
+        self._notify(self._poison_side.on_poison, state, message, error)
 
     def _notify(self, callback: Callable[..., Any], *args: Any) -> None:
         # A closed loop (RuntimeError) means the worker is exiting: nothing to tell it.
@@ -287,12 +336,12 @@ class ConsumerThread:
         consumer.incremental_assign(partitions)
         if partitions:
             # librdkafka keeps a partition's pause flag across a revoke and a new assignment, so
-            # a partition we paused before losing it would come back paused: resume it.
-            consumer.resume(partitions)
-            if self.intake_stopped:
-                consumer.pause(partitions)
-                for state in new:
-                    state.paused = True
+            # a partition we paused before losing it would come back paused: resume it once its
+            # commit mark is read (after this callback: no blocking call may happen inside it).
+            consumer.pause(partitions)
+            for state in new:
+                state.paused = True
+            self._unmarked.extend(new)
             self._metrics.count(self._metrics.rebalances, "assign")
             _log.info(
                 "partitions assigned",
@@ -311,10 +360,14 @@ class ConsumerThread:
     def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
         states = []
         for tp in partitions:
-            state = self.states.pop((tp.topic, tp.partition), None)
+            state = self.states.get((tp.topic, tp.partition))
             if state is not None:
                 states.append(state)
                 self._flow.forget(state)
+        if lost:
+            for state in states:
+                del self.states[(state.topic, state.partition)]
+        self._unmarked = [s for s in self._unmarked if s not in states]
         if states and not self._closing:
             self._metrics.count(self._metrics.rebalances, "lost" if lost else "revoke")
             _log.info(
@@ -327,11 +380,24 @@ class ConsumerThread:
             future = asyncio.run_coroutine_threadsafe(
                 self._side.revoke(states, lost=lost), self._side.loop
             )
+            deadline = time.monotonic() + self._grace + 5.0
             try:
-                future.result(timeout=self._grace + 5.0)
+                # Keep writing the moves of the jobs we wait for: they finish only then.
+                while not future.done() and time.monotonic() < deadline:
+                    self._drain_moves()
+                    with contextlib.suppress(TimeoutError):
+                        future.result(timeout=0.02)
+                future.result(timeout=0)
             except Exception as exc:
                 _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
             self._share_changed = True
+        if not lost:
+            # Kept in the table while their jobs finished, so that their moves were written.
+            for state in states:
+                del self.states[(state.topic, state.partition)]
+        if lost and self._mover is not None:
+            # Not ours any more: moves of theirs in the open transaction must not commit.
+            self._mover.forget((s.topic, s.partition) for s in states)
         if states and not lost:
             # Still ours until incremental_unassign, and this is the one moment of a rebalance
             # when the group generation is settled: commit their watermarks now (also when
@@ -340,8 +406,65 @@ class ConsumerThread:
             # breaks confluent-kafka's per-thread call state (a later callback of the same poll
             # then aborts the process). The commit is queued before the unassignment and the
             # rejoin, so the coordinator handles it first; close() waits for it.
-            self._committer.commit(states, time.monotonic())
+            self._committer.commit(states, time.monotonic(), clean=True)
+            if self._mover is not None:
+                self._mover.forget((s.topic, s.partition) for s in states)
+        self._poison.forget(states)
         consumer.incremental_unassign(partitions)
+
+    # -- moves and commit marks -----------------------------------------------------------------
+
+    def _drain_moves(self) -> None:
+        mover = self._mover
+        if mover is None:
+            return
+        states = self.states
+        mover.drain(
+            lambda where: where in states,
+            lambda where: states[where].commit_offset if where in states else -1,
+        )
+
+    def _load_marks(self) -> None:
+        """Read the commit marks of newly assigned partitions, then let them fetch.
+
+        A mark lists offsets above the commit point that a previous owner moved already: the
+        loop skips them. It also tells whether the previous owner died (see :mod:`._poison`).
+        Every partition then gets a synchronous commit of our own mark (``dirty``: an owner is
+        running it) before it fetches, so that whoever comes after a crash of ours can tell.
+        A partition whose mark was read is never read again (it may be ours by then).
+        """
+        states = [s for s in self._unmarked if (s.topic, s.partition) in self.states]
+        self._unmarked = []
+        if not states:
+            return
+        fresh = [s for s in states if not self._poison.planned(s)]
+        try:
+            if fresh:
+                tps = [TopicPartition(s.topic, s.partition) for s in fresh]
+                committed = self._consumer.committed(tps, timeout=10.0)
+                for state, tp in zip(fresh, committed, strict=True):
+                    if tp.offset >= 0:
+                        self._read_mark(state, CommitMark.decode(tp.offset, tp.metadata))
+                    self._poison.plan(state, tp)
+        except KafkaException as exc:
+            _log.warning("could not read committed offsets, retrying: %s", exc)
+            self._unmarked = states
+            return
+        if not self._poison.secure(states):
+            self._unmarked = states  # usually a rebalance in progress: after the next poll
+            return
+        resume = [TopicPartition(s.topic, s.partition) for s in states]
+        if not self.intake_stopped:
+            for state in states:
+                state.paused = False
+            self._consumer.resume(resume)
+
+    def _read_mark(self, state: PartitionState, mark: CommitMark) -> None:
+        state.committed = mark.offset
+        if mark.moved:
+            state.moved = set(mark.moved)
+            if self._mover is not None:
+                self._mover.moved[(state.topic, state.partition)] = set(mark.moved)
 
     def _known_partition_counts(self) -> dict[str, int] | None:
         counts = self._partition_counts

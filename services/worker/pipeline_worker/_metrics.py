@@ -99,6 +99,26 @@ class WorkerMetrics:
     rebalances: dict[str, int] = field(default_factory=dict)
     """By kind: ``assign``, ``revoke``, ``lost``."""
     lag: dict[tuple[str, int], int] = field(default_factory=dict)
+    retries: dict[tuple[str, str], int] = field(default_factory=dict)
+    """By (job type, route): route ``retry.<n>`` or ``deferred``."""
+    dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)
+    """By (job type, reason)."""
+    skipped_moved: int = 0
+    """Messages a previous owner moved already (listed in the commit metadata), not run again."""
+    transactions: int = 0
+    relayed: dict[str, int] = field(default_factory=dict)
+    """Retried jobs the retry relay returned to their priority topic, by tier topic."""
+    poison_pills: int = 0
+    """Jobs dead-lettered without running because they killed their worker too often."""
+    quarantines: int = 0
+    """Partitions taken over from an owner that died, whose suspects then ran in windows."""
+    quarantined: int = 0
+    """Owned partitions in quarantine now (the consumer thread writes it)."""
+
+    def count_move(self, job_type: str, dead: bool, reason: str) -> None:
+        table = self.dead_letters if dead else self.retries
+        key = (job_type, reason)
+        table[key] = table.get(key, 0) + 1
 
     def type_stats(self, job_type: str, priority: str) -> TypeStats:
         key = (job_type, priority)
@@ -186,8 +206,64 @@ class WorkerCollector(Collector):
             "Middleware hooks that raised (logged; an outcome hook failure holds the offset).",
             value=m.hook_failures,
         )
+        yield from self._moves(m)
+        yield from self._poison(m)
         yield from self._consumer(m)
         yield from self._gauges()
+
+    def _poison(self, m: WorkerMetrics) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "pipeline_poison_pills",
+            "Jobs dead-lettered without running: they killed their worker every time they ran "
+            "alone on their partition.",
+            value=m.poison_pills,
+        )
+        yield CounterMetricFamily(
+            "pipeline_quarantines",
+            "Partitions taken over from a worker that died, whose jobs then ran in small windows.",
+            value=m.quarantines,
+        )
+        yield GaugeMetricFamily(
+            "pipeline_partitions_quarantined",
+            "Owned partitions whose jobs run in small windows after their previous owner died.",
+            value=m.quarantined,
+        )
+
+    def _moves(self, m: WorkerMetrics) -> Iterator[Metric]:
+        retries = CounterMetricFamily(
+            "pipeline_jobs_retried",
+            "Failed jobs moved to a retry tier or the deferred topic.",
+            labels=["type", "route"],
+        )
+        for (job_type, route), count in sorted(m.retries.items()):
+            retries.add_metric([job_type, route], count)
+        yield retries
+        dead = CounterMetricFamily(
+            "pipeline_jobs_dead_lettered",
+            "Jobs and messages moved to the dead-letter topic.",
+            labels=["type", "reason"],
+        )
+        for (job_type, reason), count in sorted(m.dead_letters.items()):
+            dead.add_metric([job_type, reason], count)
+        yield dead
+        relayed = CounterMetricFamily(
+            "pipeline_retries_released",
+            "Retried jobs returned from a retry tier to their priority topic when due.",
+            labels=["topic"],
+        )
+        for topic, count in sorted(m.relayed.items()):
+            relayed.add_metric([topic], count)
+        yield relayed
+        yield CounterMetricFamily(
+            "pipeline_moves_skipped",
+            "Messages skipped because a previous owner had moved them (commit metadata).",
+            value=m.skipped_moved,
+        )
+        yield CounterMetricFamily(
+            "pipeline_move_transactions",
+            "Kafka transactions committed with moves and their offsets.",
+            value=m.transactions,
+        )
 
     def _histograms(self, stats: list[TypeStats]) -> Iterator[Metric]:
         duration = HistogramMetricFamily(

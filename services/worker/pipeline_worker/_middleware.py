@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from pipeline import TimeLimitError
-
 if TYPE_CHECKING:
     from pipeline import Job, JobType
     from pipeline._context import JobContext
@@ -42,6 +40,9 @@ class OutcomeKind(StrEnum):
     """The message is not a job envelope this worker can read (``error`` is a DecodeError)."""
     UNKNOWN_TYPE = "unknown_type"
     """A valid job whose type has no handler here (``error`` is an UnknownJobTypeError)."""
+    POISON_PILL = "poison_pill"
+    """Not run: it killed its worker process every time it ran alone on its partition
+    (``error`` is a ``PoisonPillError``; ``job`` is None if the message cannot be decoded)."""
 
 
 @dataclass(slots=True, kw_only=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,16 +20,18 @@ from pipeline import (
     PayloadValidationError,
     Pipeline,
     Priority,
+    TimeLimitError,
     UnknownJobTypeError,
 )
 from pipeline._context import JobContext
 
 from ._dispatch import Dispatcher, make_policy
 from ._executor import AsyncRunners, Completion, ThreadPool, is_call_error
+from ._failures import Failure
 from ._hooks import Hooks
 from ._jobtypes import TypeTable
 from ._metrics import WorkerMetrics
-from ._middleware import Middleware, Outcome, OutcomeKind, TimeLimitError
+from ._middleware import Middleware, Outcome, OutcomeKind
 from ._ratelog import RateLimitedLog
 from ._work import IdleWaiters, PartitionState, Work
 
@@ -39,7 +42,15 @@ if TYPE_CHECKING:
 
     from pipeline._settings import WorkerSettings
 
+    from ._events import EventStream
+    from ._router import FailureRouter
+
 _log = logging.getLogger("pipeline.worker.jobs")
+HOLD_MAX_MS = 5000.0
+"""A job whose ``not_before`` is at most this far ahead waits for it; a later one runs now (it
+was put on a priority topic directly rather than through ``<ns>.deferred``)."""
+HOLD_MARGIN_S = 0.0005
+"""Timers may fire a hair early; a held job must not start before its millisecond."""
 _JSON = JsonPayload()
 
 
@@ -57,11 +68,19 @@ class Processor:
         metrics: WorkerMetrics,
         middleware: Sequence[Middleware],
         context: contextvars.Context,
+        router: FailureRouter | None = None,
+        events: EventStream | None = None,
     ) -> None:
         self._app = app
         self._loop = loop
         self._metrics = metrics
+        if events is not None:
+            middleware = (*middleware, events)  # it sees outcomes and progress like any other
         self._middleware = tuple(middleware)
+        self._events = events
+        """Started events (level ``all``); None unless the settings ask for them."""
+        self._router = router
+        """Moves failed jobs to a retry tier or the dead-letter topic; None: skip past them."""
         self._priorities = list(priorities)
         self._concurrency = worker.concurrency
         self._key_ordering = worker.key_ordering
@@ -89,6 +108,10 @@ class Processor:
         self.held = 0
         """Offsets kept unfinished because an outcome hook failed."""
         self.stopping = False
+        self.holding = 0
+        """Jobs waiting for their ``not_before`` (taken from the buffer, not started)."""
+        self._ready: deque[Work] = deque()
+        """Held jobs whose time came while every slot was taken."""
         self._pumping = False
         self._idle = IdleWaiters(loop, lambda: self.in_flight)
         self._hooks = Hooks(loop, metrics, middleware, on_settled=self.pump)
@@ -112,6 +135,7 @@ class Processor:
             expected = state.expected
             queue = queues[state.pidx]
             pidx = state.pidx
+            moved = state.moved
             for msg in messages:
                 offset: int = msg.offset()  # type: ignore[assignment]
                 if offset < expected:
@@ -122,6 +146,13 @@ class Processor:
                     continue
                 expected = offset + 1
                 tracker.add(offset)
+                if moved and offset in moved:
+                    # Retried or dead-lettered by a previous owner in a committed transaction.
+                    moved.discard(offset)
+                    state.taken += 1
+                    self._metrics.skipped_moved += 1
+                    self._done(state, offset, True)
+                    continue
                 try:
                     job = decode(msg.value())  # type: ignore[arg-type]
                 except Exception as exc:  # DecodeError; anything else is a codec bug
@@ -160,10 +191,15 @@ class Processor:
         try:
             pop_many = self.dispatcher.pop_many
             start = self._start
+            ready = self._ready
             while True:
                 free = self._concurrency - self.in_flight
                 if free <= 0:
                     break
+                if ready:
+                    # Held jobs whose time came while every slot was taken go first.
+                    self._begin(ready.popleft(), time.monotonic(), time.time() * 1000.0)
+                    continue
                 works = pop_many(free)
                 if not works:
                     break
@@ -177,14 +213,48 @@ class Processor:
     def _start(self, work: Work, now: float, wall_ms: float) -> None:
         state = work.state
         state.taken += 1
+        state.started_next = work.offset + 1
         state.in_flight += 1
+        not_before = work.job.not_before
+        if not_before is not None and 0.0 < not_before - wall_ms <= HOLD_MAX_MS:
+            # Released a little before its time (the scheduler's release lead): it waits for
+            # its millisecond without taking a slot, then starts first.
+            delay_s = (not_before - wall_ms) / 1000 + HOLD_MARGIN_S
+            self.holding += 1
+            self._loop.call_later(delay_s, self._held_due, work)
+            return
+        self._begin(work, now, wall_ms)
+
+    def _held_due(self, work: Work) -> None:
+        self.holding -= 1
+        state = work.state
+        if self.stopping or not state.active:
+            # Never started: its offset stays unfinished and the job is delivered again.
+            state.in_flight -= 1
+            self.dispatcher.release(work)
+            if self._idle.waiting and state.in_flight == 0:
+                self._idle.wake()
+            return
+        if self.in_flight < self._concurrency:
+            self._begin(work, time.monotonic(), time.time() * 1000.0)
+        else:
+            self._ready.append(work)
+
+    def _begin(self, work: Work, now: float, wall_ms: float) -> None:
+        """Take a slot and call the handler."""
         self.in_flight += 1
+        work.stats.started += 1
+        if self._events is not None:
+            self._events.started(work.job)
+        self._launch(work, now, wall_ms)
+
+    def _launch(self, work: Work, now: float, wall_ms: float) -> None:
+        """Call the handler of a started job (on a runner or the thread pool)."""
+        state = work.state
         job = work.job
         job_type = work.job_type
-        stats = work.stats
-        stats.started += 1
         queued_ms = wall_ms - (job.not_before or job.created_at)
-        stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
+        work.stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
         work.started = now
         entry = self.types.entries[job.type]
         try:
@@ -308,9 +378,31 @@ class Processor:
                 duration=duration,
                 context=work.ctx,
             )
-            if not self._hooks.outcome(outcome, lambda done: self._settle(work, done)):
+            if not self._hooks.outcome(outcome, lambda done: self._ended(work, kind, error, done)):
                 return
-        self._settle(work, True)
+        self._ended(work, kind, error, True)
+
+    def _ended(
+        self, work: Work, kind: OutcomeKind, error: BaseException | None, done: bool
+    ) -> None:
+        """The outcome hooks are through: a failure is moved before its offset is finished."""
+        router = self._router
+        if done and router is not None and kind is not OutcomeKind.SUCCEEDED:
+            state = work.state
+            failure = Failure(
+                kind,
+                state.topic,
+                state.partition,
+                work.offset,
+                work.key,
+                work.job,
+                work.job_type,
+                error,
+                time.monotonic() - work.started,
+            )
+            router.route(failure, lambda moved: self._settle(work, moved))
+            return
+        self._settle(work, done)
 
     def _settle(self, work: Work, done: bool) -> None:
         """Free the job's slot and, if ``done``, mark its offset finished."""
@@ -373,22 +465,110 @@ class Processor:
             state.in_flight += 1
 
             def settle(done: bool) -> None:
+                if done and self._router is not None:
+                    self._move_skipped(state, msg, kind, error_obj, job, offset)
+                    return
                 state.in_flight -= 1
                 self._done(state, offset, done)
 
             if not self._hooks.outcome(outcome, settle):
                 return
             state.in_flight -= 1
+        if self._router is not None:
+            state.in_flight += 1
+            self._move_skipped(state, msg, kind, error_obj, job, offset)
+            return
         self._done(state, offset, True)
+
+    def _move_skipped(
+        self,
+        state: PartitionState,
+        msg: Message,
+        kind: OutcomeKind,
+        error: BaseException,
+        job: Any,
+        offset: int,
+    ) -> None:
+        """Dead-letter a message that never ran; ``state.in_flight`` counts it until moved."""
+        assert self._router is not None
+        headers = msg.headers()
+        failure = Failure(
+            kind,
+            state.topic,
+            state.partition,
+            offset,
+            msg.key(),
+            job,
+            None,
+            error,
+            raw=msg.value(),
+            raw_headers=list(headers.items() if isinstance(headers, dict) else headers)
+            if headers
+            else None,
+        )
+
+        def moved(done: bool) -> None:
+            state.in_flight -= 1
+            self._done(state, offset, done)
+
+        self._router.route(failure, moved)
+
+    def move_poison(self, state: PartitionState, msg: Message, error: BaseException) -> None:
+        """Dead-letter, without running it, a message that killed its worker process every time
+        it ran alone (see ``_poison``); its offset is finished once the move is made."""
+        offset: int = msg.offset()  # type: ignore[assignment]
+        if self.stopping or not state.active or offset < state.expected:
+            state.taken += 1  # dropped as on_batch drops: not finished, so delivered again
+            return
+        state.expected = offset + 1
+        state.tracker.add(offset)
+        state.taken += 1
+        try:
+            job = self._app.codec.decode(msg.value())  # type: ignore[arg-type]
+        except Exception:
+            job = None  # dead-lettered with its raw bytes
+        state.in_flight += 1
+        kind = OutcomeKind.POISON_PILL
+
+        def settle(done: bool) -> None:
+            if done and self._router is not None:
+                self._move_skipped(state, msg, kind, error, job, offset)
+                return
+            state.in_flight -= 1
+            self._done(state, offset, done)
+
+        if self._middleware:
+            outcome = Outcome(
+                kind=kind,
+                topic=state.topic,
+                partition=state.partition,
+                offset=offset,
+                key=msg.key(),
+                job=job,
+                error=error,
+                raw=msg.value(),
+                raw_headers=msg.headers(),  # type: ignore[arg-type]
+            )
+            if not self._hooks.outcome(outcome, settle):
+                return
+        settle(True)
 
     # -- rebalances and shutdown ---------------------------------------------------------------
 
     def drop(self, states: Iterable[PartitionState]) -> int:
         """Forget the not-started jobs of ``states``; their offsets stay unfinished."""
+        states = set(states)
         dropped = self.dispatcher.drop(states)
         for work in dropped:
             work.state.taken += 1
-        return len(dropped)
+        ready = [w for w in self._ready if w.state in states]
+        if ready:
+            # Held jobs due while every slot was taken: taken already, never started.
+            self._ready = deque(w for w in self._ready if w.state not in states)
+            for work in ready:
+                work.state.in_flight -= 1
+                self.dispatcher.release(work)
+        return len(dropped) + len(ready)
 
     async def wait_idle(self, states: Iterable[PartitionState], timeout: float) -> bool:
         """Wait until no job of ``states`` (of any partition: empty) runs; False on timeout."""

@@ -13,6 +13,7 @@ import contextvars
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -24,13 +25,21 @@ from pipeline._topics import TopicNames
 
 from . import _signals
 from ._consumer import Batch, ConsumerThread
+from ._events import EventStream
+from ._failures import FailurePolicy
 from ._metrics import Gauges, WorkerMetrics, make_registry
 from ._middleware import Middleware, PartitionRef
+from ._moves import Mover
 from ._processing import Processor
+from ._relay import RetryRelay
+from ._router import FailureRouter
 from ._work import PartitionState
 
 if TYPE_CHECKING:
+    from confluent_kafka import Message
     from prometheus_client.registry import CollectorRegistry
+
+    from ._poison import PoisonPillError
 
 _log = logging.getLogger("pipeline.worker")
 
@@ -117,6 +126,16 @@ class Worker:
             _log.info("stopped before starting")
             return 0
         worker = self.settings.worker
+        settings = self.settings
+        mover = Mover(settings, self.loop)
+        events = EventStream(settings, self.app.codec) if settings.events == "all" else None
+        policy = FailurePolicy(
+            settings.namespace,
+            settings.topics.retry_delays_s,
+            codec=self.app.codec,
+            worker=f"{socket.gethostname()}:{os.getpid()}",
+            events=settings.events != "off",
+        )
         self._processor = Processor(
             app=self.app,
             worker=worker,
@@ -126,6 +145,8 @@ class Worker:
             metrics=self.metrics,
             middleware=self.middleware,
             context=contextvars.copy_context(),
+            router=FailureRouter(policy, mover, self.metrics),
+            events=events,
         )
         processor = self._processor
         server = self._start_http(processor)
@@ -135,6 +156,7 @@ class Worker:
             topics=self.topics,
             side=self,
             metrics=self.metrics,
+            mover=mover,
         )
         self._install_signals()
         self._call_hooks("on_worker_start", self)
@@ -149,12 +171,25 @@ class Worker:
             },
         )
         self._consumer.start()
+        relay = None
+        if worker.retries and settings.topics.retry_delays_s:
+            relay = RetryRelay(
+                settings,
+                self.group_id,
+                self.metrics,
+                self._relay_failed,
+            )
+            relay.start()
         heartbeat = self.loop.create_task(self._heartbeat())
         try:
             await self._stopped.wait()
             await self._shutdown()
         finally:
             heartbeat.cancel()
+            if relay is not None:
+                await asyncio.to_thread(relay.stop)
+            if events is not None:
+                await asyncio.to_thread(events.close)
             self._remove_signals()
             if server is not None:
                 server.close()
@@ -273,6 +308,14 @@ class Worker:
             _log.critical("processing a batch failed; stopping", exc_info=True)
             self._fail(1)
 
+    def on_poison(self, state: PartitionState, message: Message, error: PoisonPillError) -> None:
+        assert self._processor is not None
+        try:
+            self._processor.move_poison(state, message, error)
+        except Exception:
+            _log.critical("dead-lettering a poison pill failed; stopping", exc_info=True)
+            self._fail(1)
+
     def on_assigned(self, states: list[PartitionState]) -> None:
         if states:
             refs = [PartitionRef(s.topic, s.partition) for s in states]
@@ -304,6 +347,11 @@ class Worker:
     def on_burst_drained(self) -> None:
         _log.info("burst: drained, exiting")
         self._fail(0)
+
+    def _relay_failed(self, exc: BaseException) -> None:
+        """The retry relay thread failed (called on that thread)."""
+        with contextlib.suppress(RuntimeError):  # the loop is closed: stopping already
+            self.loop.call_soon_threadsafe(self.on_consumer_failed, exc)
 
     def on_consumer_failed(self, exc: BaseException) -> None:
         _log.error("stopping: the consumer failed: %s", exc)

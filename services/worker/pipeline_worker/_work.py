@@ -38,10 +38,12 @@ class PartitionState:
         "handed_next",
         "in_flight",
         "keys",
+        "moved",
         "partition",
         "paused",
         "pidx",
         "priority",
+        "started_next",
         "taken",
         "topic",
         "tracker",
@@ -74,6 +76,11 @@ class PartitionState:
         """Per-key ordering: a key present has a job admitted; the deque holds its successors."""
         # Consumer thread: the last offset the broker acknowledged as committed.
         self.committed = -1
+        self.moved: set[int] = set()
+        """Offsets a previous owner moved (from the commit metadata; consumer thread writes it
+        before the partition is resumed, then only the loop thread touches it)."""
+        self.started_next = -1
+        """One past the last offset handed to a handler (loop thread), for the commit mark."""
 
     @property
     def buffered(self) -> int:

@@ -6,9 +6,11 @@ at any moment. Each line is one ``os.write`` to a file opened with ``O_APPEND``:
 atomic, so lines from many threads and processes never interleave, and the file's order is the
 order in which the lines were written.
 
+Handlers that fail on purpose write a failure line (``F``) just before they raise.
+
 Line format (space separated, see ``harness.RunEvent``)::
 
-    S|E job_id time_ns pid type topic partition offset key n
+    S|E|F job_id time_ns pid type topic partition offset key n
 
 Configuration comes from the environment (the worker runs this module in its own process):
 ``WORKER_TEST_RECORD`` names the file, ``WORKER_TEST_RATE_LIMIT`` and
@@ -23,7 +25,7 @@ import random
 import time
 from typing import Any
 
-from pipeline import Pipeline
+from pipeline import Backoff, Pipeline
 
 RECORD_ENV = "WORKER_TEST_RECORD"
 RATE_LIMIT_ENV = "WORKER_TEST_RATE_LIMIT"
@@ -128,3 +130,40 @@ async def capped(n: int, ctx: Any, max_ms: float = 20.0) -> None:
     record.line("S", ctx, "capped", n)
     await asyncio.sleep(_duration_s(0.0, max_ms))
     record.line("E", ctx, "capped", n)
+
+
+# -- failure routing ------------------------------------------------------------------------------
+
+FAST_BACKOFF = Backoff(base_s=0.5, factor=2.0, cap_s=5.0, jitter=0.0)
+"""0.5 s, then 1 s, 2 s, ...: the tests' retry tiers are 0.5 s and 2 s."""
+
+
+class UnrecoverableError(Exception):
+    """Declared fatal for ``doomed``: no retry."""
+
+
+@app.job("flaky", backoff=FAST_BACKOFF)
+def flaky(n: int, ctx: Any, failures: int) -> None:
+    """Fails its first ``failures`` attempts, then succeeds."""
+    record.line("S", ctx, "flaky", n)
+    if ctx.attempt <= failures:
+        record.line("F", ctx, "flaky", n)
+        raise RuntimeError(f"attempt {ctx.attempt} fails on purpose")
+    record.line("E", ctx, "flaky", n)
+
+
+@app.job("doomed", backoff=FAST_BACKOFF, fatal=(UnrecoverableError,))
+async def doomed(n: int, ctx: Any, fatal: bool = False) -> None:
+    """Always fails: with a transient error, or with a fatal one."""
+    record.line("S", ctx, "doomed", n)
+    record.line("F", ctx, "doomed", n)
+    if fatal:
+        raise UnrecoverableError(f"job {n} cannot succeed")
+    raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
+
+
+@app.job("poison")
+def poison(n: int, ctx: Any) -> None:
+    """Kills the worker process that runs it, every time."""
+    record.line("S", ctx, "poison", n)
+    os._exit(1)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from .processes import WorkerProcess, wait_until
@@ -51,8 +52,18 @@ class GroupOffsets:
 
     def committed(self, topics: Iterable[str]) -> dict[TopicPartitionKey, int]:
         """Committed offset per partition; 0 where the group committed nothing yet."""
-        with self._lock:
-            found = self._consumer.committed(self.partitions(topics), timeout=10)
+        tps = self.partitions(topics)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with self._lock:
+                    found = self._consumer.committed(tps, timeout=10)
+                break
+            except KafkaException as exc:
+                # A broker that just started may not host the group's coordinator yet.
+                if not exc.args[0].retriable() or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
         return {
             (tp.topic, tp.partition): (0 if tp.offset == OFFSET_INVALID else tp.offset)
             for tp in found

@@ -16,7 +16,8 @@ TopicPartitionKey = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class RunEvent:
-    """One line of the recording: a handler started (``S``) or returned (``E``)."""
+    """One line of the recording: a handler started (``S``), returned (``E``) or is about to
+    raise (``F``)."""
 
     kind: str
     job_id: str
@@ -83,7 +84,7 @@ class Recording:
                 self.totals[event.kind] += 1
                 if event.kind == "S":
                     self.start_counts[event.job_id] += 1
-                else:
+                elif event.kind == "E":
                     self.finished_ids.add(event.job_id)
             return new
 

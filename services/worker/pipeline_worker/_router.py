@@ -1,0 +1,58 @@
+"""The event loop's side of failure routing: decide a move, count it, hand it to the mover."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from pipeline._job import now_ms
+
+from ._failures import Failure, FailurePolicy
+from ._metrics import WorkerMetrics
+from ._moves import Mover
+from ._ratelog import RateLimitedLog
+
+_log = logging.getLogger("pipeline.worker.failures")
+
+
+class FailureRouter:
+    """Routes each failed message once: retry tier, deferred, or dead letter."""
+
+    def __init__(self, policy: FailurePolicy, mover: Mover, metrics: WorkerMetrics) -> None:
+        self._policy = policy
+        self._mover = mover
+        self._metrics = metrics
+        self._dead = RateLimitedLog(_log, interval_s=10.0)
+
+    def route(self, failure: Failure, settle: Callable[[bool], None]) -> None:
+        """Move ``failure``; ``settle(True)`` once the move is in the open transaction.
+
+        If no move can be made (a bug in encoding it), the offset is held (``settle(False)``):
+        the job runs again after the next rebalance or restart rather than being lost.
+        """
+        try:
+            move = self._policy.decide(failure, now_ms())
+        except Exception:
+            _log.exception(
+                "could not build the move of %s[%d]@%d; its offset is held",
+                failure.topic,
+                failure.partition,
+                failure.offset,
+            )
+            settle(False)
+            return
+        self._metrics.count_move(move.job_type, move.dead, move.reason)
+        if move.dead:
+            job = failure.job
+            self._dead.warning(
+                move.reason,
+                "dead-lettering %s[%d]@%d (%s): %s",
+                failure.topic,
+                failure.partition,
+                failure.offset,
+                move.reason,
+                failure.error,
+                extra={"job_id": job.id if job is not None else None, "job_type": move.job_type},
+            )
+        where = (failure.topic, failure.partition)
+        self._mover.submit(where, failure.offset, move.records, settle)

@@ -1,0 +1,65 @@
+"""``Retry`` and ``Backoff``: when a failed job runs again."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from pipeline import Backoff, ConfigurationError, JobOptions, Retry
+
+
+def test_retry_after_seconds_or_timedelta_is_relative_to_the_failure() -> None:
+    assert Retry(after=30).due_ms(1_000) == 31_000
+    assert Retry(after=timedelta(minutes=2)).due_ms(1_000) == 121_000
+    assert "30s" in str(Retry(after=30))
+
+
+def test_retry_at_is_an_absolute_time_and_needs_a_time_zone() -> None:
+    at = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    assert Retry(at=at).due_ms(0) == int(at.timestamp() * 1000)
+    with pytest.raises(ConfigurationError, match="time zone"):
+        Retry(at=datetime(2026, 1, 1, 12))
+
+
+def test_retry_without_a_time_leaves_it_to_the_backoff() -> None:
+    assert Retry().due_ms(5) is None
+    assert Retry("rate limited").args == ("rate limited",)
+
+
+def test_retry_rejects_contradictions() -> None:
+    with pytest.raises(ConfigurationError, match="not both"):
+        Retry(after=1, at=datetime.now(UTC))
+    with pytest.raises(ConfigurationError, match="negative"):
+        Retry(after=-1)
+
+
+def test_backoff_grows_by_its_factor_up_to_the_cap() -> None:
+    backoff = Backoff(base_s=2, factor=3, cap_s=50, jitter=0)
+    assert [backoff.delay_s(n) for n in range(1, 6)] == [2, 6, 18, 50, 50]
+
+
+def test_backoff_jitter_spreads_each_delay_within_its_fraction() -> None:
+    backoff = Backoff(base_s=10, factor=1, jitter=0.2)
+    rand = random.Random(1)
+    delays = [backoff.delay_s(1, rand) for _ in range(500)]
+    assert min(delays) >= 8.0
+    assert max(delays) <= 12.0
+    assert max(delays) - min(delays) > 3.0, "jitter actually spreads"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"base_s": 0}, {"cap_s": -1}, {"factor": 0.5}, {"jitter": 1.0}, {"jitter": -0.1}],
+)
+def test_backoff_rejects_nonsense(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError):
+        Backoff(**kwargs)
+
+
+def test_job_options_take_one_fatal_class_or_several() -> None:
+    assert JobOptions(fatal=KeyError).fatal == (KeyError,)  # type: ignore[arg-type]
+    assert JobOptions(fatal=[KeyError, ValueError]).fatal == (KeyError, ValueError)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="exception classes"):
+        JobOptions(fatal=("KeyError",))  # type: ignore[arg-type]

@@ -1,0 +1,267 @@
+"""FailurePolicy: how a failed message is classified and what records its move writes."""
+
+from __future__ import annotations
+
+import functools
+import random
+from datetime import UTC, datetime
+
+import pytest
+
+from pipeline import (
+    Backoff,
+    DecodeError,
+    Job,
+    JobCodec,
+    JobOptions,
+    JobType,
+    PayloadValidationError,
+    Priority,
+    Retry,
+    TimeLimitError,
+)
+from pipeline._codec import DeadLetterCodec, EventCodec
+from pipeline._records import DeadLetterReason, EventKind
+from pipeline_worker._failures import DEFERRED, Failure, FailurePolicy, traceback_digest
+from pipeline_worker._middleware import OutcomeKind
+
+NOW = 1_800_000_000_000
+CODEC = JobCodec()
+TIERS = [5.0, 30.0, 300.0]
+
+
+class DeclinedError(Exception):
+    pass
+
+
+def handler(n: int) -> None: ...
+
+
+JOB_TYPE = JobType(
+    "pay",
+    handler,
+    JobOptions(backoff=Backoff(base_s=10, factor=2, jitter=0), fatal=(DeclinedError,)),
+)
+
+
+def policy(*, events: bool = True) -> FailurePolicy:
+    return FailurePolicy(
+        "acme", TIERS, codec=CODEC, worker="host:1", events=events, rand=random.Random(0)
+    )
+
+
+def job(attempt: int = 1, max_attempts: int = 3) -> Job:
+    return Job(
+        id="j1",
+        type="pay",
+        payload=b'{"n": 1}',
+        priority=Priority.HIGH,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        created_at=NOW - 5000,
+    )
+
+
+def failure(error: BaseException | None, the_job: Job | None = None, **kw: object) -> Failure:
+    fields: dict[str, object] = {
+        "kind": OutcomeKind.FAILED,
+        "topic": "acme.jobs.high",
+        "partition": 2,
+        "offset": 41,
+        "key": b"k",
+        "job": the_job if the_job is not None else job(),
+        "job_type": JOB_TYPE,
+        "error": error,
+    }
+    fields.update(kw)
+    return Failure(**fields)  # type: ignore[arg-type]
+
+
+def raised(error: BaseException) -> BaseException:
+    try:
+        raise error
+    except BaseException as exc:
+        return exc
+
+
+@pytest.mark.parametrize(
+    ("delay_ms", "tier"),
+    [(0, 0), (4_999, 0), (5_000, 0), (29_999, 0), (30_000, 1), (299_000, 1), (300_000, 2),
+     (600_000, 2), (600_001, DEFERRED)],
+)  # fmt: skip
+def test_a_delay_goes_to_the_largest_tier_not_above_it(delay_ms: int, tier: int) -> None:
+    assert policy().tier_for(delay_ms) == tier
+
+
+def test_a_transient_error_is_retried_after_the_backoff_with_its_error_in_the_history() -> None:
+    move = policy().decide(failure(raised(RuntimeError("boom"))), NOW)
+    assert not move.dead
+    assert move.reason == "retry.0"
+    assert move.delay_s == 10.0
+    retry_record, event_record = move.records
+    assert retry_record.topic == "acme.retry.0"
+    assert retry_record.key == b"k"
+    retried = CODEC.decode(retry_record.value)
+    assert (retried.id, retried.attempt, retried.priority) == ("j1", 2, Priority.HIGH)
+    assert retried.not_before == NOW + 10_000
+    [error] = retried.errors
+    assert (error.attempt, error.at, error.error_class) == (1, NOW, "builtins.RuntimeError")
+    assert (error.message, error.retryable, error.worker) == ("boom", True, "host:1")
+    assert error.traceback_digest is not None
+    assert len(error.traceback_digest) == 12
+    event = EventCodec(CODEC.store).decode(event_record.value)
+    assert (event.kind, event.job_id, event.attempt) == (EventKind.RETRIED, "j1", 1)
+    assert event_record.topic == "acme.events"
+
+
+def test_the_backoff_grows_with_the_attempt_and_picks_the_tier() -> None:
+    move = policy().decide(failure(raised(RuntimeError()), job(attempt=2, max_attempts=5)), NOW)
+    assert move.delay_s == 20.0
+    assert move.records[0].topic == "acme.retry.0"
+    move = policy().decide(failure(raised(RuntimeError()), job(attempt=3, max_attempts=5)), NOW)
+    assert move.delay_s == 40.0
+    assert move.records[0].topic == "acme.retry.1"
+
+
+def test_retry_asks_for_its_own_time_and_a_far_one_goes_through_deferred() -> None:
+    move = policy().decide(failure(Retry(after=60)), NOW)
+    assert move.records[0].topic == "acme.retry.1"
+    assert CODEC.decode(move.records[0].value).not_before == NOW + 60_000
+    at = datetime.fromtimestamp((NOW + 3 * 3600_000) / 1000, UTC)
+    move = policy().decide(failure(Retry(at=at)), NOW)
+    assert move.reason == "deferred"
+    assert move.records[0].topic == "acme.deferred"
+    assert CODEC.decode(move.records[0].value).not_before == NOW + 3 * 3600_000
+
+
+def test_the_last_attempt_dead_letters_with_the_whole_history() -> None:
+    earlier = policy().decide(failure(raised(RuntimeError("first"))), NOW)
+    second = CODEC.decode(earlier.records[0].value)
+    second.attempt = 3
+    move = policy().decide(failure(raised(RuntimeError("last")), second), NOW + 1)
+    assert move.dead
+    assert move.reason == DeadLetterReason.MAX_ATTEMPTS
+    letter_record, event_record = move.records
+    assert letter_record.topic == "acme.dlq"
+    letter = DeadLetterCodec(CODEC.store).decode(letter_record.value)
+    assert letter.reason == DeadLetterReason.MAX_ATTEMPTS
+    assert (letter.source_topic, letter.source_partition, letter.source_offset) == (
+        "acme.jobs.high",
+        2,
+        41,
+    )
+    assert letter.job is not None
+    assert [e.message for e in letter.job.errors] == ["first", "last"]
+    assert EventCodec(CODEC.store).decode(event_record.value).kind == EventKind.DEAD
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (DeclinedError("card"), DeadLetterReason.FATAL_ERROR),
+        (PayloadValidationError("pay", "missing n"), DeadLetterReason.VALIDATION_ERROR),
+        (DecodeError("bad avro payload", b""), DeadLetterReason.VALIDATION_ERROR),
+    ],
+)
+def test_fatal_and_payload_errors_are_dead_lettered_at_once(
+    error: BaseException, reason: str
+) -> None:
+    move = policy().decide(failure(error), NOW)
+    assert move.dead
+    assert move.reason == reason
+    letter = DeadLetterCodec(CODEC.store).decode(move.records[0].value)
+    assert letter.job is not None
+    assert [e.retryable for e in letter.job.errors] == [False]
+
+
+def test_a_timeout_on_the_last_attempt_is_reason_timeout() -> None:
+    move = policy().decide(failure(TimeLimitError("pay", 2.0), job(attempt=3)), NOW)
+    assert move.reason == DeadLetterReason.TIMEOUT
+
+
+def test_undecodable_messages_keep_their_raw_bytes_and_headers() -> None:
+    raw_failure = failure(
+        DecodeError("not a job", b"\x00junk"),
+        None,
+        kind=OutcomeKind.UNDECODABLE,
+        job=None,
+        job_type=None,
+        raw=b"\x00junk",
+        raw_headers=[("trace", b"abc"), ("empty", None)],
+    )
+    move = policy().decide(raw_failure, NOW)
+    assert move.dead
+    assert len(move.records) == 1, "no event: there is no job id to key it by"
+    letter = DeadLetterCodec(CODEC.store).decode(move.records[0].value)
+    assert letter.reason == DeadLetterReason.DECODE_ERROR
+    assert letter.raw_value == b"\x00junk"
+    assert letter.raw_key == b"k"
+    assert letter.raw_headers == {"trace": b"abc", "empty": b""}
+    assert letter.job is None
+
+
+def test_events_off_writes_only_the_move() -> None:
+    move = policy(events=False).decide(failure(raised(RuntimeError())), NOW)
+    assert [r.topic for r in move.records] == ["acme.retry.0"]
+
+
+def test_traceback_digest_names_the_shape_of_the_failure_not_its_values() -> None:
+    def fail(value: int) -> None:
+        raise ValueError(value)
+
+    digests = set()
+    for value in (1, 2):
+        try:
+            fail(value)
+        except ValueError as exc:
+            digests.add(traceback_digest(exc))
+    assert len(digests) == 1
+    assert traceback_digest(ValueError("never raised")) is None
+
+
+def _note(done: list[tuple[int, bool]], offset: int, ok: bool) -> None:
+    done.append((offset, ok))
+
+
+def test_a_full_partition_still_moves_the_job_at_its_commit_point() -> None:
+    """With MAX_MOVED moves above the commit point, the job *at* the commit point must still
+    move (else nothing could ever advance the commit point: a deadlock); others wait."""
+    import asyncio
+
+    from pipeline_worker._failures import Record
+    from pipeline_worker._marks import MAX_MOVED
+    from pipeline_worker._moves import Mover
+
+    class FakeProducer:
+        def __init__(self, conf: object) -> None:
+            self.produced: list[str] = []
+
+        def init_transactions(self, timeout: float) -> None: ...
+
+        def begin_transaction(self) -> None: ...
+
+        def produce(self, topic: str, value: bytes, key: bytes, headers: object = None) -> None:
+            self.produced.append(topic)
+
+        def poll(self, timeout: float) -> int:
+            return 0
+
+    loop = asyncio.new_event_loop()
+    try:
+        from pipeline import Settings
+
+        mover = Mover(Settings(), loop, producer_factory=FakeProducer)  # type: ignore[arg-type]
+        where = ("acme.jobs.default", 0)
+        mover.moved[where] = set(range(101, 101 + MAX_MOVED))
+        done: list[tuple[int, bool]] = []
+        record = [Record("acme.dlq", b"x", None)]
+        for offset in (500, 100):
+            mover.submit(where, offset, record, functools.partial(_note, done, offset))
+        mover.drain(lambda w: True, lambda w: 100)
+        loop.run_until_complete(asyncio.sleep(0))
+        assert done == [(100, True)], "only the job at the commit point moved"
+        mover.drain(lambda w: True, lambda w: 600)  # the commit point passed the others
+        loop.run_until_complete(asyncio.sleep(0))
+        assert done == [(100, True), (500, True)]
+    finally:
+        loop.close()
