@@ -5,7 +5,8 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
 
 * ``bench.noop`` writes ``first <ns>`` on its first run in a process and ``last <ns>`` on run
   number ``BENCH_EXPECTED``, which gives the first-to-last-job time of a drain;
-* ``bench.latency`` writes ``<start ns - enqueue ns>`` for every job.
+* ``bench.latency`` writes ``<start ns - enqueue ns>`` for every job;
+* ``bench.due`` writes ``<start ns - not_before ns>`` for every job (a delayed job's lateness).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import itertools
 import os
 import time
 
-from pipeline import Pipeline
+from pipeline import JobContext, Pipeline
 
 RECORD_ENV = "BENCH_RECORD"
 EXPECTED_ENV = "BENCH_EXPECTED"
@@ -46,3 +47,9 @@ def noop(n: int) -> None:
 def latency(n: int, t: int) -> None:
     """Note how long ago, in nanoseconds, the job was enqueued (``t``: ``time.time_ns()``)."""
     _write(f"{time.time_ns() - t}\n")
+
+
+@app.job("bench.due")
+def due(n: int, ctx: JobContext) -> None:
+    """Note how late, in nanoseconds, the job started after its ``not_before``."""
+    _write(f"{time.time_ns() - (ctx.job.not_before or 0) * 1_000_000}\n")

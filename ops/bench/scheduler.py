@@ -1,8 +1,9 @@
-"""Scheduler benchmark: release throughput, release lateness, and memory with 1,000,000 pending.
+"""Scheduler benchmark: release throughput, lateness, and memory with 1,000,000 pending.
 
-Each measurement runs ``pipeline-scheduler`` as its own process in a fresh namespace and reads
-the released jobs with a plain read_committed consumer; lateness is the consumer's receive time
-minus the job's due time (what a worker's start would see, less its own dispatch time).
+Each measurement runs ``pipeline-scheduler`` as its own process in a fresh namespace. The idle
+lateness runs a worker too and is handler start minus due time; the other measurements read the
+released jobs with a plain read_committed consumer (receive time minus due time, where a release
+``scheduler.release_lead_ms`` early counts as early only beyond that lead).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pipeline import JobCodec, Pipeline, Settings
 from pipeline._topics import TopicNames
 
-from .env import REPO_ROOT, _die_with_parent, fresh_namespace, say, stop, tail
+from .app import RECORD_ENV
+from .env import REPO_ROOT, _die_with_parent, fresh_namespace, say, start_worker, stop, tail
 from .report import Section
 
 
@@ -114,7 +116,7 @@ def _read_while(
     return join
 
 
-def _percentile(values: list[int], q: float) -> float:
+def _percentile(values: list[int] | list[float], q: float) -> float:
     ordered = sorted(values)
     return float(ordered[min(len(ordered) - 1, int(len(ordered) * q))]) if ordered else float("nan")
 
@@ -175,22 +177,40 @@ def throughput(bootstrap: str, jobs: int, workdir: Path) -> list[str]:
 def lateness(
     bootstrap: str, jobs: int, rate: float, workdir: Path, label: str
 ) -> tuple[float, float]:
+    """Handler start minus due time of ``jobs`` delayed jobs, with a scheduler and a worker."""
     settings = fresh_namespace(bootstrap, f"sched-{label}")
+    record = workdir / f"sched-{label}.record"
     process = _start(settings, workdir / f"sched-{label}.log")
+    worker = start_worker(settings, [], {RECORD_ENV: str(record)}, workdir / f"{label}-w.log")
     try:
-        consumer = _consumer(settings)
         app = Pipeline(settings)
-        reading = _read_while(consumer, jobs, timeout=jobs / rate + 60)
+        # Warm up until the worker owns the partitions and runs jobs; not measured.
+        deadline = time.monotonic() + 60
+        while not _lines(record) and time.monotonic() < deadline:
+            app.enqueue("bench.due", {"n": -1}, delay=0.1)
+            app.flush()
+            time.sleep(0.5)
+        warm = len(_lines(record))
         for i in range(jobs):
-            app.enqueue("bench.noop", {"i": i}, delay=2.0)
+            app.enqueue("bench.due", {"n": i}, delay=2.0)
             app.flush()
             time.sleep(1 / rate)  # a steady arrival rate, not a burst
-        got = reading()
-        consumer.close()
+        deadline = time.monotonic() + 60
+        while len(_lines(record)) < warm + jobs and time.monotonic() < deadline:
+            time.sleep(0.1)
+        late_ns = [int(line) for line in _lines(record)[warm:]]
     finally:
+        stop(worker)
         stop(process)
-    late = [r - d for r, d in got]
+    late = [ns / 1e6 for ns in late_ns]
     return _percentile(late, 0.5), _percentile(late, 0.99)
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [line for line in path.read_text().splitlines() if line]
+    except FileNotFoundError:
+        return []
 
 
 def pending(
@@ -255,7 +275,7 @@ def shortened_clock(bootstrap: str, jobs: int, span_s: float, workdir: Path) -> 
     finally:
         stop(process)
     late = [r - d for r, d in got]
-    early = sum(1 for x in late if x < 0)
+    early = sum(1 for x in late if x < -Settings().scheduler.release_lead_ms)
     return [
         f"- Shortened clock (horizon 2 s, tiers 1/4/15/40 s): {len(got):,} of {jobs:,} jobs "
         f"spread over {span_s:g} s released, {early} early; lateness p50 "
@@ -270,8 +290,8 @@ def run(bootstrap_servers: str, quick: bool, workdir: Path) -> Section:
     say("bench: scheduler lateness (idle)")
     p50, p99 = lateness(bootstrap_servers, 200 if quick else 2000, 200.0, workdir, "idle")
     extra.append(
-        f"- Lateness, idle (jobs due 2 s after enqueue, 200/s): p50 {p50:.0f} ms, "
-        f"p99 {p99:.0f} ms (goal p99 <= 10 ms)."
+        f"- Lateness, idle (jobs due 2 s after enqueue, 200/s; handler start minus due time, "
+        f"with one worker): p50 {p50:.1f} ms, p99 {p99:.1f} ms (goal p99 <= 10 ms)."
     )
     say("bench: scheduler with many pending jobs")
     count = 20_000 if quick else 1_000_000
@@ -283,9 +303,11 @@ def run(bootstrap_servers: str, quick: bool, workdir: Path) -> Section:
     return Section(
         title="Scheduler",
         description=(
-            "`pipeline-scheduler` alone (no worker): delayed jobs enqueued to `<ns>.deferred`, "
-            "released to the job topics, read back by a read_committed consumer. Lateness is "
-            "receive time minus due time."
+            "`pipeline-scheduler`: delayed jobs enqueued to `<ns>.deferred`, released to the job "
+            "topics. The idle lateness is measured at the handler (one worker runs the jobs: "
+            "start time minus due time); the others read the releases with a read_committed "
+            "consumer (receive time minus due time; releases come `release_lead_ms`, 200 ms, "
+            "early by design, and the worker holds them until due)."
         ),
         extra=extra,
     )

@@ -40,7 +40,7 @@ class SchedulerMetrics:
         )
         self.lateness = Histogram(
             "pipeline_scheduler_release_lateness_seconds",
-            "Release time minus due time",
+            "Release time minus planned release time (due time minus the release lead)",
             buckets=LATENESS_BUCKETS,
             registry=r,
         )

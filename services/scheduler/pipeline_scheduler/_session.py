@@ -50,8 +50,11 @@ class LeaderSession:
         ns = settings.namespace
         self.names = TopicNames(ns)
         self.router = Router(
-            int(sched.horizon_s * 1000), tuple(int(d * 1000) for d in sched.wait_tiers_s)
+            int(sched.horizon_s * 1000),
+            tuple(int(d * 1000) for d in sched.wait_tiers_s),
+            sched.release_lead_ms,
         )
+        self._lead = sched.release_lead_ms
         self.tier_topics = [deferred_tier_topic(ns, i) for i in range(len(sched.wait_tiers_s))]
         self._tier_index = {topic: i for i, topic in enumerate(self.tier_topics)}
         self._tier_labels = [str(i) for i in range(len(self.tier_topics))]
@@ -138,7 +141,9 @@ class LeaderSession:
     # --- the loop step ---------------------------------------------------------------------
 
     def next_wake(self) -> int | None:
-        wakes = [w for w in (self.queue.next_due(), self.cron.next_due()) if w is not None]
+        due = self.queue.next_due()
+        release = due - self._lead if due is not None else None
+        wakes = [w for w in (release, self.cron.next_due()) if w is not None]
         for where in self._paused:
             parked = self.progress[where].parked
             if parked:
@@ -221,7 +226,7 @@ class LeaderSession:
         if decision == RELEASE:
             self.txn.produce(self.names.jobs(job.priority), value, key, headers)
             self.metrics.releases.inc()
-            self.metrics.lateness.observe(max(0, now - due) / 1000)
+            self.metrics.lateness.observe(max(0, now + self._lead - due) / 1000)
         elif decision == HOLD:
             target = self.names.jobs(job.priority)
             self.queue.push(due, where, offset, target, key, value, headers, job.id)
@@ -247,11 +252,12 @@ class LeaderSession:
     def _release(self, now: int) -> None:
         produce = self.txn.produce
         observe = self.metrics.lateness.observe
-        released = self.queue.pop_due(now, self._batch_max)
+        lead = self._lead
+        released = self.queue.pop_due(now + lead, self._batch_max)
         for job in released:
             produce(job.target, job.value, job.key, job.headers)
             self.progress[job.source].release(job.offset)
-            observe((now_ms() - job.due_ms) / 1000)
+            observe(max(0, now_ms() + lead - job.due_ms) / 1000)
         if released:
             self.metrics.releases.inc(len(released))
 

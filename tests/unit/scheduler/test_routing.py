@@ -100,3 +100,10 @@ def test_saved_progress_round_trips_and_drives_the_replay() -> None:
     assert finished == [103, 104, 105, 106, 108, 109]
     # A record that does not match the committed offset is not trusted.
     assert not PartitionProgress(committed=90, saved=saved).finished_before(103)
+
+
+def test_a_lead_releases_that_long_before_due_and_no_earlier() -> None:
+    led = Router(120 * S, (60 * S,), lead_ms=200)
+    assert led.route(due_ms=10_000, now_ms=9_799) == HOLD
+    assert led.route(due_ms=10_000, now_ms=9_800) == RELEASE
+    assert ROUTER.route(due_ms=10_000, now_ms=9_800) == HOLD
