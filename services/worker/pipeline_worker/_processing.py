@@ -449,7 +449,28 @@ class Processor:
         else:
             error_obj = error
             self._skips.warning(reason, "skipping an undecodable message at %s: %s", where, error)
-        offset: int = msg.offset()  # type: ignore[assignment]
+        self._end_unrun(state, msg, kind, error_obj, job, msg.offset())  # type: ignore[arg-type]
+
+    def _end_unrun(
+        self,
+        state: PartitionState,
+        msg: Message,
+        kind: OutcomeKind,
+        error: BaseException,
+        job: Any,
+        offset: int,
+    ) -> None:
+        """A message that never ran: the middleware sees its outcome, then it is dead-lettered
+        (without a router: skipped past). ``state.in_flight`` counts it until then."""
+        state.in_flight += 1
+
+        def settle(done: bool) -> None:
+            if done and self._router is not None:
+                self._move_skipped(state, msg, kind, error, job, offset)
+                return
+            state.in_flight -= 1
+            self._done(state, offset, done)
+
         if self._middleware:
             outcome = Outcome(
                 kind=kind,
@@ -458,27 +479,13 @@ class Processor:
                 offset=offset,
                 key=msg.key(),
                 job=job,
-                error=error_obj,
+                error=error,
                 raw=msg.value(),
                 raw_headers=msg.headers(),  # type: ignore[arg-type]
             )
-            state.in_flight += 1
-
-            def settle(done: bool) -> None:
-                if done and self._router is not None:
-                    self._move_skipped(state, msg, kind, error_obj, job, offset)
-                    return
-                state.in_flight -= 1
-                self._done(state, offset, done)
-
             if not self._hooks.outcome(outcome, settle):
                 return
-            state.in_flight -= 1
-        if self._router is not None:
-            state.in_flight += 1
-            self._move_skipped(state, msg, kind, error_obj, job, offset)
-            return
-        self._done(state, offset, True)
+        settle(True)
 
     def _move_skipped(
         self,
@@ -527,31 +534,7 @@ class Processor:
             job = self._app.codec.decode(msg.value())  # type: ignore[arg-type]
         except Exception:
             job = None  # dead-lettered with its raw bytes
-        state.in_flight += 1
-        kind = OutcomeKind.POISON_PILL
-
-        def settle(done: bool) -> None:
-            if done and self._router is not None:
-                self._move_skipped(state, msg, kind, error, job, offset)
-                return
-            state.in_flight -= 1
-            self._done(state, offset, done)
-
-        if self._middleware:
-            outcome = Outcome(
-                kind=kind,
-                topic=state.topic,
-                partition=state.partition,
-                offset=offset,
-                key=msg.key(),
-                job=job,
-                error=error,
-                raw=msg.value(),
-                raw_headers=msg.headers(),  # type: ignore[arg-type]
-            )
-            if not self._hooks.outcome(outcome, settle):
-                return
-        settle(True)
+        self._end_unrun(state, msg, OutcomeKind.POISON_PILL, error, job, offset)
 
     # -- rebalances and shutdown ---------------------------------------------------------------
 
