@@ -89,18 +89,24 @@ def _wait_for_coordinators(servers: str, timeout: float = 90.0) -> None:
 
     from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+    from tests.waiting import wait_for
+
     deadline = time.monotonic() + timeout
     conf = {"bootstrap.servers": servers, "log_level": 0}
     consumer = Consumer({**conf, "group.id": f"pipeline-tests-{uuid.uuid4().hex[:8]}"})
+    problems: list[KafkaException] = []
+
+    def coordinator_answers() -> bool:
+        try:
+            consumer.committed([TopicPartition("pipeline-tests-warm-up", 0)], timeout=10)
+        except KafkaException as exc:
+            problems.append(exc)
+            return False
+        return True
+
     try:
-        while True:
-            try:
-                consumer.committed([TopicPartition("pipeline-tests-warm-up", 0)], timeout=10)
-                break
-            except KafkaException as exc:
-                if time.monotonic() >= deadline:
-                    pytest.fail(f"Kafka at {servers} has no group coordinator: {exc}")
-                time.sleep(0.2)
+        if not wait_for(coordinator_answers, timeout, interval=0.2):
+            pytest.fail(f"Kafka at {servers} has no group coordinator: {problems[-1]}")
     finally:
         consumer.close()
     producer = Producer({**conf, "transactional.id": f"pipeline-tests-{uuid.uuid4().hex[:8]}"})

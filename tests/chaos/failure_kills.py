@@ -6,9 +6,9 @@ but never makes a move twice: every job should end exactly once, succeeded or in
 
 from __future__ import annotations
 
+import functools
 import json
 import random
-import time
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -37,11 +37,9 @@ def settings(bootstrap_servers: str, namespace: str) -> Settings:
     )
 
 
-def run_failing_jobs_through_kills(
-    kit: WorkerKit, *, jobs: int, kills: int, interval_s: float, seed: int = 5
-) -> None:
-    """Enqueue ``jobs`` flaky jobs (0-4 failures each), kill one of two workers every
-    ``interval_s`` ``kills`` times, and check how every job ended."""
+def run_failing_jobs_through_kills(kit: WorkerKit, *, jobs: int, kills: int, seed: int = 5) -> None:
+    """Enqueue ``jobs`` flaky jobs (0-4 failures each), SIGKILL one of two workers ``kills``
+    times, evenly spread over the runs the jobs need, and check how every job ended."""
     rng = random.Random(seed)
     counts = Counter(rng.randint(0, 4) for _ in range(jobs))
     expected_dead: set[str] = set()
@@ -58,8 +56,11 @@ def run_failing_jobs_through_kills(
         kit.workers.start("--concurrency", "32", env=ENV) for _ in range(2)
     ]
     wait_joined(kit.settings, kit.offsets.group, workers, stable=False)
+    # Every job runs about 1 + min(failures, MAX_ATTEMPTS - 1) times: kill at even steps of that.
+    runs = sum(count * (1 + min(f, MAX_ATTEMPTS - 1)) for f, count in counts.items())
     for round_ in range(kills):
-        time.sleep(interval_s)  # the kills are the point: at arbitrary moments, not on an event
+        target = runs * (round_ + 1) // (kills + 1)
+        assert wait_for(functools.partial(_started_at_least, kit, target), 120), "no progress"
         workers[round_ % 2].kill()
         workers[round_ % 2] = kit.workers.start("--concurrency", "32", env=ENV)
 
@@ -91,6 +92,10 @@ def run_failing_jobs_through_kills(
     succeeded = kit.recording.finished_ids & (expected_ok | expected_dead)
     assert succeeded == expected_ok
     assert not succeeded & expected_dead
+
+
+def _started_at_least(kit: WorkerKit, runs: int) -> bool:
+    return kit.recording.count("S") >= runs
 
 
 def _dead_job_ids(settings: Settings) -> list[str]:

@@ -23,10 +23,10 @@ settings = failure_settings  # retry tiers of 0.5 s and 2 s for every test here
 
 
 def test_two_sigkills_move_every_one_of_600_failing_jobs_once(kit: WorkerKit) -> None:
-    run_failing_jobs_through_kills(kit, jobs=600, kills=2, interval_s=3.0)
+    run_failing_jobs_through_kills(kit, jobs=600, kills=2)
 
 
 def test_repeated_sigkills_move_every_one_of_5000_failing_jobs_once(kit: WorkerKit) -> None:
-    """Two workers, one of them SIGKILLed every 4 s, ten times, while 5,000 jobs fail 0-4
-    times (max_attempts 3): each ends exactly once, succeeded or dead-lettered."""
-    run_failing_jobs_through_kills(kit, jobs=5000, kills=10, interval_s=4.0)
+    """Two workers, one of them SIGKILLed ten times while 5,000 jobs fail 0-4 times
+    (max_attempts 3): each ends exactly once, succeeded or dead-lettered."""
+    run_failing_jobs_through_kills(kit, jobs=5000, kills=10)

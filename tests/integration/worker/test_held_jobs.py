@@ -39,7 +39,6 @@ def test_jobs_released_early_start_at_their_not_before_and_not_before(kit: Worke
         job = Job(id=uuid.uuid4().hex, type="noop", payload=b'{"n": 0}', not_before=not_before)
         due[job.id] = not_before
         producer.produce(topic, kit.producer.codec.encode(job))
-        time.sleep(0.005)
     assert producer.flush(30) == 0
     assert wait_for(lambda: kit.recording.all_finished(due), 60), worker.log_tail()
 

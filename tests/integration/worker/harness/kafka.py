@@ -5,13 +5,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+
+from tests.waiting import wait_for
 
 from .processes import WorkerProcess, wait_until
 from .runs import Recording, TopicPartitionKey
@@ -53,17 +54,21 @@ class GroupOffsets:
     def committed(self, topics: Iterable[str]) -> dict[TopicPartitionKey, int]:
         """Committed offset per partition; 0 where the group committed nothing yet."""
         tps = self.partitions(topics)
-        deadline = time.monotonic() + 30
-        while True:
+        found: list[TopicPartition] = []
+
+        def answered() -> bool:
             try:
                 with self._lock:
-                    found = self._consumer.committed(tps, timeout=10)
-                break
+                    found[:] = self._consumer.committed(tps, timeout=10)
             except KafkaException as exc:
                 # A broker that just started may not host the group's coordinator yet.
-                if not exc.args[0].retriable() or time.monotonic() >= deadline:
+                if not exc.args[0].retriable():
                     raise
-                time.sleep(0.2)
+                return False
+            return True
+
+        if not wait_for(answered, 30, interval=0.2):
+            raise AssertionError(f"no committed offsets of group {self.group} within 30 s")
         return {
             (tp.topic, tp.partition): (0 if tp.offset == OFFSET_INVALID else tp.offset)
             for tp in found
