@@ -464,12 +464,30 @@ class Processor:
         (without a router: skipped past). ``state.in_flight`` counts it until then."""
         state.in_flight += 1
 
-        def settle(done: bool) -> None:
-            if done and self._router is not None:
-                self._move_skipped(state, msg, kind, error, job, offset)
-                return
+        def finished(done: bool) -> None:
             state.in_flight -= 1
             self._done(state, offset, done)
+
+        def settle(done: bool) -> None:
+            if done and self._router is not None:
+                headers = msg.headers()
+                failure = Failure(
+                    kind,
+                    state.topic,
+                    state.partition,
+                    offset,
+                    msg.key(),
+                    job,
+                    None,
+                    error,
+                    raw=msg.value(),
+                    raw_headers=list(headers.items() if isinstance(headers, dict) else headers)
+                    if headers
+                    else None,
+                )
+                self._router.route(failure, finished)
+                return
+            finished(done)
 
         if self._middleware:
             outcome = Outcome(
@@ -486,39 +504,6 @@ class Processor:
             if not self._hooks.outcome(outcome, settle):
                 return
         settle(True)
-
-    def _move_skipped(
-        self,
-        state: PartitionState,
-        msg: Message,
-        kind: OutcomeKind,
-        error: BaseException,
-        job: Any,
-        offset: int,
-    ) -> None:
-        """Dead-letter a message that never ran; ``state.in_flight`` counts it until moved."""
-        assert self._router is not None
-        headers = msg.headers()
-        failure = Failure(
-            kind,
-            state.topic,
-            state.partition,
-            offset,
-            msg.key(),
-            job,
-            None,
-            error,
-            raw=msg.value(),
-            raw_headers=list(headers.items() if isinstance(headers, dict) else headers)
-            if headers
-            else None,
-        )
-
-        def moved(done: bool) -> None:
-            state.in_flight -= 1
-            self._done(state, offset, done)
-
-        self._router.route(failure, moved)
 
     def move_poison(self, state: PartitionState, msg: Message, error: BaseException) -> None:
         """Dead-letter, without running it, a message that killed its worker process every time
