@@ -400,9 +400,19 @@ class Processor:
                 error,
                 time.monotonic() - work.started,
             )
-            router.route(failure, lambda moved: self._settle(work, moved))
+            router.route(failure, lambda moved: self._moved(work, moved))
             return
         self._settle(work, done)
+
+    def _moved(self, work: Work, done: bool) -> None:
+        """The move of a failed job is in the open transaction (or was given up).
+
+        This comes after the batch that freed the job's handler was pumped, so the slot it
+        frees must start the next queued job here: otherwise a queue whose slots were all
+        taken by failing jobs would wait for a batch that may never come.
+        """
+        self._settle(work, done)
+        self.pump()
 
     def _settle(self, work: Work, done: bool) -> None:
         """Free the job's slot and, if ``done``, mark its offset finished."""

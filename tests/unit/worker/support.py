@@ -141,6 +141,7 @@ class Harness:
         app: Pipeline,
         *,
         middleware: Sequence[Middleware] = (),
+        router: Any = None,
         **worker: Any,
     ) -> None:
         self.app = app
@@ -156,6 +157,7 @@ class Harness:
             metrics=self.metrics,
             middleware=[self.recorder, *middleware],
             context=contextvars.copy_context(),
+            router=router,
         )
         self.partition = state(2, topic=app.topics.jobs("default"))
         self._next = 0

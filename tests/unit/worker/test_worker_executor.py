@@ -441,3 +441,57 @@ def test_a_rate_limit_takes_the_share_of_its_priority_topic() -> None:
         assert gates["everywhere"].rate == pytest.approx(35.0)  # critical is not consumed: 7/12
 
     run(main)
+
+
+class HeldRouter:
+    """Moves failures like the real mover (settled later, from the loop), but only when the
+    test says so: the batch that freed a handler has been pumped long before."""
+
+    def __init__(self) -> None:
+        self.routed: list[int] = []
+        self.unsettled: list[Callable[[bool], None]] = []
+
+    def route(self, failure: Any, settle: Callable[[bool], None]) -> None:
+        self.routed.append(failure.offset)
+        self.unsettled.append(settle)
+
+    def settle_all(self) -> None:
+        unsettled, self.unsettled = self.unsettled, []
+        for settle in unsettled:
+            settle(True)
+
+
+async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.001)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def test_a_slot_freed_by_a_move_starts_the_next_queued_job() -> None:
+    """Every slot taken by a failing job and more jobs queued, no batch coming: the move that
+    frees a slot must start the next job, or the partition stalls with jobs in its queue."""
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("fails")
+        def fails() -> None:
+            raise RuntimeError("on purpose")
+
+        router = HeldRouter()
+        h = Harness(app, router=router, concurrency=2)
+        h.feed(*(h.message("fails") for _ in range(6)))
+        for started in (2, 4, 6):
+
+            def both_slots_wait(n: int = started) -> bool:
+                return len(router.unsettled) == 2 and len(router.routed) == n
+
+            await _until(both_slots_wait)
+            router.settle_all()
+        assert router.routed == list(range(6))
+        assert h.partition.commit_offset == 6
+        assert h.processor.in_flight == 0
+
+    run(main)

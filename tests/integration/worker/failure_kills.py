@@ -16,13 +16,14 @@ import pytest
 
 from pipeline import Settings
 from pipeline._deadletters import read_dead_letters
-from tests.integration.worker.harness import GroupOffsets, describe_group, enqueue, wait_joined
-from tests.integration.worker.scenarios import FAST_FAILOVER
 from tests.waiting import wait_for
 
+from .harness import GroupOffsets, describe_group, enqueue, wait_joined
+from .scenarios import FAST_FAILOVER
+
 if TYPE_CHECKING:
-    from tests.integration.worker.fixtures import WorkerKit
-    from tests.integration.worker.harness import WorkerProcess
+    from .fixtures import WorkerKit
+    from .harness import WorkerProcess
 
 MAX_ATTEMPTS = 3
 ENV = {**FAST_FAILOVER, "PIPELINE_TOPICS__RETRY_DELAYS_S": json.dumps([0.5, 2.0])}
@@ -60,7 +61,11 @@ def run_failing_jobs_through_kills(kit: WorkerKit, *, jobs: int, kills: int, see
     runs = sum(count * (1 + min(f, MAX_ATTEMPTS - 1)) for f, count in counts.items())
     for round_ in range(kills):
         target = runs * (round_ + 1) // (kills + 1)
-        assert wait_for(functools.partial(_started_at_least, kit, target), 120), "no progress"
+        if not wait_for(functools.partial(_started_at_least, kit, target), 120):
+            pytest.fail(
+                f"no progress: {kit.recording.count('S')} of {target} runs started; lag of the "
+                f"jobs topics {kit.offsets.lag(kit.topics.all_jobs())}"
+            )
         workers[round_ % 2].kill()
         workers[round_ % 2] = kit.workers.start("--concurrency", "32", env=ENV)
 
