@@ -25,7 +25,7 @@ import random
 import time
 from typing import Any
 
-from pipeline import Backoff, Pipeline
+from pipeline import Backoff, Pipeline, Retry
 
 RECORD_ENV = "WORKER_TEST_RECORD"
 RATE_LIMIT_ENV = "WORKER_TEST_RATE_LIMIT"
@@ -160,6 +160,16 @@ async def doomed(n: int, ctx: Any, fatal: bool = False) -> None:
     if fatal:
         raise UnrecoverableError(f"job {n} cannot succeed")
     raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
+
+
+@app.job("later")
+def later(n: int, ctx: Any, after: float) -> None:
+    """Asks to run again in ``after`` seconds on its first attempt (``Retry``), then succeeds."""
+    record.line("S", ctx, "later", n)
+    if ctx.attempt == 1:
+        record.line("F", ctx, "later", n)
+        raise Retry(after=after)
+    record.line("E", ctx, "later", n)
 
 
 @app.job("poison")
