@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-unit test-integration chaos lint format bench clean dev-up dev-down
+.PHONY: setup run test test-unit test-integration chaos lint format bench clean dev-up dev-down bench-dedup
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,10 @@ format: setup
 ## bench: throughput and latency benchmarks; results go to docs/benchmarks.md
 bench: setup
 	$(BIN)/python -m ops.bench
+
+## bench-dedup: memory per idempotency key and expiry/restore cost, 1,000,000 keys (~4 min)
+bench-dedup: setup
+	$(BIN)/python -m ops.bench.dedup_memory
 
 dev-up: setup
 	$(BIN)/pipeline dev up

@@ -12,6 +12,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from confluent_kafka import KafkaError, Message
 
 from ._codec import JobCodec, JsonPayload, PayloadCodec
+from ._dedup import DedupStore
 from ._errors import (
     ConfigurationError,
     DecodeError,
@@ -61,6 +62,7 @@ class Pipeline:
         settings: Settings | None = None,
         *,
         transport: Transport | None = None,
+        dedup_store: DedupStore | None = None,
         **overrides: Any,
     ) -> None:
         if settings is not None and overrides:
@@ -70,6 +72,8 @@ class Pipeline:
         self.registry = Registry()
         self.codec = JobCodec()
         self._transport = transport if transport is not None else KafkaTransport(self.settings)
+        self.dedup_store = dedup_store
+        """Where workers keep idempotency keys; None: the compacted ``<ns>.dedup`` topic."""
         self._failures: list[PipelineFailure] = []
         self._failures_lock = threading.Lock()
         self._since_poll = 0

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ._dedup import DedupMode, DedupPolicy
 from ._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
 from ._job import Priority
 from ._retry import Backoff
@@ -36,6 +37,11 @@ class JobOptions:
     """How payloads are encoded: ``None`` is JSON; ``AvroPayload(schema)`` for Avro."""
     backoff: Backoff = field(default_factory=Backoff)
     """Delay before each retry of a transient failure."""
+    dedup: str = "until_complete"
+    """How a job with an idempotency key keeps its duplicates out: ``until_complete`` or
+    ``until_ttl`` (see docs/idempotency.md)."""
+    dedup_ttl: float | None = None
+    """Seconds a key is held; None: the ``worker.dedup_ttl_s`` setting (an hour)."""
 
     def __post_init__(self) -> None:
         for name in ("max_attempts", "concurrency"):
@@ -52,6 +58,17 @@ class JobOptions:
             object.__setattr__(self, "fatal", tuple(self.fatal))
         if not all(isinstance(t, type) and issubclass(t, BaseException) for t in self.fatal):
             raise ConfigurationError(f"fatal must name exception classes, got {self.fatal!r}")
+        try:
+            object.__setattr__(self, "dedup", DedupMode(self.dedup))
+        except ValueError:
+            modes = ", ".join(m.value for m in DedupMode)
+            raise ConfigurationError(f"dedup must be one of {modes}, got {self.dedup!r}") from None
+        self.dedup_policy(3600.0)  # validates dedup_ttl; the real default is a setting
+
+    def dedup_policy(self, default_ttl_s: float) -> DedupPolicy:
+        """The type's deduplication, with ``default_ttl_s`` where it names no TTL."""
+        ttl = self.dedup_ttl if self.dedup_ttl is not None else default_ttl_s
+        return DedupPolicy(DedupMode(self.dedup), ttl)
 
 
 @dataclass(frozen=True, slots=True)

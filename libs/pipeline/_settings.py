@@ -164,6 +164,16 @@ class WorkerSettings(BaseModel):
         description="dead-letter a job that killed its worker this many times running alone "
         "on its partition (0: never)",
     )
+    dedup_ttl_s: float = Field(
+        3600.0,
+        gt=0,
+        description="seconds an idempotency key is held, for job types that name no dedup_ttl",
+    )
+    dedup_restore_timeout_s: float = Field(
+        120.0,
+        gt=0,
+        description="an assigned partition's idempotency keys must be read back within this",
+    )
 
     @field_validator("priorities")
     @classmethod

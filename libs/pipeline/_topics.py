@@ -34,6 +34,12 @@ class TopicNames:
         return f"{self.namespace}.dlq-state"
 
     @property
+    def dedup(self) -> str:
+        """Compacted: the idempotency keys each job partition has seen, partitioned like the
+        job topics (partition ``p`` holds the keys of partition ``p`` of every priority)."""
+        return f"{self.namespace}.dedup"
+
+    @property
     def schedules(self) -> str:
         return f"{self.namespace}.schedules"
 

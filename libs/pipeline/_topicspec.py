@@ -114,6 +114,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         ),
         TopicSpec(names.dlq, t.partitions, rf, log(t.dlq_retention_ms), "dead letters"),
         TopicSpec(names.dlq_state, 1, rf, dict(table), "dead letters replayed or discarded"),
+        TopicSpec(names.dedup, t.partitions, rf, dict(table), "idempotency keys seen, by key"),
         TopicSpec(names.schedules, 1, rf, dict(table), "cron schedules, by name"),
         TopicSpec(names.scheduler_state, 1, rf, dict(table), "scheduler progress"),
         TopicSpec(

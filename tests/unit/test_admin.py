@@ -63,6 +63,7 @@ def test_default_specs_cover_the_design_topic_set() -> None:
         "scheduler-control",
         "dlq",
         "dlq-state",
+        "dedup",
         "schedules",
         "scheduler-state",
         "events",
@@ -75,6 +76,7 @@ def test_default_specs_cover_the_design_topic_set() -> None:
         "scheduler-control": 1,
         "dlq": 6,
         "dlq-state": 1,
+        "dedup": 6,
         "schedules": 1,
         "scheduler-state": 1,
         "events": 3,
@@ -89,7 +91,7 @@ def test_default_specs_retention_and_cleanup() -> None:
         assert specs[name].configs["retention.ms"] == str(7 * DAY_MS)
     assert specs["dlq"].configs["retention.ms"] == str(14 * DAY_MS)
     assert specs["events"].configs["retention.ms"] == str(3 * DAY_MS)
-    for name in ["dlq-state", "schedules", "scheduler-state"]:
+    for name in ["dlq-state", "dedup", "schedules", "scheduler-state"]:
         configs = specs[name].configs
         assert configs["cleanup.policy"] == "compact"
         # retention.ms means nothing to a compact-only topic: not managed, so never "changed".

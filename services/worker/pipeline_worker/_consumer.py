@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline import Priority, Settings
+from pipeline._dedup import DedupStore
 
 from ._burst import BurstWatch
 from ._commits import Committer, describe
@@ -126,9 +127,11 @@ class ConsumerThread:
         side: LoopSide,
         metrics: WorkerMetrics,
         mover: Mover | None = None,
+        dedup: DedupStore | None = None,
         consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
     ) -> None:
         worker = settings.worker
+        self._dedup = dedup
         self._topics = topics
         self._side = side
         self._metrics = metrics
@@ -409,8 +412,14 @@ class ConsumerThread:
             self._committer.commit(states, time.monotonic(), clean=True)
             if self._mover is not None:
                 self._mover.forget((s.topic, s.partition) for s in states)
-        self._poison.forget(states)
+        self._forget(states)
         consumer.incremental_unassign(partitions)
+
+    def _forget(self, states: list[PartitionState]) -> None:
+        """Drop what the thread keeps of partitions that are not ours any more."""
+        self._poison.forget(states)
+        if self._dedup is not None and states:
+            self._dedup.unload([(s.topic, s.partition) for s in states])
 
     # -- moves and commit marks -----------------------------------------------------------------
 
@@ -450,6 +459,9 @@ class ConsumerThread:
             _log.warning("could not read committed offsets, retrying: %s", exc)
             self._unmarked = states
             return
+        if self._dedup is not None and not self._load_keys(states):
+            self._unmarked = states
+            return
         if not self._poison.secure(states):
             self._unmarked = states  # usually a rebalance in progress: after the next poll
             return
@@ -458,6 +470,20 @@ class ConsumerThread:
             for state in states:
                 state.paused = False
             self._consumer.resume(resume)
+
+    def _load_keys(self, states: list[PartitionState]) -> bool:
+        """Restore the idempotency keys of newly assigned partitions; False: try again later."""
+        assert self._dedup is not None
+        started = time.monotonic()
+        try:
+            self._dedup.load([(s.topic, s.partition) for s in states])
+        except Exception as exc:
+            _log.warning("could not restore the idempotency keys, retrying: %s", exc)
+            return False
+        seconds = time.monotonic() - started
+        if seconds >= 1.0:
+            _log.info("idempotency keys restored", extra={"seconds": round(seconds, 1)})
+        return True
 
     def _read_mark(self, state: PartitionState, mark: CommitMark) -> None:
         state.committed = mark.offset

@@ -48,6 +48,10 @@ class EventStream(Middleware):
     def started(self, job: Job) -> None:
         self._emit(job, EventKind.STARTED)
 
+    def deduplicated(self, job: Job) -> None:
+        """``job`` was acknowledged without running: its idempotency key is held."""
+        self._emit(job, EventKind.DEDUPLICATED)
+
     def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:
         if outcome.kind is OutcomeKind.SUCCEEDED and outcome.job is not None:
             self._emit(outcome.job, EventKind.SUCCEEDED, duration_ms=outcome.duration * 1000)

@@ -48,12 +48,14 @@ DEFERRED = -1
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One message to write as part of a move."""
+    """One message to write as part of a move (``value`` None: a tombstone)."""
 
     topic: str
-    value: bytes
+    value: bytes | None
     key: bytes | None
     headers: Headers = None
+    partition: int | None = None
+    """None: the partitioner picks it from the key."""
 
 
 @dataclass(slots=True)

@@ -114,6 +114,13 @@ class WorkerMetrics:
     """Partitions taken over from an owner that died, whose suspects then ran in windows."""
     quarantined: int = 0
     """Owned partitions in quarantine now (the consumer thread writes it)."""
+    deduplicated: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Jobs acknowledged without running, by (job type, verdict): ``duplicate`` (another job
+    holds the key) or ``done`` (the same job completed already)."""
+    dedup_keys: int = 0
+    """Idempotency keys held for the owned partitions (updated now and then)."""
+    dedup_expired: int = 0
+    """Idempotency keys dropped at the end of their TTL."""
 
     def count_move(self, job_type: str, dead: bool, reason: str) -> None:
         table = self.dead_letters if dead else self.retries
@@ -126,6 +133,10 @@ class WorkerMetrics:
         if stats is None:
             stats = self.stats[key] = TypeStats(job_type, priority)
         return stats
+
+    def count_dedup(self, job_type: str, verdict: str) -> None:
+        key = (job_type, verdict)
+        self.deduplicated[key] = self.deduplicated.get(key, 0) + 1
 
     def count(self, table: dict[str, int], key: str, amount: int = 1) -> None:
         table[key] = table.get(key, 0) + amount
@@ -263,6 +274,22 @@ class WorkerCollector(Collector):
             "pipeline_move_transactions",
             "Kafka transactions committed with moves and their offsets.",
             value=m.transactions,
+        )
+        deduplicated = CounterMetricFamily(
+            "pipeline_jobs_deduplicated",
+            "Jobs acknowledged without running because their idempotency key was held.",
+            labels=["type", "verdict"],
+        )
+        for (job_type, verdict), count in sorted(m.deduplicated.items()):
+            deduplicated.add_metric([job_type, verdict], count)
+        yield deduplicated
+        yield GaugeMetricFamily(
+            "pipeline_dedup_keys", "Idempotency keys held for the owned partitions.", m.dedup_keys
+        )
+        yield CounterMetricFamily(
+            "pipeline_dedup_keys_expired",
+            "Idempotency keys dropped at the end of their TTL.",
+            value=m.dedup_expired,
         )
 
     def _histograms(self, stats: list[TypeStats]) -> Iterator[Metric]:

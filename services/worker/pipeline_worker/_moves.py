@@ -54,13 +54,16 @@ class MoveFailedError(Exception):
 
 
 class _Pending:
-    __slots__ = ("done", "offset", "records", "where")
+    __slots__ = ("done", "move", "offset", "records", "where")
 
-    def __init__(self, where: Where, offset: int, records: Sequence[Record], done: Done) -> None:
+    def __init__(
+        self, where: Where, offset: int, records: Sequence[Record], done: Done, move: bool
+    ) -> None:
         self.where = where
         self.offset = offset
         self.records = records
         self.done = done
+        self.move = move
 
 
 class Mover:
@@ -100,10 +103,16 @@ class Mover:
 
     # -- any thread ----------------------------------------------------------------------------
 
-    def submit(self, where: Where, offset: int, records: Sequence[Record], done: Done) -> None:
+    def submit(
+        self, where: Where, offset: int, records: Sequence[Record], done: Done, *, move: bool = True
+    ) -> None:
         """Queue a move; ``done(True)`` runs on the loop once it is in the open transaction,
-        ``done(False)`` if the partition was given up first (the job is not finished then)."""
-        self._queue.append(_Pending(where, offset, records, done))
+        ``done(False)`` if the partition was given up first (the job is not finished then).
+
+        ``move=False``: records that go with the offset of a job that stays where it is (the
+        idempotency keys it settled); the offset is not skipped by a later owner.
+        """
+        self._queue.append(_Pending(where, offset, records, done, move))
 
     # -- consumer thread -----------------------------------------------------------------------
 
@@ -127,7 +136,7 @@ class Mover:
         while queue:
             pending = queue.popleft()
             where = pending.where
-            if not self._room(where, commit_point(where), pending.offset):
+            if pending.move and not self._room(where, commit_point(where), pending.offset):
                 self._waiting.setdefault(where, deque()).append(pending)
                 continue
             wrote |= self._write(pending, owned)
@@ -158,7 +167,8 @@ class Mover:
             _log.warning("transaction aborted, writing its moves again: %s", exc)
             self._rewrite(owned)
             self._produce(pending.records)
-        self.moved.setdefault(pending.where, set()).add(pending.offset)
+        if pending.move:
+            self.moved.setdefault(pending.where, set()).add(pending.offset)
         self._in_txn.setdefault(pending.where, []).append(pending)
         self._resolve(pending, True)
         return True
@@ -251,7 +261,16 @@ class Mover:
         for record in records:
             while True:
                 try:
-                    produce(record.topic, record.value, record.key, headers=record.headers)
+                    if record.partition is None:
+                        produce(record.topic, record.value, record.key, headers=record.headers)
+                    else:
+                        produce(
+                            record.topic,
+                            record.value,
+                            record.key,
+                            partition=record.partition,
+                            headers=record.headers,
+                        )
                     break
                 except BufferError:
                     self._producer.poll(0.01)

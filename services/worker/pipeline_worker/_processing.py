@@ -8,6 +8,7 @@ loop is :meth:`Processor.on_batch` -> :meth:`Processor.pump` -> an executor -> :
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import deque
@@ -24,10 +25,11 @@ from pipeline import (
     UnknownJobTypeError,
 )
 from pipeline._context import JobContext
+from pipeline._dedup import Outcome as KeyOutcome
 
 from ._dispatch import Dispatcher, make_policy
 from ._executor import AsyncRunners, Completion, ThreadPool, is_call_error
-from ._failures import Failure
+from ._failures import Failure, Record
 from ._hooks import Hooks
 from ._jobtypes import TypeTable
 from ._metrics import WorkerMetrics
@@ -40,9 +42,11 @@ if TYPE_CHECKING:
 
     from confluent_kafka import Message
 
+    from pipeline import Job, JobType
     from pipeline._settings import WorkerSettings
 
     from ._events import EventStream
+    from ._keys import Deduplicator
     from ._router import FailureRouter
 
 _log = logging.getLogger("pipeline.worker.jobs")
@@ -70,6 +74,7 @@ class Processor:
         context: contextvars.Context,
         router: FailureRouter | None = None,
         events: EventStream | None = None,
+        dedup: Deduplicator | None = None,
     ) -> None:
         self._app = app
         self._loop = loop
@@ -81,6 +86,8 @@ class Processor:
         """Started events (level ``all``); None unless the settings ask for them."""
         self._router = router
         """Moves failed jobs to a retry tier or the dead-letter topic; None: skip past them."""
+        self._dedup = dedup
+        """Idempotency keys: duplicates are acknowledged without running; None: no checks."""
         self._priorities = list(priorities)
         self._concurrency = worker.concurrency
         self._key_ordering = worker.key_ordering
@@ -127,6 +134,7 @@ class Processor:
             return
         decode = self._app.codec.decode
         find = self.types.find
+        dedup = self._dedup
         queues = self.dispatcher.queues
         for state, messages in batch:
             if not state.active:
@@ -163,6 +171,14 @@ class Processor:
                 if entry is None:
                     state.expected = expected
                     self._skip(state, msg, OutcomeKind.UNKNOWN_TYPE, None, job)
+                    continue
+                if (
+                    dedup is not None
+                    and job.idempotency_key is not None
+                    and not self._admit(dedup, state, job, entry.job_type)
+                ):
+                    state.taken += 1
+                    self._done(state, offset, True)
                     continue
                 queue.append(
                     Work(
@@ -313,8 +329,12 @@ class Processor:
         """A handler returned (``error`` None) or raised. The caller pumps afterwards."""
         if work.finished:
             return  # failed at its deadline already; the late result is discarded
-        if error is None and self._plain:
-            # The common case, inlined: a success with no middleware to tell.
+        if (
+            error is None
+            and self._plain
+            and (self._dedup is None or work.job.idempotency_key is None)
+        ):
+            # The common case, inlined: a success with no middleware to tell, no key to settle.
             work.finished = True
             if work.timer is not None:
                 work.timer.cancel()
@@ -385,8 +405,10 @@ class Processor:
     def _ended(
         self, work: Work, kind: OutcomeKind, error: BaseException | None, done: bool
     ) -> None:
-        """The outcome hooks are through: a failure is moved before its offset is finished."""
+        """The outcome hooks are through: a failure is moved before its offset is finished,
+        the key of a job that holds one is settled in the same transaction as its offset."""
         router = self._router
+        dedup = self._dedup if done and work.job.idempotency_key is not None else None
         if done and router is not None and kind is not OutcomeKind.SUCCEEDED:
             state = work.state
             failure = Failure(
@@ -400,9 +422,52 @@ class Processor:
                 error,
                 time.monotonic() - work.started,
             )
-            router.route(failure, lambda moved: self._moved(work, moved))
+            keys = None
+            if dedup is not None:
+                keys = functools.partial(self._moved_key, dedup, work)
+            router.route(failure, lambda moved: self._moved(work, moved), keys)
             return
+        if dedup is not None:
+            succeeded = kind is OutcomeKind.SUCCEEDED
+            records = self._settle_key(
+                dedup, work, KeyOutcome.SUCCEEDED if succeeded else KeyOutcome.DEAD
+            )
+            if records:
+                dedup.write(work.state, work.offset, records, lambda ok: self._moved(work, ok))
+                return
         self._settle(work, done)
+
+    def _admit(
+        self, dedup: Deduplicator, state: PartitionState, job: Job, job_type: JobType
+    ) -> bool:
+        """Whether a job with an idempotency key runs (False: acknowledged as a duplicate)."""
+        try:
+            admitted = dedup.admit(state, job, job_type)
+        except Exception as exc:
+            # The store failed: run the job (at least once) rather than lose it.
+            self._skips.warning(
+                "dedup", "could not check idempotency key %r, running the job: %s",
+                job.idempotency_key, exc, extra={"job_id": job.id, "job_type": job.type},
+            )  # fmt: skip
+            return True
+        if not admitted and self._events is not None:
+            self._events.deduplicated(job)
+        return admitted
+
+    def _settle_key(self, dedup: Deduplicator, work: Work, outcome: KeyOutcome) -> list[Record]:
+        """The changelog records for the key of a job that ended this way."""
+        try:
+            return dedup.settle(work.state, work.job, work.job_type, outcome)
+        except Exception as exc:
+            self._skips.warning(
+                "dedup", "could not settle idempotency key %r: %s", work.job.idempotency_key,
+                exc, extra={"job_id": work.job.id, "job_type": work.job.type},
+            )  # fmt: skip
+            return []
+
+    def _moved_key(self, dedup: Deduplicator, work: Work, dead: bool) -> list[Record]:
+        """The records for the key of a failed job, once the router decided its move."""
+        return self._settle_key(dedup, work, KeyOutcome.DEAD if dead else KeyOutcome.RETRYING)
 
     def _moved(self, work: Work, done: bool) -> None:
         """The move of a failed job is in the open transaction (or was given up).

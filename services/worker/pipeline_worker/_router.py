@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from pipeline._job import now_ms
 
-from ._failures import Failure, FailurePolicy
+from ._failures import Failure, FailurePolicy, Record
 from ._metrics import WorkerMetrics
 from ._moves import Mover
 from ._ratelog import RateLimitedLog
@@ -24,8 +24,16 @@ class FailureRouter:
         self._metrics = metrics
         self._dead = RateLimitedLog(_log, interval_s=10.0)
 
-    def route(self, failure: Failure, settle: Callable[[bool], None]) -> None:
+    def route(
+        self,
+        failure: Failure,
+        settle: Callable[[bool], None],
+        keys: Callable[[bool], Sequence[Record]] | None = None,
+    ) -> None:
         """Move ``failure``; ``settle(True)`` once the move is in the open transaction.
+
+        ``keys(dead)``: more records for the same transaction (the changelog of the job's
+        idempotency key, which depends on whether the move is a dead letter).
 
         If no move can be made (a bug in encoding it), the offset is held (``settle(False)``):
         the job runs again after the next rebalance or restart rather than being lost.
@@ -55,4 +63,7 @@ class FailureRouter:
                 extra={"job_id": job.id if job is not None else None, "job_type": move.job_type},
             )
         where = (failure.topic, failure.partition)
-        self._mover.submit(where, failure.offset, move.records, settle)
+        records: Sequence[Record] = move.records
+        if keys is not None:
+            records = [*records, *keys(move.dead)]
+        self._mover.submit(where, failure.offset, records, settle)

@@ -20,13 +20,16 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline import Pipeline, Priority, Settings
+from pipeline._dedup import DedupStore
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 
 from . import _signals
 from ._consumer import Batch, ConsumerThread
+from ._dedupstore import KafkaDedupStore
 from ._events import EventStream
 from ._failures import FailurePolicy
+from ._keys import Deduplicator
 from ._metrics import Gauges, WorkerMetrics, make_registry
 from ._middleware import Middleware, PartitionRef
 from ._moves import Mover
@@ -77,6 +80,7 @@ class Worker:
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._processor: Processor | None = None
         self._consumer: ConsumerThread | None = None
+        self._dedup: Deduplicator | None = None
         self._stopped: asyncio.Event | None = None
         self._stop_requested = threading.Event()
         self._exit_code = 0
@@ -136,6 +140,16 @@ class Worker:
             worker=f"{socket.gethostname()}:{os.getpid()}",
             events=settings.events != "off",
         )
+        store = self._dedup_store()
+        dedup = Deduplicator(
+            store,
+            changelog=TopicNames(settings.namespace).dedup,
+            topics={p: topic for topic, (p, _) in self.topics.items()},
+            mover=mover,
+            metrics=self.metrics,
+            default_ttl_s=worker.dedup_ttl_s,
+        )
+        self._dedup = dedup
         self._processor = Processor(
             app=self.app,
             worker=worker,
@@ -147,6 +161,7 @@ class Worker:
             context=contextvars.copy_context(),
             router=FailureRouter(policy, mover, self.metrics),
             events=events,
+            dedup=dedup,
         )
         processor = self._processor
         server = self._start_http(processor)
@@ -157,6 +172,7 @@ class Worker:
             side=self,
             metrics=self.metrics,
             mover=mover,
+            dedup=store,
         )
         self._install_signals()
         self._call_hooks("on_worker_start", self)
@@ -201,6 +217,8 @@ class Worker:
         while True:
             self._loop_beat = time.monotonic()
             processor = self._processor
+            if self._dedup is not None:
+                self._expire_keys(self._dedup)
             if (
                 burst
                 and processor is not None
@@ -214,6 +232,27 @@ class Worker:
                 )
                 self._fail(1)
             await asyncio.sleep(HEARTBEAT_S)
+
+    def _dedup_store(self) -> DedupStore:
+        """The application's own store (``Pipeline(dedup_store=...)``), else the Kafka one."""
+        store = self.app.dedup_store
+        if store is not None:
+            return store
+        settings = self.settings
+        return KafkaDedupStore(
+            TopicNames(settings.namespace).dedup,
+            settings.client_config(),
+            restore_timeout_s=settings.worker.dedup_restore_timeout_s,
+        )
+
+    def _expire_keys(self, dedup: Deduplicator) -> None:
+        try:
+            self.metrics.dedup_expired += dedup.expire()
+        except Exception as exc:
+            _log.warning("could not expire idempotency keys: %s", exc)
+        size = getattr(dedup.store, "size", None)
+        if isinstance(size, int):
+            self.metrics.dedup_keys = size
 
     async def _shutdown(self) -> None:
         """Stop intake, let running jobs finish (bounded), commit, leave the group."""

@@ -157,7 +157,7 @@ def test_each_job_gets_the_events_of_its_runs_and_the_counters_count_its_moves(
     # ... and in the order it happened, by the ordering docs/failures.md gives (two producers
     # write them, so the log order may differ within an attempt).
     disordered = [
-        f"job {job_id} ({jobs[job_id]}): {_describe(events[job_id])}"
+        f"job {job_id} ({jobs[job_id]}): {_describe(job_events)}"
         for job_id, job_events in events.items()
         if [(e.kind, e.attempt) for e in _in_order(job_events)] != expected[job_id]
     ]

@@ -451,7 +451,7 @@ class HeldRouter:
         self.routed: list[int] = []
         self.unsettled: list[Callable[[bool], None]] = []
 
-    def route(self, failure: Any, settle: Callable[[bool], None]) -> None:
+    def route(self, failure: Any, settle: Callable[[bool], None], keys: Any = None) -> None:
         self.routed.append(failure.offset)
         self.unsettled.append(settle)
 

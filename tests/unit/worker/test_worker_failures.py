@@ -22,7 +22,7 @@ from pipeline import (
 )
 from pipeline._codec import DeadLetterCodec, EventCodec
 from pipeline._records import DeadLetterReason, EventKind
-from pipeline_worker._failures import DEFERRED, Failure, FailurePolicy, traceback_digest
+from pipeline_worker._failures import DEFERRED, Failure, FailurePolicy, Record, traceback_digest
 from pipeline_worker._middleware import OutcomeKind
 
 NOW = 1_800_000_000_000
@@ -77,6 +77,12 @@ def failure(error: BaseException | None, the_job: Job | None = None, **kw: objec
     return Failure(**fields)  # type: ignore[arg-type]
 
 
+def value(record: Record) -> bytes:
+    """A move's record always has a value (tombstones are for idempotency keys only)."""
+    assert record.value is not None
+    return record.value
+
+
 def raised(error: BaseException) -> BaseException:
     try:
         raise error
@@ -101,7 +107,7 @@ def test_a_transient_error_is_retried_after_the_backoff_with_its_error_in_the_hi
     retry_record, event_record = move.records
     assert retry_record.topic == "acme.retry.0"
     assert retry_record.key == b"k"
-    retried = CODEC.decode(retry_record.value)
+    retried = CODEC.decode(value(retry_record))
     assert (retried.id, retried.attempt, retried.priority) == ("j1", 2, Priority.HIGH)
     assert retried.not_before == NOW + 10_000
     [error] = retried.errors
@@ -109,7 +115,7 @@ def test_a_transient_error_is_retried_after_the_backoff_with_its_error_in_the_hi
     assert (error.message, error.retryable, error.worker) == ("boom", True, "host:1")
     assert error.traceback_digest is not None
     assert len(error.traceback_digest) == 12
-    event = EventCodec(CODEC.store).decode(event_record.value)
+    event = EventCodec(CODEC.store).decode(value(event_record))
     assert (event.kind, event.job_id, event.attempt) == (EventKind.RETRIED, "j1", 1)
     assert event_record.topic == "acme.events"
 
@@ -126,24 +132,24 @@ def test_the_backoff_grows_with_the_attempt_and_picks_the_tier() -> None:
 def test_retry_asks_for_its_own_time_and_a_far_one_goes_through_deferred() -> None:
     move = policy().decide(failure(Retry(after=60)), NOW)
     assert move.records[0].topic == "acme.retry.1"
-    assert CODEC.decode(move.records[0].value).not_before == NOW + 60_000
+    assert CODEC.decode(value(move.records[0])).not_before == NOW + 60_000
     at = datetime.fromtimestamp((NOW + 3 * 3600_000) / 1000, UTC)
     move = policy().decide(failure(Retry(at=at)), NOW)
     assert move.reason == "deferred"
     assert move.records[0].topic == "acme.deferred"
-    assert CODEC.decode(move.records[0].value).not_before == NOW + 3 * 3600_000
+    assert CODEC.decode(value(move.records[0])).not_before == NOW + 3 * 3600_000
 
 
 def test_the_last_attempt_dead_letters_with_the_whole_history() -> None:
     earlier = policy().decide(failure(raised(RuntimeError("first"))), NOW)
-    second = CODEC.decode(earlier.records[0].value)
+    second = CODEC.decode(value(earlier.records[0]))
     second.attempt = 3
     move = policy().decide(failure(raised(RuntimeError("last")), second), NOW + 1)
     assert move.dead
     assert move.reason == DeadLetterReason.MAX_ATTEMPTS
     letter_record, event_record = move.records
     assert letter_record.topic == "acme.dlq"
-    letter = DeadLetterCodec(CODEC.store).decode(letter_record.value)
+    letter = DeadLetterCodec(CODEC.store).decode(value(letter_record))
     assert letter.reason == DeadLetterReason.MAX_ATTEMPTS
     assert (letter.source_topic, letter.source_partition, letter.source_offset) == (
         "acme.jobs.high",
@@ -152,7 +158,7 @@ def test_the_last_attempt_dead_letters_with_the_whole_history() -> None:
     )
     assert letter.job is not None
     assert [e.message for e in letter.job.errors] == ["first", "last"]
-    assert EventCodec(CODEC.store).decode(event_record.value).kind == EventKind.DEAD
+    assert EventCodec(CODEC.store).decode(value(event_record)).kind == EventKind.DEAD
 
 
 @pytest.mark.parametrize(
@@ -169,7 +175,7 @@ def test_fatal_and_payload_errors_are_dead_lettered_at_once(
     move = policy().decide(failure(error), NOW)
     assert move.dead
     assert move.reason == reason
-    letter = DeadLetterCodec(CODEC.store).decode(move.records[0].value)
+    letter = DeadLetterCodec(CODEC.store).decode(value(move.records[0]))
     assert letter.job is not None
     assert [e.retryable for e in letter.job.errors] == [False]
 
@@ -192,7 +198,7 @@ def test_undecodable_messages_keep_their_raw_bytes_and_headers() -> None:
     move = policy().decide(raw_failure, NOW)
     assert move.dead
     assert len(move.records) == 1, "no event: there is no job id to key it by"
-    letter = DeadLetterCodec(CODEC.store).decode(move.records[0].value)
+    letter = DeadLetterCodec(CODEC.store).decode(value(move.records[0]))
     assert letter.reason == DeadLetterReason.DECODE_ERROR
     assert letter.raw_value == b"\x00junk"
     assert letter.raw_key == b"k"

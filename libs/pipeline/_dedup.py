@@ -1,0 +1,539 @@
+"""Idempotency keys: which job holds each key of a job partition, and the changelog of it. Pure.
+
+Producers key a job's message by its idempotency key, so every duplicate lands on the partition
+of the original, and the worker owning that partition decides alone: it keeps the keys it has
+seen in a :class:`DedupTable` and acknowledges a duplicate without running it. The scope is
+(priority topic, key): the same key at two priorities is two keys.
+
+Two modes per job type (:class:`DedupPolicy`):
+
+- ``until_complete``: a duplicate is dropped while the original is queued, running or waiting in
+  a retry tier, and for ``ttl`` after the original succeeded; a dead-lettered original releases
+  the key. Each move to a retry tier renews the hold for ``ttl``, so a lock never outlives its
+  job by more than ``ttl``: locks always release.
+- ``until_ttl``: the key is held for ``ttl`` from the original's first run, whatever its outcome.
+
+A job's own redelivery (the same job id: back from a retry tier, or read again after a crash) is
+not a duplicate of itself: it runs while its entry is pending and is skipped once completed.
+
+The state of a partition survives a change of owner through the compacted ``<ns>.dedup``
+changelog: its partition p holds the keys of partition p of every priority topic, keyed
+``<priority>/<key>``. A key is claimed in memory when its job starts; the changelog learns of it
+when the job ends, in the transaction that commits the job's offset. So a crash between the
+handler and the commit runs the job again (as it would without a key), and a committed job is
+never run again for a duplicate: the next owner restores its entry before reading the partition.
+
+:class:`DedupStore` is the extension point (Redis, Postgres...). :class:`MemoryDedupStore` keeps
+the state in this process without a changelog; the worker's Kafka store is
+``pipeline_worker._dedupstore.KafkaDedupStore``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
+
+from ._errors import ConfigurationError, PipelineError
+
+__all__ = [
+    "UNCHANGED",
+    "ChangelogRecord",
+    "DedupMode",
+    "DedupNotLoadedError",
+    "DedupPolicy",
+    "DedupStore",
+    "DedupTable",
+    "Entry",
+    "MemoryDedupStore",
+    "Outcome",
+    "PartitionTables",
+    "Settled",
+    "Unchanged",
+    "Verdict",
+    "changelog_key",
+    "decode_entry",
+    "encode_entry",
+    "restore_record",
+    "split_changelog_key",
+    "topic_priority",
+]
+
+Where: TypeAlias = tuple[str, int]
+"""A job partition: (topic, partition)."""
+
+
+class DedupMode(StrEnum):
+    """How long a job's idempotency key keeps its duplicates out (see the module docstring)."""
+
+    UNTIL_COMPLETE = "until_complete"
+    UNTIL_TTL = "until_ttl"
+
+
+class Verdict(Enum):
+    """What to do with a job that carries an idempotency key."""
+
+    RUN = "run"
+    """No live entry: the key is now claimed (pending) by this job. Run it."""
+    RETRY = "retry"
+    """The key is held by this same job, still pending (a retry or a re-read). Run it."""
+    DONE = "done"
+    """The key is held by this same job, completed. Skip it: it already ran."""
+    DUPLICATE = "duplicate"
+    """Another job holds the key. Skip it."""
+
+
+class Outcome(Enum):
+    """How a job that holds a key ended this run."""
+
+    SUCCEEDED = "succeeded"
+    RETRYING = "retrying"
+    """Moved to a retry tier or deferred: the job is still alive."""
+    DEAD = "dead"
+    """Dead-lettered."""
+
+
+@dataclass(frozen=True, slots=True)
+class DedupPolicy:
+    """The deduplication of one job type: its mode and how long a key is held."""
+
+    mode: DedupMode = DedupMode.UNTIL_COMPLETE
+    ttl_s: float = 3600.0
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "mode", DedupMode(self.mode))
+        except ValueError:
+            modes = ", ".join(m.value for m in DedupMode)
+            raise ConfigurationError(
+                f"unknown deduplication mode {self.mode!r}; use one of: {modes}"
+            ) from None
+        if not 0 < self.ttl_s < math.inf:
+            raise ConfigurationError(
+                f"deduplication ttl_s must be positive and finite, got {self.ttl_s}"
+            )
+
+    @property
+    def ttl_ms(self) -> int:
+        return max(1, round(self.ttl_s * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """The holder of one key: its job, whether that job completed, and when the hold ends."""
+
+    job_id: str
+    completed: bool
+    expires_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChangelogRecord:
+    """One record for the changelog topic; ``value`` None is a tombstone."""
+
+    partition: int
+    key: bytes
+    value: bytes | None
+
+
+class Unchanged(Enum):
+    """The type of :data:`UNCHANGED`."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
+"""What :meth:`DedupTable.settle` returns when the changelog needs no record."""
+
+Settled: TypeAlias = bytes | Literal[Unchanged.UNCHANGED] | None
+"""A settle's changelog value: bytes to write, None for a tombstone, or UNCHANGED: nothing."""
+
+
+class DedupNotLoadedError(PipelineError, LookupError):
+    """A store was asked about a partition whose state it has not loaded."""
+
+    def __init__(self, where: Where) -> None:
+        super().__init__(
+            f"the deduplication state of {where[0]}[{where[1]}] is not loaded; "
+            "a worker loads it when the partition is assigned, before reading it"
+        )
+        self.where = where
+
+
+# --- the changelog codec -------------------------------------------------------------------
+
+
+def topic_priority(topic: str) -> str:
+    """The priority of a job topic: its last dot-separated part (``ns.jobs.high`` -> high)."""
+    return topic.rpartition(".")[2]
+
+
+def changelog_key(priority: str, key: str) -> bytes:
+    """The changelog key of idempotency key ``key`` on the topic of ``priority``."""
+    if not priority or "/" in priority:
+        raise ValueError(f"a priority must be non-empty and free of '/', got {priority!r}")
+    return f"{priority}/{key}".encode()
+
+
+def split_changelog_key(raw: bytes) -> tuple[str, str]:
+    """(priority, idempotency key) of a changelog key; ValueError unless it is one."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"changelog key is not UTF-8: {raw[:64]!r}") from exc
+    priority, slash, key = text.partition("/")
+    if not slash or not priority:
+        raise ValueError(f"changelog key is not '<priority>/<key>': {raw[:64]!r}")
+    return priority, key
+
+
+def encode_entry(job_id: str, completed: bool, expires_at_ms: int) -> bytes:
+    """A changelog value: compact JSON, ``{"j":"<job id>","c":1,"x":<expires at, ms>}``."""
+    return json.dumps(
+        {"j": job_id, "c": int(completed), "x": expires_at_ms}, separators=(",", ":")
+    ).encode()
+
+
+def decode_entry(raw: bytes) -> Entry:
+    """The entry of a changelog value; ValueError on anything that is not one."""
+    try:
+        record = json.loads(raw.decode())  # decoding first: twice as fast as json.loads(bytes)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+        raise ValueError(f"changelog value is not JSON: {raw[:64]!r}") from exc
+    if not isinstance(record, dict):
+        raise ValueError(f"changelog value is not a JSON object: {raw[:64]!r}")
+    job_id, completed, expires = record.get("j"), record.get("c"), record.get("x")
+    if (
+        not isinstance(job_id, str)
+        or type(completed) is not int
+        or completed not in (0, 1)
+        or type(expires) is not int
+    ):
+        raise ValueError(f"changelog value lacks a valid j, c or x: {raw[:64]!r}")
+    return Entry(job_id, bool(completed), expires)
+
+
+# --- one partition's table -----------------------------------------------------------------
+
+# An entry is held as one bytes object: an 8-byte header (expiry << 2 | HEX_ID | COMPLETED), then
+# the job id: 16 raw bytes when it is 32 lowercase hex digits (the ids pipeline makes), else its
+# UTF-8 text. That is about 60 bytes an entry where a (str, bool, int) tuple takes about 180.
+_HEADER = struct.Struct(">q")
+_COMPLETED = 1
+_HEX_ID = 2
+_HEX_ID_LENGTH = 32
+
+BUCKET_MS = 1000
+"""Expiry granularity of the timing wheel of a :class:`DedupTable` (never of expiry itself)."""
+
+
+def _pack_id(job_id: str) -> tuple[int, bytes]:
+    if len(job_id) == _HEX_ID_LENGTH:
+        try:
+            raw = bytes.fromhex(job_id)
+        except ValueError:
+            pass
+        else:
+            if raw.hex() == job_id:  # lowercase, no spaces: the id comes back as it was
+                return _HEX_ID, raw
+    return 0, job_id.encode("utf-8", "surrogatepass")
+
+
+def _pack(job_id: str, completed: bool, expires_at_ms: int) -> bytes:
+    flag, raw = _pack_id(job_id)
+    return _HEADER.pack(expires_at_ms << 2 | flag | completed) + raw
+
+
+def _unpack(value: bytes) -> Entry:
+    header: int = _HEADER.unpack_from(value)[0]
+    raw = value[_HEADER.size :]
+    job_id = raw.hex() if header & _HEX_ID else raw.decode("utf-8", "surrogatepass")
+    return Entry(job_id, bool(header & _COMPLETED), header >> 2)
+
+
+def _holds(value: bytes, header: int, job_id: str) -> bool:
+    flag, raw = _pack_id(job_id)
+    return header & _HEX_ID == flag and value[_HEADER.size :] == raw
+
+
+class DedupTable:
+    """The keys seen on one job partition: key -> (job id, completed, expires at).
+
+    Expiry is a timing wheel: each entry is listed in the bucket of its expiry (one bucket per
+    :data:`BUCKET_MS`), and the buckets that come due are found with a heap. Replacing an entry
+    leaves its old listing behind, skipped when its bucket comes due (its entry has moved on),
+    so :meth:`expire` costs what expired plus one bucket, never a scan of every key. Restored
+    entries may come in any order, whatever their TTLs.
+
+    Times are epoch milliseconds given by the caller; an entry expires at ``now_ms >=
+    expires_at_ms`` and counts as absent from then on, before :meth:`expire` removes it.
+    """
+
+    __slots__ = ("_buckets", "_due", "_entries")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, bytes] = {}
+        self._buckets: dict[int, list[str]] = {}
+        self._due: list[int] = []
+        """A heap of the keys of ``_buckets``."""
+
+    def __len__(self) -> int:
+        """Entries held, counting expired ones that :meth:`expire` has not removed yet."""
+        return len(self._entries)
+
+    def get(self, key: str) -> Entry | None:
+        """The entry of ``key``, expired or not, or None."""
+        value = self._entries.get(key)
+        return None if value is None else _unpack(value)
+
+    def check(self, key: str, job_id: str, now_ms: int, ttl_ms: int) -> Verdict:
+        """What to do with job ``job_id`` carrying ``key``; RUN claims the key for ``ttl_ms``."""
+        value = self._entries.get(key)
+        before = None
+        if value is not None:
+            header: int = _HEADER.unpack_from(value)[0]
+            before = header >> 2
+            if before > now_ms:
+                if not _holds(value, header, job_id):
+                    return Verdict.DUPLICATE
+                return Verdict.DONE if header & _COMPLETED else Verdict.RETRY
+        expires = now_ms + ttl_ms
+        self._store(key, _pack(job_id, False, expires), expires, before)
+        return Verdict.RUN
+
+    def settle(
+        self, key: str, job_id: str, outcome: Outcome, policy: DedupPolicy, now_ms: int
+    ) -> Settled:
+        """Record how the run of ``job_id`` ended; returns the changelog value it needs.
+
+        Only the job holding a live, pending entry changes it: settling a completed entry, an
+        expired one or another job's returns :data:`UNCHANGED`. ``until_complete``: SUCCEEDED
+        completes the entry and RETRYING keeps it pending, both for ``ttl`` from now; DEAD
+        removes it (None: a tombstone). ``until_ttl``: the expiry stays where the claim put it;
+        SUCCEEDED completes the entry, RETRYING and DEAD leave it pending.
+        """
+        value = self._entries.get(key)
+        if value is None:
+            return UNCHANGED
+        header: int = _HEADER.unpack_from(value)[0]
+        expires = header >> 2
+        if expires <= now_ms or header & _COMPLETED or not _holds(value, header, job_id):
+            return UNCHANGED
+        before = expires
+        if policy.mode is DedupMode.UNTIL_COMPLETE:
+            if outcome is Outcome.DEAD:
+                del self._entries[key]
+                return None
+            expires = now_ms + policy.ttl_ms
+        completed = outcome is Outcome.SUCCEEDED
+        self._store(key, _pack(job_id, completed, expires), expires, before)
+        return encode_entry(job_id, completed, expires)
+
+    def put(self, key: str, entry: Entry, now_ms: int) -> None:
+        """Set ``key`` to ``entry`` (a restore); an entry expired at ``now_ms`` removes the key."""
+        value = self._entries.get(key)
+        before = None if value is None else _HEADER.unpack_from(value)[0] >> 2
+        if entry.expires_at_ms <= now_ms:
+            if value is not None:
+                del self._entries[key]
+            return
+        packed = _pack(entry.job_id, entry.completed, entry.expires_at_ms)
+        self._store(key, packed, entry.expires_at_ms, before)
+
+    def remove(self, key: str) -> bool:
+        """Forget ``key``; False if it was not held."""
+        return self._entries.pop(key, None) is not None
+
+    def expire(self, now_ms: int) -> list[str]:
+        """Remove every entry expired at ``now_ms`` and return their keys."""
+        expired: list[str] = []
+        entries, buckets, due = self._entries, self._buckets, self._due
+        now_bucket = now_ms // BUCKET_MS
+        while due and due[0] <= now_bucket:
+            bucket = due[0]
+            keep: list[str] = []
+            for key in buckets[bucket]:
+                value = entries.get(key)
+                if value is None:
+                    continue
+                expires = _HEADER.unpack_from(value)[0] >> 2
+                if expires // BUCKET_MS != bucket:
+                    continue  # listed again in the bucket of a later expiry
+                if expires <= now_ms:
+                    del entries[key]
+                    expired.append(key)
+                else:
+                    keep.append(key)  # only in the current bucket, which ends the loop
+            if keep:
+                buckets[bucket] = keep
+                break
+            heapq.heappop(due)
+            del buckets[bucket]
+        return expired
+
+    def _store(self, key: str, value: bytes, expires: int, before: int | None) -> None:
+        """Set ``key``, listing it in the bucket of ``expires`` unless its listing is there."""
+        self._entries[key] = value
+        bucket = expires // BUCKET_MS
+        if before is not None and before // BUCKET_MS == bucket:
+            return
+        listed = self._buckets.get(bucket)
+        if listed is None:
+            self._buckets[bucket] = [key]
+            heapq.heappush(self._due, bucket)
+        else:
+            listed.append(key)
+
+
+def restore_record(
+    tables: Mapping[str, DedupTable], key: bytes | None, value: bytes | None, now_ms: int
+) -> bool:
+    """Fold one changelog record into the table of its priority (``tables`` by priority).
+
+    False when its priority has no table here; ValueError when the record is malformed.
+    """
+    if key is None:
+        raise ValueError("changelog record without a key")
+    priority, idempotency_key = split_changelog_key(key)
+    table = tables.get(priority)
+    if table is None:
+        return False
+    if value is None:
+        table.remove(idempotency_key)
+    else:
+        table.put(idempotency_key, decode_entry(value), now_ms)
+    return True
+
+
+# --- stores --------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class DedupStore(Protocol):
+    """Where a worker keeps the idempotency keys of the partitions it owns.
+
+    The worker calls, for the job partitions (``where`` = (topic, partition)) it owns:
+
+    - :meth:`load` when partitions are assigned, before reading them; it returns once their
+      state is ready (a Kafka store restores it; an external store may do nothing).
+    - :meth:`check` for each job with an idempotency key, in offset order.
+    - :meth:`settle` when such a job ends, unless its verdict was DONE or DUPLICATE. The records
+      it returns are written to the changelog topic in the transaction that commits the job's
+      offset; a store that keeps its state elsewhere writes it itself and returns ().
+    - :meth:`expire` now and then; its records (tombstones) are written like those of settle.
+    - :meth:`unload` when partitions are revoked or lost.
+
+    A store implements the semantics of the :mod:`pipeline._dedup` docstring, as
+    :class:`DedupTable` does. Calls for one partition never overlap, and never come before its
+    load returned or after its unload; load and unload may come from another thread than the
+    other calls. Raising from check or settle fails the job's run like a handler error.
+    """
+
+    def load(self, partitions: Sequence[Where]) -> None: ...
+
+    def unload(self, partitions: Sequence[Where]) -> None: ...
+
+    def check(
+        self, where: Where, key: str, job_id: str, *, policy: DedupPolicy, now_ms: int
+    ) -> Verdict: ...
+
+    def settle(
+        self,
+        where: Where,
+        key: str,
+        job_id: str,
+        outcome: Outcome,
+        *,
+        policy: DedupPolicy,
+        now_ms: int,
+    ) -> Sequence[ChangelogRecord]: ...
+
+    def expire(self, now_ms: int) -> Sequence[ChangelogRecord]: ...
+
+
+class PartitionTables:
+    """A :class:`DedupTable` per job partition, and the changelog records their changes need.
+
+    The check, settle and expire of a :class:`DedupStore`, for stores to build on. With
+    ``create``, a partition's table is made on first use; without, using a partition that was
+    not installed raises :class:`DedupNotLoadedError`. Without ``changelog``, no records.
+    """
+
+    def __init__(self, *, create: bool = False, changelog: bool = True) -> None:
+        self._tables: dict[Where, DedupTable] = {}
+        self._create = create
+        self._changelog = changelog
+
+    @property
+    def size(self) -> int:
+        """Keys held in all, counting expired ones that expire() has not removed yet."""
+        return sum(len(table) for table in list(self._tables.values()))
+
+    def table(self, where: Where) -> DedupTable:
+        """The table of partition ``where``."""
+        table = self._tables.get(where)
+        if table is None:
+            if not self._create:
+                raise DedupNotLoadedError(where)
+            table = self._tables[where] = DedupTable()
+        return table
+
+    def install(self, where: Where, table: DedupTable) -> None:
+        self._tables[where] = table
+
+    def drop(self, where: Where) -> None:
+        self._tables.pop(where, None)
+
+    def check(
+        self, where: Where, key: str, job_id: str, *, policy: DedupPolicy, now_ms: int
+    ) -> Verdict:
+        return self.table(where).check(key, job_id, now_ms, policy.ttl_ms)
+
+    def settle(
+        self,
+        where: Where,
+        key: str,
+        job_id: str,
+        outcome: Outcome,
+        *,
+        policy: DedupPolicy,
+        now_ms: int,
+    ) -> Sequence[ChangelogRecord]:
+        value = self.table(where).settle(key, job_id, outcome, policy, now_ms)
+        if value is UNCHANGED or not self._changelog:
+            return ()
+        topic, partition = where
+        return (ChangelogRecord(partition, changelog_key(topic_priority(topic), key), value),)
+
+    def expire(self, now_ms: int) -> Sequence[ChangelogRecord]:
+        records: list[ChangelogRecord] = []
+        for (topic, partition), table in list(self._tables.items()):  # a copy: load may add
+            expired = table.expire(now_ms)
+            if self._changelog:
+                priority = topic_priority(topic)
+                records += [
+                    ChangelogRecord(partition, changelog_key(priority, k), None) for k in expired
+                ]
+        return records
+
+
+class MemoryDedupStore(PartitionTables):
+    """A :class:`DedupStore` in this process's memory, without a changelog.
+
+    For tests and single-process use. Its state is its own, like an external store's: it
+    outlives load and unload, and lasts as long as the object.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(create=True, changelog=False)
+
+    def load(self, partitions: Sequence[Where]) -> None:
+        return None
+
+    def unload(self, partitions: Sequence[Where]) -> None:
+        return None

@@ -1,0 +1,29 @@
+"""Idempotency keys and deduplication: the names a custom store builds on (docs/idempotency.md).
+
+``Pipeline(dedup_store=...)`` takes any :class:`DedupStore`; without one, workers keep the keys
+in the compacted ``<ns>.dedup`` topic.
+"""
+
+from ._dedup import (
+    ChangelogRecord,
+    DedupMode,
+    DedupPolicy,
+    DedupStore,
+    DedupTable,
+    MemoryDedupStore,
+    Outcome,
+    PartitionTables,
+    Verdict,
+)
+
+__all__ = [
+    "ChangelogRecord",
+    "DedupMode",
+    "DedupPolicy",
+    "DedupStore",
+    "DedupTable",
+    "MemoryDedupStore",
+    "Outcome",
+    "PartitionTables",
+    "Verdict",
+]

@@ -1,0 +1,254 @@
+"""The worker's deduplication state, kept in memory and restored from the ``<ns>.dedup`` changelog.
+
+:class:`KafkaDedupStore` holds a :class:`pipeline._dedup.DedupTable` per owned job partition.
+Settling and expiring return the changelog records that the worker writes in its transactions;
+:meth:`KafkaDedupStore.load` rebuilds the tables of newly assigned partitions by reading their
+changelog partitions from the beginning to the end they had when the load began. The reads are
+``read_committed``, and that end is the last stable offset: records of aborted transactions
+never count, and a transaction still open is not waited for. Changelog partition p holds
+partition p of every priority topic, so one read serves every priority with that number.
+
+So load a partition after its committed offset has been read (a read_committed consumer's
+offset fetch waits for a pending transactional commit): the predecessor's last transaction has
+ended by then, and its changelog records are below the end that the restore reads to.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
+
+from pipeline._dedup import DedupTable, PartitionTables, Where, restore_record, topic_priority
+from pipeline._errors import ConfigurationError, PipelineError
+from pipeline._job import now_ms
+
+_log = logging.getLogger("pipeline.worker.dedup")
+
+RESTORE_BATCH = 10_000
+"""Messages taken from the consumer at a time while restoring."""
+RESTORE_POLL_S = 0.1
+RESTORE_TIMEOUT_S = 120.0
+
+
+class DedupRestoreError(PipelineError):
+    """The deduplication state of a partition could not be read from its changelog."""
+
+
+class DedupRestoreTimeoutError(DedupRestoreError, TimeoutError):
+    """A restore did not reach the end of its changelog partitions in time."""
+
+
+class KafkaDedupStore(PartitionTables):
+    """A :class:`pipeline._dedup.DedupStore` whose state lives in the changelog topic ``changelog``.
+
+    ``conf`` holds the librdkafka options of the restore consumer (``bootstrap.servers``,
+    security); the options a restore depends on are set here. ``consumer_factory`` makes the
+    consumer (tests pass a fake) and ``clock`` says what is expired.
+    """
+
+    def __init__(
+        self,
+        changelog: str,
+        conf: Mapping[str, Any],
+        *,
+        restore_timeout_s: float = RESTORE_TIMEOUT_S,
+        consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        super().__init__()
+        self.changelog = changelog
+        self._conf = dict(conf)
+        self._timeout_s = restore_timeout_s
+        self._consumer_factory = consumer_factory
+        self._clock = clock
+
+    def load(self, partitions: Sequence[Where], *, timeout_s: float | None = None) -> None:
+        """Restore the tables of ``partitions`` (replacing any held), within ``timeout_s``.
+
+        Raises :class:`DedupRestoreTimeoutError` naming the partitions left unread, and
+        :class:`DedupRestoreError` when Kafka refuses the read.
+        """
+        tables = {where: DedupTable() for where in partitions}
+        by_number: dict[int, dict[str, DedupTable]] = {}
+        for (topic, partition), table in tables.items():
+            of_number = by_number.setdefault(partition, {})
+            priority = topic_priority(topic)
+            if priority in of_number:
+                raise ConfigurationError(
+                    f"two loaded topics end in .{priority} (partition {partition}): "
+                    f"the changelog {self.changelog} cannot tell their keys apart"
+                )
+            of_number[priority] = table
+        if by_number:
+            timeout = self._timeout_s if timeout_s is None else timeout_s
+            restore = _Restore(self.changelog, by_number, timeout, self._clock)
+            restore.run(self._consumer_factory(self.restore_conf()))
+        for where, table in tables.items():
+            self.install(where, table)
+
+    def unload(self, partitions: Sequence[Where]) -> None:
+        for where in partitions:
+            self.drop(where)
+
+    def restore_conf(self) -> dict[str, Any]:
+        """librdkafka options of the restore consumer: ``conf`` and what a restore needs."""
+        return {
+            # A restore reads whole partitions as fast as it can: fetch more than 1 MB of each
+            # partition at a time (the default), which about halves the time of a big restore.
+            "max.partition.fetch.bytes": 8 * 1024 * 1024,
+            **self._conf,
+            "group.id": f"{self.changelog}.restore",  # required; never joined or committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",  # records of aborted transactions never count
+            # The end of a transactional partition is a commit marker, seen as EOF only by the
+            # next fetch: do not let the broker hold that fetch for the default 500 ms.
+            "fetch.wait.max.ms": 20,
+        }
+
+
+class _Restore:
+    """One restore: a consumer, a deadline, and the changelog partitions not read to their end."""
+
+    def __init__(
+        self,
+        topic: str,
+        by_number: dict[int, dict[str, DedupTable]],
+        timeout: float,
+        clock: Callable[[], int],
+    ) -> None:
+        self.topic = topic
+        self.by_number = by_number
+        self.timeout = timeout
+        self.deadline = time.monotonic() + timeout
+        self.clock = clock
+        self.ends: dict[int, int] = {}
+        """Changelog partitions still to read -> their end (last stable offset) at the start."""
+        self.read: dict[int, int] = {}
+        self.malformed = 0
+        self.first_malformed = ""
+
+    def run(self, consumer: Consumer) -> None:
+        """Read with ``consumer`` (closed afterwards) into the tables."""
+        try:
+            self._read(consumer)
+        finally:
+            consumer.close()
+        if self.malformed:
+            _log.warning(
+                "skipped %d malformed record(s) of %s while restoring deduplication state; "
+                "first: %s",
+                self.malformed,
+                self.topic,
+                self.first_malformed,
+            )
+
+    def _remaining(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def _read(self, consumer: Consumer) -> None:
+        self._find_ends(consumer)
+        if not self.ends:
+            return
+        consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self.ends])
+        now = self.clock()
+        ends, read, by_number = self.ends, self.read, self.by_number
+        while ends:
+            for message in consumer.consume(RESTORE_BATCH, RESTORE_POLL_S):
+                error = message.error()
+                if error is not None:
+                    self._on_error(message.partition(), message.offset(), error)
+                    continue
+                partition, offset = message.partition() or 0, message.offset() or 0
+                end = ends.get(partition)
+                if end is None:
+                    continue  # a partition already read to its end
+                try:
+                    restore_record(by_number[partition], message.key(), message.value(), now)
+                except ValueError as exc:
+                    self.malformed += 1
+                    if self.malformed == 1:
+                        self.first_malformed = f"partition {partition} offset {offset}: {exc}"
+                read[partition] = offset + 1
+                if offset + 1 >= end:
+                    del ends[partition]
+            if ends and self._remaining() <= 0:
+                raise self._timed_out()
+
+    def _find_ends(self, consumer: Consumer) -> None:
+        """The end of each changelog partition to read; an empty one is read already."""
+        for partition in sorted(self.by_number):
+            tp = TopicPartition(self.topic, partition)
+            try:
+                marks = consumer.get_watermark_offsets(tp, timeout=max(0.1, self._remaining()))
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() not in _TRANSIENT:
+                    raise self._refused(partition, error) from exc
+                marks = None
+            if marks is None:
+                self.ends = {p: -1 for p in self.by_number if p >= partition}
+                raise self._timed_out()
+            low, high = marks
+            if high > low:
+                self.ends[partition] = high
+
+    def _on_error(self, partition: int | None, offset: int | None, error: KafkaError) -> None:
+        if error.code() == KafkaError._PARTITION_EOF and partition is not None:
+            # The end (last stable offset) that the broker shows the consumer now; short of the
+            # end seen at the start only on a lagging replica: keep reading then.
+            if offset is not None and offset >= self.ends.get(partition, 0):
+                self.ends.pop(partition, None)
+            return
+        if error.retriable() or error.code() in _TRANSIENT:
+            _log.info("retrying after an error restoring %s: %s", self.topic, error.str())
+            return
+        raise self._refused(partition, error)
+
+    def _refused(self, partition: int | None, error: KafkaError) -> DedupRestoreError:
+        where = self.topic if partition is None else f"{self.topic} partition {partition}"
+        hint = ""
+        if error.code() in _MISSING:
+            hint = (
+                "; the changelog topic needs as many partitions as the job topics: "
+                "create it with `pipeline topics apply`"
+            )
+        return DedupRestoreError(
+            f"reading {where} to restore deduplication state failed: "
+            f"{error.str()} ({error.name()}){hint}"
+        )
+
+    def _timed_out(self) -> DedupRestoreTimeoutError:
+        where = ", ".join(
+            f"{p} (at offset {self.read.get(p, 0)} of {end if end >= 0 else 'unknown'})"
+            for p, end in sorted(self.ends.items())
+        )
+        return DedupRestoreTimeoutError(
+            f"restoring deduplication state from {self.topic} did not finish within "
+            f"{self.timeout:g}s; partition(s) left: {where}. Is Kafka reachable? A transaction "
+            "left open by a crashed producer holds readers back until its transaction.timeout.ms"
+        )
+
+
+_TRANSIENT = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+
+_MISSING = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)

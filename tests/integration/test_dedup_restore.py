@@ -1,0 +1,183 @@
+"""``KafkaDedupStore.load`` against a real Kafka: the committed, live records and only those."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from pipeline._dedup import ChangelogRecord, DedupPolicy, Entry, Outcome, Verdict, encode_entry
+from pipeline._job import now_ms
+from pipeline_worker._dedupstore import DedupRestoreError, KafkaDedupStore
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+pytestmark = pytest.mark.kafka
+
+JOB_A = "0190f5c2a1b2c3d4e5f60718293a4b5c"
+JOB_B = "0190f5c2a1b2c3d4e5f60718293a4b5d"
+HOUR_MS = 3_600_000
+PARTITIONS = 3
+
+
+@pytest.fixture
+def changelog(bootstrap_servers: str, namespace: str) -> Iterator[str]:
+    """A compacted ``<namespace>.dedup`` of three partitions, deleted after the test."""
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    topic = f"{namespace}.dedup"
+    spec = NewTopic(topic, PARTITIONS, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([spec], operation_timeout=30)[topic].result()
+    yield topic
+    admin.delete_topics([topic], operation_timeout=30)[topic].result()
+
+
+@pytest.fixture
+def producer(bootstrap_servers: str, namespace: str) -> Producer:
+    producer = Producer(
+        {"bootstrap.servers": bootstrap_servers, "transactional.id": f"{namespace}.dedup-test"}
+    )
+    producer.init_transactions(30)
+    return producer
+
+
+def write(
+    producer: Producer,
+    topic: str,
+    records: Sequence[ChangelogRecord],
+    *,
+    commit: bool = True,
+) -> None:
+    producer.begin_transaction()
+    for record in records:
+        producer.produce(topic, record.value, record.key, partition=record.partition)
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.flush(30)  # on the broker, then thrown away
+        producer.abort_transaction(30)
+
+
+def store(bootstrap_servers: str, changelog: str) -> KafkaDedupStore:
+    return KafkaDedupStore(changelog, {"bootstrap.servers": bootstrap_servers})
+
+
+def test_load_restores_exactly_the_committed_live_records(
+    bootstrap_servers: str, changelog: str, producer: Producer
+) -> None:
+    now = now_ms()
+    live, expired = now + HOUR_MS, now - 1_000
+    write(
+        producer,
+        changelog,
+        [
+            ChangelogRecord(0, b"high/a", encode_entry(JOB_A, True, live)),
+            ChangelogRecord(0, b"high/b", encode_entry(JOB_A, False, live)),
+            ChangelogRecord(0, b"low/c", encode_entry(JOB_B, True, live)),
+            ChangelogRecord(0, b"high/old", encode_entry(JOB_A, True, expired)),
+            ChangelogRecord(0, b"high/bad", b"not an entry"),
+            ChangelogRecord(1, b"high/d", encode_entry(JOB_A, False, live)),
+            ChangelogRecord(1, b"default/e", encode_entry(JOB_B, True, live)),
+        ],
+    )
+    write(
+        producer,
+        changelog,
+        [
+            ChangelogRecord(0, b"high/a", None),
+            ChangelogRecord(0, b"high/x", encode_entry(JOB_B, True, live)),
+            ChangelogRecord(1, b"high/d", encode_entry(JOB_B, True, live)),
+            ChangelogRecord(2, b"high/y", encode_entry(JOB_B, True, live)),
+        ],
+        commit=False,
+    )
+    write(
+        producer,
+        changelog,
+        [
+            ChangelogRecord(0, b"high/b", None),
+            ChangelogRecord(0, b"high/z", encode_entry(JOB_B, False, live)),
+        ],
+    )
+    # Partition 0 ends in aborted records and partition 1 in an abort marker; 2 has nothing else.
+    write(producer, changelog, [ChangelogRecord(0, b"high/z", None)], commit=False)
+
+    loaded = store(bootstrap_servers, changelog)
+    ns = changelog.removesuffix(".dedup")
+    high = [(f"{ns}.jobs.high", p) for p in range(PARTITIONS)]
+    loaded.load([*high, (f"{ns}.jobs.default", 1)], timeout_s=30)
+
+    high_0 = loaded.table(high[0])
+    assert {k: high_0.get(k) for k in ("a", "b", "x", "z")} == {
+        "a": Entry(JOB_A, True, live),
+        "b": None,
+        "x": None,
+        "z": Entry(JOB_B, False, live),
+    }
+    assert len(high_0) == 2  # neither low/c, nor the expired, nor the malformed record
+    assert loaded.table(high[1]).get("d") == Entry(JOB_A, False, live)
+    assert len(loaded.table(high[1])) == 1
+    assert loaded.table((f"{ns}.jobs.default", 1)).get("e") == Entry(JOB_B, True, live)
+    assert len(loaded.table(high[2])) == 0
+
+
+def test_what_a_store_settles_is_what_the_next_owner_restores(
+    bootstrap_servers: str, changelog: str, producer: Producer
+) -> None:
+    ns = changelog.removesuffix(".dedup")
+    where = (f"{ns}.jobs.critical", 2)
+    policy = DedupPolicy()
+    now = now_ms()
+    first = store(bootstrap_servers, changelog)
+    first.load([where])
+    for key, job_id, outcome in [
+        ("paid", JOB_A, Outcome.SUCCEEDED),
+        ("waiting", JOB_A, Outcome.RETRYING),
+        ("failed", JOB_B, Outcome.DEAD),
+    ]:
+        assert first.check(where, key, job_id, policy=policy, now_ms=now) is Verdict.RUN
+        write(
+            producer,
+            changelog,
+            first.settle(where, key, job_id, outcome, policy=policy, now_ms=now),
+        )
+
+    second = store(bootstrap_servers, changelog)
+    second.load([where], timeout_s=30)
+    check = second.check
+    assert check(where, "paid", JOB_A, policy=policy, now_ms=now) is Verdict.DONE
+    assert check(where, "paid", JOB_B, policy=policy, now_ms=now) is Verdict.DUPLICATE
+    assert check(where, "waiting", JOB_A, policy=policy, now_ms=now) is Verdict.RETRY
+    assert check(where, "waiting", JOB_B, policy=policy, now_ms=now) is Verdict.DUPLICATE
+    assert check(where, "failed", JOB_A, policy=policy, now_ms=now) is Verdict.RUN
+
+
+def test_an_open_transaction_is_not_waited_for_and_its_records_do_not_count(
+    bootstrap_servers: str, changelog: str, producer: Producer
+) -> None:
+    ns = changelog.removesuffix(".dedup")
+    where = (f"{ns}.jobs.low", 2)
+    live = now_ms() + HOUR_MS
+    write(producer, changelog, [ChangelogRecord(2, b"low/kept", encode_entry(JOB_A, True, live))])
+    producer.begin_transaction()
+    producer.produce(changelog, encode_entry(JOB_B, True, live), b"low/open", partition=2)
+    producer.flush(30)
+
+    loaded = store(bootstrap_servers, changelog)
+    loaded.load([where], timeout_s=30)
+    assert loaded.table(where).get("kept") == Entry(JOB_A, True, live)
+    assert loaded.table(where).get("open") is None
+
+    producer.commit_transaction(30)
+    loaded.load([where], timeout_s=30)
+    assert loaded.table(where).get("open") == Entry(JOB_B, True, live)
+
+
+def test_a_changelog_with_too_few_partitions_is_reported(
+    bootstrap_servers: str, changelog: str
+) -> None:
+    ns = changelog.removesuffix(".dedup")
+    with pytest.raises(DedupRestoreError, match=rf"{changelog} partition {PARTITIONS} .*apply"):
+        store(bootstrap_servers, changelog).load([(f"{ns}.jobs.high", PARTITIONS)])
