@@ -165,9 +165,11 @@ def test_more_partitions_are_added(settings: Settings, admin: AdminClient) -> No
     assert changed[f"{ns}.jobs.high"] == "6 -> 8"
     assert f"{ns}.schedules" not in changed
     assert f"{ns}.events" not in changed
+    # The job topics, deferred, the retry and wait tiers, the DLQ and the dedup changelog.
     assert len(changed) == (
-        4 + 1 + len(settings.topics.retry_delays_s) + len(settings.scheduler.wait_tiers_s) + 1
+        4 + 1 + len(settings.topics.retry_delays_s) + len(settings.scheduler.wait_tiers_s) + 2
     )
+    assert changed[f"{ns}.dedup"] == "6 -> 8"
     counts = partitions_of(admin, [f"{ns}.jobs.high", f"{ns}.dlq", f"{ns}.schedules"])
     assert counts == {f"{ns}.jobs.high": 8, f"{ns}.dlq": 8, f"{ns}.schedules": 1}
     assert apply_topics(grown).summary() == "nothing to change"
@@ -179,7 +181,7 @@ def test_fewer_partitions_are_left_with_a_warning(settings: Settings, admin: Adm
     report = apply_topics(with_topics(settings, partitions=2))
 
     warnings = [c for c in report.changes if c.action is ChangeAction.WARNING]
-    assert len(warnings) == 14
+    assert len(warnings) == 15
     assert "cannot decrease partitions from 4 to 2" in warnings[0].detail
     assert not report.changed
     assert partitions_of(admin, [f"{settings.namespace}.jobs.low"]) == {

@@ -433,7 +433,11 @@ class Processor:
                 dedup, work, KeyOutcome.SUCCEEDED if succeeded else KeyOutcome.DEAD
             )
             if records:
-                dedup.write(work.state, work.offset, records, lambda ok: self._moved(work, ok))
+                # The slot is free now; the offset finishes once its key's record is in the
+                # open transaction (the consumer thread writes it within a poll or so).
+                self._free(work)
+                state, offset = work.state, work.offset
+                dedup.write(state, offset, records, lambda ok: self._done(state, offset, ok))
                 return
         self._settle(work, done)
 
@@ -481,11 +485,14 @@ class Processor:
 
     def _settle(self, work: Work, done: bool) -> None:
         """Free the job's slot and, if ``done``, mark its offset finished."""
+        self._free(work)
+        self._done(work.state, work.offset, done)
+
+    def _free(self, work: Work) -> None:
+        """The job's handler is over: its slot (and its key, with key ordering) is free."""
         self.in_flight -= 1
-        state = work.state
-        state.in_flight -= 1
+        work.state.in_flight -= 1
         self.dispatcher.release(work)
-        self._done(state, work.offset, done)
 
     def _done(self, state: PartitionState, offset: int, done: bool) -> None:
         if done:

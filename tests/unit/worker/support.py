@@ -90,6 +90,7 @@ class JsonJobCodec:
                 "type": job.type,
                 "payload": job.payload.decode(),
                 "attempt": job.attempt,
+                "idempotency_key": job.idempotency_key,
             }
         ).encode()
 
@@ -103,6 +104,7 @@ class JsonJobCodec:
                 type=raw["type"],
                 payload=raw["payload"].encode(),
                 attempt=raw["attempt"],
+                idempotency_key=raw.get("idempotency_key"),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"not a job: {exc}", bytes(data)) from exc
@@ -142,6 +144,7 @@ class Harness:
         *,
         middleware: Sequence[Middleware] = (),
         router: Any = None,
+        dedup: Any = None,
         **worker: Any,
     ) -> None:
         self.app = app
@@ -158,6 +161,7 @@ class Harness:
             middleware=[self.recorder, *middleware],
             context=contextvars.copy_context(),
             router=router,
+            dedup=dedup,
         )
         self.partition = state(2, topic=app.topics.jobs("default"))
         self._next = 0

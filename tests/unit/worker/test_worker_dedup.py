@@ -1,0 +1,104 @@
+"""The event loop's side of idempotency keys: duplicates skipped at intake, keys settled with
+the offset (records in the transaction before the offset finishes, the slot free at once)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+from pipeline import Job, Pipeline
+from pipeline.dedup import MemoryDedupStore, PartitionTables
+from pipeline.testing import InMemoryTransport
+from pipeline_worker._failures import Record
+from pipeline_worker._keys import Deduplicator
+from pipeline_worker._metrics import WorkerMetrics
+
+from .support import PRIORITIES, Harness
+
+
+class HeldMover:
+    """Takes records like the worker's mover; the test says when they are in the transaction."""
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.waiting: list[Callable[[bool], None]] = []
+
+    def submit(
+        self,
+        where: tuple[str, int],
+        offset: int,
+        records: Sequence[Record],
+        done: Callable[[bool], None],
+        *,
+        move: bool = True,
+    ) -> None:
+        assert not move
+        self.records += records
+        self.waiting.append(done)
+
+    def drain(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for done in waiting:
+            done(True)
+
+
+class ChangelogStore(MemoryDedupStore):
+    """The memory store, but with changelog records, like the Kafka store."""
+
+    def __init__(self) -> None:
+        PartitionTables.__init__(self, create=True, changelog=True)
+
+
+def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(test(), 20))
+
+
+def keyed(h: Harness, n: int, key: str) -> Any:
+    job = Job(
+        id=f"job-{n}", type="charge", payload=json.dumps({"n": n}).encode(), idempotency_key=key
+    )
+    return h.message("charge", value=h.app.codec.encode(job))
+
+
+def make(store: MemoryDedupStore, mover: HeldMover, app: Pipeline) -> Deduplicator:
+    return Deduplicator(
+        store,
+        changelog="acme.dedup",
+        topics={p: app.topics.jobs(p) for p in PRIORITIES},
+        mover=mover,  # type: ignore[arg-type]
+        metrics=WorkerMetrics(),
+        default_ttl_s=60.0,
+    )
+
+
+def test_duplicates_are_acknowledged_without_running_and_keys_settle_with_the_offset() -> None:
+    ran: list[int] = []
+
+    async def main() -> None:
+        app = Pipeline(transport=InMemoryTransport())
+
+        @app.job("charge")
+        async def charge(n: int) -> None:
+            ran.append(n)
+
+        mover = HeldMover()
+        store = ChangelogStore()
+        dedup = make(store, mover, app)
+        h = Harness(app, dedup=dedup, concurrency=1)
+        h.feed(keyed(h, 0, "a"), keyed(h, 1, "a"), keyed(h, 2, "b"), keyed(h, 3, "a"))
+        # Both distinct keys ran, one after the other on the single slot: a job whose record
+        # waits for the transaction does not hold its slot.
+        while len(ran) < 2 or len(mover.waiting) < 2:
+            await asyncio.sleep(0.001)
+        assert ran == [0, 2]
+        assert h.processor.in_flight == 0
+        assert h.partition.commit_offset == 0, "an offset finished before its key's record"
+        mover.drain()
+        assert h.partition.commit_offset == 4
+        assert [r.key for r in mover.records] == [b"default/a", b"default/b"]
+        assert all(r.topic == "acme.dedup" and r.partition == 0 for r in mover.records)
+        assert dict(dedup._metrics.deduplicated) == {("charge", "duplicate"): 2}
+
+    run(main)
