@@ -29,6 +29,7 @@ from pipeline._dedup import DedupStore
 
 from ._burst import BurstWatch
 from ._commits import Committer, describe
+from ._dedupstore import ChangelogMissingError
 from ._flow import FlowControl
 from ._marks import CommitMark
 from ._metrics import WorkerMetrics
@@ -132,6 +133,7 @@ class ConsumerThread:
     ) -> None:
         worker = settings.worker
         self._dedup = dedup
+        self._keys_retry_at = 0.0
         self._topics = topics
         self._side = side
         self._metrics = metrics
@@ -475,10 +477,15 @@ class ConsumerThread:
         """Restore the idempotency keys of newly assigned partitions; False: try again later."""
         assert self._dedup is not None
         started = time.monotonic()
+        if started < self._keys_retry_at:
+            return False
         try:
             self._dedup.load([(s.topic, s.partition) for s in states])
+        except ChangelogMissingError:
+            raise  # nothing to wait for: the worker stops and says what to create
         except Exception as exc:
-            _log.warning("could not restore the idempotency keys, retrying: %s", exc)
+            _log.warning("could not restore the idempotency keys, retrying in 1s: %s", exc)
+            self._keys_retry_at = time.monotonic() + 1.0
             return False
         seconds = time.monotonic() - started
         if seconds >= 1.0:

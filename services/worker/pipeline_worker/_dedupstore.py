@@ -38,6 +38,10 @@ class DedupRestoreError(PipelineError):
     """The deduplication state of a partition could not be read from its changelog."""
 
 
+class ChangelogMissingError(DedupRestoreError):
+    """The changelog topic (or a partition of it) does not exist: a setup error, not an outage."""
+
+
 class DedupRestoreTimeoutError(DedupRestoreError, TimeoutError):
     """A restore did not reach the end of its changelog partitions in time."""
 
@@ -218,7 +222,8 @@ class _Restore:
                 "; the changelog topic needs as many partitions as the job topics: "
                 "create it with `pipeline topics apply`"
             )
-        return DedupRestoreError(
+        kind = ChangelogMissingError if hint else DedupRestoreError
+        return kind(
             f"reading {where} to restore deduplication state failed: "
             f"{error.str()} ({error.name()}){hint}"
         )

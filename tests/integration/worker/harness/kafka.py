@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import OFFSET_INVALID, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.waiting import wait_for
@@ -61,14 +61,17 @@ class GroupOffsets:
                 with self._lock:
                     found[:] = self._consumer.committed(tps, timeout=10)
             except KafkaException as exc:
-                # A broker that just started may not host the group's coordinator yet.
-                if not exc.args[0].retriable():
+                # A broker that just started may not host the group's coordinator yet; offsets
+                # a killed worker left in an open transaction are not stable until the broker
+                # aborts it (transaction.timeout.ms after its last write): the fetch times out.
+                error = exc.args[0]
+                if not error.retriable() and error.code() != KafkaError._TIMED_OUT:
                     raise
                 return False
             return True
 
-        if not wait_for(answered, 30, interval=0.2):
-            raise AssertionError(f"no committed offsets of group {self.group} within 30 s")
+        if not wait_for(answered, 60, interval=0.2):
+            raise AssertionError(f"no committed offsets of group {self.group} within 60 s")
         return {
             (tp.topic, tp.partition): (0 if tp.offset == OFFSET_INVALID else tp.offset)
             for tp in found
