@@ -48,9 +48,10 @@ format: setup
 bench: setup
 	$(BIN)/python -m ops.bench
 
-## bench-dedup: memory per idempotency key and expiry/restore cost, 1,000,000 keys (~4 min)
+## bench-dedup: idempotency keys: a table of 1,000,000, then a worker with 1,000,000 (~15 min)
 bench-dedup: setup
 	$(BIN)/python -m ops.bench.dedup_memory
+	$(BIN)/python -m ops.bench.dedup_worker
 
 dev-up: setup
 	$(BIN)/pipeline dev up
