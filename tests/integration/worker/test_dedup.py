@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
 
+from pipeline._deadletters import _Reader
 from tests.waiting import wait_for
 
 from .failure_kills import ENV as RETRY_ENV
@@ -163,3 +164,28 @@ def test_a_missing_changelog_topic_stops_the_worker_with_what_to_create(kit: Wor
     worker = kit.workers.start()
     assert worker.wait(60) != 0
     assert "pipeline topics apply" in worker.log()
+
+
+def test_a_key_expires_after_its_ttl_with_a_tombstone_and_then_runs_again(
+    kit: WorkerKit,
+) -> None:
+    """``brief`` holds its key for 3 s after it succeeded: a duplicate within that time is
+    dropped; once the worker tombstoned the key, the same key runs again."""
+    kit.workers.start("--concurrency", "4")
+    [first] = enqueue(kit.producer, "brief", 1, idempotency_key="k-1")
+    assert wait_for(lambda: kit.recording.all_finished([first]), 60), "never ran"
+    [dropped] = enqueue(kit.producer, "brief", 1, first=1, idempotency_key="k-1")
+    kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=60)
+    assert wait_for(lambda: _tombstoned(kit, b"default/k-1"), 60), "the key never expired"
+    [again] = enqueue(kit.producer, "brief", 1, first=2, idempotency_key="k-1")
+    assert wait_for(lambda: kit.recording.all_finished([again]), 60), "an expired key still held"
+    runs = kit.recording.run_counts()
+    assert (runs[first], runs[dropped], runs[again]) == (1, 0, 1)
+
+
+def _tombstoned(kit: WorkerKit, key: bytes) -> bool:
+    """Whether the changelog's last committed record of ``key`` is a tombstone."""
+    topic = kit.topics.dedup
+    with _Reader(kit.settings, timeout=10) as reader:
+        records = [m for m in reader.read(topic)[topic] if m.key() == key]
+    return bool(records) and records[-1].value() is None

@@ -172,6 +172,13 @@ def later(n: int, ctx: Any, after: float) -> None:
     record.line("E", ctx, "later", n)
 
 
+@app.job("brief", dedup_ttl=3.0)
+def brief(n: int, ctx: Any) -> None:
+    """Holds its idempotency key for 3 s only."""
+    record.line("S", ctx, "brief", n)
+    record.line("E", ctx, "brief", n)
+
+
 @app.job("poison")
 def poison(n: int, ctx: Any) -> None:
     """Kills the worker process that runs it, every time."""
