@@ -12,7 +12,7 @@ from typing import Any, Generic, ParamSpec, TypeVar
 from confluent_kafka import KafkaError, Message
 
 from ._codec import JobCodec, JsonPayload, PayloadCodec
-from ._dedup import DedupStore
+from ._dedupstores import DedupStore
 from ._errors import (
     ConfigurationError,
     DecodeError,

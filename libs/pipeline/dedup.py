@@ -4,17 +4,8 @@
 in the compacted ``<ns>.dedup`` topic.
 """
 
-from ._dedup import (
-    ChangelogRecord,
-    DedupMode,
-    DedupPolicy,
-    DedupStore,
-    DedupTable,
-    MemoryDedupStore,
-    Outcome,
-    PartitionTables,
-    Verdict,
-)
+from ._dedup import ChangelogRecord, DedupMode, DedupPolicy, DedupTable, Outcome, Verdict
+from ._dedupstores import DedupStore, MemoryDedupStore, PartitionTables
 
 __all__ = [
     "ChangelogRecord",

@@ -16,12 +16,9 @@ from pipeline._dedup import (
     DedupMode,
     DedupNotLoadedError,
     DedupPolicy,
-    DedupStore,
     DedupTable,
     Entry,
-    MemoryDedupStore,
     Outcome,
-    PartitionTables,
     Verdict,
     changelog_key,
     decode_entry,
@@ -30,6 +27,7 @@ from pipeline._dedup import (
     split_changelog_key,
     topic_priority,
 )
+from pipeline._dedupstores import DedupStore, MemoryDedupStore, PartitionTables
 from pipeline._errors import ConfigurationError
 from pipeline_worker._dedupstore import (
     DedupRestoreError,

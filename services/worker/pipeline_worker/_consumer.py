@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline import Priority, Settings
-from pipeline._dedup import DedupStore
+from pipeline._dedupstores import DedupStore
 
 from ._burst import BurstWatch
 from ._commits import Committer, describe

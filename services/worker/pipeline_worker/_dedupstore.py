@@ -22,7 +22,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pipeline._dedup import DedupTable, PartitionTables, Where, restore_record, topic_priority
+from pipeline._dedup import DedupTable, Where, restore_record, topic_priority
+from pipeline._dedupstores import PartitionTables
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._job import now_ms
 
@@ -47,7 +48,7 @@ class DedupRestoreTimeoutError(DedupRestoreError, TimeoutError):
 
 
 class KafkaDedupStore(PartitionTables):
-    """A :class:`pipeline._dedup.DedupStore` whose state lives in the changelog topic ``changelog``.
+    """A :class:`pipeline.dedup.DedupStore` whose state lives in the changelog topic ``changelog``.
 
     ``conf`` holds the librdkafka options of the restore consumer (``bootstrap.servers``,
     security); the options a restore depends on are set here. ``consumer_factory`` makes the

@@ -18,14 +18,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pipeline._dedup import (
-    ChangelogRecord,
-    DedupPolicy,
-    DedupStore,
-    Outcome,
-    Verdict,
-    split_changelog_key,
-)
+from pipeline._dedup import ChangelogRecord, DedupPolicy, Outcome, Verdict, split_changelog_key
+from pipeline._dedupstores import DedupStore
 from pipeline._job import now_ms
 
 from ._failures import Record

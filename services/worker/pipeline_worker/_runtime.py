@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline import Pipeline, Priority, Settings
-from pipeline._dedup import DedupStore
+from pipeline._dedupstores import DedupStore
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 

@@ -1,0 +1,152 @@
+"""Where workers keep idempotency keys: the store protocol, and the stores built on tables.
+
+The semantics are those of :mod:`._dedup`; :class:`DedupStore` is what an application
+implements to keep the keys elsewhere (Redis, Postgres...) and passes as
+``Pipeline(dedup_store=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from ._dedup import (
+    UNCHANGED,
+    ChangelogRecord,
+    DedupNotLoadedError,
+    DedupPolicy,
+    DedupTable,
+    Outcome,
+    Verdict,
+    Where,
+    changelog_key,
+    topic_priority,
+)
+
+__all__ = ["DedupStore", "MemoryDedupStore", "PartitionTables"]
+
+
+@runtime_checkable
+class DedupStore(Protocol):
+    """Where a worker keeps the idempotency keys of the partitions it owns.
+
+    The worker calls, for the job partitions (``where`` = (topic, partition)) it owns:
+
+    - :meth:`load` when partitions are assigned, before reading them; it returns once their
+      state is ready (a Kafka store restores it; an external store may do nothing).
+    - :meth:`check` for each job with an idempotency key, in offset order.
+    - :meth:`settle` when such a job ends, unless its verdict was DONE or DUPLICATE. The records
+      it returns are written to the changelog topic in the transaction that commits the job's
+      offset; a store that keeps its state elsewhere writes it itself and returns ().
+    - :meth:`expire` now and then; its records (tombstones) are written like those of settle.
+    - :meth:`unload` when partitions are revoked or lost.
+
+    A store implements the semantics of the :mod:`pipeline._dedup` docstring, as
+    :class:`DedupTable` does. Calls for one partition never overlap, and never come before its
+    load returned or after its unload; load and unload may come from another thread than the
+    other calls. Raising from check or settle fails the job's run like a handler error.
+    """
+
+    def load(self, partitions: Sequence[Where]) -> None: ...
+
+    def unload(self, partitions: Sequence[Where]) -> None: ...
+
+    def check(
+        self, where: Where, key: str, job_id: str, *, policy: DedupPolicy, now_ms: int
+    ) -> Verdict: ...
+
+    def settle(
+        self,
+        where: Where,
+        key: str,
+        job_id: str,
+        outcome: Outcome,
+        *,
+        policy: DedupPolicy,
+        now_ms: int,
+    ) -> Sequence[ChangelogRecord]: ...
+
+    def expire(self, now_ms: int) -> Sequence[ChangelogRecord]: ...
+
+
+class PartitionTables:
+    """A :class:`DedupTable` per job partition, and the changelog records their changes need.
+
+    The check, settle and expire of a :class:`DedupStore`, for stores to build on. With
+    ``create``, a partition's table is made on first use; without, using a partition that was
+    not installed raises :class:`DedupNotLoadedError`. Without ``changelog``, no records.
+    """
+
+    def __init__(self, *, create: bool = False, changelog: bool = True) -> None:
+        self._tables: dict[Where, DedupTable] = {}
+        self._create = create
+        self._changelog = changelog
+
+    @property
+    def size(self) -> int:
+        """Keys held in all, counting expired ones that expire() has not removed yet."""
+        return sum(len(table) for table in list(self._tables.values()))
+
+    def table(self, where: Where) -> DedupTable:
+        """The table of partition ``where``."""
+        table = self._tables.get(where)
+        if table is None:
+            if not self._create:
+                raise DedupNotLoadedError(where)
+            table = self._tables[where] = DedupTable()
+        return table
+
+    def install(self, where: Where, table: DedupTable) -> None:
+        self._tables[where] = table
+
+    def drop(self, where: Where) -> None:
+        self._tables.pop(where, None)
+
+    def check(
+        self, where: Where, key: str, job_id: str, *, policy: DedupPolicy, now_ms: int
+    ) -> Verdict:
+        return self.table(where).check(key, job_id, now_ms, policy.ttl_ms)
+
+    def settle(
+        self,
+        where: Where,
+        key: str,
+        job_id: str,
+        outcome: Outcome,
+        *,
+        policy: DedupPolicy,
+        now_ms: int,
+    ) -> Sequence[ChangelogRecord]:
+        value = self.table(where).settle(key, job_id, outcome, policy, now_ms)
+        if value is UNCHANGED or not self._changelog:
+            return ()
+        topic, partition = where
+        return (ChangelogRecord(partition, changelog_key(topic_priority(topic), key), value),)
+
+    def expire(self, now_ms: int) -> Sequence[ChangelogRecord]:
+        records: list[ChangelogRecord] = []
+        for (topic, partition), table in list(self._tables.items()):  # a copy: load may add
+            expired = table.expire(now_ms)
+            if self._changelog:
+                priority = topic_priority(topic)
+                records += [
+                    ChangelogRecord(partition, changelog_key(priority, k), None) for k in expired
+                ]
+        return records
+
+
+class MemoryDedupStore(PartitionTables):
+    """A :class:`DedupStore` in this process's memory, without a changelog.
+
+    For tests and single-process use. Its state is its own, like an external store's: it
+    outlives load and unload, and lasts as long as the object.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(create=True, changelog=False)
+
+    def load(self, partitions: Sequence[Where]) -> None:
+        return None
+
+    def unload(self, partitions: Sequence[Where]) -> None:
+        return None
