@@ -8,17 +8,22 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from pipeline._deadletters import _Reader
 from tests.waiting import wait_for
 
+from ..scheduler.conftest import SchedulerFactory
 from .failure_kills import ENV as RETRY_ENV
 from .failure_kills import settings as retry_settings
 from .harness import enqueue, wait_joined
 from .scenarios import FAST_FAILOVER
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
     from .fixtures import WorkerKit
     from .harness import WorkerProcess
     from .harness.runs import RunEvent, TopicPartitionKey
@@ -189,3 +194,30 @@ def _tombstoned(kit: WorkerKit, key: bytes) -> bool:
     with _Reader(kit.settings, timeout=10) as reader:
         records = [m for m in reader.read(topic)[topic] if m.key() == key]
     return bool(records) and records[-1].value() is None
+
+
+@pytest.fixture
+def schedulers(kit: WorkerKit, tmp_path: Path) -> Iterator[SchedulerFactory]:
+    factory = SchedulerFactory(kit.settings, tmp_path)
+    try:
+        yield factory
+    finally:
+        for process in factory.started:
+            process.kill()
+
+
+def test_a_delayed_job_keeps_its_key_through_the_scheduler(
+    kit: WorkerKit, schedulers: SchedulerFactory
+) -> None:
+    """A delayed keyed job released by the scheduler lands on its key's partition and holds the
+    key there: a duplicate sent after it ran is dropped."""
+    scheduler = schedulers.start(RETRY_ENV)
+    schedulers.wait_leading(scheduler)
+    kit.workers.start("--concurrency", "4", env=RETRY_ENV)
+    fields = {"failures": 0}
+    [delayed] = enqueue(kit.producer, "flaky", 1, fields=fields, idempotency_key="d-1", delay=1.0)
+    assert wait_for(lambda: kit.recording.all_finished([delayed]), 60), "never released or run"
+    [duplicate] = enqueue(kit.producer, "flaky", 1, first=1, fields=fields, idempotency_key="d-1")
+    kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=60)
+    runs = kit.recording.run_counts()
+    assert (runs[delayed], runs[duplicate]) == (1, 0)
