@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .fixtures import kit
+from .fixtures import kit, schedulers
 
-__all__ = ["kit"]
+__all__ = ["kit", "schedulers"]

@@ -15,6 +15,7 @@ from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
 from pipeline._topics import TopicNames
 
+from ..scheduler.conftest import SchedulerFactory
 from .harness import GroupOffsets, Recording, WorkerLauncher
 
 if TYPE_CHECKING:
@@ -51,3 +52,14 @@ def kit(settings: Settings, tmp_path: Path) -> Iterator[WorkerKit]:
         launcher.stop_all()
         offsets.close()
         producer.close(30)
+
+
+@pytest.fixture
+def schedulers(kit: WorkerKit, tmp_path: Path) -> Iterator[SchedulerFactory]:
+    """Starts ``pipeline-scheduler`` processes in the kit's namespace; killed at teardown."""
+    factory = SchedulerFactory(kit.settings, tmp_path)
+    try:
+        yield factory
+    finally:
+        for process in factory.started:
+            process.kill()

@@ -8,7 +8,6 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
-import pytest
 from confluent_kafka.admin import AdminClient
 
 from pipeline._deadletters import _Reader
@@ -21,9 +20,6 @@ from .harness import enqueue, wait_joined
 from .scenarios import FAST_FAILOVER
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from pathlib import Path
-
     from .fixtures import WorkerKit
     from .harness import WorkerProcess
     from .harness.runs import RunEvent, TopicPartitionKey
@@ -194,16 +190,6 @@ def _tombstoned(kit: WorkerKit, key: bytes) -> bool:
     with _Reader(kit.settings, timeout=10) as reader:
         records = [m for m in reader.read(topic)[topic] if m.key() == key]
     return bool(records) and records[-1].value() is None
-
-
-@pytest.fixture
-def schedulers(kit: WorkerKit, tmp_path: Path) -> Iterator[SchedulerFactory]:
-    factory = SchedulerFactory(kit.settings, tmp_path)
-    try:
-        yield factory
-    finally:
-        for process in factory.started:
-            process.kill()
 
 
 def test_a_delayed_job_keeps_its_key_through_the_scheduler(

@@ -21,9 +21,6 @@ from .harness import enqueue, wait_until
 from .harness.metrics import free_port, scrape, total
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-    from pathlib import Path
-
     from .fixtures import WorkerKit
 
 pytestmark = pytest.mark.kafka
@@ -43,16 +40,6 @@ def settings(bootstrap_servers: str, namespace: str) -> Settings:
         namespace=namespace,
         topics={"partitions": 3, "retry_delays_s": RETRY_DELAYS},
     )
-
-
-@pytest.fixture
-def schedulers(kit: WorkerKit, tmp_path: Path) -> Iterator[SchedulerFactory]:
-    factory = SchedulerFactory(kit.settings, tmp_path)
-    try:
-        yield factory
-    finally:
-        for process in factory.started:
-            process.kill()
 
 
 def test_a_retry_beyond_the_tiers_is_released_by_the_scheduler_on_time(
