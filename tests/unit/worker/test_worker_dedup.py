@@ -16,6 +16,7 @@ from pipeline_worker._keys import Deduplicator
 from pipeline_worker._metrics import WorkerMetrics
 
 from .support import PRIORITIES, Harness
+from .test_worker_executor import until
 
 
 class HeldMover:
@@ -24,6 +25,7 @@ class HeldMover:
     def __init__(self) -> None:
         self.records: list[Record] = []
         self.waiting: list[Callable[[bool], None]] = []
+        self.changed = asyncio.Event()
 
     def submit(
         self,
@@ -37,6 +39,7 @@ class HeldMover:
         assert not move
         self.records += records
         self.waiting.append(done)
+        self.changed.set()
 
     def drain(self) -> None:
         waiting, self.waiting = self.waiting, []
@@ -90,8 +93,7 @@ def test_duplicates_are_acknowledged_without_running_and_keys_settle_with_the_of
         h.feed(keyed(h, 0, "a"), keyed(h, 1, "a"), keyed(h, 2, "b"), keyed(h, 3, "a"))
         # Both distinct keys ran, one after the other on the single slot: a job whose record
         # waits for the transaction does not hold its slot.
-        while len(ran) < 2 or len(mover.waiting) < 2:
-            await asyncio.sleep(0.001)
+        await until(lambda: len(ran) >= 2 and len(mover.waiting) >= 2, mover.changed)
         assert ran == [0, 2]
         assert h.processor.in_flight == 0
         assert h.partition.commit_offset == 0, "an offset finished before its key's record"

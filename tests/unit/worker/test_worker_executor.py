@@ -450,10 +450,12 @@ class HeldRouter:
     def __init__(self) -> None:
         self.routed: list[int] = []
         self.unsettled: list[Callable[[bool], None]] = []
+        self.changed = asyncio.Event()
 
     def route(self, failure: Any, settle: Callable[[bool], None], keys: Any = None) -> None:
         self.routed.append(failure.offset)
         self.unsettled.append(settle)
+        self.changed.set()
 
     def settle_all(self) -> None:
         unsettled, self.unsettled = self.unsettled, []
@@ -461,12 +463,17 @@ class HeldRouter:
             settle(True)
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.001)
+async def until(
+    condition: Callable[[], bool], changed: asyncio.Event, timeout: float = 5.0
+) -> None:
+    """Wait until ``condition`` holds, looking again each time ``changed`` is set."""
 
-    await asyncio.wait_for(poll(), timeout)
+    async def wait() -> None:
+        while not condition():
+            changed.clear()
+            await changed.wait()
+
+    await asyncio.wait_for(wait(), timeout)
 
 
 def test_a_slot_freed_by_a_move_starts_the_next_queued_job() -> None:
@@ -488,7 +495,7 @@ def test_a_slot_freed_by_a_move_starts_the_next_queued_job() -> None:
             def both_slots_wait(n: int = started) -> bool:
                 return len(router.unsettled) == 2 and len(router.routed) == n
 
-            await _until(both_slots_wait)
+            await until(both_slots_wait, router.changed)
             router.settle_all()
         assert router.routed == list(range(6))
         assert h.partition.commit_offset == 6

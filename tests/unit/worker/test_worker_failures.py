@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import random
 from datetime import UTC, datetime
@@ -229,11 +230,15 @@ def _note(done: list[tuple[int, bool]], offset: int, ok: bool) -> None:
     done.append((offset, ok))
 
 
+def _run_ready(loop: asyncio.AbstractEventLoop) -> None:
+    """Run the callbacks already queued on ``loop`` (the mover's ``done`` calls), then return."""
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+
+
 def test_a_full_partition_still_moves_the_job_at_its_commit_point() -> None:
     """With MAX_MOVED moves above the commit point, the job *at* the commit point must still
     move (else nothing could ever advance the commit point: a deadlock); others wait."""
-    import asyncio
-
     from pipeline_worker._failures import Record
     from pipeline_worker._marks import MAX_MOVED
     from pipeline_worker._moves import Mover
@@ -264,10 +269,10 @@ def test_a_full_partition_still_moves_the_job_at_its_commit_point() -> None:
         for offset in (500, 100):
             mover.submit(where, offset, record, functools.partial(_note, done, offset))
         mover.drain(lambda w: True, lambda w: 100)
-        loop.run_until_complete(asyncio.sleep(0))
+        _run_ready(loop)
         assert done == [(100, True)], "only the job at the commit point moved"
         mover.drain(lambda w: True, lambda w: 600)  # the commit point passed the others
-        loop.run_until_complete(asyncio.sleep(0))
+        _run_ready(loop)
         assert done == [(100, True), (500, True)]
     finally:
         loop.close()
