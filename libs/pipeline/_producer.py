@@ -53,6 +53,10 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         # The Java client's partitioner, so that a key maps to the same partition whichever
         # language produced the job (librdkafka's default hashes keys with CRC32 instead).
         "partitioner": "murmur2_random",
+        # Unkeyed jobs go to a random partition each. librdkafka's default sticks to one
+        # partition for a while, so a burst (all of it, from a producer still fetching
+        # metadata) lands on one partition and one worker runs it while the others idle.
+        "sticky.partitioning.linger.ms": 0,
         "linger.ms": settings.producer.linger_ms,
         "compression.type": settings.producer.compression,
         "delivery.timeout.ms": int(settings.producer.delivery_timeout_s * 1000),

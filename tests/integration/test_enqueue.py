@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import socket
 import uuid
+from collections import Counter
 
 import pytest
 from click.testing import CliRunner
@@ -119,6 +120,25 @@ def test_enqueue_many_then_flush_delivers_all_in_order(
     app.flush(timeout=30)
     messages = read_all(bootstrap_servers, app.topics.jobs("default"), 500)
     assert [app.codec.decode(m.value() or b"").id for m in messages] == ids
+
+
+def test_a_burst_of_unkeyed_jobs_spreads_over_every_partition(
+    app: Pipeline, bootstrap_servers: str
+) -> None:
+    # A fresh producer, a burst faster than a metadata round-trip: librdkafka's sticky
+    # partitioner would put it all on one partition, and one worker would run it alone.
+    count = 2400
+    app.enqueue_many("bulk", ({"i": i} for i in range(count)))
+    app.flush(timeout=30)
+    messages = read_all(bootstrap_servers, app.topics.jobs("default"), count)
+    assert len(messages) == count
+    partitions = app.settings.topics.partitions
+    spread = Counter(m.partition() or 0 for m in messages)
+    mean = count / partitions
+    # Uniform at random, each partition gets the mean give or take a few standard deviations
+    # (about 18 jobs with 6 partitions); half the mean is far outside that.
+    assert sorted(spread) == list(range(partitions)), sorted(spread.items())
+    assert min(spread.values()) >= mean / 2, sorted(spread.items())
 
 
 def test_delayed_job_goes_to_the_deferred_topic(app: Pipeline, bootstrap_servers: str) -> None:
