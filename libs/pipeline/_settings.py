@@ -126,7 +126,9 @@ class WorkerSettings(BaseModel):
     weights: list[int] = Field(default_factory=lambda: [10, 5, 3, 1])
     concurrency: int = Field(64, ge=1, description="jobs in flight per process")
     threads: int | None = Field(
-        None, ge=1, description="thread pool size for plain-function handlers; None: concurrency"
+        None,
+        ge=1,
+        description="most threads for plain-function handlers (on demand); None: concurrency",
     )
     processes: int = Field(1, ge=1)
     buffer_size: int = Field(2000, ge=1, description="jobs buffered per partition before pausing")

@@ -102,7 +102,7 @@ def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> l
 @click.option(
     "--threads",
     type=click.IntRange(min=1),
-    help="Threads for plain-function handlers [default: the concurrency].",
+    help="Most threads for plain-function handlers, started on demand [default: the concurrency].",
 )
 @click.option(
     "--processes",

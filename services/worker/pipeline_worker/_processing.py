@@ -124,6 +124,11 @@ class Processor:
         self._hooks = Hooks(loop, metrics, middleware, on_settled=self.pump)
         self._skips = RateLimitedLog(_log, interval_s=10.0)
 
+    @property
+    def threads(self) -> int:
+        """Pool threads started so far for plain-function handlers (the pool grows on demand)."""
+        return self._pool.threads
+
     # -- intake --------------------------------------------------------------------------------
 
     def on_batch(self, batch: list[tuple[PartitionState, list[Message]]]) -> None:

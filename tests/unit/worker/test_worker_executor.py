@@ -208,6 +208,54 @@ def test_plain_functions_run_on_pool_threads_with_their_own_context() -> None:
     assert seen == [(True, "unset")] * 20
 
 
+def test_the_thread_pool_grows_while_every_thread_blocks_up_to_its_size() -> None:
+    lock = threading.Lock()
+    release = threading.Event()
+    full = threading.Event()
+    running = peak = 0
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("blocking")
+        def blocking() -> None:
+            nonlocal running, peak
+            with lock:
+                running += 1
+                peak = max(peak, running)
+                if running == 4:
+                    full.set()
+            release.wait(10)
+            with lock:
+                running -= 1
+
+        h = Harness(app, concurrency=8, threads=4)
+        h.feed(*(h.message("blocking") for _ in range(8)))
+        assert await asyncio.to_thread(full.wait, 10), f"only {running} ran at once"
+        release.set()
+        await h.recorder.wait_for(8)
+        assert (peak, h.processor.threads) == (4, 4)
+
+    run(main)
+
+
+def test_short_jobs_are_run_by_a_few_threads() -> None:
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("short")
+        def short(i: int) -> int:
+            return i * 2
+
+        h = Harness(app, concurrency=64)
+        h.feed(*(h.message("short", {"i": i}) for i in range(3000)))
+        await h.recorder.wait_for(3000)
+        # The pool only grows when every thread is stuck in one job for 20 ms.
+        assert 1 <= h.processor.threads < 64
+
+    run(main)
+
+
 def test_arguments_that_do_not_fit_the_handler_fail_as_payload_errors() -> None:
     async def main() -> None:
         app = make_app()
