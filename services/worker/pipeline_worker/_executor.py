@@ -11,11 +11,11 @@ A time limit cancels the runner while it is inside that job; the runner then car
 
 Sync handlers run on up to ``threads`` pool threads fed by a ``queue.SimpleQueue``. Completions
 come back in batches: the first one of a batch wakes the event loop, the others ride along.
-The pool grows on demand: it adds threads only when jobs wait and every thread has been
-inside the same job for ``GROW_AFTER_S`` (the handlers block, on I/O or sleeps). Short jobs are
-run by a few threads taking job after job from the queue. Starting every thread up front made
-each batch wake dozens of threads that then fought over the GIL: no-op jobs drained a quarter
-slower.
+The pool grows on demand: it adds threads only when a job has waited ``GROW_AFTER_S`` in the
+queue without a thread taking it (the threads are blocked, on I/O or sleeps, or the jobs are
+long). Short jobs are run by a few threads taking job after job from the queue. Starting every
+thread up front made each batch wake dozens of threads that then fought over the GIL: no-op
+jobs drained a third slower.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from typing import Any
 from ._work import Work
 
 GROW_AFTER_S = 0.02
-"""How long every pool thread must be stuck in one job, with jobs waiting, before the pool grows.
+"""How long a job may wait in the queue, untaken, before the pool grows.
 
-Longer than a GIL switch interval (5 ms), so that a thread merely waiting for the GIL while
-the event loop decodes a batch does not count as blocked."""
+Several GIL switch intervals (5 ms each): threads that merely wait for the GIL while the event
+loop decodes a batch get it back well within this, and take every queued short job."""
 
 Completion = tuple[Work, BaseException | None, float]
 """A finished job, its error (``None``: it succeeded) and when it ended (``time.monotonic``)."""
@@ -207,11 +207,8 @@ class ThreadPool:
         self._scheduled = False
         self._threads: list[threading.Thread] = []
         self._submitted = 0
-        # Per pool thread, each written by its own thread only: jobs taken from the queue, and
-        # whether it is inside one. ``_seen`` is ``_taken`` when the growth check was armed.
         self._taken: list[int] = []
-        self._busy: list[bool] = []
-        self._seen: list[int] = []
+        """Jobs taken from the queue, per thread (each thread writes only its own counter)."""
         self._check: asyncio.TimerHandle | None = None
 
     @property
@@ -228,28 +225,22 @@ class ThreadPool:
             self._arm()
 
     def _arm(self) -> None:
-        self._seen = list(self._taken)
-        self._check = self._loop.call_later(GROW_AFTER_S, self._grow)
+        self._check = self._loop.call_later(GROW_AFTER_S, self._grow, self._submitted)
 
-    def _grow(self) -> None:
-        """Jobs still wait: if every thread is stuck in the job it had at arming, add threads."""
+    def _grow(self, submitted: int) -> None:
+        """Add a thread for every job of the first ``submitted`` (those queued before arming,
+        ``GROW_AFTER_S`` ago) that no thread has taken yet, up to the size."""
         self._check = None
-        taken, busy, seen = self._taken, self._busy, self._seen
-        waiting = self._submitted - sum(taken)
-        if waiting <= 0:
-            return  # the next submit arms the check again
-        if len(seen) == len(taken) and all(
-            busy[i] and taken[i] == seen[i] for i in range(len(seen))
-        ):
-            for _ in range(min(waiting, self._size - len(self._threads))):
+        taken = sum(self._taken)
+        if taken < submitted:
+            for _ in range(min(submitted - taken, self._size - len(self._threads))):
                 self._start_thread()
-        if len(self._threads) < self._size:
-            self._arm()
+        if taken < self._submitted and len(self._threads) < self._size:
+            self._arm()  # jobs still wait: look again (else the next submit arms it)
 
     def _start_thread(self) -> None:
         index = len(self._threads)
         self._taken.append(0)
-        self._busy.append(False)
         thread = threading.Thread(
             target=self._main, args=(index,), name=f"pipeline-pool-{index}", daemon=True
         )
@@ -260,20 +251,18 @@ class ThreadPool:
         get = self._jobs.get
         done = self._done
         base = self._context
-        taken, busy = self._taken, self._busy
+        taken = self._taken
         while True:
             work = get()
             if work is None:
                 return
             taken[index] += 1
-            busy[index] = True
             error: BaseException | None = None
             work.started = time.monotonic()
             try:
                 base.copy().run(work.job_type.handler, **(work.kwargs or {}))
             except BaseException as exc:
                 error = exc
-            busy[index] = False
             done.append((work, error, time.monotonic()))
             # One wake-up per batch: later completions find _scheduled set and ride along.
             if not self._scheduled:

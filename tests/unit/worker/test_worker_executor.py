@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -239,6 +240,33 @@ def test_the_thread_pool_grows_while_every_thread_blocks_up_to_its_size() -> Non
     run(main)
 
 
+def test_the_thread_pool_grows_for_short_blocking_jobs() -> None:
+    lock = threading.Lock()
+    running = peak = 0
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("io")
+        def io() -> None:
+            nonlocal running, peak
+            with lock:
+                running += 1
+                peak = max(peak, running)
+            time.sleep(0.005)  # the job's own blocking call (a quick request), not a test wait
+            with lock:
+                running -= 1
+
+        h = Harness(app, concurrency=16)
+        h.feed(*(h.message("io") for _ in range(400)))
+        await h.recorder.wait_for(400)
+        # One thread would run them one by one for 2 s; each stays well under 20 ms, so only
+        # the wait of the queued jobs can tell the pool to grow.
+        assert peak >= 8, f"at most {peak} ran at once on {h.processor.threads} thread(s)"
+
+    run(main)
+
+
 def test_short_jobs_are_run_by_a_few_threads() -> None:
     async def main() -> None:
         app = make_app()
@@ -250,7 +278,7 @@ def test_short_jobs_are_run_by_a_few_threads() -> None:
         h = Harness(app, concurrency=64)
         h.feed(*(h.message("short", {"i": i}) for i in range(3000)))
         await h.recorder.wait_for(3000)
-        # The pool only grows when every thread is stuck in one job for 20 ms.
+        # The pool only grows when a queued job waits 20 ms untaken.
         assert 1 <= h.processor.threads < 64
 
     run(main)
