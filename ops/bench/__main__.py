@@ -51,9 +51,8 @@ def main(argv: list[str] | None = None) -> int:
             jobs, repeats = (10_000, 1) if quick else (100_000, 3)
             sections.append(enqueue.run(kafka.bootstrap_servers, jobs, repeats))
         if "drain" in wanted:
-            sections.append(
-                drain.run(kafka.bootstrap_servers, 10_000 if quick else 200_000, workdir)
-            )
+            jobs, repeats = (10_000, 1) if quick else (200_000, 3)
+            sections.append(drain.run(kafka.bootstrap_servers, jobs, workdir, repeats))
         if "latency" in wanted:
             rate, seconds = (500.0, 2.0) if quick else (2000.0, 10.0)
             sections.append(latency.run(kafka.bootstrap_servers, rate, seconds, workdir))

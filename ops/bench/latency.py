@@ -1,21 +1,54 @@
-"""(c) Enqueue-to-start latency at a fixed rate: handler start time minus enqueue time."""
+"""(c) Enqueue-to-start latency at a fixed rate, next to a raw produce-consume round trip.
+
+The pipeline side: one process enqueues jobs with ``app.enqueue``, each carrying
+``time.time_ns()``; a ``pipeline-worker`` runs them and its handler writes how long ago that
+was. The raw side: a plain confluent-kafka producer with the same settings sends the timestamp
+itself, and a plain consumer in its own process (``ops.bench.rawlatency``) writes how long ago
+it was when the message arrived: the floor Kafka and librdkafka set on this machine. Both run
+with the producer's default ``linger.ms`` and with ``linger.ms=0``: the linger is part of the
+latency, and a producer that wants low latency sets it to 0.
+"""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline import Pipeline
+from confluent_kafka import Producer
+
+from pipeline import Pipeline, Priority, Settings
+from pipeline._producer import producer_config
+from pipeline._topics import TopicNames
 
 from .app import RECORD_ENV
-from .env import fresh_namespace, say, start_worker, stop, tail, worker_command_line
-from .report import Section, percentile
+from .env import REPO_ROOT, fresh_namespace, say, start_worker, stop, tail, worker_command_line
+from .report import Section, goal_line, percentile
 
 if TYPE_CHECKING:
     from pathlib import Path
 
 JOB_TYPE = "bench.latency"
 WARM_UP = 200
+"""Messages sent at once first, to see the receiver run (not counted)."""
+STEADY_AFTER_S = 1.0
+"""Then this long at the measured rate, not counted either: the numbers are the steady state
+(the broker's first second at a new request rate is slower, for raw clients too)."""
+WORKER_ARGS = ["--priorities", "default"]
+
+
+@dataclass(frozen=True)
+class Run:
+    label: str
+    linger_ms: float
+    latencies_ms: list[float]
+    """Sorted."""
+    offered: float
+    """Jobs per second actually offered."""
 
 
 def _lines(path: Path) -> list[str]:
@@ -36,12 +69,29 @@ def _wait_lines(path: Path, count: int, timeout: float, log: Path) -> list[str]:
     return lines
 
 
-def run(bootstrap_servers: str, rate: float, seconds: float, workdir: Path) -> Section:
-    settings = fresh_namespace(bootstrap_servers, "latency")
-    record, log = workdir / "latency.record", workdir / "latency-worker.log"
-    args = ["--priorities", "default"]
-    process = start_worker(settings, args, {RECORD_ENV: str(record)}, log)
-    total = int(rate * seconds)
+def _paced(send: Callable[[int], object], rate: float, total: int) -> float:
+    """Call ``send(i)`` for ``i`` in ``range(total)`` at ``rate`` per second; return the time."""
+    began = time.perf_counter()
+    sent = 0
+    while sent < total:
+        due = min(total, int((time.perf_counter() - began) * rate) + 1)
+        while sent < due:
+            send(sent)
+            sent += 1
+        time.sleep(0.0005)  # pacing between sends, not waiting for a condition
+    return time.perf_counter() - began
+
+
+def _sorted_ms(lines: list[str], skip: int) -> list[float]:
+    return sorted(int(line) / 1e6 for line in lines[skip:])
+
+
+def _pipeline(settings: Settings, rate: float, total: int, workdir: Path) -> tuple[Run, int]:
+    """Enqueue to a ``pipeline-worker``; return the run and the worker's exit code."""
+    linger = settings.producer.linger_ms
+    record = workdir / f"latency-{linger:g}.record"
+    log = workdir / f"latency-{linger:g}-worker.log"
+    process = start_worker(settings, WORKER_ARGS, {RECORD_ENV: str(record)}, log)
     try:
         with Pipeline(settings) as app:
             # Warm up until the worker owns the partitions and runs jobs; not measured.
@@ -49,37 +99,128 @@ def run(bootstrap_servers: str, rate: float, seconds: float, workdir: Path) -> S
                 app.enqueue(JOB_TYPE, {"n": -i, "t": time.time_ns()})
             app.flush(60)
             _wait_lines(record, WARM_UP, 120, log)
-            say(f"latency: {total:,} jobs at {rate:g} jobs/s")
-            began = time.perf_counter()
-            sent = 0
-            while sent < total:
-                due = min(total, int((time.perf_counter() - began) * rate) + 1)
-                while sent < due:
-                    app.enqueue(JOB_TYPE, {"n": sent, "t": time.time_ns()})
-                    sent += 1
-                time.sleep(0.0005)  # pacing between sends, not waiting for a condition
-            produced_in = time.perf_counter() - began
+            say(f"latency: {total:,} jobs at {rate:g} jobs/s, linger.ms={linger:g}")
+            steady = int(rate * STEADY_AFTER_S)
+            _paced(lambda n: app.enqueue(JOB_TYPE, {"n": -n, "t": time.time_ns()}), rate, steady)
+            took = _paced(
+                lambda n: app.enqueue(JOB_TYPE, {"n": n, "t": time.time_ns()}), rate, total
+            )
             app.flush(60)
-        lines = _wait_lines(record, WARM_UP + total, 120, log)
+        lines = _wait_lines(record, WARM_UP + steady + total, 120, log)
     finally:
         code = stop(process)
-    latencies = sorted(int(line) / 1e6 for line in lines[WARM_UP:])
+    return Run(
+        "pipeline `app.enqueue` → `pipeline-worker` handler",
+        linger,
+        _sorted_ms(lines, WARM_UP + steady),
+        total / took,
+    ), code
+
+
+def _raw(settings: Settings, rate: float, total: int, workdir: Path) -> Run:
+    """A plain producer and a plain consumer process, on an empty topic of the namespace."""
+    linger = settings.producer.linger_ms
+    topic = TopicNames(settings.namespace).jobs(Priority.LOW)  # as many partitions, unused
+    record = workdir / f"raw-{linger:g}.record"
+    log = workdir / f"raw-{linger:g}.log"
+    with log.open("wb") as out:
+        consumer = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "ops.bench.rawlatency",
+                settings.bootstrap_servers,
+                topic,
+                str(record),
+            ],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    producer = Producer(producer_config(settings))
+    try:
+        for _ in range(WARM_UP):
+            producer.produce(topic, str(time.time_ns()).encode())
+        producer.flush(60)
+        _wait_lines(record, WARM_UP, 120, log)
+        say(f"latency: {total:,} raw messages at {rate:g}/s, linger.ms={linger:g}")
+
+        def send(_n: int) -> None:
+            producer.produce(topic, str(time.time_ns()).encode())
+            producer.poll(0)
+
+        steady = int(rate * STEADY_AFTER_S)
+        _paced(send, rate, steady)
+        took = _paced(send, rate, total)
+        producer.flush(60)
+        lines = _wait_lines(record, WARM_UP + steady + total, 120, log)
+    finally:
+        stop(consumer)
+    return Run(
+        "raw confluent-kafka `produce` → `Consumer.poll` in another process",
+        linger,
+        _sorted_ms(lines, WARM_UP + steady),
+        total / took,
+    )
+
+
+def _with_linger(settings: Settings, linger_ms: float) -> Settings:
+    producer = settings.producer.model_copy(update={"linger_ms": linger_ms})
+    return settings.model_copy(update={"producer": producer})
+
+
+def run(bootstrap_servers: str, rate: float, seconds: float, workdir: Path) -> Section:
+    total = int(rate * seconds)
+    default = Settings(bootstrap_servers=bootstrap_servers).producer.linger_ms
+    runs: list[tuple[Run, Run]] = []
+    codes: list[int] = []
+    for linger in dict.fromkeys([default, 0.0]):
+        settings = _with_linger(fresh_namespace(bootstrap_servers, "latency"), linger)
+        pipeline, code = _pipeline(settings, rate, total, workdir)
+        codes.append(code)
+        runs.append((pipeline, _raw(settings, rate, total, workdir)))
     table = [
-        "| jobs | offered rate | p50 | p90 | p99 | max | worker command |",
-        "|---:|---:|---:|---:|---:|---:|---|",
-        f"| {len(latencies):,} | {total / produced_in:,.0f} jobs/s "
-        f"| {percentile(latencies, 0.50):.2f} ms | {percentile(latencies, 0.90):.2f} ms "
-        f"| {percentile(latencies, 0.99):.2f} ms | {latencies[-1]:.2f} ms "
-        f"| `{worker_command_line(args)}` |",
-        "",
-        f"The worker exited with code {code} after SIGTERM.",
+        "| measured | linger.ms | jobs | offered rate | p50 | p90 | p99 | max | p50 vs raw |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    for pair in runs:
+        raw_p50 = percentile(pair[1].latencies_ms, 0.50)
+        for result in pair:
+            values = result.latencies_ms
+            p50 = percentile(values, 0.50)
+            ratio = "baseline" if result is pair[1] else f"{p50 / raw_p50:.1f}x"
+            table.append(
+                f"| {result.label} | {result.linger_ms:g} | {len(values):,} "
+                f"| {result.offered:,.0f} jobs/s | {p50:.2f} ms "
+                f"| {percentile(values, 0.90):.2f} ms | {percentile(values, 0.99):.2f} ms "
+                f"| {values[-1]:.2f} ms | {ratio} |"
+            )
+    table += [
+        "",
+        f"Worker command: `{worker_command_line(WORKER_ARGS)}`; it exited with code(s) "
+        f"{', '.join(map(str, codes))} after SIGTERM.",
+    ]
+    checks: list[tuple[str, bool]] = []
+    for pipeline, _raw_run in runs:
+        p50 = percentile(pipeline.latencies_ms, 0.50)
+        p99 = percentile(pipeline.latencies_ms, 0.99)
+        at = f"linger.ms={pipeline.linger_ms:g}"
+        checks += [
+            (f"p50 ≤ 2 ms at {at} ({p50:.2f} ms)", p50 <= 2.0),
+            (f"p99 ≤ 15 ms at {at} ({p99:.2f} ms)", p99 <= 15.0),
+        ]
     return Section(
         "(c) Enqueue-to-start latency",
-        f"One process enqueues `{JOB_TYPE}` jobs one by one with `app.enqueue` at a fixed "
-        f"{rate:g} jobs/s for {seconds:g} s, each carrying `time.time_ns()` taken just before "
-        "the call; the handler subtracts it from its own start time (same machine, same "
-        f"clock). The producer's `linger.ms={settings.producer.linger_ms:g}` is part of the "
-        f"latency. {WARM_UP} warm-up jobs are not counted.",
+        f"Jobs sent one by one at a fixed {rate:g} jobs/s for {seconds:g} s, each carrying "
+        "`time.time_ns()` taken just before the send; the receiver subtracts it from its own "
+        "clock when the handler starts (pipeline) or the message arrives (raw): same machine, "
+        "same clock. Each pair runs on its own fresh namespace, with the producer's default "
+        f"`linger.ms` and with 0. Not counted: {WARM_UP} warm-up messages sent at once, then "
+        f"{STEADY_AFTER_S:g} s at the rate (the numbers are the steady state). The "
+        "raw pair is the floor that Kafka, librdkafka and this machine set; at the default "
+        "linger the linger itself is most of the latency. A producer that wants low latency "
+        "sets `producer.linger_ms = 0` (`PIPELINE_PRODUCER__LINGER_MS=0`).",
         extra=table,
+        goal=goal_line(checks),
     )

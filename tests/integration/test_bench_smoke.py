@@ -43,11 +43,22 @@ def test_quick_benchmark_reports_every_section_with_numbers(
         assert float(seconds) > 0, label
         assert int(rate.replace(",", "")) > 0, label
         assert ratio == "baseline" or re.fullmatch(r"\d+%", ratio), (label, ratio)
-    latency = re.search(
-        r"\| ([\d,]+) \| [\d,]+ jobs/s \| ([\d.]+) ms \| [\d.]+ ms \| ([\d.]+) ms", text
+    # Latency: the pipeline and the raw round trip, each at the default linger and at 0.
+    latency = re.findall(
+        r"^\| (pipeline|raw) .+? \| ([\d.]+) \| ([\d,]+) \| [\d,]+ jobs/s \| ([\d.]+) ms "
+        r"\| [\d.]+ ms \| ([\d.]+) ms \|",
+        text,
+        re.M,
     )
-    assert latency is not None, text
-    assert float(latency[2]) <= float(latency[3])  # p50 <= p99
+    assert sorted((side, linger) for side, linger, *_ in latency) == [
+        ("pipeline", "0"),
+        ("pipeline", "5"),
+        ("raw", "0"),
+        ("raw", "5"),
+    ], text
+    for _side, _linger, count, p50, p99 in latency:
+        assert int(count.replace(",", "")) > 0
+        assert float(p50) <= float(p99)
     assert "Date:" in text
     assert "nproc" in text
     # A quick run must not overwrite the published results, nor leak this machine's paths.
