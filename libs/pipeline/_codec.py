@@ -231,6 +231,7 @@ class PayloadCodec(Protocol):
 
 # One encoder for every payload: json.dumps would build one per call from its keyword arguments.
 _json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_json_scan = json.JSONDecoder().raw_decode
 
 
 class JsonPayload:
@@ -258,7 +259,15 @@ class JsonPayload:
 
     def decode(self, job_type: str, data: bytes) -> dict[str, Any]:
         try:
-            value = json.loads(bytes(data).decode("utf-8"))
+            text = (data if type(data) is bytes else bytes(data)).decode("utf-8")
+            # The scanner alone is twice as fast as json.loads (a worker decodes every job's
+            # payload); json.loads still decides, and words the error, for anything else.
+            try:
+                value, end = _json_scan(text)
+            except ValueError:
+                value, end = json.loads(text), len(text)  # leading whitespace, or the error
+            if end != len(text):
+                value = json.loads(text)  # trailing whitespace, or extra data: the error
         except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
             raise DecodeError(
                 f"payload of job type {job_type!r} is not UTF-8 JSON: {exc}", bytes(data)

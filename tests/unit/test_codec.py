@@ -398,6 +398,19 @@ def test_json_decode_errors(data: bytes, reason: str) -> None:
     assert info.value.raw == data
 
 
+@pytest.mark.parametrize(
+    "data", [b'{"a":[1,"\xc3\xa9"]}', b' {"a":[1,"\xc3\xa9"]}', b'{"a":[1,"\xc3\xa9"]}\n\t ']
+)
+def test_json_decode_takes_what_json_loads_takes(data: bytes) -> None:
+    assert JsonPayload().decode("t", data) == {"a": [1, "é"]}
+
+
+@pytest.mark.parametrize("data", [b'{"a":1} {"b":2}', b'{"a":1}x', b" ", b""])
+def test_json_decode_refuses_what_json_loads_refuses(data: bytes) -> None:
+    with pytest.raises(DecodeError, match="not UTF-8 JSON"):
+        JsonPayload().decode("t", data)
+
+
 # -- Avro payloads -----------------------------------------------------------------------------
 
 
