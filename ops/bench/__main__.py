@@ -63,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     header = [
         "# Benchmarks",
         "",
-        "Written by `python -m ops.bench` (`make bench`). Every number on this page comes from "
-        "the one run described here; each pipeline number is set next to a raw confluent-kafka "
+        "Written by `python -m ops.bench` (`make bench`). Every number in the sections it "
+        "writes comes from the one run described here (sections added after them name their "
+        "own commands); each pipeline number is set next to a raw confluent-kafka "
         "baseline measured in the same run, on the same broker and machine. Quick runs "
         "(`--quick`) are smoke tests, not measurements.",
         "",
