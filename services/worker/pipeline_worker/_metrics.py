@@ -154,6 +154,8 @@ class Gauges:
 
     in_flight: Callable[[], int]
     concurrency: int
+    threads: Callable[[], int]
+    """Pool threads started so far for plain-function handlers."""
     buffered: Callable[[], Mapping[str, int]]
     """Jobs taken from Kafka and not started, by priority."""
     paused: Callable[[], int]
@@ -354,6 +356,11 @@ class WorkerCollector(Collector):
             "pipeline_worker_concurrency",
             "Jobs this process runs at most at once (utilization = in_flight / this).",
             value=g.concurrency,
+        )
+        yield GaugeMetricFamily(
+            "pipeline_worker_threads",
+            "Pool threads started for plain-function handlers (grown on demand, up to --threads).",
+            value=g.threads(),
         )
         buffered = GaugeMetricFamily(
             "pipeline_jobs_buffered",

@@ -411,6 +411,7 @@ class Worker:
         gauges = Gauges(
             in_flight=lambda: processor.in_flight,
             concurrency=self.settings.worker.concurrency,
+            threads=lambda: processor.threads,
             buffered=self._buffered_by_priority,
             paused=lambda: sum(1 for s in self._states() if s.paused),
             assigned=lambda: len(self._states()),
