@@ -167,13 +167,7 @@ def lateness(
     worker = start_worker(settings, [], {RECORD_ENV: str(record)}, workdir / f"{label}-w.log")
     try:
         app = Pipeline(settings)
-        # Warm up until the worker owns the partitions and runs jobs; not measured.
-        deadline = time.monotonic() + 60
-        while not _lines(record) and time.monotonic() < deadline:
-            app.enqueue("bench.due", {"n": -1}, delay=0.1)
-            app.flush()
-            time.sleep(0.5)
-        warm = len(_lines(record))
+        warm = _warm_up(app, record)
         for i in range(jobs):
             app.enqueue("bench.due", {"n": i}, delay=2.0)
             app.flush()
@@ -194,6 +188,17 @@ def _lines(path: Path) -> list[str]:
         return [line for line in path.read_text().splitlines() if line]
     except FileNotFoundError:
         return []
+
+
+def _warm_up(app: Pipeline, record: Path) -> int:
+    """Send due jobs until the worker owns the partitions and runs them (not measured); return
+    how many lines they wrote."""
+    deadline = time.monotonic() + 60
+    while not _lines(record) and time.monotonic() < deadline:
+        app.enqueue("bench.due", {"n": -1}, delay=0.1)
+        app.flush()
+        time.sleep(0.5)  # pacing the probes, not waiting for a condition
+    return len(_lines(record))
 
 
 def pending(
@@ -222,13 +227,7 @@ def pending(
             f"- {label}: {jobs:,} jobs pending over {span_s / 3600:g} h: scheduler RSS "
             f"**{rss:.0f} MB** once every one was read (goal < 300 MB)."
         )
-        # Warm up until the worker owns the partitions and runs jobs; not measured.
-        deadline = time.monotonic() + 60
-        while not _lines(record) and time.monotonic() < deadline:
-            app.enqueue("bench.due", {"n": -1}, delay=0.1)
-            app.flush()
-            time.sleep(0.5)
-        warm = len(_lines(record))
+        warm = _warm_up(app, record)
         for i in range(500):
             app.enqueue("bench.due", {"n": i}, delay=2.0)
             app.flush()

@@ -23,6 +23,16 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+def with_retry_tiers(bootstrap_servers: str, namespace: str, delays: list[float]) -> Settings:
+    """Settings of a three-partition namespace whose retry tiers wait ``delays`` seconds
+    (a test module overrides its ``settings`` fixture with these to see retries quickly)."""
+    return Settings(
+        bootstrap_servers=bootstrap_servers,
+        namespace=namespace,
+        topics={"partitions": 3, "retry_delays_s": delays},
+    )
+
+
 @dataclass(frozen=True)
 class WorkerKit:
     """Everything a worker test uses, for one namespace whose topics exist."""

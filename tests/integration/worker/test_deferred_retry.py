@@ -17,6 +17,7 @@ from pipeline import Job, JobCodec, Priority, Settings
 from pipeline._deadletters import _Reader
 
 from ..scheduler.conftest import SchedulerFactory
+from .fixtures import with_retry_tiers
 from .harness import enqueue, wait_until
 from .harness.metrics import free_port, scrape, total
 
@@ -35,11 +36,7 @@ second), the scheduler's read of ``<ns>.deferred`` and its release transaction."
 
 @pytest.fixture
 def settings(bootstrap_servers: str, namespace: str) -> Settings:
-    return Settings(
-        bootstrap_servers=bootstrap_servers,
-        namespace=namespace,
-        topics={"partitions": 3, "retry_delays_s": RETRY_DELAYS},
-    )
+    return with_retry_tiers(bootstrap_servers, namespace, RETRY_DELAYS)
 
 
 def test_a_retry_beyond_the_tiers_is_released_by_the_scheduler_on_time(

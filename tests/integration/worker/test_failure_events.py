@@ -23,6 +23,7 @@ from pipeline._records import Event, EventKind
 from pipeline._topics import TopicNames
 from tests.waiting import wait_for
 
+from .fixtures import with_retry_tiers
 from .harness import enqueue
 from .harness.metrics import free_port, scrape, total
 
@@ -58,11 +59,7 @@ JOB_TYPES = {
 
 @pytest.fixture
 def settings(bootstrap_servers: str, namespace: str) -> Settings:
-    return Settings(
-        bootstrap_servers=bootstrap_servers,
-        namespace=namespace,
-        topics={"partitions": 3, "retry_delays_s": RETRY_DELAYS},
-    )
+    return with_retry_tiers(bootstrap_servers, namespace, RETRY_DELAYS)
 
 
 @pytest.mark.parametrize(

@@ -18,6 +18,7 @@ from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline_cli._main import cli
 from tests.waiting import wait_for
 
+from .fixtures import with_retry_tiers
 from .harness import GroupOffsets, enqueue
 
 if TYPE_CHECKING:
@@ -33,11 +34,7 @@ TOLERANCE_S = 1.5
 
 @pytest.fixture
 def settings(bootstrap_servers: str, namespace: str) -> Settings:
-    return Settings(
-        bootstrap_servers=bootstrap_servers,
-        namespace=namespace,
-        topics={"partitions": 3, "retry_delays_s": RETRY_DELAYS},
-    )
+    return with_retry_tiers(bootstrap_servers, namespace, RETRY_DELAYS)
 
 
 def _letters(settings: Settings) -> list[DeadLetter]:
