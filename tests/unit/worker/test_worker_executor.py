@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
@@ -15,8 +14,9 @@ from pipeline import PayloadValidationError, Pipeline
 from pipeline._context import JobContext
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import Middleware, Outcome, OutcomeKind, TimeLimitError
+from pipeline_worker._executor import ThreadPool
 
-from .support import Harness
+from .support import Harness, Jobs, state
 
 VAR: contextvars.ContextVar[str] = contextvars.ContextVar("VAR", default="unset")
 
@@ -240,31 +240,61 @@ def test_the_thread_pool_grows_while_every_thread_blocks_up_to_its_size() -> Non
     run(main)
 
 
-def test_the_thread_pool_grows_for_short_blocking_jobs() -> None:
-    lock = threading.Lock()
-    running = peak = 0
+class ManualTimers:
+    """The two loop calls the thread pool makes, with its growth checks fired by hand."""
 
-    async def main() -> None:
-        app = make_app()
+    def __init__(self) -> None:
+        self.due: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
 
-        @app.job("io")
-        def io() -> None:
-            nonlocal running, peak
-            with lock:
-                running += 1
-                peak = max(peak, running)
-            time.sleep(0.005)  # the job's own blocking call (a quick request), not a test wait
-            with lock:
-                running -= 1
+    def call_later(self, _delay: float, callback: Callable[..., None], *args: Any) -> Any:
+        self.due.append((callback, args))
+        return self  # the pool only cancels a pending check when it closes
 
-        h = Harness(app, concurrency=16)
-        h.feed(*(h.message("io") for _ in range(400)))
-        await h.recorder.wait_for(400)
-        # One thread would run them one by one for 2 s; each stays well under 20 ms, so only
-        # the wait of the queued jobs can tell the pool to grow.
-        assert peak >= 8, f"at most {peak} ran at once on {h.processor.threads} thread(s)"
+    def cancel(self) -> None:
+        self.due.clear()
 
-    run(main)
+    def call_soon_threadsafe(self, _callback: Callable[..., None], *_args: Any) -> None:
+        return None  # completions are not looked at here
+
+    def fire(self) -> None:
+        due, self.due = self.due, []
+        for callback, args in due:
+            callback(*args)
+
+
+def test_the_pool_grows_when_a_job_waits_a_whole_check_while_its_thread_keeps_working() -> None:
+    # Jobs shorter than a check still wait behind each other: the thread making progress must
+    # not hide them. Each job blocks until the test releases it.
+    started = [threading.Event() for _ in range(4)]
+    release = [threading.Event() for _ in range(4)]
+    order = iter(range(4))
+
+    def job() -> None:
+        i = next(order)
+        started[i].set()
+        release[i].wait(10)
+
+    timers = ManualTimers()
+    pool = ThreadPool(timers, 4, lambda _batch: None, contextvars.copy_context())  # type: ignore[arg-type]
+    jobs, partition = Jobs(), state()
+    try:
+        pool.submit(jobs.work(partition, handler=job))  # A: the first thread takes it
+        assert started[0].wait(10)
+        for _ in range(3):  # B (arms a check), C, D
+            pool.submit(jobs.work(partition, handler=job))
+        release[0].set()
+        assert started[1].wait(10)  # the thread took B
+        timers.fire()  # every job queued before the check was taken: no growth
+        assert pool.threads == 1
+        release[1].set()
+        assert started[2].wait(10)  # the thread took C, but D waited through the whole check
+        timers.fire()
+        assert pool.threads == 2
+        assert started[3].wait(10), "the new thread did not take D"
+    finally:
+        for event in release:
+            event.set()
+        pool.close()
 
 
 def test_short_jobs_are_run_by_a_few_threads() -> None:
