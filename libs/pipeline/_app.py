@@ -123,8 +123,7 @@ class Pipeline:
         from ._schedule import make_schedule
 
         registered = self.registry.find(job_type)
-        codec = registered.options.payload if registered is not None else None
-        made = make_schedule(name, cron=cron, job_type=job_type, payload_codec=codec, **options)
+        made = make_schedule(name, cron=cron, job_type=job_type, registered=registered, **options)
         self.schedules[name] = made
         return made
 

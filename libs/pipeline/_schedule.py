@@ -1,11 +1,14 @@
-"""Cron schedules in code: validation, fire times, fire ids, and the ``<ns>.schedules`` table.
+"""Cron schedules in code: validation, fire ids, and the ``<ns>.schedules`` table.
 
 A schedule is a :class:`pipeline._records.Schedule` record (the wire contract) keyed by its name
 on the compacted ``<ns>.schedules`` topic; a tombstone removes it. ``pipeline-scheduler`` fires
-them. Everything here except :func:`publish_schedules`, :func:`delete_schedule` and
-:func:`read_schedules` is pure: fire times are computed by croniter in the schedule's time zone
-(zoneinfo), so daylight-saving transitions follow croniter's rules, and a fire's job id and
-idempotency key are derived from (namespace, name, fire time) so a fire enqueues exactly once.
+them. Everything here except :func:`publish_schedules`, :func:`delete_schedule` and the readers
+is pure: fire times come from :mod:`pipeline._cronexpr`, and a fire's job id and idempotency key
+are derived from (namespace, name, fire time) so a fire enqueues exactly once.
+
+:func:`check_schedule` is the one validation of a schedule: writers (:func:`make_schedule`,
+hence ``app.schedule(...)`` and ``pipeline schedules add``) refuse what it refuses, and readers
+(the scheduler, ``pipeline schedules ls``) see such a record as invalid, with the reason.
 """
 
 from __future__ import annotations
@@ -13,24 +16,25 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping
-from dataclasses import replace
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
 
 from ._codec import JsonPayload, PayloadCodec, ScheduleCodec
+from ._cronexpr import due_fires, fires_between, next_fire_ms, validate_schedule
 from ._errors import ConfigurationError, DecodeError, KafkaUnavailableError
 from ._job import Job, Priority, now_ms
 from ._records import MissedFires, Schedule
 from ._topics import TopicNames
 
 if TYPE_CHECKING:
+    from ._registry import JobType
     from ._settings import Settings
 
 __all__ = [
     "FIRE_ID_NAMESPACE",
+    "ScheduleRecord",
+    "check_schedule",
+    "decode_schedule",
     "delete_schedule",
     "due_fires",
     "fire_idempotency_key",
@@ -41,6 +45,7 @@ __all__ = [
     "next_fire_ms",
     "payload_text",
     "publish_schedules",
+    "read_schedule_records",
     "read_schedules",
     "read_table",
     "same_definition",
@@ -51,75 +56,6 @@ FIRE_ID_NAMESPACE = uuid.UUID("5b0f1c2e-6a1d-5d3e-9c53-7f1e0c1a9b21")
 """The uuid5 namespace of fire job ids (fixed forever: changing it would re-fire)."""
 
 _JSON = JsonPayload()
-
-
-def _zone(tz: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigurationError(
-            f"unknown time zone {tz!r}; use an IANA name such as 'Europe/Paris' or 'UTC'"
-        ) from None
-
-
-def validate_schedule(cron: str, tz: str = "UTC", missed: str = MissedFires.SKIP) -> None:
-    """Raise :class:`ConfigurationError` unless ``cron``, ``tz`` and ``missed`` are usable."""
-    _zone(tz)
-    if not croniter.is_valid(cron):
-        raise ConfigurationError(
-            f"invalid cron expression {cron!r}: give five fields (minute hour day month weekday)"
-            " or six with seconds last, e.g. '*/5 * * * *' or '* * * * * */10'"
-        )
-    if missed not in {m.value for m in MissedFires}:
-        raise ConfigurationError(f"missed must be one of skip, once, all; got {missed!r}")
-
-
-def next_fire_ms(cron: str, tz: str, after_ms: int) -> int:
-    """The first fire strictly after ``after_ms`` (epoch ms), evaluated in time zone ``tz``."""
-    start = datetime.fromtimestamp(after_ms / 1000, tz=UTC).astimezone(_zone(tz))
-    fire: datetime = croniter(cron, start).get_next(datetime)
-    return round(fire.timestamp() * 1000)
-
-
-def fires_between(cron: str, tz: str, after_ms: int, until_ms: int, limit: int) -> list[int]:
-    """Fire times in ``(after_ms, until_ms]``, oldest first, at most ``limit`` (the newest)."""
-    start = datetime.fromtimestamp(after_ms / 1000, tz=UTC).astimezone(_zone(tz))
-    it = croniter(cron, start)
-    fires: list[int] = []
-    while True:
-        fire = round(it.get_next(datetime).timestamp() * 1000)
-        if fire > until_ms:
-            return fires
-        fires.append(fire)
-        if len(fires) > limit:
-            del fires[0]
-
-
-def due_fires(
-    cron: str,
-    tz: str,
-    last_fire_ms: int,
-    now: int,
-    missed: str,
-    *,
-    grace_ms: int = 0,
-    limit: int = 10_000,
-) -> list[int]:
-    """The fire times to enqueue now, given the last fire done: the missed-fire policy.
-
-    Fires in ``(last_fire_ms, now]`` are due. Those at most ``grace_ms`` old are late, not
-    missed: they always fire (a failover takes seconds). Older ones are missed and follow the
-    policy: ``skip`` drops them, ``once`` fires the newest missed one alone, ``all`` fires each
-    (at most ``limit``, the newest).
-    """
-    due = fires_between(cron, tz, last_fire_ms, now, limit)
-    late = [f for f in due if f >= now - grace_ms]
-    lost = due[: len(due) - len(late)]
-    if not lost or missed == MissedFires.SKIP:
-        return late
-    if missed == MissedFires.ONCE:
-        return [lost[-1], *late]
-    return due
 
 
 def fire_job_id(namespace: str, name: str, fire_ms: int) -> str:
@@ -159,33 +95,84 @@ def make_schedule(
     priority: Priority | str = Priority.DEFAULT,
     max_attempts: int | None = None,
     headers: Mapping[str, str] | None = None,
-    payload_codec: PayloadCodec | None = None,
+    registered: JobType | None = None,
     enabled: bool = True,
 ) -> Schedule:
-    """A validated :class:`Schedule`; a mapping payload is encoded (JSON, or ``payload_codec``)."""
-    if not name or "\x00" in name:
-        raise ConfigurationError(f"invalid schedule name {name!r}")
-    validate_schedule(cron, tz, missed)
-    if max_attempts is not None and max_attempts < 1:
-        raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
-    codec = payload_codec or _JSON
-    if isinstance(payload, bytes):
-        data, encoding = payload, codec.encoding
-    else:
-        data, encoding = codec.encode(job_type, payload or {}), codec.encoding
-    return Schedule(
+    """A :class:`Schedule` that :func:`check_schedule` accepts, or :class:`ConfigurationError`.
+
+    A mapping payload is encoded as JSON, or with the payload codec of ``registered`` (the job
+    type, when the application knows it), whose handler must accept it.
+    """
+    codec: PayloadCodec = _JSON
+    if registered is not None:
+        codec = registered.options.payload or _JSON
+        if not isinstance(payload, bytes):
+            registered.check_payload(payload or {})
+    data = payload if isinstance(payload, bytes) else codec.encode(job_type, payload or {})
+    try:
+        parsed = Priority.parse(priority)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+    schedule = Schedule(
         name=name,
         cron=cron,
         job_type=job_type,
         payload=data,
-        payload_encoding=encoding,
+        payload_encoding=codec.encoding,
         timezone=tz,
-        priority=Priority.parse(priority),
+        priority=parsed,
         max_attempts=max_attempts,
-        missed=MissedFires(missed).value,
+        missed=str(missed),
         headers=dict(headers or {}),
         enabled=enabled,
     )
+    check_schedule(schedule)
+    return schedule
+
+
+def check_schedule(schedule: Schedule, now: int | None = None) -> None:
+    """Raise :class:`ConfigurationError` unless ``schedule`` can be fired as it is.
+
+    Its name, cron expression, time zone and missed-fire policy must be usable, its
+    ``max_attempts`` at least 1, and the expression must fire within
+    :data:`~pipeline._cronexpr.MAX_YEARS_BETWEEN_FIRES` years after ``now``.
+    """
+    name = schedule.name
+    if not name or "\x00" in name:
+        raise ConfigurationError(f"invalid schedule name {name!r}")
+    validate_schedule(schedule.cron, schedule.timezone, schedule.missed)
+    if schedule.max_attempts is not None and schedule.max_attempts < 1:
+        raise ConfigurationError(f"max_attempts must be at least 1, got {schedule.max_attempts}")
+    next_fire_ms(schedule.cron, schedule.timezone, now_ms() if now is None else now)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """One record of ``<ns>.schedules`` as a reader finds it: a schedule, or why it is unusable.
+
+    ``schedule`` is None when the bytes do not decode; ``problem`` is None for a valid one.
+    """
+
+    name: str
+    schedule: Schedule | None
+    problem: str | None = None
+
+
+def decode_schedule(name: str, value: bytes, codec: ScheduleCodec) -> ScheduleRecord:
+    """Decode and check the record stored under key ``name``; never raises for bad input."""
+    try:
+        schedule = codec.decode(value)
+    except DecodeError as exc:
+        return ScheduleRecord(name, None, f"undecodable record: {exc.reason}")
+    if schedule.name != name:
+        return ScheduleRecord(
+            name, schedule, f"the record's name {schedule.name!r} differs from its key"
+        )
+    try:
+        check_schedule(schedule)
+    except ConfigurationError as exc:
+        return ScheduleRecord(name, schedule, str(exc))
+    return ScheduleRecord(name, schedule)
 
 
 def same_definition(a: Schedule, b: Schedule) -> bool:
@@ -256,8 +243,8 @@ def publish_schedules(
 
 
 def delete_schedule(settings: Settings, name: str, timeout: float = 30.0) -> bool:
-    """Tombstone schedule ``name``; False when no such schedule exists."""
-    if name not in read_schedules(settings, timeout=timeout):
+    """Tombstone schedule ``name``, valid or not; False when no such schedule exists."""
+    if name not in read_schedule_records(settings, timeout=timeout):
         return False
     _write(settings, [(name, None)], timeout)
     return True
@@ -320,16 +307,22 @@ def read_table(
         consumer.close()
 
 
-def read_schedules(settings: Settings, timeout: float = 30.0) -> dict[str, Schedule]:
-    """Every schedule on ``<ns>.schedules``, by name (undecodable records are left out)."""
+def read_schedule_records(settings: Settings, timeout: float = 30.0) -> dict[str, ScheduleRecord]:
+    """Every record on ``<ns>.schedules`` by name, the latest of each, valid or not."""
     codec = ScheduleCodec()
-    table: dict[str, Schedule] = {}
+    table: dict[str, ScheduleRecord] = {}
     for key, value in read_table(settings, TopicNames(settings.namespace).schedules, timeout):
         if value is None:
             table.pop(key, None)
-            continue
-        try:
-            table[key] = codec.decode(value)
-        except DecodeError:
-            continue
+        else:
+            table[key] = decode_schedule(key, value, codec)
     return table
+
+
+def read_schedules(settings: Settings, timeout: float = 30.0) -> dict[str, Schedule]:
+    """The valid schedules on ``<ns>.schedules``, by name."""
+    return {
+        name: record.schedule
+        for name, record in read_schedule_records(settings, timeout).items()
+        if record.problem is None and record.schedule is not None
+    }

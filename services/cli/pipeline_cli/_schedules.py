@@ -7,17 +7,19 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pipeline import Priority
-from pipeline._errors import ConfigurationError
+from pipeline import Pipeline, Priority
+from pipeline._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
 from pipeline._job import now_ms
-from pipeline._records import MissedFires
+from pipeline._loader import AppLoadError, load_app
+from pipeline._records import MissedFires, Schedule
 from pipeline._schedule import (
+    ScheduleRecord,
     delete_schedule,
     make_schedule,
     next_fire_ms,
     payload_text,
     publish_schedules,
-    read_schedules,
+    read_schedule_records,
 )
 
 from ._output import (
@@ -60,6 +62,13 @@ def schedules() -> None:
     show_default=True,
 )
 @click.option("--max-attempts", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE[:ATTR]",
+    help="Check against this application: the job type must be registered, the payload must "
+    "suit its handler, and its payload codec encodes it.",
+)
 @common_options
 def add(
     name: str,
@@ -70,67 +79,65 @@ def add(
     missed: str,
     priority: str,
     max_attempts: int | None,
+    app_spec: str | None,
     settings: Settings,
 ) -> None:
     """Add or replace schedule NAME.
+
+    Nothing is written unless the expression fires within the next few years (a date such as
+    February 30th never does) and the time zone exists.
 
     \b
     Example:
       pipeline schedules add nightly-report --cron '0 3 * * *' --type report.build \\
           --payload '{"kind": "daily"}' --tz Europe/Paris --missed once
     """
+    options: dict[str, Any] = {
+        "payload": payload,
+        "tz": tz,
+        "missed": missed,
+        "priority": priority,
+        "max_attempts": max_attempts,
+    }
+    try:
+        if app_spec is not None:
+            app = _load(app_spec)
+            app.registry.get(job_type)  # the type must be known
+            schedule = app.schedule(name, cron=cron, job_type=job_type, **options)
+        else:
+            schedule = make_schedule(name, cron=cron, job_type=job_type, **options)
+    except (ConfigurationError, PayloadValidationError, UnknownJobTypeError) as exc:
+        raise click.UsageError(str(exc)) from exc
     with cli_errors():
-        schedule = make_schedule(
-            name,
-            cron=cron,
-            job_type=job_type,
-            payload=payload,
-            tz=tz,
-            missed=missed,
-            priority=priority,
-            max_attempts=max_attempts,
-        )
         written = publish_schedules(settings, [schedule])
         first = next_fire_ms(cron, tz, now_ms())
     state = "saved" if written else "unchanged"
     click.echo(f"schedule {name} {state}; next fire {_when(first, tz)}")
 
 
+def _load(spec: str) -> Pipeline:
+    try:
+        return load_app(spec)
+    except AppLoadError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from exc
+    except Exception as exc:  # the application's own import failed: say what it raised
+        raise click.BadParameter(
+            f"importing the application failed: {type(exc).__name__}: {exc}",
+            param_hint="'--app'",
+        ) from exc
+
+
 @schedules.command("ls")
 @json_option
 @common_options
 def ls(as_json: bool, settings: Settings) -> None:
-    """List the schedules with their next fire times."""
+    """List the schedules with their next fire times; invalid ones with the reason."""
     with cli_errors():
-        table = read_schedules(settings)
+        table = read_schedule_records(settings)
     now = now_ms()
-    rows = []
-    for name in sorted(table):
-        s = table[name]
-        try:
-            upcoming: int | None = next_fire_ms(s.cron, s.timezone, now) if s.enabled else None
-        except ConfigurationError:
-            upcoming = None
-        rows.append((s, upcoming))
+    rows = [(table[name], _next_fire(table[name], now)) for name in sorted(table)]
     if as_json:
-        print_json(
-            [
-                {
-                    "name": s.name,
-                    "cron": s.cron,
-                    "timezone": s.timezone,
-                    "job_type": s.job_type,
-                    "payload": payload_text(s),
-                    "priority": s.priority.value,
-                    "missed": s.missed,
-                    "max_attempts": s.max_attempts,
-                    "enabled": s.enabled,
-                    "next_fire": _when(nxt, s.timezone) if nxt is not None else None,
-                    "next_fire_ms": nxt,
-                }
-                for s, nxt in rows
-            ]
-        )
+        print_json([_json_row(record, nxt) for record, nxt in rows])
         return
     if not rows:
         click.echo("no schedules")
@@ -138,24 +145,57 @@ def ls(as_json: bool, settings: Settings) -> None:
     print_table(
         [
             (
-                s.name,
-                s.cron,
-                s.timezone,
-                s.job_type,
-                s.missed,
-                _when(nxt, s.timezone) if nxt else None,
+                record.name,
+                s.cron if s else None,
+                s.timezone if s else None,
+                s.job_type if s else None,
+                s.missed if s else None,
+                f"INVALID: {record.problem}"
+                if record.problem
+                else (_when(nxt, s.timezone) if s and nxt else None),
             )
-            for s, nxt in rows
+            for record, nxt in rows
+            for s in [record.schedule]
         ],
         ["name", "cron", "tz", "type", "missed", "next fire"],
     )
+
+
+def _next_fire(record: ScheduleRecord, now: int) -> int | None:
+    s = record.schedule
+    if record.problem is not None or s is None or not s.enabled:
+        return None
+    try:
+        return next_fire_ms(s.cron, s.timezone, now)
+    except ConfigurationError:
+        return None
+
+
+def _json_row(record: ScheduleRecord, nxt: int | None) -> dict[str, Any]:
+    s: Schedule | None = record.schedule
+    row: dict[str, Any] = {"name": record.name, "valid": record.problem is None}
+    row["problem"] = record.problem
+    if s is not None:
+        row.update(
+            cron=s.cron,
+            timezone=s.timezone,
+            job_type=s.job_type,
+            payload=payload_text(s),
+            priority=s.priority.value,
+            missed=s.missed,
+            max_attempts=s.max_attempts,
+            enabled=s.enabled,
+        )
+    row["next_fire"] = _when(nxt, s.timezone) if s is not None and nxt is not None else None
+    row["next_fire_ms"] = nxt
+    return row
 
 
 @schedules.command("rm")
 @click.argument("name")
 @common_options
 def rm(name: str, settings: Settings) -> None:
-    """Remove schedule NAME (a tombstone on the topic)."""
+    """Remove schedule NAME, valid or not (a tombstone on the topic)."""
     with cli_errors():
         if not delete_schedule(settings, name):
             raise click.ClickException(
@@ -170,6 +210,6 @@ def _when(epoch_ms: int, tz: str) -> str:
         from zoneinfo import ZoneInfo
 
         moment = moment.astimezone(ZoneInfo(tz))
-    except (ValueError, KeyError):
+    except (ValueError, KeyError, OSError):
         pass
     return moment.isoformat(timespec="seconds")

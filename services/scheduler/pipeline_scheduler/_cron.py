@@ -1,4 +1,9 @@
-"""The cron table of the leader: schedules, their last handled fire, and what is due now."""
+"""The cron table of the leader: schedules, their last handled fire, and what is due now.
+
+A record that cannot be fired (undecodable, an expression croniter rejects, one that never
+fires, an unknown time zone...) is logged once, kept in :attr:`CronTable.invalid` with the
+reason and skipped; every other schedule goes on. A later record or a tombstone replaces it.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,13 @@ from dataclasses import dataclass
 
 from pipeline._errors import ConfigurationError
 from pipeline._records import Schedule
-from pipeline._schedule import due_fires, fires_between, next_fire_ms, validate_schedule
+from pipeline._schedule import (
+    ScheduleRecord,
+    check_schedule,
+    due_fires,
+    fires_between,
+    next_fire_ms,
+)
 
 _log = logging.getLogger("pipeline.scheduler.cron")
 
@@ -33,37 +44,60 @@ class CronTable:
         self._grace_ms = grace_ms
         self._max_catchup = max_catchup
         self.removed: list[str] = []
+        self.invalid: dict[str, str] = {}
+        """Schedules skipped, by name: why each cannot be fired."""
 
     def load_last_fires(self, last_fires: dict[str, int]) -> None:
         self._last.update(last_fires)
 
     def put(self, name: str, schedule: Schedule | None) -> None:
-        """Add, change (``schedule``) or remove (``None``) a schedule."""
+        """Add, change (``schedule``) or remove (``None``) a schedule; skip an unusable one."""
         if schedule is None:
-            if self._schedules.pop(name, None) is not None:
+            known = self._schedules.pop(name, None) is not None
+            if self.invalid.pop(name, None) is not None or known:
                 self._last.pop(name, None)
                 self._planned.pop(name, None)
                 self.removed.append(name)
             return
         try:
-            validate_schedule(schedule.cron, schedule.timezone, schedule.missed)
+            check_schedule(schedule)
         except ConfigurationError as exc:
-            _log.error("schedule ignored", extra={"schedule": name, "error": str(exc)})
-            self._schedules.pop(name, None)
-            self._planned.pop(name, None)
+            self._skip(name, str(exc))
             return
+        self.invalid.pop(name, None)
         self._schedules[name] = schedule
         self._last.setdefault(name, schedule.created_at)
         self._plan(name)
 
+    def put_record(self, record: ScheduleRecord) -> None:
+        """Apply one record read from ``<ns>.schedules`` (see :func:`decode_schedule`)."""
+        if record.problem is not None or record.schedule is None:
+            self._skip(record.name, record.problem or "no schedule")
+        else:
+            self.put(record.name, record.schedule)
+
+    def _skip(self, name: str, reason: str) -> None:
+        # The last fire stays: a corrected record goes on from it.
+        self._schedules.pop(name, None)
+        self._planned.pop(name, None)
+        self.invalid[name] = reason
+        _log.error(
+            "invalid schedule skipped: fix or remove it (`pipeline schedules rm`)",
+            extra={"schedule": name, "error": reason},
+        )
+
     def _plan(self, name: str) -> None:
         schedule = self._schedules[name]
-        if schedule.enabled:
-            when = next_fire_ms(schedule.cron, schedule.timezone, self._last[name])
-            self._planned[name] = when
-            heapq.heappush(self._next, (when, name))
-        else:
+        if not schedule.enabled:
             self._planned.pop(name, None)
+            return
+        try:
+            when = next_fire_ms(schedule.cron, schedule.timezone, self._last[name])
+        except ConfigurationError as exc:  # it ran out of fires (a year field, say)
+            self._skip(name, str(exc))
+            return
+        self._planned[name] = when
+        heapq.heappush(self._next, (when, name))
 
     def next_due(self) -> int | None:
         while self._next:

@@ -53,6 +53,11 @@ class SchedulerMetrics:
         self.aborts = Counter(
             "pipeline_scheduler_transaction_aborts", "Transactions aborted", registry=r
         )
+        self.schedules_invalid = Gauge(
+            "pipeline_scheduler_schedules_invalid",
+            "Schedules on <ns>.schedules the leader skips: undecodable, or never firing",
+            registry=r,
+        )
         self.dead_letters = Counter(
             "pipeline_scheduler_dead_letters",
             "Undecodable deferred messages dead-lettered",

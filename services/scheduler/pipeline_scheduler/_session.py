@@ -14,11 +14,11 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from pipeline._codec import DeadLetterCodec, JobCodec
+from pipeline._codec import DeadLetterCodec, JobCodec, ScheduleCodec
 from pipeline._errors import DecodeError, KafkaUnavailableError
 from pipeline._job import now_ms
 from pipeline._records import DeadLetter, DeadLetterReason, Schedule
-from pipeline._schedule import fire_job, publish_schedules
+from pipeline._schedule import decode_schedule, fire_job, publish_schedules
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames
 from pipeline._topicspec import deferred_tier_topic
@@ -66,6 +66,7 @@ class LeaderSession:
         self._paused: set[Where] = set()
         self._codec = JobCodec()
         self._dlq_codec = DeadLetterCodec(self._codec.store)
+        self._schedule_codec = ScheduleCodec(self._codec.store)
         self._batch_max = sched.batch_max
         self._max_wait_ms = int(sched.max_wait_s * 1000)
         self._default_attempts = settings.producer.default_max_attempts
@@ -137,6 +138,7 @@ class LeaderSession:
                 self._consumer.close()
                 self._consumer = None
             self.queue.clear()
+            self.metrics.schedules_invalid.set(0)
 
     # --- the loop step ---------------------------------------------------------------------
 
@@ -282,6 +284,7 @@ class LeaderSession:
         for name in self.cron.removed:
             self.txn.produce(state_topic, None, cron_key(name), None)
         self.cron.removed.clear()
+        self.metrics.schedules_invalid.set(len(self.cron.invalid))
 
     def _schedule_message(self, message: Message) -> None:
         offset = message.offset() or 0
@@ -294,15 +297,9 @@ class LeaderSession:
         value = message.value()
         if value is None:
             self.cron.put(name, None)
-            return
-        from pipeline._codec import ScheduleCodec
-
-        try:
-            self.cron.put(name, ScheduleCodec(self._codec.store).decode(value))
-        except DecodeError as exc:
-            _log.error(
-                "undecodable schedule ignored", extra={"schedule": name, "error": exc.reason}
-            )
+        else:
+            self.cron.put_record(decode_schedule(name, value, self._schedule_codec))
+        self.metrics.schedules_invalid.set(len(self.cron.invalid))
 
     def _dead_letter(self, message: Message, exc: DecodeError) -> None:
         letter = DeadLetter(

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from pipeline._schedule import read_schedules
+from pipeline._schedule import read_schedule_records, read_schedules
 from pipeline._settings import Settings
 from pipeline_cli._main import cli
 
@@ -50,7 +50,7 @@ def test_bad_input_is_refused_with_a_reason(topics: Settings) -> None:
     bad_cron = runner.invoke(
         cli, ["schedules", "add", "x", "--cron", "nope", "--type", "t", *common]
     )
-    assert bad_cron.exit_code == 1
+    assert bad_cron.exit_code == 2
     assert "invalid cron expression" in bad_cron.output
     bad_tz = runner.invoke(
         cli,
@@ -67,7 +67,49 @@ def test_bad_input_is_refused_with_a_reason(topics: Settings) -> None:
             *common,
         ],
     )
+    assert bad_tz.exit_code == 2
     assert "unknown time zone" in bad_tz.output
     missing = runner.invoke(cli, ["schedules", "rm", "ghost", *common])
     assert missing.exit_code == 1
     assert "no schedule named 'ghost'" in missing.output
+
+
+def test_a_schedule_that_never_fires_is_refused_and_nothing_is_written(topics: Settings) -> None:
+    common = ["--bootstrap-servers", topics.bootstrap_servers, "--namespace", topics.namespace]
+    runner = CliRunner()
+    never = runner.invoke(
+        cli, ["schedules", "add", "x", "--cron", "0 3 30 2 *", "--type", "t", *common]
+    )
+    assert never.exit_code == 2, never.output
+    assert "never fires in the 10 years" in never.output
+    assert never.exception is None or isinstance(never.exception, SystemExit)
+    assert read_schedule_records(topics) == {}
+
+
+def test_add_with_app_checks_the_type_and_payload(topics: Settings) -> None:
+    common = ["--bootstrap-servers", topics.bootstrap_servers, "--namespace", topics.namespace]
+    app = ["--app", "tests.integration.scheduler.cronapp:app"]
+    runner = CliRunner()
+    unknown = runner.invoke(
+        cli, ["schedules", "add", "x", "--cron", "* * * * *", "--type", "nope", *app, *common]
+    )
+    assert unknown.exit_code == 2, unknown.output
+    assert "no job type 'nope' is registered" in unknown.output
+    bad_payload = runner.invoke(
+        cli,
+        ["schedules", "add", "x", "--cron", "* * * * *", "--type", "report.build", *app, *common],
+    )
+    assert bad_payload.exit_code == 2, bad_payload.output
+    assert "invalid payload for job type 'report.build'" in bad_payload.output
+    no_app = runner.invoke(
+        cli, ["schedules", "add", "x", "--cron", "* * * * *", "--type", "t", "--app", "no.such"]
+    )
+    assert no_app.exit_code == 2
+    assert "cannot import module 'no.such'" in no_app.output
+    assert read_schedule_records(topics) == {}
+    out = run(
+        topics, "add", "r", "--cron", "* * * * *", "--type", "report.build",
+        "--payload", '{"kind": "daily"}', *app,
+    )  # fmt: skip
+    assert "schedule r saved" in out
+    assert set(read_schedules(topics)) == {"r"}

@@ -1,0 +1,122 @@
+"""Cron expressions: validation and fire times in a time zone. Pure.
+
+Fire times are computed by croniter in the schedule's time zone (zoneinfo), so daylight-saving
+transitions follow croniter's rules. Every search is bounded: an expression whose next fire is
+more than :data:`MAX_YEARS_BETWEEN_FIRES` years away (``0 3 30 2 *``: February 30th) has none,
+which makes it invalid where a schedule is written and skipped where one is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, croniter
+
+from ._errors import ConfigurationError
+from ._records import MissedFires
+
+__all__ = [
+    "MAX_YEARS_BETWEEN_FIRES",
+    "due_fires",
+    "epoch_ms",
+    "fires_between",
+    "next_fire_ms",
+    "validate_schedule",
+]
+
+MAX_YEARS_BETWEEN_FIRES = 10
+"""How far ahead a next fire is searched for (a February 29th is at most 8 years away)."""
+
+
+def _zone(tz: str) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # OSError: a directory ("America") or an over-long name, as the tz database reports them.
+        raise ConfigurationError(
+            f"unknown time zone {tz!r}; use an IANA name such as 'Europe/Paris' or 'UTC'"
+        ) from None
+
+
+def validate_schedule(cron: str, tz: str = "UTC", missed: str = MissedFires.SKIP) -> None:
+    """Raise :class:`ConfigurationError` unless ``cron``, ``tz`` and ``missed`` are usable."""
+    _zone(tz)
+    if not isinstance(cron, str) or not croniter.is_valid(cron):
+        raise ConfigurationError(
+            f"invalid cron expression {cron!r}: give five fields (minute hour day month weekday)"
+            " or six with seconds last, e.g. '*/5 * * * *' or '* * * * * */10'"
+        )
+    if missed not in {m.value for m in MissedFires}:
+        raise ConfigurationError(f"missed must be one of skip, once, all; got {missed!r}")
+
+
+def epoch_ms(moment: datetime) -> int:
+    """``moment`` in epoch milliseconds."""
+    return round(moment.timestamp() * 1000)
+
+
+def _fires(cron: str, tz: str, after_ms: int) -> Iterator[int]:
+    """Fire times strictly after ``after_ms``, oldest first, until none is found in reach."""
+    start = datetime.fromtimestamp(after_ms / 1000, tz=UTC).astimezone(_zone(tz))
+    it = croniter(cron, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    while True:
+        try:
+            fire: datetime = it.get_next(datetime)
+        except CroniterBadDateError:
+            return
+        yield epoch_ms(fire)
+
+
+def next_fire_ms(cron: str, tz: str, after_ms: int) -> int:
+    """The first fire strictly after ``after_ms`` (epoch ms), evaluated in time zone ``tz``.
+
+    Raises :class:`ConfigurationError` when there is none within the bounded search.
+    """
+    for fire in _fires(cron, tz, after_ms):
+        return fire
+    after = datetime.fromtimestamp(after_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+    raise ConfigurationError(
+        f"cron expression {cron!r} never fires in the {MAX_YEARS_BETWEEN_FIRES} years after "
+        f"{after} (a date that does not exist, such as February 30th?); fix the expression"
+    )
+
+
+def fires_between(cron: str, tz: str, after_ms: int, until_ms: int, limit: int) -> list[int]:
+    """Fire times in ``(after_ms, until_ms]``, oldest first, at most ``limit`` (the newest)."""
+    fires: list[int] = []
+    for fire in _fires(cron, tz, after_ms):
+        if fire > until_ms:
+            break
+        fires.append(fire)
+        if len(fires) > limit:
+            del fires[0]
+    return fires
+
+
+def due_fires(
+    cron: str,
+    tz: str,
+    last_fire_ms: int,
+    now: int,
+    missed: str,
+    *,
+    grace_ms: int = 0,
+    limit: int = 10_000,
+) -> list[int]:
+    """The fire times to enqueue now, given the last fire done: the missed-fire policy.
+
+    Fires in ``(last_fire_ms, now]`` are due. Those at most ``grace_ms`` old are late, not
+    missed: they always fire (a failover takes seconds). Older ones are missed and follow the
+    policy: ``skip`` drops them, ``once`` fires the newest missed one alone, ``all`` fires each
+    (at most ``limit``, the newest).
+    """
+    due = fires_between(cron, tz, last_fire_ms, now, limit)
+    late = [f for f in due if f >= now - grace_ms]
+    lost = due[: len(due) - len(late)]
+    if not lost or missed == MissedFires.SKIP:
+        return late
+    if missed == MissedFires.ONCE:
+        return [lost[-1], *late]
+    return due
