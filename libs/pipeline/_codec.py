@@ -191,7 +191,8 @@ class ScheduleCodec(RecordCodec[Schedule]):
             "job_type": value.job_type,
             "payload": value.payload,
             "payload_encoding": value.payload_encoding.value,
-            "priority": value.priority.value,
+            "priority": (value.priority or Priority.DEFAULT).value,
+            "priority_from_type": value.priority is None,
             "max_attempts": value.max_attempts,
             "missed": str(value.missed),
             "headers": value.headers,
@@ -206,7 +207,7 @@ class ScheduleCodec(RecordCodec[Schedule]):
             raise ValueError(
                 f"schedule {record['name']!r}: unknown priority {record['priority']!r}"
             )
-        record["priority"] = priority
+        record["priority"] = None if record.pop("priority_from_type") else priority
         record["payload_encoding"] = _ENCODINGS[record["payload_encoding"]]
         return Schedule(**record)
 

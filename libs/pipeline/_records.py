@@ -98,7 +98,11 @@ class Event:
 
 @dataclass(slots=True, kw_only=True)
 class Schedule:
-    """A cron schedule on the compacted ``<ns>.schedules`` topic, keyed by ``name``."""
+    """A cron schedule on the compacted ``<ns>.schedules`` topic, keyed by ``name``.
+
+    ``priority`` and ``max_attempts`` of ``None`` leave them to the job type's declared options
+    (where the scheduler knows the type), else to the defaults.
+    """
 
     name: str
     cron: str
@@ -106,7 +110,7 @@ class Schedule:
     payload: bytes
     payload_encoding: PayloadEncoding = PayloadEncoding.JSON
     timezone: str = "UTC"
-    priority: Priority = Priority.DEFAULT
+    priority: Priority | None = None
     max_attempts: int | None = None
     missed: str = MissedFires.SKIP
     headers: dict[str, str] = field(default_factory=dict)

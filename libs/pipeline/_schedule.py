@@ -27,7 +27,7 @@ from ._records import MissedFires, Schedule
 from ._topics import TopicNames
 
 if TYPE_CHECKING:
-    from ._registry import JobType
+    from ._registry import JobOptions, JobType
     from ._settings import Settings
 
 __all__ = [
@@ -67,17 +67,33 @@ def fire_idempotency_key(name: str, fire_ms: int) -> str:
     return f"cron:{name}:{fire_ms}"
 
 
-def fire_job(schedule: Schedule, namespace: str, fire_ms: int, default_max_attempts: int) -> Job:
-    """The job one fire of ``schedule`` enqueues (its id and key derive from the fire time)."""
+def fire_job(
+    schedule: Schedule,
+    namespace: str,
+    fire_ms: int,
+    default_max_attempts: int,
+    declared: JobOptions | None = None,
+) -> Job:
+    """The job one fire of ``schedule`` enqueues (its id and key derive from the fire time).
+
+    Its priority and max attempts are the schedule's when it names them, else those the job
+    type declares (``declared``, where the scheduler knows the type), else the defaults.
+    """
     headers = dict(schedule.headers)
     headers.setdefault("pipeline-schedule", schedule.name)
+    priority = schedule.priority
+    if priority is None:
+        priority = declared.priority if declared is not None else Priority.DEFAULT
+    max_attempts = schedule.max_attempts
+    if max_attempts is None and declared is not None:
+        max_attempts = declared.max_attempts
     return Job(
         id=fire_job_id(namespace, schedule.name, fire_ms),
         type=schedule.job_type,
         payload=schedule.payload,
         payload_encoding=schedule.payload_encoding,
-        priority=schedule.priority,
-        max_attempts=schedule.max_attempts or default_max_attempts,
+        priority=priority,
+        max_attempts=max_attempts if max_attempts is not None else default_max_attempts,
         not_before=fire_ms,
         idempotency_key=fire_idempotency_key(schedule.name, fire_ms),
         headers=headers,
@@ -92,7 +108,7 @@ def make_schedule(
     payload: Mapping[str, Any] | bytes | None = None,
     tz: str = "UTC",
     missed: str = MissedFires.SKIP,
-    priority: Priority | str = Priority.DEFAULT,
+    priority: Priority | str | None = None,
     max_attempts: int | None = None,
     headers: Mapping[str, str] | None = None,
     registered: JobType | None = None,
@@ -101,7 +117,8 @@ def make_schedule(
     """A :class:`Schedule` that :func:`check_schedule` accepts, or :class:`ConfigurationError`.
 
     A mapping payload is encoded as JSON, or with the payload codec of ``registered`` (the job
-    type, when the application knows it), whose handler must accept it.
+    type, when the application knows it), whose handler must accept it. ``priority`` and
+    ``max_attempts`` left ``None`` are the job type's declared ones at every fire.
     """
     codec: PayloadCodec = _JSON
     if registered is not None:
@@ -110,7 +127,7 @@ def make_schedule(
             registered.check_payload(payload or {})
     data = payload if isinstance(payload, bytes) else codec.encode(job_type, payload or {})
     try:
-        parsed = Priority.parse(priority)
+        parsed = Priority.parse(priority) if priority is not None else None
     except ValueError as exc:
         raise ConfigurationError(str(exc)) from None
     schedule = Schedule(

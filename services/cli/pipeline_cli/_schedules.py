@@ -58,10 +58,15 @@ def schedules() -> None:
 @click.option(
     "--priority",
     type=click.Choice([p.value for p in Priority]),
-    default="default",
-    show_default=True,
+    default=None,
+    help="Priority of every fire [default: the one the job type declares, else default].",
 )
-@click.option("--max-attempts", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Attempts of every fire [default: the job type's, else the setting].",
+)
 @click.option(
     "--app",
     "app_spec",
@@ -77,7 +82,7 @@ def add(
     payload: dict[str, Any],
     tz: str,
     missed: str,
-    priority: str,
+    priority: str | None,
     max_attempts: int | None,
     app_spec: str | None,
     settings: Settings,
@@ -181,7 +186,7 @@ def _json_row(record: ScheduleRecord, nxt: int | None) -> dict[str, Any]:
             timezone=s.timezone,
             job_type=s.job_type,
             payload=payload_text(s),
-            priority=s.priority.value,
+            priority=s.priority.value if s.priority is not None else None,
             missed=s.missed,
             max_attempts=s.max_attempts,
             enabled=s.enabled,

@@ -21,7 +21,8 @@ from pipeline._logfmt import configure_logging
     "--app",
     "app_spec",
     metavar="MODULE[:ATTR]",
-    help="An application whose app.schedule(...) schedules are published [default: none; "
+    help="An application whose app.schedule(...) schedules are published, and whose job types' "
+    "declared priority and max_attempts are the defaults of cron fires [default: none; "
     "schedules come from the topic alone].",
 )
 @click.option("--bootstrap-servers", metavar="HOST:PORT,...", help="Kafka to connect to.")

@@ -30,7 +30,9 @@ class Scheduler:
     """Runs until :meth:`stop` (or SIGTERM/SIGINT): standby, or leader while it owns leadership.
 
     With an application, the schedules it registered with ``app.schedule(...)`` are published
-    to ``<ns>.schedules`` each time this process becomes the leader.
+    to ``<ns>.schedules`` each time this process becomes the leader, and a cron fire of one of
+    its job types takes the type's declared priority and max attempts where the schedule names
+    none.
     """
 
     def __init__(self, settings: Settings | None = None, app: Pipeline | None = None) -> None:
@@ -121,7 +123,8 @@ class Scheduler:
         return code
 
     def _start_session(self) -> bool:
-        session = LeaderSession(self.settings, self.metrics, self._schedules())
+        registry = self.app.registry if self.app is not None else None
+        session = LeaderSession(self.settings, self.metrics, self._schedules(), registry)
         try:
             session.start()
         except (PipelineError, KafkaException, TransactionAbortedError) as exc:

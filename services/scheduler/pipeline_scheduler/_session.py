@@ -18,6 +18,7 @@ from pipeline._codec import DeadLetterCodec, JobCodec, ScheduleCodec
 from pipeline._errors import DecodeError, KafkaUnavailableError
 from pipeline._job import now_ms
 from pipeline._records import DeadLetter, DeadLetterReason, Schedule
+from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job, publish_schedules
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames
@@ -41,9 +42,14 @@ class LeaderSession:
     """The leader's state and loop step; :meth:`close` ends the term (aborting what is open)."""
 
     def __init__(
-        self, settings: Settings, metrics: SchedulerMetrics, schedules: list[Schedule]
+        self,
+        settings: Settings,
+        metrics: SchedulerMetrics,
+        schedules: list[Schedule],
+        registry: Registry | None = None,
     ) -> None:
         self.settings = settings
+        self._registry = registry  # the job types' declared options, for cron fires
         self.metrics = metrics
         self._code_schedules = schedules
         sched = settings.scheduler
@@ -268,8 +274,13 @@ class LeaderSession:
         for fire in self.cron.due(now):
             schedule = fire.schedule
             if fire.fire_ms is not None:
+                registered = self._registry.find(schedule.job_type) if self._registry else None
                 job = fire_job(
-                    schedule, self.settings.namespace, fire.fire_ms, self._default_attempts
+                    schedule,
+                    self.settings.namespace,
+                    fire.fire_ms,
+                    self._default_attempts,
+                    registered.options if registered is not None else None,
                 )
                 key = (job.idempotency_key or "").encode()
                 self.txn.produce(self.names.jobs(job.priority), self._codec.encode(job), key, None)
