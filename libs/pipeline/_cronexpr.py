@@ -8,6 +8,7 @@ which makes it invalid where a schedule is written and skipped where one is read
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -53,8 +54,8 @@ def validate_schedule(cron: str, tz: str = "UTC", missed: str = MissedFires.SKIP
 
 
 def epoch_ms(moment: datetime) -> int:
-    """``moment`` in epoch milliseconds."""
-    return round(moment.timestamp() * 1000)
+    """``moment`` in epoch milliseconds, rounded up: a fire is never due before its time."""
+    return math.ceil(moment.timestamp() * 1000)
 
 
 def _fires(cron: str, tz: str, after_ms: int) -> Iterator[int]:

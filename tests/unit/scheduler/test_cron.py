@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from pipeline import Pipeline
+from pipeline._cronexpr import epoch_ms
 from pipeline._errors import ConfigurationError
 from pipeline._records import Schedule
 from pipeline._schedule import (
@@ -161,3 +162,12 @@ def test_cron_table_fires_each_time_once_and_records_the_last_fire() -> None:
     table.put("a", None)
     assert table.removed == ["a"]
     assert table.next_due() is None
+
+
+def test_fire_times_are_cut_to_milliseconds_upwards() -> None:
+    # Never early: a moment 0.4 ms past a millisecond is due at the next one.
+    moment = datetime(2024, 6, 1, 12, 0, 0, 400, tzinfo=PARIS)
+    whole = int(datetime(2024, 6, 1, 12, 0, tzinfo=PARIS).timestamp() * 1000)
+    assert epoch_ms(moment) == whole + 1
+    assert epoch_ms(datetime(2024, 6, 1, 12, 0, tzinfo=PARIS)) == whole
+    assert next_fire_ms("* * * * * *", "UTC", whole) == whole + 1000
