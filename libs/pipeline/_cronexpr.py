@@ -84,15 +84,41 @@ def next_fire_ms(cron: str, tz: str, after_ms: int) -> int:
     )
 
 
+def _fires_before(cron: str, tz: str, before_ms: int) -> Iterator[int]:
+    """Fire times strictly before ``before_ms``, newest first, until none is found in reach."""
+    start = datetime.fromtimestamp(before_ms / 1000, tz=UTC).astimezone(_zone(tz))
+    it = croniter(cron, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    while True:
+        try:
+            fire: datetime = it.get_prev(datetime)
+        except CroniterBadDateError:
+            return
+        yield epoch_ms(fire)
+
+
+SCAN_BEFORE_JUMP = 1000
+"""Fires stepped through one by one before :func:`fires_between` jumps to the newest ones."""
+
+
 def fires_between(cron: str, tz: str, after_ms: int, until_ms: int, limit: int) -> list[int]:
-    """Fire times in ``(after_ms, until_ms]``, oldest first, at most ``limit`` (the newest)."""
+    """Fire times in ``(after_ms, until_ms]``, oldest first, at most ``limit`` (the newest).
+
+    The cost is bounded by ``limit``, not by the length of the interval: a schedule last fired
+    long ago (a scheduler down for months, a ``created_at`` of 0 from some writer) would
+    otherwise cost one step per fire since then.
+    """
     fires: list[int] = []
-    for fire in _fires(cron, tz, after_ms):
+    for steps, fire in enumerate(_fires(cron, tz, after_ms)):
         if fire > until_ms:
             break
         fires.append(fire)
         if len(fires) > limit:
             del fires[0]
+        if steps == limit + SCAN_BEFORE_JUMP:
+            # Far behind: start again from the fire just before the newest ``limit``.
+            for back, bound in enumerate(_fires_before(cron, tz, until_ms + 1)):
+                if back == limit:
+                    return fires_between(cron, tz, max(bound, fire), until_ms, limit)
     return fires
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
@@ -16,6 +17,7 @@ from pipeline._schedule import (
     fire_idempotency_key,
     fire_job,
     fire_job_id,
+    fires_between,
     make_schedule,
     next_fire_ms,
     same_definition,
@@ -171,3 +173,24 @@ def test_fire_times_are_cut_to_milliseconds_upwards() -> None:
     assert epoch_ms(moment) == whole + 1
     assert epoch_ms(datetime(2024, 6, 1, 12, 0, tzinfo=PARIS)) == whole
     assert next_fire_ms("* * * * * *", "UTC", whole) == whole + 1000
+
+
+def test_fires_between_far_apart_times_costs_the_limit_not_the_interval() -> None:
+    until = LAST + 30_000 * 10_000  # 30,000 fires of a 10-second schedule
+    assert fires_between(EVERY_10S, "UTC", LAST, until, 5) == [
+        until - 10_000 * i for i in range(4, -1, -1)
+    ]
+    # A month of a per-second schedule: 2.6 million fires, stepped through one by one before.
+    month_ms = 30 * 86_400_000
+    started = time.monotonic()
+    fires = fires_between("* * * * * *", "UTC", LAST - month_ms, LAST, 3)
+    assert fires == [LAST - 2000, LAST - 1000, LAST]
+    assert time.monotonic() - started < 20
+
+
+def test_cron_table_catches_up_from_the_epoch_in_bounded_time() -> None:
+    table = CronTable(grace_ms=0, max_catchup=3)
+    table.put("old", schedule("old", created_at=0))  # a writer that left created_at at 0
+    started = time.monotonic()
+    assert [f.fire_ms for f in table.due(LAST)] == [LAST - 20_000, LAST - 10_000, LAST]
+    assert time.monotonic() - started < 20
