@@ -23,6 +23,7 @@ __all__ = [
     "due_fires",
     "epoch_ms",
     "fires_between",
+    "moment",
     "next_fire_ms",
     "validate_schedule",
 ]
@@ -58,14 +59,23 @@ def epoch_ms(moment: datetime) -> int:
     return math.ceil(moment.timestamp() * 1000)
 
 
+def moment(epoch_ms: int, tz: str = "UTC") -> datetime:
+    """``epoch_ms`` as an aware datetime in ``tz``; :class:`ConfigurationError` out of range."""
+    try:
+        return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).astimezone(_zone(tz))
+    except (ValueError, OverflowError, OSError):
+        raise ConfigurationError(
+            f"time {epoch_ms} ms since the epoch is out of range (years 1 to 9999)"
+        ) from None
+
+
 def _fires(cron: str, tz: str, after_ms: int) -> Iterator[int]:
     """Fire times strictly after ``after_ms``, oldest first, until none is found in reach."""
-    start = datetime.fromtimestamp(after_ms / 1000, tz=UTC).astimezone(_zone(tz))
-    it = croniter(cron, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    it = croniter(cron, moment(after_ms, tz), max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
     while True:
         try:
             fire: datetime = it.get_next(datetime)
-        except CroniterBadDateError:
+        except (CroniterBadDateError, OverflowError):  # none in reach, or past the year 9999
             return
         yield epoch_ms(fire)
 
@@ -77,7 +87,7 @@ def next_fire_ms(cron: str, tz: str, after_ms: int) -> int:
     """
     for fire in _fires(cron, tz, after_ms):
         return fire
-    after = datetime.fromtimestamp(after_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+    after = moment(after_ms, "UTC").isoformat(timespec="seconds")
     raise ConfigurationError(
         f"cron expression {cron!r} never fires in the {MAX_YEARS_BETWEEN_FIRES} years after "
         f"{after} (a date that does not exist, such as February 30th?); fix the expression"
@@ -86,12 +96,11 @@ def next_fire_ms(cron: str, tz: str, after_ms: int) -> int:
 
 def _fires_before(cron: str, tz: str, before_ms: int) -> Iterator[int]:
     """Fire times strictly before ``before_ms``, newest first, until none is found in reach."""
-    start = datetime.fromtimestamp(before_ms / 1000, tz=UTC).astimezone(_zone(tz))
-    it = croniter(cron, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    it = croniter(cron, moment(before_ms, tz), max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
     while True:
         try:
             fire: datetime = it.get_prev(datetime)
-        except CroniterBadDateError:
+        except (CroniterBadDateError, OverflowError):
             return
         yield epoch_ms(fire)
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ._codec import JsonPayload, PayloadCodec, ScheduleCodec
-from ._cronexpr import due_fires, fires_between, next_fire_ms, validate_schedule
+from ._cronexpr import due_fires, fires_between, moment, next_fire_ms, validate_schedule
 from ._errors import ConfigurationError, DecodeError, KafkaUnavailableError
 from ._job import Job, Priority, now_ms
 from ._records import MissedFires, Schedule
@@ -151,13 +151,15 @@ def check_schedule(schedule: Schedule, now: int | None = None) -> None:
     """Raise :class:`ConfigurationError` unless ``schedule`` can be fired as it is.
 
     Its name, cron expression, time zone and missed-fire policy must be usable, its
-    ``max_attempts`` at least 1, and the expression must fire within
+    ``created_at`` a time of years 1 to 9999, its ``max_attempts`` at least 1, and the
+    expression must fire within
     :data:`~pipeline._cronexpr.MAX_YEARS_BETWEEN_FIRES` years after ``now``.
     """
     name = schedule.name
     if not name or "\x00" in name:
         raise ConfigurationError(f"invalid schedule name {name!r}")
     validate_schedule(schedule.cron, schedule.timezone, schedule.missed)
+    moment(schedule.created_at)  # where a new schedule's fires count from
     if schedule.max_attempts is not None and schedule.max_attempts < 1:
         raise ConfigurationError(f"max_attempts must be at least 1, got {schedule.max_attempts}")
     next_fire_ms(schedule.cron, schedule.timezone, now_ms() if now is None else now)

@@ -116,16 +116,20 @@ class CronTable:
             if schedule is None or self._planned.get(name) != when:
                 continue  # removed, disabled or changed since this entry was planned
             last = self._last[name]
-            times = due_fires(
-                schedule.cron,
-                schedule.timezone,
-                last,
-                now,
-                schedule.missed,
-                grace_ms=self._grace_ms,
-                limit=self._max_catchup,
-            )
-            newest = fires_between(schedule.cron, schedule.timezone, last, now, 1)
+            try:
+                times = due_fires(
+                    schedule.cron,
+                    schedule.timezone,
+                    last,
+                    now,
+                    schedule.missed,
+                    grace_ms=self._grace_ms,
+                    limit=self._max_catchup,
+                )
+                newest = fires_between(schedule.cron, schedule.timezone, last, now, 1)
+            except ConfigurationError as exc:
+                self._skip(name, str(exc))
+                continue
             new_last = newest[-1] if newest else last
             if not times:
                 fires.append(Fire(schedule, None, new_last))

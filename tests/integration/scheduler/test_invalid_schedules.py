@@ -32,10 +32,17 @@ EVERY_2S = "* * * * * */2"
 INVALID = "pipeline_scheduler_schedules_invalid"
 
 
-def record(name: str, cron: str, tz: str = "UTC", job_type: str = "cron.bad") -> bytes:
+def record(
+    name: str, cron: str, tz: str = "UTC", job_type: str = "cron.bad", created_at: int = -1
+) -> bytes:
     """A schedule encoded as any Avro writer would, with no check on its content."""
     schedule = Schedule(
-        name=name, cron=cron, job_type=job_type, payload=b"{}", timezone=tz, created_at=now_ms()
+        name=name,
+        cron=cron,
+        job_type=job_type,
+        payload=b"{}",
+        timezone=tz,
+        created_at=now_ms() if created_at == -1 else created_at,
     )
     return ScheduleCodec().encode(schedule)
 
@@ -90,6 +97,9 @@ def test_bad_schedule_records_are_skipped_and_delayed_jobs_and_other_schedules_s
             "garbage": b"\xc3\x01 not a schedule at all",
             "no-zone": record("no-zone", "* * * * *", tz="America"),  # a tz directory
             "bad-cron": record("bad-cron", "61 * * * *"),
+            "far": record("far", EVERY_2S, created_at=2**62),  # past the year 9999
+            # Valid, but written with created_at 0: it must fire without a catch-up from 1970.
+            "epoch": record("epoch", EVERY_2S, job_type="cron.epoch", created_at=0),
         },
     )
     publish_schedules(settings, [make_schedule("tick", cron=EVERY_2S, job_type="cron.tick")])
@@ -103,11 +113,15 @@ def test_bad_schedule_records_are_skipped_and_delayed_jobs_and_other_schedules_s
         schedulers.wait_leading(scheduler)
         started = now_ms()
         jobs.until(
-            lambda: early <= jobs.ids() and len(jobs.fires("cron.tick", started)) >= 2,
+            lambda: (
+                early <= jobs.ids()
+                and len(jobs.fires("cron.tick", started)) >= 2
+                and len(jobs.fires("cron.epoch", started)) >= 2
+            ),
             30,
             f"delayed jobs or tick fires missing:\n{scheduler.output()[-3000:]}",
         )
-        assert waiting.wait_for(lambda: (scrape(port) or {}).get(INVALID) == 4.0, 30)
+        assert waiting.wait_for(lambda: (scrape(port) or {}).get(INVALID) == 5.0, 30)
 
         # While it runs: one more bad record, a fix for another, and more delayed jobs.
         write(
@@ -129,13 +143,13 @@ def test_bad_schedule_records_are_skipped_and_delayed_jobs_and_other_schedules_s
             30,
             f"nothing ran after the live records:\n{scheduler.output()[-3000:]}",
         )
-        assert waiting.wait_for(lambda: (scrape(port) or {}).get(INVALID) == 4.0, 30)
+        assert waiting.wait_for(lambda: (scrape(port) or {}).get(INVALID) == 5.0, 30)
         assert jobs.fires("cron.bad") == []
 
         # ls shows the bad records with their reasons; rm removes one.
         listed = {row["name"]: row for row in json.loads(cli_run(settings, "ls", "--json"))}
         assert {n for n, row in listed.items() if not row["valid"]} == {
-            "garbage", "no-zone", "bad-cron", "april31",
+            "garbage", "no-zone", "bad-cron", "april31", "far",
         }  # fmt: skip
         assert "never fires" in listed["april31"]["problem"]
         assert "unknown time zone" in listed["no-zone"]["problem"]
@@ -144,12 +158,26 @@ def test_bad_schedule_records_are_skipped_and_delayed_jobs_and_other_schedules_s
         assert listed["feb30"]["valid"]
         assert "INVALID: invalid cron expression" in cli_run(settings, "ls")
         assert "removed" in cli_run(settings, "rm", "garbage")
-        assert waiting.wait_for(lambda: (scrape(port) or {}).get(INVALID) == 3.0, 30)
+        assert waiting.wait_for(lambda: (scrape(port) or {}).get(INVALID) == 4.0, 30)
         assert scheduler.process.poll() is None, scheduler.output()[-3000:]
+
+        # A standby takes over past the same records and serves as well.
+        standby = schedulers.start()
+        assert scheduler.terminate() == 0
+        schedulers.wait_leading(standby)
+        after = {app.enqueue("delayed.job", {"i": i}, delay=2) for i in range(5)}
+        app.flush()
+        takeover = now_ms()
+        jobs.until(
+            lambda: after <= jobs.ids() and len(jobs.fires("cron.tick", takeover)) >= 2,
+            30,
+            f"nothing ran after the takeover:\n{standby.output()[-3000:]}",
+        )
+        assert standby.process.poll() is None, standby.output()[-3000:]
     finally:
         jobs.consumer.close()
-    assert scheduler.terminate() == 0
+    assert standby.terminate() == 0
     log = scheduler.output()
-    for name in ("feb30", "garbage", "no-zone", "bad-cron", "april31"):
+    for name in ("feb30", "garbage", "no-zone", "bad-cron", "april31", "far"):
         lines = [line for line in log.splitlines() if "invalid schedule skipped" in line]
         assert len([line for line in lines if f"schedule={name} " in line]) == 1, (name, lines)

@@ -143,3 +143,12 @@ def test_a_schedule_that_runs_out_of_fires_is_skipped_not_fatal() -> None:
     assert sorted((f.schedule.name, f.fire_ms) for f in fires) == [("good", fire), ("once", fire)]
     assert "never fires" in table.invalid["once"]
     assert [f.fire_ms for f in table.due(fire + 15_000)] == [fire + 10_000]
+
+
+@pytest.mark.parametrize("created_at", [2**62, -(2**62), 253_402_300_799_000])
+def test_a_creation_time_out_of_range_is_skipped_not_fatal(created_at: int) -> None:
+    table = CronTable(grace_ms=0, max_catchup=100)
+    table.put("far", raw("far", created_at=created_at))
+    table.put("good", valid("good"))
+    assert set(table.invalid) == {"far"}
+    assert [f.schedule.name for f in table.due(LAST + 15_000)] == ["good"]
