@@ -116,12 +116,10 @@ class Pipeline:
         """Register cron schedule ``name``: a ``job_type`` job at every fire of ``cron``.
 
         Options: ``payload`` (mapping or bytes), ``tz`` (IANA name, default UTC), ``missed``
-        (``skip``, ``once`` or ``all``), ``priority``, ``max_attempts``, ``headers``; a
-        ``priority`` or ``max_attempts`` not given is the job type's declared one at each fire.
-        Raises :class:`ConfigurationError` for a schedule that could never fire (see
-        docs/scheduler.md), :class:`PayloadValidationError` for a payload a registered
-        handler would refuse. ``pipeline-scheduler --app`` publishes the registered schedules
-        to ``<ns>.schedules`` when it takes the lead; :meth:`publish_schedules` does it now.
+        (``skip``, ``once`` or ``all``), ``priority``, ``max_attempts`` (not given: the type's
+        declared ones at each fire), ``headers``. One that can never fire raises
+        :class:`ConfigurationError`. ``pipeline-scheduler --app`` publishes the registered
+        schedules to ``<ns>.schedules`` when it takes the lead; :meth:`publish_schedules` now.
         """
         from ._schedule import make_schedule
 
