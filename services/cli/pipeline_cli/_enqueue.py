@@ -8,7 +8,14 @@ import click
 
 from pipeline import Pipeline, Priority
 
-from ._output import cli_errors, common_options, json_object, json_option, print_json
+from ._output import (
+    UsageFailure,
+    cli_errors,
+    common_options,
+    json_object,
+    json_option,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from pipeline import Settings
@@ -26,6 +33,17 @@ def _parse_header(
     return headers
 
 
+def _load_app(spec: str | None) -> Pipeline | None:
+    if spec is None:
+        return None
+    from pipeline._loader import AppLoadError, load_app
+
+    try:
+        return load_app(spec)
+    except AppLoadError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from None
+
+
 @click.command()
 @click.argument("job_type", metavar="TYPE")
 @click.option(
@@ -33,13 +51,22 @@ def _parse_header(
     default="{}",
     show_default=True,
     callback=json_object,
-    help="The job's arguments as a JSON object.",
+    help="The job's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
+)
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE[:ATTR]",
+    default=None,
+    help="The application: TYPE must be one of its job types, whose declared options "
+    "(priority, max attempts) are the defaults, and the payload is checked against its "
+    "handler before anything is sent.",
 )
 @click.option(
     "--priority",
     type=click.Choice([p.value for p in Priority]),
     default=None,
-    help="Priority topic to send to [default: default].",
+    help="Priority topic to send to [default: the type's priority with --app, else default].",
 )
 @click.option(
     "--delay",
@@ -58,7 +85,8 @@ def _parse_header(
     "--max-attempts",
     type=click.IntRange(min=1),
     default=None,
-    help="Attempts before dead-lettering.",
+    help="Attempts before dead-lettering [default: the type's with --app, else the "
+    "producer.default_max_attempts setting].",
 )
 @click.option(
     "--header",
@@ -79,6 +107,7 @@ def _parse_header(
 def enqueue(
     job_type: str,
     payload: dict[str, Any],
+    app_spec: str | None,
     priority: str | None,
     delay: float | None,
     key: str | None,
@@ -92,9 +121,14 @@ def enqueue(
 ) -> None:
     """Enqueue one job of TYPE and print its id once Kafka acknowledged it.
 
+    Exit codes: 0 sent, 1 Kafka unreachable or refusing, 2 a usage mistake (bad option or JSON,
+    unknown type or invalid payload with --app; nothing is sent).
+
     \b
-    Example:
+    Examples:
       pipeline enqueue email.send --payload '{"to": "a@b.c"}' --priority high
+      pipeline enqueue report.build --app myservice.jobs:app --payload @report.json
+      generate-payload | pipeline enqueue report.build --payload -
     """
     if timeout is not None:
         settings = settings.model_copy(
@@ -102,8 +136,17 @@ def enqueue(
                 "producer": settings.producer.model_copy(update={"delivery_timeout_s": timeout})
             }
         )
+    loaded = _load_app(app_spec)
     with cli_errors():
         app = Pipeline(settings)
+        if loaded is not None:
+            if job_type not in loaded.registry:
+                known = ", ".join(sorted(t.name for t in loaded.registry)) or "none"
+                raise UsageFailure(
+                    f"{app_spec} has no job type {job_type!r} (it has: {known}); nothing was sent"
+                )
+            # The application's job types, with this command's connection settings.
+            app.registry = loaded.registry
         handle = app.submit(
             job_type,
             payload,
