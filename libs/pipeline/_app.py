@@ -70,8 +70,10 @@ class Pipeline:
         self.dedup_store = dedup_store
         """Where workers keep idempotency keys; None: the compacted ``<ns>.dedup`` topic."""
         self._failures = FailureLog()
-        self._watched = False
-        """Whether the exit hook flushes this application (from its first enqueue on)."""
+        # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
+        # such an application alive from its first enqueue on (in-memory ones are not held).
+        self._exit_flushed = isinstance(self._transport, KafkaTransport)
+        self._watched = not self._exit_flushed
         self._since_poll = 0
         self.schedules: dict[str, Schedule] = {}
 
@@ -204,7 +206,7 @@ class Pipeline:
         finally:
             self._transport.close()
             _exitflush.unwatch(self)
-            self._watched = False
+            self._watched = not self._exit_flushed
 
     def __enter__(self) -> Pipeline:
         return self
@@ -269,10 +271,12 @@ class Pipeline:
         # one partition), else the explicit key, else none (librdkafka spreads the jobs).
         key_source = opts.idempotency_key if opts.idempotency_key is not None else opts.key
         key = key_source.encode() if isinstance(key_source, str) else key_source
+        codec = type_options.payload or _JSON
         return _Route(
             job_type=job_type,
             registered=registered,
-            payload_codec=type_options.payload or _JSON,
+            payload_codec=codec,
+            check=registered.encoded_check(codec) if registered is not None else None,
             topic=topic,
             key=key,
             priority=priority,
@@ -298,8 +302,8 @@ class Pipeline:
         if registered is not None:
             registered.check_payload(payload)
         payload_bytes = route.payload_codec.encode(route.job_type, payload)
-        if registered is not None and registered.model is not None:
-            registered.validate_encoded(route.payload_codec, payload, payload_bytes)
+        if route.check is not None:
+            route.check(payload, payload_bytes)
         job_id = new_job_id()
         if template is not None:
             value = template.encode(job_id, payload_bytes, now_ms())
@@ -324,6 +328,8 @@ class _Route:
     job_type: str
     registered: JobType | None
     payload_codec: PayloadCodec
+    check: Callable[[Mapping[str, Any], bytes], None] | None
+    """Checks the encoded payload against the handler's annotations; None: nothing to check."""
     topic: str
     key: bytes | None
     priority: Priority

@@ -146,17 +146,14 @@ class JobType:
             return model.check_json(data)  # parses and validates in one pass
         return model.check(codec.decode(self.name, data))
 
-    def validate_encoded(
-        self, codec: PayloadCodec, payload: Mapping[str, Any], data: bytes
-    ) -> None:
-        """Raise :class:`PayloadValidationError` if an encoded payload does not fit the handler."""
-        model = self.model
-        if model is None:
-            return
-        if codec.encoding is PayloadEncoding.JSON:
-            model.check_json(data)
-        else:
-            model.check(payload)
+    def encoded_check(
+        self, codec: PayloadCodec
+    ) -> Callable[[Mapping[str, Any], bytes], None] | None:
+        """What checks an encoded payload of this type at enqueue (it raises
+        :class:`PayloadValidationError`); ``None`` when the handler annotates nothing."""
+        if self.model is None:
+            return None
+        return self.model.encoded_check(codec.encoding is PayloadEncoding.JSON)
 
     def check_payload(self, payload: Mapping[str, Any]) -> None:
         """Raise :class:`PayloadValidationError` when ``payload`` cannot be the handler's kwargs."""
