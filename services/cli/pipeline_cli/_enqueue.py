@@ -14,6 +14,7 @@ from ._output import (
     common_options,
     json_object,
     json_option,
+    load_app_option,
     print_json,
 )
 
@@ -31,17 +32,6 @@ def _parse_header(
             raise click.BadParameter(f"{item!r} is not NAME=VALUE")
         headers[name] = value
     return headers
-
-
-def _load_app(spec: str | None) -> Pipeline | None:
-    if spec is None:
-        return None
-    from pipeline._loader import AppLoadError, load_app
-
-    try:
-        return load_app(spec)
-    except AppLoadError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--app'") from None
 
 
 @click.command()
@@ -136,8 +126,8 @@ def enqueue(
                 "producer": settings.producer.model_copy(update={"delivery_timeout_s": timeout})
             }
         )
-    loaded = _load_app(app_spec)
     with cli_errors():
+        loaded = load_app_option(app_spec)
         app = Pipeline(settings)
         if loaded is not None:
             if job_type not in loaded.registry:

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from pydantic import ValidationError
@@ -24,6 +24,9 @@ from pipeline._errors import (
 )
 from pipeline._settings import Settings, settings_error
 
+if TYPE_CHECKING:
+    from pipeline import Pipeline
+
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -32,6 +35,7 @@ __all__ = [
     "cli_errors",
     "common_options",
     "json_option",
+    "load_app_option",
     "load_settings",
     "print_json",
     "print_table",
@@ -86,6 +90,19 @@ def load_settings(
         return Settings(**overrides)
     except ValidationError as exc:
         raise settings_error(exc) from exc
+
+
+def load_app_option(spec: str | None) -> Pipeline | None:
+    """The application named by an ``--app MODULE[:ATTR]`` option (``None`` without one); a
+    spec that names no application is a usage error (exit code 2)."""
+    if spec is None:
+        return None
+    from pipeline._loader import AppLoadError, load_app
+
+    try:
+        return load_app(spec)
+    except AppLoadError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from None
 
 
 def common_options(command: Callable[..., T]) -> Callable[..., T]:
