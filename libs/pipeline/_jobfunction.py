@@ -3,7 +3,7 @@
 ``.enqueue`` takes the handler's own parameters (a ``ParamSpec``), so mypy checks a call against
 the handler's signature. A ``ctx`` parameter is not part of the payload: declared first, it is
 dropped from ``.enqueue``'s signature by the ``Concatenate`` overload; declared anywhere else,
-type checkers cannot drop it (a ``ParamSpec`` removes leading positional parameters only).
+only the ``pipeline.mypy`` plugin drops it (``Concatenate`` removes leading parameters only).
 """
 
 from __future__ import annotations

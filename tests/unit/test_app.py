@@ -95,9 +95,9 @@ def test_ctx_parameter_is_not_a_payload_field(app: Pipeline) -> None:
     @app.job("ctx.first")
     def first(ctx: JobContext, x: int) -> None: ...
 
-    # A ctx after other parameters is not a payload field at run time either, though type
-    # checkers cannot drop it from .enqueue's signature (docs/failures.md).
-    handler.enqueue(x=1)  # type: ignore[call-arg]
+    # A ctx after other parameters is no payload field either (mypy needs the pipeline.mypy
+    # plugin to drop it from .enqueue's signature: docs/failures.md).
+    handler.enqueue(x=1)
     with pytest.raises(PayloadValidationError):
         handler.enqueue()  # type: ignore[call-arg]
     first.enqueue(x=1)

@@ -42,11 +42,40 @@ resize.with_options(priority="high").enqueue(height=4)  # error: call-arg
 """
 
 
+PLUGIN_SOURCE = """
+from pipeline import JobContext, Pipeline
+
+app = Pipeline()
+
+
+@app.job("notify")
+def notify(user_id: int, ctx: JobContext, message: str = "") -> None: ...
+
+
+notify.enqueue(user_id=1)  # ok
+notify.enqueue(1, "hi")  # ok
+notify.with_options(delay=5).enqueue(user_id=1, message="hi")  # ok
+notify.enqueue(user_id="1")  # error: arg-type
+notify.enqueue(user_id=1, ctx=None)  # error: call-arg
+notify.with_options(delay=5).enqueue(message="hi")  # error: call-arg
+"""
+
+
 def test_mypy_checks_enqueue_calls_against_the_handler(tmp_path: Path) -> None:
+    _check(tmp_path, SOURCE, "")
+
+
+def test_the_mypy_plugin_leaves_out_a_ctx_that_is_not_first(tmp_path: Path) -> None:
+    _check(tmp_path, PLUGIN_SOURCE, "plugins = pipeline.mypy\n")
+
+
+def _check(tmp_path: Path, text: str, options: str) -> None:
+    """Run mypy on ``text``: its errors must be exactly the lines marked ``# error: CODE``."""
     source = tmp_path / "jobs.py"
-    source.write_text(textwrap.dedent(SOURCE))
+    source.write_text(textwrap.dedent(text))
     config = tmp_path / "mypy.ini"
-    config.write_text("[mypy]\nstrict = True\n")  # not the project's: no mypy_path to libs/
+    # Not the project's configuration: no mypy_path to libs/, pipeline is found installed.
+    config.write_text("[mypy]\nstrict = True\n" + options)
     stdout, stderr, _ = api.run(
         [
             "--config-file",
