@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
 
 from ._errors import PayloadValidationError
@@ -30,23 +30,26 @@ _MAX_LISTED = 20
 class PayloadModel:
     """Validates one job type's payloads; made by :func:`payload_model`."""
 
-    __slots__ = ("_model", "job_type")
+    __slots__ = ("_model", "_names", "job_type")
 
-    def __init__(self, job_type: str, model: type[BaseModel]) -> None:
+    def __init__(self, job_type: str, model: type[BaseModel], names: dict[str, str]) -> None:
         self.job_type = job_type
         self._model = model
+        self._names = names
+        """Parameter name of each model field (fields are ``f0``, ``f1``... aliased to the
+        parameters, so that no parameter name can clash with pydantic's own attributes)."""
 
     def check_json(self, data: bytes) -> dict[str, Any]:
         """The handler's arguments from JSON payload bytes, validated."""
         try:
-            return _arguments(self._model.model_validate_json(data))
+            return self._arguments(self._model.model_validate_json(data))
         except ValidationError as exc:
             raise self._error(exc) from None
 
     def check(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The handler's arguments from decoded values (e.g. an Avro payload), validated."""
         try:
-            return _arguments(self._model.model_validate(payload))
+            return self._arguments(self._model.model_validate(payload))
         except ValidationError as exc:
             raise self._error(exc) from None
 
@@ -74,6 +77,16 @@ class PayloadModel:
                 raise error(exc) from None
 
         return check
+
+    def _arguments(self, model: BaseModel) -> dict[str, Any]:
+        # The model's own field dict (iterating the model is several times slower), plus the
+        # fields **kwargs let through.
+        names = self._names
+        arguments = {names[field]: value for field, value in model.__dict__.items()}
+        extra = model.__pydantic_extra__
+        if extra:
+            arguments.update(extra)
+        return arguments
 
     def _error(self, exc: ValidationError) -> PayloadValidationError:
         problems = []
@@ -111,7 +124,8 @@ def payload_model(job_type: str, handler: Callable[..., Any]) -> PayloadModel | 
         if param.annotation is not param.empty:
             annotation = param.annotation
             annotated = annotated or annotation is not Any
-        fields[name] = (annotation, ... if param.default is param.empty else param.default)
+        default = ... if param.default is param.empty else param.default
+        fields[f"f{len(fields)}"] = (annotation, Field(default, alias=name))
     if not annotated:
         return None
     config = ConfigDict(strict=True, extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
@@ -124,17 +138,8 @@ def payload_model(job_type: str, handler: Callable[..., Any]) -> PayloadModel | 
             exc,
         )
         return None
-    return PayloadModel(job_type, model)
-
-
-def _arguments(model: BaseModel) -> dict[str, Any]:
-    # The model's own field dict (iterating the model is several times slower), plus the
-    # fields **kwargs let through.
-    arguments: dict[str, Any] = model.__dict__
-    extra = model.__pydantic_extra__
-    if extra:
-        arguments.update(extra)
-    return arguments
+    names = {field: info.alias or field for field, info in model.model_fields.items()}
+    return PayloadModel(job_type, model, names)
 
 
 def _short(value: object) -> str:

@@ -123,3 +123,19 @@ def test_the_ctx_parameter_is_no_field_and_positional_arguments_fill_fields(
     assert json.loads(job.payload) == {"user_id": 5, "message": "x"}
     with pytest.raises(PayloadValidationError, match="multiple values"):
         with_ctx.enqueue(5, user_id=6)  # type: ignore[misc]
+
+
+def test_any_parameter_name_is_a_field(app: Pipeline) -> None:
+    @app.job("names")
+    def names(schema: str, model_config: int, json: bool, _private: int = 0) -> None: ...
+
+    job_type = app.registry.get("names")
+    payload = b'{"schema": "s", "model_config": 1, "json": true, "_private": 2}'
+    assert job_type.load_payload(JsonPayload(), payload) == {
+        "schema": "s",
+        "model_config": 1,
+        "json": True,
+        "_private": 2,
+    }
+    with pytest.raises(PayloadValidationError, match="model_config: Input should be a valid"):
+        app.enqueue("names", {"schema": "s", "model_config": "1", "json": True})
