@@ -72,11 +72,12 @@ class JobFunction(Generic[P, R]):
 class ContextJobFunction(JobFunction[P, R]):
     """A handler whose first parameter is ``ctx``: ``.enqueue`` takes the parameters after it."""
 
-    # The handler itself still takes ctx first: a narrower call signature than the base's.
-    def __call__(  # type: ignore[override]
-        self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs
-    ) -> R:
-        return self._func(ctx, *args, **kwargs)
+    if TYPE_CHECKING:
+        # The handler itself still takes ctx first (at run time the base's __call__ passes
+        # any arguments through, ctx=... included).
+        def __call__(  # type: ignore[override]
+            self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs
+        ) -> R: ...
 
 
 class Register(Protocol):
