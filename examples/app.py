@@ -21,19 +21,19 @@ def say(line: str) -> None:
 
 
 @app.job("email.send", priority="high", max_attempts=5, time_limit=10)
-async def send_email(to: str, subject: str, ctx: JobContext) -> None:
+async def send_email(ctx: JobContext, to: str, subject: str) -> None:
     """An I/O-bound job: async handlers share one event loop."""
     await asyncio.sleep(0.05)  # stands in for an SMTP call
     say(f"[{ctx.priority:>8}] email.send      to={to} subject={subject!r}")
 
 
 @app.job("thumbnail.make", priority="default", concurrency=2)
-def make_thumbnail(image_id: int, ctx: JobContext) -> None:
+def make_thumbnail(ctx: JobContext, image_id: int) -> None:
     """A CPU-bound job: plain functions run on the worker's thread pool."""
     digest = hashlib.sha256(str(image_id).encode() * 20_000).hexdigest()[:12]
     say(f"[{ctx.priority:>8}] thumbnail.make  image={image_id} digest={digest}")
 
 
 @app.job("report.build", priority="low")
-def build_report(report_id: int, ctx: JobContext) -> None:
+def build_report(ctx: JobContext, report_id: int) -> None:
     say(f"[{ctx.priority:>8}] report.build    report={report_id}")

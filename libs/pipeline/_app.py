@@ -2,51 +2,46 @@
 
 from __future__ import annotations
 
-import threading
-import time
+import inspect
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, TypeVar
+from types import TracebackType
+from typing import Any, cast
 
 from confluent_kafka import KafkaError, Message
 
+from . import _exitflush
 from ._codec import JobCodec, JsonPayload, PayloadCodec
 from ._dedupstores import DedupStore
+from ._delivery import FailureLog, JobHandle, PipelineFailure
 from ._errors import (
     ConfigurationError,
-    DecodeError,
     EnqueueError,
     KafkaUnavailableError,
     PayloadValidationError,
+    PipelineError,
 )
 from ._job import Job, Priority, new_job_id, now_ms
+from ._jobfunction import (
+    BoundEnqueue,
+    ContextJobFunction,
+    EnqueueOptions,
+    JobFunction,
+    Register,
+)
 from ._jobtemplate import JobTemplate
-from ._producer import UNREACHABLE_CODES, KafkaTransport, Transport
+from ._producer import KafkaTransport, Transport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
-from ._settings import Settings
+from ._settings import Settings, build_settings
 from ._topics import TopicNames
 
-P = ParamSpec("P")
-R = TypeVar("R")
+__all__ = ["BoundEnqueue", "EnqueueOptions", "JobFunction", "JobHandle", "Pipeline"]
 
+_log = logging.getLogger("pipeline.producer")
 _JSON = JsonPayload()
-_MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EnqueueOptions:
-    """How one enqueue call routes its jobs; ``None`` falls back to the job type's options."""
-
-    priority: Priority | str | None = None
-    delay: float | timedelta | None = None
-    run_at: datetime | None = None
-    key: str | bytes | None = None
-    idempotency_key: str | None = None
-    tenant: str | None = None
-    headers: Mapping[str, str] | None = None
-    max_attempts: int | None = None
 
 
 class Pipeline:
@@ -67,15 +62,18 @@ class Pipeline:
     ) -> None:
         if settings is not None and overrides:
             settings = settings.model_copy(update=overrides)
-        self.settings = settings if settings is not None else Settings(**overrides)
+        self.settings = settings if settings is not None else build_settings(**overrides)
         self.topics = TopicNames(self.settings.namespace)
         self.registry = Registry()
         self.codec = JobCodec()
         self._transport = transport if transport is not None else KafkaTransport(self.settings)
         self.dedup_store = dedup_store
         """Where workers keep idempotency keys; None: the compacted ``<ns>.dedup`` topic."""
-        self._failures: list[PipelineFailure] = []
-        self._failures_lock = threading.Lock()
+        self._failures = FailureLog()
+        # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
+        # such an application alive from its first enqueue on (in-memory ones are not held).
+        self._exit_flushed = isinstance(self._transport, KafkaTransport)
+        self._watched = not self._exit_flushed
         self._since_poll = 0
         self.schedules: dict[str, Schedule] = {}
 
@@ -88,14 +86,14 @@ class Pipeline:
 
     # Registration ---------------------------------------------------------------------------
 
-    def job(
-        self, name: str | None = None, **options: Any
-    ) -> Callable[[Callable[P, R]], JobFunction[P, R]]:
+    def job(self, name: str | None = None, **options: Any) -> Register:
         """Register the decorated function as the handler of job type ``name``.
 
         Options are those of :class:`JobOptions` (``priority``, ``max_attempts``, ``time_limit``,
         ``concurrency``, ``rate_limit``, ``fatal``, ``payload``). The function stays callable as
-        before and gains ``.enqueue(**payload)``.
+        before and gains ``.enqueue(...)``, typed with the handler's parameters (``ctx``
+        excluded when it comes first). Payloads are validated against the handler's
+        annotations (see docs/failures.md, "Payload validation").
         """
         if "priority" in options:
             options["priority"] = Priority.parse(options["priority"])
@@ -104,13 +102,15 @@ class Pipeline:
         except TypeError as exc:
             raise ConfigurationError(f"bad option for @app.job: {exc}") from None
 
-        def register(func: Callable[P, R]) -> JobFunction[P, R]:
+        def register(func: Callable[..., Any]) -> JobFunction[..., Any]:
             job_name = name or f"{func.__module__}.{func.__qualname__}"
             job_type = JobType(job_name, func, job_options)
             self.registry.add(job_type)
+            if _takes_ctx_first(func):
+                return ContextJobFunction(self, job_type, func)
             return JobFunction(self, job_type, func)
 
-        return register
+        return cast(Register, register)
 
     def schedule(self, name: str, *, cron: str, job_type: str, **options: Any) -> Schedule:
         """Register cron schedule ``name``: a ``job_type`` job at every fire of ``cron``.
@@ -161,7 +161,7 @@ class Pipeline:
     ) -> JobHandle:
         """Like :meth:`enqueue`, but return a handle to wait on this job's acknowledgement."""
         route = self._route(job_type, EnqueueOptions(**options))
-        handle = JobHandle(self._transport, self.settings)
+        handle = JobHandle(self._transport, self.settings, self._failures)
         handle.job_id = self._send(route, payload or {}, handle._on_delivery)
         return handle
 
@@ -193,8 +193,7 @@ class Pipeline:
                 f"{remaining} job(s) were not acknowledged within {timeout:g}s by Kafka at "
                 f"{self.settings.bootstrap_servers}; is it running? (`pipeline dev up` starts one)"
             )
-        with self._failures_lock:
-            failures, self._failures = self._failures, []
+        failures = self._failures.take()
         if failures:
             first = failures[0]
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
@@ -206,16 +205,46 @@ class Pipeline:
             self.flush(timeout)
         finally:
             self._transport.close()
+            _exitflush.unwatch(self)
+            self._watched = not self._exit_flushed
 
     def __enter__(self) -> Pipeline:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Flush and close; a flush failure raises, unless the body raised (it is logged)."""
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except PipelineError as flush_error:
+            # The body's exception is the one to see; the lost jobs must still be told.
+            _log.error("%s (while leaving the with block on %s)", flush_error, type(exc).__name__)
+
+    def _flush_at_exit(self) -> None:
+        """The interpreter is exiting: flush, then report what never reached Kafka."""
+        timeout = self.settings.producer.exit_flush_timeout_s
+        remaining = self._transport.flush(timeout)
+        if remaining:
+            # Purged jobs get their delivery callbacks, which name them.
+            purge = getattr(self._transport, "purge", None)
+            if purge is not None:
+                purge()
+                self._transport.flush(0)
+        _exitflush.report_lost(self, self._failures.take(), remaining, timeout)
 
     # Internals ------------------------------------------------------------------------------
 
     def _route(self, job_type: str, opts: EnqueueOptions) -> _Route:
+        if not self._watched:
+            self._watched = True
+            _exitflush.watch(self)
         registered = self.registry.find(job_type)
         type_options = registered.options if registered is not None else JobOptions()
         priority = (
@@ -242,10 +271,12 @@ class Pipeline:
         # one partition), else the explicit key, else none (librdkafka spreads the jobs).
         key_source = opts.idempotency_key if opts.idempotency_key is not None else opts.key
         key = key_source.encode() if isinstance(key_source, str) else key_source
+        codec = type_options.payload or _JSON
         return _Route(
             job_type=job_type,
             registered=registered,
-            payload_codec=type_options.payload or _JSON,
+            payload_codec=codec,
+            check=registered.encoded_check(codec) if registered is not None else None,
             topic=topic,
             key=key,
             priority=priority,
@@ -267,9 +298,12 @@ class Pipeline:
             raise PayloadValidationError(
                 route.job_type, f"payload must be a mapping, got {type(payload).__name__}"
             )
-        if route.registered is not None:
-            route.registered.check_payload(payload)
+        registered = route.registered
+        if registered is not None:
+            registered.check_payload(payload)
         payload_bytes = route.payload_codec.encode(route.job_type, payload)
+        if route.check is not None:
+            route.check(payload, payload_bytes)
         job_id = new_job_id()
         if template is not None:
             value = template.encode(job_id, payload_bytes, now_ms())
@@ -286,9 +320,7 @@ class Pipeline:
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
             return
-        failure = PipelineFailure.from_delivery(self.codec, error, message)
-        with self._failures_lock:
-            self._failures.append(failure)
+        self._failures.add(PipelineFailure.from_delivery(self.codec, error, message))
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +328,8 @@ class _Route:
     job_type: str
     registered: JobType | None
     payload_codec: PayloadCodec
+    check: Callable[[Mapping[str, Any], bytes], None] | None
+    """Checks the encoded payload against the handler's annotations; None: nothing to check."""
     topic: str
     key: bytes | None
     priority: Priority
@@ -321,98 +355,6 @@ class _Route:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class PipelineFailure:
-    """A job Kafka did not acknowledge, as reported by its delivery callback."""
-
-    job_id: str
-    topic: str
-    code: int
-    reason: str
-
-    @classmethod
-    def from_delivery(cls, codec: JobCodec, error: KafkaError, message: Message) -> PipelineFailure:
-        value = message.value() or b""
-        try:
-            job_id = codec.decode(value).id
-        except DecodeError:
-            job_id = "<unknown>"
-        return cls(job_id, message.topic() or "?", error.code(), error.str())
-
-    def error(self, settings: Settings) -> EnqueueError | KafkaUnavailableError:
-        if self.code in UNREACHABLE_CODES:
-            return KafkaUnavailableError(
-                f"job {self.job_id} was not acknowledged by Kafka at {settings.bootstrap_servers}"
-                f" within {settings.producer.delivery_timeout_s:g}s ({self.reason}); "
-                "is it running? (`pipeline dev up` starts one)"
-            )
-        if self.code in _MISSING_TOPIC_CODES:
-            return EnqueueError(
-                self.job_id,
-                f"topic {self.topic} does not exist; create the topics with "
-                "`pipeline topics apply`",
-            )
-        return EnqueueError(self.job_id, self.reason)
-
-
-class JobHandle:
-    """The pending acknowledgement of one submitted job."""
-
-    __slots__ = (
-        "_done",
-        "_failure",
-        "_settings",
-        "_transport",
-        "job_id",
-        "offset",
-        "partition",
-        "topic",
-    )
-
-    def __init__(self, transport: Transport, settings: Settings) -> None:
-        self.job_id = ""
-        self.topic: str | None = None
-        self.partition: int | None = None
-        self.offset: int | None = None
-        self._transport = transport
-        self._settings = settings
-        self._done = threading.Event()
-        self._failure: tuple[KafkaError, Message] | None = None
-
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if error is not None:
-            self._failure = (error, message)
-        else:
-            self.topic = message.topic()
-            self.partition = message.partition()
-            self.offset = message.offset()
-        self._done.set()
-
-    def done(self) -> bool:
-        return self._done.is_set()
-
-    def wait(self, timeout: float | None = None) -> JobHandle:
-        """Block until Kafka acknowledged the job; raise if it refused or did not answer."""
-        if timeout is None:
-            timeout = self._settings.producer.delivery_timeout_s + 5
-        deadline = time.monotonic() + timeout
-        while not self._done.is_set():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise KafkaUnavailableError(
-                    f"job {self.job_id} was not acknowledged within {timeout:g}s by Kafka at "
-                    f"{self._settings.bootstrap_servers}; is it running?"
-                )
-            self._transport.poll(min(remaining, 0.1))
-        if self._failure is not None:
-            error, message = self._failure
-            failure = PipelineFailure(
-                self.job_id, message.topic() or "?", error.code(), error.str()
-            )
-            raise failure.error(self._settings)
-        return self
-
-
 def _not_before(delay: float | timedelta | None, run_at: datetime | None) -> int | None:
     if delay is not None and run_at is not None:
         raise ConfigurationError("give either delay or run_at, not both")
@@ -428,47 +370,9 @@ def _not_before(delay: float | timedelta | None, run_at: datetime | None) -> int
     return None
 
 
-class JobFunction(Generic[P, R]):
-    """A registered handler: call it like the original function, or ``.enqueue(**payload)``."""
-
-    def __init__(self, app: Pipeline, job_type: JobType, func: Callable[P, R]) -> None:
-        self.app = app
-        self.job_type = job_type
-        self._func = func
-        self.__doc__ = func.__doc__
-        self.__name__ = getattr(func, "__name__", job_type.name)
-        self.__wrapped__ = func
-
-    @property
-    def name(self) -> str:
-        return self.job_type.name
-
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
-        return self._func(*args, **kwargs)
-
-    def enqueue(self, **payload: Any) -> str:
-        """Enqueue a job of this type with ``payload`` as the handler's keyword arguments."""
-        return self.app.enqueue(self.job_type.name, payload)
-
-    def with_options(self, **options: Any) -> BoundEnqueue:
-        """Fix routing options: ``.with_options(priority="high", delay=30).enqueue(...)``."""
-        EnqueueOptions(**options)  # fail fast on a misspelled option
-        return BoundEnqueue(self.app, self.job_type.name, options)
-
-    def __repr__(self) -> str:
-        return f"<job {self.job_type.name!r} -> {self._func!r}>"
-
-
-@dataclass(frozen=True, slots=True)
-class BoundEnqueue:
-    """A job type with enqueue options fixed; made by :meth:`JobFunction.with_options`."""
-
-    app: Pipeline
-    job_type: str
-    options: Mapping[str, Any]
-
-    def enqueue(self, **payload: Any) -> str:
-        return self.app.enqueue(self.job_type, payload, **self.options)
-
-    def enqueue_many(self, payloads: Iterable[Mapping[str, Any]]) -> list[str]:
-        return self.app.enqueue_many(self.job_type, payloads, **self.options)
+def _takes_ctx_first(func: Callable[..., Any]) -> bool:
+    try:
+        first = next(iter(inspect.signature(func).parameters), None)
+    except (TypeError, ValueError):
+        return False
+    return first == "ctx"

@@ -15,13 +15,22 @@ class ConfigurationError(PipelineError):
     """The settings are invalid or inconsistent."""
 
 
-class PayloadValidationError(PipelineError, ValueError):
-    """A job's payload does not match its job type's schema; nothing was sent."""
+class SettingsError(ConfigurationError):
+    """A setting has an invalid value; the message names each one and where it came from."""
 
-    def __init__(self, job_type: str, reason: str) -> None:
+
+class PayloadValidationError(PipelineError, ValueError):
+    """A job's payload does not match its job type's schema; nothing was sent.
+
+    ``errors`` lists one ``"field: problem (got value)"`` line per bad field when the payload
+    was checked against the handler's annotations (empty otherwise).
+    """
+
+    def __init__(self, job_type: str, reason: str, errors: tuple[str, ...] = ()) -> None:
         super().__init__(f"invalid payload for job type {job_type!r}: {reason}")
         self.job_type = job_type
         self.reason = reason
+        self.errors = errors
 
 
 class UnknownJobTypeError(PipelineError, LookupError):

@@ -32,7 +32,11 @@ UNREACHABLE_CODES = frozenset(
 
 
 class Transport(Protocol):
-    """What the application needs from a producer; the in-memory broker implements it too."""
+    """What the application needs from a producer; the in-memory broker implements it too.
+
+    A transport may also have ``purge()``: drop what is still queued, each with a failed
+    delivery callback, so that the exit report names the jobs it loses.
+    """
 
     def produce(
         self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
@@ -141,6 +145,11 @@ class KafkaTransport:
         if self._producer is None:
             return 0
         return int(self._producer.flush(timeout))
+
+    def purge(self) -> None:
+        """Drop the jobs still queued or in flight; their delivery callbacks report the loss."""
+        if self._producer is not None:
+            self._producer.purge()
 
     def close(self) -> None:
         self._producer = None

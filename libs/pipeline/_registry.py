@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._dedup import DedupMode, DedupPolicy
 from ._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
-from ._job import Priority
+from ._job import PayloadEncoding, Priority
+from ._payloadcheck import PayloadModel, payload_model
 from ._retry import Backoff
 
 if TYPE_CHECKING:
@@ -84,6 +85,10 @@ class JobType:
     _required: frozenset[str] = field(init=False, repr=False)
     _allowed: frozenset[str] | None = field(init=False, repr=False)
     """Keyword names the handler takes; ``None`` when it takes ``**kwargs``."""
+    _positional: tuple[str, ...] = field(init=False, repr=False)
+    """Payload fields a positional argument of ``.enqueue`` fills, in order."""
+    model: PayloadModel | None = field(init=False, repr=False)
+    """Validates payloads against the handler's annotations; ``None``: none are annotated."""
 
     def __post_init__(self) -> None:
         signature = inspect.signature(self.handler)
@@ -103,6 +108,52 @@ class JobType:
         object.__setattr__(self, "_allowed", None if allowed is None else frozenset(allowed))
         object.__setattr__(self, "is_async", inspect.iscoroutinefunction(self.handler))
         object.__setattr__(self, "wants_ctx", "ctx" in signature.parameters)
+        object.__setattr__(
+            self,
+            "_positional",
+            tuple(
+                n for n, p in params.items() if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD
+            ),
+        )
+        object.__setattr__(self, "model", payload_model(self.name, self.handler))
+
+    def payload_of(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The payload of ``.enqueue(*args, **kwargs)``: positional arguments fill the fields
+        the handler takes by position (``ctx`` excluded), in order."""
+        if not args:
+            return kwargs
+        if len(args) > len(self._positional):
+            raise PayloadValidationError(
+                self.name,
+                f"takes {len(self._positional)} positional payload argument(s), {len(args)} given",
+            )
+        payload = dict(zip(self._positional, args, strict=False))
+        for name in kwargs:
+            if name in payload:
+                raise PayloadValidationError(self.name, f"got multiple values for {name!r}")
+        payload.update(kwargs)
+        return payload
+
+    def load_payload(self, codec: PayloadCodec, data: bytes) -> dict[str, Any]:
+        """The handler's keyword arguments from a job's payload bytes: decoded, validated.
+
+        Raises :class:`DecodeError` or :class:`PayloadValidationError`.
+        """
+        model = self.model
+        if model is None:
+            return codec.decode(self.name, data)
+        if codec.encoding is PayloadEncoding.JSON:
+            return model.check_json(data)  # parses and validates in one pass
+        return model.check(codec.decode(self.name, data))
+
+    def encoded_check(
+        self, codec: PayloadCodec
+    ) -> Callable[[Mapping[str, Any], bytes], None] | None:
+        """What checks an encoded payload of this type at enqueue (it raises
+        :class:`PayloadValidationError`); ``None`` when the handler annotates nothing."""
+        if self.model is None:
+            return None
+        return self.model.encoded_check(codec.encoding is PayloadEncoding.JSON)
 
     def check_payload(self, payload: Mapping[str, Any]) -> None:
         """Raise :class:`PayloadValidationError` when ``payload`` cannot be the handler's kwargs."""

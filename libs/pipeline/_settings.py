@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ._errors import ConfigurationError, SettingsError
 from ._job import Priority
 
 DAY_MS = 24 * 3600 * 1000
@@ -113,6 +114,12 @@ class ProducerSettings(BaseModel):
     linger_ms: float = Field(5.0, ge=0)
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     default_max_attempts: int = Field(5, ge=1)
+    exit_flush_timeout_s: float = Field(
+        30.0,
+        ge=0,
+        description="at interpreter exit, wait this long for unacknowledged jobs, then log "
+        "the ones that never reached Kafka at ERROR",
+    )
 
 
 class WorkerSettings(BaseModel):
@@ -302,13 +309,11 @@ class Settings(BaseSettings):
         """Settings from a TOML file; environment variables and ``overrides`` still win."""
         path = Path(path)
         if not path.is_file():
-            from ._errors import ConfigurationError
-
             raise ConfigurationError(f"config file {path} does not exist")
         previous = os.environ.get("PIPELINE_CONFIG_FILE")
         os.environ["PIPELINE_CONFIG_FILE"] = str(path)
         try:
-            return cls(**overrides)
+            return build_settings(cls, **overrides)
         finally:
             if previous is None:
                 del os.environ["PIPELINE_CONFIG_FILE"]
@@ -325,3 +330,33 @@ class Settings(BaseSettings):
     @property
     def priorities(self) -> tuple[Priority, ...]:
         return tuple(Priority)
+
+
+def build_settings(cls: type[Settings] | None = None, **overrides: Any) -> Settings:
+    """``Settings(**overrides)``, raising :class:`SettingsError` with one readable line per
+    bad value instead of pydantic's ``ValidationError`` (the library, the worker, the scheduler
+    and the CLI all build their settings through here)."""
+    try:
+        return (cls or Settings)(**overrides)
+    except ValidationError as exc:
+        raise settings_error(exc) from exc
+
+
+def settings_error(exc: ValidationError, within: tuple[str, ...] = ()) -> SettingsError:
+    """A :class:`SettingsError` naming each invalid setting, and the environment variable
+    it came from when one is set; ``within`` is where the validated model sits in
+    :class:`Settings` (``("worker",)`` for :class:`WorkerSettings`)."""
+    environ = {name.upper() for name in os.environ}
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = [*within, *(str(part) for part in error["loc"])]
+        name = ".".join(loc) or "settings"
+        variable = "PIPELINE_" + "__".join(loc).upper()
+        where = f" (environment variable {variable})" if loc and variable in environ else ""
+        quiet = error["type"] in {"missing", "extra_forbidden"} or "password" in name
+        got = "" if quiet else f", got {error['input']!r}"
+        problems.append(f"{name}{where}: {error['msg']}{got}")
+    return SettingsError(
+        "invalid settings: " + "; ".join(problems) + ". Fix the value (environment, config file "
+        "or code) and start again"
+    )

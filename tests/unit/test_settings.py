@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from pipeline import ConfigurationError, Settings
+from pipeline import ConfigurationError, Pipeline, Settings
 from pipeline._job import Priority
+from pipeline._settings import build_settings
 
 
 @pytest.fixture(autouse=True)
@@ -115,3 +119,46 @@ def test_invalid_settings_are_rejected(bad: dict[str, object]) -> None:
 def test_min_insync_replicas_default_follows_replication() -> None:
     assert Settings().topics.effective_min_insync_replicas == 1
     assert Settings(topics={"replication_factor": 3}).topics.effective_min_insync_replicas == 2
+
+
+def test_an_invalid_environment_value_names_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINE_WORKER__CONCURRENCY", "abc")
+    with pytest.raises(ConfigurationError) as raised:
+        Pipeline()
+    message = str(raised.value)
+    assert message.startswith(
+        "invalid settings: worker.concurrency (environment variable "
+        "PIPELINE_WORKER__CONCURRENCY): Input should be a valid integer"
+    )
+    assert "got 'abc'" in message
+    assert isinstance(raised.value.__cause__, ValidationError)
+
+
+def test_a_secret_is_not_repeated_in_the_error() -> None:
+    with pytest.raises(ConfigurationError) as raised:
+        build_settings(security={"sasl_password": 12345})
+    assert "12345" not in str(raised.value)
+    assert "security.sasl_password" in str(raised.value)
+
+
+@pytest.mark.parametrize("service", ["pipeline_worker", "pipeline_scheduler"])
+def test_services_report_an_invalid_setting_in_one_line_and_exit_2(
+    service: str, tmp_path: Path
+) -> None:
+    (tmp_path / "badenvapp.py").write_text("from pipeline import Pipeline\n\napp = Pipeline()\n")
+    result = subprocess.run(
+        [sys.executable, "-m", service, "--app", "badenvapp:app"],
+        cwd=tmp_path,
+        env={**os.environ, "PIPELINE_WORKER__CONCURRENCY": "abc"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert line.startswith(
+        "Error: invalid settings: worker.concurrency (environment variable "
+        "PIPELINE_WORKER__CONCURRENCY)"
+    )

@@ -8,7 +8,15 @@ import click
 
 from pipeline import Pipeline, Priority
 
-from ._output import cli_errors, common_options, json_object, json_option, print_json
+from ._output import (
+    UsageFailure,
+    cli_errors,
+    common_options,
+    json_object,
+    json_option,
+    load_app_option,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from pipeline import Settings
@@ -33,13 +41,22 @@ def _parse_header(
     default="{}",
     show_default=True,
     callback=json_object,
-    help="The job's arguments as a JSON object.",
+    help="The job's arguments as a JSON object; @FILE reads it from a file, - from stdin.",
+)
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE[:ATTR]",
+    default=None,
+    help="The application: TYPE must be one of its job types, whose declared options "
+    "(priority, max attempts) are the defaults, and the payload is checked against its "
+    "handler before anything is sent.",
 )
 @click.option(
     "--priority",
     type=click.Choice([p.value for p in Priority]),
     default=None,
-    help="Priority topic to send to [default: default].",
+    help="Priority topic to send to [default: the type's priority with --app, else default].",
 )
 @click.option(
     "--delay",
@@ -58,7 +75,8 @@ def _parse_header(
     "--max-attempts",
     type=click.IntRange(min=1),
     default=None,
-    help="Attempts before dead-lettering.",
+    help="Attempts before dead-lettering [default: the type's with --app, else the "
+    "producer.default_max_attempts setting].",
 )
 @click.option(
     "--header",
@@ -79,6 +97,7 @@ def _parse_header(
 def enqueue(
     job_type: str,
     payload: dict[str, Any],
+    app_spec: str | None,
     priority: str | None,
     delay: float | None,
     key: str | None,
@@ -92,9 +111,14 @@ def enqueue(
 ) -> None:
     """Enqueue one job of TYPE and print its id once Kafka acknowledged it.
 
+    Exit codes: 0 sent, 1 Kafka unreachable or refusing, 2 a usage mistake (bad option or JSON,
+    unknown type or invalid payload with --app; nothing is sent).
+
     \b
-    Example:
+    Examples:
       pipeline enqueue email.send --payload '{"to": "a@b.c"}' --priority high
+      pipeline enqueue report.build --app myservice.jobs:app --payload @report.json
+      generate-payload | pipeline enqueue report.build --payload -
     """
     if timeout is not None:
         settings = settings.model_copy(
@@ -103,7 +127,16 @@ def enqueue(
             }
         )
     with cli_errors():
+        loaded = load_app_option(app_spec)
         app = Pipeline(settings)
+        if loaded is not None:
+            if job_type not in loaded.registry:
+                known = ", ".join(sorted(t.name for t in loaded.registry)) or "none"
+                raise UsageFailure(
+                    f"{app_spec} has no job type {job_type!r} (it has: {known}); nothing was sent"
+                )
+            # The application's job types, with this command's connection settings.
+            app.registry = loaded.registry
         handle = app.submit(
             job_type,
             payload,

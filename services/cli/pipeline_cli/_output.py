@@ -5,40 +5,69 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from pydantic import ValidationError
 
-from pipeline._errors import ConfigurationError, PipelineError
-from pipeline._settings import Settings
+from pipeline._errors import (
+    PayloadValidationError,
+    PipelineError,
+    SettingsError,
+    UnknownJobTypeError,
+)
+from pipeline._settings import Settings, settings_error
+
+if TYPE_CHECKING:
+    from pipeline import Pipeline
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
+    "UsageFailure",
     "cli_errors",
     "common_options",
     "json_option",
+    "load_app_option",
     "load_settings",
     "print_json",
     "print_table",
 ]
 
 
+USAGE_ERRORS: tuple[type[PipelineError], ...] = (
+    SettingsError,
+    PayloadValidationError,
+    UnknownJobTypeError,
+)
+"""What the command was given cannot be used: exit code 2, as click's own usage errors."""
+
+
+class UsageFailure(click.ClickException):
+    """``Error: <message>`` and exit code 2: a usage mistake (bad value, bad JSON, unknown
+    type, invalid payload), as opposed to a runtime failure (exit code 1)."""
+
+    exit_code = 2
+
+
 @contextmanager
 def cli_errors() -> Iterator[None]:
-    """Turn a :class:`PipelineError` into ``Error: <message>`` on stderr and exit code 1.
+    """Turn a :class:`PipelineError` into ``Error: <message>`` on stderr: exit code 2 for a
+    usage mistake (:data:`USAGE_ERRORS`), 1 for anything else (Kafka unreachable or refusing).
 
     Use it as a context manager or as a decorator (``@cli_errors()``) under the click ones.
     """
     try:
         yield
+    except USAGE_ERRORS as exc:
+        raise UsageFailure(str(exc)) from exc
     except PipelineError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -60,11 +89,20 @@ def load_settings(
             return Settings.from_file(config_file, **overrides)
         return Settings(**overrides)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
-            for error in exc.errors()
-        )
-        raise ConfigurationError(f"invalid settings: {problems}") from exc
+        raise settings_error(exc) from exc
+
+
+def load_app_option(spec: str | None) -> Pipeline | None:
+    """The application named by an ``--app MODULE[:ATTR]`` option (``None`` without one); a
+    spec that names no application is a usage error (exit code 2)."""
+    if spec is None:
+        return None
+    from pipeline._loader import AppLoadError, load_app
+
+    try:
+        return load_app(spec)
+    except AppLoadError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from None
 
 
 def common_options(command: Callable[..., T]) -> Callable[..., T]:
@@ -174,11 +212,25 @@ def print_table(
 
 
 def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[str, Any]:
-    """A click callback: the option's value parsed as a JSON object (a handler's arguments)."""
+    """A click callback: the option's value parsed as a JSON object (a handler's arguments).
+
+    ``@PATH`` reads the JSON from a file and ``-`` from standard input, for payloads longer
+    than a command line may be.
+    """
+    source = "the value"
+    try:
+        if value == "-":
+            source = "standard input"
+            value = sys.stdin.read()
+        elif value.startswith("@"):
+            source = value[1:]
+            value = Path(source).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise click.BadParameter(f"cannot read {source}: {exc}") from None
     try:
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}") from None
+        raise click.BadParameter(f"{source} is not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise click.BadParameter(
             f"must be a JSON object of the handler's arguments, got {type(parsed).__name__}"

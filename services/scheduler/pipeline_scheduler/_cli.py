@@ -12,8 +12,10 @@ import click
 from pydantic import ValidationError
 
 from pipeline import Pipeline, Settings
+from pipeline._errors import SettingsError
 from pipeline._loader import AppLoadError, load_app
 from pipeline._logfmt import configure_logging
+from pipeline._settings import settings_error
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -77,6 +79,9 @@ def _load(spec: str) -> Pipeline:
         return load_app(spec)
     except AppLoadError as exc:
         raise click.BadParameter(str(exc), param_hint="'--app'") from None
+    except SettingsError as exc:  # the module's Pipeline() met an invalid setting
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
     except Exception:
         click.echo(f"Error: importing the application {spec!r} failed:", err=True)
         click.echo(traceback.format_exc(), err=True)
@@ -103,8 +108,4 @@ def _settings(
             data["scheduler"]["log_level"] = log_level.upper()
         return Settings.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise click.UsageError(f"invalid settings: {problems}") from None
+        raise click.UsageError(str(settings_error(exc))) from None

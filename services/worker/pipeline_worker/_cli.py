@@ -14,9 +14,10 @@ import click
 from pydantic import ValidationError
 
 from pipeline import Pipeline, Priority, Settings
+from pipeline._errors import SettingsError
 from pipeline._loader import AppLoadError, load_app
 from pipeline._logfmt import configure_logging
-from pipeline._settings import WorkerSettings
+from pipeline._settings import WorkerSettings, settings_error
 
 from . import _signals
 
@@ -189,6 +190,9 @@ def _load(spec: str) -> Pipeline:
         return load_app(spec)
     except AppLoadError as exc:
         raise click.BadParameter(str(exc), param_hint="'--app'") from None
+    except SettingsError as exc:  # the module's Pipeline() met an invalid setting
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
     except Exception:
         click.echo(f"Error: importing the application {spec!r} failed:", err=True)
         click.echo(traceback.format_exc(), err=True)
@@ -212,13 +216,12 @@ def _settings(
         top["namespace"] = namespace
     try:
         worker_settings = WorkerSettings.model_validate(worker)
+    except ValidationError as exc:
+        raise click.UsageError(str(settings_error(exc, ("worker",)))) from None
+    try:
         if not top:
             return base.model_copy(update={"worker": worker_settings})
         merged = {**base.model_dump(), **top, "worker": worker_settings}
         return type(base).model_validate(merged)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}"
-            for err in exc.errors()
-        )
-        raise click.UsageError(f"invalid settings: {problems}") from None
+        raise click.UsageError(str(settings_error(exc))) from None

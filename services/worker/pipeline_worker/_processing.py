@@ -279,8 +279,9 @@ class Processor:
         work.started = now
         entry = self.types.entries[job.type]
         try:
-            kwargs = entry.codec.decode(job.type, job.payload)
-        except DecodeError as exc:
+            # Decoded, and checked against the handler's annotations when it has any.
+            kwargs = job_type.load_payload(entry.codec, job.payload)
+        except (DecodeError, PayloadValidationError) as exc:
             self._finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
         limit = entry.time_limit

@@ -1,0 +1,79 @@
+"""Jobs still unacknowledged when the interpreter exits: flushed, else reported loudly.
+
+An application that enqueued something is watched from then on (until :meth:`Pipeline.close`);
+at exit each one is flushed for at most ``producer.exit_flush_timeout_s``. What Kafka still has
+not acknowledged then, or refused without anyone calling ``flush()``, is logged at ERROR with
+the jobs' ids. The exit status cannot be changed from here: Python prints and ignores an
+exception raised by an ``atexit`` function (``SystemExit`` included), so a script that must exit
+non-zero calls ``app.flush()`` (or uses ``with Pipeline() as app:``), which raises instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._app import Pipeline
+    from ._delivery import PipelineFailure
+
+_log = logging.getLogger("pipeline.producer")
+_MAX_IDS = 20
+"""Job ids named in the report at most (the rest are counted)."""
+
+_watched: set[Pipeline] = set()
+_lock = threading.Lock()
+
+
+def watch(app: Pipeline) -> None:
+    """Flush ``app`` at interpreter exit (holding it alive: its producer holds the jobs)."""
+    with _lock:
+        _watched.add(app)
+
+
+def unwatch(app: Pipeline) -> None:
+    with _lock:
+        _watched.discard(app)
+
+
+def flush_all() -> None:
+    """Flush every watched application; report what did not reach Kafka (the atexit hook)."""
+    with _lock:
+        apps = list(_watched)
+        _watched.clear()
+    for app in apps:
+        try:
+            app._flush_at_exit()
+        except Exception:
+            _log.exception("flushing the jobs of %r at exit failed", app)
+
+
+def report_lost(
+    app: Pipeline, failures: Sequence[PipelineFailure], unacknowledged: int, timeout: float
+) -> None:
+    """Log, at ERROR, the jobs that never reached Kafka (nothing when there are none)."""
+    if not failures and not unacknowledged:
+        return
+    count = max(len(failures), unacknowledged)
+    ids = [f.job_id for f in failures[:_MAX_IDS]]
+    more = f" and {len(failures) - _MAX_IDS} more" if len(failures) > _MAX_IDS else ""
+    reasons = sorted({f.reason for f in failures})
+    _log.error(
+        "%d enqueued job(s) never reached Kafka at %s and are lost (%s%s); job ids: %s%s. "
+        "Call app.flush() before exiting: it waits and raises what failed "
+        "(see docs/operations.md, 'Enqueued jobs at exit')",
+        count,
+        app.settings.bootstrap_servers,
+        f"still unacknowledged {timeout:g}s after exit began" if unacknowledged else "refused",
+        f": {'; '.join(reasons[:3])}" if reasons else "",
+        ", ".join(ids) if ids else "unknown",
+        more,
+    )
+
+
+# Registered when the package is imported, before any application exists: atexit runs its
+# functions last-registered first, so this runs before logging's own shutdown hook.
+atexit.register(flush_all)

@@ -1,0 +1,108 @@
+"""What ``@app.job`` returns: the handler, still callable, with a typed ``.enqueue``.
+
+``.enqueue`` takes the handler's own parameters (a ``ParamSpec``), so mypy checks a call against
+the handler's signature. A ``ctx`` parameter is not part of the payload: declared first, it is
+dropped from ``.enqueue``'s signature by the ``Concatenate`` overload; declared anywhere else,
+only the ``pipeline.mypy`` plugin drops it (``Concatenate`` removes leading parameters only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
+
+from ._context import JobContext
+from ._job import Priority
+from ._registry import JobType
+
+if TYPE_CHECKING:
+    from ._app import Pipeline
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOptions:
+    """How one enqueue call routes its jobs; ``None`` falls back to the job type's options."""
+
+    priority: Priority | str | None = None
+    delay: float | timedelta | None = None
+    run_at: datetime | None = None
+    key: str | bytes | None = None
+    idempotency_key: str | None = None
+    tenant: str | None = None
+    headers: Mapping[str, str] | None = None
+    max_attempts: int | None = None
+
+
+class JobFunction(Generic[P, R]):
+    """A registered handler: call it like the original function, or ``.enqueue(**payload)``."""
+
+    def __init__(self, app: Pipeline, job_type: JobType, func: Callable[..., R]) -> None:
+        self.app = app
+        self.job_type = job_type
+        self._func = func
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", job_type.name)
+        self.__wrapped__ = func
+
+    @property
+    def name(self) -> str:
+        return self.job_type.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._func(*args, **kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        """Enqueue a job of this type with the handler's arguments as its payload."""
+        return self.app.enqueue(self.job_type.name, self.job_type.payload_of(args, kwargs))
+
+    def with_options(self, **options: Any) -> BoundEnqueue[P]:
+        """Fix routing options: ``.with_options(priority="high", delay=30).enqueue(...)``."""
+        EnqueueOptions(**options)  # fail fast on a misspelled option
+        return BoundEnqueue(self.app, self.job_type.name, options)
+
+    def __repr__(self) -> str:
+        return f"<job {self.job_type.name!r} -> {self._func!r}>"
+
+
+class ContextJobFunction(JobFunction[P, R]):
+    """A handler whose first parameter is ``ctx``: ``.enqueue`` takes the parameters after it."""
+
+    if TYPE_CHECKING:
+        # The handler itself still takes ctx first (at run time the base's __call__ passes
+        # any arguments through, ctx=... included).
+        def __call__(  # type: ignore[override]
+            self, ctx: JobContext, /, *args: P.args, **kwargs: P.kwargs
+        ) -> R: ...
+
+
+class Register(Protocol):
+    """The decorator ``@app.job(...)`` returns."""
+
+    @overload
+    def __call__(
+        self, func: Callable[Concatenate[JobContext, P], R]
+    ) -> ContextJobFunction[P, R]: ...
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> JobFunction[P, R]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BoundEnqueue(Generic[P]):
+    """A job type with enqueue options fixed; made by :meth:`JobFunction.with_options`."""
+
+    app: Pipeline
+    job_type: str
+    options: Mapping[str, Any]
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> str:
+        payload = self.app.registry.get(self.job_type).payload_of(args, kwargs)
+        return self.app.enqueue(self.job_type, payload, **self.options)
+
+    def enqueue_many(self, payloads: Iterable[Mapping[str, Any]]) -> list[str]:
+        return self.app.enqueue_many(self.job_type, payloads, **self.options)

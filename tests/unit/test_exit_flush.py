@@ -1,0 +1,83 @@
+"""What the exit hook reports, and how a ``with`` block flushes, against the in-memory transport."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from confluent_kafka import KafkaError
+
+from pipeline import EnqueueError, Pipeline, Settings
+from pipeline.testing import InMemoryTransport
+
+REFUSED = KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def _app(fail_with: int | None = None) -> Pipeline:
+    return Pipeline(Settings(namespace="acme"), transport=InMemoryTransport(fail_with=fail_with))
+
+
+def test_refused_jobs_nobody_flushed_are_reported_with_their_ids(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = _app(fail_with=REFUSED)
+    ids = [app.enqueue("t", {"n": n}) for n in range(25)]
+    with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        app._flush_at_exit()
+    [record] = caplog.records
+    message = record.getMessage()
+    assert record.levelno == logging.ERROR
+    assert message.startswith("25 enqueued job(s) never reached Kafka at localhost:9092")
+    assert all(job_id in message for job_id in ids[:20])
+    assert not any(job_id in message for job_id in ids[20:])
+    assert "and 5 more" in message
+
+
+def test_nothing_is_reported_when_every_job_was_acknowledged_or_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = _app()
+    app.enqueue("t", {"n": 1})
+    failing = _app(fail_with=REFUSED)
+    handle = failing.submit("t", {"n": 2})
+    with pytest.raises(EnqueueError):
+        handle.wait()
+    with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        app._flush_at_exit()
+        failing._flush_at_exit()
+    assert caplog.records == [], "a failure raised by wait() is not reported again"
+
+
+def test_a_submitted_job_nobody_waited_for_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    app = _app(fail_with=REFUSED)
+    job_id = app.submit("t", {"n": 1}).job_id
+    with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        app._flush_at_exit()
+    [record] = caplog.records
+    assert job_id in record.getMessage()
+
+
+def test_a_with_block_raises_what_its_flush_found() -> None:
+    with pytest.raises(EnqueueError), _app(fail_with=REFUSED) as app:
+        app.enqueue("t", {"n": 1})
+
+
+def test_a_with_block_lets_the_body_error_through_and_logs_the_lost_jobs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    sent: list[str] = []
+
+    def body() -> None:
+        with _app(fail_with=REFUSED) as app:
+            sent.append(app.enqueue("t", {"n": 1}))
+            raise ValueError("body")
+
+    with (
+        caplog.at_level(logging.ERROR, logger="pipeline.producer"),
+        pytest.raises(ValueError, match="body"),
+    ):
+        body()
+    [job_id] = sent
+    [record] = caplog.records
+    assert job_id in record.getMessage()
+    assert "while leaving the with block on ValueError" in record.getMessage()
