@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from pipeline import Pipeline, Settings
 from pipeline._loader import AppLoadError, load_app
 from pipeline._logfmt import configure_logging
+from pipeline._metricsserver import PortInUseError
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -68,7 +69,12 @@ def main(
     configure_logging(settings.scheduler.log_level)
     from ._runtime import Scheduler
 
-    ctx.exit(Scheduler(settings, app).run())
+    try:
+        code = Scheduler(settings, app).run()
+    except PortInUseError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(2)
+    ctx.exit(code)
 
 
 def _load(spec: str) -> Pipeline:

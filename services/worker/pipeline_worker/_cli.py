@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from pipeline import Pipeline, Priority, Settings
 from pipeline._loader import AppLoadError, load_app
 from pipeline._logfmt import configure_logging
+from pipeline._metricsserver import PortInUseError
 from pipeline._settings import WorkerSettings
 
 from . import _signals
@@ -181,7 +182,12 @@ def command(
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
-    ctx.exit(Worker(app, settings).run())
+    try:
+        code = Worker(app, settings).run()
+    except PortInUseError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(2)
+    ctx.exit(code)
 
 
 def _load(spec: str) -> Pipeline:

@@ -30,7 +30,7 @@ from ._dedupstore import KafkaDedupStore
 from ._events import EventStream
 from ._failures import FailurePolicy
 from ._keys import Deduplicator
-from ._metrics import Gauges, WorkerMetrics, make_registry
+from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
 from ._middleware import Middleware, PartitionRef
 from ._moves import Mover
 from ._processing import Processor
@@ -291,7 +291,7 @@ class Worker:
             # First batch received to last job done: the drain, without start-up and exit.
             elapsed = last - self._first_start
             extra["elapsed_s"] = round(elapsed, 3)
-            extra["jobs_per_s"] = round(finished / elapsed) if elapsed > 0 else None
+            extra["jobs_per_s"] = per_second(finished, elapsed)
         _log.info("worker stopped", extra=extra)
 
     def _fail(self, code: int) -> None:
