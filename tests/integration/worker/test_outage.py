@@ -143,6 +143,8 @@ def test_healthz_follows_the_broker_down_and_back(
     log = worker.log()
     assert log.count("unreachable since") == 1, worker.log_tail()
     assert log.count(f"Kafka at {cluster.bootstrap_servers} reachable again after") == 1
+    during = log.split("unreachable since", 1)[1].split("reachable again after", 1)[0]
+    assert len(during.splitlines()) <= 10, worker.log_tail()  # not one per reconnect attempt
     # And it works again: a job enqueued now runs.
     producer = Pipeline(settings)
     try:
