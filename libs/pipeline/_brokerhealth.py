@@ -47,8 +47,9 @@ REPEAT_S = 60.0
 
 # Error codes that say "no connection", as opposed to "Kafka said no".
 _CONNECTION_CODES = frozenset({KafkaError._TRANSPORT, KafkaError._RESOLVE, KafkaError._TIMED_OUT})
-# librdkafka log facilities of connection attempts, failures and request timeouts.
-_CONNECTION_FACILITIES = frozenset({"FAIL", "BROKERFAIL", "ERROR", "REQTMOUT", "CONNECT"})
+# librdkafka log facilities of connection attempts, failures and request timeouts, and of the
+# transactional id's registration, which it retries by itself while a coordinator (re)loads.
+_CONNECTION_FACILITIES = frozenset({"FAIL", "BROKERFAIL", "ERROR", "REQTMOUT", "CONNECT", "GETPID"})
 _THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
 _AFTER = re.compile(r" \(after \d+ms in state [A-Z_]+(, \d+ identical error\(s\) suppressed)?\)$")
 _NUMBER = re.compile(r"\d+")
