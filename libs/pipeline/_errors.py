@@ -6,6 +6,8 @@ what went wrong and what to do about it. Lower-level causes are chained (``raise
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class PipelineError(Exception):
     """Base class of every error raised by this package."""
@@ -65,6 +67,19 @@ class SchemaNotFoundError(DecodeError):
 
 class KafkaUnavailableError(PipelineError):
     """The Kafka cluster did not answer in time (broker down, wrong address, network)."""
+
+
+class TopicMissingError(PipelineError):
+    """Topics a service needs do not exist (a setup step was skipped, or a wrong namespace)."""
+
+    def __init__(self, topics: Sequence[str], namespace: str) -> None:
+        others = f" (nor {', '.join(topics[1:])})" if len(topics) > 1 else ""
+        super().__init__(
+            f"topic {topics[0]} does not exist{others}; create the namespace's topics with "
+            f"`pipeline topics apply --namespace {namespace}`"
+        )
+        self.topics = list(topics)
+        self.namespace = namespace
 
 
 class TopicAdminError(PipelineError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 from collections.abc import Callable
@@ -10,9 +11,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
+from ._errors import ConfigurationError
+
 _log = logging.getLogger("pipeline.http")
 
 Health = Callable[[], tuple[bool, str]]
+
+
+class PortInUseError(ConfigurationError):
+    """Another process listens on the metrics port already."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(
+            f"port {port} is in use; choose another with --metrics-port "
+            "(or the metrics_port setting; 0 takes any free port)"
+        )
+        self.port = port
 
 
 class MetricsServer:
@@ -22,7 +36,12 @@ class MetricsServer:
         self, registry: CollectorRegistry, health: Health, port: int, host: str = ""
     ) -> None:
         handler = _handler(registry, health)
-        self._server = ThreadingHTTPServer((host, port), handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUseError(port) from exc
+            raise
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(

@@ -6,7 +6,6 @@ tests can swap it for an in-memory transport.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -14,6 +13,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from ._brokerhealth import BrokerHealth
 from ._errors import KafkaUnavailableError, PipelineError
 from ._settings import Settings
 
@@ -79,6 +79,7 @@ class KafkaTransport:
         self._producer: Producer | None = None
         self._lock = threading.Lock()
         self._fatal: KafkaError | None = None
+        self._health = BrokerHealth.of(settings.bootstrap_servers)
 
     def _get(self) -> Producer:
         producer = self._producer
@@ -86,9 +87,9 @@ class KafkaTransport:
             with self._lock:
                 if self._producer is None:
                     conf = producer_config(self._settings)
-                    conf["error_cb"] = self._on_error
-                    # librdkafka's own log lines go through logging, not straight to stderr.
-                    conf["logger"] = logging.getLogger("pipeline.kafka.producer")
+                    # librdkafka's errors and log lines go to the cluster's health tracker
+                    # (logging, one line per outage), not straight to stderr.
+                    conf.update(self._health.callbacks("producer", on_error=self._on_error))
                     self._producer = Producer(conf)
                 producer = self._producer
         return producer
@@ -105,6 +106,8 @@ class KafkaTransport:
         producer = self._get()
         if self._fatal is not None:
             raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        if self._health.down:  # an acknowledgement now tells that Kafka is back
+            on_delivery = self._health.watch_delivery("producer", on_delivery)
         try:
             producer.produce(topic, value, key, on_delivery=on_delivery)
         except BufferError:

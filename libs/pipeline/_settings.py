@@ -144,6 +144,12 @@ class WorkerSettings(BaseModel):
     shutdown_timeout_s: float = Field(30.0, ge=0)
     revoke_grace_s: float = Field(10.0, ge=0)
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    unhealthy_after_s: float = Field(
+        30.0,
+        gt=0,
+        description="/healthz answers 503, and a --burst run exits 1, once Kafka has been "
+        "unreachable this long",
+    )
     max_poll_interval_ms: int = Field(300_000, ge=1)
     session_timeout_ms: int = Field(45_000, ge=1)
     key_ordering: bool = Field(
@@ -242,6 +248,9 @@ class SchedulerSettings(BaseModel):
     group_id: str | None = Field(None, description="leadership group; None: '<ns>.scheduler'")
     transactional_id: str | None = Field(None, description="None: '<ns>.scheduler'")
     metrics_port: int | None = Field(None, ge=0, le=65535)
+    unhealthy_after_s: float = Field(
+        30.0, gt=0, description="/healthz answers 503 once Kafka has been unreachable this long"
+    )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
     @field_validator("wait_tiers_s")

@@ -15,6 +15,7 @@ from pipeline import Pipeline, Settings
 from pipeline._errors import SettingsError
 from pipeline._loader import AppLoadError, load_app
 from pipeline._logfmt import configure_logging
+from pipeline._metricsserver import PortInUseError
 from pipeline._settings import settings_error
 
 
@@ -71,7 +72,12 @@ def main(
     configure_logging(settings.scheduler.log_level)
     from ._runtime import Scheduler
 
-    ctx.exit(Scheduler(settings, app).run())
+    try:
+        code = Scheduler(settings, app).run()
+    except PortInUseError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(2)
+    ctx.exit(code)
 
 
 def _load(spec: str) -> Pipeline:

@@ -12,9 +12,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pipeline._brokerhealth import BrokerHealth
+from pipeline._errors import TopicMissingError
 from pipeline._settings import Settings
+from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topicspec import scheduler_control_topic
 
 _log = logging.getLogger("pipeline.scheduler.leadership")
@@ -35,10 +38,12 @@ class Leadership:
             "heartbeat.interval.ms": max(100, session // 6),
             "partition.assignment.strategy": "cooperative-sticky",
             "enable.auto.commit": False,
-            "logger": logging.getLogger("pipeline.kafka.leadership"),
             **settings.client_config(),
+            # Polled all the time, leader or standby: it reports the cluster's reachability.
+            **BrokerHealth.of(settings.bootstrap_servers).callbacks("leadership", stats=True),
         }
         self.topic = scheduler_control_topic(settings.namespace)
+        self._namespace = settings.namespace
         self._consumer = Consumer(conf)
         self.is_leader = False
         self.changed = False
@@ -68,11 +73,24 @@ class Leadership:
             self.changed = True
 
     def poll(self, timeout: float) -> None:
-        """Serve the group protocol; assignment callbacks run here."""
+        """Serve the group protocol; assignment callbacks run here.
+
+        Raises :class:`TopicMissingError` when the control topic does not exist: no process of
+        this namespace could ever lead.
+        """
         message = self._consumer.poll(timeout)
         error = message.error() if message is not None else None
-        if error is not None:
-            _log.debug("control topic", extra={"error": error.str()})
+        if error is None:
+            return
+        if is_missing_topic(error):
+            try:
+                missing = missing_topics(self._consumer, [self.topic], timeout=5.0)
+            except KafkaException as exc:  # asked again when the consumer says so again
+                _log.debug("could not check the control topic: %s", exc)
+                return
+            if missing:
+                raise TopicMissingError(missing, self._namespace)
+        _log.debug("control topic", extra={"error": error.str()})
 
     def close(self) -> None:
         """Leave the group, so a standby takes over at once."""

@@ -12,7 +12,8 @@ from types import FrameType
 from confluent_kafka import KafkaException
 
 from pipeline import Pipeline, Settings
-from pipeline._errors import PipelineError
+from pipeline._brokerhealth import BrokerHealth
+from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._metricsserver import MetricsServer
 from pipeline._records import Schedule
 
@@ -24,6 +25,8 @@ from ._txn import LeadershipFencedError, TransactionAbortedError
 _log = logging.getLogger("pipeline.scheduler")
 
 EXIT_FENCED = 3
+EXIT_SETUP = 1
+"""The namespace's topics do not exist."""
 
 
 class Scheduler:
@@ -47,6 +50,8 @@ class Scheduler:
         self._stop = threading.Event()
         self._signals = 0
         self._last_turn = time.monotonic()
+        self.broker = BrokerHealth.of(settings.bootstrap_servers)
+        """Whether this process reaches Kafka (fed by every client of that cluster)."""
 
     def _schedules(self) -> list[Schedule]:
         return list(getattr(self.app, "schedules", {}).values()) if self.app is not None else []
@@ -74,8 +79,12 @@ class Scheduler:
         self._stop.set()
 
     def health(self) -> tuple[bool, str]:
+        """Healthy while the loop turns and Kafka was not unreachable for ``unhealthy_after_s``."""
         stalled = time.monotonic() - self._last_turn > 30
         role = "leader" if self.is_leader else "standby"
+        down = self.broker.unreachable_for()
+        if down is not None and down >= self.settings.scheduler.unhealthy_after_s:
+            return False, f"{role}: {self.broker.describe()}"
         return (not stalled, f"{role}{' (stalled)' if stalled else ''}")
 
     def run(self) -> int:
@@ -114,6 +123,9 @@ class Scheduler:
         except LeadershipFencedError as exc:
             _log.error("fenced by another scheduler: exiting", extra={"error": str(exc)})
             code = EXIT_FENCED
+        except TopicMissingError as exc:
+            _log.error("stopping: %s", exc)
+            code = EXIT_SETUP
         finally:
             self._end_session()
             leadership.close()

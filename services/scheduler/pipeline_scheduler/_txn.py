@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._producer import producer_config
 from pipeline._settings import Settings
 
@@ -46,7 +47,7 @@ class Transactions:
                 "transactional.id": transactional_id(settings),
                 "linger.ms": 1,
                 "transaction.timeout.ms": 60_000,
-                "logger": logging.getLogger("pipeline.kafka.producer"),
+                **BrokerHealth.of(settings.bootstrap_servers).callbacks("scheduler producer"),
             }
         )
         conf.update(settings.kafka)

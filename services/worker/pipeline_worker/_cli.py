@@ -17,6 +17,7 @@ from pipeline import Pipeline, Priority, Settings
 from pipeline._errors import SettingsError
 from pipeline._loader import AppLoadError, load_app
 from pipeline._logfmt import configure_logging
+from pipeline._metricsserver import PortInUseError
 from pipeline._settings import WorkerSettings, settings_error
 
 from . import _signals
@@ -182,7 +183,12 @@ def command(
     gc.collect()
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
-    ctx.exit(Worker(app, settings).run())
+    try:
+        code = Worker(app, settings).run()
+    except PortInUseError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        ctx.exit(2)
+    ctx.exit(code)
 
 
 def _load(spec: str) -> Pipeline:

@@ -233,5 +233,12 @@ class Committer:
 
 
 def describe(partitions: Sequence[TopicPartition]) -> str:
-    """``topic[partition]@offset,...`` for log lines."""
-    return ",".join(f"{tp.topic}[{tp.partition}]@{tp.offset}" for tp in partitions)
+    """``topic[partition@offset,...] ...`` for log lines, an offset only where one is known
+    (an assignment carries none: librdkafka's ``OFFSET_INVALID``, -1001, would only be noise)."""
+    by_topic: dict[str, list[str]] = {}
+    for tp in partitions:
+        known = tp.offset >= 0
+        by_topic.setdefault(tp.topic, []).append(
+            f"{tp.partition}@{tp.offset}" if known else str(tp.partition)
+        )
+    return ",".join(f"{topic}[{','.join(items)}]" for topic, items in by_topic.items())

@@ -25,17 +25,22 @@ from typing import Any, Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline import Priority, Settings
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
+from pipeline._errors import PipelineError
+from pipeline._ratelog import RateLimitedLog
+from pipeline._topiccheck import is_missing_topic
 
 from ._burst import BurstWatch
+from ._clusterview import ClusterView
 from ._commits import Committer, describe
+from ._consumerconf import consumer_config
 from ._dedupstore import ChangelogMissingError
 from ._flow import FlowControl
 from ._marks import CommitMark
 from ._metrics import WorkerMetrics
 from ._moves import Mover
 from ._poison import PoisonPillError, PoisonSide, PoisonWatch
-from ._ratelog import RateLimitedLog
 from ._work import PartitionState
 
 _log = logging.getLogger("pipeline.worker.consumer")
@@ -45,7 +50,6 @@ POLL_TIMEOUT_S = 0.05
 PAUSED_POLL_TIMEOUT_S = 0.005
 """Poll timeout while a partition is paused, so it resumes soon after its buffer drains (and
 while poison-pill detection holds messages back, so they go on soon after they may)."""
-LAG_INTERVAL_S = 5.0
 FINAL_COMMIT_S = 10.0
 """How long the last commit may keep retrying while the group rebalances."""
 LEASE_BATCHES = 2
@@ -80,42 +84,6 @@ class LoopSide(Protocol):
     def on_consumer_failed(self, exc: BaseException) -> None: ...
 
 
-def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
-    """librdkafka options for the worker's consumer; ``Settings.kafka`` and then
-    ``WorkerSettings.kafka_consumer`` win over these defaults."""
-    worker = settings.worker
-    conf: dict[str, Any] = {
-        "group.id": group_id,
-        "partition.assignment.strategy": "cooperative-sticky",
-        "enable.auto.commit": False,
-        "enable.auto.offset.store": False,
-        "auto.offset.reset": "earliest",
-        "isolation.level": "read_committed",
-        "max.poll.interval.ms": worker.max_poll_interval_ms,
-        "session.timeout.ms": worker.session_timeout_ms,
-        # Members learn of a rebalance from a heartbeat response: beating every second instead
-        # of every 3 s makes each of the two rounds of a cooperative rebalance that much faster.
-        "heartbeat.interval.ms": max(100, min(1000, worker.session_timeout_ms // 3)),
-        # End-of-partition events tell a burst run that a partition is drained.
-        "enable.partition.eof": worker.burst,
-        # Our own per-partition buffers hold the jobs waiting to run; librdkafka's prefetch only
-        # needs to keep them fed. A partition we pause has its prefetch purged, so a small
-        # prefetch wastes little.
-        "queued.min.messages": max(1000, worker.buffer_size),
-        "queued.max.messages.kbytes": 16384,
-        # A resumed partition is fetched only once the fetch in flight returns, and a fetch of
-        # partitions with nothing new waits up to fetch.wait.max.ms on the broker: with the
-        # default 500 ms a drained buffer would wait that long for its refill. 50 ms costs an
-        # idle worker 20 small fetches a second per broker. librdkafka also backs off a
-        # partition whose prefetch queue was full for fetch.queue.backoff.ms (1 s by default).
-        "fetch.wait.max.ms": 50,
-        "fetch.queue.backoff.ms": 10,
-    }
-    conf.update(settings.client_config())
-    conf.update(worker.kafka_consumer)
-    return conf
-
-
 class ConsumerThread:
     """Owns the consumer; see the module docstring."""
 
@@ -141,7 +109,9 @@ class ConsumerThread:
         self._burst = worker.burst
         self._grace = worker.revoke_grace_s
         conf = consumer_config(settings, group_id)
-        conf["error_cb"] = self._on_error
+        # Polled every few ms: it reports the cluster's reachability once a second.
+        self.health = BrokerHealth.of(settings.bootstrap_servers)
+        conf.update(self.health.callbacks("consumer", on_error=self._on_error, stats=True))
         self._mover = mover
         self._committer = Committer(
             metrics, interval_s=worker.commit_interval_s, every=worker.commit_every, mover=mover
@@ -149,7 +119,6 @@ class ConsumerThread:
         self._unmarked: list[PartitionState] = []
         """Assigned partitions, paused until their commit marks are read."""
         conf["on_commit"] = self._committer.on_commit
-        conf["logger"] = logging.getLogger("pipeline.worker.kafka")
         self._consumer = consumer_factory(conf)
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._poison_side = side if isinstance(side, PoisonSide) else None
@@ -166,12 +135,12 @@ class ConsumerThread:
         )
         self._committer.attach(self._consumer, self.states, self._poison.gates)
         self._flow = FlowControl(self._consumer, self.states, worker.buffer_size)
-        self._burst_watch = BurstWatch(
-            self._consumer, self._committer, self.states, self._known_partition_counts
+        self._cluster = ClusterView(
+            self._consumer, topics, self.states, metrics, settings.namespace
         )
-        self._partition_counts: dict[str, int] = {}
-        self._share_changed = False
-        self._next_lag = 0.0
+        self._burst_watch = BurstWatch(
+            self._consumer, self._committer, self.states, self._cluster.known_partition_counts
+        )
         self._assigned_once = False
         self._closing = False
         self.intake_stopped = False
@@ -201,6 +170,8 @@ class ConsumerThread:
             )
             self._loop()
             self._final_commit()
+        except PipelineError as exc:  # says what to do: no traceback
+            self._notify(self._side.on_consumer_failed, exc)
         except BaseException as exc:
             _log.exception("the consumer thread failed: %s", exc)
             self._notify(self._side.on_consumer_failed, exc)
@@ -225,6 +196,8 @@ class ConsumerThread:
         paused = self._flow.paused
         poison = self._poison
         committer = self._committer
+        cluster = self._cluster
+        health = self.health
         while not self.stop_requested:
             if self.intake_stopped:
                 self._flow.pause_all()
@@ -236,7 +209,9 @@ class ConsumerThread:
                 if batch_size:
                     messages += consume(batch_size, 0)
                 self._hand(messages)
-            if self._unmarked:
+            # Requests that block for their timeout while Kafka is unreachable wait for it.
+            reachable = not health.down
+            if self._unmarked and reachable:
                 self._load_marks()
             if paused and not self.intake_stopped:
                 self._flow.resume_drained()
@@ -244,12 +219,12 @@ class ConsumerThread:
             poison.step(stopped=self.intake_stopped)
             if committer.due(now, self._side.finished_jobs):
                 committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
-            if self._share_changed:
+            cluster.check_topics(now)
+            if cluster.share_changed and reachable:
                 self._update_share()
-            if now >= self._next_lag:
-                self._update_lag(now)
+            cluster.update_lag(now)
             if msg is None and self._burst and self._assigned_once and not self.intake_stopped:
-                if self._share_changed:
+                if cluster.share_changed:
                     self._update_share()
                 if self._burst_watch.drained(now):
                     self._burst = False
@@ -263,6 +238,15 @@ class ConsumerThread:
         """
         deadline = time.monotonic() + FINAL_COMMIT_S
         self._drain_moves()
+        if self.health.down and self.states:
+            # A synchronous commit would wait for the group coordinator up to the session
+            # timeout, and the stop (a burst run giving up on Kafka included) with it.
+            _log.error(
+                "not committing the final offsets: %s; the jobs finished since the last "
+                "commit will run again",
+                self.health.describe(),
+            )
+            return
         while not self._committer.commit(
             self.states.values(), time.monotonic(), sync=True, clean=True
         ):
@@ -353,7 +337,7 @@ class ConsumerThread:
                 extra={"partitions": describe(partitions), "owned": len(self.states)},
             )
         self._assigned_once = True
-        self._share_changed = True
+        self._cluster.share_changed = True
         self._notify(self._side.on_assigned, new)
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -395,7 +379,7 @@ class ConsumerThread:
                 future.result(timeout=0)
             except Exception as exc:
                 _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
-            self._share_changed = True
+            self._cluster.share_changed = True
         if not lost:
             # Kept in the table while their jobs finished, so that their moves were written.
             for state in states:
@@ -458,7 +442,7 @@ class ConsumerThread:
                         self._read_mark(state, CommitMark.decode(tp.offset, tp.metadata))
                     self._poison.plan(state, tp)
         except KafkaException as exc:
-            _log.warning("could not read committed offsets, retrying: %s", exc)
+            self._errors.warning("marks", "could not read committed offsets, retrying: %s", exc)
             self._unmarked = states
             return
         if self._dedup is not None and not self._load_keys(states):
@@ -499,55 +483,10 @@ class ConsumerThread:
             if self._mover is not None:
                 self._mover.moved[(state.topic, state.partition)] = set(mark.moved)
 
-    def _known_partition_counts(self) -> dict[str, int] | None:
-        counts = self._partition_counts
-        return counts if len(counts) == len(self._topics) else None
-
     def _update_share(self) -> None:
-        """Tell the loop how many partitions of each topic it owns, of how many in all.
-
-        Runs after ``poll`` returned, never inside a rebalance callback (a metadata request
-        there would break the binding's call state, see ``_give_up``).
-        """
-        self._share_changed = False
-        try:
-            for topic in self._topics:
-                metadata = self._consumer.list_topics(topic, timeout=5.0)
-                found = metadata.topics.get(topic)
-                if found is not None and found.error is None:
-                    self._partition_counts[topic] = len(found.partitions)
-        except KafkaException as exc:
-            _log.warning("could not read the topics' partition counts: %s", exc)
-            self._share_changed = True  # try again after the next poll
-        owned = dict.fromkeys(self._topics, 0)
-        for topic, _ in self.states:
-            owned[topic] += 1
-        self._notify(self._side.on_share, owned, dict(self._partition_counts))
-
-    # -- lag and burst -------------------------------------------------------------------------
-
-    def _update_lag(self, now: float) -> None:
-        self._next_lag = now + LAG_INTERVAL_S
-        states = list(self.states.values())
-        if not states:
-            self._metrics.lag = {}
-            return
-        tps = [TopicPartition(s.topic, s.partition) for s in states]
-        lag: dict[tuple[str, int], int] = {}
-        try:
-            positions = self._consumer.position(tps)
-            for state, tp in zip(states, positions, strict=True):
-                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
-                if high < 0:
-                    continue
-                position = tp.offset if tp.offset >= 0 else state.committed
-                if position < 0:
-                    position = low
-                lag[(state.topic, state.partition)] = max(0, high - position)
-        except KafkaException as exc:
-            self._errors.warning("lag", "could not read consumer lag: %s", exc)
-            return
-        self._metrics.lag = lag
+        """Tell the loop how many partitions of each topic it owns, of how many in all."""
+        owned, total = self._cluster.share()
+        self._notify(self._side.on_share, owned, total)
 
     # -- errors --------------------------------------------------------------------------------
 
@@ -558,6 +497,9 @@ class ConsumerThread:
             state = self.states.get((msg.topic(), msg.partition()))  # type: ignore[arg-type]
             if state is not None:
                 state.at_end = True
+            return
+        if is_missing_topic(error):
+            self._cluster.topic_missing(time.monotonic())  # checked after this poll
             return
         self._errors.warning(
             "message",

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer
 
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import EventCodec, JobCodec
 from pipeline._job import now_ms
 from pipeline._producer import producer_config
@@ -37,7 +38,8 @@ class EventStream(Middleware):
 
     def __init__(self, settings: Settings, codec: JobCodec) -> None:
         conf: dict[str, Any] = producer_config(settings)
-        conf.update({"linger.ms": 20, "logger": logging.getLogger("pipeline.worker.kafka")})
+        conf["linger.ms"] = 20
+        conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks("events producer"))
         conf.update(settings.kafka)
         self._producer = Producer(conf)
         self._topic = TopicNames(settings.namespace).events

@@ -8,6 +8,7 @@ read from the runtime at scrape time through callables.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +28,17 @@ LATENCY_BUCKETS = (
     0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0, 14400.0,
 )  # fmt: skip
 COMMIT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+def per_second(count: int, seconds: float) -> float | None:
+    """``count / seconds`` with at least three significant digits (0.333, 2.5, 53412), for log
+    lines: rounding a rate of a few jobs over a long run to an integer would make it 0."""
+    if seconds <= 0:
+        return None
+    rate = count / seconds
+    if rate == 0:
+        return 0.0
+    return round(rate, max(0, 2 - math.floor(math.log10(rate))))
 
 
 class Histogram:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._producer import producer_config
 
 from ._marks import MAX_MOVED
@@ -86,7 +87,7 @@ class Mover:
                 "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
                 # librdkafka wants a message's delivery to time out within its transaction's.
                 "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
-                "logger": logging.getLogger("pipeline.worker.kafka"),
+                **BrokerHealth.of(settings.bootstrap_servers).callbacks("moves producer"),
             }
         )
         conf.update(settings.kafka)

@@ -35,10 +35,13 @@ from confluent_kafka import (
 )
 
 from pipeline import DecodeError, Priority, Settings
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec
+from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._job import now_ms
 from pipeline._producer import producer_config
 from pipeline._records import DeadLetter, DeadLetterReason
+from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames
 
 from ._metrics import WorkerMetrics
@@ -53,6 +56,8 @@ POLL_MAX_S = 0.2
 SETTLE_S = 1.0
 """How often the committed offsets of idle partitions catch up with their positions."""
 TIMEOUT_S = 30.0
+INIT_TIMEOUT_S = 1.0
+"""How long one attempt to register the transactional id blocks (a stop waits that long)."""
 
 
 class RetryRelay:
@@ -71,6 +76,8 @@ class RetryRelay:
         self._on_failed = on_failed
         self._codec = JobCodec()
         self._dlq = DeadLetterCodec(self._codec.store)
+        self._namespace = settings.namespace
+        health = BrokerHealth.of(settings.bootstrap_servers)
         consumer_conf: dict[str, Any] = {
             "group.id": f"{group_id}.retry",
             "partition.assignment.strategy": "cooperative-sticky",
@@ -81,8 +88,8 @@ class RetryRelay:
             "fetch.wait.max.ms": 100,
             "session.timeout.ms": settings.worker.session_timeout_ms,
             "heartbeat.interval.ms": max(100, min(1000, settings.worker.session_timeout_ms // 3)),
-            "logger": logging.getLogger("pipeline.worker.kafka"),
             **settings.client_config(),
+            **health.callbacks("retry relay"),
         }
         self._consumer = Consumer(consumer_conf)
         producer_conf: dict[str, Any] = producer_config(settings)
@@ -93,7 +100,7 @@ class RetryRelay:
                 "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
                 # librdkafka wants a message's delivery to time out within its transaction's.
                 "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
-                "logger": logging.getLogger("pipeline.worker.kafka"),
+                **health.callbacks("retry relay producer"),
             }
         )
         producer_conf.update(settings.kafka)
@@ -126,7 +133,8 @@ class RetryRelay:
 
     def _main(self) -> None:
         try:
-            self._call(self._producer.init_transactions, TIMEOUT_S)
+            if not self._init():
+                return
             self._consumer.subscribe(
                 self._topics,
                 on_assign=self._on_assign,
@@ -136,6 +144,8 @@ class RetryRelay:
             while not self._stop.is_set():
                 self._turn()
             self._commit()
+        except PipelineError as exc:  # says what to do: no traceback
+            self._on_failed(exc)
         except BaseException as exc:
             _log.exception("the retry relay failed: %s", exc)
             self._on_failed(exc)
@@ -145,6 +155,20 @@ class RetryRelay:
             with contextlib.suppress(Exception):
                 self._abort()
                 self._producer.flush(5.0)
+
+    def _init(self) -> bool:
+        """Register the transactional id; while Kafka does not answer, keep trying until
+        stopped (an outage at start-up is waited out, as one later on). False: stopped."""
+        while not self._stop.is_set():
+            try:
+                self._producer.init_transactions(INIT_TIMEOUT_S)
+                return True
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if not error.retriable():
+                    raise
+                _log.debug("retry relay: init_transactions: %s", error.str())
+        return False
 
     def _turn(self) -> None:
         now = now_ms()
@@ -195,7 +219,9 @@ class RetryRelay:
     def _on_message(self, message: Message) -> None:
         error = message.error()
         if error is not None:
-            if error.code() != KafkaError._PARTITION_EOF:
+            if is_missing_topic(error):
+                self._check_topics()
+            elif error.code() != KafkaError._PARTITION_EOF:
                 self._errors.warning("consume", "retry relay consumer error: %s", error.str())
             return
         where = (message.topic() or "", message.partition() or 0)
@@ -219,6 +245,15 @@ class RetryRelay:
         else:
             self._parked[where] = deque([(due, message)])
             self._consumer.pause([TopicPartition(*where)])
+
+    def _check_topics(self) -> None:
+        try:
+            missing = missing_topics(self._consumer, self._topics, timeout=5.0)
+        except KafkaException as exc:  # asked again when the consumer says so again
+            _log.debug("retry relay: could not check the retry tiers: %s", exc)
+            return
+        if missing:
+            raise TopicMissingError(missing, self._namespace)
 
     def _release(self, now: int) -> None:
         for where, parked in list(self._parked.items()):

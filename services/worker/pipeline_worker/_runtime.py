@@ -20,7 +20,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline import Pipeline, Priority, Settings
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
+from pipeline._errors import PipelineError
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 
@@ -30,7 +32,7 @@ from ._dedupstore import KafkaDedupStore
 from ._events import EventStream
 from ._failures import FailurePolicy
 from ._keys import Deduplicator
-from ._metrics import Gauges, WorkerMetrics, make_registry
+from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
 from ._middleware import Middleware, PartitionRef
 from ._moves import Mover
 from ._processing import Processor
@@ -87,6 +89,8 @@ class Worker:
         self._signals = 0
         self._loop_beat = time.monotonic()
         self._first_start: float | None = None
+        self.health = BrokerHealth.of(self.settings.bootstrap_servers)
+        """Whether this process reaches Kafka (shared by all its clients of that cluster)."""
 
     # -- public --------------------------------------------------------------------------------
 
@@ -103,10 +107,14 @@ class Worker:
                 loop.call_soon_threadsafe(self._stopped.set)
 
     def healthy(self) -> tuple[bool, str]:
-        """Whether the consumer loop and the event loop are alive and turned recently."""
+        """Whether the consumer loop and the event loop are alive and turned recently, and
+        Kafka has not been unreachable for ``unhealthy_after_s``."""
         consumer = self._consumer
         if consumer is None or self._stopped is None:
             return False, "starting"
+        down = self.health.unreachable_for()
+        if down is not None and down >= self.settings.worker.unhealthy_after_s:
+            return False, self.health.describe()
         now = time.monotonic()
         limit = max(15.0, self.settings.worker.revoke_grace_s + 5.0)
         if consumer.done.is_set():
@@ -213,7 +221,8 @@ class Worker:
         return self._exit_code
 
     async def _heartbeat(self) -> None:
-        burst = self.settings.worker.burst
+        worker = self.settings.worker
+        burst = worker.burst
         while True:
             self._loop_beat = time.monotonic()
             processor = self._processor
@@ -231,6 +240,11 @@ class Worker:
                     processor.held,
                 )
                 self._fail(1)
+            down = self.health.unreachable_for()
+            stopping = self._stopped is None or self._stopped.is_set()
+            if burst and not stopping and down is not None and down >= worker.unhealthy_after_s:
+                _log.error("burst: giving up: %s", self.health.describe())
+                self._fail(1)
             await asyncio.sleep(HEARTBEAT_S)
 
     def _dedup_store(self) -> DedupStore:
@@ -241,7 +255,7 @@ class Worker:
         settings = self.settings
         return KafkaDedupStore(
             TopicNames(settings.namespace).dedup,
-            settings.client_config(),
+            {**settings.client_config(), **self.health.callbacks("dedup restore")},
             restore_timeout_s=settings.worker.dedup_restore_timeout_s,
         )
 
@@ -291,7 +305,7 @@ class Worker:
             # First batch received to last job done: the drain, without start-up and exit.
             elapsed = last - self._first_start
             extra["elapsed_s"] = round(elapsed, 3)
-            extra["jobs_per_s"] = round(finished / elapsed) if elapsed > 0 else None
+            extra["jobs_per_s"] = per_second(finished, elapsed)
         _log.info("worker stopped", extra=extra)
 
     def _fail(self, code: int) -> None:
@@ -393,7 +407,10 @@ class Worker:
             self.loop.call_soon_threadsafe(self.on_consumer_failed, exc)
 
     def on_consumer_failed(self, exc: BaseException) -> None:
-        _log.error("stopping: the consumer failed: %s", exc)
+        if isinstance(exc, PipelineError):  # a message that says what to do
+            _log.error("stopping: %s", exc)
+        else:
+            _log.error("stopping: the consumer failed: %s", exc)
         self._fail(1)
 
     # -- helpers -------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from pipeline import Priority, Settings
-from pipeline_worker._consumer import ConsumerThread, consumer_config
+from pipeline_worker._consumer import ConsumerThread
+from pipeline_worker._consumerconf import consumer_config
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
 
@@ -305,7 +306,7 @@ def test_a_lost_partition_is_not_committed(loop: asyncio.AbstractEventLoop) -> N
 def burst_check(thread: ConsumerThread) -> Callable[[], None]:
     """Run the burst check as the consumer loop does when a poll returned nothing."""
     thread._assigned_once = True
-    thread._share_changed = True
+    thread._cluster.share_changed = True
 
     def check() -> None:
         thread._burst_watch.recheck_now()

@@ -33,3 +33,14 @@ def scrape(port: int) -> dict[str, float] | None:
 def total(samples: dict[str, float], name: str) -> float:
     """The sum of every series of metric ``name`` (all label values)."""
     return sum(v for series, v in samples.items() if series.partition("{")[0] == name)
+
+
+def health(port: int) -> tuple[int, str] | None:
+    """Status and body of ``http://localhost:<port>/healthz``, or None while nothing answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
