@@ -14,6 +14,7 @@ until ``max_attempts`` runs were made.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import traceback
 from bisect import bisect_right
@@ -149,7 +150,7 @@ class FailurePolicy:
         if due is None:
             backoff = job_type.options.backoff if job_type is not None else None
             delay_s = backoff.delay_s(job.attempt, self._rand) if backoff is not None else 0.0
-            due = now_ms + int(delay_s * 1000)
+            due = now_ms + math.ceil(delay_s * 1000)  # never early: rounded up
         due = max(due, now_ms)
         retry = replace(failed, attempt=job.attempt + 1, not_before=due)
         tier = self.tier_for(due - now_ms)
@@ -158,6 +159,12 @@ class FailurePolicy:
         self._event(records, retry, EventKind.RETRIED, failure, _describe(error), now_ms)
         route = "deferred" if tier == DEFERRED else f"retry.{tier}"
         return Move(records, False, route, job.type, (due - now_ms) / 1000)
+
+    def defer(self, job: Job, key: bytes | None) -> Move:
+        """The move of a job found on a priority topic long before its ``not_before``: to
+        ``<ns>.deferred`` unchanged (no attempt counted), for the scheduler to release."""
+        records = [Record(self.names.deferred, self._codec.encode(job), key)]
+        return Move(records, False, "deferred", job.type)
 
     # -- building ------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pipeline._dedup import Outcome as KeyOutcome
 from ._dispatch import Dispatcher, make_policy
 from ._executor import AsyncRunners, Completion, ThreadPool, is_call_error
 from ._failures import Failure, Record
+from ._holds import Holds
 from ._hooks import Hooks
 from ._jobtypes import TypeTable
 from ._metrics import WorkerMetrics
@@ -50,11 +51,6 @@ if TYPE_CHECKING:
     from ._router import FailureRouter
 
 _log = logging.getLogger("pipeline.worker.jobs")
-HOLD_MAX_MS = 5000.0
-"""A job whose ``not_before`` is at most this far ahead waits for it; a later one runs now (it
-was put on a priority topic directly rather than through ``<ns>.deferred``)."""
-HOLD_MARGIN_S = 0.0005
-"""Timers may fire a hair early; a held job must not start before its millisecond."""
 _JSON = JsonPayload()
 
 
@@ -115,8 +111,13 @@ class Processor:
         self.held = 0
         """Offsets kept unfinished because an outcome hook failed."""
         self.stopping = False
-        self.holding = 0
-        """Jobs waiting for their ``not_before`` (taken from the buffer, not started)."""
+        self._holds = Holds(
+            loop,
+            on_due=self._held_due,
+            defer=self._defer if router is not None else None,
+            waits=lambda work: not self.stopping and work.state.active,
+        )
+        """Jobs taken from the buffer before their ``not_before``."""
         self._ready: deque[Work] = deque()
         """Held jobs whose time came while every slot was taken."""
         self._pumping = False
@@ -236,18 +237,11 @@ class Processor:
         state.taken += 1
         state.started_next = work.offset + 1
         state.in_flight += 1
-        not_before = work.job.not_before
-        if not_before is not None and 0.0 < not_before - wall_ms <= HOLD_MAX_MS:
-            # Released a little before its time (the scheduler's release lead): it waits for
-            # its millisecond without taking a slot, then starts first.
-            delay_s = (not_before - wall_ms) / 1000 + HOLD_MARGIN_S
-            self.holding += 1
-            self._loop.call_later(delay_s, self._held_due, work)
-            return
+        if work.job.not_before is not None and self._holds.take(work, wall_ms):
+            return  # not due yet: held without a slot (then it starts first), or deferred
         self._begin(work, now, wall_ms)
 
     def _held_due(self, work: Work) -> None:
-        self.holding -= 1
         state = work.state
         if self.stopping or not state.active:
             # Never started: its offset stays unfinished and the job is delivered again.
@@ -260,6 +254,30 @@ class Processor:
             self._begin(work, time.monotonic(), time.time() * 1000.0)
         else:
             self._ready.append(work)
+
+    def _defer(self, work: Work) -> None:
+        """Move a job far ahead of its ``not_before`` to ``<ns>.deferred`` (see ``_holds``)."""
+        assert self._router is not None
+        job = work.job
+        state = work.state
+        dedup = self._dedup if job.idempotency_key is not None else None
+        keys = functools.partial(self._moved_key, dedup, work) if dedup is not None else None
+        self._skips.warning(
+            "deferred", "%s[%d]@%d is not due for %.1f s: moved to the deferred topic, the "
+            "scheduler releases it when due (produce such jobs to the deferred topic)",
+            state.topic, state.partition, work.offset,
+            ((job.not_before or 0) - time.time() * 1000) / 1000,
+            extra={"job_id": job.id, "job_type": job.type},
+        )  # fmt: skip
+        self._router.defer(state.topic, state.partition, work.offset, job, work.key,
+                           lambda done: self._deferred(work, done), keys)  # fmt: skip
+
+    def _deferred(self, work: Work, done: bool) -> None:
+        """The deferral is in the open transaction (or was given up): finish the offset."""
+        work.state.in_flight -= 1
+        self.dispatcher.release(work)
+        self._done(work.state, work.offset, done)
+        self.pump()
 
     def _begin(self, work: Work, now: float, wall_ms: float) -> None:
         """Take a slot and call the handler."""
