@@ -180,7 +180,9 @@ def brief(n: int, ctx: Any) -> None:
 
 
 @app.job("poison")
-def poison(n: int, ctx: Any) -> None:
-    """Kills the worker process that runs it, every time."""
+def poison(n: int, ctx: Any, after_s: float = 0.0) -> None:
+    """Kills the worker process that runs it, every time (``after_s`` seconds after it starts)."""
     record.line("S", ctx, "poison", n)
+    if after_s:
+        time.sleep(after_s)
     os._exit(1)
