@@ -144,7 +144,7 @@ class FailurePolicy:
             if isinstance(error, TimeLimitError):
                 reason = DeadLetterReason.TIMEOUT
         failed = self._with_error(job, error, retryable, now_ms)
-        if not retryable or job.attempt >= job.max_attempts:
+        if not retryable or job.attempt >= attempt_limit(job, job_type):
             return self._dead(failure, failed, reason, now_ms)
         due = error.due_ms(now_ms) if isinstance(error, Retry) else None
         if due is None:
@@ -226,6 +226,21 @@ class FailurePolicy:
             detail=detail,
         )
         records.append(Record(self.names.events, self._events.encode(event), job.id.encode()))
+
+
+def attempt_limit(job: Job, job_type: JobType | None) -> int:
+    """How many runs ``job`` may have in all: the smaller of its envelope's ``max_attempts``
+    and its type's declared one.
+
+    The envelope always carries a number (the schema's default is 5), so a producer that does
+    not know the type's options (another language, ``pipeline enqueue`` without ``--app``)
+    writes one that says nothing. Both are limits, so the stricter one holds: a job never runs
+    more often than its type allows, and a producer may still ask for fewer runs.
+    """
+    declared = job_type.options.max_attempts if job_type is not None else None
+    if declared is not None and declared < job.max_attempts:
+        return declared
+    return job.max_attempts
 
 
 def _qualified(error: BaseException | None) -> str:

@@ -7,12 +7,14 @@ Each test runs real ``pipeline-worker`` processes on the recording app, whose ``
 from __future__ import annotations
 
 import json
+import uuid
 from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
+from confluent_kafka import Producer
 
-from pipeline import Priority, Settings
+from pipeline import Job, JobCodec, Priority, Settings
 from pipeline._deadletters import read_dead_letters
 from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline_cli._main import cli
@@ -134,3 +136,23 @@ def test_dead_letters_replayed_from_the_cli_run_once_and_discarded_ones_disappea
     everything = json.loads(_dlq(kit.settings, "ls", "--all", "--json"))
     statuses = sorted((row["job_id"], row["status"]) for row in everything)
     assert statuses == sorted([(i, "replayed") for i in flaky] + [(i, "discarded") for i in doomed])
+
+
+def test_a_type_s_declared_max_attempts_holds_for_a_job_whose_producer_did_not_know_it(
+    kit: WorkerKit,
+) -> None:
+    # A producer without the app (another language, the CLI without --app) writes the
+    # envelope's default max_attempts (5); the type "twice" declares 2.
+    job = Job(id=uuid.uuid4().hex, type="twice", payload=b'{"n": 1}')
+    assert job.max_attempts == 5
+    producer = Producer(kit.settings.client_config())
+    producer.produce(kit.topics.jobs(Priority.DEFAULT), JobCodec().encode(job))
+    assert producer.flush(30) == 0
+    kit.workers.start("--concurrency", "4", env=WORKER_ENV)
+
+    assert wait_for(lambda: len(_letters(kit.settings)) == 1, 60), kit.recording.run_counts()
+    [letter] = _letters(kit.settings)
+    assert (letter.job_id, letter.reason) == (job.id, DeadLetterReason.MAX_ATTEMPTS)
+    assert letter.job is not None
+    assert [error.attempt for error in letter.job.errors] == [1, 2]
+    assert kit.recording.run_counts() == {job.id: 2}

@@ -276,3 +276,45 @@ def test_a_full_partition_still_moves_the_job_at_its_commit_point() -> None:
         assert done == [(100, True), (500, True)]
     finally:
         loop.close()
+
+
+def _declared(max_attempts: int | None) -> JobType:
+    return JobType("pay", handler, JobOptions(max_attempts=max_attempts, backoff=Backoff(jitter=0)))
+
+
+@pytest.mark.parametrize(
+    ("declared", "envelope", "runs"),
+    [
+        (2, 5, 2),  # a producer that does not know the type wrote the schema's default
+        (2, 8, 2),  # the type's limit is a ceiling
+        (4, 1, 1),  # a producer may ask for fewer runs
+        (None, 3, 3),  # a type that declares nothing: the envelope decides
+    ],
+)
+def test_a_job_runs_at_most_the_smaller_of_its_type_s_and_its_envelope_s_max_attempts(
+    declared: int | None, envelope: int, runs: int
+) -> None:
+    job_type = _declared(declared)
+    moves = [
+        policy().decide(
+            failure(ValueError("no"), job(attempt, max_attempts=envelope), job_type=job_type), NOW
+        )
+        for attempt in range(1, runs + 1)
+    ]
+    assert [move.dead for move in moves] == [False] * (runs - 1) + [True]
+    assert moves[-1].reason == DeadLetterReason.MAX_ATTEMPTS
+
+
+def test_a_job_far_ahead_of_its_not_before_is_deferred_unchanged() -> None:
+    early = job()
+    early.not_before = NOW + 60_000
+    move = policy().defer(early, b"k")
+    [record] = move.records
+    assert (record.topic, record.key, move.dead, move.reason) == (
+        "acme.deferred",
+        b"k",
+        False,
+        "deferred",
+    )
+    assert record.value is not None
+    assert CODEC.decode(record.value) == early

@@ -162,6 +162,14 @@ async def doomed(n: int, ctx: Any, fatal: bool = False) -> None:
     raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
 
 
+@app.job("twice", backoff=FAST_BACKOFF, max_attempts=2)
+def twice(n: int, ctx: Any) -> None:
+    """Always fails; its type allows two runs in all."""
+    record.line("S", ctx, "twice", n)
+    record.line("F", ctx, "twice", n)
+    raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
+
+
 @app.job("later")
 def later(n: int, ctx: Any, after: float) -> None:
     """Asks to run again in ``after`` seconds on its first attempt (``Retry``), then succeeds."""
