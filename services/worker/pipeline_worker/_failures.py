@@ -44,6 +44,10 @@ if TYPE_CHECKING:
 Headers = list[tuple[str, str | bytes | None]] | None
 MESSAGE_MAX = 2000
 """Error messages longer than this are cut (they travel with every retry of the job)."""
+TRACEBACK_MAX = 8192
+"""A dead letter keeps at most this many bytes (UTF-8) of its last error's traceback: the tail,
+where the frame that raised and the error are."""
+_CUT = "...\n"
 DEFERRED = -1
 
 
@@ -196,6 +200,7 @@ class FailurePolicy:
             raw_key=failure.key,
             raw_headers=_header_bytes(failure.raw_headers) if job is None else {},
             dead_at=now_ms,
+            traceback=traceback_text(error),
         )
         records = [Record(self.names.dlq, self._dlq.encode(letter), failure.key)]
         if job is not None:
@@ -266,6 +271,19 @@ def traceback_digest(error: BaseException | None) -> str | None:
     shape = "|".join(f"{f.filename}:{f.name}:{f.lineno}" for f in frames)
     shape += f"|{_qualified(error)}"
     return hashlib.sha1(shape.encode(), usedforsecurity=False).hexdigest()[:12]
+
+
+def traceback_text(error: BaseException | None, limit: int = TRACEBACK_MAX) -> str | None:
+    """The traceback of ``error`` (with its causes) as text, at most ``limit`` bytes of UTF-8:
+    its tail, after ``...`` and a newline when cut. None for an error that was never raised."""
+    if error is None or error.__traceback__ is None:
+        return None
+    text = "".join(traceback.format_exception(error))
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    tail = data[len(data) - (limit - len(_CUT)) :]
+    return _CUT + tail.decode("utf-8", "ignore")  # a character cut in two is dropped
 
 
 def _header_bytes(headers: Headers) -> dict[str, bytes]:

@@ -156,3 +156,31 @@ def test_a_type_s_declared_max_attempts_holds_for_a_job_whose_producer_did_not_k
     assert letter.job is not None
     assert [error.attempt for error in letter.job.errors] == [1, 2]
     assert kit.recording.run_counts() == {job.id: 2}
+
+
+def test_a_dead_letter_keeps_the_tail_of_its_traceback_and_dlq_show_prints_it(
+    kit: WorkerKit,
+) -> None:
+    [short] = enqueue(kit.producer, "doomed", 1, max_attempts=1)
+    [long] = enqueue(kit.producer, "loud", 1, first=1, max_attempts=1)
+    kit.workers.start("--concurrency", "4", env=WORKER_ENV)
+    assert wait_for(lambda: len(_letters(kit.settings)) == 2, 60), kit.recording.run_counts()
+    letters = {letter.job_id: letter for letter in _letters(kit.settings)}
+
+    text = letters[short].traceback
+    assert text is not None
+    assert text.startswith("Traceback (most recent call last):\n")
+    assert ", in doomed\n" in text
+    assert text.endswith("ValueError: attempt 1 of job 0 fails\n")
+
+    cut = letters[long].traceback
+    assert cut is not None
+    assert len(cut.encode()) == 8192  # bounded: the last 8 KB, after a mark that it was cut
+    assert cut.startswith("...\n")
+    assert cut.endswith("x" * 100 + " END\n")  # the tail: where the error is
+
+    shown = _dlq(kit.settings, "show", short)
+    assert "traceback (last error):\n  Traceback (most recent call last):\n" in shown
+    assert "  ValueError: attempt 1 of job 0 fails\n" in shown
+    as_json = json.loads(_dlq(kit.settings, "show", long, "--json"))
+    assert as_json["traceback"] == cut

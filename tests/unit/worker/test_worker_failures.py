@@ -23,7 +23,14 @@ from pipeline import (
 )
 from pipeline._codec import DeadLetterCodec, EventCodec
 from pipeline._records import DeadLetterReason, EventKind
-from pipeline_worker._failures import DEFERRED, Failure, FailurePolicy, Record, traceback_digest
+from pipeline_worker._failures import (
+    DEFERRED,
+    Failure,
+    FailurePolicy,
+    Record,
+    traceback_digest,
+    traceback_text,
+)
 from pipeline_worker._middleware import OutcomeKind
 
 NOW = 1_800_000_000_000
@@ -318,3 +325,30 @@ def test_a_job_far_ahead_of_its_not_before_is_deferred_unchanged() -> None:
     )
     assert record.value is not None
     assert CODEC.decode(record.value) == early
+
+
+def _raised(error: Exception) -> Exception:
+    try:
+        raise error
+    except Exception as exc:
+        return exc
+
+
+def test_a_dead_letter_carries_its_last_error_s_traceback_text() -> None:
+    move = policy().decide(failure(_raised(DeclinedError("declined"))), NOW)
+    letter = DeadLetterCodec(CODEC.store).decode(move.records[0].value or b"")
+    assert letter.traceback is not None
+    assert letter.traceback.startswith("Traceback (most recent call last):\n")
+    assert "in _raised\n" in letter.traceback
+    assert letter.traceback.endswith("DeclinedError: declined\n")
+
+
+def test_a_long_traceback_is_cut_to_its_last_8_kb() -> None:
+    error = _raised(ValueError("é" * 9000 + " END"))  # two bytes each: cut inside one of them
+    text = traceback_text(error)
+    assert text is not None
+    assert text.startswith("...\n")
+    assert text.endswith("é" * 100 + " END\n")
+    assert 8190 <= len(text.encode()) <= 8192
+    assert traceback_text(ValueError("never raised")) is None
+    assert traceback_text(None) is None

@@ -170,6 +170,14 @@ def twice(n: int, ctx: Any) -> None:
     raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
 
 
+@app.job("loud")
+def loud(n: int, ctx: Any) -> None:
+    """Fails with an error whose traceback is far longer than a dead letter keeps."""
+    record.line("S", ctx, "loud", n)
+    record.line("F", ctx, "loud", n)
+    raise ValueError("x" * 20_000 + " END")
+
+
 @app.job("later")
 def later(n: int, ctx: Any, after: float) -> None:
     """Asks to run again in ``after`` seconds on its first attempt (``Retry``), then succeeds."""
