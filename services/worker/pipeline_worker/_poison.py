@@ -129,6 +129,8 @@ class PoisonWatch:
         """The quarantined partition whose window is out (one at a time per process)."""
         self._queue: deque[Where] = deque()
         """Quarantined partitions waiting for their turn to hand a window, in order."""
+        self._unsettled: PartitionState | None = None
+        """The partition whose window finished last, if Kafka was not told yet."""
 
     # -- takeover ----------------------------------------------------------------------------
 
@@ -261,15 +263,12 @@ class PoisonWatch:
             step = quarantine.step(head, state.commit_offset, self._position(state))
         where = (state.topic, state.partition)
         if self._turn == where and quarantine.window_end < 0:
-            # Its window is finished. Say so in Kafka before another partition's window runs:
-            # a death then must not find this window's strike standing.
-            if not self._committer.push([state], sync=True):
-                return False  # still its turn: nothing else runs until that is committed
-            self._turn = None
+            self._turn = None  # its window is finished
+            self._unsettled = state
         if step is Step.WAIT:
             return False
         if step is Step.END:
-            self._leave(where)
+            self._leave(where)  # its end is committed just below
             gate.end_quarantine()
             self._metrics.quarantined -= 1
             # Strikes back to 0 and a lease for what is held, before anything more runs.
@@ -283,7 +282,7 @@ class PoisonWatch:
             return True
         assert head is not None
         if step is Step.RUN:
-            if self._take_turn(where):
+            if self._take_turn(state):
                 self._hand_window(state, gate, head)
             # else another partition's suspects are running: they would share a death
             return False
@@ -321,12 +320,16 @@ class PoisonWatch:
         gate.released = last + 1
         self._deliver([(state, [held.popleft() for _ in range(count)])])
 
-    def _take_turn(self, where: Where) -> bool:
-        """Whether the quarantine of ``where`` may hand a window now (it then has the turn).
+    def _take_turn(self, state: PartitionState) -> bool:
+        """Whether the quarantine of ``state`` may hand a window now (it then has the turn).
 
         Only one quarantined partition has a window out at a time; waiting partitions take
-        turns in the order they asked, so that each quarantine moves on.
+        turns in the order they asked, so that each quarantine moves on. Before the turn
+        passes to another partition, the end of the last window is committed: a death in the
+        next window must not find that window's strike standing. (A partition that takes the
+        turn again commits where its next window starts anyway.)
         """
+        where = (state.topic, state.partition)
         if self._turn is not None:
             if where not in self._queue:
                 self._queue.append(where)
@@ -336,6 +339,14 @@ class PoisonWatch:
             if where not in queue:
                 queue.append(where)
             return False
+        unsettled = self._unsettled
+        if (
+            unsettled is not None
+            and unsettled is not state
+            and not self._committer.push([unsettled], sync=True)
+        ):
+            return False  # nothing else runs until that is in Kafka: next poll
+        self._unsettled = None
         if queue:
             queue.popleft()
         if queue:
@@ -347,5 +358,8 @@ class PoisonWatch:
         """``where`` is out of quarantine (or not ours): it neither has nor waits for a turn."""
         if self._turn == where:
             self._turn = None
+        unsettled = self._unsettled
+        if unsettled is not None and (unsettled.topic, unsettled.partition) == where:
+            self._unsettled = None
         if where in self._queue:
             self._queue.remove(where)

@@ -77,6 +77,9 @@ def test_a_job_written_to_a_priority_topic_long_before_it_is_due_waits_for_it(
     scheduler = schedulers.start()
     schedulers.wait_leading(scheduler)
     worker = kit.workers.start("--concurrency", "8")
+    # Once a first job ran, the worker is fetching every partition: lateness is the hold's.
+    warm_up = enqueue(kit.producer, "noop", 12, first=-100)
+    assert wait_for(lambda: kit.recording.all_finished(warm_up), 60), worker.log_tail()
     topic = kit.topics.jobs(Priority.DEFAULT)
     # A producer in another language: the envelope's bytes, straight to a priority topic.
     producer = Producer(kit.settings.client_config())
@@ -94,11 +97,11 @@ def test_a_job_written_to_a_priority_topic_long_before_it_is_due_waits_for_it(
     assert wait_for(lambda: kit.recording.all_finished(due), 60), worker.log_tail()
 
     starts = {e.job_id: e.time_ns / 1e6 for e in kit.recording.starts("noop") if e.job_id in due}
-    assert set(starts) == set(due)
+    assert set(starts) == set(due)  # each once
     early = {i: due[i] - ms for i, ms in starts.items() if ms < due[i]}
     assert early == {}, "jobs started before their not_before"
     # Far ahead: through the deferred topic and the scheduler, once each.
     assert worker.log().count("moved to the deferred topic") >= 1
-    assert len(kit.recording.starts("noop")) == len(due)
+    assert len([e for e in kit.recording.starts("noop") if e.job_id in due]) == len(due)
     # Within the hold window: held by the worker, started on time as before.
     assert all(starts[i] - due[i] < 500 for i in near), {i: starts[i] - due[i] for i in near}
