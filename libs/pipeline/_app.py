@@ -23,7 +23,7 @@ from ._errors import (
     PayloadValidationError,
     PipelineError,
 )
-from ._job import Job, Priority, new_job_id, now_ms
+from ._job import Job, Priority, due_at_ms, due_in_ms, new_job_id, now_ms
 from ._jobfunction import (
     BoundEnqueue,
     ContextJobFunction,
@@ -362,11 +362,11 @@ def _not_before(delay: float | timedelta | None, run_at: datetime | None) -> int
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
         if seconds < 0:
             raise ConfigurationError(f"delay must not be negative, got {seconds:g}s")
-        return now_ms() + int(seconds * 1000)
+        return due_in_ms(seconds)
     if run_at is not None:
         if run_at.tzinfo is None:
             raise ConfigurationError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
-        return int(run_at.timestamp() * 1000)
+        return due_at_ms(run_at)
     return None
 
 

@@ -147,6 +147,7 @@ class DeadLetterCodec(RecordCodec[DeadLetter]):
             "source_offset": value.source_offset,
             "dead_at": value.dead_at,
             "tenant": value.tenant,
+            "traceback": value.traceback,
         }
 
     def from_record(self, record: dict[str, Any]) -> DeadLetter:

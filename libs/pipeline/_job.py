@@ -6,16 +6,36 @@ Nothing here knows about Kafka or Avro. Times are integers, milliseconds since t
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 
 def now_ms() -> int:
     """Milliseconds since the Unix epoch: the wire's unit of time."""
     return time.time_ns() // 1_000_000
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def due_in_ms(seconds: float) -> int:
+    """The due time ``seconds`` from now, in the wire's milliseconds, rounded up.
+
+    A due time is a promise that the job does not start before it: cut to milliseconds, it
+    must round up, never down (DESIGN: "never early").
+    """
+    return -(-(time.time_ns() + math.ceil(seconds * 1e9)) // 1_000_000)
+
+
+def due_at_ms(moment: datetime) -> int:
+    """A time zone aware ``moment`` in the wire's milliseconds, rounded up (see
+    :func:`due_in_ms`); exact, where ``timestamp()`` would go through a float."""
+    return -(-((moment - _EPOCH) // _MICROSECOND) // 1000)
 
 
 class Priority(StrEnum):

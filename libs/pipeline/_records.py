@@ -69,6 +69,8 @@ class DeadLetter:
     error_class: str | None = None
     dead_at: int = field(default_factory=now_ms)
     tenant: str | None = None
+    traceback: str | None = None
+    """The last error's traceback text, bounded (its tail); None if there was none."""
 
     def __post_init__(self) -> None:
         if self.job is not None:

@@ -7,11 +7,13 @@ as an attempt: a job runs at most ``max_attempts`` times in all, then it is dead
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ._errors import ConfigurationError, PipelineError
+from ._job import due_at_ms
 
 
 class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(after=30)`)
@@ -43,9 +45,9 @@ class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(af
     def due_ms(self, now_ms: int) -> int | None:
         """When the job should run again, or None to let the backoff policy decide."""
         if self.at is not None:
-            return int(self.at.timestamp() * 1000)
+            return due_at_ms(self.at)
         if self.after_s is not None:
-            return now_ms + int(self.after_s * 1000)
+            return now_ms + math.ceil(self.after_s * 1000)
         return None
 
 

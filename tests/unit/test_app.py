@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from pipeline import (
     Priority,
     Settings,
 )
-from pipeline._job import now_ms
+from pipeline._job import due_at_ms, due_in_ms, now_ms
 from pipeline.testing import InMemoryTransport
 
 
@@ -154,9 +155,46 @@ def test_delay_and_run_at_go_to_the_deferred_topic(
     delayed, scheduled = transport.jobs("acme.deferred")
     assert delayed.priority is Priority.LOW
     assert delayed.not_before is not None
-    assert before + 30_000 <= delayed.not_before <= now_ms() + 30_000
-    assert scheduled.not_before == int(at.timestamp() * 1000)
+    # Cut to milliseconds, due times round up: never early.
+    assert before + 30_000 <= delayed.not_before <= now_ms() + 30_001
+    whole_seconds_ms = int(at.replace(microsecond=0).timestamp()) * 1000
+    assert scheduled.not_before == whole_seconds_ms + -(-at.microsecond // 1000)
     assert len(transport.jobs("acme.jobs.default")) == 1
+
+
+def test_a_due_time_is_never_before_the_delay_or_run_at_asked_for(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    # The due times as a caller computes them: a float of seconds, taken before the call.
+    asked: list[float] = []
+    for i in range(300):
+        delay = 2.0 + i / 97.0
+        asked.append(time.time() + delay)
+        app.enqueue("t", {}, delay=delay)
+    for i in range(300):
+        at = datetime.now(UTC) + timedelta(seconds=2, microseconds=i * 37)
+        asked.append(at.timestamp())
+        app.enqueue("t", {}, run_at=at)
+    app.flush()
+    jobs = transport.jobs("acme.deferred")
+    early = [
+        (due, job.not_before)
+        for due, job in zip(asked, jobs, strict=True)
+        if job.not_before is None or job.not_before / 1000 < due
+    ]
+    assert not early
+
+
+def test_due_times_round_up_to_the_millisecond(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(time, "time_ns", lambda: 1_700_000_000_000_400_000)
+    assert due_in_ms(0.0) == 1_700_000_000_001
+    assert due_in_ms(2.0) == 1_700_000_002_001
+    assert due_in_ms(1.9995) == 1_700_000_002_000
+    assert due_in_ms(1.9996) == 1_700_000_002_000  # exactly due: not later
+    assert due_in_ms(1.99961) == 1_700_000_002_001
+    at = datetime(2030, 1, 1, 0, 0, 0, 1, tzinfo=UTC)
+    assert due_at_ms(at) == int(at.replace(microsecond=0).timestamp()) * 1000 + 1
+    assert due_at_ms(at.replace(microsecond=0)) == int(at.replace(microsecond=0).timestamp()) * 1000
 
 
 @pytest.mark.parametrize(

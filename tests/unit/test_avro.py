@@ -83,7 +83,7 @@ def test_every_released_schema_header_is_marker_plus_little_endian_fingerprint(p
 # must fail here. Add a new .vN.avsc instead, and pin its fingerprint below.
 RELEASED = {
     "pipeline.Job": {1: "8dea1b6bdd77221b"},
-    "pipeline.DeadLetter": {1: "df184ad0a3649fd0"},
+    "pipeline.DeadLetter": {1: "df184ad0a3649fd0", 2: "9e8374d3efd78b02"},
     "pipeline.Event": {1: "b2827e6f86d01618"},
     "pipeline.Schedule": {1: "1cd22f50fb592237", 2: "ef115612166ea4ab"},
 }

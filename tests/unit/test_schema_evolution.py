@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from pipeline._avro import SchemaStore
-from pipeline._codec import AvroPayload, JobCodec
+from pipeline._codec import AvroPayload, DeadLetterCodec, JobCodec
 from pipeline._errors import SchemaNotFoundError
 from pipeline._job import Job, PayloadEncoding, Priority
+from pipeline._records import DeadLetter
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 JOB_V1: dict[str, Any] = json.loads((SCHEMAS / "pipeline" / "job.v1.avsc").read_text("utf-8"))
@@ -131,3 +132,30 @@ def test_older_payload_reader_reads_newer_payloads_it_was_told_about() -> None:
 
 def test_payload_encoding_of_the_envelope_is_unchanged_by_payload_versions() -> None:
     assert AvroPayload(EMAIL_V2, other_versions=[EMAIL_V1]).encoding is PayloadEncoding.AVRO
+
+
+def test_a_dead_letter_written_as_version_1_still_decodes_without_a_traceback() -> None:
+    store = SchemaStore()
+    v1, v2 = store.versions("pipeline.DeadLetter")
+    assert store.latest("pipeline.DeadLetter") is v2
+    codec = DeadLetterCodec(store)
+    letter = DeadLetter(
+        reason="max_attempts",
+        message="smtp timed out",
+        source_topic="pipeline.jobs.default",
+        source_partition=1,
+        source_offset=9,
+        job=JOB,
+        dead_at=1735689700000,
+        traceback="Traceback (most recent call last):\n  ...\nTimeoutError: smtp timed out\n",
+    )
+    record = codec.to_record(letter)
+    del record["traceback"]
+    v1_bytes = store.encode(record, v1)
+    assert v1_bytes[:10] == v1.header
+    old = codec.decode(v1_bytes)
+    assert old.traceback is None
+    assert old.job == JOB
+    new = codec.decode(codec.encode(letter))
+    assert codec.encode(letter)[:10] == v2.header
+    assert new == letter

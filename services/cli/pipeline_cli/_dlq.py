@@ -245,6 +245,7 @@ def letter_json(stored: StoredLetter) -> dict[str, Any]:
         "raw_value": _b64(letter.raw_value),
         "raw_key": _b64(letter.raw_key),
         "raw_headers": {name: _b64(value) for name, value in letter.raw_headers.items()},
+        "traceback": letter.traceback,
     }
 
 
@@ -423,6 +424,9 @@ def _show_lines(stored: StoredLetter) -> list[str]:
             )
             lines.append(f"  #{error.attempt}  {_when(error.at)}  {error.error_class} ({extra})")
             lines += ["      " + line for line in error.message.splitlines() or [""]]
+    if letter.traceback:
+        lines.append("traceback (last error):")
+        lines += ["  " + line for line in letter.traceback.splitlines()]
     if letter.raw_value is not None:
         lines.append(f"raw value ({len(letter.raw_value)} bytes):")
         lines += ["  " + line for line in _hexdump(letter.raw_value).splitlines()]

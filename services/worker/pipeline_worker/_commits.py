@@ -25,7 +25,7 @@ from ._moves import Mover
 from ._ratelog import RateLimitedLog
 
 if TYPE_CHECKING:
-    from ._poison import Gate
+    from ._gate import Gate
     from ._work import PartitionState
 
 _log = logging.getLogger("pipeline.worker.commits")

@@ -14,6 +14,7 @@ until ``max_attempts`` runs were made.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 import traceback
 from bisect import bisect_right
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
 Headers = list[tuple[str, str | bytes | None]] | None
 MESSAGE_MAX = 2000
 """Error messages longer than this are cut (they travel with every retry of the job)."""
+TRACEBACK_MAX = 8192
+"""A dead letter keeps at most this many bytes (UTF-8) of its last error's traceback: the tail,
+where the frame that raised and the error are."""
+_CUT = "...\n"
 DEFERRED = -1
 
 
@@ -143,13 +148,13 @@ class FailurePolicy:
             if isinstance(error, TimeLimitError):
                 reason = DeadLetterReason.TIMEOUT
         failed = self._with_error(job, error, retryable, now_ms)
-        if not retryable or job.attempt >= job.max_attempts:
+        if not retryable or job.attempt >= attempt_limit(job, job_type):
             return self._dead(failure, failed, reason, now_ms)
         due = error.due_ms(now_ms) if isinstance(error, Retry) else None
         if due is None:
             backoff = job_type.options.backoff if job_type is not None else None
             delay_s = backoff.delay_s(job.attempt, self._rand) if backoff is not None else 0.0
-            due = now_ms + int(delay_s * 1000)
+            due = now_ms + math.ceil(delay_s * 1000)  # never early: rounded up
         due = max(due, now_ms)
         retry = replace(failed, attempt=job.attempt + 1, not_before=due)
         tier = self.tier_for(due - now_ms)
@@ -158,6 +163,12 @@ class FailurePolicy:
         self._event(records, retry, EventKind.RETRIED, failure, _describe(error), now_ms)
         route = "deferred" if tier == DEFERRED else f"retry.{tier}"
         return Move(records, False, route, job.type, (due - now_ms) / 1000)
+
+    def defer(self, job: Job, key: bytes | None) -> Move:
+        """The move of a job found on a priority topic long before its ``not_before``: to
+        ``<ns>.deferred`` unchanged (no attempt counted), for the scheduler to release."""
+        records = [Record(self.names.deferred, self._codec.encode(job), key)]
+        return Move(records, False, "deferred", job.type)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -189,6 +200,7 @@ class FailurePolicy:
             raw_key=failure.key,
             raw_headers=_header_bytes(failure.raw_headers) if job is None else {},
             dead_at=now_ms,
+            traceback=traceback_text(error),
         )
         records = [Record(self.names.dlq, self._dlq.encode(letter), failure.key)]
         if job is not None:
@@ -221,6 +233,21 @@ class FailurePolicy:
         records.append(Record(self.names.events, self._events.encode(event), job.id.encode()))
 
 
+def attempt_limit(job: Job, job_type: JobType | None) -> int:
+    """How many runs ``job`` may have in all: the smaller of its envelope's ``max_attempts``
+    and its type's declared one.
+
+    The envelope always carries a number (the schema's default is 5), so a producer that does
+    not know the type's options (another language, ``pipeline enqueue`` without ``--app``)
+    writes one that says nothing. Both are limits, so the stricter one holds: a job never runs
+    more often than its type allows, and a producer may still ask for fewer runs.
+    """
+    declared = job_type.options.max_attempts if job_type is not None else None
+    if declared is not None and declared < job.max_attempts:
+        return declared
+    return job.max_attempts
+
+
 def _qualified(error: BaseException | None) -> str:
     if error is None:
         return "None"
@@ -244,6 +271,19 @@ def traceback_digest(error: BaseException | None) -> str | None:
     shape = "|".join(f"{f.filename}:{f.name}:{f.lineno}" for f in frames)
     shape += f"|{_qualified(error)}"
     return hashlib.sha1(shape.encode(), usedforsecurity=False).hexdigest()[:12]
+
+
+def traceback_text(error: BaseException | None, limit: int = TRACEBACK_MAX) -> str | None:
+    """The traceback of ``error`` (with its causes) as text, at most ``limit`` bytes of UTF-8:
+    its tail, after ``...`` and a newline when cut. None for an error that was never raised."""
+    if error is None or error.__traceback__ is None:
+        return None
+    text = "".join(traceback.format_exception(error))
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    tail = data[len(data) - (limit - len(_CUT)) :]
+    return _CUT + tail.decode("utf-8", "ignore")  # a character cut in two is dropped
 
 
 def _header_bytes(headers: Headers) -> dict[str, bytes]:

@@ -30,29 +30,39 @@ the quarantine ends and the partition runs normally again. A clean hand-over dur
 A poison pill therefore runs ``1 + poison_deliveries`` times, plus once if it was not the first
 suspect: once unsuspected, once in a window of several, then once alone per strike.
 
-**Limitation.** Other partitions of the process keep running during a quarantine. If one of
-their jobs kills the process while a quarantined job runs alone, the quarantined job gets the
-strike. It takes ``poison_deliveries`` such coincidences in a row on the same job to dead-letter
-an innocent one, hence the default of 3.
+**One window at a time per process.** A death strikes every suspect that was running, so
+suspects of different partitions must not run together: an innocent job running alone on its
+partition next to a poison pill on another would be struck each time the poison pill kills the
+process, and dead-lettered with it. So of all the quarantined partitions of a process, only
+one has a window out at a time; the others wait their turn (in turn, one window each), their
+marks unchanged, so a death strikes nothing of theirs.
+
+**Limitation.** Partitions that are not in quarantine keep running during one. If one of their
+jobs kills the process while a quarantined job runs alone, the quarantined job gets the strike,
+and that partition is quarantined in its turn: from then on it waits for its turn too. So each
+job that kills its worker can strike an innocent job at most once, in its first, unsuspected
+run; ``poison_deliveries`` such jobs in a row must come at the same moments to dead-letter one
+innocent job, hence the default of 3.
 
 **Cost.** In normal operation, one extra asynchronous commit per ``lease / 2`` messages of a
 partition. After a crash, one synchronous commit per window of the quarantined range, and the
 windows run one after the other.
 
-:class:`Gate` and :class:`Quarantine` are pure; :class:`PoisonWatch` is the consumer thread's glue.
+:mod:`._quarantine` (takeover plans, quarantine steps) and :mod:`._gate` (one partition's
+intake and marks) are pure; :class:`PoisonWatch` is the consumer thread's glue.
 """
 
 from __future__ import annotations
 
-import enum
 import logging
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from confluent_kafka import TopicPartition
 
+from ._gate import Gate
 from ._marks import CommitMark
+from ._quarantine import Step, needs_watermarks, plan_takeover
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -68,8 +78,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.worker.poison")
 
 Where = tuple[str, int]
-UNLIMITED = 2**63 - 1
-"""The lease of a partition when detection is off: hand everything at once."""
 WATERMARKS_TIMEOUT_S = 10.0
 
 
@@ -87,270 +95,6 @@ class PoisonSide(Protocol):
 
     def on_poison(self, state: PartitionState, message: Message, error: PoisonPillError) -> None:
         """Dead-letter ``message`` without running it; finish its offset once moved."""
-
-
-# -- decisions (pure) --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Takeover:
-    """What a new owner of a partition does first."""
-
-    start: int
-    """Where the partition resumes: the committed offset, else the partition's first offset."""
-    until: int
-    """The quarantine ends at this offset (exclusive); ``<= start``: no quarantine."""
-    strikes: int
-    """Times the message at ``start`` already ran alone and killed its worker."""
-    alone: int = -1
-    """Offsets below this run one at a time: a group of them was running when an owner died."""
-
-    @property
-    def quarantined(self) -> bool:
-        return self.until > self.start
-
-
-def needs_watermarks(previous: CommitMark | None, deliveries: int) -> bool:
-    """Whether :func:`plan_takeover` needs the partition's watermarks (a request to Kafka)."""
-    return previous is None or (deliveries > 0 and previous.dirty)
-
-
-def plan_takeover(
-    previous: CommitMark | None, watermarks: tuple[int, int] | None, deliveries: int
-) -> Takeover:
-    """The takeover of a partition whose last committed mark is ``previous`` (None: nothing was
-    ever committed), given its ``(low, high)`` watermarks now (see :func:`needs_watermarks`)."""
-    if previous is None:
-        low = watermarks[0] if watermarks is not None else 0
-        return Takeover(low, low, 0)
-    start = previous.offset
-    if deliveries <= 0 or not previous.dirty or watermarks is None:
-        return Takeover(start, start, 0)
-    # A mark without a promise (written with detection off) suspects the first job only.
-    bound = previous.high if previous.high >= 0 else start + 1
-    until = min(bound, watermarks[1])
-    if until <= start:
-        return Takeover(start, start, 0)  # nothing was there to be run: nothing to suspect
-    return Takeover(start, until, previous.strikes, max(previous.window, start))
-
-
-class Step(enum.Enum):
-    """What a quarantine does next."""
-
-    WAIT = "wait"
-    """The window handed is not finished, or no message is there yet."""
-    RUN = "run"
-    """Commit the next window (with the strike of its message if it is alone), then hand it."""
-    DEAD = "dead"
-    """Dead-letter the next message: it killed its worker too often."""
-    END = "end"
-    """Every suspect offset is done: back to normal."""
-
-
-@dataclass(slots=True)
-class Quarantine:
-    """A partition whose jobs run in small windows, up to ``until``, after a dirty takeover."""
-
-    until: int
-    offset: int
-    """The previous owner's committed offset, whose message has ``strikes`` already."""
-    strikes: int
-    limit: int
-    """``poison_deliveries``."""
-    alone: int
-    """Offsets below this run one at a time (see :attr:`Takeover.alone`)."""
-    cap: int = 1
-    """The largest window."""
-    size: int = 1
-    """The next window's size past :attr:`alone`: doubles each time a window finishes."""
-    window_end: int = -1
-    """One past the last offset of the window handed (or dead-lettered) and not finished."""
-    growing: bool = False
-
-    def strikes_for(self, offset: int) -> int:
-        """The strikes to commit before handing ``offset`` alone (this run included)."""
-        return self.strikes + 1 if offset == self.offset else 1
-
-    def is_poison(self, offset: int) -> bool:
-        return offset == self.offset and self.strikes >= self.limit
-
-    def window_size(self, head: int) -> int:
-        """How many messages, from ``head`` on, the next window takes (at most)."""
-        return 1 if head < self.alone else self.size
-
-    def handed(self, first: int, last: int) -> None:
-        """A window of offsets ``first``..``last`` went to the loop (or to the DLQ)."""
-        self.window_end = last + 1
-        self.growing = first >= self.alone
-
-    @property
-    def suspects(self) -> int:
-        """Offsets below this would run one at a time if we died now: the window handed, and
-        what is left of a window that killed a previous owner."""
-        return max(self.alone, self.window_end)
-
-    def step(self, head: int | None, commit_offset: int, position: int = -1) -> Step:
-        """The next step, given the first held offset (None: none), the partition's commit
-        point (one past the window handed once all of it is finished) and the consumer's
-        position (one past the last message consumed; offsets below ``until`` that never come,
-        such as transaction markers, end the quarantine too)."""
-        if self.window_end >= 0:
-            if commit_offset < self.window_end:
-                return Step.WAIT
-            self.window_end = -1
-            if self.growing:
-                self.size = min(2 * self.size, self.cap)
-        if head is None:
-            done = max(commit_offset, position) >= self.until
-            return Step.END if done else Step.WAIT
-        if head >= self.until:
-            return Step.END
-        return Step.DEAD if self.is_poison(head) else Step.RUN
-
-
-class Gate:
-    """One partition, on the consumer thread: which messages may go to the loop now, and what
-    its commits say (``floor``, ``high``, ``strikes``).
-
-    Messages not handed yet are *held* here, in order; they count as handed for flow control
-    (the usual buffer bound pauses the partition) and keep the committer from committing the
-    consumer's position past them.
-    """
-
-    __slots__ = (
-        "counting",
-        "floor",
-        "held",
-        "lease",
-        "promised",
-        "quarantine",
-        "released",
-        "secured",
-        "sent",
-        "strike_offset",
-        "strikes",
-    )
-
-    def __init__(self, plan: Takeover, *, lease: int, limit: int, window: int = 1) -> None:
-        self.held: deque[Message] = deque()
-        self.lease = lease
-        """Offsets promised ahead of the last handed one; 0: detection off."""
-        self.floor = plan.start
-        """An offset every commit may use: everything below it is done."""
-        self.released = plan.start
-        """One past the last offset handed to the loop."""
-        self.quarantine = (
-            Quarantine(plan.until, plan.start, plan.strikes, limit, plan.alone, window)
-            if plan.quarantined
-            else None
-        )
-        if self.quarantine is not None:
-            self.promised = plan.until
-        else:
-            self.promised = plan.start + lease if lease else -1
-        """The ``high`` of every commit from now on; never decreases."""
-        self.secured = -1 if lease else UNLIMITED
-        """The ``high`` of the last commit Kafka acknowledged: offsets below it may be handed."""
-        self.sent = -1
-        """The highest ``high`` put in a commit so far (acknowledged or not)."""
-        self.strike_offset = plan.start if plan.strikes else -1
-        self.strikes = plan.strikes
-        self.counting = False
-        """Whether ``strikes`` counts a run of ``strike_offset`` that has not ended yet."""
-
-    # -- what commits say --------------------------------------------------------------------
-
-    def stamp(self, offset: int, moved: tuple[int, ...], *, clean: bool) -> CommitMark:
-        """The mark to commit at ``offset`` (see :attr:`floor`)."""
-        strikes = 0
-        if offset == self.strike_offset:
-            strikes = self.strikes
-            if clean and self.counting:
-                strikes -= 1  # handed over while it ran: that run did not kill anyone
-        self.sent = max(self.sent, self.promised)
-        quarantine = self.quarantine
-        # A quarantine handed over in good order goes on with the next owner.
-        dirty = not clean or quarantine is not None
-        window = quarantine.suspects if quarantine is not None and not clean else -1
-        return CommitMark(offset, moved, dirty, self.promised, strikes, window)
-
-    @property
-    def unsecured(self) -> bool:
-        """A promise was made that Kafka has not acknowledged yet."""
-        return self.promised > self.secured
-
-    def acknowledged(self, high: int) -> None:
-        """Kafka acknowledged a commit of this partition whose mark had ``high``."""
-        self.secured = max(self.secured, high)
-
-    # -- normal operation --------------------------------------------------------------------
-
-    def take(self, group: list[Message]) -> list[Message]:
-        """Messages just consumed (in offset order): those that may go to the loop now."""
-        if self.held or self.quarantine is not None:
-            self.held.extend(group)
-            return []
-        secured = self.secured
-        if group[-1].offset() < secured:  # type: ignore[operator]
-            self.released = group[-1].offset() + 1  # type: ignore[operator]
-            return group
-        ready = 0
-        while group[ready].offset() < secured:  # type: ignore[operator]
-            ready += 1
-        self.held.extend(group[ready:])
-        if not ready:
-            return []
-        self.released = group[ready - 1].offset() + 1  # type: ignore[operator]
-        return group[:ready]
-
-    def release(self) -> list[Message]:
-        """Held messages that the acknowledged lease now covers (none during a quarantine)."""
-        held = self.held
-        if self.quarantine is not None or not held:
-            return []
-        ready = []
-        secured = self.secured
-        while held and held[0].offset() < secured:  # type: ignore[operator]
-            ready.append(held.popleft())
-        if ready:
-            self.released = ready[-1].offset() + 1  # type: ignore[operator]
-        return ready
-
-    @property
-    def short(self) -> bool:
-        """Whether the lease should grow: half of it is used, or messages wait beyond it."""
-        if not self.lease or self.quarantine is not None:
-            return False
-        need = self.held[-1].offset() + 1 if self.held else self.released  # type: ignore[operator]
-        return max(need, self.released) + self.lease // 2 > self.promised
-
-    def extend(self) -> bool:
-        """Grow the lease if it is short; whether a commit must carry the new promise."""
-        if self.short:
-            need = self.held[-1].offset() + 1 if self.held else self.released  # type: ignore[operator]
-            self.promised = max(self.promised, max(need, self.released) + self.lease)
-        return self.promised > self.sent
-
-    # -- quarantine --------------------------------------------------------------------------
-
-    def window(self, offset: int, strikes: int) -> None:
-        """A quarantine window starts at ``offset``: commit from there, with ``strikes`` for
-        ``offset`` (this run counted) if it runs alone (0: it does not)."""
-        self.floor = offset  # everything below it is done: windows are handed one at a time
-        self.strike_offset = offset if strikes else -1
-        self.strikes = strikes
-        self.counting = bool(strikes)
-
-    def end_quarantine(self) -> None:
-        """Back to normal: strikes are over, and the lease must cover what is held."""
-        self.quarantine = None
-        self.strike_offset = -1
-        self.strikes = 0
-        self.counting = False
-        self.extend()
-
-
-# -- the consumer thread's glue ----------------------------------------------------------------
 
 
 class PoisonWatch:
@@ -381,6 +125,12 @@ class PoisonWatch:
         self.gates: dict[Where, Gate] = {}
         self._active: set[Where] = set()
         """Partitions with held messages, a quarantine or a lease running short."""
+        self._turn: Where | None = None
+        """The quarantined partition whose window is out (one at a time per process)."""
+        self._queue: deque[Where] = deque()
+        """Quarantined partitions waiting for their turn to hand a window, in order."""
+        self._unsettled: PartitionState | None = None
+        """The partition whose window finished last, if Kafka was not told yet."""
 
     # -- takeover ----------------------------------------------------------------------------
 
@@ -445,6 +195,7 @@ class PoisonWatch:
             where = (state.topic, state.partition)
             gate = self.gates.pop(where, None)
             self._active.discard(where)
+            self._leave(where)
             if gate is not None and gate.quarantine is not None:
                 self._metrics.quarantined -= 1
 
@@ -474,7 +225,10 @@ class PoisonWatch:
             return
         ready: Batch = []
         renew: list[PartitionState] = []
-        for where in list(self._active):
+        # The partition whose window is out first: when its window is finished, the turn
+        # passes in this same step.
+        turn = self._turn
+        for where in sorted(self._active, key=lambda w: w != turn):
             gate = self.gates.get(where)
             state = self._states.get(where)
             if gate is None or state is None:
@@ -507,9 +261,14 @@ class PoisonWatch:
         step = quarantine.step(head, state.commit_offset)
         if step is Step.WAIT and head is None and quarantine.window_end < 0:
             step = quarantine.step(head, state.commit_offset, self._position(state))
+        where = (state.topic, state.partition)
+        if self._turn == where and quarantine.window_end < 0:
+            self._turn = None  # its window is finished
+            self._unsettled = state
         if step is Step.WAIT:
             return False
         if step is Step.END:
+            self._leave(where)  # its end is committed just below
             gate.end_quarantine()
             self._metrics.quarantined -= 1
             # Strikes back to 0 and a lease for what is held, before anything more runs.
@@ -523,23 +282,11 @@ class PoisonWatch:
             return True
         assert head is not None
         if step is Step.RUN:
-            size = quarantine.window_size(head)
-            until = quarantine.until
-            count, last = 0, head
-            for message in held:
-                if count == size or message.offset() >= until:  # type: ignore[operator]
-                    break
-                count += 1
-                last = message.offset()  # type: ignore[assignment]
-            gate.window(head, quarantine.strikes_for(head) if count == 1 else 0)
-            quarantine.handed(head, last)
-            if not self._committer.push([state], sync=True):
-                quarantine.window_end = -1
-                return False  # the window must be in Kafka before its jobs run: next poll
-            gate.released = last + 1
-            self._deliver([(state, [held.popleft() for _ in range(count)])])
+            if self._take_turn(state):
+                self._hand_window(state, gate, head)
+            # else another partition's suspects are running: they would share a death
             return False
-        message = held.popleft()
+        message = gate.held.popleft()
         quarantine.handed(head, head)
         gate.released = head + 1
         self._metrics.poison_pills += 1
@@ -550,3 +297,69 @@ class PoisonWatch:
             return False
         self._dead_letter(state, message, error)
         return False
+
+    def _hand_window(self, state: PartitionState, gate: Gate, head: int) -> None:
+        """Commit the next window of a quarantine (its strike, if it runs alone), then hand it."""
+        quarantine = gate.quarantine
+        assert quarantine is not None
+        held = gate.held
+        size = quarantine.window_size(head)
+        until = quarantine.until
+        count, last = 0, head
+        for message in held:
+            if count == size or message.offset() >= until:  # type: ignore[operator]
+                break
+            count += 1
+            last = message.offset()  # type: ignore[assignment]
+        gate.window(head, quarantine.strikes_for(head) if count == 1 else 0)
+        quarantine.handed(head, last)
+        if not self._committer.push([state], sync=True):
+            quarantine.window_end = -1
+            self._turn = None
+            return  # the window must be in Kafka before its jobs run: next poll
+        gate.released = last + 1
+        self._deliver([(state, [held.popleft() for _ in range(count)])])
+
+    def _take_turn(self, state: PartitionState) -> bool:
+        """Whether the quarantine of ``state`` may hand a window now (it then has the turn).
+
+        Only one quarantined partition has a window out at a time; waiting partitions take
+        turns in the order they asked, so that each quarantine moves on. Before the turn
+        passes to another partition, the end of the last window is committed: a death in the
+        next window must not find that window's strike standing. (A partition that takes the
+        turn again commits where its next window starts anyway.)
+        """
+        where = (state.topic, state.partition)
+        if self._turn is not None:
+            if where not in self._queue:
+                self._queue.append(where)
+            return False
+        queue = self._queue
+        if queue and queue[0] != where:
+            if where not in queue:
+                queue.append(where)
+            return False
+        unsettled = self._unsettled
+        if (
+            unsettled is not None
+            and unsettled is not state
+            and not self._committer.push([unsettled], sync=True)
+        ):
+            return False  # nothing else runs until that is in Kafka: next poll
+        self._unsettled = None
+        if queue:
+            queue.popleft()
+        if queue:
+            queue.append(where)  # it asks again after the others had theirs
+        self._turn = where
+        return True
+
+    def _leave(self, where: Where) -> None:
+        """``where`` is out of quarantine (or not ours): it neither has nor waits for a turn."""
+        if self._turn == where:
+            self._turn = None
+        unsettled = self._unsettled
+        if unsettled is not None and (unsettled.topic, unsettled.partition) == where:
+            self._unsettled = None
+        if where in self._queue:
+            self._queue.remove(where)

@@ -3,17 +3,18 @@
 Everything here runs on the event loop thread and is written for throughput: batches in,
 plain attribute updates, no locks, no per-job logging, no per-job task or wake-up. The hot
 loop is :meth:`Processor.on_batch` -> :meth:`Processor.pump` -> an executor -> :meth:`complete`.
+Every other end of a job (failures, outcome hooks, keys, messages that never run) is in
+:mod:`._endings`; jobs taken before their ``not_before`` are in :mod:`._holds`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pipeline import (
     DecodeError,
@@ -22,18 +23,17 @@ from pipeline import (
     Pipeline,
     Priority,
     TimeLimitError,
-    UnknownJobTypeError,
 )
 from pipeline._context import JobContext
-from pipeline._dedup import Outcome as KeyOutcome
 
 from ._dispatch import Dispatcher, make_policy
+from ._endings import Endings, decode_error
 from ._executor import AsyncRunners, Completion, ThreadPool, is_call_error
-from ._failures import Failure, Record
+from ._holds import Holds
 from ._hooks import Hooks
 from ._jobtypes import TypeTable
 from ._metrics import WorkerMetrics
-from ._middleware import Middleware, Outcome, OutcomeKind
+from ._middleware import Middleware, OutcomeKind
 from ._ratelog import RateLimitedLog
 from ._work import IdleWaiters, PartitionState, Work
 
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
     from confluent_kafka import Message
 
-    from pipeline import Job, JobType
     from pipeline._settings import WorkerSettings
 
     from ._events import EventStream
@@ -50,11 +49,6 @@ if TYPE_CHECKING:
     from ._router import FailureRouter
 
 _log = logging.getLogger("pipeline.worker.jobs")
-HOLD_MAX_MS = 5000.0
-"""A job whose ``not_before`` is at most this far ahead waits for it; a later one runs now (it
-was put on a priority topic directly rather than through ``<ns>.deferred``)."""
-HOLD_MARGIN_S = 0.0005
-"""Timers may fire a hair early; a held job must not start before its millisecond."""
 _JSON = JsonPayload()
 
 
@@ -84,8 +78,6 @@ class Processor:
         self._middleware = tuple(middleware)
         self._events = events
         """Started events (level ``all``); None unless the settings ask for them."""
-        self._router = router
-        """Moves failed jobs to a retry tier or the dead-letter topic; None: skip past them."""
         self._dedup = dedup
         """Idempotency keys: duplicates are acknowledged without running; None: no checks."""
         self._priorities = list(priorities)
@@ -115,14 +107,31 @@ class Processor:
         self.held = 0
         """Offsets kept unfinished because an outcome hook failed."""
         self.stopping = False
-        self.holding = 0
-        """Jobs waiting for their ``not_before`` (taken from the buffer, not started)."""
         self._ready: deque[Work] = deque()
         """Held jobs whose time came while every slot was taken."""
         self._pumping = False
-        self._idle = IdleWaiters(loop, lambda: self.in_flight)
+        self.idle = IdleWaiters(loop, lambda: self.in_flight)
+        """Waiting for the jobs of some partitions to end (revocation, shutdown)."""
         self._hooks = Hooks(loop, metrics, middleware, on_settled=self.pump)
         self._skips = RateLimitedLog(_log, interval_s=10.0)
+        self._endings = Endings(
+            self,
+            metrics=metrics,
+            middleware=self._middleware,
+            hooks=self._hooks,
+            log=self._skips,
+            router=router,  # moves failed jobs; None: skip past them
+            dedup=dedup,
+            events=events,
+        )
+        """How jobs end, unless they simply succeed (see ``_endings``)."""
+        self._holds = Holds(
+            loop,
+            on_due=self._held_due,
+            defer=self._endings.defer if router is not None else None,
+            waits=lambda work: not self.stopping and work.state.active,
+        )
+        """Jobs taken from the buffer before their ``not_before``."""
 
     @property
     def threads(self) -> int:
@@ -164,26 +173,28 @@ class Processor:
                     moved.discard(offset)
                     state.taken += 1
                     self._metrics.skipped_moved += 1
-                    self._done(state, offset, True)
+                    self._endings.done(state, offset, True)
                     continue
                 try:
                     job = decode(msg.value())  # type: ignore[arg-type]
                 except Exception as exc:  # DecodeError; anything else is a codec bug
                     state.expected = expected
-                    self._skip(state, msg, OutcomeKind.UNDECODABLE, _decode_error(exc, msg), None)
+                    self._endings.skip(
+                        state, msg, OutcomeKind.UNDECODABLE, decode_error(exc, msg), None
+                    )
                     continue
                 entry = find(job.type)
                 if entry is None:
                     state.expected = expected
-                    self._skip(state, msg, OutcomeKind.UNKNOWN_TYPE, None, job)
+                    self._endings.skip(state, msg, OutcomeKind.UNKNOWN_TYPE, None, job)
                     continue
                 if (
                     dedup is not None
                     and job.idempotency_key is not None
-                    and not self._admit(dedup, state, job, entry.job_type)
+                    and not self._endings.admit(dedup, state, job, entry.job_type)
                 ):
                     state.taken += 1
-                    self._done(state, offset, True)
+                    self._endings.done(state, offset, True)
                     continue
                 queue.append(
                     Work(
@@ -236,25 +247,18 @@ class Processor:
         state.taken += 1
         state.started_next = work.offset + 1
         state.in_flight += 1
-        not_before = work.job.not_before
-        if not_before is not None and 0.0 < not_before - wall_ms <= HOLD_MAX_MS:
-            # Released a little before its time (the scheduler's release lead): it waits for
-            # its millisecond without taking a slot, then starts first.
-            delay_s = (not_before - wall_ms) / 1000 + HOLD_MARGIN_S
-            self.holding += 1
-            self._loop.call_later(delay_s, self._held_due, work)
-            return
+        if work.job.not_before is not None and self._holds.take(work, wall_ms):
+            return  # not due yet: held without a slot (then it starts first), or deferred
         self._begin(work, now, wall_ms)
 
     def _held_due(self, work: Work) -> None:
-        self.holding -= 1
         state = work.state
         if self.stopping or not state.active:
             # Never started: its offset stays unfinished and the job is delivered again.
             state.in_flight -= 1
             self.dispatcher.release(work)
-            if self._idle.waiting and state.in_flight == 0:
-                self._idle.wake()
+            if self.idle.waiting and state.in_flight == 0:
+                self.idle.wake()
             return
         if self.in_flight < self._concurrency:
             self._begin(work, time.monotonic(), time.time() * 1000.0)
@@ -282,7 +286,7 @@ class Processor:
             # Decoded, and checked against the handler's annotations when it has any.
             kwargs = job_type.load_payload(entry.codec, job.payload)
         except (DecodeError, PayloadValidationError) as exc:
-            self._finish(work, OutcomeKind.FAILED, exc, 0.0)
+            self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
         limit = entry.time_limit
         if job_type.wants_ctx:
@@ -319,7 +323,7 @@ class Processor:
         work.expired = True
         work.timer = None
         limit = self.types.entries[work.job.type].time_limit or 0.0
-        self._finish(
+        self._endings.finish(
             work,
             OutcomeKind.TIMED_OUT,
             TimeLimitError(work.job.type, limit),
@@ -358,240 +362,22 @@ class Processor:
             state.commit_offset = tracker.watermark  # type: ignore[assignment]
             self.finished += 1
             self.last_end = ended
-            if self._idle.waiting and not state.in_flight:
-                self._idle.wake()
+            if self.idle.waiting and not state.in_flight:
+                self.idle.wake()
             return
         duration = ended - work.started
         if error is None:
-            self._finish(work, OutcomeKind.SUCCEEDED, None, duration)
+            self._endings.finish(work, OutcomeKind.SUCCEEDED, None, duration)
             return
         if is_call_error(error):
             error = PayloadValidationError(work.job.type, str(error))
-        self._finish(work, OutcomeKind.FAILED, error, duration)
+        self._endings.finish(work, OutcomeKind.FAILED, error, duration)
 
     def _complete_batch(self, batch: list[Completion]) -> None:
         complete = self.complete
         for work, error, ended in batch:
             complete(work, error, ended)
         self.pump()
-
-    def _finish(
-        self, work: Work, kind: OutcomeKind, error: BaseException | None, duration: float
-    ) -> None:
-        work.finished = True
-        if work.timer is not None:
-            work.timer.cancel()
-            work.timer = None
-        stats = work.stats
-        stats.duration.observe(duration)
-        if kind is OutcomeKind.SUCCEEDED:
-            stats.succeeded += 1
-        else:
-            stats.failed += 1
-            if kind is OutcomeKind.TIMED_OUT:
-                stats.timed_out += 1
-            self._hooks.log_failure(work, kind, error)
-        if self._middleware:
-            outcome = Outcome(
-                kind=kind,
-                topic=work.state.topic,
-                partition=work.state.partition,
-                offset=work.offset,
-                key=work.key,
-                job=work.job,
-                job_type=work.job_type,
-                error=error,
-                duration=duration,
-                context=work.ctx,
-            )
-            if not self._hooks.outcome(outcome, lambda done: self._ended(work, kind, error, done)):
-                return
-        self._ended(work, kind, error, True)
-
-    def _ended(
-        self, work: Work, kind: OutcomeKind, error: BaseException | None, done: bool
-    ) -> None:
-        """The outcome hooks are through: a failure is moved before its offset is finished,
-        the key of a job that holds one is settled in the same transaction as its offset."""
-        router = self._router
-        dedup = self._dedup if done and work.job.idempotency_key is not None else None
-        if done and router is not None and kind is not OutcomeKind.SUCCEEDED:
-            state = work.state
-            failure = Failure(
-                kind,
-                state.topic,
-                state.partition,
-                work.offset,
-                work.key,
-                work.job,
-                work.job_type,
-                error,
-                time.monotonic() - work.started,
-            )
-            keys = None
-            if dedup is not None:
-                keys = functools.partial(self._moved_key, dedup, work)
-            router.route(failure, lambda moved: self._moved(work, moved), keys)
-            return
-        if dedup is not None:
-            succeeded = kind is OutcomeKind.SUCCEEDED
-            records = self._settle_key(
-                dedup, work, KeyOutcome.SUCCEEDED if succeeded else KeyOutcome.DEAD
-            )
-            if records:
-                # The slot is free now; the offset finishes once its key's record is in the
-                # open transaction (the consumer thread writes it within a poll or so).
-                self._free(work)
-                state, offset = work.state, work.offset
-                dedup.write(state, offset, records, lambda ok: self._done(state, offset, ok))
-                return
-        self._settle(work, done)
-
-    def _admit(
-        self, dedup: Deduplicator, state: PartitionState, job: Job, job_type: JobType
-    ) -> bool:
-        """Whether a job with an idempotency key runs (False: acknowledged as a duplicate)."""
-        try:
-            admitted = dedup.admit(state, job, job_type)
-        except Exception as exc:
-            # The store failed: run the job (at least once) rather than lose it.
-            self._skips.warning(
-                "dedup", "could not check idempotency key %r, running the job: %s",
-                job.idempotency_key, exc, extra={"job_id": job.id, "job_type": job.type},
-            )  # fmt: skip
-            return True
-        if not admitted and self._events is not None:
-            self._events.deduplicated(job)
-        return admitted
-
-    def _settle_key(self, dedup: Deduplicator, work: Work, outcome: KeyOutcome) -> list[Record]:
-        """The changelog records for the key of a job that ended this way."""
-        try:
-            return dedup.settle(work.state, work.job, work.job_type, outcome)
-        except Exception as exc:
-            self._skips.warning(
-                "dedup", "could not settle idempotency key %r: %s", work.job.idempotency_key,
-                exc, extra={"job_id": work.job.id, "job_type": work.job.type},
-            )  # fmt: skip
-            return []
-
-    def _moved_key(self, dedup: Deduplicator, work: Work, dead: bool) -> list[Record]:
-        """The records for the key of a failed job, once the router decided its move."""
-        return self._settle_key(dedup, work, KeyOutcome.DEAD if dead else KeyOutcome.RETRYING)
-
-    def _moved(self, work: Work, done: bool) -> None:
-        """The move of a failed job is in the open transaction (or was given up).
-
-        This comes after the batch that freed the job's handler was pumped, so the slot it
-        frees must start the next queued job here: otherwise a queue whose slots were all
-        taken by failing jobs would wait for a batch that may never come.
-        """
-        self._settle(work, done)
-        self.pump()
-
-    def _settle(self, work: Work, done: bool) -> None:
-        """Free the job's slot and, if ``done``, mark its offset finished."""
-        self._free(work)
-        self._done(work.state, work.offset, done)
-
-    def _free(self, work: Work) -> None:
-        """The job's handler is over: its slot (and its key, with key ordering) is free."""
-        self.in_flight -= 1
-        work.state.in_flight -= 1
-        self.dispatcher.release(work)
-
-    def _done(self, state: PartitionState, offset: int, done: bool) -> None:
-        if done:
-            tracker = state.tracker
-            tracker.finish(offset)
-            state.commit_offset = tracker.watermark  # type: ignore[assignment]
-            self.finished += 1
-            self.last_end = time.monotonic()
-        else:
-            self.held += 1
-        if self._idle.waiting and state.in_flight == 0:
-            self._idle.wake()
-
-    def _skip(
-        self,
-        state: PartitionState,
-        msg: Message,
-        kind: OutcomeKind,
-        error: DecodeError | None,
-        job: Any,
-    ) -> None:
-        """A message that is not a runnable job: count, log (rate-limited), move past it."""
-        state.taken += 1
-        reason = "decode_error" if kind is OutcomeKind.UNDECODABLE else "unknown_type"
-        self._metrics.count(self._metrics.undecodable, reason)
-        where = f"{state.topic}[{state.partition}]@{msg.offset()}"
-        if error is None:
-            error_obj: BaseException = UnknownJobTypeError(job.type)
-            self._skips.warning(
-                reason,
-                "skipping a job of unknown type %r at %s",
-                job.type,
-                where,
-                extra={"job_id": job.id, "job_type": job.type},
-            )
-        else:
-            error_obj = error
-            self._skips.warning(reason, "skipping an undecodable message at %s: %s", where, error)
-        self._end_unrun(state, msg, kind, error_obj, job, msg.offset())  # type: ignore[arg-type]
-
-    def _end_unrun(
-        self,
-        state: PartitionState,
-        msg: Message,
-        kind: OutcomeKind,
-        error: BaseException,
-        job: Any,
-        offset: int,
-    ) -> None:
-        """A message that never ran: the middleware sees its outcome, then it is dead-lettered
-        (without a router: skipped past). ``state.in_flight`` counts it until then."""
-        state.in_flight += 1
-
-        def finished(done: bool) -> None:
-            state.in_flight -= 1
-            self._done(state, offset, done)
-
-        def settle(done: bool) -> None:
-            if done and self._router is not None:
-                headers = msg.headers()
-                failure = Failure(
-                    kind,
-                    state.topic,
-                    state.partition,
-                    offset,
-                    msg.key(),
-                    job,
-                    None,
-                    error,
-                    raw=msg.value(),
-                    raw_headers=list(headers.items() if isinstance(headers, dict) else headers)
-                    if headers
-                    else None,
-                )
-                self._router.route(failure, finished)
-                return
-            finished(done)
-
-        if self._middleware:
-            outcome = Outcome(
-                kind=kind,
-                topic=state.topic,
-                partition=state.partition,
-                offset=offset,
-                key=msg.key(),
-                job=job,
-                error=error,
-                raw=msg.value(),
-                raw_headers=msg.headers(),  # type: ignore[arg-type]
-            )
-            if not self._hooks.outcome(outcome, settle):
-                return
-        settle(True)
 
     def move_poison(self, state: PartitionState, msg: Message, error: BaseException) -> None:
         """Dead-letter, without running it, a message that killed its worker process every time
@@ -607,7 +393,7 @@ class Processor:
             job = self._app.codec.decode(msg.value())  # type: ignore[arg-type]
         except Exception:
             job = None  # dead-lettered with its raw bytes
-        self._end_unrun(state, msg, OutcomeKind.POISON_PILL, error, job, offset)
+        self._endings.end_unrun(state, msg, OutcomeKind.POISON_PILL, error, job, offset)
 
     # -- rebalances and shutdown ---------------------------------------------------------------
 
@@ -628,19 +414,9 @@ class Processor:
 
     async def wait_idle(self, states: Iterable[PartitionState], timeout: float) -> bool:
         """Wait until no job of ``states`` (of any partition: empty) runs; False on timeout."""
-        return await self._idle.wait(frozenset(states), timeout)
+        return await self.idle.wait(frozenset(states), timeout)
 
     async def close(self) -> None:
         """Stop the executors (threads still inside a job are left to finish on their own)."""
         self._pool.close()
         await self._runners.close()
-
-
-def _decode_error(exc: Exception, msg: Message) -> DecodeError:
-    if isinstance(exc, DecodeError):
-        return exc
-    raw = msg.value()
-    reason = "an empty message (tombstone)" if raw is None else f"{type(exc).__name__}: {exc}"
-    error = DecodeError(f"cannot decode the message: {reason}", bytes(raw or b""))
-    error.__cause__ = exc
-    return error

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from pipeline._job import now_ms
 
-from ._failures import Failure, FailurePolicy, Record
+from ._failures import Failure, FailurePolicy, Move, Record
 from ._metrics import WorkerMetrics
 from ._moves import Mover
 from ._ratelog import RateLimitedLog
+
+if TYPE_CHECKING:
+    from pipeline import Job
 
 _log = logging.getLogger("pipeline.worker.failures")
 
@@ -62,8 +66,37 @@ class FailureRouter:
                 failure.error,
                 extra={"job_id": job.id if job is not None else None, "job_type": move.job_type},
             )
-        where = (failure.topic, failure.partition)
+        self._submit((failure.topic, failure.partition), failure.offset, move, settle, keys)
+
+    def defer(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        job: Job,
+        key: bytes | None,
+        settle: Callable[[bool], None],
+        keys: Callable[[bool], Sequence[Record]] | None = None,
+    ) -> None:
+        """Move a job that is not due for long to ``<ns>.deferred``, like :meth:`route`."""
+        try:
+            move = self._policy.defer(job, key)
+        except Exception:
+            _log.exception("could not build the move of %s[%d]@%d; its offset is held",
+                           topic, partition, offset)  # fmt: skip
+            settle(False)
+            return
+        self._submit((topic, partition), offset, move, settle, keys)
+
+    def _submit(
+        self,
+        where: tuple[str, int],
+        offset: int,
+        move: Move,
+        settle: Callable[[bool], None],
+        keys: Callable[[bool], Sequence[Record]] | None,
+    ) -> None:
         records: Sequence[Record] = move.records
         if keys is not None:
             records = [*records, *keys(move.dead)]
-        self._mover.submit(where, failure.offset, records, settle)
+        self._mover.submit(where, offset, records, settle)

@@ -7,12 +7,14 @@ Each test runs real ``pipeline-worker`` processes on the recording app, whose ``
 from __future__ import annotations
 
 import json
+import uuid
 from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
+from confluent_kafka import Producer
 
-from pipeline import Priority, Settings
+from pipeline import Job, JobCodec, Priority, Settings
 from pipeline._deadletters import read_dead_letters
 from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline_cli._main import cli
@@ -134,3 +136,51 @@ def test_dead_letters_replayed_from_the_cli_run_once_and_discarded_ones_disappea
     everything = json.loads(_dlq(kit.settings, "ls", "--all", "--json"))
     statuses = sorted((row["job_id"], row["status"]) for row in everything)
     assert statuses == sorted([(i, "replayed") for i in flaky] + [(i, "discarded") for i in doomed])
+
+
+def test_a_type_s_declared_max_attempts_holds_for_a_job_whose_producer_did_not_know_it(
+    kit: WorkerKit,
+) -> None:
+    # A producer without the app (another language, the CLI without --app) writes the
+    # envelope's default max_attempts (5); the type "twice" declares 2.
+    job = Job(id=uuid.uuid4().hex, type="twice", payload=b'{"n": 1}')
+    assert job.max_attempts == 5
+    producer = Producer(kit.settings.client_config())
+    producer.produce(kit.topics.jobs(Priority.DEFAULT), JobCodec().encode(job))
+    assert producer.flush(30) == 0
+    kit.workers.start("--concurrency", "4", env=WORKER_ENV)
+
+    assert wait_for(lambda: len(_letters(kit.settings)) == 1, 60), kit.recording.run_counts()
+    [letter] = _letters(kit.settings)
+    assert (letter.job_id, letter.reason) == (job.id, DeadLetterReason.MAX_ATTEMPTS)
+    assert letter.job is not None
+    assert [error.attempt for error in letter.job.errors] == [1, 2]
+    assert kit.recording.run_counts() == {job.id: 2}
+
+
+def test_a_dead_letter_keeps_the_tail_of_its_traceback_and_dlq_show_prints_it(
+    kit: WorkerKit,
+) -> None:
+    [short] = enqueue(kit.producer, "doomed", 1, max_attempts=1)
+    [long] = enqueue(kit.producer, "loud", 1, first=1, max_attempts=1)
+    kit.workers.start("--concurrency", "4", env=WORKER_ENV)
+    assert wait_for(lambda: len(_letters(kit.settings)) == 2, 60), kit.recording.run_counts()
+    letters = {letter.job_id: letter for letter in _letters(kit.settings)}
+
+    text = letters[short].traceback
+    assert text is not None
+    assert text.startswith("Traceback (most recent call last):\n")
+    assert ", in doomed\n" in text
+    assert text.endswith("ValueError: attempt 1 of job 0 fails\n")
+
+    cut = letters[long].traceback
+    assert cut is not None
+    assert len(cut.encode()) == 8192  # bounded: the last 8 KB, after a mark that it was cut
+    assert cut.startswith("...\n")
+    assert cut.endswith("x" * 100 + " END\n")  # the tail: where the error is
+
+    shown = _dlq(kit.settings, "show", short)
+    assert "traceback (last error):\n  Traceback (most recent call last):\n" in shown
+    assert "  ValueError: attempt 1 of job 0 fails\n" in shown
+    as_json = json.loads(_dlq(kit.settings, "show", long, "--json"))
+    assert as_json["traceback"] == cut

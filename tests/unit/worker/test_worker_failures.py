@@ -23,7 +23,14 @@ from pipeline import (
 )
 from pipeline._codec import DeadLetterCodec, EventCodec
 from pipeline._records import DeadLetterReason, EventKind
-from pipeline_worker._failures import DEFERRED, Failure, FailurePolicy, Record, traceback_digest
+from pipeline_worker._failures import (
+    DEFERRED,
+    Failure,
+    FailurePolicy,
+    Record,
+    traceback_digest,
+    traceback_text,
+)
 from pipeline_worker._middleware import OutcomeKind
 
 NOW = 1_800_000_000_000
@@ -276,3 +283,72 @@ def test_a_full_partition_still_moves_the_job_at_its_commit_point() -> None:
         assert done == [(100, True), (500, True)]
     finally:
         loop.close()
+
+
+def _declared(max_attempts: int | None) -> JobType:
+    return JobType("pay", handler, JobOptions(max_attempts=max_attempts, backoff=Backoff(jitter=0)))
+
+
+@pytest.mark.parametrize(
+    ("declared", "envelope", "runs"),
+    [
+        (2, 5, 2),  # a producer that does not know the type wrote the schema's default
+        (2, 8, 2),  # the type's limit is a ceiling
+        (4, 1, 1),  # a producer may ask for fewer runs
+        (None, 3, 3),  # a type that declares nothing: the envelope decides
+    ],
+)
+def test_a_job_runs_at_most_the_smaller_of_its_type_s_and_its_envelope_s_max_attempts(
+    declared: int | None, envelope: int, runs: int
+) -> None:
+    job_type = _declared(declared)
+    moves = [
+        policy().decide(
+            failure(ValueError("no"), job(attempt, max_attempts=envelope), job_type=job_type), NOW
+        )
+        for attempt in range(1, runs + 1)
+    ]
+    assert [move.dead for move in moves] == [False] * (runs - 1) + [True]
+    assert moves[-1].reason == DeadLetterReason.MAX_ATTEMPTS
+
+
+def test_a_job_far_ahead_of_its_not_before_is_deferred_unchanged() -> None:
+    early = job()
+    early.not_before = NOW + 60_000
+    move = policy().defer(early, b"k")
+    [record] = move.records
+    assert (record.topic, record.key, move.dead, move.reason) == (
+        "acme.deferred",
+        b"k",
+        False,
+        "deferred",
+    )
+    assert record.value is not None
+    assert CODEC.decode(record.value) == early
+
+
+def _raised(error: Exception) -> Exception:
+    try:
+        raise error
+    except Exception as exc:
+        return exc
+
+
+def test_a_dead_letter_carries_its_last_error_s_traceback_text() -> None:
+    move = policy().decide(failure(_raised(DeclinedError("declined"))), NOW)
+    letter = DeadLetterCodec(CODEC.store).decode(move.records[0].value or b"")
+    assert letter.traceback is not None
+    assert letter.traceback.startswith("Traceback (most recent call last):\n")
+    assert "in _raised\n" in letter.traceback
+    assert letter.traceback.endswith("DeclinedError: declined\n")
+
+
+def test_a_long_traceback_is_cut_to_its_last_8_kb() -> None:
+    error = _raised(ValueError("é" * 9000 + " END"))  # two bytes each: cut inside one of them
+    text = traceback_text(error)
+    assert text is not None
+    assert text.startswith("...\n")
+    assert text.endswith("é" * 100 + " END\n")
+    assert 8190 <= len(text.encode()) <= 8192
+    assert traceback_text(ValueError("never raised")) is None
+    assert traceback_text(None) is None

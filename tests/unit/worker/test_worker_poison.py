@@ -14,17 +14,11 @@ from confluent_kafka import Message, TopicPartition
 
 from pipeline import Priority, Settings
 from pipeline_worker._consumer import ConsumerThread
+from pipeline_worker._gate import Gate
 from pipeline_worker._marks import CommitMark
 from pipeline_worker._metrics import WorkerMetrics
-from pipeline_worker._poison import (
-    Gate,
-    PoisonPillError,
-    Quarantine,
-    Step,
-    Takeover,
-    needs_watermarks,
-    plan_takeover,
-)
+from pipeline_worker._poison import PoisonPillError
+from pipeline_worker._quarantine import Quarantine, Step, Takeover, needs_watermarks, plan_takeover
 from pipeline_worker._work import PartitionState
 
 TOPIC = "ns.jobs.default"
@@ -577,3 +571,117 @@ def test_a_clean_previous_owner_means_no_quarantine_and_clean_marks_at_the_end()
     thread._committer.commit(thread.states.values(), 0.0, sync=True, clean=True)
     last = fake.commits[-1][1]
     assert (last.offset, last.dirty, last.strikes) == (7, False, 0)
+
+
+# -- several quarantined partitions in one process -------------------------------------------
+
+
+class PartitionSide(Side):
+    """Records what it is handed as (partition, offset)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[tuple[int, int]] = []
+
+    def on_batch(self, batch: Any) -> None:
+        super().on_batch(batch)
+        self.runs += [(state.partition, m.offset()) for state, group in batch for m in group]
+
+
+def take_over_partitions(
+    previous: dict[int, CommitMark], end: int, **worker: Any
+) -> tuple[ConsumerThread, FakeConsumer, PartitionSide, dict[int, PartitionState]]:
+    """A new owner of several partitions of one topic, each with its previous mark."""
+    side = PartitionSide()
+    made: list[FakeConsumer] = []
+
+    def factory(conf: dict[str, Any]) -> FakeConsumer:
+        made.append(FakeConsumer(conf))
+        return made[0]
+
+    thread = ConsumerThread(
+        settings=Settings(namespace="ns", worker=worker),
+        group_id="ns.workers",
+        topics={TOPIC: (Priority.DEFAULT, 0)},
+        side=side,  # type: ignore[arg-type]
+        metrics=WorkerMetrics(),
+        consumer_factory=factory,  # type: ignore[arg-type]
+    )
+    fake = made[0]
+    fake.watermarks = (0, end)
+    states: dict[int, PartitionState] = {}
+    for partition, mark in previous.items():
+        fake.marks[(TOPIC, partition)] = TopicPartition(
+            TOPIC, partition, mark.offset, metadata=mark.encode()
+        )
+        state = states[partition] = PartitionState(TOPIC, partition, Priority.DEFAULT, 0)
+        thread.states[(TOPIC, partition)] = state
+        thread._unmarked.append(state)
+    thread._load_marks()
+    return thread, fake, side, states
+
+
+def last_mark(fake: FakeConsumer, partition: int) -> CommitMark:
+    tp = fake.marks[(TOPIC, partition)]
+    return CommitMark.decode(tp.offset, tp.metadata)
+
+
+def test_suspects_of_two_quarantined_partitions_never_run_at_the_same_time() -> None:
+    # The previous owner died running both partitions: an innocent 3 s job at offset 0 of one,
+    # a poison pill at offset 0 of the other. Run together, one death would strike both.
+    dirty = CommitMark(0, dirty=True, high=3)
+    thread, fake, side, states = take_over_partitions({0: dirty, 1: dirty}, 3, poison_deliveries=3)
+    assert thread._metrics.quarantined == 2
+    thread._hand(messages(0, 3, partition=0) + messages(0, 3, partition=1))
+    thread._poison.step()
+    [(first, offset)] = side.runs
+    other = 1 - first
+    assert offset == 0
+    assert last_mark(fake, first).strikes == 1  # alone, behind its strike
+    thread._poison.step()
+    thread._poison.step()
+    assert side.runs == [(first, 0)]  # the other partition waits while that one runs
+    assert last_mark(fake, other) == CommitMark(0, dirty=True, high=3)  # nothing to strike
+    states[first].commit_offset = 1
+    thread._poison.step()
+    assert side.runs == [(first, 0), (other, 0)]  # its turn: its suspect runs alone now
+    assert last_mark(fake, other).strikes == 1
+    assert last_mark(fake, first).strikes == 0  # the first one's next window is not out
+    states[other].commit_offset = 1
+    thread._poison.step()
+    assert side.runs[2:] == [(first, 1), (first, 2)]  # turns alternate, windows grow
+    states[first].commit_offset = 3
+    thread._poison.step()
+    assert side.runs[4:] == [(other, 1), (other, 2)]
+    states[other].commit_offset = 3
+    thread._poison.step()
+    assert thread._metrics.quarantined == 0
+
+
+def test_a_death_strikes_only_the_suspect_that_was_running() -> None:
+    # Replay owner after owner: the poison pill at offset 0 of partition 1 kills whoever runs
+    # it; the innocent job at offset 0 of partition 0 finishes whenever it runs.
+    marks = {0: CommitMark(0, dirty=True, high=2), 1: CommitMark(0, dirty=True, high=2)}
+    limit = 3
+    dead_lettered: list[int] = []
+    for _owner in range(10):
+        thread, fake, side, states = take_over_partitions(marks, 2, poison_deliveries=limit)
+        thread._hand(messages(0, 2, partition=0) + messages(0, 2, partition=1))
+        died = False
+        for _ in range(20):
+            thread._poison.step()
+            if (1, 0) in side.runs:
+                died = True  # os._exit: the marks committed so far are what is left
+                break
+            if side.poisoned:
+                dead_lettered += [offset for offset, _ in side.poisoned]
+                side.poisoned.clear()
+                states[1].commit_offset = max(states[1].commit_offset, 1)
+            for partition, offset in side.runs:
+                states[partition].commit_offset = max(states[partition].commit_offset, offset + 1)
+        marks = {p: last_mark(fake, p) for p in (0, 1)}
+        if not died:
+            break
+    assert dead_lettered == [0]
+    # The innocent job was never struck: it ran, alone among the suspects, to its end.
+    assert marks[0].offset == 2

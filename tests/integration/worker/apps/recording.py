@@ -162,6 +162,22 @@ async def doomed(n: int, ctx: Any, fatal: bool = False) -> None:
     raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
 
 
+@app.job("twice", backoff=FAST_BACKOFF, max_attempts=2)
+def twice(n: int, ctx: Any) -> None:
+    """Always fails; its type allows two runs in all."""
+    record.line("S", ctx, "twice", n)
+    record.line("F", ctx, "twice", n)
+    raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
+
+
+@app.job("loud")
+def loud(n: int, ctx: Any) -> None:
+    """Fails with an error whose traceback is far longer than a dead letter keeps."""
+    record.line("S", ctx, "loud", n)
+    record.line("F", ctx, "loud", n)
+    raise ValueError("x" * 20_000 + " END")
+
+
 @app.job("later")
 def later(n: int, ctx: Any, after: float) -> None:
     """Asks to run again in ``after`` seconds on its first attempt (``Retry``), then succeeds."""
@@ -180,7 +196,9 @@ def brief(n: int, ctx: Any) -> None:
 
 
 @app.job("poison")
-def poison(n: int, ctx: Any) -> None:
-    """Kills the worker process that runs it, every time."""
+def poison(n: int, ctx: Any, after_s: float = 0.0) -> None:
+    """Kills the worker process that runs it, every time (``after_s`` seconds after it starts)."""
     record.line("S", ctx, "poison", n)
+    if after_s:
+        time.sleep(after_s)
     os._exit(1)
