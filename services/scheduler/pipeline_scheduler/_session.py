@@ -14,6 +14,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec, ScheduleCodec
 from pipeline._errors import DecodeError, KafkaUnavailableError
 from pipeline._job import now_ms
@@ -97,7 +98,9 @@ class LeaderSession:
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 50,
-            "logger": logging.getLogger("pipeline.kafka.consumer"),
+            **BrokerHealth.of(self.settings.bootstrap_servers).callbacks(
+                "scheduler deferred consumer"
+            ),
             **self.settings.client_config(),
         }
         consumer = Consumer(conf)
