@@ -496,6 +496,8 @@ class FakeConsumer:
         self.eof_at: dict[int, int | None] = {}
         """Where a partition's EOF event comes, if not at its end (None: never)."""
         self.watermark_error: KafkaError | None = None
+        self.watermark_errors_left: int | None = None
+        """How many watermark requests fail with ``watermark_error`` (None: all of them)."""
         self.assigned: list[tuple[str, int, int]] = []
         self.queue: deque[FakeMessage] = deque()
         self.batches: list[int] = []
@@ -506,7 +508,9 @@ class FakeConsumer:
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
         assert tp.topic == CHANGELOG
-        if self.watermark_error is not None:
+        if self.watermark_error is not None and self.watermark_errors_left != 0:
+            if self.watermark_errors_left is not None:
+                self.watermark_errors_left -= 1
             raise KafkaException(self.watermark_error)
         p = tp.partition
         return 0, self.ends.get(p, len(self.records.get(p, ())))
@@ -697,7 +701,20 @@ def test_a_broker_that_does_not_answer_times_the_restore_out() -> None:
     consumer = FakeConsumer({})
     consumer.watermark_error = KafkaError(KafkaError._TIMED_OUT)
     with pytest.raises(DedupRestoreTimeoutError, match=r"left: 0 \(at offset 0 of unknown\)"):
-        kafka_store(consumer).load([HIGH_0])
+        kafka_store(consumer).load([HIGH_0], timeout_s=0.3)
+
+
+def test_a_partition_whose_leader_is_not_ready_yet_is_asked_again() -> None:
+    """NOT_LEADER_FOR_PARTITION (a leader just elected, or moving) is retriable: the restore
+    asks again instead of failing the worker's assignment."""
+    consumer = FakeConsumer({})
+    consumer.add(0, b"high/k", live(JOB_A))
+    consumer.watermark_error = KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, retriable=True)
+    consumer.watermark_errors_left = 2
+    store = kafka_store(consumer)
+    store.load([HIGH_0])
+    assert consumer.watermark_errors_left == 0
+    assert store.table(HIGH_0).get("k") == Entry(JOB_A, True, NOW + HOUR_MS)
 
 
 def test_load_refuses_two_topics_it_could_not_tell_apart() -> None:

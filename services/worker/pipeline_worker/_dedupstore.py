@@ -188,20 +188,31 @@ class _Restore:
     def _find_ends(self, consumer: Consumer) -> None:
         """The end of each changelog partition to read; an empty one is read already."""
         for partition in sorted(self.by_number):
-            tp = TopicPartition(self.topic, partition)
-            try:
-                marks = consumer.get_watermark_offsets(tp, timeout=max(0.1, self._remaining()))
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.code() not in _TRANSIENT:
-                    raise self._refused(partition, error) from exc
-                marks = None
-            if marks is None:
-                self.ends = {p: -1 for p in self.by_number if p >= partition}
-                raise self._timed_out()
-            low, high = marks
+            low, high = self._watermarks(consumer, partition)
             if high > low:
                 self.ends[partition] = high
+
+    def _watermarks(self, consumer: Consumer, partition: int) -> tuple[int, int]:
+        """A changelog partition's low and high watermarks, asked again after a transient error
+        (a partition whose leader is moving or just elected) until the deadline."""
+        tp = TopicPartition(self.topic, partition)
+        while True:
+            try:
+                marks = consumer.get_watermark_offsets(
+                    tp, timeout=max(0.1, min(WATERMARK_TRY_S, self._remaining()))
+                )
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                transient = error.retriable() or error.code() in _TRANSIENT
+                if error.code() in _MISSING or not transient:
+                    raise self._refused(partition, error) from exc
+                marks = None
+            if marks is not None:
+                low, high = marks
+                return int(low), int(high)
+            if self._remaining() <= 0:
+                self.ends = {p: -1 for p in self.by_number if p >= partition}
+                raise self._timed_out()
 
     def _on_error(self, partition: int | None, offset: int | None, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF and partition is not None:
@@ -240,6 +251,9 @@ class _Restore:
             "left open by a crashed producer holds readers back until its transaction.timeout.ms"
         )
 
+
+WATERMARK_TRY_S = 5.0
+"""How long one watermark request may wait before it is asked again (within the deadline)."""
 
 _TRANSIENT = frozenset(
     {

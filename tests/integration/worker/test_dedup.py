@@ -17,7 +17,6 @@ from ..scheduler.conftest import SchedulerFactory
 from .failure_kills import ENV as RETRY_ENV
 from .failure_kills import settings as retry_settings
 from .harness import enqueue, wait_joined
-from .scenarios import FAST_FAILOVER
 
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
@@ -79,7 +78,7 @@ def _keys_ran(kit: WorkerKit, keys: int) -> bool:
 
 
 def test_10000_jobs_with_2000_keys_from_3_producers_run_2000_times(kit: WorkerKit) -> None:
-    worker = kit.workers.start("--concurrency", "32")
+    worker = kit.workers.start("--concurrency", "32", env=RETRY_ENV)
     wait_joined(kit.settings, kit.offsets.group, [worker], stable=False)
     _produce(kit)
     kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=120)
@@ -93,7 +92,7 @@ def test_keys_survive_two_sigkills_and_a_takeover(kit: WorkerKit) -> None:
     """A second worker takes over the partitions of one killed twice: no key runs again once
     its job was committed, and the keys that run twice are at most the jobs in flight (started,
     not committed) at the kills."""
-    env = {**FAST_FAILOVER, "PIPELINE_WORKER__COMMIT_INTERVAL_S": "0.2"}
+    env = {**RETRY_ENV, "PIPELINE_WORKER__COMMIT_INTERVAL_S": "0.2"}
     args = ("--concurrency", "16", "--priorities", "default")  # both own partitions of it
     workers: list[WorkerProcess] = [kit.workers.start(*args, env=env) for _ in range(2)]
     wait_joined(kit.settings, kit.offsets.group, workers, stable=False)
@@ -162,8 +161,9 @@ def test_a_missing_changelog_topic_stops_the_worker_with_what_to_create(kit: Wor
     assert wait_for(lambda: kit.topics.dedup not in admin.list_topics(timeout=10).topics, 30), (
         "the changelog topic was not deleted"
     )
-    worker = kit.workers.start()
+    worker = kit.workers.start(env=RETRY_ENV)
     assert worker.wait(60) != 0
+    assert kit.topics.dedup in worker.log()
     assert "pipeline topics apply" in worker.log()
 
 
@@ -172,7 +172,7 @@ def test_a_key_expires_after_its_ttl_with_a_tombstone_and_then_runs_again(
 ) -> None:
     """``brief`` holds its key for 3 s after it succeeded: a duplicate within that time is
     dropped; once the worker tombstoned the key, the same key runs again."""
-    kit.workers.start("--concurrency", "4")
+    kit.workers.start("--concurrency", "4", env=RETRY_ENV)
     [first] = enqueue(kit.producer, "brief", 1, idempotency_key="k-1")
     assert wait_for(lambda: kit.recording.all_finished([first]), 60), "never ran"
     [dropped] = enqueue(kit.producer, "brief", 1, first=1, idempotency_key="k-1")

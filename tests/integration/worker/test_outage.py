@@ -123,6 +123,18 @@ def test_healthz_follows_the_broker_down_and_back(
         what="the worker to own its partitions and answer /healthz with 200",
         watch=[worker],
     )
+    # Running, not still restoring what it was assigned: a job has run.
+    producer = Pipeline(settings)
+    try:
+        [before] = enqueue(producer, "noop", 1)
+    finally:
+        producer.close(30)
+    wait_until(
+        lambda: recording.all_finished([before]),
+        timeout=60,
+        what="a job enqueued before the outage to run",
+        watch=[worker],
+    )
     cluster.stop_node(0)
     wait_until(
         lambda: unreachable_for(port) >= 2,
