@@ -116,6 +116,25 @@ class KafkaTransport:
         except KafkaException as exc:
             raise PipelineError(f"cannot produce to {topic}: {exc.args[0].str()}") from exc
 
+    def produce_many(
+        self, topic: str, values: list[bytes], key: bytes | None, on_delivery: DeliveryCallback
+    ) -> None:
+        """:meth:`produce` each of ``values``, with the checks made once for all of them."""
+        producer = self._get()
+        if self._fatal is not None:
+            raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        if self._health.down:
+            on_delivery = self._health.watch_delivery("producer", on_delivery)
+        produce = producer.produce
+        try:
+            for value in values:
+                try:
+                    produce(topic, value, key, on_delivery=on_delivery)
+                except BufferError:
+                    self._wait_for_room(producer, topic, value, key, on_delivery)
+        except KafkaException as exc:
+            raise PipelineError(f"cannot produce to {topic}: {exc.args[0].str()}") from exc
+
     def _wait_for_room(
         self,
         producer: Producer,

@@ -52,3 +52,19 @@ def test_same_millisecond_is_encoded_once_and_still_right() -> None:
     second = template.encode("b" * 32, b"{}", 1_800_000_000_000)
     assert CODEC.decode(first).id == "a" * 32
     assert CODEC.decode(second).created_at == 1_800_000_000_000
+
+
+@given(
+    prototype=jobs,
+    job_id=st.text(alphabet="0123456789abcdef", min_size=32, max_size=32) | st.text(max_size=70),
+    size=st.sampled_from([0, 1, 63, 64, 2047, 2048, 2049, 70_000]),
+)
+def test_template_matches_the_codec_for_job_ids_and_payloads_of_every_length(
+    prototype: Job, job_id: str, size: int
+) -> None:
+    # 32-character ids and payloads under 2 KiB take precomputed length prefixes; others not.
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    expected = CODEC.encode(
+        dataclasses.replace(prototype, id=job_id, payload=payload, created_at=1_800_000_000_000)
+    )
+    assert JobTemplate(CODEC, prototype).encode(job_id, payload, 1_800_000_000_000) == expected
