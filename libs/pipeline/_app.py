@@ -180,13 +180,18 @@ class Pipeline:
         if produce_many is None:  # a transport without it gets one produce() per job
             produce_many = partial(_produce_each, transport.produce)
         topic, key, on_delivery = route.topic, route.key, self._on_delivery
-        encode, payload_bytes = template.encode, self._payload_bytes
+        encode, make_id, checked = template.encode, new_job_id.at, self._payload_bytes
+        # Nothing to check but what the codec checks itself (a mapping, encodable): call it alone.
+        codec_only = route.registered is None and route.check is None
+        codec, job_type = route.payload_codec.encode, route.job_type
         ids: list[str] = []
         values: list[bytes] = []
         try:
             for payload in payloads:
-                job_id = new_job_id()
-                values.append(encode(job_id, payload_bytes(route, payload), now_ms()))
+                created_at = now_ms()
+                job_id = make_id(created_at)
+                data = codec(job_type, payload) if codec_only else checked(route, payload)
+                values.append(encode(job_id, data, created_at))
                 ids.append(job_id)
                 if len(values) == _BATCH:
                     produce_many(topic, values, key, on_delivery)
