@@ -114,8 +114,14 @@ class ProducerSettings(BaseModel):
     linger_ms: float = Field(
         0.0,
         ge=0,
-        description="how long librdkafka waits to fill a batch; 0 sends at once (a job starts "
-        "within a millisecond) while enqueue_many still fills batches",
+        description="how long librdkafka waits to fill a batch of single enqueues; 0 sends "
+        "each job at once",
+    )
+    bulk_linger_ms: float = Field(
+        5.0,
+        ge=0,
+        description="the same for enqueue_many, which has its own producer when the two "
+        "differ; set it to linger_ms for one producer",
     )
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     default_max_attempts: int = Field(5, ge=1)

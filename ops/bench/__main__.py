@@ -28,6 +28,11 @@ def _parser() -> argparse.ArgumentParser:
         "--only", choices=SECTIONS, action="append", help="run this section (repeatable)"
     )
     parser.add_argument(
+        "--repeats",
+        type=int,
+        help="runs of each enqueue and drain reading (default 3; 1 with --quick)",
+    )
+    parser.add_argument(
         "--latency-rate",
         type=float,
         help="jobs per second of the latency section (default 2000; 500 with --quick)",
@@ -56,9 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"bench: Kafka at {kafka.bootstrap_servers}")
         if "enqueue" in wanted:
             jobs, repeats = (10_000, 1) if quick else (100_000, 3)
+            repeats = args.repeats or repeats
             sections.append(enqueue.run(kafka.bootstrap_servers, jobs, repeats))
         if "drain" in wanted:
             jobs, repeats = (10_000, 1) if quick else (200_000, 3)
+            repeats = args.repeats or repeats
             sections.append(drain.run(kafka.bootstrap_servers, jobs, workdir, repeats))
         if "latency" in wanted:
             rate, seconds = (500.0, 2.0) if quick else (2000.0, 10.0)

@@ -167,7 +167,9 @@ def _raw(settings: Settings, rate: float, total: int, workdir: Path) -> Run:
 
 
 def _with_linger(settings: Settings, linger_ms: float) -> Settings:
-    producer = settings.producer.model_copy(update={"linger_ms": linger_ms})
+    producer = settings.producer.model_copy(
+        update={"linger_ms": linger_ms, "bulk_linger_ms": linger_ms}
+    )
     return settings.model_copy(update={"producer": producer})
 
 
@@ -177,7 +179,9 @@ def run(bootstrap_servers: str, rate: float, seconds: float, workdir: Path) -> S
     runs: list[tuple[Run, Run]] = []
     codes: list[int] = []
     for linger in dict.fromkeys([default, 0.0, OLD_LINGER_MS]):
-        settings = _with_linger(fresh_namespace(bootstrap_servers, "latency"), linger)
+        settings = fresh_namespace(bootstrap_servers, "latency")
+        if linger != default:  # else the defaults as they are (a bulk producer of its own)
+            settings = _with_linger(settings, linger)
         pipeline, code = _pipeline(settings, rate, total, workdir)
         codes.append(code)
         runs.append((pipeline, _raw(settings, rate, total, workdir)))
