@@ -194,8 +194,8 @@ class Pipeline:
                 values.append(encode(job_id, data, created_at))
                 ids.append(job_id)
                 if len(values) == _BATCH:
-                    produce_many(topic, values, key, on_delivery)
-                    values.clear()
+                    batch, values = values, []  # handed over: never sent twice, whatever fails
+                    produce_many(topic, batch, key, on_delivery)
                     transport.poll(0)  # serve delivery callbacks so they never pile up
         finally:
             # The jobs before a payload that failed validation are sent, as one by one would.

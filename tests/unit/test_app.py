@@ -17,6 +17,7 @@ from pipeline import (
     KafkaUnavailableError,
     PayloadValidationError,
     Pipeline,
+    PipelineError,
     Priority,
     Settings,
 )
@@ -351,3 +352,21 @@ def test_enqueue_many_sends_the_jobs_before_a_bad_payload_and_none_after(
     assert [json.loads(j.payload)["i"] for j in transport.jobs("acme.jobs.default")] == list(
         range(bad_at)
     )
+
+
+class _RefusingSecondBatch(_BatchRecorder):
+    def produce_many(
+        self, topic: str, values: list[bytes], key: bytes | None, on_delivery: Any
+    ) -> None:
+        if self.batches:
+            self.batches.append(len(values))
+            raise PipelineError("Kafka refused the batch")
+        super().produce_many(topic, values, key, on_delivery)
+
+
+def test_a_batch_the_producer_refused_is_not_sent_again() -> None:
+    transport = _RefusingSecondBatch()
+    app = Pipeline(Settings(namespace="acme"), transport=transport)
+    with pytest.raises(PipelineError, match="refused the batch"):
+        app.enqueue_many("bulk", ({"i": i} for i in range(2500)))
+    assert transport.batches == [1000, 1000]  # the second one refused, once; no third
