@@ -5,15 +5,14 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from functools import partial
 from types import TracebackType
 from typing import Any, cast
 
 from confluent_kafka import KafkaError, Message
 
 from . import _exitflush
-from ._codec import JobCodec, JsonPayload, PayloadCodec
+from ._codec import JobCodec, JsonPayload
 from ._dedupstores import DedupStore
 from ._delivery import FailureLog, JobHandle, PipelineFailure
 from ._errors import (
@@ -23,7 +22,7 @@ from ._errors import (
     PayloadValidationError,
     PipelineError,
 )
-from ._job import Job, Priority, due_at_ms, due_in_ms, new_job_id, now_ms
+from ._job import Priority, new_job_id, now_ms
 from ._jobfunction import (
     BoundEnqueue,
     ContextJobFunction,
@@ -32,9 +31,10 @@ from ._jobfunction import (
     Register,
 )
 from ._jobtemplate import JobTemplate
-from ._producer import KafkaTransport, Transport
+from ._producer import DeliveryCallback, KafkaTransport, Transport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
+from ._route import Route, not_before_ms
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
 
@@ -174,9 +174,34 @@ class Pipeline:
         to enqueue. Call :meth:`flush` to wait until Kafka acknowledged all of them.
         """
         route = self._route(job_type, EnqueueOptions(**options))
-        on_delivery = self._on_delivery
         template = JobTemplate(self.codec, route.job(new_job_id(), b"{}"))
-        return [self._send(route, payload, on_delivery, template) for payload in payloads]
+        transport = self._transport
+        produce_many = getattr(transport, "produce_many", None)
+        if produce_many is None:  # a transport without it gets one produce() per job
+            produce_many = partial(_produce_each, transport.produce)
+        topic, key, on_delivery = route.topic, route.key, self._on_delivery
+        encode, make_id, checked = template.encode, new_job_id.at, self._payload_bytes
+        # Nothing to check but what the codec checks itself (a mapping, encodable): call it alone.
+        codec_only = route.registered is None and route.check is None
+        codec, job_type = route.payload_codec.encode, route.job_type
+        ids: list[str] = []
+        values: list[bytes] = []
+        try:
+            for payload in payloads:
+                created_at = now_ms()
+                job_id = make_id(created_at)
+                data = codec(job_type, payload) if codec_only else checked(route, payload)
+                values.append(encode(job_id, data, created_at))
+                ids.append(job_id)
+                if len(values) == _BATCH:
+                    batch, values = values, []  # handed over: never sent twice, whatever fails
+                    produce_many(topic, batch, key, on_delivery)
+                    transport.poll(0)  # serve delivery callbacks so they never pile up
+        finally:
+            # The jobs before a payload that failed validation are sent, as one by one would.
+            if values:
+                produce_many(topic, values, key, on_delivery)
+        return ids
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every enqueued job is acknowledged by Kafka.
@@ -241,7 +266,7 @@ class Pipeline:
 
     # Internals ------------------------------------------------------------------------------
 
-    def _route(self, job_type: str, opts: EnqueueOptions) -> _Route:
+    def _route(self, job_type: str, opts: EnqueueOptions) -> Route:
         if not self._watched:
             self._watched = True
             _exitflush.watch(self)
@@ -261,7 +286,7 @@ class Pipeline:
         )
         if max_attempts < 1:
             raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
-        not_before = _not_before(opts.delay, opts.run_at)
+        not_before = not_before_ms(opts.delay, opts.run_at)
         topic = (
             self.topics.deferred
             if not_before is not None and not_before > now_ms()
@@ -272,7 +297,7 @@ class Pipeline:
         key_source = opts.idempotency_key if opts.idempotency_key is not None else opts.key
         key = key_source.encode() if isinstance(key_source, str) else key_source
         codec = type_options.payload or _JSON
-        return _Route(
+        return Route(
             job_type=job_type,
             registered=registered,
             payload_codec=codec,
@@ -289,12 +314,24 @@ class Pipeline:
 
     def _send(
         self,
-        route: _Route,
+        route: Route,
         payload: Mapping[str, Any],
         on_delivery: Callable[[KafkaError | None, Message], None],
-        template: JobTemplate | None = None,
     ) -> str:
-        if not isinstance(payload, Mapping):
+        job_id = new_job_id()
+        value = self.codec.encode(route.job(job_id, self._payload_bytes(route, payload)))
+        self._transport.produce(route.topic, value, route.key, on_delivery)
+        # Serve delivery callbacks now and then so they never pile up in librdkafka's queue.
+        self._since_poll += 1
+        if self._since_poll >= 1000:
+            self._since_poll = 0
+            self._transport.poll(0)
+        return job_id
+
+    @staticmethod
+    def _payload_bytes(route: Route, payload: Mapping[str, Any]) -> bytes:
+        """The validated, encoded payload of a job of ``route``."""
+        if type(payload) is not dict and not isinstance(payload, Mapping):
             raise PayloadValidationError(
                 route.job_type, f"payload must be a mapping, got {type(payload).__name__}"
             )
@@ -304,18 +341,7 @@ class Pipeline:
         payload_bytes = route.payload_codec.encode(route.job_type, payload)
         if route.check is not None:
             route.check(payload, payload_bytes)
-        job_id = new_job_id()
-        if template is not None:
-            value = template.encode(job_id, payload_bytes, now_ms())
-        else:
-            value = self.codec.encode(route.job(job_id, payload_bytes))
-        self._transport.produce(route.topic, value, route.key, on_delivery)
-        # Serve delivery callbacks now and then so they never pile up in librdkafka's queue.
-        self._since_poll += 1
-        if self._since_poll >= 1000:
-            self._since_poll = 0
-            self._transport.poll(0)
-        return job_id
+        return payload_bytes
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
@@ -323,51 +349,19 @@ class Pipeline:
         self._failures.add(PipelineFailure.from_delivery(self.codec, error, message))
 
 
-@dataclass(frozen=True, slots=True)
-class _Route:
-    job_type: str
-    registered: JobType | None
-    payload_codec: PayloadCodec
-    check: Callable[[Mapping[str, Any], bytes], None] | None
-    """Checks the encoded payload against the handler's annotations; None: nothing to check."""
-    topic: str
-    key: bytes | None
-    priority: Priority
-    max_attempts: int
-    not_before: int | None
-    idempotency_key: str | None
-    tenant: str | None
-    headers: dict[str, str]
-
-    def job(self, job_id: str, payload: bytes) -> Job:
-        """A new job of this route."""
-        return Job(
-            id=job_id,
-            type=self.job_type,
-            payload=payload,
-            payload_encoding=self.payload_codec.encoding,
-            priority=self.priority,
-            max_attempts=self.max_attempts,
-            not_before=self.not_before,
-            idempotency_key=self.idempotency_key,
-            tenant=self.tenant,
-            headers=self.headers.copy() if self.headers else {},
-        )
+_BATCH = 1000
+"""Jobs of ``enqueue_many`` encoded before they are handed to the producer together."""
 
 
-def _not_before(delay: float | timedelta | None, run_at: datetime | None) -> int | None:
-    if delay is not None and run_at is not None:
-        raise ConfigurationError("give either delay or run_at, not both")
-    if delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if seconds < 0:
-            raise ConfigurationError(f"delay must not be negative, got {seconds:g}s")
-        return due_in_ms(seconds)
-    if run_at is not None:
-        if run_at.tzinfo is None:
-            raise ConfigurationError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
-        return due_at_ms(run_at)
-    return None
+def _produce_each(
+    produce: Callable[[str, bytes, bytes | None, DeliveryCallback], None],
+    topic: str,
+    values: list[bytes],
+    key: bytes | None,
+    on_delivery: DeliveryCallback,
+) -> None:
+    for value in values:
+        produce(topic, value, key, on_delivery)
 
 
 def _takes_ctx_first(func: Callable[..., Any]) -> bool:

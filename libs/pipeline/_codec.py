@@ -11,7 +11,6 @@ A :class:`PayloadCodec` turns a job's arguments into the envelope's ``payload`` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -21,7 +20,19 @@ from ._avro import SchemaSource, SchemaStore
 from ._avrogen import python_default
 from ._errors import ConfigurationError, DecodeError, EncodeError, PayloadValidationError
 from ._job import AttemptError, Job, PayloadEncoding, Priority
+from ._jsonpayload import JsonPayload
 from ._records import DeadLetter, Event, Schedule
+
+__all__ = [
+    "AvroPayload",
+    "DeadLetterCodec",
+    "EventCodec",
+    "JobCodec",
+    "JsonPayload",
+    "PayloadCodec",
+    "RecordCodec",
+    "ScheduleCodec",
+]
 
 T = TypeVar("T")
 
@@ -229,80 +240,6 @@ class PayloadCodec(Protocol):
     def encode(self, job_type: str, payload: Mapping[str, Any]) -> bytes: ...
 
     def decode(self, job_type: str, data: bytes) -> dict[str, Any]: ...
-
-
-# One encoder for every payload: json.dumps would build one per call from its keyword arguments.
-_json_encode = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-_json_scan = json.JSONDecoder().raw_decode
-
-
-class JsonPayload:
-    """Compact UTF-8 JSON of an object with string keys (the default payload encoding)."""
-
-    encoding = PayloadEncoding.JSON
-
-    def __repr__(self) -> str:
-        return "JsonPayload()"
-
-    def encode(self, job_type: str, payload: Mapping[str, Any]) -> bytes:
-        if not isinstance(payload, Mapping):
-            raise PayloadValidationError(
-                job_type, f"payload must be a mapping, got {type(payload).__name__}"
-            )
-        obj = payload if type(payload) is dict else dict(payload)
-        for key in obj:
-            if not isinstance(key, str):
-                raise PayloadValidationError(job_type, f"payload key {key!r} is not a string")
-        try:
-            return _json_encode(obj).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            problem = _json_problem(obj, "") or str(exc)
-            raise PayloadValidationError(job_type, problem) from exc
-
-    def decode(self, job_type: str, data: bytes) -> dict[str, Any]:
-        try:
-            text = (data if type(data) is bytes else bytes(data)).decode("utf-8")
-            # The scanner alone is twice as fast as json.loads (a worker decodes every job's
-            # payload); json.loads still decides, and words the error, for anything else.
-            try:
-                value, end = _json_scan(text)
-            except ValueError:
-                value, end = json.loads(text), len(text)  # leading whitespace, or the error
-            if end != len(text):
-                value = json.loads(text)  # trailing whitespace, or extra data: the error
-        except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise DecodeError(
-                f"payload of job type {job_type!r} is not UTF-8 JSON: {exc}", bytes(data)
-            ) from exc
-        if not isinstance(value, dict):
-            raise DecodeError(
-                f"payload of job type {job_type!r} must be a JSON object, "
-                f"got {type(value).__name__}",
-                bytes(data),
-            )
-        return value
-
-
-def _json_problem(value: Any, path: str) -> str | None:
-    """Where in ``value`` JSON encoding fails, as ``"field 'a.b[2]' ...: reason"``."""
-    children: list[tuple[str, Any]] = []
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str | int | float | bool) and key is not None:
-                return f"field {path or '<payload>'!r} has a key {key!r} that is not a string"
-            children.append((f"{path}.{key}" if path else str(key), item))
-    elif isinstance(value, list | tuple):
-        children = [(f"{path}[{index}]", item) for index, item in enumerate(value)]
-    else:
-        try:
-            json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
-        except (TypeError, ValueError) as exc:
-            return f"field {path!r} cannot be encoded as JSON: {exc}"
-    for child_path, child in children:
-        found = _json_problem(child, child_path)
-        if found:
-            return found
-    return None
 
 
 class AvroPayload:

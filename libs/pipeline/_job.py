@@ -112,7 +112,7 @@ class JobIdFactory:
     path and sorts by creation time, which makes ids pleasant to read in logs and the DLQ.
     """
 
-    __slots__ = ("_counter", "_prefix")
+    __slots__ = ("_counter", "_head", "_head_ms", "_prefix")
 
     def __init__(self) -> None:
         self._reseed()
@@ -123,10 +123,19 @@ class JobIdFactory:
         seed = int.from_bytes(os.urandom(10), "big")
         self._prefix = seed >> 64
         self._counter = seed & 0xFFFF_FFFF_FFFF_FFFF
+        self._head_ms = -1
+        self._head = ""
 
     def __call__(self) -> str:
-        self._counter = (self._counter + 1) & 0xFFFF_FFFF_FFFF_FFFF
-        return f"{now_ms():012x}{self._prefix:04x}{self._counter:016x}"
+        return self.at(now_ms())
+
+    def at(self, ms: int) -> str:
+        """An id made at ``ms``, a clock reading the caller also uses (as ``created_at``)."""
+        if ms != self._head_ms:  # the ids of a batch share their millisecond
+            self._head_ms = ms
+            self._head = f"{ms:012x}{self._prefix:04x}"
+        self._counter = counter = (self._counter + 1) & 0xFFFF_FFFF_FFFF_FFFF
+        return f"{self._head}{counter:016x}"
 
 
 new_job_id = JobIdFactory()

@@ -33,10 +33,16 @@ def _long(n: int) -> bytes:
     return bytes(out)
 
 
+_ID_LENGTH = 32
+"""The length of every id ``new_job_id`` makes: its length prefix is part of the template."""
+_LENGTHS = tuple(_long(n) for n in range(2048))
+"""The length prefixes of payloads shorter than 2 KiB, made once."""
+
+
 class JobTemplate:
     """Encodes jobs like ``prototype`` with another id, payload and ``created_at``."""
 
-    __slots__ = ("_last_ms", "_last_ms_bytes", "_pieces")
+    __slots__ = ("_head_and_length", "_last_ms", "_last_ms_bytes", "_pieces")
 
     def __init__(self, codec: JobCodec, prototype: Job) -> None:
         marked = dataclasses.replace(
@@ -54,6 +60,7 @@ class JobTemplate:
                 raise AssertionError("the job schema changed: JobTemplate must learn it")
             cuts.append(head)
         self._pieces = (*cuts, encoded)
+        self._head_and_length = cuts[0] + _long(_ID_LENGTH)
         self._last_ms = -1
         self._last_ms_bytes = b""
         if self.encode(prototype.id, prototype.payload, prototype.created_at) != codec.encode(
@@ -67,13 +74,15 @@ class JobTemplate:
             self._last_ms_bytes = _long(created_at)
         head, after_id, after_payload, tail = self._pieces
         id_bytes = job_id.encode()
+        size = len(payload)
         return b"".join(
             (
-                head,
-                _long(len(id_bytes)),
+                self._head_and_length
+                if len(id_bytes) == _ID_LENGTH
+                else head + _long(len(id_bytes)),
                 id_bytes,
                 after_id,
-                _long(len(payload)),
+                _LENGTHS[size] if size < 2048 else _long(size),
                 payload,
                 after_payload,
                 self._last_ms_bytes,

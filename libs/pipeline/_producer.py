@@ -49,8 +49,12 @@ class Transport(Protocol):
     def close(self) -> None: ...
 
 
-def producer_config(settings: Settings) -> dict[str, Any]:
-    """librdkafka options for producing jobs: idempotent, ``acks=all``, bounded delivery time."""
+def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]:
+    """librdkafka options for producing jobs: idempotent, ``acks=all``, bounded delivery time.
+
+    ``bulk``: the options of the producer that ``enqueue_many`` uses, which lingers
+    ``producer.bulk_linger_ms`` to fill bigger batches.
+    """
     conf: dict[str, Any] = {
         "enable.idempotence": True,
         "acks": "all",
@@ -61,7 +65,7 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         # partition for a while, so a burst (all of it, from a producer still fetching
         # metadata) lands on one partition and one worker runs it while the others idle.
         "sticky.partitioning.linger.ms": 0,
-        "linger.ms": settings.producer.linger_ms,
+        "linger.ms": settings.producer.bulk_linger_ms if bulk else settings.producer.linger_ms,
         "compression.type": settings.producer.compression,
         "delivery.timeout.ms": int(settings.producer.delivery_timeout_s * 1000),
         "queue.buffering.max.messages": 1_000_000,
@@ -72,27 +76,49 @@ def producer_config(settings: Settings) -> dict[str, Any]:
 
 
 class KafkaTransport:
-    """A lazily created idempotent producer that turns librdkafka's failures into our errors."""
+    """Lazily created idempotent producers that turn librdkafka's failures into our errors.
+
+    Two producers when ``producer.bulk_linger_ms`` differs from ``producer.linger_ms``: single
+    jobs go out at once, batches of ``enqueue_many`` linger to fill bigger requests (a linger
+    is one setting for a whole librdkafka producer). A keyed job waits until the other producer
+    has delivered what it holds, so that a key's jobs keep the order they were enqueued in.
+    """
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
         self._producer: Producer | None = None
+        self._bulk: Producer | None = None
         self._lock = threading.Lock()
         self._fatal: KafkaError | None = None
         self._health = BrokerHealth.of(settings.bootstrap_servers)
+        self._two = settings.producer.bulk_linger_ms != settings.producer.linger_ms
 
-    def _get(self) -> Producer:
-        producer = self._producer
+    def _get(self, bulk: bool = False) -> Producer:
+        bulk = bulk and self._two
+        producer = self._bulk if bulk else self._producer
         if producer is None:
             with self._lock:
-                if self._producer is None:
-                    conf = producer_config(self._settings)
+                producer = self._bulk if bulk else self._producer
+                if producer is None:
+                    conf = producer_config(self._settings, bulk=bulk)
                     # librdkafka's errors and log lines go to the cluster's health tracker
                     # (logging, one line per outage), not straight to stderr.
                     conf.update(self._health.callbacks("producer", on_error=self._on_error))
-                    self._producer = Producer(conf)
-                producer = self._producer
+                    producer = Producer(conf)
+                    if bulk:
+                        self._bulk = producer
+                    else:
+                        self._producer = producer
         return producer
+
+    def _producers(self) -> list[Producer]:
+        return [p for p in (self._producer, self._bulk) if p is not None]
+
+    def _after_the_other(self, bulk: bool, key: bytes | None) -> None:
+        """Before a keyed job: let the other producer deliver what it holds (keeps key order)."""
+        other = self._producer if bulk else self._bulk
+        if key is not None and self._two and other is not None and len(other):
+            other.flush(self._settings.producer.delivery_timeout_s)
 
     def _on_error(self, error: KafkaError) -> None:
         # Transport errors are retried by librdkafka until delivery.timeout.ms; only a fatal
@@ -106,6 +132,7 @@ class KafkaTransport:
         producer = self._get()
         if self._fatal is not None:
             raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        self._after_the_other(False, key)
         if self._health.down:  # an acknowledgement now tells that Kafka is back
             on_delivery = self._health.watch_delivery("producer", on_delivery)
         try:
@@ -113,6 +140,26 @@ class KafkaTransport:
         except BufferError:
             # The local queue is full: wait for Kafka to drain it, within the delivery timeout.
             self._wait_for_room(producer, topic, value, key, on_delivery)
+        except KafkaException as exc:
+            raise PipelineError(f"cannot produce to {topic}: {exc.args[0].str()}") from exc
+
+    def produce_many(
+        self, topic: str, values: list[bytes], key: bytes | None, on_delivery: DeliveryCallback
+    ) -> None:
+        """:meth:`produce` each of ``values``, with the checks made once for all of them."""
+        producer = self._get(bulk=True)
+        if self._fatal is not None:
+            raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        self._after_the_other(True, key)
+        if self._health.down:
+            on_delivery = self._health.watch_delivery("producer", on_delivery)
+        produce = producer.produce
+        try:
+            for value in values:
+                try:
+                    produce(topic, value, key, on_delivery=on_delivery)
+                except BufferError:
+                    self._wait_for_room(producer, topic, value, key, on_delivery)
         except KafkaException as exc:
             raise PipelineError(f"cannot produce to {topic}: {exc.args[0].str()}") from exc
 
@@ -140,19 +187,24 @@ class KafkaTransport:
                 return
 
     def poll(self, timeout: float = 0) -> int:
-        if self._producer is None:
+        producers = self._producers()
+        if not producers:
             return 0
-        return int(self._producer.poll(timeout))
+        served = sum(int(p.poll(0)) for p in producers[1:])
+        return served + int(producers[0].poll(timeout))
 
     def flush(self, timeout: float) -> int:
-        if self._producer is None:
-            return 0
-        return int(self._producer.flush(timeout))
+        deadline = time.monotonic() + timeout
+        return sum(
+            int(producer.flush(max(0.0, deadline - time.monotonic())))
+            for producer in self._producers()
+        )
 
     def purge(self) -> None:
         """Drop the jobs still queued or in flight; their delivery callbacks report the loss."""
-        if self._producer is not None:
-            self._producer.purge()
+        for producer in self._producers():
+            producer.purge()
 
     def close(self) -> None:
         self._producer = None
+        self._bulk = None

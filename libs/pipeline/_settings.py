@@ -111,7 +111,18 @@ class ProducerSettings(BaseModel):
     delivery_timeout_s: float = Field(
         30.0, gt=0, description="how long a job may wait for Kafka before enqueue fails"
     )
-    linger_ms: float = Field(5.0, ge=0)
+    linger_ms: float = Field(
+        0.0,
+        ge=0,
+        description="how long librdkafka waits to fill a batch of single enqueues; 0 sends "
+        "each job at once",
+    )
+    bulk_linger_ms: float = Field(
+        5.0,
+        ge=0,
+        description="the same for enqueue_many, which has its own producer when the two "
+        "differ; set it to linger_ms for one producer",
+    )
     compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "lz4"
     default_max_attempts: int = Field(5, ge=1)
     exit_flush_timeout_s: float = Field(

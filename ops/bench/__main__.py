@@ -1,4 +1,4 @@
-"""``python -m ops.bench [--quick] [--only enqueue|drain|latency] [--output PATH]``."""
+"""``python -m ops.bench [--quick] [--only SECTION]... [--latency-rate N] [--output PATH]``."""
 
 from __future__ import annotations
 
@@ -24,7 +24,19 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--quick", action="store_true", help="small counts: a smoke run, not a measurement"
     )
-    parser.add_argument("--only", choices=SECTIONS, help="run one section")
+    parser.add_argument(
+        "--only", choices=SECTIONS, action="append", help="run this section (repeatable)"
+    )
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        help="runs of each enqueue and drain reading (default 3; 1 with --quick)",
+    )
+    parser.add_argument(
+        "--latency-rate",
+        type=float,
+        help="jobs per second of the latency section (default 2000; 500 with --quick)",
+    )
     parser.add_argument(
         "--output",
         type=Path,
@@ -37,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     quick = args.quick
-    wanted = [args.only] if args.only else list(SECTIONS)
+    wanted = args.only or list(SECTIONS)
     command = " ".join(["python -m ops.bench", *(argv if argv is not None else sys.argv[1:])])
     if args.output.resolve() != (REPO_ROOT / "docs" / "benchmarks.md").resolve():
         # Only the path the reader would type matters; keep machine paths out of the report.
@@ -49,12 +61,15 @@ def main(argv: list[str] | None = None) -> int:
         say(f"bench: Kafka at {kafka.bootstrap_servers}")
         if "enqueue" in wanted:
             jobs, repeats = (10_000, 1) if quick else (100_000, 3)
+            repeats = args.repeats or repeats
             sections.append(enqueue.run(kafka.bootstrap_servers, jobs, repeats))
         if "drain" in wanted:
             jobs, repeats = (10_000, 1) if quick else (200_000, 3)
+            repeats = args.repeats or repeats
             sections.append(drain.run(kafka.bootstrap_servers, jobs, workdir, repeats))
         if "latency" in wanted:
             rate, seconds = (500.0, 2.0) if quick else (2000.0, 10.0)
+            rate = args.latency_rate or rate
             sections.append(latency.run(kafka.bootstrap_servers, rate, seconds, workdir))
         if "scheduler" in wanted:
             sections.append(scheduler.run(kafka.bootstrap_servers, quick, workdir))

@@ -122,6 +122,21 @@ def test_enqueue_many_then_flush_delivers_all_in_order(
     assert [app.codec.decode(m.value() or b"").id for m in messages] == ids
 
 
+def test_a_keys_jobs_keep_their_order_across_single_and_bulk_enqueues(
+    app: Pipeline, bootstrap_servers: str
+) -> None:
+    # Single enqueues and enqueue_many go through two producers (two lingers); a key's jobs
+    # must still reach its partition in the order they were enqueued.
+    ids: list[str] = []
+    for round_ in range(3):
+        ids += app.enqueue_many("t", ({"r": round_, "i": i} for i in range(300)), key="k")
+        ids += [app.enqueue("t", {"r": round_, "single": i}, key="k") for i in range(5)]
+    app.flush(timeout=30)
+    messages = read_all(bootstrap_servers, app.topics.jobs("default"), len(ids))
+    assert [app.codec.decode(m.value() or b"").id for m in messages] == ids
+    assert len({m.partition() for m in messages}) == 1
+
+
 def test_a_burst_of_unkeyed_jobs_spreads_over_every_partition(
     app: Pipeline, bootstrap_servers: str
 ) -> None:

@@ -17,6 +17,7 @@ from pipeline import (
     KafkaUnavailableError,
     PayloadValidationError,
     Pipeline,
+    PipelineError,
     Priority,
     Settings,
 )
@@ -305,3 +306,67 @@ def test_bad_job_options_are_refused(app: Pipeline) -> None:
         app.job("bad", concurrency=0)
     with pytest.raises(ConfigurationError, match="retries"):
         app.job("bad", retries=3)
+
+
+class _BatchRecorder(InMemoryTransport):
+    """The in-memory transport with ``produce_many``, recording each call's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+        self.polls_after: list[int] = []
+
+    def produce_many(
+        self, topic: str, values: list[bytes], key: bytes | None, on_delivery: Any
+    ) -> None:
+        self.batches.append(len(values))
+        for value in values:
+            self.produce(topic, value, key, on_delivery)
+
+    def poll(self, timeout: float = 0) -> int:
+        self.polls_after.append(len(self.batches))
+        return super().poll(timeout)
+
+
+def test_enqueue_many_hands_the_transport_batches_and_serves_callbacks_between_them() -> None:
+    transport = _BatchRecorder()
+    app = Pipeline(Settings(namespace="acme"), transport=transport)
+    ids = app.enqueue_many("bulk", ({"i": i} for i in range(2500)))
+    assert transport.batches == [1000, 1000, 500]
+    assert transport.polls_after[:2] == [1, 2]  # delivery callbacks served after each batch
+    app.flush()
+    jobs = transport.jobs("acme.jobs.default")
+    assert [j.id for j in jobs] == ids
+    assert [json.loads(j.payload)["i"] for j in jobs] == list(range(2500))
+
+
+@pytest.mark.parametrize("bad_at", [0, 7, 1000, 1500])
+def test_enqueue_many_sends_the_jobs_before_a_bad_payload_and_none_after(
+    app: Pipeline, transport: InMemoryTransport, bad_at: int
+) -> None:
+    payloads: list[Any] = [{"i": i} for i in range(1600)]
+    payloads[bad_at] = {"i": float("nan")}
+    with pytest.raises(PayloadValidationError, match="field 'i'"):
+        app.enqueue_many("bulk", payloads)
+    app.flush()
+    assert [json.loads(j.payload)["i"] for j in transport.jobs("acme.jobs.default")] == list(
+        range(bad_at)
+    )
+
+
+class _RefusingSecondBatch(_BatchRecorder):
+    def produce_many(
+        self, topic: str, values: list[bytes], key: bytes | None, on_delivery: Any
+    ) -> None:
+        if self.batches:
+            self.batches.append(len(values))
+            raise PipelineError("Kafka refused the batch")
+        super().produce_many(topic, values, key, on_delivery)
+
+
+def test_a_batch_the_producer_refused_is_not_sent_again() -> None:
+    transport = _RefusingSecondBatch()
+    app = Pipeline(Settings(namespace="acme"), transport=transport)
+    with pytest.raises(PipelineError, match="refused the batch"):
+        app.enqueue_many("bulk", ({"i": i} for i in range(2500)))
+    assert transport.batches == [1000, 1000]  # the second one refused, once; no third

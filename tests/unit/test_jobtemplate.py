@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -52,3 +53,33 @@ def test_same_millisecond_is_encoded_once_and_still_right() -> None:
     second = template.encode("b" * 32, b"{}", 1_800_000_000_000)
     assert CODEC.decode(first).id == "a" * 32
     assert CODEC.decode(second).created_at == 1_800_000_000_000
+
+
+@given(
+    prototype=jobs,
+    job_id=st.text(alphabet="0123456789abcdef", min_size=32, max_size=32) | st.text(max_size=70),
+    size=st.sampled_from([0, 1, 63, 64, 2047, 2048, 2049, 70_000]),
+)
+def test_template_matches_the_codec_for_job_ids_and_payloads_of_every_length(
+    prototype: Job, job_id: str, size: int
+) -> None:
+    # 32-character ids and payloads under 2 KiB take precomputed length prefixes; others not.
+    payload = bytes(range(256)) * (size // 256) + bytes(size % 256)
+    expected = CODEC.encode(
+        dataclasses.replace(prototype, id=job_id, payload=payload, created_at=1_800_000_000_000)
+    )
+    assert JobTemplate(CODEC, prototype).encode(job_id, payload, 1_800_000_000_000) == expected
+
+
+def test_job_ids_made_at_one_millisecond_are_distinct_ordered_and_carry_it() -> None:
+    from pipeline._job import JobIdFactory
+
+    factory = JobIdFactory()
+    ids = [factory.at(1_800_000_000_000) for _ in range(3)] + [factory.at(1_800_000_000_001)]
+    assert len(set(ids)) == 4
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    assert [int(i[:12], 16) for i in ids] == [1_800_000_000_000] * 3 + [1_800_000_000_001]
+    assert len({i[12:16] for i in ids}) == 1  # the process's prefix
+    counters = [int(i[16:], 16) for i in ids]
+    assert all((b - a) % 2**64 == 1 for a, b in itertools.pairwise(counters))
+    assert len(factory()) == 32

@@ -1,0 +1,145 @@
+"""The producer's defaults, and KafkaTransport.produce_many against a stand-in librdkafka."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+import pipeline._producer as producer_module
+from pipeline import PipelineError, Settings
+from pipeline._producer import KafkaTransport, producer_config
+
+
+def test_single_jobs_go_out_at_once_and_batches_linger_by_default() -> None:
+    assert Settings().producer.linger_ms == 0
+    assert producer_config(Settings())["linger.ms"] == 0
+    assert producer_config(Settings(), bulk=True)["linger.ms"] == 5
+
+
+def test_the_linger_is_still_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPELINE_PRODUCER__LINGER_MS", "5")
+    assert producer_config(Settings())["linger.ms"] == 5
+
+
+made: list[_FakeProducer] = []
+
+
+class _FakeProducer:
+    """librdkafka's Producer as far as KafkaTransport uses it; full once, after ``room``."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.conf = conf
+        self.delivered = 0
+        self.sent: list[tuple[str, bytes, bytes | None]] = []
+        self.polls = 0
+        self.room: int | None = None
+        self.refuse: KafkaError | None = None
+        self.flushes = 0
+        made.append(self)
+
+    def __len__(self) -> int:
+        return len(self.sent) - self.delivered
+
+    def flush(self, timeout: float) -> int:
+        self.flushes += 1
+        self.delivered = len(self.sent)
+        return 0
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, *, on_delivery: Any) -> None:
+        if self.refuse is not None:
+            raise KafkaException(self.refuse)
+        if self.room is not None and len(self.sent) >= self.room and self.polls == 0:
+            raise BufferError("Local: Queue full")
+        self.sent.append((topic, value, key))
+
+    def poll(self, timeout: float = 0) -> int:
+        self.polls += 1
+        return 0
+
+
+@pytest.fixture
+def transport(monkeypatch: pytest.MonkeyPatch) -> KafkaTransport:
+    monkeypatch.setattr(producer_module, "Producer", _FakeProducer)
+    made.clear()
+    return KafkaTransport(Settings(bootstrap_servers="localhost:1"))
+
+
+def _fake(transport: KafkaTransport) -> _FakeProducer:
+    fake = transport._get(bulk=True)
+    assert isinstance(fake, _FakeProducer)
+    return fake
+
+
+def _ignore(_error: object, _message: object) -> None:
+    return None
+
+
+def test_produce_many_sends_every_value_in_order_with_the_key(transport: KafkaTransport) -> None:
+    values = [b"a", b"b", b"c"]
+    transport.produce_many("t", values, b"k", _ignore)
+    assert _fake(transport).sent == [("t", b"a", b"k"), ("t", b"b", b"k"), ("t", b"c", b"k")]
+
+
+def test_produce_many_waits_for_room_when_the_local_queue_is_full(
+    transport: KafkaTransport,
+) -> None:
+    fake = _fake(transport)
+    fake.room = 2
+    transport.produce_many("t", [b"1", b"2", b"3", b"4"], None, _ignore)
+    assert [value for _topic, value, _key in fake.sent] == [b"1", b"2", b"3", b"4"]
+    assert fake.polls >= 1  # served librdkafka until the queue had room
+
+
+def test_produce_many_turns_a_refusal_into_a_pipeline_error(transport: KafkaTransport) -> None:
+    _fake(transport).refuse = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE)
+    with pytest.raises(PipelineError, match="cannot produce to t"):
+        transport.produce_many("t", [b"x"], None, _ignore)
+
+
+def test_produce_many_refuses_after_a_fatal_error(transport: KafkaTransport) -> None:
+    _fake(transport)
+    transport._on_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+    with pytest.raises(PipelineError, match="failed for good"):
+        transport.produce_many("t", [b"x"], None, _ignore)
+
+
+def test_batches_have_a_lingering_producer_of_their_own(transport: KafkaTransport) -> None:
+    transport.produce("t", b"single", None, _ignore)
+    transport.produce_many("t", [b"bulk"], None, _ignore)
+    single, bulk = made
+    assert (single.conf["linger.ms"], bulk.conf["linger.ms"]) == (0, 5)
+    assert [v for _t, v, _k in single.sent] == [b"single"]
+    assert [v for _t, v, _k in bulk.sent] == [b"bulk"]
+    assert transport.flush(1) == 0
+    assert (single.flushes, bulk.flushes) == (1, 1)
+
+
+def test_a_keyed_job_waits_for_the_other_producers_jobs_so_a_key_keeps_its_order(
+    transport: KafkaTransport,
+) -> None:
+    transport.produce_many("t", [b"1", b"2"], b"k", _ignore)
+    transport.produce("t", b"3", b"k", _ignore)  # after the batch has left
+    bulk, single = made
+    assert bulk.flushes == 1
+    transport.produce_many("t", [b"4"], b"k", _ignore)  # after the single job has left
+    assert single.flushes == 1
+
+
+def test_unkeyed_jobs_do_not_wait_for_the_other_producer(transport: KafkaTransport) -> None:
+    transport.produce_many("t", [b"1", b"2"], None, _ignore)
+    transport.produce("t", b"3", None, _ignore)
+    assert [p.flushes for p in made] == [0, 0]
+
+
+def test_equal_lingers_make_one_producer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(producer_module, "Producer", _FakeProducer)
+    monkeypatch.setenv("PIPELINE_PRODUCER__BULK_LINGER_MS", "0")
+    made.clear()
+    transport = KafkaTransport(Settings(bootstrap_servers="localhost:1"))
+    transport.produce("t", b"1", b"k", _ignore)
+    transport.produce_many("t", [b"2"], b"k", _ignore)
+    [only] = made
+    assert [v for _t, v, _k in only.sent] == [b"1", b"2"]
+    assert only.flushes == 0
