@@ -33,15 +33,15 @@ from pipeline._topiccheck import is_missing_topic
 
 from ._burst import BurstWatch
 from ._clusterview import ClusterView
-from ._commits import Committer, describe
 from ._consumerconf import consumer_config
 from ._dedupstore import ChangelogMissingError
 from ._flow import FlowControl
-from ._marks import CommitMark
 from ._metrics import WorkerMetrics
-from ._moves import Mover
 from ._poison import PoisonPillError, PoisonSide, PoisonWatch
 from ._work import PartitionState
+from .commit.committer import Committer, describe
+from .commit.marks import CommitMark
+from .commit.moves import Mover
 
 _log = logging.getLogger("pipeline.worker.consumer")
 

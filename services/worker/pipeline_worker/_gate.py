@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ._marks import CommitMark
 from ._quarantine import Quarantine
+from .commit.marks import CommitMark
 
 if TYPE_CHECKING:
     from confluent_kafka import Message

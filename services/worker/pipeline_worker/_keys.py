@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from pipeline import Job, JobType, Priority
 
     from ._metrics import WorkerMetrics
-    from ._moves import Mover
     from ._work import PartitionState
+    from .commit.moves import Mover
 
 _log = logging.getLogger("pipeline.worker.dedup")
 

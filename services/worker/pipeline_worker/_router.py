@@ -10,8 +10,8 @@ from pipeline._job import now_ms
 
 from ._failures import Failure, FailurePolicy, Move, Record
 from ._metrics import WorkerMetrics
-from ._moves import Mover
 from ._ratelog import RateLimitedLog
+from .commit.moves import Mover
 
 if TYPE_CHECKING:
     from pipeline import Job

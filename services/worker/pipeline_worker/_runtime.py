@@ -34,11 +34,11 @@ from ._failures import FailurePolicy
 from ._keys import Deduplicator
 from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
 from ._middleware import Middleware, PartitionRef
-from ._moves import Mover
 from ._processing import Processor
 from ._relay import RetryRelay
 from ._router import FailureRouter
 from ._work import PartitionState
+from .commit.moves import Mover
 
 if TYPE_CHECKING:
     from confluent_kafka import Message

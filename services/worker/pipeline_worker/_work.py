@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._offsets import OffsetTracker
+from .commit.offsets import OffsetTracker
 
 if TYPE_CHECKING:
     from asyncio import Task, TimerHandle

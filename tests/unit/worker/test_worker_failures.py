@@ -247,8 +247,8 @@ def test_a_full_partition_still_moves_the_job_at_its_commit_point() -> None:
     """With MAX_MOVED moves above the commit point, the job *at* the commit point must still
     move (else nothing could ever advance the commit point: a deadlock); others wait."""
     from pipeline_worker._failures import Record
-    from pipeline_worker._marks import MAX_MOVED
-    from pipeline_worker._moves import Mover
+    from pipeline_worker.commit.marks import MAX_MOVED
+    from pipeline_worker.commit.moves import Mover
 
     class FakeProducer:
         def __init__(self, conf: object) -> None:

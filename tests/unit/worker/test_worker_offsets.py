@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline_worker._offsets import OffsetTracker
+from pipeline_worker.commit.offsets import OffsetTracker
 
 
 @st.composite

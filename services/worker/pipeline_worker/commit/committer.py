@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from ._marks import CommitMark
-from ._metrics import WorkerMetrics
-from ._moves import Mover
-from ._ratelog import RateLimitedLog
+from .._metrics import WorkerMetrics
+from .._ratelog import RateLimitedLog
+from .marks import CommitMark
+from .moves import Mover
 
 if TYPE_CHECKING:
-    from ._gate import Gate
-    from ._work import PartitionState
+    from .._gate import Gate
+    from .._work import PartitionState
 
 _log = logging.getLogger("pipeline.worker.commits")
 

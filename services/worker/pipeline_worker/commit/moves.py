@@ -33,14 +33,14 @@ from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._producer import producer_config
 
-from ._marks import MAX_MOVED
+from .marks import MAX_MOVED
 
 if TYPE_CHECKING:
     import asyncio
 
     from pipeline import Settings
 
-    from ._failures import Record
+    from .._failures import Record
 
 _log = logging.getLogger("pipeline.worker.moves")
 
