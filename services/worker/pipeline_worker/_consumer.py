@@ -37,11 +37,11 @@ from ._consumerconf import consumer_config
 from ._dedupstore import ChangelogMissingError
 from ._flow import FlowControl
 from ._metrics import WorkerMetrics
-from ._poison import PoisonPillError, PoisonSide, PoisonWatch
 from ._work import PartitionState
 from .commit.committer import Committer, describe
 from .commit.marks import CommitMark
 from .commit.moves import Mover
+from .recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
 
 _log = logging.getLogger("pipeline.worker.consumer")
 

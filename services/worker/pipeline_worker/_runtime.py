@@ -35,16 +35,16 @@ from ._keys import Deduplicator
 from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
 from ._middleware import Middleware, PartitionRef
 from ._processing import Processor
-from ._relay import RetryRelay
 from ._router import FailureRouter
 from ._work import PartitionState
 from .commit.moves import Mover
+from .recovery.relay import RetryRelay
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
     from prometheus_client.registry import CollectorRegistry
 
-    from ._poison import PoisonPillError
+    from .recovery.poison import PoisonPillError
 
 _log = logging.getLogger("pipeline.worker")
 

@@ -14,12 +14,18 @@ from confluent_kafka import Message, TopicPartition
 
 from pipeline import Priority, Settings
 from pipeline_worker._consumer import ConsumerThread
-from pipeline_worker._gate import Gate
 from pipeline_worker._metrics import WorkerMetrics
-from pipeline_worker._poison import PoisonPillError
-from pipeline_worker._quarantine import Quarantine, Step, Takeover, needs_watermarks, plan_takeover
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit.marks import CommitMark
+from pipeline_worker.recovery.guard import Gate
+from pipeline_worker.recovery.poison import PoisonPillError
+from pipeline_worker.recovery.quarantine import (
+    Quarantine,
+    Step,
+    Takeover,
+    needs_watermarks,
+    plan_takeover,
+)
 
 TOPIC = "ns.jobs.default"
 LEASE = 10

@@ -25,8 +25,8 @@ from .marks import CommitMark
 from .moves import Mover
 
 if TYPE_CHECKING:
-    from .._gate import Gate
     from .._work import PartitionState
+    from ..recovery.guard import Gate
 
 _log = logging.getLogger("pipeline.worker.commits")
 

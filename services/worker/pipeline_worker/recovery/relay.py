@@ -44,8 +44,8 @@ from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames
 
-from ._metrics import WorkerMetrics
-from ._ratelog import RateLimitedLog
+from .._metrics import WorkerMetrics
+from .._ratelog import RateLimitedLog
 
 _log = logging.getLogger("pipeline.worker.relay")
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from ._quarantine import Quarantine
-from .commit.marks import CommitMark
+from ..commit.marks import CommitMark
+from .quarantine import Quarantine
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
-    from ._quarantine import Takeover
+    from .quarantine import Takeover
 
 UNLIMITED = 2**63 - 1
 """The lease of a partition when detection is off: hand everything at once."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .commit.marks import CommitMark
+    from ..commit.marks import CommitMark
 
 
 @dataclass(frozen=True, slots=True)

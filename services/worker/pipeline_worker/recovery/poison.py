@@ -60,18 +60,18 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from confluent_kafka import TopicPartition
 
-from ._gate import Gate
-from ._quarantine import Step, needs_watermarks, plan_takeover
-from .commit.marks import CommitMark
+from ..commit.marks import CommitMark
+from .guard import Gate
+from .quarantine import Step, needs_watermarks, plan_takeover
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from confluent_kafka import Consumer, Message
 
-    from ._metrics import WorkerMetrics
-    from ._work import PartitionState
-    from .commit.committer import Committer
+    from .._metrics import WorkerMetrics
+    from .._work import PartitionState
+    from ..commit.committer import Committer
 
     Batch = list[tuple[PartitionState, list[Message]]]
 
