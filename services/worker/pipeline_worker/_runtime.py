@@ -27,7 +27,6 @@ from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 
 from . import _signals
-from ._consumer import Batch, ConsumerThread
 from ._dedupstore import KafkaDedupStore
 from ._events import EventStream
 from ._failures import FailurePolicy
@@ -38,6 +37,7 @@ from ._processing import Processor
 from ._router import FailureRouter
 from ._work import PartitionState
 from .commit.moves import Mover
+from .intake.consumer import Batch, ConsumerThread
 from .recovery.relay import RetryRelay
 
 if TYPE_CHECKING:

@@ -13,10 +13,10 @@ import pytest
 from confluent_kafka import Message, TopicPartition
 
 from pipeline import Priority, Settings
-from pipeline_worker._consumer import ConsumerThread
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit.marks import CommitMark
+from pipeline_worker.intake.consumer import ConsumerThread
 from pipeline_worker.recovery.guard import Gate
 from pipeline_worker.recovery.poison import PoisonPillError
 from pipeline_worker.recovery.quarantine import (

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from ._work import PartitionState
+from .._work import PartitionState
 
 RESUME_FRACTION = 0.5
 """A paused partition resumes once its buffer is down to this fraction of ``buffer_size``."""

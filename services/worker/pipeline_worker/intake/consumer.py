@@ -31,17 +31,17 @@ from pipeline._errors import PipelineError
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import is_missing_topic
 
-from ._burst import BurstWatch
-from ._clusterview import ClusterView
-from ._consumerconf import consumer_config
-from ._dedupstore import ChangelogMissingError
-from ._flow import FlowControl
-from ._metrics import WorkerMetrics
-from ._work import PartitionState
-from .commit.committer import Committer, describe
-from .commit.marks import CommitMark
-from .commit.moves import Mover
-from .recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
+from .._dedupstore import ChangelogMissingError
+from .._metrics import WorkerMetrics
+from .._work import PartitionState
+from ..commit.committer import Committer, describe
+from ..commit.marks import CommitMark
+from ..commit.moves import Mover
+from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
+from .burst import BurstWatch
+from .cluster import ClusterView
+from .config import consumer_config
+from .flow import FlowControl
 
 _log = logging.getLogger("pipeline.worker.consumer")
 

@@ -18,8 +18,8 @@ from pipeline._errors import TopicMissingError
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import missing_topics
 
-from ._metrics import WorkerMetrics
-from ._work import PartitionState
+from .._metrics import WorkerMetrics
+from .._work import PartitionState
 
 _log = logging.getLogger("pipeline.worker.consumer")
 

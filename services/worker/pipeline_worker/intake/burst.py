@@ -16,9 +16,9 @@ from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from ._ratelog import RateLimitedLog
-from ._work import PartitionState
-from .commit.committer import Committer
+from .._ratelog import RateLimitedLog
+from .._work import PartitionState
+from ..commit.committer import Committer
 
 _log = logging.getLogger("pipeline.worker.consumer")
 
