@@ -26,16 +26,16 @@ from pipeline import (
 )
 from pipeline._context import JobContext
 
-from ._dispatch import Dispatcher, make_policy
 from ._endings import Endings, decode_error
 from ._executor import AsyncRunners, Completion, ThreadPool, is_call_error
-from ._holds import Holds
 from ._hooks import Hooks
-from ._jobtypes import TypeTable
 from ._metrics import WorkerMetrics
 from ._middleware import Middleware, OutcomeKind
 from ._ratelog import RateLimitedLog
 from ._work import IdleWaiters, PartitionState, Work
+from .dispatch.dispatcher import Dispatcher, make_policy
+from .dispatch.holds import Holds
+from .dispatch.jobtypes import TypeTable
 
 if TYPE_CHECKING:
     import contextvars

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from pipeline import Job, JobType, Priority
     from pipeline._context import JobContext
 
-    from ._limits import TypeGate
     from ._metrics import TypeStats
+    from .dispatch.limits import TypeGate
 
 
 class PartitionState:

@@ -6,9 +6,14 @@ from collections import Counter, deque
 
 import pytest
 
-from pipeline_worker._dispatch import Dispatcher, StrictPolicy, WeightedPolicy, make_policy
-from pipeline_worker._limits import TypeGate
 from pipeline_worker._work import Work
+from pipeline_worker.dispatch.dispatcher import (
+    Dispatcher,
+    StrictPolicy,
+    WeightedPolicy,
+    make_policy,
+)
+from pipeline_worker.dispatch.limits import TypeGate
 
 from .support import FakeTimers, Jobs, state
 

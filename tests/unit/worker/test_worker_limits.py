@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline_worker._limits import BURST_SECONDS, TokenBucket, TypeGate, fleet_share
+from pipeline_worker.dispatch.limits import BURST_SECONDS, TokenBucket, TypeGate, fleet_share
 
 
 def test_share_is_proportional_to_owned_partitions() -> None:

@@ -15,8 +15,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
-from ._limits import TypeGate
-from ._work import PartitionState, Work
+from .._work import PartitionState, Work
+from .limits import TypeGate
 
 Policy = Literal["strict", "weighted"]
 Clock = Callable[[], float]

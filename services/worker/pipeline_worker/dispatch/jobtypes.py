@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 
 from pipeline import JobType, JsonPayload, PayloadCodec, Pipeline, Priority
 
-from ._limits import TypeGate
-from ._metrics import TypeStats, WorkerMetrics
+from .._metrics import TypeStats, WorkerMetrics
+from .limits import TypeGate
 
 _log = logging.getLogger("pipeline.worker.jobs")
 _JSON = JsonPayload()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import asyncio
 
-    from ._work import Work
+    from .._work import Work
 
 HOLD_MAX_MS = 5000.0
 """A job whose ``not_before`` is at most this far ahead waits for it; a later one is deferred."""

@@ -15,7 +15,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._work import Work
+    from .._work import Work
 
 BURST_SECONDS = 0.1
 """A bucket holds at most this many seconds worth of tokens (at least one token)."""
