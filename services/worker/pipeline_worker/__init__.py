@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline import TimeLimitError
 
-    from ._middleware import Middleware, Outcome, OutcomeKind, PartitionRef
     from ._runtime import Worker
+    from .route.middleware import Middleware, Outcome, OutcomeKind, PartitionRef
 
 __all__ = [
     "Middleware",
@@ -29,10 +29,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Middleware": "._middleware",
-    "Outcome": "._middleware",
-    "OutcomeKind": "._middleware",
-    "PartitionRef": "._middleware",
+    "Middleware": ".route.middleware",
+    "Outcome": ".route.middleware",
+    "OutcomeKind": ".route.middleware",
+    "PartitionRef": ".route.middleware",
     "TimeLimitError": "pipeline",
     "Worker": "._runtime",
 }

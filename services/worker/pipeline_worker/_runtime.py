@@ -27,18 +27,18 @@ from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 
 from . import _signals
-from ._dedupstore import KafkaDedupStore
-from ._events import EventStream
-from ._failures import FailurePolicy
-from ._keys import Deduplicator
 from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
-from ._middleware import Middleware, PartitionRef
-from ._processing import Processor
-from ._router import FailureRouter
 from ._work import PartitionState
 from .commit.moves import Mover
+from .execute.processor import Processor
 from .intake.consumer import Batch, ConsumerThread
 from .recovery.relay import RetryRelay
+from .route.changelog import KafkaDedupStore
+from .route.dedup import Deduplicator
+from .route.events import EventStream
+from .route.middleware import Middleware, PartitionRef
+from .route.policy import FailurePolicy
+from .route.router import FailureRouter
 
 if TYPE_CHECKING:
     from confluent_kafka import Message

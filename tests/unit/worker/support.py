@@ -14,9 +14,9 @@ from pipeline import DecodeError, Job, JobType, Pipeline, Priority
 from pipeline._settings import WorkerSettings
 from pipeline_worker import Middleware, Outcome, OutcomeKind
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
-from pipeline_worker._processing import Processor
 from pipeline_worker._work import PartitionState, Work
 from pipeline_worker.dispatch.limits import TypeGate
+from pipeline_worker.execute.processor import Processor
 
 PRIORITIES = list(Priority)
 

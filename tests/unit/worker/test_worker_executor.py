@@ -14,7 +14,7 @@ from pipeline import PayloadValidationError, Pipeline
 from pipeline._context import JobContext
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import Middleware, Outcome, OutcomeKind, TimeLimitError
-from pipeline_worker._executor import ThreadPool
+from pipeline_worker.execute.runners import ThreadPool
 
 from .support import Harness, Jobs, state
 

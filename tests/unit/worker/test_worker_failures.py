@@ -23,7 +23,8 @@ from pipeline import (
 )
 from pipeline._codec import DeadLetterCodec, EventCodec
 from pipeline._records import DeadLetterReason, EventKind
-from pipeline_worker._failures import (
+from pipeline_worker.route.middleware import OutcomeKind
+from pipeline_worker.route.policy import (
     DEFERRED,
     Failure,
     FailurePolicy,
@@ -31,7 +32,6 @@ from pipeline_worker._failures import (
     traceback_digest,
     traceback_text,
 )
-from pipeline_worker._middleware import OutcomeKind
 
 NOW = 1_800_000_000_000
 CODEC = JobCodec()
@@ -246,9 +246,9 @@ def _run_ready(loop: asyncio.AbstractEventLoop) -> None:
 def test_a_full_partition_still_moves_the_job_at_its_commit_point() -> None:
     """With MAX_MOVED moves above the commit point, the job *at* the commit point must still
     move (else nothing could ever advance the commit point: a deadlock); others wait."""
-    from pipeline_worker._failures import Record
     from pipeline_worker.commit.marks import MAX_MOVED
     from pipeline_worker.commit.moves import Mover
+    from pipeline_worker.route.policy import Record
 
     class FakeProducer:
         def __init__(self, conf: object) -> None:

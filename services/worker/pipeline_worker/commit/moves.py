@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from pipeline import Settings
 
-    from .._failures import Record
+    from ..route.policy import Record
 
 _log = logging.getLogger("pipeline.worker.moves")
 

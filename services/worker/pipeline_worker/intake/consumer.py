@@ -31,13 +31,13 @@ from pipeline._errors import PipelineError
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import is_missing_topic
 
-from .._dedupstore import ChangelogMissingError
 from .._metrics import WorkerMetrics
 from .._work import PartitionState
 from ..commit.committer import Committer, describe
 from ..commit.marks import CommitMark
 from ..commit.moves import Mover
 from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
+from ..route.changelog import ChangelogMissingError
 from .burst import BurstWatch
 from .cluster import ClusterView
 from .config import consumer_config

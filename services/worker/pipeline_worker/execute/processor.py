@@ -26,16 +26,16 @@ from pipeline import (
 )
 from pipeline._context import JobContext
 
-from ._endings import Endings, decode_error
-from ._executor import AsyncRunners, Completion, ThreadPool, is_call_error
-from ._hooks import Hooks
-from ._metrics import WorkerMetrics
-from ._middleware import Middleware, OutcomeKind
-from ._ratelog import RateLimitedLog
-from ._work import IdleWaiters, PartitionState, Work
-from .dispatch.dispatcher import Dispatcher, make_policy
-from .dispatch.holds import Holds
-from .dispatch.jobtypes import TypeTable
+from .._metrics import WorkerMetrics
+from .._ratelog import RateLimitedLog
+from .._work import IdleWaiters, PartitionState, Work
+from ..dispatch.dispatcher import Dispatcher, make_policy
+from ..dispatch.holds import Holds
+from ..dispatch.jobtypes import TypeTable
+from ..route.endings import Endings, decode_error
+from ..route.hooks import Hooks
+from ..route.middleware import Middleware, OutcomeKind
+from .runners import AsyncRunners, Completion, ThreadPool, is_call_error
 
 if TYPE_CHECKING:
     import contextvars
@@ -44,9 +44,9 @@ if TYPE_CHECKING:
 
     from pipeline._settings import WorkerSettings
 
-    from ._events import EventStream
-    from ._keys import Deduplicator
-    from ._router import FailureRouter
+    from ..route.dedup import Deduplicator
+    from ..route.events import EventStream
+    from ..route.router import FailureRouter
 
 _log = logging.getLogger("pipeline.worker.jobs")
 _JSON = JsonPayload()

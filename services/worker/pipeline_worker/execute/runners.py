@@ -30,7 +30,7 @@ from collections.abc import Callable, Coroutine, Generator
 from queue import SimpleQueue
 from typing import Any
 
-from ._work import Work
+from .._work import Work
 
 GROW_AFTER_S = 0.02
 """How long a job may wait in the queue, untaken, before the pool grows.

@@ -22,14 +22,14 @@ from pipeline._dedup import ChangelogRecord, DedupPolicy, Outcome, Verdict, spli
 from pipeline._dedupstores import DedupStore
 from pipeline._job import now_ms
 
-from ._failures import Record
+from .policy import Record
 
 if TYPE_CHECKING:
     from pipeline import Job, JobType, Priority
 
-    from ._metrics import WorkerMetrics
-    from ._work import PartitionState
-    from .commit.moves import Mover
+    from .._metrics import WorkerMetrics
+    from .._work import PartitionState
+    from ..commit.moves import Mover
 
 _log = logging.getLogger("pipeline.worker.dedup")
 

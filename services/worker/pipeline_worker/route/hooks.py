@@ -7,14 +7,14 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ._metrics import WorkerMetrics
-from ._middleware import Middleware, Outcome, OutcomeKind
-from ._ratelog import RateLimitedLog
+from .._metrics import WorkerMetrics
+from .._ratelog import RateLimitedLog
+from .middleware import Middleware, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from pipeline._context import JobContext
 
-    from ._work import Work
+    from .._work import Work
 
 _log = logging.getLogger("pipeline.worker.jobs")
 

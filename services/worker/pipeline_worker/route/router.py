@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from pipeline._job import now_ms
 
-from ._failures import Failure, FailurePolicy, Move, Record
-from ._metrics import WorkerMetrics
-from ._ratelog import RateLimitedLog
-from .commit.moves import Mover
+from .._metrics import WorkerMetrics
+from .._ratelog import RateLimitedLog
+from ..commit.moves import Mover
+from .policy import Failure, FailurePolicy, Move, Record
 
 if TYPE_CHECKING:
     from pipeline import Job

@@ -22,7 +22,7 @@ from pipeline._producer import producer_config
 from pipeline._records import Event, EventKind
 from pipeline._topics import TopicNames
 
-from ._middleware import Middleware, Outcome, OutcomeKind
+from .middleware import Middleware, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable

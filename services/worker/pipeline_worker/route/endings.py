@@ -13,22 +13,22 @@ from typing import TYPE_CHECKING, Any
 from pipeline import DecodeError, UnknownJobTypeError
 from pipeline._dedup import Outcome as KeyOutcome
 
-from ._failures import Failure, Record
-from ._middleware import Outcome, OutcomeKind
+from .middleware import Outcome, OutcomeKind
+from .policy import Failure, Record
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
     from pipeline import Job, JobType
 
-    from ._events import EventStream
-    from ._hooks import Hooks
-    from ._keys import Deduplicator
-    from ._metrics import WorkerMetrics
-    from ._processing import Processor
-    from ._ratelog import RateLimitedLog
-    from ._router import FailureRouter
-    from ._work import PartitionState, Work
+    from .._metrics import WorkerMetrics
+    from .._ratelog import RateLimitedLog
+    from .._work import PartitionState, Work
+    from ..execute.processor import Processor
+    from .dedup import Deduplicator
+    from .events import EventStream
+    from .hooks import Hooks
+    from .router import FailureRouter
 
 
 class Endings:

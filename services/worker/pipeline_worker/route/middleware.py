@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pipeline import Job, JobType
     from pipeline._context import JobContext
 
-    from ._runtime import Worker
+    from .._runtime import Worker
 
 
 class OutcomeKind(StrEnum):
