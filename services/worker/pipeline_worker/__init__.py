@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline import TimeLimitError
 
+    from ._middleware import Middleware
     from ._runtime import Worker
-    from .route.middleware import Middleware, Outcome, OutcomeKind, PartitionRef
+    from .route.outcome import Outcome, OutcomeKind, PartitionRef
 
 __all__ = [
     "Middleware",
@@ -29,10 +30,10 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Middleware": ".route.middleware",
-    "Outcome": ".route.middleware",
-    "OutcomeKind": ".route.middleware",
-    "PartitionRef": ".route.middleware",
+    "Middleware": "._middleware",
+    "Outcome": ".route.outcome",
+    "OutcomeKind": ".route.outcome",
+    "PartitionRef": ".route.outcome",
     "TimeLimitError": "pipeline",
     "Worker": "._runtime",
 }

@@ -36,7 +36,7 @@ from .recovery.relay import RetryRelay
 from .route.changelog import KafkaDedupStore
 from .route.dedup import Deduplicator
 from .route.events import EventStream
-from .route.middleware import Middleware, PartitionRef
+from .route.outcome import JobHooks, PartitionRef
 from .route.policy import FailurePolicy
 from .route.router import FailureRouter
 
@@ -55,8 +55,10 @@ class Worker:
     """Consumes an application's priority topics and runs its jobs until stopped.
 
     ``settings`` defaults to the application's; ``middleware`` hooks see every job's outcome
-    and the assignment changes (see :class:`Middleware`). :meth:`run` blocks and returns the
-    exit code; :meth:`stop` (from any thread) or SIGTERM/SIGINT end it gracefully.
+    and the assignment changes (see :class:`pipeline_worker.Middleware`: only its per-job
+    hooks are required, the worker's lifecycle hooks are called where a middleware has them).
+    :meth:`run` blocks and returns the exit code; :meth:`stop` (from any thread) or
+    SIGTERM/SIGINT end it gracefully.
     """
 
     def __init__(
@@ -64,7 +66,7 @@ class Worker:
         app: Pipeline,
         settings: Settings | None = None,
         *,
-        middleware: Sequence[Middleware] = (),
+        middleware: Sequence[JobHooks] = (),
     ) -> None:
         self.app = app
         self.settings = settings if settings is not None else app.settings
@@ -417,8 +419,11 @@ class Worker:
 
     def _call_hooks(self, name: str, *args: object, **kwargs: object) -> None:
         for middleware in self.middleware:
+            hook = getattr(middleware, name, None)
+            if hook is None:
+                continue
             try:
-                getattr(middleware, name)(*args, **kwargs)
+                hook(*args, **kwargs)
             except Exception:
                 self.metrics.hook_failures += 1
                 _log.exception("%s.%s failed", type(middleware).__name__, name)

@@ -540,11 +540,11 @@ def test_a_rate_limit_takes_the_share_of_its_priority_topic() -> None:
         h.feed(h.message("limited"), h.message("everywhere"))
         await h.recorder.wait_for(2)
         h.processor.set_share({high: 1, default: 6}, {high: 6, default: 6})
-        gates = {name: e.gate for name, e in h.processor.types.entries.items()}
-        assert gates["limited"] is not None
-        assert gates["limited"].rate == pytest.approx(10.0)  # 1 of the 6 high partitions
-        assert gates["everywhere"] is not None
-        assert gates["everywhere"].rate == pytest.approx(35.0)  # critical is not consumed: 7/12
+        limits = {name: e.limit for name, e in h.processor.types.entries.items()}
+        assert limits["limited"] is not None
+        assert limits["limited"].rate == pytest.approx(10.0)  # 1 of the 6 high partitions
+        assert limits["everywhere"] is not None
+        assert limits["everywhere"].rate == pytest.approx(35.0)  # critical is not consumed: 7/12
 
     run(main)
 

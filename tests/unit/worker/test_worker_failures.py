@@ -23,7 +23,7 @@ from pipeline import (
 )
 from pipeline._codec import DeadLetterCodec, EventCodec
 from pipeline._records import DeadLetterReason, EventKind
-from pipeline_worker.route.middleware import OutcomeKind
+from pipeline_worker.route.outcome import OutcomeKind
 from pipeline_worker.route.policy import (
     DEFERRED,
     Failure,

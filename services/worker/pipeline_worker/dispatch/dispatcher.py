@@ -1,10 +1,10 @@
-"""Which buffered job runs next: the priority policy, per-key ordering and per-type gates.
+"""Which buffered job runs next: the priority policy, per-key ordering and per-type limits.
 
 Jobs wait in one queue per priority. :meth:`Dispatcher.pop` picks a queue by the policy
 (``strict``: the first non-empty queue in priority order; ``weighted``: smooth weighted
 round-robin over the non-empty queues, so a low priority is never starved), then checks the
-job's gates. A job that cannot start yet is set aside, never spun on: behind the running job of
-its key (per-key ordering), or in its type's gate (concurrency cap or rate limit). When the
+job's limits. A job that cannot start yet is set aside, never spun on: behind the running job of
+its key (per-key ordering), or in its type's limit (concurrency cap or rate limit). When the
 blocking job finishes (:meth:`Dispatcher.release`) or the rate allows (a timer), the job set
 aside moves to the ``admitted`` queue, which :meth:`pop` serves first.
 """
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal
 
 from .._work import PartitionState, Work
-from .limits import TypeGate
+from .limits import TypeLimit
 
 Policy = Literal["strict", "weighted"]
 Clock = Callable[[], float]
@@ -79,7 +79,7 @@ def make_policy(policy: Policy, weights: Sequence[int]) -> StrictPolicy | Weight
 
 
 class Dispatcher:
-    """Priority queues of ready jobs plus the jobs set aside by keys and gates."""
+    """Priority queues of ready jobs plus the jobs set aside by keys and limits."""
 
     def __init__(
         self,
@@ -98,14 +98,14 @@ class Dispatcher:
         self._clock = clock
         self._schedule = schedule
         self._on_ready = on_ready
-        self._gates: set[TypeGate] = set()
+        self._limits: set[TypeLimit[Work]] = set()
 
     def push(self, work: Work) -> None:
         """A decoded job joins the queue of its priority."""
         self.queues[work.state.pidx].append(work)
 
     def pop(self) -> Work | None:
-        """The next job that may start now (its gate slot is reserved), or ``None``."""
+        """The next job that may start now (its limit slot is reserved), or ``None``."""
         admitted = self.admitted
         if admitted:
             return admitted.popleft()
@@ -127,8 +127,8 @@ class Dispatcher:
                         successors.append(work)
                     continue
                 keys[key] = None
-            gate = work.gate
-            if gate is None or self._admit(gate, work):
+            limit = work.limit
+            if limit is None or self._admit(limit, work):
                 return work
 
     def pop_many(self, limit: int) -> list[Work]:
@@ -151,8 +151,8 @@ class Dispatcher:
             queue = nonempty[0]
             while queue and len(taken) < limit:
                 work = queue.popleft()
-                gate = work.gate
-                if gate is None or self._admit(gate, work):
+                type_limit = work.limit
+                if type_limit is None or self._admit(type_limit, work):
                     taken.append(work)
             return taken
         pick = self._policy.pick
@@ -161,18 +161,18 @@ class Dispatcher:
             if index < 0:
                 break
             work = queues[index].popleft()
-            gate = work.gate
-            if gate is None or self._admit(gate, work):
+            type_limit = work.limit
+            if type_limit is None or self._admit(type_limit, work):
                 taken.append(work)
         return taken
 
     def release(self, work: Work) -> None:
-        """``work`` finished (or was dropped after admission): free its gate slot and key."""
-        gate = work.gate
-        if gate is not None:
-            gate.release()
-            if gate.waiting:
-                self._drain(gate)
+        """``work`` finished (or was dropped after admission): free its limit slot and key."""
+        limit = work.limit
+        if limit is not None:
+            limit.release()
+            if limit.waiting:
+                self._drain(limit)
         key = work.key
         if key is not None and self._key_ordering:
             keys = work.state.keys
@@ -181,60 +181,60 @@ class Dispatcher:
                 successor = successors.popleft()
                 if not successors:
                     keys[key] = None
-                if successor.gate is None or self._admit(successor.gate, successor):
+                if successor.limit is None or self._admit(successor.limit, successor):
                     self.admitted.append(successor)
             else:
                 keys.pop(key, None)
 
-    def _admit(self, gate: TypeGate, work: Work) -> bool:
-        # A gate with jobs waiting admits in arrival order: newcomers queue behind them.
-        if not gate.waiting and gate.try_admit(self._clock()):
+    def _admit(self, limit: TypeLimit[Work], work: Work) -> bool:
+        # A limit with jobs waiting admits in arrival order: newcomers queue behind them.
+        if not limit.waiting and limit.try_admit(self._clock()):
             return True
-        gate.waiting.append(work)
-        self._gates.add(gate)
-        self._arm(gate)
+        limit.waiting.append(work)
+        self._limits.add(limit)
+        self._arm(limit)
         return False
 
-    def _drain(self, gate: TypeGate) -> bool:
+    def _drain(self, limit: TypeLimit[Work]) -> bool:
         now = self._clock()
-        waiting = gate.waiting
+        waiting = limit.waiting
         moved = False
-        while waiting and gate.try_admit(now):
+        while waiting and limit.try_admit(now):
             self.admitted.append(waiting.popleft())
             moved = True
         if waiting:
-            self._arm(gate)
+            self._arm(limit)
         return moved
 
-    def _arm(self, gate: TypeGate) -> None:
-        """Wake up when the rate allows the gate's next job (the cap needs no timer)."""
-        if gate.timer_armed or gate.capped or gate.bucket is None:
+    def _arm(self, limit: TypeLimit[Work]) -> None:
+        """Wake up when the rate allows the limit's next job (the cap needs no timer)."""
+        if limit.timer_armed or limit.capped or limit.bucket is None:
             return
-        delay = gate.bucket.delay(self._clock())
+        delay = limit.bucket.delay(self._clock())
         if delay == float("inf"):
-            return  # no share of the rate: wait for an assignment change (refresh_gates)
-        gate.timer_armed = True
+            return  # no share of the rate: wait for an assignment change (refresh_limits)
+        limit.timer_armed = True
 
         def fire() -> None:
-            gate.timer_armed = False
-            if self._drain(gate):
+            limit.timer_armed = False
+            if self._drain(limit):
                 self._on_ready()
 
         self._schedule(delay, fire)
 
-    def refresh_gates(self, gates: Iterable[TypeGate]) -> None:
-        """Re-check waiting jobs after the gates' rates changed."""
+    def refresh_limits(self, limits: Iterable[TypeLimit[Work]]) -> None:
+        """Re-check waiting jobs after the limits' rates changed."""
         moved = False
-        for gate in gates:
-            if gate.waiting:
-                moved = self._drain(gate) or moved
+        for limit in limits:
+            if limit.waiting:
+                moved = self._drain(limit) or moved
         if moved:
             self._on_ready()
 
     def drop(self, states: Iterable[PartitionState]) -> list[Work]:
         """Remove the not-started jobs of ``states`` and return them.
 
-        Jobs admitted but not started give back their gate slot. The partitions' key tables are
+        Jobs admitted but not started give back their limit slot. The partitions' key tables are
         cleared, so their jobs still running release no successor when they finish.
         """
         doomed = set(states)
@@ -246,11 +246,11 @@ class Dispatcher:
         for queue in self.queues:
             dropped.extend(_remove(queue, condemned))
         for work in _remove(self.admitted, condemned):
-            if work.gate is not None:
-                work.gate.release()
+            if work.limit is not None:
+                work.limit.release()
             dropped.append(work)
-        for gate in self._gates:
-            dropped.extend(_remove(gate.waiting, condemned))
+        for limit in self._limits:
+            dropped.extend(_remove(limit.waiting, condemned))
         for state in doomed:
             for successors in state.keys.values():
                 if successors:

@@ -14,7 +14,8 @@ from collections.abc import Mapping, Sequence
 from pipeline import JobType, JsonPayload, PayloadCodec, Pipeline, Priority
 
 from .._metrics import TypeStats, WorkerMetrics
-from .limits import TypeGate
+from .._work import Work
+from .limits import TypeLimit
 
 _log = logging.getLogger("pipeline.worker.jobs")
 _JSON = JsonPayload()
@@ -23,11 +24,13 @@ _JSON = JsonPayload()
 class TypeEntry:
     """What the hot path needs about one job type."""
 
-    __slots__ = ("codec", "gate", "job_type", "stats", "time_limit")
+    __slots__ = ("codec", "job_type", "limit", "stats", "time_limit")
 
-    def __init__(self, job_type: JobType, gate: TypeGate | None, stats: list[TypeStats]) -> None:
+    def __init__(
+        self, job_type: JobType, limit: TypeLimit[Work] | None, stats: list[TypeStats]
+    ) -> None:
         self.job_type = job_type
-        self.gate = gate
+        self.limit = limit
         self.stats = stats
         """Counters by priority index."""
         self.codec: PayloadCodec = job_type.options.payload or _JSON
@@ -49,7 +52,7 @@ class TypeTable:
         self._priorities = list(priorities)
         self._topic_of = dict(topics)
         self.entries: dict[str, TypeEntry] = {}
-        self.gates: list[TypeGate] = []
+        self.limits: list[TypeLimit[Work]] = []
         self._owned: dict[str, int] = {}
         self._partitions: dict[str, int] = {}
 
@@ -62,14 +65,16 @@ class TypeTable:
         if job_type is None:
             return None  # not cached: names from bad input must not grow the table
         options = job_type.options
-        gate = None
+        limit: TypeLimit[Work] | None = None
         if options.concurrency is not None or options.rate_limit is not None:
             now = time.monotonic()
-            gate = TypeGate(name, cap=options.concurrency, rate_limit=options.rate_limit, now=now)
-            gate.set_share(*self._share_of(job_type), now)
-            self.gates.append(gate)
+            limit = TypeLimit[Work](
+                name, cap=options.concurrency, rate_limit=options.rate_limit, now=now
+            )
+            limit.set_share(*self._share_of(job_type), now)
+            self.limits.append(limit)
         stats = [self._metrics.type_stats(name, p.value) for p in self._priorities]
-        entry = self.entries[name] = TypeEntry(job_type, gate, stats)
+        entry = self.entries[name] = TypeEntry(job_type, limit, stats)
         return entry
 
     def set_share(self, owned: Mapping[str, int], partitions: Mapping[str, int]) -> None:
@@ -79,9 +84,9 @@ class TypeTable:
         self._partitions = dict(partitions)
         now = time.monotonic()
         for name, entry in self.entries.items():
-            if entry.gate is not None:
-                entry.gate.set_share(*self._share_of(entry.job_type), now)
-                _log.debug("rate share", extra={"job_type": name, "rate": entry.gate.rate})
+            if entry.limit is not None:
+                entry.limit.set_share(*self._share_of(entry.job_type), now)
+                _log.debug("rate share", extra={"job_type": name, "rate": entry.limit.rate})
 
     def _share_of(self, job_type: JobType) -> tuple[int, int]:
         """(owned, total) partitions that carry ``job_type``: those of its priority's topic.

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Generic, TypeVar
 
-if TYPE_CHECKING:
-    from .._work import Work
+Waiting = TypeVar("Waiting")
+"""What waits for admission (the dispatcher's ``Work``): this module needs nothing of it."""
 
 BURST_SECONDS = 0.1
 """A bucket holds at most this many seconds worth of tokens (at least one token)."""
@@ -79,7 +79,7 @@ class TokenBucket:
         return (1.0 - self._tokens) / self.rate
 
 
-class TypeGate:
+class TypeLimit(Generic[Waiting]):
     """Admission of one job type: at most ``cap`` running, tokens from ``bucket``.
 
     Jobs that cannot start wait in ``waiting`` in arrival order, aside from the priority
@@ -94,7 +94,7 @@ class TypeGate:
         self.rate_limit = rate_limit
         self.bucket = TokenBucket(0.0, now) if rate_limit is not None else None
         self.running = 0
-        self.waiting: deque[Work] = deque()
+        self.waiting: deque[Waiting] = deque()
         self.timer_armed = False
 
     def try_admit(self, now: float) -> bool:

@@ -34,7 +34,7 @@ from ..dispatch.holds import Holds
 from ..dispatch.jobtypes import TypeTable
 from ..route.endings import Endings, decode_error
 from ..route.hooks import Hooks
-from ..route.middleware import Middleware, OutcomeKind
+from ..route.outcome import JobHooks, OutcomeKind
 from .runners import AsyncRunners, Completion, ThreadPool, is_call_error
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class Processor:
         topics: Mapping[Priority, str],
         loop: asyncio.AbstractEventLoop,
         metrics: WorkerMetrics,
-        middleware: Sequence[Middleware],
+        middleware: Sequence[JobHooks],
         context: contextvars.Context,
         router: FailureRouter | None = None,
         events: EventStream | None = None,
@@ -198,7 +198,13 @@ class Processor:
                     continue
                 queue.append(
                     Work(
-                        state, offset, msg.key(), job, entry.job_type, entry.gate, entry.stats[pidx]
+                        state,
+                        offset,
+                        msg.key(),
+                        job,
+                        entry.job_type,
+                        entry.limit,
+                        entry.stats[pidx],
                     )
                 )
             state.expected = expected
@@ -207,7 +213,7 @@ class Processor:
     def set_share(self, owned: Mapping[str, int], partitions: Mapping[str, int]) -> None:
         """The assignment changed: rate limits take this worker's new share of the fleet's."""
         self.types.set_share(owned, partitions)
-        self.dispatcher.refresh_gates(self.types.gates)
+        self.dispatcher.refresh_limits(self.types.limits)
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -355,7 +361,7 @@ class Processor:
             self.in_flight -= 1
             state = work.state
             state.in_flight -= 1
-            if work.gate is not None or self._key_ordering:
+            if work.limit is not None or self._key_ordering:
                 self.dispatcher.release(work)
             tracker = state.tracker
             tracker.finish(work.offset)

@@ -1,7 +1,7 @@
 """Backpressure: a partition whose buffer is full is paused, and resumed once it drained.
 
 Buffers are counted, not stored, here: ``handed - taken`` of a :class:`PartitionState` is what
-its buffer holds (in transit to the loop, queued, or set aside by a key or a gate). Polling
+its buffer holds (in transit to the loop, queued, or set aside by a key or a type limit). Polling
 never stops; a paused partition simply delivers nothing, so a slow job never delays a poll.
 
 librdkafka facts this relies on. A paused partition's prefetched messages are purged, and

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline import DecodeError, UnknownJobTypeError
 from pipeline._dedup import Outcome as KeyOutcome
 
-from .middleware import Outcome, OutcomeKind
+from .outcome import Outcome, OutcomeKind
 from .policy import Failure, Record
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from pipeline._producer import producer_config
 from pipeline._records import Event, EventKind
 from pipeline._topics import TopicNames
 
-from .middleware import Middleware, Outcome, OutcomeKind
+from .outcome import Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.worker.events")
 
 
-class EventStream(Middleware):
+class EventStream:
     """Writes started, succeeded and progress events; see the module docstring."""
 
     def __init__(self, settings: Settings, codec: JobCodec) -> None:

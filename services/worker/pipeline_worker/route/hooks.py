@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from .._metrics import WorkerMetrics
 from .._ratelog import RateLimitedLog
-from .middleware import Middleware, Outcome, OutcomeKind
+from .outcome import JobHooks, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
     from pipeline._context import JobContext
@@ -29,7 +29,7 @@ class Hooks:
         self,
         loop: asyncio.AbstractEventLoop,
         metrics: WorkerMetrics,
-        middleware: Sequence[Middleware],
+        middleware: Sequence[JobHooks],
         *,
         on_settled: Callable[[], None],
     ) -> None:
@@ -89,7 +89,7 @@ class Hooks:
             except Exception as exc:
                 self._failed("on_progress", middleware, exc)
 
-    def _failed(self, hook: str, middleware: Middleware | None, exc: BaseException) -> None:
+    def _failed(self, hook: str, middleware: JobHooks | None, exc: BaseException) -> None:
         self._metrics.hook_failures += 1
         name = type(middleware).__name__ if middleware is not None else "middleware"
         self._errors.error(

@@ -34,7 +34,7 @@ from pipeline._codec import DeadLetterCodec, EventCodec, JobCodec
 from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind
 from pipeline._topics import TopicNames
 
-from .middleware import OutcomeKind
+from .outcome import OutcomeKind
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
