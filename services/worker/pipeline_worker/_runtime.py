@@ -233,13 +233,14 @@ class Worker:
             if (
                 burst
                 and processor is not None
-                and processor.held
+                and processor.stuck
                 and processor.in_flight == 0
                 and not any(s.buffered for s in self._states())
             ):
                 _log.error(
-                    "cannot drain: outcome hooks failed for %d job(s), whose offsets are held",
-                    processor.held,
+                    "cannot drain: outcome hooks failed for %d job(s), whose offsets stay "
+                    "unfinished",
+                    processor.stuck,
                 )
                 self._fail(1)
             down = self.health.unreachable_for()

@@ -494,7 +494,7 @@ def test_a_failing_outcome_hook_keeps_the_offset_unfinished() -> None:
         h.feed(h.message("x"), h.message("x"))
         await h.recorder.wait_for(2)
         assert h.partition.commit_offset == -1  # never past a job whose outcome was not handled
-        assert h.processor.held == 2
+        assert h.processor.stuck == 2
         assert h.processor.in_flight == 0
         assert h.metrics.hook_failures == 2
 

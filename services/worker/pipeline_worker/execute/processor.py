@@ -101,10 +101,10 @@ class Processor:
         self.types = TypeTable(app, metrics, priorities, topics)
         self.in_flight = 0
         self.finished = 0
+        """Offsets finished so far (the consumer thread commits after every ``commit_every``)."""
         self.last_end = 0.0
         """When the last job that succeeded ended (monotonic), for the exit summary."""
-        """Offsets finished so far (the consumer thread commits after every ``commit_every``)."""
-        self.held = 0
+        self.stuck = 0
         """Offsets kept unfinished because an outcome hook failed."""
         self.stopping = False
         self._ready: deque[Work] = deque()
@@ -417,6 +417,24 @@ class Processor:
                 work.state.in_flight -= 1
                 self.dispatcher.release(work)
         return len(dropped) + len(ready)
+
+    # -- the endings' calls (JobSlots) ---------------------------------------------------------
+
+    def free_slot(self, work: Work) -> None:
+        self.in_flight -= 1
+        self.dispatcher.release(work)
+
+    def release(self, work: Work) -> None:
+        self.dispatcher.release(work)
+
+    def offset_ended(self, state: PartitionState, *, finished: bool) -> None:
+        if finished:
+            self.finished += 1
+            self.last_end = time.monotonic()
+        else:
+            self.stuck += 1
+        if self.idle.waiting and state.in_flight == 0:
+            self.idle.wake()
 
     async def wait_idle(self, states: Iterable[PartitionState], timeout: float) -> bool:
         """Wait until no job of ``states`` (of any partition: empty) runs; False on timeout."""

@@ -1,5 +1,5 @@
-"""How a job ends, unless it simply succeeded with nothing to tell (:mod:`._processing` inlines
-that case): outcome hooks, failures moved before their offsets finish, idempotency keys settled
+"""How a job ends, unless it simply succeeded with nothing to tell (the processor inlines that
+case): outcome hooks, failures moved before their offsets finish, idempotency keys settled
 in the same transaction as their offsets, and messages that end without running (undecodable,
 of an unknown type, poison pills). Runs on the event loop thread, like the processor it serves.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline import DecodeError, UnknownJobTypeError
 from pipeline._dedup import Outcome as KeyOutcome
@@ -24,19 +24,35 @@ if TYPE_CHECKING:
     from .._metrics import WorkerMetrics
     from .._ratelog import RateLimitedLog
     from .._work import PartitionState, Work
-    from ..execute.processor import Processor
     from .dedup import Deduplicator
     from .events import EventStream
     from .hooks import Hooks
     from .router import FailureRouter
 
 
+class JobSlots(Protocol):
+    """What the endings need of the processor that ran the jobs (the execute stage)."""
+
+    def pump(self) -> None:
+        """Start queued jobs in the slots that are free now."""
+
+    def free_slot(self, work: Work) -> None:
+        """The job's handler is over: give back its concurrency slot (and its type limit and key,
+        through the dispatcher)."""
+
+    def release(self, work: Work) -> None:
+        """A job that took no slot ends: give back its type limit and key only."""
+
+    def offset_ended(self, state: PartitionState, *, finished: bool) -> None:
+        """Count an offset that ended (``finished`` False: kept unfinished by a failed hook)."""
+
+
 class Endings:
-    """The ends of the jobs of one :class:`._processing.Processor`, whose counters it keeps."""
+    """The ends of the jobs of one processor (see :class:`JobSlots`)."""
 
     def __init__(
         self,
-        processor: Processor,
+        slots: JobSlots,
         *,
         metrics: WorkerMetrics,
         middleware: tuple[Any, ...],
@@ -46,7 +62,7 @@ class Endings:
         dedup: Deduplicator | None,
         events: EventStream | None,
     ) -> None:
-        self._p = processor
+        self._slots = slots
         self._metrics = metrics
         self._middleware = middleware
         self._hooks = hooks
@@ -167,7 +183,7 @@ class Endings:
         taken by failing jobs would wait for a batch that may never come.
         """
         self._settle(work, done)
-        self._p.pump()
+        self._slots.pump()
 
     def _settle(self, work: Work, done: bool) -> None:
         """Free the job's slot and, if ``done``, mark its offset finished."""
@@ -176,21 +192,15 @@ class Endings:
 
     def free(self, work: Work) -> None:
         """The job's handler is over: its slot (and its key, with key ordering) is free."""
-        self._p.in_flight -= 1
         work.state.in_flight -= 1
-        self._p.dispatcher.release(work)
+        self._slots.free_slot(work)
 
     def done(self, state: PartitionState, offset: int, done: bool) -> None:
         if done:
             tracker = state.tracker
             tracker.finish(offset)
             state.commit_offset = tracker.watermark  # type: ignore[assignment]
-            self._p.finished += 1
-            self._p.last_end = time.monotonic()
-        else:
-            self._p.held += 1
-        if self._p.idle.waiting and state.in_flight == 0:
-            self._p.idle.wake()
+        self._slots.offset_ended(state, finished=done)
 
     def defer(self, work: Work) -> None:
         """Move a job far ahead of its ``not_before`` to ``<ns>.deferred`` (see ``_holds``); it
@@ -213,9 +223,9 @@ class Endings:
     def _deferred(self, work: Work, done: bool) -> None:
         """The deferral is in the open transaction (or was given up): finish the offset."""
         work.state.in_flight -= 1
-        self._p.dispatcher.release(work)
+        self._slots.release(work)
         self.done(work.state, work.offset, done)
-        self._p.pump()
+        self._slots.pump()
 
     def skip(
         self,
