@@ -31,7 +31,8 @@ from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
 from ._work import PartitionState
 from .commit.moves import Mover
 from .execute.processor import Processor
-from .intake.consumer import Batch, ConsumerThread
+from .intake.consumer import ConsumerThread
+from .intake.loopside import Batch
 from .recovery.relay import RetryRelay
 from .route.changelog import KafkaDedupStore
 from .route.dedup import Deduplicator

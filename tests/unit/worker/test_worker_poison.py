@@ -491,9 +491,9 @@ def take_over(
         )
     state = PartitionState(TOPIC, 0, Priority.DEFAULT, 0)
     thread.states[(TOPIC, 0)] = state
-    thread._unmarked.append(state)
+    thread.assignment.add([state])
     fake.paused.add((TOPIC, 0))
-    thread._load_marks()
+    thread.assignment.load(resume=True)
     return thread, fake, side, state
 
 
@@ -622,8 +622,8 @@ def take_over_partitions(
         )
         state = states[partition] = PartitionState(TOPIC, partition, Priority.DEFAULT, 0)
         thread.states[(TOPIC, partition)] = state
-        thread._unmarked.append(state)
-    thread._load_marks()
+        thread.assignment.add([state])
+    thread.assignment.load(resume=True)
     return thread, fake, side, states
 
 

@@ -178,6 +178,10 @@ class Mover:
         """Partitions with moves in the open transaction: their offsets must be sent with it."""
         return list(self._in_txn)
 
+    def restore_moved(self, where: Where, offsets: Iterable[int]) -> None:
+        """Offsets a previous owner moved above the commit point (read from its commit mark)."""
+        self.moved[where] = set(offsets)
+
     def moved_above(self, where: Where, commit_point: int) -> tuple[int, ...]:
         """The offsets moved above ``commit_point``, for the commit's metadata."""
         moved = self.moved.get(where)

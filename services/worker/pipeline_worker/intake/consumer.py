@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
@@ -34,14 +34,14 @@ from pipeline._topiccheck import is_missing_topic
 from .._metrics import WorkerMetrics
 from .._work import PartitionState
 from ..commit.committer import Committer, describe
-from ..commit.marks import CommitMark
 from ..commit.moves import Mover
 from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
-from ..route.changelog import ChangelogMissingError
+from .assignment import Assignment
 from .burst import BurstWatch
 from .cluster import ClusterView
 from .config import consumer_config
 from .flow import FlowControl
+from .loopside import Batch, LoopSide
 
 _log = logging.getLogger("pipeline.worker.consumer")
 
@@ -56,32 +56,6 @@ LEASE_BATCHES = 2
 """Poison-pill leases: offsets handed ahead of the last commit, in ``consume_batch`` units."""
 MAX_WINDOW = 256
 """The largest group of suspects a quarantine runs at once (at most the concurrency)."""
-
-Batch = list[tuple[PartitionState, list[Message]]]
-
-
-class LoopSide(Protocol):
-    """What the consumer thread needs from the event loop side of the worker."""
-
-    loop: asyncio.AbstractEventLoop
-
-    @property
-    def finished_jobs(self) -> int:
-        """Offsets finished so far: a commit follows every ``commit_every`` of them."""
-        ...
-
-    def on_batch(self, batch: Batch) -> None: ...
-
-    def on_assigned(self, states: list[PartitionState]) -> None: ...
-
-    async def revoke(self, states: list[PartitionState], *, lost: bool) -> None: ...
-
-    def on_share(self, owned: dict[str, int], total: dict[str, int]) -> None:
-        """Partitions owned and in all, per topic, after an assignment change."""
-
-    def on_burst_drained(self) -> None: ...
-
-    def on_consumer_failed(self, exc: BaseException) -> None: ...
 
 
 class ConsumerThread:
@@ -101,7 +75,6 @@ class ConsumerThread:
     ) -> None:
         worker = settings.worker
         self._dedup = dedup
-        self._keys_retry_at = 0.0
         self._topics = topics
         self._side = side
         self._metrics = metrics
@@ -116,8 +89,6 @@ class ConsumerThread:
         self._committer = Committer(
             metrics, interval_s=worker.commit_interval_s, every=worker.commit_every, mover=mover
         )
-        self._unmarked: list[PartitionState] = []
-        """Assigned partitions, paused until their commit marks are read."""
         conf["on_commit"] = self._committer.on_commit
         self._consumer = consumer_factory(conf)
         self.states: dict[tuple[str, int], PartitionState] = {}
@@ -134,6 +105,10 @@ class ConsumerThread:
             dead_letter=self._dead_letter if self._poison_side is not None else None,
         )
         self._committer.attach(self._consumer, self.states, self._poison.gates)
+        self.assignment = Assignment(
+            self._consumer, self.states, self._poison, mover=mover, dedup=dedup
+        )
+        """Newly assigned partitions, paused until their marks and keys are read back."""
         self._flow = FlowControl(self._consumer, self.states, worker.buffer_size)
         self._cluster = ClusterView(
             self._consumer, topics, self.states, metrics, settings.namespace
@@ -211,8 +186,8 @@ class ConsumerThread:
                 self._hand(messages)
             # Requests that block for their timeout while Kafka is unreachable wait for it.
             reachable = not health.down
-            if self._unmarked and reachable:
-                self._load_marks()
+            if self.assignment.pending and reachable:
+                self.assignment.load(resume=not self.intake_stopped)
             if paused and not self.intake_stopped:
                 self._flow.resume_drained()
             self._drain_moves()
@@ -330,7 +305,7 @@ class ConsumerThread:
             consumer.pause(partitions)
             for state in new:
                 state.paused = True
-            self._unmarked.extend(new)
+            self.assignment.add(new)
             self._metrics.count(self._metrics.rebalances, "assign")
             _log.info(
                 "partitions assigned",
@@ -356,7 +331,7 @@ class ConsumerThread:
         if lost:
             for state in states:
                 del self.states[(state.topic, state.partition)]
-        self._unmarked = [s for s in self._unmarked if s not in states]
+        self.assignment.discard(states)
         if states and not self._closing:
             self._metrics.count(self._metrics.rebalances, "lost" if lost else "revoke")
             _log.info(
@@ -407,7 +382,7 @@ class ConsumerThread:
         if self._dedup is not None and states:
             self._dedup.unload([(s.topic, s.partition) for s in states])
 
-    # -- moves and commit marks -----------------------------------------------------------------
+    # -- moves -----------------------------------------------------------------
 
     def _drain_moves(self) -> None:
         mover = self._mover
@@ -418,70 +393,6 @@ class ConsumerThread:
             lambda where: where in states,
             lambda where: states[where].commit_offset if where in states else -1,
         )
-
-    def _load_marks(self) -> None:
-        """Read the commit marks of newly assigned partitions, then let them fetch.
-
-        A mark lists offsets above the commit point that a previous owner moved already: the
-        loop skips them. It also tells whether the previous owner died (see :mod:`._poison`).
-        Every partition then gets a synchronous commit of our own mark (``dirty``: an owner is
-        running it) before it fetches, so that whoever comes after a crash of ours can tell.
-        A partition whose mark was read is never read again (it may be ours by then).
-        """
-        states = [s for s in self._unmarked if (s.topic, s.partition) in self.states]
-        self._unmarked = []
-        if not states:
-            return
-        fresh = [s for s in states if not self._poison.planned(s)]
-        try:
-            if fresh:
-                tps = [TopicPartition(s.topic, s.partition) for s in fresh]
-                committed = self._consumer.committed(tps, timeout=10.0)
-                for state, tp in zip(fresh, committed, strict=True):
-                    if tp.offset >= 0:
-                        self._read_mark(state, CommitMark.decode(tp.offset, tp.metadata))
-                    self._poison.plan(state, tp)
-        except KafkaException as exc:
-            self._errors.warning("marks", "could not read committed offsets, retrying: %s", exc)
-            self._unmarked = states
-            return
-        if self._dedup is not None and not self._load_keys(states):
-            self._unmarked = states
-            return
-        if not self._poison.secure(states):
-            self._unmarked = states  # usually a rebalance in progress: after the next poll
-            return
-        resume = [TopicPartition(s.topic, s.partition) for s in states]
-        if not self.intake_stopped:
-            for state in states:
-                state.paused = False
-            self._consumer.resume(resume)
-
-    def _load_keys(self, states: list[PartitionState]) -> bool:
-        """Restore the idempotency keys of newly assigned partitions; False: try again later."""
-        assert self._dedup is not None
-        started = time.monotonic()
-        if started < self._keys_retry_at:
-            return False
-        try:
-            self._dedup.load([(s.topic, s.partition) for s in states])
-        except ChangelogMissingError:
-            raise  # nothing to wait for: the worker stops and says what to create
-        except Exception as exc:
-            _log.warning("could not restore the idempotency keys, retrying in 1s: %s", exc)
-            self._keys_retry_at = time.monotonic() + 1.0
-            return False
-        seconds = time.monotonic() - started
-        if seconds >= 1.0:
-            _log.info("idempotency keys restored", extra={"seconds": round(seconds, 1)})
-        return True
-
-    def _read_mark(self, state: PartitionState, mark: CommitMark) -> None:
-        state.committed = mark.offset
-        if mark.moved:
-            state.moved = set(mark.moved)
-            if self._mover is not None:
-                self._mover.moved[(state.topic, state.partition)] = set(mark.moved)
 
     def _update_share(self) -> None:
         """Tell the loop how many partitions of each topic it owns, of how many in all."""
