@@ -12,7 +12,6 @@ import contextlib
 import contextvars
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -89,7 +88,6 @@ class Worker:
         self._stopped: asyncio.Event | None = None
         self._stop_requested = threading.Event()
         self._exit_code = 0
-        self._signals = 0
         self._loop_beat = time.monotonic()
         self._first_start: float | None = None
         self.health = BrokerHealth.of(self.settings.bootstrap_servers)
@@ -185,7 +183,10 @@ class Worker:
             mover=mover,
             dedup=store,
         )
-        self._install_signals()
+        signals = _signals.LoopSignals(
+            self.loop, self.stop, self.settings.worker.shutdown_timeout_s
+        )
+        signals.install()
         self._call_hooks("on_worker_start", self)
         _log.info(
             "worker starting",
@@ -217,7 +218,7 @@ class Worker:
                 await asyncio.to_thread(relay.stop)
             if events is not None:
                 await asyncio.to_thread(events.close)
-            self._remove_signals()
+            signals.remove()
             if server is not None:
                 server.close()
         self._call_hooks("on_worker_stop", self)
@@ -320,36 +321,6 @@ class Worker:
     def _states(self) -> list[PartitionState]:
         consumer = self._consumer
         return list(consumer.states.values()) if consumer is not None else []
-
-    # -- signals -------------------------------------------------------------------------------
-
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # embedded in a thread: the host calls stop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def _remove_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.remove_signal_handler(sig)
-        _signals.restore()  # a signal while exiting must not kill the process with it
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            _log.info(
-                "%s received: stopping gracefully (a second signal exits at once)",
-                sig.name,
-                extra={"timeout_s": self.settings.worker.shutdown_timeout_s},
-            )
-            self.stop()
-            return
-        _log.warning("%s received again: exiting now without committing", sig.name)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(_signals.EXIT_INTERRUPTED)
 
     # -- the consumer thread's calls (LoopSide) ------------------------------------------------
 
