@@ -3,8 +3,9 @@
 The runtime turns every message it takes into exactly one :class:`Outcome` (succeeded, failed,
 timed out, undecodable, unknown type) and hands it to each middleware's :meth:`on_outcome`
 *before* marking the message's offset finished. That is where failure routing plugs in (retry
-topics, dead letters, lifecycle events): an ``on_outcome`` that returns an awaitable holds the
-offset until the awaitable is done, so a job is never committed before it was moved.
+topics, dead letters, lifecycle events): an ``on_outcome`` that returns an awaitable keeps the
+offset unfinished until the awaitable is done, so a job is never committed before it was
+moved.
 
 Hooks run on the worker's event loop thread (``on_progress`` runs on the handler's thread) and
 must not block it. A hook that raises is logged and counted, never fatal to the worker. If
@@ -46,5 +47,5 @@ class Middleware:
         """A handler called ``ctx.progress()``; runs on the handler's thread."""
 
     def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:
-        """A message ended; return an awaitable to hold its offset until it is done."""
+        """A message ended; return an awaitable to keep its offset unfinished until it is done."""
         return None

@@ -18,6 +18,11 @@ from pipeline_worker.dispatch.limits import TypeLimit
 from .support import FakeTimers, Jobs, state
 
 
+def enqueue(d: Dispatcher, work: Work) -> None:
+    """What the processor does with a decoded job: it joins the queue of its priority."""
+    d.queues[work.state.pidx].append(work)
+
+
 def dispatcher(
     policy: StrictPolicy | WeightedPolicy | None = None,
     *,
@@ -39,7 +44,7 @@ def dispatcher(
 def fill(d: Dispatcher, jobs: Jobs, pidx: int, count: int) -> None:
     partition = state(pidx)
     for _ in range(count):
-        d.push(jobs.work(partition))
+        enqueue(d, jobs.work(partition))
 
 
 def drain(d: Dispatcher, count: int) -> list[Work]:
@@ -116,7 +121,7 @@ def test_same_key_jobs_never_run_together_and_run_in_offset_order() -> None:
     partition = state(0)
     a1, b1, a2, a3, b2 = (jobs.work(partition, key=k) for k in (b"a", b"b", b"a", b"a", b"b"))
     for work in (a1, b1, a2, a3, b2):
-        d.push(work)
+        enqueue(d, work)
     running = [d.pop(), d.pop()]
     assert running == [a1, b1]  # a2 waits behind a1, b2 behind b1
     assert d.pop() is None
@@ -137,8 +142,8 @@ def test_without_key_ordering_keys_are_ignored() -> None:
     jobs = Jobs()
     partition = state(0)
     first, second = jobs.work(partition, key=b"k"), jobs.work(partition, key=b"k")
-    d.push(first)
-    d.push(second)
+    enqueue(d, first)
+    enqueue(d, second)
     assert [d.pop(), d.pop()] == [first, second]
 
 
@@ -147,7 +152,7 @@ def test_keyless_jobs_are_never_ordered() -> None:
     jobs = Jobs()
     partition = state(0)
     for _ in range(3):
-        d.push(jobs.work(partition))
+        enqueue(d, jobs.work(partition))
     assert all(d.pop() is not None for _ in range(3))
 
 
@@ -159,7 +164,7 @@ def test_a_capped_type_waits_aside_without_blocking_other_types() -> None:
     slow = [jobs.work(partition, "slow", limit=limit) for _ in range(4)]
     fast = [jobs.work(partition, "fast") for _ in range(3)]
     for work in slow + fast:
-        d.push(work)
+        enqueue(d, work)
     started = [d.pop() for _ in range(5)]
     assert started == [slow[0], slow[1], *fast]
     assert d.pop() is None
@@ -182,7 +187,7 @@ def test_a_key_successor_still_respects_its_type_cap() -> None:
     other = jobs.work(partition, "capped", key=b"x", limit=limit)
     second = jobs.work(partition, "capped", key=b"k", limit=limit)
     for work in (first, other, second):
-        d.push(work)
+        enqueue(d, work)
     assert d.pop() is first
     assert d.pop() is None  # other waits in the limit, second behind its key
     d.release(first)
@@ -201,7 +206,7 @@ def test_a_rate_limited_type_is_admitted_by_a_timer_at_its_rate() -> None:
     limit.set_share(1, 1, 0.0)
     partition = state(0)
     for _ in range(5):
-        d.push(jobs.work(partition, "limited", limit=limit))
+        enqueue(d, jobs.work(partition, "limited", limit=limit))
     assert d.pop() is not None  # the bucket starts with one token
     assert d.pop() is None
     assert len(timers.timers) == 1  # one timer, no spinning
@@ -228,11 +233,11 @@ def test_dropping_a_partition_removes_its_jobs_everywhere_and_frees_slots() -> N
     queued = jobs.work(gone, "x")
     other = jobs.work(kept, "x")
     for work in (running, waiting_key, waiting_gate):
-        d.push(work)
+        enqueue(d, work)
     assert d.pop() is running
     assert d.pop() is None  # waiting_key behind its key, waiting_gate in the limit
-    d.push(queued)
-    d.push(other)
+    enqueue(d, queued)
+    enqueue(d, other)
     dropped = d.drop([gone])
     assert set(dropped) == {waiting_key, queued}
     assert gone.keys == {}
@@ -251,8 +256,8 @@ def test_dropping_admitted_jobs_gives_their_gate_slot_back() -> None:
         jobs.work(partition, "capped", limit=limit),
         jobs.work(partition, "capped", limit=limit),
     )
-    d.push(first)
-    d.push(second)
+    enqueue(d, first)
+    enqueue(d, second)
     assert d.pop() is first
     assert d.pop() is None  # second waits in the limit
     d.release(first)  # second is admitted (holds the slot) but not started
@@ -285,7 +290,7 @@ def test_taking_many_respects_gates_and_keys() -> None:
         capped = [jobs.work(partition, "capped", limit=limit) for _ in range(4)]
         keyed = [jobs.work(partition, key=b"k") for _ in range(2)]
         for work in capped + keyed:
-            d.push(work)
+            enqueue(d, work)
         taken = d.pop_many(100)
         expected = [*capped[:2], *keyed] if not key_ordering else [*capped[:2], keyed[0]]
         assert taken == expected

@@ -447,11 +447,11 @@ class Holding(Middleware):
     """An outcome hook that finishes later (e.g. a produce waiting for its acknowledgement)."""
 
     def __init__(self) -> None:
-        self.gate: asyncio.Future[None] | None = None
+        self.pending: asyncio.Future[None] | None = None
 
     def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:
-        self.gate = asyncio.get_running_loop().create_future()
-        return self.gate
+        self.pending = asyncio.get_running_loop().create_future()
+        return self.pending
 
 
 def test_an_outcome_hook_holds_the_offset_until_its_awaitable_is_done() -> None:
@@ -466,10 +466,10 @@ def test_an_outcome_hook_holds_the_offset_until_its_awaitable_is_done() -> None:
         h = Harness(app, middleware=[holding])
         h.feed(h.message("x"))
         await h.recorder.wait_for(1)
-        assert holding.gate is not None
+        assert holding.pending is not None
         assert h.partition.commit_offset == -1
         assert h.processor.in_flight == 1
-        holding.gate.set_result(None)
+        holding.pending.set_result(None)
         while h.processor.in_flight:
             await asyncio.sleep(0)
         assert h.partition.commit_offset == 1

@@ -19,14 +19,15 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+from pipeline._ratelog import RateLimitedLog
+
 from .._metrics import WorkerMetrics
-from .._ratelog import RateLimitedLog
 from .marks import CommitMark
 from .moves import Mover
 
 if TYPE_CHECKING:
     from .._work import PartitionState
-    from ..recovery.guard import Gate
+    from ..recovery.guard import Guard
 
 _log = logging.getLogger("pipeline.worker.commits")
 
@@ -48,7 +49,7 @@ class Committer:
         self._every = every
         self._consumer: Consumer | None = None
         self._states: dict[tuple[str, int], PartitionState] = {}
-        self._gates: Mapping[tuple[str, int], Gate] = {}
+        self._guards: Mapping[tuple[str, int], Guard] = {}
         self._next = 0.0
         self._finished_at_last = 0
         self._started: deque[float] = deque()
@@ -58,14 +59,14 @@ class Committer:
         self,
         consumer: Consumer,
         states: dict[tuple[str, int], PartitionState],
-        gates: Mapping[tuple[str, int], Gate] | None = None,
+        guards: Mapping[tuple[str, int], Guard] | None = None,
     ) -> None:
         """The consumer to commit with, the table of owned partitions and their poison-pill
-        gates (shared, not copied), which say what each commit's mark promises."""
+        guards (shared, not copied), which say what each commit's mark promises."""
         self._consumer = consumer
         self._states = states
-        if gates is not None:
-            self._gates = gates
+        if guards is not None:
+            self._guards = guards
 
     def due(self, now: float, finished: int) -> bool:
         """Whether the interval passed or ``commit_every`` jobs finished since the last commit."""
@@ -81,7 +82,7 @@ class Committer:
         past transaction markers, which are never delivered. Committing the position then
         keeps the committed offset equal to the end offset instead of one short of it.
         ``clean``: the last commit before the partition is handed over in good order.
-        ``force``: every partition of ``states``, moved or not. A partition whose gate (see
+        ``force``: every partition of ``states``, moved or not. A partition whose guard (see
         :mod:`._poison`) made a promise Kafka has not acknowledged is always included.
         """
         assert self._consumer is not None
@@ -92,25 +93,25 @@ class Committer:
             positions = {s: tp.offset for s, tp in zip(idle, found, strict=True)}
         mover = self._mover
         touched = set(mover.touched()) if mover is not None and mover.open else set()
-        gates = self._gates
+        guards = self._guards
         offsets = []
         for state in states:
             offset = max(state.commit_offset, positions.get(state, -1), state.committed)
             where = (state.topic, state.partition)
-            gate = gates.get(where)
-            if gate is not None:
-                offset = max(offset, gate.floor)
+            guard = guards.get(where)
+            if guard is not None:
+                offset = max(offset, guard.floor)
             if offset < 0 or not (
                 offset > state.committed
                 or where in touched
                 or clean
                 or force
-                or (gate is not None and gate.unsecured)
+                or (guard is not None and guard.unsecured)
             ):
                 continue
             moved = mover.moved_above(where, offset) if mover is not None else ()
-            if gate is not None:
-                mark = gate.stamp(offset, moved, clean=clean)
+            if guard is not None:
+                mark = guard.stamp(offset, moved, clean=clean)
             else:
                 mark = CommitMark(offset, moved, dirty=not clean)
             offsets.append(
@@ -226,9 +227,9 @@ class Committer:
             state = self._states.get(where)
             if state is not None and tp.offset > state.committed:
                 state.committed = tp.offset
-            gate = self._gates.get(where)
-            if gate is not None and tp.metadata:
-                gate.acknowledged(CommitMark.decode(tp.offset, tp.metadata).high)
+            guard = self._guards.get(where)
+            if guard is not None and tp.metadata:
+                guard.acknowledged(CommitMark.decode(tp.offset, tp.metadata).high)
         return ok
 
 

@@ -95,7 +95,7 @@ class Mover:
         self._loop = loop
         self._queue: deque[_Pending] = deque()
         self._waiting: dict[Where, deque[_Pending]] = {}
-        """Moves held back because their partition has MAX_MOVED moves above its commit point."""
+        """Moves waiting because their partition has MAX_MOVED moves above its commit point."""
         self._in_txn: dict[Where, list[_Pending]] = {}
         self.moved: dict[Where, set[int]] = {}
         """Offsets moved above each partition's commit point (consumer thread)."""

@@ -100,10 +100,6 @@ class Dispatcher:
         self._on_ready = on_ready
         self._limits: set[TypeLimit[Work]] = set()
 
-    def push(self, work: Work) -> None:
-        """A decoded job joins the queue of its priority."""
-        self.queues[work.state.pidx].append(work)
-
     def pop(self) -> Work | None:
         """The next job that may start now (its limit slot is reserved), or ``None``."""
         admitted = self.admitted

@@ -25,9 +25,9 @@ from pipeline import (
     TimeLimitError,
 )
 from pipeline._context import JobContext
+from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
-from .._ratelog import RateLimitedLog
 from .._work import IdleWaiters, PartitionState, Work
 from ..dispatch.dispatcher import Dispatcher, make_policy
 from ..dispatch.holds import Holds
@@ -80,7 +80,6 @@ class Processor:
         """Started events (level ``all``); None unless the settings ask for them."""
         self._dedup = dedup
         """Idempotency keys: duplicates are acknowledged without running; None: no checks."""
-        self._priorities = list(priorities)
         self._concurrency = worker.concurrency
         self._key_ordering = worker.key_ordering
         self._plain = not middleware
@@ -112,7 +111,7 @@ class Processor:
         self._pumping = False
         self.idle = IdleWaiters(loop, lambda: self.in_flight)
         """Waiting for the jobs of some partitions to end (revocation, shutdown)."""
-        self._hooks = Hooks(loop, metrics, middleware, on_settled=self.pump)
+        self._hooks = Hooks(loop, metrics, middleware, on_resolved=self.pump)
         self._skips = RateLimitedLog(_log, interval_s=10.0)
         self._endings = Endings(
             self,

@@ -16,7 +16,8 @@ from collections.abc import Callable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from .._ratelog import RateLimitedLog
+from pipeline._ratelog import RateLimitedLog
+
 from .._work import PartitionState
 from ..commit.committer import Committer
 
@@ -94,7 +95,7 @@ class BurstWatch:
 
 
 def _done(state: PartitionState) -> bool:
-    """Consumed to its end, nothing buffered, every job finished (not held by a failed hook)."""
+    """Consumed to its end, nothing buffered, every job finished (none stuck)."""
     if not state.at_end or state.paused or state.handed != state.taken:
         return False
     return state.handed_next < 0 or state.commit_offset == state.handed_next

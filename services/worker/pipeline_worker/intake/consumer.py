@@ -49,7 +49,7 @@ POLL_TIMEOUT_S = 0.05
 """Longest blocking poll: bounds how late the thread notices flags, commits and burst ends."""
 PAUSED_POLL_TIMEOUT_S = 0.005
 """Poll timeout while a partition is paused, so it resumes soon after its buffer drains (and
-while poison-pill detection holds messages back, so they go on soon after they may)."""
+while poison-pill detection withholds messages, so they go on soon after they may)."""
 FINAL_COMMIT_S = 10.0
 """How long the last commit may keep retrying while the group rebalances."""
 LEASE_BATCHES = 2
@@ -104,7 +104,7 @@ class ConsumerThread:
             deliver=self._deliver,
             dead_letter=self._dead_letter if self._poison_side is not None else None,
         )
-        self._committer.attach(self._consumer, self.states, self._poison.gates)
+        self._committer.attach(self._consumer, self.states, self._poison.guards)
         self.assignment = Assignment(
             self._consumer, self.states, self._poison, mover=mover, dedup=dedup
         )
@@ -240,7 +240,7 @@ class ConsumerThread:
 
     def _hand(self, messages: list[Message]) -> None:
         """Group a batch by partition, count it into the buffers, pause full ones, hand it over
-        (but for what poison-pill detection holds back for now: it is counted all the same)."""
+        (but for what poison-pill detection withholds for now: it is counted all the same)."""
         states = self.states
         batch: Batch = []
         state: PartitionState | None = None
@@ -267,12 +267,12 @@ class ConsumerThread:
             last = group[-1].offset() + 1  # type: ignore[operator]
             state.handed_next = max(state.handed_next, last)
         self._flow.pause_full(state for state, _ in batch)
-        batch = self._poison.gate(batch)
+        batch = self._poison.screen(batch)
         if batch:
             self._notify(self._side.on_batch, batch)
 
     def _deliver(self, batch: Batch) -> None:
-        """Hand messages held back by poison-pill detection (counted as handed already)."""
+        """Hand messages withheld by poison-pill detection (counted as handed already)."""
         self._notify(self._side.on_batch, batch)
 
     def _dead_letter(self, state: PartitionState, message: Message, error: PoisonPillError) -> None:

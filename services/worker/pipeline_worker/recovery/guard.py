@@ -19,11 +19,11 @@ UNLIMITED = 2**63 - 1
 """The lease of a partition when detection is off: hand everything at once."""
 
 
-class Gate:
+class Guard:
     """One partition, on the consumer thread: which messages may go to the loop now, and what
     its commits say (``floor``, ``high``, ``strikes``).
 
-    Messages not handed yet are *held* here, in order; they count as handed for flow control
+    Messages not handed yet are *withheld* here, in order; they count as handed for flow control
     (the usual buffer bound pauses the partition) and keep the committer from committing the
     consumer's position past them.
     """
@@ -31,7 +31,6 @@ class Gate:
     __slots__ = (
         "counting",
         "floor",
-        "held",
         "lease",
         "promised",
         "quarantine",
@@ -40,10 +39,11 @@ class Gate:
         "sent",
         "strike_offset",
         "strikes",
+        "withheld",
     )
 
     def __init__(self, plan: Takeover, *, lease: int, limit: int, window: int = 1) -> None:
-        self.held: deque[Message] = deque()
+        self.withheld: deque[Message] = deque()
         self.lease = lease
         """Offsets promised ahead of the last handed one; 0: detection off."""
         self.floor = plan.start
@@ -98,8 +98,8 @@ class Gate:
 
     def take(self, group: list[Message]) -> list[Message]:
         """Messages just consumed (in offset order): those that may go to the loop now."""
-        if self.held or self.quarantine is not None:
-            self.held.extend(group)
+        if self.withheld or self.quarantine is not None:
+            self.withheld.extend(group)
             return []
         secured = self.secured
         if group[-1].offset() < secured:  # type: ignore[operator]
@@ -108,7 +108,7 @@ class Gate:
         ready = 0
         while group[ready].offset() < secured:  # type: ignore[operator]
             ready += 1
-        self.held.extend(group[ready:])
+        self.withheld.extend(group[ready:])
         if not ready:
             return []
         self.released = group[ready - 1].offset() + 1  # type: ignore[operator]
@@ -116,13 +116,13 @@ class Gate:
 
     def release(self) -> list[Message]:
         """Held messages that the acknowledged lease now covers (none during a quarantine)."""
-        held = self.held
-        if self.quarantine is not None or not held:
+        withheld = self.withheld
+        if self.quarantine is not None or not withheld:
             return []
         ready = []
         secured = self.secured
-        while held and held[0].offset() < secured:  # type: ignore[operator]
-            ready.append(held.popleft())
+        while withheld and withheld[0].offset() < secured:  # type: ignore[operator]
+            ready.append(withheld.popleft())
         if ready:
             self.released = ready[-1].offset() + 1  # type: ignore[operator]
         return ready
@@ -132,13 +132,13 @@ class Gate:
         """Whether the lease should grow: half of it is used, or messages wait beyond it."""
         if not self.lease or self.quarantine is not None:
             return False
-        need = self.held[-1].offset() + 1 if self.held else self.released  # type: ignore[operator]
+        need = self.withheld[-1].offset() + 1 if self.withheld else self.released  # type: ignore[operator]
         return max(need, self.released) + self.lease // 2 > self.promised
 
     def extend(self) -> bool:
         """Grow the lease if it is short; whether a commit must carry the new promise."""
         if self.short:
-            need = self.held[-1].offset() + 1 if self.held else self.released  # type: ignore[operator]
+            need = self.withheld[-1].offset() + 1 if self.withheld else self.released  # type: ignore[operator]
             self.promised = max(self.promised, max(need, self.released) + self.lease)
         return self.promised > self.sent
 
@@ -153,7 +153,7 @@ class Gate:
         self.counting = bool(strikes)
 
     def end_quarantine(self) -> None:
-        """Back to normal: strikes are over, and the lease must cover what is held."""
+        """Back to normal: strikes are over, and the lease must cover what is withheld."""
         self.quarantine = None
         self.strike_offset = -1
         self.strikes = 0

@@ -15,7 +15,7 @@ If the previous mark is dirty, its owner died (or was cut off) without a clean h
 partition goes into *quarantine* until ``E = min(mark.high, end offset now)`` (offsets at or past
 the end did not exist when it died).
 
-**Quarantine.** Messages are held on the consumer thread and handed in *windows*: one message,
+**Quarantine.** Messages are withheld on the consumer thread and handed in *windows*: one message,
 then 2, 4, 8... (up to a cap) while windows finish, since most crashes are not poison pills and
 thousands of suspects run one at a time would take minutes. Before handing a window starting at
 ``X`` the mark ``(X, dirty, high=E, window=end of the window, strikes=k)`` is committed
@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from confluent_kafka import TopicPartition
 
 from ..commit.marks import CommitMark
-from .guard import Gate
+from .guard import Guard
 from .quarantine import Step, needs_watermarks, plan_takeover
 
 if TYPE_CHECKING:
@@ -122,20 +122,20 @@ class PoisonWatch:
         self._metrics = metrics
         self._deliver = deliver
         self._dead_letter = dead_letter
-        self.gates: dict[Where, Gate] = {}
+        self.guards: dict[Where, Guard] = {}
         self._active: set[Where] = set()
-        """Partitions with held messages, a quarantine or a lease running short."""
+        """Partitions with withheld messages, a quarantine or a lease running short."""
         self._turn: Where | None = None
         """The quarantined partition whose window is out (one at a time per process)."""
         self._queue: deque[Where] = deque()
         """Quarantined partitions waiting for their turn to hand a window, in order."""
-        self._unsettled: PartitionState | None = None
+        self._window_uncommitted: PartitionState | None = None
         """The partition whose window finished last, if Kafka was not told yet."""
 
     # -- takeover ----------------------------------------------------------------------------
 
     def plan(self, state: PartitionState, committed: TopicPartition) -> None:
-        """Make the gate of a newly assigned partition from its committed offset and mark.
+        """Make the guard of a newly assigned partition from its committed offset and mark.
 
         Raises ``KafkaException`` if the watermarks it needs cannot be read.
         """
@@ -150,17 +150,17 @@ class PoisonWatch:
                 TopicPartition(state.topic, state.partition), timeout=WATERMARKS_TIMEOUT_S
             )
         plan = plan_takeover(previous, watermarks, self.deliveries)
-        self.gates[(state.topic, state.partition)] = Gate(
+        self.guards[(state.topic, state.partition)] = Guard(
             plan, lease=self._lease, limit=self.deliveries, window=self._window
         )
 
     @property
     def busy(self) -> bool:
-        """Messages are held back, a quarantine runs or a lease is short: poll briefly."""
+        """Messages are withwithheld, a quarantine runs or a lease is short: poll briefly."""
         return bool(self._active)
 
     def planned(self, state: PartitionState) -> bool:
-        return (state.topic, state.partition) in self.gates
+        return (state.topic, state.partition) in self.guards
 
     def secure(self, states: Sequence[PartitionState]) -> bool:
         """Commit the new owner's mark of ``states`` synchronously (before they fetch), so that
@@ -169,8 +169,8 @@ class PoisonWatch:
             return False
         for state in states:
             where = (state.topic, state.partition)
-            gate = self.gates[where]
-            quarantine = gate.quarantine
+            guard = self.guards[where]
+            quarantine = guard.quarantine
             if quarantine is not None:
                 self._active.add(where)
                 self._metrics.quarantines += 1
@@ -190,29 +190,29 @@ class PoisonWatch:
         return True
 
     def forget(self, states: Sequence[PartitionState]) -> None:
-        """``states`` are not ours any more: drop their gates and held messages."""
+        """``states`` are not ours any more: drop their guards and withheld messages."""
         for state in states:
             where = (state.topic, state.partition)
-            gate = self.gates.pop(where, None)
+            guard = self.guards.pop(where, None)
             self._active.discard(where)
             self._leave(where)
-            if gate is not None and gate.quarantine is not None:
+            if guard is not None and guard.quarantine is not None:
                 self._metrics.quarantined -= 1
 
     # -- intake ------------------------------------------------------------------------------
 
-    def gate(self, batch: Batch) -> Batch:
-        """What of a consumed batch goes to the loop now; the rest is held here."""
-        gates = self.gates
+    def screen(self, batch: Batch) -> Batch:
+        """What of a consumed batch goes to the loop now; the rest is withheld here."""
+        guards = self.guards
         ready: Batch = []
         for state, group in batch:
             where = (state.topic, state.partition)
-            gate = gates.get(where)
-            if gate is None:
+            guard = guards.get(where)
+            if guard is None:
                 ready.append((state, group))
                 continue
-            allowed = gate.take(group)
-            if gate.held or gate.short:
+            allowed = guard.take(group)
+            if guard.withheld or guard.short:
                 self._active.add(where)
             if allowed:
                 ready.append((state, allowed))
@@ -229,19 +229,19 @@ class PoisonWatch:
         # passes in this same step.
         turn = self._turn
         for where in sorted(self._active, key=lambda w: w != turn):
-            gate = self.gates.get(where)
+            guard = self.guards.get(where)
             state = self._states.get(where)
-            if gate is None or state is None:
+            if guard is None or state is None:
                 self._active.discard(where)
                 continue
-            if gate.quarantine is not None and not self._quarantine(state, gate):
+            if guard.quarantine is not None and not self._quarantine(state, guard):
                 continue
-            if gate.extend():
+            if guard.extend():
                 renew.append(state)
-            released = gate.release()
+            released = guard.release()
             if released:
                 ready.append((state, released))
-            if not gate.held and not gate.short:
+            if not guard.withheld and not guard.short:
                 self._active.discard(where)
         if renew:
             self._committer.push(renew, sync=False)
@@ -252,26 +252,26 @@ class PoisonWatch:
         [tp] = self._consumer.position([TopicPartition(state.topic, state.partition)])
         return int(tp.offset)
 
-    def _quarantine(self, state: PartitionState, gate: Gate) -> bool:
+    def _quarantine(self, state: PartitionState, guard: Guard) -> bool:
         """One step of a quarantine; True once it is over."""
-        quarantine = gate.quarantine
+        quarantine = guard.quarantine
         assert quarantine is not None
-        held = gate.held
-        head: int | None = held[0].offset() if held else None
+        withheld = guard.withheld
+        head: int | None = withheld[0].offset() if withheld else None
         step = quarantine.step(head, state.commit_offset)
         if step is Step.WAIT and head is None and quarantine.window_end < 0:
             step = quarantine.step(head, state.commit_offset, self._position(state))
         where = (state.topic, state.partition)
         if self._turn == where and quarantine.window_end < 0:
             self._turn = None  # its window is finished
-            self._unsettled = state
+            self._window_uncommitted = state
         if step is Step.WAIT:
             return False
         if step is Step.END:
             self._leave(where)  # its end is committed just below
-            gate.end_quarantine()
+            guard.end_quarantine()
             self._metrics.quarantined -= 1
-            # Strikes back to 0 and a lease for what is held, before anything more runs.
+            # Strikes back to 0 and a lease for what is withheld, before anything more runs.
             self._committer.push([state], sync=True)
             _log.info(
                 "quarantine over: %s[%d] runs normally again",
@@ -283,12 +283,12 @@ class PoisonWatch:
         assert head is not None
         if step is Step.RUN:
             if self._take_turn(state):
-                self._hand_window(state, gate, head)
+                self._hand_window(state, guard, head)
             # else another partition's suspects are running: they would share a death
             return False
-        message = gate.held.popleft()
+        message = guard.withheld.popleft()
         quarantine.handed(head, head)
-        gate.released = head + 1
+        guard.released = head + 1
         self._metrics.poison_pills += 1
         error = PoisonPillError(quarantine.strikes)
         if self._dead_letter is None:
@@ -298,27 +298,27 @@ class PoisonWatch:
         self._dead_letter(state, message, error)
         return False
 
-    def _hand_window(self, state: PartitionState, gate: Gate, head: int) -> None:
+    def _hand_window(self, state: PartitionState, guard: Guard, head: int) -> None:
         """Commit the next window of a quarantine (its strike, if it runs alone), then hand it."""
-        quarantine = gate.quarantine
+        quarantine = guard.quarantine
         assert quarantine is not None
-        held = gate.held
+        withheld = guard.withheld
         size = quarantine.window_size(head)
         until = quarantine.until
         count, last = 0, head
-        for message in held:
+        for message in withheld:
             if count == size or message.offset() >= until:  # type: ignore[operator]
                 break
             count += 1
             last = message.offset()  # type: ignore[assignment]
-        gate.window(head, quarantine.strikes_for(head) if count == 1 else 0)
+        guard.window(head, quarantine.strikes_for(head) if count == 1 else 0)
         quarantine.handed(head, last)
         if not self._committer.push([state], sync=True):
             quarantine.window_end = -1
             self._turn = None
             return  # the window must be in Kafka before its jobs run: next poll
-        gate.released = last + 1
-        self._deliver([(state, [held.popleft() for _ in range(count)])])
+        guard.released = last + 1
+        self._deliver([(state, [withheld.popleft() for _ in range(count)])])
 
     def _take_turn(self, state: PartitionState) -> bool:
         """Whether the quarantine of ``state`` may hand a window now (it then has the turn).
@@ -339,14 +339,14 @@ class PoisonWatch:
             if where not in queue:
                 queue.append(where)
             return False
-        unsettled = self._unsettled
+        uncommitted = self._window_uncommitted
         if (
-            unsettled is not None
-            and unsettled is not state
-            and not self._committer.push([unsettled], sync=True)
+            uncommitted is not None
+            and uncommitted is not state
+            and not self._committer.push([uncommitted], sync=True)
         ):
             return False  # nothing else runs until that is in Kafka: next poll
-        self._unsettled = None
+        self._window_uncommitted = None
         if queue:
             queue.popleft()
         if queue:
@@ -358,8 +358,8 @@ class PoisonWatch:
         """``where`` is out of quarantine (or not ours): it neither has nor waits for a turn."""
         if self._turn == where:
             self._turn = None
-        unsettled = self._unsettled
-        if unsettled is not None and (unsettled.topic, unsettled.partition) == where:
-            self._unsettled = None
+        uncommitted = self._window_uncommitted
+        if uncommitted is not None and (uncommitted.topic, uncommitted.partition) == where:
+            self._window_uncommitted = None
         if where in self._queue:
             self._queue.remove(where)

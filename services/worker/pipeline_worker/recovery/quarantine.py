@@ -110,7 +110,7 @@ class Quarantine:
         return max(self.alone, self.window_end)
 
     def step(self, head: int | None, commit_offset: int, position: int = -1) -> Step:
-        """The next step, given the first held offset (None: none), the partition's commit
+        """The next step, given the first withheld offset (None: none), the partition's commit
         point (one past the window handed once all of it is finished) and the consumer's
         position (one past the last message consumed; offsets below ``until`` that never come,
         such as transaction markers, end the quarantine too)."""

@@ -3,7 +3,7 @@
 Every worker process runs one on its own thread, with its own consumer (group
 ``<workers group>.retry``) and its own transactional producer. A retry tier holds jobs in the
 order they failed; each carries its due time (``not_before``). The relay forwards a partition's
-head when it is due; until then it holds the head in memory and pauses the partition, so that a
+head when it is due; until then it parks the head in memory and pauses the partition, so that a
 tier costs one message of memory per partition whatever its depth. The worker picks a job's tier
 by its delay (``FailurePolicy.tier_for``), so the jobs of one tier are due about as far apart as
 they failed, and a head rarely holds back a job due much earlier.
@@ -40,12 +40,12 @@ from pipeline._codec import DeadLetterCodec, JobCodec
 from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._job import now_ms
 from pipeline._producer import producer_config
+from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames
 
 from .._metrics import WorkerMetrics
-from .._ratelog import RateLimitedLog
 
 _log = logging.getLogger("pipeline.worker.relay")
 
@@ -53,7 +53,7 @@ Where = tuple[str, int]
 TXN_MAX_S = 0.05
 """Forwards wait at most this long for their transaction to commit (batching them)."""
 POLL_MAX_S = 0.2
-SETTLE_S = 1.0
+IDLE_COMMIT_S = 1.0
 """How often the committed offsets of idle partitions catch up with their positions."""
 TIMEOUT_S = 30.0
 INIT_TIMEOUT_S = 1.0
@@ -111,7 +111,7 @@ class RetryRelay:
         """Per owned partition: the offset to commit (one past the last forwarded)."""
         self._dirty: set[Where] = set()
         self._committed: dict[Where, int] = {}
-        self._next_settle = 0.0
+        self._next_idle_commit = 0.0
         self._txn_started: float | None = None
         self._rewind_due = False
         self._stop = threading.Event()
@@ -188,17 +188,17 @@ class RetryRelay:
         self._release(now_ms())
         if self._txn_started is not None and time.monotonic() - self._txn_started >= TXN_MAX_S:
             self._commit()
-        elif self._txn_started is None and time.monotonic() >= self._next_settle:
-            self._settle()
+        elif self._txn_started is None and time.monotonic() >= self._next_idle_commit:
+            self._commit_idle()
 
-    def _settle(self) -> None:
+    def _commit_idle(self) -> None:
         """Commit the position of idle partitions where it passed what was committed.
 
         A transaction's commit marker takes an offset in the tier too, after the last job
         forwarded; only the position shows it was read. Without this, a drained tier would show
         a lag of one per transaction.
         """
-        self._next_settle = time.monotonic() + SETTLE_S
+        self._next_idle_commit = time.monotonic() + IDLE_COMMIT_S
         idle = [TopicPartition(*w) for w in self._next if w not in self._parked]
         if not idle:
             return
@@ -211,7 +211,7 @@ class RetryRelay:
             if ahead:
                 self._consumer.commit(offsets=ahead, asynchronous=False)
         except KafkaException as exc:
-            self._errors.warning("settle", "retry relay offset commit failed: %s", exc)
+            self._errors.warning("idle commit", "retry relay offset commit failed: %s", exc)
             return
         for tp in ahead:
             self._committed[(tp.topic, tp.partition)] = tp.offset

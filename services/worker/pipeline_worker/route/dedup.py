@@ -1,7 +1,7 @@
 """The event loop's side of idempotency keys: check each keyed job at intake, settle it at its end.
 
 A job whose type is registered and that carries an ``idempotency_key`` is checked against the
-:class:`pipeline.DedupStore` before it is queued, in offset order. A duplicate (another job holds
+:class:`pipeline.DedupStore` before it is queued, in offset order. A duplicate (another job has
 the key) or a job that already completed is acknowledged without running: its offset finishes
 at once. When a checked job ends, the store decides what its key becomes, and the changelog
 records this needs go into the worker's transaction *with the job's offset* (through the

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from confluent_kafka import Message
 
     from pipeline import Job, JobType
+    from pipeline._ratelog import RateLimitedLog
 
     from .._metrics import WorkerMetrics
-    from .._ratelog import RateLimitedLog
     from .._work import PartitionState, Work
     from .dedup import Deduplicator
     from .events import EventStream
@@ -108,7 +108,7 @@ class Endings:
         self, work: Work, kind: OutcomeKind, error: BaseException | None, done: bool
     ) -> None:
         """The outcome hooks are through: a failure is moved before its offset is finished,
-        the key of a job that holds one is settled in the same transaction as its offset."""
+        the key of a job that carries one is settled in the same transaction as its offset."""
         router = self._router
         dedup = self._dedup if done and work.job.idempotency_key is not None else None
         if done and router is not None and kind is not OutcomeKind.SUCCEEDED:
@@ -141,7 +141,7 @@ class Endings:
                 state, offset = work.state, work.offset
                 dedup.write(state, offset, records, lambda ok: self.done(state, offset, ok))
                 return
-        self._settle(work, done)
+        self._resolve(work, done)
 
     def admit(
         self, dedup: Deduplicator, state: PartitionState, job: Job, job_type: JobType
@@ -182,10 +182,10 @@ class Endings:
         frees must start the next queued job here: otherwise a queue whose slots were all
         taken by failing jobs would wait for a batch that may never come.
         """
-        self._settle(work, done)
+        self._resolve(work, done)
         self._slots.pump()
 
-    def _settle(self, work: Work, done: bool) -> None:
+    def _resolve(self, work: Work, done: bool) -> None:
         """Free the job's slot and, if ``done``, mark its offset finished."""
         self.free(work)
         self.done(work.state, work.offset, done)
@@ -271,7 +271,7 @@ class Endings:
             state.in_flight -= 1
             self.done(state, offset, done)
 
-        def settle(done: bool) -> None:
+        def resolve(done: bool) -> None:
             if done and self._router is not None:
                 headers = msg.headers()
                 failure = Failure(
@@ -304,9 +304,9 @@ class Endings:
                 raw=msg.value(),
                 raw_headers=msg.headers(),  # type: ignore[arg-type]
             )
-            if not self._hooks.outcome(outcome, settle):
+            if not self._hooks.outcome(outcome, resolve):
                 return
-        settle(True)
+        resolve(True)
 
 
 def decode_error(exc: Exception, msg: Message) -> DecodeError:

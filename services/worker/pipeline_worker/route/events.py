@@ -51,7 +51,7 @@ class EventStream:
         self._emit(job, EventKind.STARTED)
 
     def deduplicated(self, job: Job) -> None:
-        """``job`` was acknowledged without running: its idempotency key is held."""
+        """``job`` was acknowledged without running: its idempotency key is taken."""
         self._emit(job, EventKind.DEDUPLICATED)
 
     def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:

@@ -7,8 +7,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
+from pipeline._ratelog import RateLimitedLog
+
 from .._metrics import WorkerMetrics
-from .._ratelog import RateLimitedLog
 from .outcome import JobHooks, Outcome, OutcomeKind
 
 if TYPE_CHECKING:
@@ -18,8 +19,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.worker.jobs")
 
-Settle = Callable[[bool], None]
-"""``settle(done)``: the outcome is handled; ``done`` False keeps the offset unfinished."""
+Resolve = Callable[[bool], None]
+"""``resolve(finished)``: the outcome is handled; False keeps the offset unfinished."""
 
 
 class Hooks:
@@ -31,20 +32,20 @@ class Hooks:
         metrics: WorkerMetrics,
         middleware: Sequence[JobHooks],
         *,
-        on_settled: Callable[[], None],
+        on_resolved: Callable[[], None],
     ) -> None:
         self._loop = loop
         self._metrics = metrics
         self._middleware = tuple(middleware)
-        self._on_settled = on_settled
+        self._on_resolved = on_resolved
         self._pending: set[asyncio.Task[None]] = set()
         self._failures = RateLimitedLog(_log, interval_s=1.0, burst=10)
         self._errors = RateLimitedLog(_log, interval_s=10.0, burst=5)
 
-    def outcome(self, outcome: Outcome, settle: Settle) -> bool:
+    def outcome(self, outcome: Outcome, resolve: Resolve) -> bool:
         """Run every ``on_outcome``.
 
-        True: all done, the caller marks the offset finished now. False: ``settle`` is (or
+        True: all done, the caller marks the offset finished now. False: ``resolve`` is (or
         will be, once the returned awaitables are done) called instead.
         """
         pending: list[Awaitable[None]] = []
@@ -60,7 +61,7 @@ class Hooks:
                 pending.append(awaitable)
         if not pending:
             if not ok:
-                settle(False)
+                resolve(False)
                 return False
             return True
 
@@ -72,8 +73,8 @@ class Hooks:
                 except Exception as exc:
                     self._failed("on_outcome", None, exc)
                     failed = True
-            settle(not failed)
-            self._on_settled()
+            resolve(not failed)
+            self._on_resolved()
 
         task = self._loop.create_task(wait())
         self._pending.add(task)  # the loop keeps only weak references to tasks

@@ -18,7 +18,7 @@ import math
 import random
 import traceback
 from bisect import bisect_right
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from pipeline import (
@@ -73,8 +73,6 @@ class Move:
     reason: str
     """The dead-letter reason, or the retry route (``retry.<n>`` / ``deferred``)."""
     job_type: str
-    delay_s: float = 0.0
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +160,7 @@ class FailurePolicy:
         records = [Record(topic, self._codec.encode(retry), failure.key, failure.raw_headers)]
         self._event(records, retry, EventKind.RETRIED, failure, _describe(error), now_ms)
         route = "deferred" if tier == DEFERRED else f"retry.{tier}"
-        return Move(records, False, route, job.type, (due - now_ms) / 1000)
+        return Move(records, False, route, job.type)
 
     def defer(self, job: Job, key: bytes | None) -> Move:
         """The move of a job found on a priority topic long before its ``not_before``: to

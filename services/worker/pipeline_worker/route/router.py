@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from pipeline._job import now_ms
+from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
-from .._ratelog import RateLimitedLog
 from ..commit.moves import Mover
 from .policy import Failure, FailurePolicy, Move, Record
 
@@ -31,27 +31,28 @@ class FailureRouter:
     def route(
         self,
         failure: Failure,
-        settle: Callable[[bool], None],
+        resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None = None,
     ) -> None:
-        """Move ``failure``; ``settle(True)`` once the move is in the open transaction.
+        """Move ``failure``; ``resolve(True)`` once the move is in the open transaction.
 
         ``keys(dead)``: more records for the same transaction (the changelog of the job's
         idempotency key, which depends on whether the move is a dead letter).
 
-        If no move can be made (a bug in encoding it), the offset is held (``settle(False)``):
+        If no move can be made (a bug in encoding it), the offset stays unfinished
+        (``resolve(False)``):
         the job runs again after the next rebalance or restart rather than being lost.
         """
         try:
             move = self._policy.decide(failure, now_ms())
         except Exception:
             _log.exception(
-                "could not build the move of %s[%d]@%d; its offset is held",
+                "could not build the move of %s[%d]@%d; its offset stays unfinished",
                 failure.topic,
                 failure.partition,
                 failure.offset,
             )
-            settle(False)
+            resolve(False)
             return
         self._metrics.count_move(move.job_type, move.dead, move.reason)
         if move.dead:
@@ -66,7 +67,7 @@ class FailureRouter:
                 failure.error,
                 extra={"job_id": job.id if job is not None else None, "job_type": move.job_type},
             )
-        self._submit((failure.topic, failure.partition), failure.offset, move, settle, keys)
+        self._submit((failure.topic, failure.partition), failure.offset, move, resolve, keys)
 
     def defer(
         self,
@@ -75,28 +76,28 @@ class FailureRouter:
         offset: int,
         job: Job,
         key: bytes | None,
-        settle: Callable[[bool], None],
+        resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None = None,
     ) -> None:
         """Move a job that is not due for long to ``<ns>.deferred``, like :meth:`route`."""
         try:
             move = self._policy.defer(job, key)
         except Exception:
-            _log.exception("could not build the move of %s[%d]@%d; its offset is held",
+            _log.exception("could not build the move of %s[%d]@%d; its offset stays unfinished",
                            topic, partition, offset)  # fmt: skip
-            settle(False)
+            resolve(False)
             return
-        self._submit((topic, partition), offset, move, settle, keys)
+        self._submit((topic, partition), offset, move, resolve, keys)
 
     def _submit(
         self,
         where: tuple[str, int],
         offset: int,
         move: Move,
-        settle: Callable[[bool], None],
+        resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None,
     ) -> None:
         records: Sequence[Record] = move.records
         if keys is not None:
             records = [*records, *keys(move.dead)]
-        self._mover.submit(where, offset, records, settle)
+        self._mover.submit(where, offset, records, resolve)
