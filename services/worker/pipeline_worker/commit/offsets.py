@@ -54,11 +54,6 @@ class OffsetTracker:
             return self._pending[0]
         return self._next if self._next >= 0 else None
 
-    @property
-    def next_offset(self) -> int:
-        """One past the last offset added, or -1 before the first."""
-        return self._next
-
     def __len__(self) -> int:
         """How many added offsets are not finished."""
         return len(self._pending) - len(self._done)
