@@ -1,8 +1,10 @@
-"""The worker: an event loop running jobs, a consumer thread feeding it, and their lifecycle.
+"""The composition root: the Worker wires the stages together and runs their lifecycle.
 
-Two threads do the work. The consumer thread owns the Kafka consumer (see ``_consumer``); the
+Two threads do the work. The consumer thread owns the Kafka consumer (:mod:`.intake`); the
 event loop thread (the one calling :meth:`Worker.run`) decodes, dispatches and finishes jobs
-(see ``_processing``) and runs ``async def`` handlers; pool threads run plain functions.
+(:mod:`.execute`, :mod:`.dispatch`, :mod:`.route`) and runs ``async def`` handlers; pool threads
+run plain functions. Offsets and moves reach Kafka from the consumer thread (:mod:`.commit`);
+poison pills and the retry relay are :mod:`.recovery`. Nothing here decides anything about a job.
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ class Committer:
         keeps the committed offset equal to the end offset instead of one short of it.
         ``clean``: the last commit before the partition is handed over in good order.
         ``force``: every partition of ``states``, moved or not. A partition whose guard (see
-        :mod:`._poison`) made a promise Kafka has not acknowledged is always included.
+        :mod:`..recovery.poison`) made a promise Kafka has not acknowledged is always included.
         """
         assert self._consumer is not None
         idle = [s for s in states if s.handed_next >= 0 and s.commit_offset == s.handed_next]

@@ -6,10 +6,10 @@ that was *moved* (retried or dead-lettered) must not be moved twice, so the offs
 the commit point travel in the commit's metadata, in the same transaction as the moves; a new
 owner skips them.
 
-The metadata also carries what poison-pill detection needs (see :mod:`._poison`): whether an
-owner was running the partition (``dirty``: a new owner that finds it set knows its predecessor
-died without a clean hand-over), a promise that no offset at or above ``high`` was handed to a
-handler, how many times the job at the commit point ran alone and killed its worker
+The metadata also carries what poison-pill detection needs (see :mod:`..recovery.poison`):
+whether an owner was running the partition (``dirty``: a new owner that finds it set knows its
+predecessor died without a clean hand-over), a promise that no offset at or above ``high`` was
+handed to a handler, how many times the job at the commit point ran alone and killed its worker
 (``strikes``), and which offsets were running together during a quarantine (``window``).
 
 Kafka bounds metadata (``offset.metadata.max.bytes``, 4096 by default); :data:`MAX_MOVED`

@@ -5,7 +5,7 @@ dead-letter topic. The move is written by a transactional producer, and the tran
 with the consumed offsets (``send_offsets_to_transaction``), so either both the move and the
 offset land or neither does: a crash never loses a move nor makes one twice (DESIGN section 6).
 The moved offset may sit above the partition's commit point (a job below it still runs), so
-the commit's metadata lists it (:class:`._marks.CommitMark`) and a new owner skips it.
+the commit's metadata lists it (:class:`.marks.CommitMark`) and a new owner skips it.
 
 Threads: the event loop submits moves (:meth:`Mover.submit`, any thread); the consumer thread,
 which owns the producer's transactions as it owns the consumer, writes them (:meth:`drain`) and

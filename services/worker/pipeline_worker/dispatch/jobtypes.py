@@ -2,7 +2,7 @@
 
 The hot path looks a type up once per job (one dict lookup) and finds everything there. Rate
 limits hold fleet-wide: each worker takes the share of a type's rate that matches its share
-of the partitions carrying that type (see ``_limits``), updated on every assignment change.
+of the partitions carrying that type (see :mod:`.limits`), updated on every assignment change.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Everything here runs on the event loop thread and is written for throughput: bat
 plain attribute updates, no locks, no per-job logging, no per-job task or wake-up. The hot
 loop is :meth:`Processor.on_batch` -> :meth:`Processor.pump` -> an executor -> :meth:`complete`.
 Every other end of a job (failures, outcome hooks, keys, messages that never run) is in
-:mod:`._endings`; jobs taken before their ``not_before`` are in :mod:`._holds`.
+:mod:`..route.endings`; jobs taken before their ``not_before`` are in :mod:`..dispatch.holds`.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class Processor:
             dedup=dedup,
             events=events,
         )
-        """How jobs end, unless they simply succeed (see ``_endings``)."""
+        """How jobs end, unless they simply succeed (see :mod:`..route.endings`)."""
         self._holds = Holds(
             loop,
             on_due=self._held_due,
@@ -386,7 +386,8 @@ class Processor:
 
     def move_poison(self, state: PartitionState, msg: Message, error: BaseException) -> None:
         """Dead-letter, without running it, a message that killed its worker process every time
-        it ran alone (see ``_poison``); its offset is finished once the move is made."""
+        it ran alone (see :mod:`..recovery.poison`); its offset is finished once the move is
+        made."""
         offset: int = msg.offset()  # type: ignore[assignment]
         if self.stopping or not state.active or offset < state.expected:
             state.taken += 1  # dropped as on_batch drops: not finished, so delivered again

@@ -1,5 +1,5 @@
 """Poison-pill detection, one partition on the consumer thread: which messages may go to the
-event loop now, and what its commits say (see :mod:`._poison` for the whole design). Pure.
+event loop now, and what its commits say (see :mod:`.poison` for the whole design). Pure.
 """
 
 from __future__ import annotations

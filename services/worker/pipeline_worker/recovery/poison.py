@@ -1,7 +1,7 @@
 """Poison pills: a job that kills its worker process every time it runs (segfault, OOM kill,
 ``os._exit``) is found after ``poison_deliveries`` deaths and dead-lettered, so that its
 partition moves on. Everything needed to find it travels in Kafka, in the metadata of the
-committed offsets (:class:`._marks.CommitMark`), so it survives the crashes it counts.
+committed offsets (:class:`..commit.marks.CommitMark`), so it survives the crashes it counts.
 
 **Promise before handing.** Every commit of a partition says ``dirty`` (an owner is running it)
 and ``high``: no offset at or above ``high`` was handed to the event loop. The consumer thread
@@ -48,7 +48,7 @@ innocent job, hence the default of 3.
 partition. After a crash, one synchronous commit per window of the quarantined range, and the
 windows run one after the other.
 
-:mod:`._quarantine` (takeover plans, quarantine steps) and :mod:`._gate` (one partition's
+:mod:`.quarantine` (takeover plans, quarantine steps) and :mod:`.guard` (one partition's
 intake and marks) are pure; :class:`PoisonWatch` is the consumer thread's glue.
 """
 

@@ -1,5 +1,5 @@
 """Poison-pill detection, the pure decisions: how a new owner takes a partition over, and how a
-quarantine steps through its suspects (see :mod:`._poison` for the whole design).
+quarantine steps through its suspects (see :mod:`.poison` for the whole design).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A job whose type is registered and that carries an ``idempotency_key`` is checke
 the key) or a job that already completed is acknowledged without running: its offset finishes
 at once. When a checked job ends, the store decides what its key becomes, and the changelog
 records this needs go into the worker's transaction *with the job's offset* (through the
-:class:`._moves.Mover`), so that either both are committed or neither is: a crash between
+:class:`..commit.moves.Mover`), so that either both are committed or neither is: a crash between
 the handler and the commit runs the job again, a committed job never runs again for a duplicate.
 
 Every call that changes the store's tables is made on the event loop thread; the consumer

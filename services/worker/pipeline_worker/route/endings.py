@@ -203,8 +203,9 @@ class Endings:
         self._slots.offset_ended(state, finished=done)
 
     def defer(self, work: Work) -> None:
-        """Move a job far ahead of its ``not_before`` to ``<ns>.deferred`` (see ``_holds``); it
-        took no slot, so only its partition count and its key (with key ordering) are freed."""
+        """Move a job far ahead of its ``not_before`` to ``<ns>.deferred`` (see
+        :mod:`..dispatch.holds`); it took no slot, so only its partition count and its key (with
+        key ordering) are freed."""
         assert self._router is not None
         job = work.job
         state = work.state

@@ -1,6 +1,6 @@
 """Lifecycle events of level ``all`` on ``<ns>.events``: started, succeeded, progress.
 
-Failures (retried, dead) travel in the move's transaction (:mod:`._failures`), whatever the
+Failures (retried, dead) travel in the move's transaction (:mod:`.policy`), whatever the
 level short of ``off``. The events here are one or two per job, so they cost throughput and are
 off unless ``events = "all"``; they are produced without a transaction, best effort: when the
 producer's queue is full, an event is dropped and counted rather than slowing jobs down.

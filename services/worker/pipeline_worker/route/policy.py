@@ -3,7 +3,7 @@
 :class:`FailurePolicy` turns one failed message into a :class:`Move`: the records to write (the
 job with one more attempt and its error appended, to a retry tier or ``<ns>.deferred``; or a
 dead letter) and what to count. The worker writes a move in a Kafka transaction together with the
-consumed offset (:mod:`._moves`), so the decision here is made once per failure, never twice.
+consumed offset (:mod:`..commit.moves`), so the decision here is made once per failure, never twice.
 
 Classification (DESIGN section 6): ``Retry`` asks for a time; an error declared fatal for the job
 type, a payload that does not fit the handler, an undecodable message or an unknown job type go
