@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Sequence
 
 import pipeline_worker
+from pipeline import Pipeline, Priority, Settings
+from pipeline_worker._work import PartitionState
 
 PUBLIC = {
     "Middleware",
@@ -61,3 +64,33 @@ def test_python_m_pipeline_worker_runs_the_command() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "Usage: pipeline-worker" in result.stdout
+
+
+class PerJobHooksOnly:
+    """Not a Middleware subclass: only the two hooks the job path calls."""
+
+    def on_progress(self, context: object, fraction: float, detail: str | None) -> None:
+        pass
+
+    def on_outcome(self, outcome: object) -> None:
+        return None
+
+
+class Assignments(pipeline_worker.Middleware):
+    def __init__(self) -> None:
+        self.assigned: list[list[pipeline_worker.PartitionRef]] = []
+
+    def on_partitions_assigned(
+        self, worker: pipeline_worker.Worker, partitions: Sequence[pipeline_worker.PartitionRef]
+    ) -> None:
+        self.assigned.append(list(partitions))
+
+
+def test_a_middleware_with_only_the_per_job_hooks_is_not_a_failing_lifecycle_hook() -> None:
+    full = Assignments()
+    worker = pipeline_worker.Worker(
+        Pipeline(Settings(namespace="acme")), middleware=[PerJobHooksOnly(), full]
+    )
+    worker.on_assigned([PartitionState("acme.jobs.default", 3, Priority.DEFAULT, 2)])
+    assert full.assigned == [[pipeline_worker.PartitionRef("acme.jobs.default", 3)]]
+    assert worker.metrics.hook_failures == 0
