@@ -195,17 +195,8 @@ class Processor:
                     state.taken += 1
                     self._endings.done(state, offset, True)
                     continue
-                queue.append(
-                    Work(
-                        state,
-                        offset,
-                        msg.key(),
-                        job,
-                        entry.job_type,
-                        entry.limit,
-                        entry.stats[pidx],
-                    )
-                )
+                queue.append(Work(state, offset, msg.key(), job, entry.job_type, entry.limit,
+                                  entry.stats[pidx]))  # fmt: skip
             state.expected = expected
         self.pump()
 
