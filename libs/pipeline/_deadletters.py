@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from fnmatch import fnmatchcase
+from functools import partial
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -36,9 +37,9 @@ from ._producer import producer_config
 from ._records import DeadLetter, Event, EventKind
 from ._settings import Settings
 from ._topics import TopicNames
+from ._transactions import Transactions
 
 __all__ = [
-    "DeadLetterFencedError",
     "DeadLetterNotFoundError",
     "DeadLetterSnapshot",
     "DlqStats",
@@ -72,17 +73,10 @@ _UNAVAILABLE = frozenset(
         KafkaError.REQUEST_TIMED_OUT,
     }
 )
-_FENCED = frozenset(
-    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
-)
 
 
 class DeadLetterNotFoundError(PipelineError, LookupError):
     """No dead letter has the id (or the job id is ambiguous)."""
-
-
-class DeadLetterFencedError(PipelineError):
-    """Another ``pipeline dlq replay`` or ``discard`` of the namespace took over from this one."""
 
 
 def dlq_transactional_id(namespace: str) -> str:
@@ -511,100 +505,44 @@ def replay_message(
 # --- writing: one transaction per batch -----------------------------------------------------
 
 
-class _Transactions:
-    """The ``<ns>.dlq-cli`` transactional producer, with librdkafka's errors made ours."""
+def _dlq_transactions(settings: Settings, timeout: float) -> tuple[Transactions, Producer]:
+    """The ``<ns>.dlq-cli`` transactional producer (and the client, to list topics)."""
+    txn_id = dlq_transactional_id(settings.namespace)
+    conf = producer_config(settings)
+    conf.update(
+        {
+            "transactional.id": txn_id,
+            "linger.ms": 5,
+            "transaction.timeout.ms": max(60_000, conf["delivery.timeout.ms"]),
+            "logger": _ClientLog(),
+        }
+    )
+    try:
+        producer = Producer(conf)
+    except KafkaException as exc:
+        raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+    txn = Transactions(
+        producer,
+        name=f"the dead-letter command's producer (Kafka at {settings.bootstrap_servers})",
+        when_fenced=(
+            f"another `pipeline dlq replay` or `discard` of namespace {settings.namespace!r} "
+            f"started (transactional id {txn_id}) and stopped this one; the batches committed "
+            "before stay done, the current one was not written. Check with "
+            "`pipeline dlq ls --all` and run again when it is finished"
+        ),
+        timeout_s=timeout,
+    )
+    return txn, producer
 
-    def __init__(self, settings: Settings, timeout: float) -> None:
-        self.settings = settings
-        self.timeout = timeout
-        self.id = dlq_transactional_id(settings.namespace)
-        self._log = _ClientLog()
-        conf = producer_config(settings)
-        conf.update(
-            {
-                "transactional.id": self.id,
-                "linger.ms": 5,
-                "transaction.timeout.ms": max(60_000, conf["delivery.timeout.ms"]),
-                "logger": self._log,
-            }
-        )
-        try:
-            self.producer = Producer(conf)
-        except KafkaException as exc:
-            raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
-        self.open = False
 
-    def init(self) -> None:
-        """Fence every other producer of the id; what they left open is aborted."""
-        self._call("start a transactional producer", self.producer.init_transactions, self.timeout)
-
-    def topics(self) -> set[str]:
-        try:
-            return set(self.producer.list_topics(timeout=self.timeout).topics)
-        except KafkaException as exc:
-            raise self._error(exc, "list topics") from exc
-
-    def write(self, records: Sequence[tuple[str, bytes | None, bytes, list[Any] | None]]) -> None:
-        self._call("begin a transaction", self.producer.begin_transaction)
-        self.open = True
-        for topic, key, value, headers in records:
-            while True:
-                try:
-                    self.producer.produce(topic, value, key, headers=headers)
-                    break
-                except BufferError:
-                    self.producer.poll(0.05)
-                except KafkaException as exc:
-                    raise self._error(exc, f"write to {topic}") from exc
-        self._call("commit a transaction", self.producer.commit_transaction, self.timeout)
-        self.open = False
-
-    def close(self) -> None:
-        if self.open:
-            self.open = False
-            try:
-                self.producer.abort_transaction(self.timeout)
-            except KafkaException as exc:
-                _log.warning("aborting the transaction failed: %s", exc.args[0].str())
-        self.producer.flush(1.0)
-
-    def _call(self, doing: str, method: Callable[..., None], *args: Any) -> None:
-        for attempt in range(5):
-            try:
-                method(*args)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.retriable() and not error.txn_requires_abort() and attempt < 4:
-                    time.sleep(0.1 * (attempt + 1))  # librdkafka asks for a retry after a pause
-                    continue
-                raise self._error(exc, doing) from exc
-
-    def _error(self, exc: KafkaException, doing: str) -> PipelineError:
-        error: KafkaError = exc.args[0]
-        if error.fatal():
-            self.open = False  # nothing can be aborted any more: the broker aborts it
-        if error.code() in _FENCED or (error.fatal() and "fenced" in error.str().lower()):
-            return DeadLetterFencedError(
-                f"another `pipeline dlq replay` or `discard` of namespace "
-                f"{self.settings.namespace!r} started (transactional id {self.id}) and stopped "
-                "this one; the batches committed before stay done, the current one was not "
-                "written. Check with `pipeline dlq ls --all` and run again when it is finished"
-            )
-        if error.txn_requires_abort():
-            self.close()
-            return PipelineError(
-                f"Kafka aborted the transaction while trying to {doing}: {error.str()}; "
-                "nothing of the current batch was written, run the command again"
-            )
-        if error.code() in _UNAVAILABLE:
-            self.producer.poll(0)
-            cause = f"; {self._log.last_problem}" if self._log.last_problem else ""
-            return KafkaUnavailableError(
-                f"Kafka at {self.settings.bootstrap_servers} did not answer within "
-                f"{self.timeout:g}s to {doing} ({error.str()}{cause}); is Kafka running?"
-            )
-        return PipelineError(f"Kafka refused to {doing}: {error.str()} ({error.name()})")
+def _topics(producer: Producer, settings: Settings, timeout: float) -> set[str]:
+    try:
+        return set(producer.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g}s to "
+            f"list topics ({exc.args[0].str()}); is Kafka running?"
+        ) from exc
 
 
 @dataclass(slots=True)
@@ -641,7 +579,7 @@ def _write(
 ) -> WriteReport:
     if not letters:
         return WriteReport([], Counter())
-    txn = _Transactions(settings, timeout)
+    txn, producer = _dlq_transactions(settings, timeout)
     try:
         txn.init()
         # Read the state only now: no other command of this transactional id can commit any
@@ -649,7 +587,7 @@ def _write(
         states = read_states(settings, timeout=timeout)
         fresh = [replace(s, state=states.get(s.letter.id)) for s in letters]
         todo, skipped = actionable(fresh, force=force)
-        missing = needed_topics(todo) - txn.topics() if todo else set()
+        missing = needed_topics(todo) - _topics(producer, settings, timeout) if todo else set()
         if missing:
             raise ConfigurationError(
                 f"topic(s) {', '.join(sorted(missing))} do not exist on "
@@ -666,13 +604,18 @@ def _write(
                 built, state = build(stored, stamp)
                 records += built
                 acted.append(replace(stored, state=state))
-            txn.write(records)
+            txn.run(partial(_produce_all, records))
             done += acted
             if on_progress is not None:
                 on_progress(len(batch))
         return WriteReport(done, skipped)
     finally:
         txn.close()
+
+
+def _produce_all(records: Sequence[_Record], txn: Transactions) -> None:
+    for topic, key, value, headers in records:
+        txn.produce(topic, value, key, headers=headers)
 
 
 def _event_record(

@@ -106,3 +106,22 @@ class TimeLimitError(PipelineError, TimeoutError):
         super().__init__(f"job type {job_type!r} exceeded its time limit of {time_limit:g}s")
         self.job_type = job_type
         self.time_limit = time_limit
+
+
+class TransactionError(PipelineError):
+    """A Kafka transaction could not be committed; it was aborted, nothing of it is visible."""
+
+
+class TransactionAbortedError(TransactionError):
+    """Kafka required the open transaction to be aborted (librdkafka's ``txn_requires_abort``):
+    it was, and what it held can be written again in a new one."""
+
+
+class TransactionFencedError(PipelineError):
+    """A transactional producer can write nothing more: a newer producer of its transactional
+    id (or a newer consumer-group generation) fenced it, or it failed for good (librdkafka's
+    fatal errors). The process, or the command, must stop; the message says what to do."""
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -15,7 +15,6 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from pipeline._admin import apply_topics
 from pipeline._codec import DeadLetterCodec, EventCodec, JobCodec
 from pipeline._deadletters import (
-    DeadLetterFencedError,
     LetterFilter,
     LetterStatus,
     discard_letters,
@@ -24,6 +23,7 @@ from pipeline._deadletters import (
     read_states,
     replay_letters,
 )
+from pipeline._errors import TransactionFencedError
 from pipeline._job import AttemptError, Job, Priority, now_ms
 from pipeline._records import DeadLetter
 from pipeline._topics import TopicNames
@@ -457,7 +457,7 @@ def test_a_second_command_fences_the_first(topics: Settings) -> None:
             assert {s.letter.id for s in report.done} == {b.letter.id, c.letter.id}
             assert report.skipped == {LetterStatus.REPLAYED: 1}  # `a`, seen after fencing
 
-    with pytest.raises(DeadLetterFencedError, match="another `pipeline dlq replay` or `discard`"):
+    with pytest.raises(TransactionFencedError, match="another `pipeline dlq replay` or `discard`"):
         replay_letters(settings, [a, b], batch_size=1, timeout=20, on_progress=concurrent_discard)
     assert calls == [1]
     states = read_states(settings, timeout=20)

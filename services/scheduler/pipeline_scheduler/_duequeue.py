@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 from dataclasses import dataclass, field
 
-Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+from pipeline._transactions import Headers
 
 
 @dataclass(slots=True, order=True)

@@ -13,14 +13,19 @@ from confluent_kafka import KafkaException
 
 from pipeline import Pipeline, Settings
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._errors import PipelineError, TopicMissingError
+from pipeline._errors import (
+    KafkaUnavailableError,
+    PipelineError,
+    TopicMissingError,
+    TransactionError,
+    TransactionFencedError,
+)
 from pipeline._metricsserver import MetricsServer
 from pipeline._records import Schedule
 
 from ._leadership import Leadership
 from ._metrics import SchedulerMetrics
 from ._session import LeaderSession
-from ._txn import LeadershipFencedError, TransactionAbortedError
 
 _log = logging.getLogger("pipeline.scheduler")
 
@@ -115,12 +120,14 @@ class Scheduler:
                 assert self.session is not None
                 try:
                     self.session.step()
-                except TransactionAbortedError as exc:
-                    _log.warning("transaction aborted: rewinding", extra={"error": str(exc)})
+                except (TransactionError, KafkaUnavailableError) as exc:
+                    # Aborted, or not committed in time: nothing of it is visible, so the next
+                    # term starts again from what Kafka committed.
+                    _log.warning("transaction not committed: rewinding", extra={"error": str(exc)})
                     self.metrics.aborts.inc()
                     self._end_session()
                 leadership.poll(0)
-        except LeadershipFencedError as exc:
+        except TransactionFencedError as exc:
             _log.error("fenced by another scheduler: exiting", extra={"error": str(exc)})
             code = EXIT_FENCED
         except TopicMissingError as exc:
@@ -139,7 +146,10 @@ class Scheduler:
         session = LeaderSession(self.settings, self.metrics, self._schedules(), registry)
         try:
             session.start()
-        except (PipelineError, KafkaException, TransactionAbortedError) as exc:
+        except TransactionFencedError:
+            session.close()
+            raise
+        except (PipelineError, KafkaException) as exc:
             _log.error("could not take the lead; retrying", extra={"error": str(exc)})
             session.close()
             return False

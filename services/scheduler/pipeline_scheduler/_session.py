@@ -24,14 +24,15 @@ from pipeline._schedule import decode_schedule, fire_job, publish_schedules
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames
 from pipeline._topicspec import deferred_tier_topic
+from pipeline._transactions import Headers
 
 from ._cron import CronTable
-from ._duequeue import DueQueue, Headers
+from ._duequeue import DueQueue
 from ._metrics import SchedulerMetrics
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router
 from ._state import cron_key, encode_last_fire, load_state, progress_key
-from ._txn import Transactions
+from ._txn import leader_transactions
 
 _log = logging.getLogger("pipeline.scheduler")
 
@@ -77,7 +78,7 @@ class LeaderSession:
         self._batch_max = sched.batch_max
         self._max_wait_ms = int(sched.max_wait_s * 1000)
         self._default_attempts = settings.producer.default_max_attempts
-        self.txn = Transactions(settings)
+        self.txn = leader_transactions(settings)
         self._consumer: Consumer | None = None
         self._unsent: dict[Where, int] = {}
         self._offsets_sent_ms = 0
@@ -235,7 +236,7 @@ class LeaderSession:
         key = message.key()
         headers = message.headers()
         if decision == RELEASE:
-            self.txn.produce(self.names.jobs(job.priority), value, key, headers)
+            self.txn.produce(self.names.jobs(job.priority), value, key, headers=headers)
             self.metrics.releases.inc()
             self.metrics.lateness.observe(max(0, now + self._lead - due) / 1000)
         elif decision == HOLD:
@@ -243,7 +244,7 @@ class LeaderSession:
             self.queue.push(due, where, offset, target, key, value, headers, job.id)
             progress.hold(offset)
         else:
-            self.txn.produce(self.tier_topics[decision], value, key, headers)
+            self.txn.produce(self.tier_topics[decision], value, key, headers=headers)
             self.metrics.tier_moves.labels(self._tier_labels[decision]).inc()
         progress.processed(offset)
 
@@ -266,7 +267,7 @@ class LeaderSession:
         lead = self._lead
         released = self.queue.pop_due(now + lead, self._batch_max)
         for job in released:
-            produce(job.target, job.value, job.key, job.headers)
+            produce(job.target, job.value, job.key, headers=job.headers)
             self.progress[job.source].release(job.offset)
             observe(max(0, now_ms() + lead - job.due_ms) / 1000)
         if released:
@@ -286,17 +287,15 @@ class LeaderSession:
                     registered.options if registered is not None else None,
                 )
                 key = (job.idempotency_key or "").encode()
-                self.txn.produce(self.names.jobs(job.priority), self._codec.encode(job), key, None)
+                self.txn.produce(self.names.jobs(job.priority), self._codec.encode(job), key)
                 self.metrics.cron_fires.labels(schedule.name).inc()
                 _log.info(
                     "cron fire",
                     extra={"schedule": schedule.name, "fire_ms": fire.fire_ms, "job_id": job.id},
                 )
-            self.txn.produce(
-                state_topic, encode_last_fire(fire.last_ms), cron_key(schedule.name), None
-            )
+            self.txn.produce(state_topic, encode_last_fire(fire.last_ms), cron_key(schedule.name))
         for name in self.cron.removed:
-            self.txn.produce(state_topic, None, cron_key(name), None)
+            self.txn.produce(state_topic, None, cron_key(name))
         self.cron.removed.clear()
         self.metrics.schedules_invalid.set(len(self.cron.invalid))
 
@@ -326,7 +325,7 @@ class LeaderSession:
             raw_key=message.key(),
             raw_headers=_header_bytes(message.headers()),
         )
-        self.txn.produce(self.names.dlq, self._dlq_codec.encode(letter), message.key(), None)
+        self.txn.produce(self.names.dlq, self._dlq_codec.encode(letter), message.key())
         self.metrics.dead_letters.inc()
         _log.warning("undecodable deferred message dead-lettered", extra={"reason": exc.reason})
 
@@ -341,7 +340,7 @@ class LeaderSession:
             saved = progress.saved()
             if saved is None:
                 continue
-            self.txn.produce(state_topic, saved.encode(), progress_key(*where), None)
+            self.txn.produce(state_topic, saved.encode(), progress_key(*where))
             self._unsent[where] = saved.watermark
         # Sending offsets costs a round trip to the group coordinator (about 100 ms on a busy
         # single node), and the progress records above already make the transaction exact, so

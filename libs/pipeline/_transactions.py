@@ -1,0 +1,299 @@
+"""One Kafka transaction loop for every transactional writer of the project.
+
+:class:`Transactions` wraps a transactional ``confluent_kafka.Producer`` (wrapped, not
+subclassed) and turns librdkafka's transactional errors into the project's, by the flags
+librdkafka sets on each :class:`~confluent_kafka.KafkaError`:
+
+- ``fatal()``: the producer can do nothing more, typically because a newer producer of the
+  same ``transactional.id`` (or a newer consumer-group generation, KIP-447) fenced it:
+  :class:`TransactionFencedError`. The caller stops; what it left open is aborted by the broker.
+- ``txn_requires_abort()``: the open transaction must be aborted (a rebalance made the group
+  generation sent with the offsets stale, a message failed...). It is aborted here, then
+  :class:`TransactionAbortedError` says that nothing of it is visible: write it again.
+  :meth:`Transactions.run` and :meth:`Transactions.rewrite` do that themselves, a bounded
+  number of times.
+- ``retriable()``: the same step is called again after a short pause, a bounded number of
+  times; after the last, the transaction is aborted and :class:`KafkaUnavailableError` raised.
+- anything else (a programming or configuration error): aborted, :class:`TransactionError`.
+
+Two ways to use it:
+
+- **A unit at a time** (dead-letter replay): ``txn.run(write, offsets, group_metadata)``
+  begins, calls ``write(txn)``, which calls ``txn.produce(...)``, sends the offsets and
+  commits; after an abort it runs the whole unit again, so ``write`` must produce the same
+  records each time it is called.
+- **An open transaction fed over time** (the scheduler's releases, the worker's moves and its
+  retry relay): ``txn.produce(...)`` opens a transaction on the first write;
+  ``txn.commit(offsets, group_metadata)`` sends the consumed offsets with the consumer's
+  ``consumer_group_metadata()`` and commits (a no-op when nothing is open). On
+  :class:`TransactionAbortedError` the caller either rewinds to what Kafka committed (the
+  scheduler, the relay: nothing of the aborted transaction is kept) or, when it still holds
+  what the transaction contained, writes it again into a new open transaction with
+  ``txn.rewrite(write)``. The worker's moves do the latter::
+
+      try:
+          txn.produce(record.topic, record.value, record.key, headers=record.headers)
+      except TransactionAbortedError:
+          txn.rewrite(produce_moves_still_owned_and_this_one)   # left open, not committed
+      ...
+      try:
+          txn.commit(offsets, consumer.consumer_group_metadata())
+      except TransactionAbortedError:      # the group rebalanced: its generation is stale
+          txn.rewrite(produce_moves_still_owned)
+          return False                     # poll (the rebalance completes), commit later
+      except TransactionFencedError:       # a zombie: stop the worker
+          raise
+
+Methods are called from one thread (the one that owns the producer).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from ._errors import (
+    KafkaUnavailableError,
+    TransactionAbortedError,
+    TransactionError,
+    TransactionFencedError,
+)
+
+__all__ = ["Headers", "TransactionalProducer", "Transactions"]
+
+_log = logging.getLogger("pipeline.transactions")
+
+Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+_FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+
+
+class TransactionalProducer(Protocol):
+    """The part of ``confluent_kafka.Producer`` the loop uses (a fake implements it in tests)."""
+
+    def init_transactions(self, timeout: float = -1, /) -> None: ...
+
+    def begin_transaction(self) -> None: ...
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        *,
+        headers: Headers = None,
+    ) -> None: ...
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
+    ) -> None: ...
+
+    def commit_transaction(self, timeout: float = -1, /) -> None: ...
+
+    def abort_transaction(self, timeout: float = -1, /) -> None: ...
+
+    def poll(self, timeout: float = -1, /) -> int: ...
+
+    def flush(self, timeout: float = -1, /) -> int: ...
+
+
+class Transactions:
+    """Begin, produce, send offsets, commit; retry, abort and fence as the module says.
+
+    ``name`` says whose producer it is in messages ("the scheduler's transactional producer");
+    ``when_fenced`` tells the operator what being fenced means for this caller and what to do.
+    """
+
+    def __init__(
+        self,
+        producer: TransactionalProducer,
+        *,
+        name: str,
+        when_fenced: str = "a newer producer with the same transactional id took over",
+        timeout_s: float = 30.0,
+        attempts: int = 5,
+        units: int = 3,
+        pause_s: float = 0.1,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.producer = producer
+        self.name = name
+        self._when_fenced = when_fenced
+        self._timeout = timeout_s
+        self._attempts = attempts
+        self._units = units
+        self._pause = pause_s
+        self._sleep = sleep
+        self._open = False
+
+    @property
+    def open(self) -> bool:
+        """Whether a transaction is open (begun, neither committed nor aborted)."""
+        return self._open
+
+    def init(self, timeout_s: float | None = None) -> None:
+        """Register the transactional id, fencing every older producer of it (what they left
+        open is aborted). Called once, before anything else."""
+        timeout = self._timeout if timeout_s is None else timeout_s
+        self._step("register the transactional id", self.producer.init_transactions, timeout)
+
+    def begin(self) -> None:
+        """Open a transaction unless one is open."""
+        if not self._open:
+            self._step("begin a transaction", self.producer.begin_transaction)
+            self._open = True
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        headers: Headers = None,
+        partition: int | None = None,
+    ) -> None:
+        """Write one message into the open transaction (opening one if none is)."""
+        self.begin()
+        args = (topic, value, key) if partition is None else (topic, value, key, partition)
+        for attempt in range(1, self._attempts + 1):
+            try:
+                while True:
+                    try:
+                        self.producer.produce(*args, headers=headers)
+                        return
+                    except BufferError:  # the local queue is full: deliver some first
+                        self.producer.poll(0.01)
+            except KafkaException as exc:
+                self._failed(exc, f"write to {topic}", attempt)
+
+    def commit(self, offsets: Sequence[TopicPartition] = (), group_metadata: Any = None) -> None:
+        """Commit the open transaction with the consumed ``offsets`` of the consumer whose
+        ``consumer_group_metadata()`` is ``group_metadata``; a no-op when none is open."""
+        if not self._open:
+            return
+        if offsets:
+            self._step(
+                "send the consumed offsets",
+                self.producer.send_offsets_to_transaction,
+                list(offsets),
+                group_metadata,
+                self._timeout,
+            )
+        self._step("commit a transaction", self.producer.commit_transaction, self._timeout)
+        self._open = False
+
+    def abort(self) -> None:
+        """Abort the open transaction, if any. Best effort: a transaction whose abort fails
+        is aborted by the broker after ``transaction.timeout.ms``."""
+        if not self._open:
+            return
+        self._open = False
+        for attempt in range(1, self._attempts + 1):
+            try:
+                self.producer.abort_transaction(self._timeout)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.retriable() and not error.fatal() and attempt < self._attempts:
+                    self._sleep(self._pause * attempt)
+                    continue
+                _log.warning(
+                    "aborting a transaction failed: %s", error.str(), extra={"producer": self.name}
+                )
+                return
+
+    def run(
+        self,
+        write: Callable[[Transactions], None],
+        offsets: Sequence[TopicPartition] = (),
+        group_metadata: Any = None,
+    ) -> None:
+        """One unit in one transaction: begin, ``write(self)``, send ``offsets``, commit.
+
+        After an abort the whole unit runs again in a new transaction, up to ``units`` times.
+        A transaction left open by :meth:`produce` is committed with it.
+        """
+        self._units_of(write, lambda: self.commit(offsets, group_metadata))
+
+    def rewrite(self, write: Callable[[Transactions], None]) -> None:
+        """Abort the open transaction and ``write(self)`` into a new one, which stays open
+        (for callers that still hold what the aborted one contained)."""
+        self.abort()
+        self._units_of(write, lambda: None)
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Abort what is open and deliver what librdkafka still holds (nothing, for a fenced
+        producer: its flush raises the fatal error again, which is logged, not raised)."""
+        self.abort()
+        try:
+            self.producer.flush(timeout_s)
+        except KafkaException as exc:
+            _log.info("closing %s: %s", self.name, exc.args[0].str())
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _units_of(self, write: Callable[[Transactions], None], end: Callable[[], None]) -> None:
+        for unit in range(1, self._units + 1):
+            try:
+                self.begin()
+                write(self)
+                end()
+                return
+            except TransactionAbortedError as exc:
+                if unit == self._units:
+                    raise TransactionAbortedError(
+                        f"Kafka aborted {unit} transactions in a row ({exc}); nothing of the "
+                        f"last one is visible. Check the cluster's health and try again"
+                    ) from exc
+                _log.info(
+                    "transaction aborted, writing it again: %s", exc, extra={"producer": self.name}
+                )
+
+    def _step(self, doing: str, method: Callable[..., None], *args: Any) -> None:
+        for attempt in range(1, self._attempts + 1):
+            try:
+                method(*args)
+                return
+            except KafkaException as exc:
+                self._failed(exc, doing, attempt)
+
+    def _failed(self, exc: KafkaException, doing: str, attempt: int) -> None:
+        """Classify one failed step: return to retry it, raise otherwise."""
+        error: KafkaError = exc.args[0]
+        reason = error.str()
+        if error.fatal() or (error.code() in _FENCED and not error.txn_requires_abort()):
+            self._open = False  # nothing can be aborted any more: the broker aborts it
+            if error.code() in _FENCED or "fenced" in reason.lower():
+                message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
+            else:
+                message = (
+                    f"{self.name} failed for good while trying to {doing} ({reason}); "
+                    "restart the process. Nothing of the open transaction was committed"
+                )
+            raise TransactionFencedError(message, reason) from exc
+        if error.txn_requires_abort():
+            self.abort()
+            raise TransactionAbortedError(
+                f"Kafka aborted the transaction while {self.name} tried to {doing}: {reason}"
+            ) from exc
+        if error.retriable():
+            if attempt < self._attempts:
+                _log.info("retrying to %s: %s", doing, reason, extra={"producer": self.name})
+                self._sleep(self._pause * attempt)
+                return
+            self.abort()
+            raise KafkaUnavailableError(
+                f"Kafka did not let {self.name} {doing} in {attempt} attempts ({reason}); "
+                "nothing of the open transaction was committed. Is the cluster up and reachable?"
+            ) from exc
+        self.abort()
+        raise TransactionError(
+            f"Kafka refused to let {self.name} {doing}: {reason} ({error.name()}); "
+            "nothing of the open transaction was committed"
+        ) from exc

@@ -1,0 +1,304 @@
+"""The transaction loop's error handling, against librdkafka's own error classes.
+
+A fake producer raises ``KafkaException(KafkaError(...))`` with the flags librdkafka sets
+(``retriable``, ``txn_requires_abort``, ``fatal``) at one step: begin, produce, send the
+offsets or commit. Each kind must lead to the documented behaviour at each step.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from pipeline._errors import (
+    KafkaUnavailableError,
+    TransactionAbortedError,
+    TransactionError,
+    TransactionFencedError,
+)
+from pipeline._transactions import Headers, Transactions
+
+STEPS = ("begin_transaction", "produce", "send_offsets_to_transaction", "commit_transaction")
+OFFSETS = [TopicPartition("ns.retry.0", 0, 42)]
+
+
+def retriable() -> KafkaException:
+    return KafkaException(
+        KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "coordinator loading", retriable=True)
+    )
+
+
+def abortable() -> KafkaException:
+    return KafkaException(
+        KafkaError(KafkaError.ILLEGAL_GENERATION, "the group rebalanced", txn_requires_abort=True)
+    )
+
+
+def fenced() -> KafkaException:
+    return KafkaException(
+        KafkaError(KafkaError._FENCED, "Producer fenced by newer instance", fatal=True)
+    )
+
+
+def fatal() -> KafkaException:
+    return KafkaException(
+        KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorized", fatal=True)
+    )
+
+
+def refused() -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state Ready"))
+
+
+class FakeProducer:
+    """Records the calls; ``fail[step]`` holds what that step raises, one per call."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail: dict[str, deque[BaseException]] = {}
+        self.written: list[tuple[str, bytes | None]] = []
+        self.committed: list[list[tuple[str, bytes | None]]] = []
+        self.sent_offsets: list[tuple[list[TopicPartition], Any]] = []
+        self._txn: list[tuple[str, bytes | None]] = []
+
+    def failing(self, step: str, *errors: BaseException) -> FakeProducer:
+        self.fail.setdefault(step, deque()).extend(errors)
+        return self
+
+    def _call(self, step: str) -> None:
+        self.calls.append(step)
+        pending = self.fail.get(step)
+        if pending:
+            raise pending.popleft()
+
+    def init_transactions(self, timeout: float = -1, /) -> None:
+        self._call("init_transactions")
+
+    def begin_transaction(self) -> None:
+        self._call("begin_transaction")
+        self._txn = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        *,
+        headers: Headers = None,
+    ) -> None:
+        self._call("produce")
+        self._txn.append((topic, value))
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
+    ) -> None:
+        self._call("send_offsets_to_transaction")
+        self.sent_offsets.append((positions, group_metadata))
+
+    def commit_transaction(self, timeout: float = -1, /) -> None:
+        self._call("commit_transaction")
+        self.committed.append(self._txn)
+        self._txn = []
+
+    def abort_transaction(self, timeout: float = -1, /) -> None:
+        self._call("abort_transaction")
+        self._txn = []
+
+    def poll(self, timeout: float = -1, /) -> int:
+        return 0
+
+    def flush(self, timeout: float = -1, /) -> int:
+        self._call("flush")
+        return 0
+
+
+def transactions(producer: FakeProducer) -> tuple[Transactions, list[float]]:
+    pauses: list[float] = []
+    txn = Transactions(
+        producer,
+        name="the test's transactional producer",
+        when_fenced="another test took over; run it again",
+        sleep=pauses.append,
+    )
+    return txn, pauses
+
+
+def write_two(txn: Transactions) -> None:
+    txn.produce("ns.jobs.default", b"a", b"k")
+    txn.produce("ns.jobs.default", b"b", b"k", headers=[("h", b"1")], partition=3)
+
+
+def test_a_unit_commits_its_messages_with_the_offsets() -> None:
+    producer = FakeProducer()
+    txn, pauses = transactions(producer)
+    txn.init()
+    txn.run(write_two, OFFSETS, "group-metadata")
+    assert producer.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+    assert producer.sent_offsets == [(OFFSETS, "group-metadata")]
+    assert producer.calls == [
+        "init_transactions",
+        "begin_transaction",
+        "produce",
+        "produce",
+        "send_offsets_to_transaction",
+        "commit_transaction",
+    ]
+    assert not txn.open
+    assert pauses == []
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_retriable_error_retries_the_step_only(step: str) -> None:
+    producer = FakeProducer().failing(step, retriable(), retriable())
+    txn, pauses = transactions(producer)
+    txn.run(write_two, OFFSETS, "group-metadata")
+    assert producer.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+    assert producer.calls.count(step) == (4 if step == "produce" else 3)
+    assert "abort_transaction" not in producer.calls
+    assert pauses == [0.1, 0.2]  # a growing pause between attempts
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_retries_are_bounded_then_the_transaction_is_aborted(step: str) -> None:
+    producer = FakeProducer().failing(step, *(retriable() for _ in range(5)))
+    txn, pauses = transactions(producer)
+    with pytest.raises(KafkaUnavailableError, match="in 5 attempts") as caught:
+        txn.run(write_two, OFFSETS, "group-metadata")
+    assert "the test's transactional producer" in str(caught.value)
+    assert isinstance(caught.value.__cause__, KafkaException)
+    assert producer.committed == []
+    assert len(pauses) == 4
+    assert producer.calls.count("abort_transaction") == (0 if step == "begin_transaction" else 1)
+    assert not txn.open
+
+
+@pytest.mark.parametrize("step", STEPS[1:])
+def test_an_abortable_error_aborts_and_runs_the_whole_unit_again(step: str) -> None:
+    producer = FakeProducer().failing(step, abortable())
+    txn, _ = transactions(producer)
+    txn.run(write_two, OFFSETS, "group-metadata")
+    assert producer.calls.count("abort_transaction") == 1
+    assert producer.calls.count("begin_transaction") == 2
+    # Only the second transaction committed, and it holds the whole unit.
+    assert producer.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+
+
+def test_units_aborted_again_and_again_end_in_a_clear_error() -> None:
+    producer = FakeProducer().failing("commit_transaction", *(abortable() for _ in range(3)))
+    txn, _ = transactions(producer)
+    with pytest.raises(TransactionAbortedError, match="aborted 3 transactions in a row"):
+        txn.run(write_two, OFFSETS, "group-metadata")
+    assert producer.calls.count("abort_transaction") == 3
+    assert producer.committed == []
+    assert not txn.open
+
+
+@pytest.mark.parametrize("step", STEPS[1:])
+def test_an_open_transaction_is_aborted_and_said_so(step: str) -> None:
+    """Fed over time (the scheduler, the relay): the caller rewinds on the abort."""
+    producer = FakeProducer().failing(step, abortable())
+    txn, _ = transactions(producer)
+
+    def feed_and_commit() -> None:
+        write_two(txn)
+        txn.commit(OFFSETS, "group-metadata")
+
+    with pytest.raises(TransactionAbortedError, match="the group rebalanced"):
+        feed_and_commit()
+    assert producer.calls[-1] == "abort_transaction"
+    assert not txn.open
+    write_two(txn)  # the next write opens a new transaction
+    txn.commit(OFFSETS, "group-metadata")
+    assert producer.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+
+
+def test_rewrite_puts_what_is_still_held_into_a_new_open_transaction() -> None:
+    """The worker's moves: a commit aborted by a rebalance, the moves written again."""
+    producer = FakeProducer().failing("commit_transaction", abortable())
+    txn, _ = transactions(producer)
+    write_two(txn)
+    with pytest.raises(TransactionAbortedError):
+        txn.commit(OFFSETS, "group-metadata")
+    txn.rewrite(lambda t: t.produce("ns.jobs.default", b"b", b"k"))
+    assert txn.open
+    assert producer.committed == []
+    txn.commit(OFFSETS, "group-metadata")
+    assert producer.committed == [[("ns.jobs.default", b"b")]]
+
+
+@pytest.mark.parametrize("step", ["init_transactions", *STEPS])
+def test_a_fenced_producer_raises_one_error_and_aborts_nothing(step: str) -> None:
+    producer = FakeProducer().failing(step, fenced())
+    txn, _ = transactions(producer)
+
+    def init_and_run() -> None:
+        txn.init()
+        txn.run(write_two, OFFSETS, "group-metadata")
+
+    with pytest.raises(TransactionFencedError, match="another test took over") as caught:
+        init_and_run()
+    assert caught.value.reason == "Producer fenced by newer instance"
+    assert "abort_transaction" not in producer.calls  # the broker aborts it
+    assert not txn.open
+    txn.close()  # nothing to abort, still delivers what is queued
+    assert producer.calls[-1] == "flush"
+
+
+def test_any_fatal_error_is_the_same_error_naming_its_cause() -> None:
+    producer = FakeProducer().failing("commit_transaction", fatal())
+    txn, _ = transactions(producer)
+    with pytest.raises(TransactionFencedError, match=r"failed for good .*not authorized"):
+        txn.run(write_two)
+    assert producer.calls.count("commit_transaction") == 1
+
+
+def test_an_error_kafka_does_not_flag_is_not_retried() -> None:
+    producer = FakeProducer().failing("produce", refused())
+    txn, pauses = transactions(producer)
+    with pytest.raises(TransactionError, match="Operation not valid") as caught:
+        txn.run(write_two)
+    assert not isinstance(caught.value, TransactionAbortedError)
+    assert producer.calls == ["begin_transaction", "produce", "abort_transaction"]
+    assert pauses == []
+
+
+def test_a_full_local_queue_waits_for_room() -> None:
+    producer = FakeProducer().failing("produce", BufferError(), BufferError())
+    txn, _ = transactions(producer)
+    txn.run(write_two)
+    assert producer.calls.count("produce") == 4
+    assert len(producer.committed[0]) == 2
+
+
+def test_a_failing_abort_is_retried_then_left_to_the_broker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = FakeProducer().failing("abort_transaction", retriable(), refused())
+    txn, _ = transactions(producer)
+    txn.begin()
+    txn.abort()
+    assert producer.calls.count("abort_transaction") == 2
+    assert not txn.open
+    assert "aborting a transaction failed" in caplog.text
+    txn.abort()  # nothing open: nothing to do
+    assert producer.calls.count("abort_transaction") == 2
+
+
+def test_commit_without_an_open_transaction_does_nothing() -> None:
+    producer = FakeProducer()
+    txn, _ = transactions(producer)
+    txn.commit(OFFSETS, "group-metadata")
+    assert producer.calls == []
+
+
+def test_closing_a_fenced_producer_does_not_raise_again() -> None:
+    producer = FakeProducer().failing("commit_transaction", fenced()).failing("flush", fenced())
+    txn, _ = transactions(producer)
+    with pytest.raises(TransactionFencedError):
+        txn.run(write_two)
+    txn.close()
+    assert producer.calls[-1] == "flush"
