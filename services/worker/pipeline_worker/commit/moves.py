@@ -12,26 +12,28 @@ which owns the producer's transactions as it owns the consumer, writes them (:me
 commits (:meth:`commit`). A move's job is finished only after its records are in the open
 transaction, so a commit that covers its offset always carries its records.
 
-Errors follow librdkafka's transactional API: a retriable error is retried; an abortable one
-aborts the transaction, writes its moves again in a new one and commits that (the offsets were
-not committed either); a fatal one, a fenced producer included, stops the worker (the jobs run
-again elsewhere: at-least-once, and their moves were never committed).
+Errors are handled by the library's one transaction loop (:class:`pipeline._transactions.
+Transactions`): a retriable error is retried; when the transaction must be aborted it is, and
+the moves still owned are written again in a new one (the offsets were not committed either);
+a fatal one, a fenced producer included, stops the worker (the jobs run again elsewhere:
+at-least-once, and their moves were never committed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 
 from pipeline._brokerhealth import BrokerHealth
+from pipeline._errors import TransactionAbortedError
 from pipeline._producer import producer_config
+from pipeline._transactions import Transactions
 
 from .marks import MAX_MOVED
 
@@ -46,12 +48,12 @@ _log = logging.getLogger("pipeline.worker.moves")
 
 Where = tuple[str, int]
 Done = Callable[[bool], None]
-ATTEMPTS = 5
 TIMEOUT_S = 30.0
-
-
-class MoveFailedError(Exception):
-    """The transactional producer failed for good (fenced or fatal): the worker must stop."""
+WHEN_FENCED = (
+    "a newer generation of the consumer group took this worker's partitions (it was cut off "
+    "from the group for longer than session.timeout.ms); the worker stops and its jobs run again "
+    "where they are now: restart it"
+)
 
 
 class _Pending:
@@ -91,7 +93,12 @@ class Mover:
             }
         )
         conf.update(settings.kafka)
-        self._producer = producer_factory(conf)
+        self._txn = Transactions(
+            producer_factory(conf),
+            name="the worker's transactional producer",
+            when_fenced=WHEN_FENCED,
+            timeout_s=TIMEOUT_S,
+        )
         self._loop = loop
         self._queue: deque[_Pending] = deque()
         self._waiting: dict[Where, deque[_Pending]] = {}
@@ -99,8 +106,12 @@ class Mover:
         self._in_txn: dict[Where, list[_Pending]] = {}
         self.moved: dict[Where, set[int]] = {}
         """Offsets moved above each partition's commit point (consumer thread)."""
-        self.open = False
         self.initialized = False
+
+    @property
+    def open(self) -> bool:
+        """Whether a transaction is open: the partitions it touched commit with it."""
+        return self._txn.open
 
     # -- any thread ----------------------------------------------------------------------------
 
@@ -119,7 +130,7 @@ class Mover:
 
     def init(self) -> None:
         """Register the transactional id with the cluster (once, before the first move)."""
-        self._call(self._producer.init_transactions, TIMEOUT_S)
+        self._txn.init()
         self.initialized = True
 
     def drain(self, owned: Callable[[Where], bool], commit_point: Callable[[Where], int]) -> bool:
@@ -159,15 +170,11 @@ class Mover:
             return False
         if not self.initialized:
             self.init()
-        if not self.open:
-            self._call(self._producer.begin_transaction)
-            self.open = True
         try:
-            self._produce(pending.records)
-        except _AbortableError as exc:
+            self._produce(self._txn, pending.records)
+        except TransactionAbortedError as exc:
             _log.warning("transaction aborted, writing its moves again: %s", exc)
-            self._rewrite(owned)
-            self._produce(pending.records)
+            self._rewrite(owned, pending.records)
         if pending.move:
             self.moved.setdefault(pending.where, set()).add(pending.offset)
         self._in_txn.setdefault(pending.where, []).append(pending)
@@ -201,19 +208,11 @@ class Mover:
         rebalance, and commits again later.
         """
         try:
-            if offsets:
-                self._call(
-                    self._producer.send_offsets_to_transaction,
-                    offsets,
-                    group_metadata,
-                    TIMEOUT_S,
-                )
-            self._call(self._producer.commit_transaction, TIMEOUT_S)
-        except _AbortableError as exc:
+            self._txn.commit(offsets, group_metadata)
+        except TransactionAbortedError as exc:
             _log.info("transaction aborted, its moves are written again: %s", exc)
             self._rewrite(owned)
             return False
-        self.open = False
         self._in_txn.clear()
         for tp in offsets:
             self._prune((tp.topic, tp.partition), tp.offset)
@@ -232,11 +231,7 @@ class Mover:
             self._rewrite(lambda where: where not in gone)
 
     def close(self) -> None:
-        if self.open:
-            with contextlib.suppress(KafkaException):
-                self._producer.abort_transaction(5.0)
-            self.open = False
-        self._producer.flush(5.0)
+        self._txn.close(5.0)
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -246,66 +241,34 @@ class Mover:
             for offset in [o for o in moved if o < committed]:
                 moved.discard(offset)
 
-    def _rewrite(self, owned: Callable[[Where], bool]) -> None:
-        with contextlib.suppress(KafkaException):
-            self._producer.abort_transaction(TIMEOUT_S)
-        self.open = False
+    def _rewrite(self, owned: Callable[[Where], bool], then: Sequence[Record] = ()) -> None:
+        """Abort the open transaction and write the moves of the partitions still owned (and
+        ``then``) into a new one, which stays open."""
         kept = {w: p for w, p in self._in_txn.items() if owned(w)}
         for where in set(self._in_txn) - set(kept):
             self.moved.pop(where, None)  # not ours any more: the new owner redoes these jobs
-        self._in_txn = {}
-        self._call(self._producer.begin_transaction)
-        self.open = True
-        for where, moves in kept.items():
-            for pending in moves:
-                self._produce(pending.records)
-            self._in_txn[where] = moves
+        self._in_txn = kept
 
-    def _produce(self, records: Sequence[Record]) -> None:
-        produce = self._producer.produce
+        def write(txn: Transactions) -> None:
+            for moves in kept.values():
+                for pending in moves:
+                    self._produce(txn, pending.records)
+            self._produce(txn, then)
+
+        self._txn.rewrite(write)
+
+    @staticmethod
+    def _produce(txn: Transactions, records: Sequence[Record]) -> None:
         for record in records:
-            while True:
-                try:
-                    if record.partition is None:
-                        produce(record.topic, record.value, record.key, headers=record.headers)
-                    else:
-                        produce(
-                            record.topic,
-                            record.value,
-                            record.key,
-                            partition=record.partition,
-                            headers=record.headers,
-                        )
-                    break
-                except BufferError:
-                    self._producer.poll(0.01)
-                except KafkaException as exc:
-                    self._raise(exc)
-        self._producer.poll(0)
+            txn.produce(
+                record.topic,
+                record.value,
+                record.key,
+                headers=record.headers,
+                partition=record.partition,
+            )
+        txn.producer.poll(0)
 
     def _resolve(self, pending: _Pending, done: bool) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is exiting
             self._loop.call_soon_threadsafe(pending.done, done)
-
-    def _call(self, method: Callable[..., Any], *args: Any) -> None:
-        for attempt in range(ATTEMPTS):
-            try:
-                method(*args)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.retriable() and not error.txn_requires_abort() and attempt < ATTEMPTS - 1:
-                    time.sleep(0.1 * (attempt + 1))
-                    continue
-                self._raise(exc)
-
-    @staticmethod
-    def _raise(exc: KafkaException) -> None:
-        error: KafkaError = exc.args[0]
-        if error.txn_requires_abort():
-            raise _AbortableError(error.str()) from exc
-        raise MoveFailedError(f"the worker's transactional producer failed: {error.str()}") from exc
-
-
-class _AbortableError(Exception):
-    """The open transaction must be aborted (librdkafka's ``txn_requires_abort``)."""

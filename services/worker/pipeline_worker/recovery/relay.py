@@ -8,7 +8,9 @@ tier costs one message of memory per partition whatever its depth. The worker pi
 by its delay (``FailurePolicy.tier_for``), so the jobs of one tier are due about as far apart as
 they failed, and a head rarely holds back a job due much earlier.
 
-A forward and the tier's consumed offset commit in one transaction: a job returns once. The
+A forward and the tier's consumed offset commit in one transaction (through the library's one
+transaction loop, :class:`pipeline._transactions.Transactions`): a job returns once. When Kafka
+aborts a transaction, the relay rewinds to what was committed and reads those jobs again. The
 forwarded bytes are the job as the worker wrote it (its attempt counted, its error appended,
 its priority kept).
 """
@@ -37,13 +39,19 @@ from confluent_kafka import (
 from pipeline import DecodeError, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec
-from pipeline._errors import PipelineError, TopicMissingError
+from pipeline._errors import (
+    KafkaUnavailableError,
+    PipelineError,
+    TopicMissingError,
+    TransactionAbortedError,
+)
 from pipeline._job import now_ms
 from pipeline._producer import producer_config
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames
+from pipeline._transactions import Transactions
 
 from .._metrics import WorkerMetrics
 
@@ -104,7 +112,15 @@ class RetryRelay:
             }
         )
         producer_conf.update(settings.kafka)
-        self._producer = Producer(producer_conf)
+        self._txn = Transactions(
+            Producer(producer_conf),
+            name="the retry relay's transactional producer",
+            when_fenced=(
+                "a newer generation of the retry relays' consumer group took its partitions; "
+                "the worker stops: restart it"
+            ),
+            timeout_s=TIMEOUT_S,
+        )
         self._parked: dict[Where, deque[tuple[int, Message]]] = {}
         """Per paused partition: its head and what came after it, with their due times."""
         self._next: dict[Where, int] = {}
@@ -153,21 +169,17 @@ class RetryRelay:
             with contextlib.suppress(Exception):
                 self._consumer.close()
             with contextlib.suppress(Exception):
-                self._abort()
-                self._producer.flush(5.0)
+                self._txn.close(5.0)
 
     def _init(self) -> bool:
         """Register the transactional id; while Kafka does not answer, keep trying until
         stopped (an outage at start-up is waited out, as one later on). False: stopped."""
         while not self._stop.is_set():
             try:
-                self._producer.init_transactions(INIT_TIMEOUT_S)
+                self._txn.init(INIT_TIMEOUT_S)
                 return True
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if not error.retriable():
-                    raise
-                _log.debug("retry relay: init_transactions: %s", error.str())
+            except KafkaUnavailableError as exc:
+                _log.debug("retry relay: %s", exc)
         return False
 
     def _turn(self) -> None:
@@ -183,9 +195,13 @@ class RetryRelay:
             self._rewind_due = False
             self._rewind()
             return
-        for message in messages:
-            self._on_message(message)
-        self._release(now_ms())
+        try:
+            for message in messages:
+                self._on_message(message)
+            self._release(now_ms())
+        except TransactionAbortedError as exc:  # aborted already: nothing of it is visible
+            self._aborted(exc)
+            return
         if self._txn_started is not None and time.monotonic() - self._txn_started >= TXN_MAX_S:
             self._commit()
         elif self._txn_started is None and time.monotonic() >= self._next_idle_commit:
@@ -292,15 +308,8 @@ class RetryRelay:
 
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, source: Message) -> None:
         if self._txn_started is None:
-            self._call(self._producer.begin_transaction)
             self._txn_started = time.monotonic()
-        headers = source.headers()
-        while True:
-            try:
-                self._producer.produce(topic, value, key, headers=headers)
-                break
-            except BufferError:
-                self._producer.poll(0.01)
+        self._txn.produce(topic, value, key, headers=source.headers())
         where = (source.topic() or "", source.partition() or 0)
         self._next[where] = (source.offset() or 0) + 1
         self._dirty.add(where)
@@ -312,17 +321,9 @@ class RetryRelay:
             return
         offsets = [TopicPartition(t, p, self._next[(t, p)]) for t, p in self._dirty]
         try:
-            self._call(
-                self._producer.send_offsets_to_transaction,
-                offsets,
-                self._consumer.consumer_group_metadata(),
-                TIMEOUT_S,
-            )
-            self._call(self._producer.commit_transaction, TIMEOUT_S)
-        except _AbortRequiredError as exc:
-            _log.warning("retry relay transaction aborted, reading again: %s", exc)
-            self._abort()
-            self._rewind()
+            self._txn.commit(offsets, self._consumer.consumer_group_metadata())
+        except TransactionAbortedError as exc:
+            self._aborted(exc)
             return
         self._txn_started = None
         for tp in offsets:
@@ -330,12 +331,16 @@ class RetryRelay:
         self._dirty.clear()
         self._metrics.transactions += 1
 
+    def _aborted(self, exc: TransactionAbortedError) -> None:
+        _log.warning("retry relay transaction aborted, reading again: %s", exc)
+        self._txn_started = None
+        self._rewind()
+
     def _abort(self) -> None:
         if self._txn_started is None:
             return
         self._txn_started = None
-        with contextlib.suppress(KafkaException):
-            self._producer.abort_transaction(TIMEOUT_S)
+        self._txn.abort()
 
     def _rewind(self) -> None:
         """After an abort: forget the uncommitted forwards and read them again."""
@@ -350,20 +355,6 @@ class RetryRelay:
             if tp.offset != OFFSET_INVALID and tp.offset >= 0:
                 self._consumer.seek(tp)
                 self._next[(tp.topic, tp.partition)] = tp.offset
-
-    def _call(self, method: Callable[..., Any], *args: Any) -> None:
-        for attempt in range(5):
-            try:
-                method(*args)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.txn_requires_abort():
-                    raise _AbortRequiredError(error.str()) from exc
-                if error.retriable() and attempt < 4:
-                    time.sleep(0.1 * (attempt + 1))
-                    continue
-                raise
 
     # -- rebalances ----------------------------------------------------------------------------
 
@@ -399,7 +390,3 @@ class RetryRelay:
             self._next.pop(where, None)
             self._committed.pop(where, None)
             self._dirty.discard(where)
-
-
-class _AbortRequiredError(Exception):
-    """The open transaction must be aborted (librdkafka's ``txn_requires_abort``)."""
