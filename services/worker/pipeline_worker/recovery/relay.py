@@ -39,12 +39,7 @@ from confluent_kafka import (
 from pipeline import DecodeError, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec
-from pipeline._errors import (
-    KafkaUnavailableError,
-    PipelineError,
-    TopicMissingError,
-    TransactionAbortedError,
-)
+from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
 from pipeline._job import now_ms
 from pipeline._producer import producer_config
 from pipeline._ratelog import RateLimitedLog
@@ -174,12 +169,18 @@ class RetryRelay:
     def _init(self) -> bool:
         """Register the transactional id; while Kafka does not answer, keep trying until
         stopped (an outage at start-up is waited out, as one later on). False: stopped."""
+        # Not the transaction loop's bounded retries (each logged): an outage at start-up lasts
+        # as long as it lasts, and the consumer's health line already says Kafka is down.
         while not self._stop.is_set():
             try:
-                self._txn.init(INIT_TIMEOUT_S)
+                self._txn.producer.init_transactions(INIT_TIMEOUT_S)
                 return True
-            except KafkaUnavailableError as exc:
-                _log.debug("retry relay: %s", exc)
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if not error.retriable():
+                    self._txn.init(INIT_TIMEOUT_S)  # raises the project's error saying what it is
+                    return True
+                _log.debug("retry relay: init_transactions: %s", error.str())
         return False
 
     def _turn(self) -> None:
