@@ -24,7 +24,7 @@ handler and the commit runs the job again (as it would without a key), and a com
 never run again for a duplicate: the next owner restores its entry before reading the partition.
 
 :mod:`._dedupstores` has the extension point for stores (Redis, Postgres...); the worker's
-Kafka store is ``pipeline_worker._dedupstore.KafkaDedupStore``.
+Kafka store is ``pipeline_worker.route.changelog.KafkaDedupStore``.
 """
 
 from __future__ import annotations

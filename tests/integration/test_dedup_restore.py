@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline._dedup import ChangelogRecord, DedupPolicy, Entry, Outcome, Verdict, encode_entry
 from pipeline._job import now_ms
-from pipeline_worker._dedupstore import DedupRestoreError, KafkaDedupStore
+from pipeline_worker.route.changelog import DedupRestoreError, KafkaDedupStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence

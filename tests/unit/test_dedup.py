@@ -29,7 +29,7 @@ from pipeline._dedup import (
 )
 from pipeline._dedupstores import DedupStore, MemoryDedupStore, PartitionTables
 from pipeline._errors import ConfigurationError
-from pipeline_worker._dedupstore import (
+from pipeline_worker.route.changelog import (
     DedupRestoreError,
     DedupRestoreTimeoutError,
     KafkaDedupStore,

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pipeline import TimeLimitError
 
-    from ._middleware import Middleware, Outcome, OutcomeKind, PartitionRef
+    from ._middleware import Middleware
     from ._runtime import Worker
+    from .route.outcome import Outcome, OutcomeKind, PartitionRef
 
 __all__ = [
     "Middleware",
@@ -30,9 +31,9 @@ __all__ = [
 
 _LAZY = {
     "Middleware": "._middleware",
-    "Outcome": "._middleware",
-    "OutcomeKind": "._middleware",
-    "PartitionRef": "._middleware",
+    "Outcome": ".route.outcome",
+    "OutcomeKind": ".route.outcome",
+    "PartitionRef": ".route.outcome",
     "TimeLimitError": "pipeline",
     "Worker": "._runtime",
 }

@@ -128,9 +128,9 @@ class WorkerMetrics:
     """Owned partitions in quarantine now (the consumer thread writes it)."""
     deduplicated: dict[tuple[str, str], int] = field(default_factory=dict)
     """Jobs acknowledged without running, by (job type, verdict): ``duplicate`` (another job
-    holds the key) or ``done`` (the same job completed already)."""
+    has the key) or ``done`` (the same job completed already)."""
     dedup_keys: int = 0
-    """Idempotency keys held for the owned partitions (updated now and then)."""
+    """Idempotency keys kept for the owned partitions (updated now and then)."""
     dedup_expired: int = 0
     """Idempotency keys dropped at the end of their TTL."""
 
@@ -228,7 +228,7 @@ class WorkerCollector(Collector):
         )
         yield CounterMetricFamily(
             "pipeline_middleware_failures",
-            "Middleware hooks that raised (logged; an outcome hook failure holds the offset).",
+            "Middleware hooks that raised (logged; a failed outcome hook keeps the offset open).",
             value=m.hook_failures,
         )
         yield from self._moves(m)
@@ -291,14 +291,14 @@ class WorkerCollector(Collector):
         )
         deduplicated = CounterMetricFamily(
             "pipeline_jobs_deduplicated",
-            "Jobs acknowledged without running because their idempotency key was held.",
+            "Jobs acknowledged without running because their idempotency key was taken.",
             labels=["type", "verdict"],
         )
         for (job_type, verdict), count in sorted(m.deduplicated.items()):
             deduplicated.add_metric([job_type, verdict], count)
         yield deduplicated
         yield GaugeMetricFamily(
-            "pipeline_dedup_keys", "Idempotency keys held for the owned partitions.", m.dedup_keys
+            "pipeline_dedup_keys", "Idempotency keys kept for the owned partitions.", m.dedup_keys
         )
         yield CounterMetricFamily(
             "pipeline_dedup_keys_expired",

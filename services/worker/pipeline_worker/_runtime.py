@@ -1,8 +1,10 @@
-"""The worker: an event loop running jobs, a consumer thread feeding it, and their lifecycle.
+"""The composition root: the Worker wires the stages together and runs their lifecycle.
 
-Two threads do the work. The consumer thread owns the Kafka consumer (see ``_consumer``); the
+Two threads do the work. The consumer thread owns the Kafka consumer (:mod:`.intake`); the
 event loop thread (the one calling :meth:`Worker.run`) decodes, dispatches and finishes jobs
-(see ``_processing``) and runs ``async def`` handlers; pool threads run plain functions.
+(:mod:`.execute`, :mod:`.dispatch`, :mod:`.route`) and runs ``async def`` handlers; pool threads
+run plain functions. Offsets and moves reach Kafka from the consumer thread (:mod:`.commit`);
+poison pills and the retry relay are :mod:`.recovery`. Nothing here decides anything about a job.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import contextlib
 import contextvars
 import logging
 import os
-import signal
 import socket
 import threading
 import time
@@ -27,24 +28,25 @@ from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 
 from . import _signals
-from ._consumer import Batch, ConsumerThread
-from ._dedupstore import KafkaDedupStore
-from ._events import EventStream
-from ._failures import FailurePolicy
-from ._keys import Deduplicator
 from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
-from ._middleware import Middleware, PartitionRef
-from ._moves import Mover
-from ._processing import Processor
-from ._relay import RetryRelay
-from ._router import FailureRouter
 from ._work import PartitionState
+from .commit.moves import Mover
+from .execute.processor import Processor
+from .intake.consumer import ConsumerThread
+from .intake.loopside import Batch
+from .recovery.relay import RetryRelay
+from .route.changelog import KafkaDedupStore
+from .route.dedup import Deduplicator
+from .route.events import EventStream
+from .route.outcome import JobHooks, PartitionRef
+from .route.policy import FailurePolicy
+from .route.router import FailureRouter
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
     from prometheus_client.registry import CollectorRegistry
 
-    from ._poison import PoisonPillError
+    from .recovery.poison import PoisonPillError
 
 _log = logging.getLogger("pipeline.worker")
 
@@ -55,8 +57,10 @@ class Worker:
     """Consumes an application's priority topics and runs its jobs until stopped.
 
     ``settings`` defaults to the application's; ``middleware`` hooks see every job's outcome
-    and the assignment changes (see :class:`Middleware`). :meth:`run` blocks and returns the
-    exit code; :meth:`stop` (from any thread) or SIGTERM/SIGINT end it gracefully.
+    and the assignment changes (see :class:`pipeline_worker.Middleware`: only its per-job
+    hooks are required, the worker's lifecycle hooks are called where a middleware has them).
+    :meth:`run` blocks and returns the exit code; :meth:`stop` (from any thread) or
+    SIGTERM/SIGINT end it gracefully.
     """
 
     def __init__(
@@ -64,7 +68,7 @@ class Worker:
         app: Pipeline,
         settings: Settings | None = None,
         *,
-        middleware: Sequence[Middleware] = (),
+        middleware: Sequence[JobHooks] = (),
     ) -> None:
         self.app = app
         self.settings = settings if settings is not None else app.settings
@@ -86,7 +90,6 @@ class Worker:
         self._stopped: asyncio.Event | None = None
         self._stop_requested = threading.Event()
         self._exit_code = 0
-        self._signals = 0
         self._loop_beat = time.monotonic()
         self._first_start: float | None = None
         self.health = BrokerHealth.of(self.settings.bootstrap_servers)
@@ -182,7 +185,10 @@ class Worker:
             mover=mover,
             dedup=store,
         )
-        self._install_signals()
+        signals = _signals.LoopSignals(
+            self.loop, self.stop, self.settings.worker.shutdown_timeout_s
+        )
+        signals.install()
         self._call_hooks("on_worker_start", self)
         _log.info(
             "worker starting",
@@ -214,7 +220,7 @@ class Worker:
                 await asyncio.to_thread(relay.stop)
             if events is not None:
                 await asyncio.to_thread(events.close)
-            self._remove_signals()
+            signals.remove()
             if server is not None:
                 server.close()
         self._call_hooks("on_worker_stop", self)
@@ -231,13 +237,14 @@ class Worker:
             if (
                 burst
                 and processor is not None
-                and processor.held
+                and processor.stuck
                 and processor.in_flight == 0
                 and not any(s.buffered for s in self._states())
             ):
                 _log.error(
-                    "cannot drain: outcome hooks failed for %d job(s), whose offsets are held",
-                    processor.held,
+                    "cannot drain: outcome hooks failed for %d job(s), whose offsets stay "
+                    "unfinished",
+                    processor.stuck,
                 )
                 self._fail(1)
             down = self.health.unreachable_for()
@@ -317,36 +324,6 @@ class Worker:
         consumer = self._consumer
         return list(consumer.states.values()) if consumer is not None else []
 
-    # -- signals -------------------------------------------------------------------------------
-
-    def _install_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return  # embedded in a thread: the host calls stop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def _remove_signals(self) -> None:
-        if threading.current_thread() is not threading.main_thread():
-            return
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            self.loop.remove_signal_handler(sig)
-        _signals.restore()  # a signal while exiting must not kill the process with it
-
-    def _on_signal(self, sig: signal.Signals) -> None:
-        self._signals += 1
-        if self._signals == 1:
-            _log.info(
-                "%s received: stopping gracefully (a second signal exits at once)",
-                sig.name,
-                extra={"timeout_s": self.settings.worker.shutdown_timeout_s},
-            )
-            self.stop()
-            return
-        _log.warning("%s received again: exiting now without committing", sig.name)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(_signals.EXIT_INTERRUPTED)
-
     # -- the consumer thread's calls (LoopSide) ------------------------------------------------
 
     def on_batch(self, batch: Batch) -> None:
@@ -417,8 +394,11 @@ class Worker:
 
     def _call_hooks(self, name: str, *args: object, **kwargs: object) -> None:
         for middleware in self.middleware:
+            hook = getattr(middleware, name, None)
+            if hook is None:
+                continue
             try:
-                getattr(middleware, name)(*args, **kwargs)
+                hook(*args, **kwargs)
             except Exception:
                 self.metrics.hook_failures += 1
                 _log.exception("%s.%s failed", type(middleware).__name__, name)

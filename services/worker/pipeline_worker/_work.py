@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ._offsets import OffsetTracker
+from .commit.offsets import OffsetTracker
 
 if TYPE_CHECKING:
     from asyncio import Task, TimerHandle
@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from pipeline import Job, JobType, Priority
     from pipeline._context import JobContext
 
-    from ._limits import TypeGate
     from ._metrics import TypeStats
+    from .dispatch.limits import TypeLimit
 
 
 class PartitionState:
@@ -97,11 +97,11 @@ class Work:
         "ctx",
         "expired",
         "finished",
-        "gate",
         "job",
         "job_type",
         "key",
         "kwargs",
+        "limit",
         "offset",
         "runner",
         "started",
@@ -118,7 +118,7 @@ class Work:
         key: bytes | None,
         job: Job,
         job_type: JobType,
-        gate: TypeGate | None,
+        limit: TypeLimit[Work] | None,
         stats: TypeStats,
     ) -> None:
         self.state = state
@@ -126,7 +126,7 @@ class Work:
         self.key = key
         self.job = job
         self.job_type = job_type
-        self.gate = gate
+        self.limit = limit
         self.stats = stats
         self.kwargs: dict[str, Any] | None = None
         self.ctx: JobContext | None = None

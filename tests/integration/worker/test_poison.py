@@ -1,7 +1,7 @@
 """Poison pills against real Kafka: a job that kills its worker process every time it runs is
 dead-lettered after ``poison_deliveries`` deaths, and the jobs behind it on its partition run.
 
-The detection state lives in the commit metadata (see ``pipeline_worker._poison``), so it
+The detection state lives in the commit metadata (see ``pipeline_worker.recovery.poison``), so it
 survives the crashes it counts; the worker processes are restarted by ``--processes``
 supervision, as they would be by an orchestrator.
 """

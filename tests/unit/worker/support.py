@@ -13,10 +13,10 @@ from confluent_kafka import Message
 from pipeline import DecodeError, Job, JobType, Pipeline, Priority
 from pipeline._settings import WorkerSettings
 from pipeline_worker import Middleware, Outcome, OutcomeKind
-from pipeline_worker._limits import TypeGate
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
-from pipeline_worker._processing import Processor
 from pipeline_worker._work import PartitionState, Work
+from pipeline_worker.dispatch.limits import TypeLimit
+from pipeline_worker.execute.processor import Processor
 
 PRIORITIES = list(Priority)
 
@@ -43,7 +43,7 @@ class Jobs:
         job_type: str = "t",
         *,
         key: bytes | None = None,
-        gate: TypeGate | None = None,
+        limit: TypeLimit[Work] | None = None,
         handler: Callable[..., Any] = noop,
     ) -> Work:
         offset = self._offsets.get(partition, 0)
@@ -55,7 +55,7 @@ class Jobs:
             id=f"{partition.topic}-{partition.partition}-{offset}", type=job_type, payload=b"{}"
         )
         partition.tracker.add(offset)
-        return Work(partition, offset, key, job, jt, gate, TypeStats(job_type, "default"))
+        return Work(partition, offset, key, job, jt, limit, TypeStats(job_type, "default"))
 
 
 class FakeTimers:

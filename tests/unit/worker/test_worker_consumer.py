@@ -12,10 +12,10 @@ import pytest
 from confluent_kafka import KafkaError, Message, TopicPartition
 
 from pipeline import Priority, Settings
-from pipeline_worker._consumer import ConsumerThread
-from pipeline_worker._consumerconf import consumer_config
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
+from pipeline_worker.intake.config import consumer_config
+from pipeline_worker.intake.consumer import ConsumerThread
 
 TOPIC = "ns.jobs.default"
 

@@ -11,9 +11,9 @@ from typing import Any
 from pipeline import Job, Pipeline
 from pipeline.dedup import MemoryDedupStore, PartitionTables
 from pipeline.testing import InMemoryTransport
-from pipeline_worker._failures import Record
-from pipeline_worker._keys import Deduplicator
 from pipeline_worker._metrics import WorkerMetrics
+from pipeline_worker.route.dedup import Deduplicator
+from pipeline_worker.route.policy import Record
 
 from .support import PRIORITIES, Harness
 from .test_worker_executor import until

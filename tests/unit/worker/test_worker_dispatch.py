@@ -1,4 +1,4 @@
-"""Priority policies, per-key ordering and per-type gates of the dispatcher."""
+"""Priority policies, per-key ordering and per-type limits of the dispatcher."""
 
 from __future__ import annotations
 
@@ -6,11 +6,21 @@ from collections import Counter, deque
 
 import pytest
 
-from pipeline_worker._dispatch import Dispatcher, StrictPolicy, WeightedPolicy, make_policy
-from pipeline_worker._limits import TypeGate
 from pipeline_worker._work import Work
+from pipeline_worker.dispatch.dispatcher import (
+    Dispatcher,
+    StrictPolicy,
+    WeightedPolicy,
+    make_policy,
+)
+from pipeline_worker.dispatch.limits import TypeLimit
 
 from .support import FakeTimers, Jobs, state
+
+
+def enqueue(d: Dispatcher, work: Work) -> None:
+    """What the processor does with a decoded job: it joins the queue of its priority."""
+    d.queues[work.state.pidx].append(work)
 
 
 def dispatcher(
@@ -34,7 +44,7 @@ def dispatcher(
 def fill(d: Dispatcher, jobs: Jobs, pidx: int, count: int) -> None:
     partition = state(pidx)
     for _ in range(count):
-        d.push(jobs.work(partition))
+        enqueue(d, jobs.work(partition))
 
 
 def drain(d: Dispatcher, count: int) -> list[Work]:
@@ -111,7 +121,7 @@ def test_same_key_jobs_never_run_together_and_run_in_offset_order() -> None:
     partition = state(0)
     a1, b1, a2, a3, b2 = (jobs.work(partition, key=k) for k in (b"a", b"b", b"a", b"a", b"b"))
     for work in (a1, b1, a2, a3, b2):
-        d.push(work)
+        enqueue(d, work)
     running = [d.pop(), d.pop()]
     assert running == [a1, b1]  # a2 waits behind a1, b2 behind b1
     assert d.pop() is None
@@ -132,8 +142,8 @@ def test_without_key_ordering_keys_are_ignored() -> None:
     jobs = Jobs()
     partition = state(0)
     first, second = jobs.work(partition, key=b"k"), jobs.work(partition, key=b"k")
-    d.push(first)
-    d.push(second)
+    enqueue(d, first)
+    enqueue(d, second)
     assert [d.pop(), d.pop()] == [first, second]
 
 
@@ -142,46 +152,46 @@ def test_keyless_jobs_are_never_ordered() -> None:
     jobs = Jobs()
     partition = state(0)
     for _ in range(3):
-        d.push(jobs.work(partition))
+        enqueue(d, jobs.work(partition))
     assert all(d.pop() is not None for _ in range(3))
 
 
 def test_a_capped_type_waits_aside_without_blocking_other_types() -> None:
     d = dispatcher()
     jobs = Jobs()
-    gate = TypeGate("slow", cap=2, rate_limit=None, now=0.0)
+    limit = TypeLimit[Work]("slow", cap=2, rate_limit=None, now=0.0)
     partition = state(0)
-    slow = [jobs.work(partition, "slow", gate=gate) for _ in range(4)]
+    slow = [jobs.work(partition, "slow", limit=limit) for _ in range(4)]
     fast = [jobs.work(partition, "fast") for _ in range(3)]
     for work in slow + fast:
-        d.push(work)
+        enqueue(d, work)
     started = [d.pop() for _ in range(5)]
     assert started == [slow[0], slow[1], *fast]
     assert d.pop() is None
-    assert gate.running == 2
-    assert list(gate.waiting) == slow[2:]
+    assert limit.running == 2
+    assert list(limit.waiting) == slow[2:]
     d.release(slow[0])
     assert d.pop() is slow[2]  # admitted as soon as a slot frees, in arrival order
     assert d.pop() is None
     d.release(slow[1])
     assert d.pop() is slow[3]
-    assert gate.running == 2
+    assert limit.running == 2
 
 
 def test_a_key_successor_still_respects_its_type_cap() -> None:
     d = dispatcher(key_ordering=True)
     jobs = Jobs()
-    gate = TypeGate("capped", cap=1, rate_limit=None, now=0.0)
+    limit = TypeLimit[Work]("capped", cap=1, rate_limit=None, now=0.0)
     partition = state(0)
-    first = jobs.work(partition, "capped", key=b"k", gate=gate)
-    other = jobs.work(partition, "capped", key=b"x", gate=gate)
-    second = jobs.work(partition, "capped", key=b"k", gate=gate)
+    first = jobs.work(partition, "capped", key=b"k", limit=limit)
+    other = jobs.work(partition, "capped", key=b"x", limit=limit)
+    second = jobs.work(partition, "capped", key=b"k", limit=limit)
     for work in (first, other, second):
-        d.push(work)
+        enqueue(d, work)
     assert d.pop() is first
-    assert d.pop() is None  # other waits in the gate, second behind its key
+    assert d.pop() is None  # other waits in the limit, second behind its key
     d.release(first)
-    assert d.pop() is other  # the gate's queue comes first; second then queues for the gate
+    assert d.pop() is other  # the limit's queue comes first; second then queues for the limit
     assert d.pop() is None
     d.release(other)
     assert d.pop() is second
@@ -192,11 +202,11 @@ def test_a_rate_limited_type_is_admitted_by_a_timer_at_its_rate() -> None:
     ready: list[int] = []
     d = dispatcher(timers=timers, ready=ready)
     jobs = Jobs()
-    gate = TypeGate("limited", cap=None, rate_limit=10.0, now=0.0)
-    gate.set_share(1, 1, 0.0)
+    limit = TypeLimit[Work]("limited", cap=None, rate_limit=10.0, now=0.0)
+    limit.set_share(1, 1, 0.0)
     partition = state(0)
     for _ in range(5):
-        d.push(jobs.work(partition, "limited", gate=gate))
+        enqueue(d, jobs.work(partition, "limited", limit=limit))
     assert d.pop() is not None  # the bucket starts with one token
     assert d.pop() is None
     assert len(timers.timers) == 1  # one timer, no spinning
@@ -215,19 +225,19 @@ def test_a_rate_limited_type_is_admitted_by_a_timer_at_its_rate() -> None:
 def test_dropping_a_partition_removes_its_jobs_everywhere_and_frees_slots() -> None:
     d = dispatcher(key_ordering=True)
     jobs = Jobs()
-    gate = TypeGate("capped", cap=1, rate_limit=None, now=0.0)
+    limit = TypeLimit[Work]("capped", cap=1, rate_limit=None, now=0.0)
     gone, kept = state(0, partition=0), state(0, partition=1)
-    running = jobs.work(gone, "capped", key=b"k", gate=gate)
+    running = jobs.work(gone, "capped", key=b"k", limit=limit)
     waiting_key = jobs.work(gone, "x", key=b"k")
-    waiting_gate = jobs.work(kept, "capped", gate=gate)
+    waiting_gate = jobs.work(kept, "capped", limit=limit)
     queued = jobs.work(gone, "x")
     other = jobs.work(kept, "x")
     for work in (running, waiting_key, waiting_gate):
-        d.push(work)
+        enqueue(d, work)
     assert d.pop() is running
-    assert d.pop() is None  # waiting_key behind its key, waiting_gate in the gate
-    d.push(queued)
-    d.push(other)
+    assert d.pop() is None  # waiting_key behind its key, waiting_gate in the limit
+    enqueue(d, queued)
+    enqueue(d, other)
     dropped = d.drop([gone])
     assert set(dropped) == {waiting_key, queued}
     assert gone.keys == {}
@@ -240,21 +250,21 @@ def test_dropping_a_partition_removes_its_jobs_everywhere_and_frees_slots() -> N
 def test_dropping_admitted_jobs_gives_their_gate_slot_back() -> None:
     d = dispatcher()
     jobs = Jobs()
-    gate = TypeGate("capped", cap=1, rate_limit=None, now=0.0)
+    limit = TypeLimit[Work]("capped", cap=1, rate_limit=None, now=0.0)
     partition = state(0)
     first, second = (
-        jobs.work(partition, "capped", gate=gate),
-        jobs.work(partition, "capped", gate=gate),
+        jobs.work(partition, "capped", limit=limit),
+        jobs.work(partition, "capped", limit=limit),
     )
-    d.push(first)
-    d.push(second)
+    enqueue(d, first)
+    enqueue(d, second)
     assert d.pop() is first
-    assert d.pop() is None  # second waits in the gate
+    assert d.pop() is None  # second waits in the limit
     d.release(first)  # second is admitted (holds the slot) but not started
     assert d.admitted == deque([second])
-    assert gate.running == 1
+    assert limit.running == 1
     assert d.drop([partition]) == [second]
-    assert gate.running == 0
+    assert limit.running == 0
 
 
 def test_taking_many_at_once_keeps_the_weighted_shares() -> None:
@@ -275,12 +285,12 @@ def test_taking_many_respects_gates_and_keys() -> None:
     for key_ordering in (False, True):
         d = dispatcher(key_ordering=key_ordering)
         jobs = Jobs()
-        gate = TypeGate("capped", cap=2, rate_limit=None, now=0.0)
+        limit = TypeLimit[Work]("capped", cap=2, rate_limit=None, now=0.0)
         partition = state(1)
-        capped = [jobs.work(partition, "capped", gate=gate) for _ in range(4)]
+        capped = [jobs.work(partition, "capped", limit=limit) for _ in range(4)]
         keyed = [jobs.work(partition, key=b"k") for _ in range(2)]
         for work in capped + keyed:
-            d.push(work)
+            enqueue(d, work)
         taken = d.pop_many(100)
         expected = [*capped[:2], *keyed] if not key_ordering else [*capped[:2], keyed[0]]
         assert taken == expected

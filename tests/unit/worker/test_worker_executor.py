@@ -14,7 +14,7 @@ from pipeline import PayloadValidationError, Pipeline
 from pipeline._context import JobContext
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import Middleware, Outcome, OutcomeKind, TimeLimitError
-from pipeline_worker._executor import ThreadPool
+from pipeline_worker.execute.runners import ThreadPool
 
 from .support import Harness, Jobs, state
 
@@ -447,11 +447,11 @@ class Holding(Middleware):
     """An outcome hook that finishes later (e.g. a produce waiting for its acknowledgement)."""
 
     def __init__(self) -> None:
-        self.gate: asyncio.Future[None] | None = None
+        self.pending: asyncio.Future[None] | None = None
 
     def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:
-        self.gate = asyncio.get_running_loop().create_future()
-        return self.gate
+        self.pending = asyncio.get_running_loop().create_future()
+        return self.pending
 
 
 def test_an_outcome_hook_holds_the_offset_until_its_awaitable_is_done() -> None:
@@ -466,10 +466,10 @@ def test_an_outcome_hook_holds_the_offset_until_its_awaitable_is_done() -> None:
         h = Harness(app, middleware=[holding])
         h.feed(h.message("x"))
         await h.recorder.wait_for(1)
-        assert holding.gate is not None
+        assert holding.pending is not None
         assert h.partition.commit_offset == -1
         assert h.processor.in_flight == 1
-        holding.gate.set_result(None)
+        holding.pending.set_result(None)
         while h.processor.in_flight:
             await asyncio.sleep(0)
         assert h.partition.commit_offset == 1
@@ -494,7 +494,7 @@ def test_a_failing_outcome_hook_keeps_the_offset_unfinished() -> None:
         h.feed(h.message("x"), h.message("x"))
         await h.recorder.wait_for(2)
         assert h.partition.commit_offset == -1  # never past a job whose outcome was not handled
-        assert h.processor.held == 2
+        assert h.processor.stuck == 2
         assert h.processor.in_flight == 0
         assert h.metrics.hook_failures == 2
 
@@ -540,11 +540,11 @@ def test_a_rate_limit_takes_the_share_of_its_priority_topic() -> None:
         h.feed(h.message("limited"), h.message("everywhere"))
         await h.recorder.wait_for(2)
         h.processor.set_share({high: 1, default: 6}, {high: 6, default: 6})
-        gates = {name: e.gate for name, e in h.processor.types.entries.items()}
-        assert gates["limited"] is not None
-        assert gates["limited"].rate == pytest.approx(10.0)  # 1 of the 6 high partitions
-        assert gates["everywhere"] is not None
-        assert gates["everywhere"].rate == pytest.approx(35.0)  # critical is not consumed: 7/12
+        limits = {name: e.limit for name, e in h.processor.types.entries.items()}
+        assert limits["limited"] is not None
+        assert limits["limited"].rate == pytest.approx(10.0)  # 1 of the 6 high partitions
+        assert limits["everywhere"] is not None
+        assert limits["everywhere"].rate == pytest.approx(35.0)  # critical is not consumed: 7/12
 
     run(main)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pipeline_worker._holds import HOLD_MAX_MS, Holds
 from pipeline_worker._work import Work
+from pipeline_worker.dispatch.holds import HOLD_MAX_MS, Holds
 
 from .support import Jobs, state
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline_worker._limits import BURST_SECONDS, TokenBucket, TypeGate, fleet_share
+from pipeline_worker.dispatch.limits import BURST_SECONDS, TokenBucket, TypeLimit, fleet_share
 
 
 def test_share_is_proportional_to_owned_partitions() -> None:
@@ -81,25 +81,25 @@ def test_changing_the_rate_keeps_the_earned_tokens_within_the_new_capacity() -> 
 
 
 def test_a_gate_takes_its_share_of_the_rate() -> None:
-    gate = TypeGate("t", cap=None, rate_limit=60.0, now=0.0)
-    gate.set_share(2, 6, now=0.0)  # 20/s for this worker
-    assert gate.bucket is not None
-    assert gate.bucket.rate == pytest.approx(20.0)
+    limit = TypeLimit[object]("t", cap=None, rate_limit=60.0, now=0.0)
+    limit.set_share(2, 6, now=0.0)  # 20/s for this worker
+    assert limit.bucket is not None
+    assert limit.bucket.rate == pytest.approx(20.0)
     admitted = 0
     now = 0.0
     while now < 10.0:
-        while gate.try_admit(now):
+        while limit.try_admit(now):
             admitted += 1
-            gate.release()
+            limit.release()
         now += 0.01
     assert admitted == pytest.approx(200, abs=3)
 
 
 def test_a_gate_caps_concurrency() -> None:
-    gate = TypeGate("t", cap=2, rate_limit=None, now=0.0)
-    assert gate.try_admit(0.0)
-    assert gate.try_admit(0.0)
-    assert gate.capped
-    assert not gate.try_admit(0.0)
-    gate.release()
-    assert gate.try_admit(0.0)
+    limit = TypeLimit[object]("t", cap=2, rate_limit=None, now=0.0)
+    assert limit.try_admit(0.0)
+    assert limit.try_admit(0.0)
+    assert limit.capped
+    assert not limit.try_admit(0.0)
+    limit.release()
+    assert limit.try_admit(0.0)

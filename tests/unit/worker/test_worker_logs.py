@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import OFFSET_INVALID, TopicPartition
 
-from pipeline_worker._commits import describe
 from pipeline_worker._metrics import per_second
+from pipeline_worker.commit.committer import describe
 
 
 def test_an_assignment_lists_partitions_without_invalid_offsets() -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from pipeline_worker._offsets import OffsetTracker
+from pipeline_worker.commit.offsets import OffsetTracker
 
 
 @st.composite
@@ -68,7 +68,6 @@ def test_interleaved_adds_and_finishes(case: tuple[list[int], list[int]]) -> Non
 def test_nothing_to_commit_before_the_first_offset() -> None:
     tracker = OffsetTracker()
     assert tracker.watermark is None
-    assert tracker.next_offset == -1
     tracker.add(41)
     assert tracker.watermark == 41
     tracker.finish(41)

@@ -13,13 +13,19 @@ import pytest
 from confluent_kafka import Message, TopicPartition
 
 from pipeline import Priority, Settings
-from pipeline_worker._consumer import ConsumerThread
-from pipeline_worker._gate import Gate
-from pipeline_worker._marks import CommitMark
 from pipeline_worker._metrics import WorkerMetrics
-from pipeline_worker._poison import PoisonPillError
-from pipeline_worker._quarantine import Quarantine, Step, Takeover, needs_watermarks, plan_takeover
 from pipeline_worker._work import PartitionState
+from pipeline_worker.commit.marks import CommitMark
+from pipeline_worker.intake.consumer import ConsumerThread
+from pipeline_worker.recovery.guard import Guard
+from pipeline_worker.recovery.poison import PoisonPillError
+from pipeline_worker.recovery.quarantine import (
+    Quarantine,
+    Step,
+    Takeover,
+    needs_watermarks,
+    plan_takeover,
+)
 
 TOPIC = "ns.jobs.default"
 LEASE = 10
@@ -161,18 +167,20 @@ def test_offsets_that_never_come_end_a_quarantine_by_the_consumer_position() -> 
     assert quarantine.step(None, 11, position=13) is Step.END
 
 
-# -- gates: leases ---------------------------------------------------------------------------
+# -- guards: leases ---------------------------------------------------------------------------
 
 
-def gate(start: int = 0, *, until: int | None = None, strikes: int = 0, lease: int = LEASE) -> Gate:
+def guard(
+    start: int = 0, *, until: int | None = None, strikes: int = 0, lease: int = LEASE
+) -> Guard:
     plan = Takeover(start, until if until is not None else start, strikes, start)
-    return Gate(plan, lease=lease, limit=3, window=4)
+    return Guard(plan, lease=lease, limit=3, window=4)
 
 
 def test_nothing_is_handed_before_the_new_owners_mark_is_acknowledged() -> None:
-    g = gate(100)
+    g = guard(100)
     assert g.take(messages(100, 3)) == []
-    assert offsets(list(g.held)) == [100, 101, 102]
+    assert offsets(list(g.withheld)) == [100, 101, 102]
     mark = g.stamp(100, (), clean=False)
     assert (mark.dirty, mark.high, mark.strikes) == (True, 100 + LEASE, 0)
     g.acknowledged(mark.high)
@@ -181,12 +189,12 @@ def test_nothing_is_handed_before_the_new_owners_mark_is_acknowledged() -> None:
 
 
 def test_only_offsets_below_the_acknowledged_lease_go_to_the_loop() -> None:
-    g = gate(0)
+    g = guard(0)
     g.acknowledged(g.stamp(0, (), clean=False).high)  # lease: offsets below 10
     assert offsets(g.take(messages(0, 4))) == [0, 1, 2, 3]
     assert not g.short
     assert offsets(g.take(messages(4, 8))) == [4, 5, 6, 7, 8, 9]
-    assert offsets(list(g.held)) == [10, 11]
+    assert offsets(list(g.withheld)) == [10, 11]
     assert g.take(messages(12, 1)) == []  # behind the held ones, in order
     assert g.short
     assert g.extend()  # a commit must carry the new promise
@@ -200,7 +208,7 @@ def test_only_offsets_below_the_acknowledged_lease_go_to_the_loop() -> None:
 
 
 def test_a_lease_grows_before_it_runs_out() -> None:
-    g = gate(0)
+    g = guard(0)
     g.acknowledged(g.stamp(0, (), clean=False).high)
     g.take(messages(0, 4))
     assert not g.short
@@ -213,7 +221,7 @@ def test_a_lease_grows_before_it_runs_out() -> None:
 
 
 def test_promises_only_grow_and_acknowledgements_only_raise_the_lease() -> None:
-    g = gate(0)
+    g = guard(0)
     g.acknowledged(25)
     g.acknowledged(12)  # an older commit's answer, arriving late
     assert g.secured == 25
@@ -223,7 +231,7 @@ def test_promises_only_grow_and_acknowledgements_only_raise_the_lease() -> None:
 
 
 def test_with_detection_off_everything_goes_through_and_nothing_is_promised() -> None:
-    g = gate(0, lease=0)
+    g = guard(0, lease=0)
     assert offsets(g.take(messages(0, 5))) == [0, 1, 2, 3, 4]
     assert not g.short
     assert not g.extend()
@@ -232,11 +240,11 @@ def test_with_detection_off_everything_goes_through_and_nothing_is_promised() ->
     assert (mark.dirty, mark.high) == (True, -1)
 
 
-# -- gates: quarantine marks -----------------------------------------------------------------
+# -- guards: quarantine marks -----------------------------------------------------------------
 
 
 def test_a_quarantined_gate_holds_everything_and_stamps_its_window() -> None:
-    g = gate(20, until=41, strikes=1)
+    g = guard(20, until=41, strikes=1)
     quarantine = g.quarantine
     assert quarantine is not None
     assert g.take(messages(20, 3)) == []
@@ -257,7 +265,7 @@ def test_a_quarantined_gate_holds_everything_and_stamps_its_window() -> None:
 def test_a_clean_hand_over_during_a_quarantine_stays_dirty_and_takes_back_the_running_strike() -> (
     None
 ):
-    g = gate(20, until=41, strikes=1)
+    g = guard(20, until=41, strikes=1)
     assert g.quarantine is not None
     g.window(20, 2)
     g.quarantine.handed(20, 20)
@@ -268,13 +276,13 @@ def test_a_clean_hand_over_during_a_quarantine_stays_dirty_and_takes_back_the_ru
 
 
 def test_strikes_found_at_takeover_stay_until_the_job_is_done() -> None:
-    g = gate(20, until=41, strikes=2)  # about to be dead-lettered
+    g = guard(20, until=41, strikes=2)  # about to be dead-lettered
     assert g.stamp(20, (), clean=True).strikes == 2
     assert g.stamp(20, (), clean=False).strikes == 2
 
 
 def test_after_a_quarantine_strikes_are_0_and_marks_are_clean_again() -> None:
-    g = gate(20, until=23, strikes=1)
+    g = guard(20, until=23, strikes=1)
     g.acknowledged(g.stamp(20, (), clean=False).high)
     g.take(messages(23, 2))  # 20..22 ran in the quarantine already
     g.window(22, 1)
@@ -304,7 +312,7 @@ def replay(
     dead: list[int] = []
     for owner in range(1, 30):
         plan = plan_takeover(committed, (0, count), limit)
-        g = Gate(plan, lease=lease, limit=limit, window=window)
+        g = Guard(plan, lease=lease, limit=limit, window=window)
         committed = g.stamp(g.floor, (), clean=False)  # the takeover commit
         g.acknowledged(committed.high)
         handed = g.take(messages(plan.start, count - plan.start))
@@ -312,7 +320,7 @@ def replay(
         done = plan.start
         while g.quarantine is not None and not killed:
             quarantine = g.quarantine
-            head = g.held[0].offset() if g.held else None
+            head = g.withheld[0].offset() if g.withheld else None
             step = quarantine.step(head, done, position=count)
             if step is Step.END:
                 g.end_quarantine()
@@ -322,13 +330,13 @@ def replay(
                 break
             assert head is not None
             if step is Step.DEAD:
-                g.held.popleft()
+                g.withheld.popleft()
                 quarantine.handed(head, head)
                 dead.append(head)
                 done = head + 1
                 continue
             size = quarantine.window_size(head)
-            group = [g.held.popleft() for _ in range(min(size, len(g.held)))]
+            group = [g.withheld.popleft() for _ in range(min(size, len(g.withheld)))]
             group_offsets = [o for o in offsets(group) if o < quarantine.until]
             assert len(group_offsets) == len(group)
             g.window(head, quarantine.strikes_for(head) if len(group) == 1 else 0)
@@ -485,9 +493,9 @@ def take_over(
         )
     state = PartitionState(TOPIC, 0, Priority.DEFAULT, 0)
     thread.states[(TOPIC, 0)] = state
-    thread._unmarked.append(state)
+    thread.assignment.add([state])
     fake.paused.add((TOPIC, 0))
-    thread._load_marks()
+    thread.assignment.load(resume=True)
     return thread, fake, side, state
 
 
@@ -616,8 +624,8 @@ def take_over_partitions(
         )
         state = states[partition] = PartitionState(TOPIC, partition, Priority.DEFAULT, 0)
         thread.states[(TOPIC, partition)] = state
-        thread._unmarked.append(state)
-    thread._load_marks()
+        thread.assignment.add([state])
+    thread.assignment.load(resume=True)
     return thread, fake, side, states
 
 

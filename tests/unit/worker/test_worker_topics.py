@@ -7,8 +7,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ClusterMetadata, TopicMetadata
 
 from pipeline._errors import TopicMissingError
-from pipeline_worker._clusterview import TOPIC_CHECK_RETRY_S, ClusterView
 from pipeline_worker._metrics import WorkerMetrics
+from pipeline_worker.intake.cluster import TOPIC_CHECK_RETRY_S, ClusterView
 
 TOPICS = ["ns.jobs.critical", "ns.jobs.default"]
 

@@ -1,0 +1,1 @@
+"""What reaches Kafka for finished offsets: tracking, marks, committer, moves."""

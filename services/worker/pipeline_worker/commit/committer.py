@@ -1,0 +1,245 @@
+"""Offset commits: each partition's commit point, asynchronously in steady state.
+
+The commit point of a partition is its contiguous watermark (``PartitionState.commit_offset``,
+published by the event loop): the lowest offset not finished, which is the next offset to
+consume, as Kafka wants it (librdkafka commits offsets as given, no +1). Commits are batched:
+one asynchronous commit of every partition whose point moved, every ``commit_interval_s`` or
+after ``commit_every`` finished jobs, whichever comes first. Revocation, the end of a burst run
+and shutdown commit synchronously. Only owned partitions are ever committed: a revoked one
+leaves the table before its final commit, and nothing commits it after.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from pipeline._ratelog import RateLimitedLog
+
+from .._metrics import WorkerMetrics
+from .marks import CommitMark
+from .moves import Mover
+
+if TYPE_CHECKING:
+    from .._work import PartitionState
+    from ..recovery.guard import Guard
+
+_log = logging.getLogger("pipeline.worker.commits")
+
+
+class Committer:
+    """Commits for the consumer thread (every call happens on that thread)."""
+
+    def __init__(
+        self,
+        metrics: WorkerMetrics,
+        *,
+        interval_s: float,
+        every: int,
+        mover: Mover | None = None,
+    ) -> None:
+        self._metrics = metrics
+        self._mover = mover
+        self._interval = interval_s
+        self._every = every
+        self._consumer: Consumer | None = None
+        self._states: dict[tuple[str, int], PartitionState] = {}
+        self._guards: Mapping[tuple[str, int], Guard] = {}
+        self._next = 0.0
+        self._finished_at_last = 0
+        self._started: deque[float] = deque()
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
+
+    def attach(
+        self,
+        consumer: Consumer,
+        states: dict[tuple[str, int], PartitionState],
+        guards: Mapping[tuple[str, int], Guard] | None = None,
+    ) -> None:
+        """The consumer to commit with, the table of owned partitions and their poison-pill
+        guards (shared, not copied), which say what each commit's mark promises."""
+        self._consumer = consumer
+        self._states = states
+        if guards is not None:
+            self._guards = guards
+
+    def due(self, now: float, finished: int) -> bool:
+        """Whether the interval passed or ``commit_every`` jobs finished since the last commit."""
+        return now >= self._next or finished - self._finished_at_last >= self._every
+
+    def offsets(
+        self, states: Sequence[PartitionState], *, clean: bool = False, force: bool = False
+    ) -> list[TopicPartition]:
+        """Each partition's commit point, where it moved past what was committed, or where the
+        open transaction moved one of its jobs; with its :class:`CommitMark` as metadata.
+
+        When everything handed over is finished, the consumer's position may be further on:
+        past transaction markers, which are never delivered. Committing the position then
+        keeps the committed offset equal to the end offset instead of one short of it.
+        ``clean``: the last commit before the partition is handed over in good order.
+        ``force``: every partition of ``states``, moved or not. A partition whose guard (see
+        :mod:`..recovery.poison`) made a promise Kafka has not acknowledged is always included.
+        """
+        assert self._consumer is not None
+        idle = [s for s in states if s.handed_next >= 0 and s.commit_offset == s.handed_next]
+        positions: dict[PartitionState, int] = {}
+        if idle:
+            found = self._consumer.position([TopicPartition(s.topic, s.partition) for s in idle])
+            positions = {s: tp.offset for s, tp in zip(idle, found, strict=True)}
+        mover = self._mover
+        touched = set(mover.touched()) if mover is not None and mover.open else set()
+        guards = self._guards
+        offsets = []
+        for state in states:
+            offset = max(state.commit_offset, positions.get(state, -1), state.committed)
+            where = (state.topic, state.partition)
+            guard = guards.get(where)
+            if guard is not None:
+                offset = max(offset, guard.floor)
+            if offset < 0 or not (
+                offset > state.committed
+                or where in touched
+                or clean
+                or force
+                or (guard is not None and guard.unsecured)
+            ):
+                continue
+            moved = mover.moved_above(where, offset) if mover is not None else ()
+            if guard is not None:
+                mark = guard.stamp(offset, moved, clean=clean)
+            else:
+                mark = CommitMark(offset, moved, dirty=not clean)
+            offsets.append(
+                TopicPartition(state.topic, state.partition, offset, metadata=mark.encode())
+            )
+        return offsets
+
+    def commit(
+        self,
+        states: Iterable[PartitionState],
+        now: float,
+        *,
+        sync: bool = False,
+        finished: int | None = None,
+        clean: bool = False,
+    ) -> bool:
+        """Commit the commit points of ``states`` (with the open transaction, if any).
+
+        Returns whether everything is committed (an asynchronous commit counts as done).
+        """
+        self._next = now + self._interval
+        if finished is not None:
+            self._finished_at_last = finished
+        return self._send(list(states), sync=sync, clean=clean)
+
+    def push(self, states: Iterable[PartitionState], *, sync: bool) -> bool:
+        """Commit the marks of ``states`` now, moved or not, outside the schedule: a new owner's
+        mark, a strike or a longer lease must be in Kafka before the jobs it covers run."""
+        return self._send(list(states), sync=sync, force=True)
+
+    def _send(
+        self,
+        states: list[PartitionState],
+        *,
+        sync: bool,
+        clean: bool = False,
+        force: bool = False,
+    ) -> bool:
+        assert self._consumer is not None
+        mover = self._mover
+        if mover is not None and mover.open:
+            return self._commit_transaction(states, clean=clean, force=force)
+        offsets = self.offsets(states, clean=clean, force=force)
+        if not offsets:
+            return True
+        if not sync:
+            self._started.append(time.monotonic())
+            try:
+                self._consumer.commit(offsets=offsets, asynchronous=True)
+            except KafkaException as exc:
+                self._started.pop()
+                self._metrics.count_commit("async", False, None)
+                self._errors.warning("commit", "offset commit failed: %s", exc)
+            return True
+        started = time.monotonic()
+        try:
+            result = self._consumer.commit(offsets=offsets, asynchronous=False)
+        except KafkaException as exc:
+            self._metrics.count_commit("sync", False, time.monotonic() - started)
+            # Usually a rebalance in progress; the callers try again.
+            _log.info(
+                "synchronous offset commit refused: %s", exc, extra={"offsets": describe(offsets)}
+            )
+            return False
+        self._metrics.count_commit("sync", True, time.monotonic() - started)
+        return self._record(result or [])
+
+    def _commit_transaction(
+        self, states: list[PartitionState], *, clean: bool, force: bool = False
+    ) -> bool:
+        """Commit the mover's transaction with the offsets of every owned partition it touched
+        (they must ride along even when the watermark stands still) and of ``states``."""
+        assert self._consumer is not None
+        assert self._mover is not None
+        touched = set(self._mover.touched())
+        chosen = {id(s): s for s in states}
+        for state in self._states.values():
+            if (state.topic, state.partition) in touched:
+                chosen[id(state)] = state
+        offsets = self.offsets(list(chosen.values()), clean=clean, force=force)
+        started = time.monotonic()
+        committed = self._mover.commit(
+            offsets,
+            self._consumer.consumer_group_metadata(),
+            lambda where: where in self._states,
+        )
+        self._metrics.count_commit("transaction", committed, time.monotonic() - started)
+        if not committed:
+            return False
+        self._metrics.transactions += 1
+        return self._record(offsets)
+
+    def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
+        """librdkafka's callback for asynchronous commits (served by ``poll``, in order)."""
+        started = self._started.popleft() if self._started else None
+        seconds = time.monotonic() - started if started is not None else None
+        self._metrics.count_commit("async", error is None, seconds)
+        if error is not None:
+            self._errors.warning("commit", "offset commit failed: %s", error.str())
+            return
+        self._record(partitions)
+
+    def _record(self, partitions: list[TopicPartition]) -> bool:
+        ok = True
+        for tp in partitions:
+            if tp.error is not None:
+                ok = False
+                self._errors.warning(
+                    "commit", "offset commit of %s[%d] failed: %s", tp.topic, tp.partition, tp.error
+                )
+                continue
+            where = (tp.topic, tp.partition)
+            state = self._states.get(where)
+            if state is not None and tp.offset > state.committed:
+                state.committed = tp.offset
+            guard = self._guards.get(where)
+            if guard is not None and tp.metadata:
+                guard.acknowledged(CommitMark.decode(tp.offset, tp.metadata).high)
+        return ok
+
+
+def describe(partitions: Sequence[TopicPartition]) -> str:
+    """``topic[partition@offset,...] ...`` for log lines, an offset only where one is known
+    (an assignment carries none: librdkafka's ``OFFSET_INVALID``, -1001, would only be noise)."""
+    by_topic: dict[str, list[str]] = {}
+    for tp in partitions:
+        known = tp.offset >= 0
+        by_topic.setdefault(tp.topic, []).append(
+            f"{tp.partition}@{tp.offset}" if known else str(tp.partition)
+        )
+    return ",".join(f"{topic}[{','.join(items)}]" for topic, items in by_topic.items())

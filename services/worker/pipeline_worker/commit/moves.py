@@ -1,0 +1,274 @@
+"""Moves of failed jobs and the offsets that go with them, in Kafka transactions.
+
+A failed job leaves its partition by a *move*: to a retry tier, to ``<ns>.deferred`` or to the
+dead-letter topic. The move is written by a transactional producer, and the transaction commits
+with the consumed offsets (``send_offsets_to_transaction``), so either both the move and the
+offset land or neither does: a crash never loses a move nor makes one twice (DESIGN section 6).
+The moved offset may sit above the partition's commit point (a job below it still runs), so
+the commit's metadata lists it (:class:`.marks.CommitMark`) and a new owner skips it.
+
+Threads: the event loop submits moves (:meth:`Mover.submit`, any thread); the consumer thread,
+which owns the producer's transactions as it owns the consumer, writes them (:meth:`drain`) and
+commits (:meth:`commit`). A move's job is finished only after its records are in the open
+transaction, so a commit that covers its offset always carries its records.
+
+Errors are handled by the library's one transaction loop (:class:`pipeline._transactions.
+Transactions`): a retriable error is retried; when the transaction must be aborted it is, and
+the moves still owned are written again in a new one (the offsets were not committed either);
+a fatal one, a fenced producer included, stops the worker (the jobs run again elsewhere:
+at-least-once, and their moves were never committed).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Producer, TopicPartition
+
+from pipeline._brokerhealth import BrokerHealth
+from pipeline._errors import TransactionAbortedError
+from pipeline._producer import producer_config
+from pipeline._transactions import Transactions
+
+from .marks import MAX_MOVED
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from pipeline import Settings
+
+    from ..route.policy import Record
+
+_log = logging.getLogger("pipeline.worker.moves")
+
+Where = tuple[str, int]
+Done = Callable[[bool], None]
+TIMEOUT_S = 30.0
+WHEN_FENCED = (
+    "a newer generation of the consumer group took this worker's partitions (it was cut off "
+    "from the group for longer than session.timeout.ms); the worker stops and its jobs run again "
+    "where they are now: restart it"
+)
+
+
+class _Pending:
+    __slots__ = ("done", "move", "offset", "records", "where")
+
+    def __init__(
+        self, where: Where, offset: int, records: Sequence[Record], done: Done, move: bool
+    ) -> None:
+        self.where = where
+        self.offset = offset
+        self.records = records
+        self.done = done
+        self.move = move
+
+
+class Mover:
+    """The worker's transactional producer; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+    ) -> None:
+        conf: dict[str, Any] = producer_config(settings)
+        # One id per process: fencing of a zombie comes from the consumer group's generation,
+        # sent with the offsets (KIP-447), not from a shared transactional.id.
+        conf.update(
+            {
+                "transactional.id": f"{settings.namespace}.worker.{uuid.uuid4().hex}",
+                "linger.ms": 1,
+                "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
+                # librdkafka wants a message's delivery to time out within its transaction's.
+                "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
+                **BrokerHealth.of(settings.bootstrap_servers).callbacks("moves producer"),
+            }
+        )
+        conf.update(settings.kafka)
+        self._txn = Transactions(
+            producer_factory(conf),
+            name="the worker's transactional producer",
+            when_fenced=WHEN_FENCED,
+            timeout_s=TIMEOUT_S,
+        )
+        self._loop = loop
+        self._queue: deque[_Pending] = deque()
+        self._waiting: dict[Where, deque[_Pending]] = {}
+        """Moves waiting because their partition has MAX_MOVED moves above its commit point."""
+        self._in_txn: dict[Where, list[_Pending]] = {}
+        self.moved: dict[Where, set[int]] = {}
+        """Offsets moved above each partition's commit point (consumer thread)."""
+        self.initialized = False
+
+    @property
+    def open(self) -> bool:
+        """Whether a transaction is open: the partitions it touched commit with it."""
+        return self._txn.open
+
+    # -- any thread ----------------------------------------------------------------------------
+
+    def submit(
+        self, where: Where, offset: int, records: Sequence[Record], done: Done, *, move: bool = True
+    ) -> None:
+        """Queue a move; ``done(True)`` runs on the loop once it is in the open transaction,
+        ``done(False)`` if the partition was given up first (the job is not finished then).
+
+        ``move=False``: records that go with the offset of a job that stays where it is (the
+        idempotency keys it settled); the offset is not skipped by a later owner.
+        """
+        self._queue.append(_Pending(where, offset, records, done, move))
+
+    # -- consumer thread -----------------------------------------------------------------------
+
+    def init(self) -> None:
+        """Register the transactional id with the cluster (once, before the first move)."""
+        self._txn.init()
+        self.initialized = True
+
+    def drain(self, owned: Callable[[Where], bool], commit_point: Callable[[Where], int]) -> bool:
+        """Write queued moves into the open transaction; returns whether any was written."""
+        wrote = False
+        for where in [w for w, held in self._waiting.items() if held]:
+            still: deque[_Pending] = deque()
+            for pending in self._waiting[where]:
+                if self._room(where, commit_point(where), pending.offset):
+                    wrote |= self._write(pending, owned)
+                else:
+                    still.append(pending)
+            self._waiting[where] = still
+        queue = self._queue
+        while queue:
+            pending = queue.popleft()
+            where = pending.where
+            if pending.move and not self._room(where, commit_point(where), pending.offset):
+                self._waiting.setdefault(where, deque()).append(pending)
+                continue
+            wrote |= self._write(pending, owned)
+        return wrote
+
+    def _room(self, where: Where, commit_point: int, offset: int) -> bool:
+        """Whether a move of ``offset`` may be written now. The job at the commit point always
+        may: the commit point then passes it, which is what makes room for the others."""
+        moved = self.moved.get(where)
+        if not moved or len(moved) < MAX_MOVED or offset <= commit_point:
+            return True
+        for stale in [o for o in moved if o < commit_point]:
+            moved.discard(stale)
+        return len(moved) < MAX_MOVED
+
+    def _write(self, pending: _Pending, owned: Callable[[Where], bool]) -> bool:
+        if not owned(pending.where):
+            self._resolve(pending, False)
+            return False
+        if not self.initialized:
+            self.init()
+        try:
+            self._produce(self._txn, pending.records)
+        except TransactionAbortedError as exc:
+            _log.warning("transaction aborted, writing its moves again: %s", exc)
+            self._rewrite(owned, pending.records)
+        if pending.move:
+            self.moved.setdefault(pending.where, set()).add(pending.offset)
+        self._in_txn.setdefault(pending.where, []).append(pending)
+        self._resolve(pending, True)
+        return True
+
+    def touched(self) -> list[Where]:
+        """Partitions with moves in the open transaction: their offsets must be sent with it."""
+        return list(self._in_txn)
+
+    def restore_moved(self, where: Where, offsets: Iterable[int]) -> None:
+        """Offsets a previous owner moved above the commit point (read from its commit mark)."""
+        self.moved[where] = set(offsets)
+
+    def moved_above(self, where: Where, commit_point: int) -> tuple[int, ...]:
+        """The offsets moved above ``commit_point``, for the commit's metadata."""
+        moved = self.moved.get(where)
+        if not moved:
+            return ()
+        return tuple(sorted(o for o in moved if o >= commit_point))
+
+    def commit(
+        self, offsets: list[TopicPartition], group_metadata: Any, owned: Callable[[Where], bool]
+    ) -> bool:
+        """Commit the open transaction with ``offsets`` (each partition with moves in it must be
+        among them); returns whether it committed.
+
+        When the transaction must be aborted (typically: the group is rebalancing, so the
+        generation sent with the offsets is stale), its moves are written again in a new
+        transaction and False is returned: the caller keeps polling, which completes the
+        rebalance, and commits again later.
+        """
+        try:
+            self._txn.commit(offsets, group_metadata)
+        except TransactionAbortedError as exc:
+            _log.info("transaction aborted, its moves are written again: %s", exc)
+            self._rewrite(owned)
+            return False
+        self._in_txn.clear()
+        for tp in offsets:
+            self._prune((tp.topic, tp.partition), tp.offset)
+        return True
+
+    def forget(self, wheres: Iterable[Where]) -> None:
+        """Partitions given up: drop what we know of their moves. Moves of theirs still in the
+        open transaction (a lost partition, whose offsets cannot be committed) are taken out
+        by writing the transaction again without them."""
+        gone = set(wheres)
+        for where in gone:
+            self.moved.pop(where, None)
+            for pending in self._waiting.pop(where, ()):
+                self._resolve(pending, False)
+        if self.open and gone & set(self._in_txn):
+            self._rewrite(lambda where: where not in gone)
+
+    def close(self) -> None:
+        self._txn.close(5.0)
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _prune(self, where: Where, committed: int) -> None:
+        moved = self.moved.get(where)
+        if moved:
+            for offset in [o for o in moved if o < committed]:
+                moved.discard(offset)
+
+    def _rewrite(self, owned: Callable[[Where], bool], then: Sequence[Record] = ()) -> None:
+        """Abort the open transaction and write the moves of the partitions still owned (and
+        ``then``) into a new one, which stays open."""
+        kept = {w: p for w, p in self._in_txn.items() if owned(w)}
+        for where in set(self._in_txn) - set(kept):
+            self.moved.pop(where, None)  # not ours any more: the new owner redoes these jobs
+        self._in_txn = kept
+
+        def write(txn: Transactions) -> None:
+            for moves in kept.values():
+                for pending in moves:
+                    self._produce(txn, pending.records)
+            self._produce(txn, then)
+
+        self._txn.rewrite(write)
+
+    @staticmethod
+    def _produce(txn: Transactions, records: Sequence[Record]) -> None:
+        for record in records:
+            txn.produce(
+                record.topic,
+                record.value,
+                record.key,
+                headers=record.headers,
+                partition=record.partition,
+            )
+        txn.producer.poll(0)
+
+    def _resolve(self, pending: _Pending, done: bool) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is exiting
+            self._loop.call_soon_threadsafe(pending.done, done)

@@ -1,0 +1,1 @@
+"""Which queued job starts next: priorities, key order, type limits, holds."""

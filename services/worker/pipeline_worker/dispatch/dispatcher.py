@@ -1,0 +1,265 @@
+"""Which buffered job runs next: the priority policy, per-key ordering and per-type limits.
+
+Jobs wait in one queue per priority. :meth:`Dispatcher.pop` picks a queue by the policy
+(``strict``: the first non-empty queue in priority order; ``weighted``: smooth weighted
+round-robin over the non-empty queues, so a low priority is never starved), then checks the
+job's limits. A job that cannot start yet is set aside, never spun on: behind the running job of
+its key (per-key ordering), or in its type's limit (concurrency cap or rate limit). When the
+blocking job finishes (:meth:`Dispatcher.release`) or the rate allows (a timer), the job set
+aside moves to the ``admitted`` queue, which :meth:`pop` serves first.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
+
+from .._work import PartitionState, Work
+from .limits import TypeLimit
+
+Policy = Literal["strict", "weighted"]
+Clock = Callable[[], float]
+Schedule = Callable[[float, Callable[[], None]], object]
+"""``schedule(delay_seconds, callback)``: run ``callback`` on the dispatcher's thread later."""
+
+
+class StrictPolicy:
+    """Always the first non-empty queue: lower priorities wait until higher ones are empty."""
+
+    __slots__ = ()
+
+    def pick(self, queues: Sequence[deque[Work]]) -> int:
+        for index, queue in enumerate(queues):
+            if queue:
+                return index
+        return -1
+
+
+class WeightedPolicy:
+    """Smooth weighted round-robin over the non-empty queues (nginx's algorithm).
+
+    Each pick adds every non-empty queue's weight to its credit, picks the highest credit and
+    takes the total off it. Over any window the picks follow the weights closely and evenly
+    interleaved (10:5:3:1 gives 19 picks per cycle); an empty queue earns no credit, so it cannot
+    burst when it fills again.
+    """
+
+    __slots__ = ("_credit", "_weights")
+
+    def __init__(self, weights: Sequence[int]) -> None:
+        if not weights or any(w < 1 for w in weights):
+            raise ValueError(f"weights must be positive integers, got {list(weights)}")
+        self._weights = list(weights)
+        self._credit = [0] * len(weights)
+
+    def pick(self, queues: Sequence[deque[Work]]) -> int:
+        credit = self._credit
+        weights = self._weights
+        best = -1
+        total = 0
+        for index, queue in enumerate(queues):
+            if queue:
+                weight = weights[index]
+                credit[index] += weight
+                total += weight
+                if best < 0 or credit[index] > credit[best]:
+                    best = index
+        if best >= 0:
+            credit[best] -= total
+        return best
+
+
+def make_policy(policy: Policy, weights: Sequence[int]) -> StrictPolicy | WeightedPolicy:
+    if policy == "strict":
+        return StrictPolicy()
+    if policy == "weighted":
+        return WeightedPolicy(weights)
+    raise ValueError(f"unknown policy {policy!r}; use strict or weighted")
+
+
+class Dispatcher:
+    """Priority queues of ready jobs plus the jobs set aside by keys and limits."""
+
+    def __init__(
+        self,
+        queues: int,
+        policy: StrictPolicy | WeightedPolicy,
+        *,
+        key_ordering: bool,
+        clock: Clock,
+        schedule: Schedule,
+        on_ready: Callable[[], None],
+    ) -> None:
+        self.queues: list[deque[Work]] = [deque() for _ in range(queues)]
+        self.admitted: deque[Work] = deque()
+        self._policy = policy
+        self._key_ordering = key_ordering
+        self._clock = clock
+        self._schedule = schedule
+        self._on_ready = on_ready
+        self._limits: set[TypeLimit[Work]] = set()
+
+    def pop(self) -> Work | None:
+        """The next job that may start now (its limit slot is reserved), or ``None``."""
+        admitted = self.admitted
+        if admitted:
+            return admitted.popleft()
+        queues = self.queues
+        pick = self._policy.pick
+        while True:
+            index = pick(queues)
+            if index < 0:
+                return None
+            work = queues[index].popleft()
+            key = work.key
+            if key is not None and self._key_ordering:
+                keys = work.state.keys
+                if key in keys:
+                    successors = keys[key]
+                    if successors is None:
+                        keys[key] = deque((work,))
+                    else:
+                        successors.append(work)
+                    continue
+                keys[key] = None
+            limit = work.limit
+            if limit is None or self._admit(limit, work):
+                return work
+
+    def pop_many(self, limit: int) -> list[Work]:
+        """Up to ``limit`` jobs that may start now, in the order :meth:`pop` would give them."""
+        taken: list[Work] = []
+        admitted = self.admitted
+        while admitted and len(taken) < limit:
+            taken.append(admitted.popleft())
+        if self._key_ordering:
+            while len(taken) < limit:
+                work = self.pop()
+                if work is None:
+                    break
+                taken.append(work)
+            return taken
+        queues = self.queues
+        nonempty = [queue for queue in queues if queue]
+        if len(nonempty) == 1:
+            # One priority has jobs: no choice to make, take them in order.
+            queue = nonempty[0]
+            while queue and len(taken) < limit:
+                work = queue.popleft()
+                type_limit = work.limit
+                if type_limit is None or self._admit(type_limit, work):
+                    taken.append(work)
+            return taken
+        pick = self._policy.pick
+        while len(taken) < limit:
+            index = pick(queues)
+            if index < 0:
+                break
+            work = queues[index].popleft()
+            type_limit = work.limit
+            if type_limit is None or self._admit(type_limit, work):
+                taken.append(work)
+        return taken
+
+    def release(self, work: Work) -> None:
+        """``work`` finished (or was dropped after admission): free its limit slot and key."""
+        limit = work.limit
+        if limit is not None:
+            limit.release()
+            if limit.waiting:
+                self._drain(limit)
+        key = work.key
+        if key is not None and self._key_ordering:
+            keys = work.state.keys
+            successors = keys.get(key)
+            if successors:
+                successor = successors.popleft()
+                if not successors:
+                    keys[key] = None
+                if successor.limit is None or self._admit(successor.limit, successor):
+                    self.admitted.append(successor)
+            else:
+                keys.pop(key, None)
+
+    def _admit(self, limit: TypeLimit[Work], work: Work) -> bool:
+        # A limit with jobs waiting admits in arrival order: newcomers queue behind them.
+        if not limit.waiting and limit.try_admit(self._clock()):
+            return True
+        limit.waiting.append(work)
+        self._limits.add(limit)
+        self._arm(limit)
+        return False
+
+    def _drain(self, limit: TypeLimit[Work]) -> bool:
+        now = self._clock()
+        waiting = limit.waiting
+        moved = False
+        while waiting and limit.try_admit(now):
+            self.admitted.append(waiting.popleft())
+            moved = True
+        if waiting:
+            self._arm(limit)
+        return moved
+
+    def _arm(self, limit: TypeLimit[Work]) -> None:
+        """Wake up when the rate allows the limit's next job (the cap needs no timer)."""
+        if limit.timer_armed or limit.capped or limit.bucket is None:
+            return
+        delay = limit.bucket.delay(self._clock())
+        if delay == float("inf"):
+            return  # no share of the rate: wait for an assignment change (refresh_limits)
+        limit.timer_armed = True
+
+        def fire() -> None:
+            limit.timer_armed = False
+            if self._drain(limit):
+                self._on_ready()
+
+        self._schedule(delay, fire)
+
+    def refresh_limits(self, limits: Iterable[TypeLimit[Work]]) -> None:
+        """Re-check waiting jobs after the limits' rates changed."""
+        moved = False
+        for limit in limits:
+            if limit.waiting:
+                moved = self._drain(limit) or moved
+        if moved:
+            self._on_ready()
+
+    def drop(self, states: Iterable[PartitionState]) -> list[Work]:
+        """Remove the not-started jobs of ``states`` and return them.
+
+        Jobs admitted but not started give back their limit slot. The partitions' key tables are
+        cleared, so their jobs still running release no successor when they finish.
+        """
+        doomed = set(states)
+
+        def condemned(work: Work) -> bool:
+            return work.state in doomed
+
+        dropped: list[Work] = []
+        for queue in self.queues:
+            dropped.extend(_remove(queue, condemned))
+        for work in _remove(self.admitted, condemned):
+            if work.limit is not None:
+                work.limit.release()
+            dropped.append(work)
+        for limit in self._limits:
+            dropped.extend(_remove(limit.waiting, condemned))
+        for state in doomed:
+            for successors in state.keys.values():
+                if successors:
+                    dropped.extend(successors)
+            state.keys.clear()
+        return dropped
+
+
+def _remove(queue: deque[Work], condemned: Callable[[Work], bool]) -> list[Work]:
+    """Take the condemned jobs out of ``queue`` (keeping the order of the others)."""
+    removed = [w for w in queue if condemned(w)]
+    if removed:
+        kept = [w for w in queue if not condemned(w)]
+        queue.clear()
+        queue.extend(kept)
+    return removed

@@ -1,0 +1,437 @@
+"""The per-job path on the event loop: decode, queue, start, finish, mark the offset done.
+
+Everything here runs on the event loop thread and is written for throughput: batches in,
+plain attribute updates, no locks, no per-job logging, no per-job task or wake-up. The hot
+loop is :meth:`Processor.on_batch` -> :meth:`Processor.pump` -> an executor -> :meth:`complete`.
+Every other end of a job (failures, outcome hooks, keys, messages that never run) is in
+:mod:`..route.endings`; jobs taken before their ``not_before`` are in :mod:`..dispatch.holds`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pipeline import (
+    DecodeError,
+    JsonPayload,
+    PayloadValidationError,
+    Pipeline,
+    Priority,
+    TimeLimitError,
+)
+from pipeline._context import JobContext
+from pipeline._ratelog import RateLimitedLog
+
+from .._metrics import WorkerMetrics
+from .._work import IdleWaiters, PartitionState, Work
+from ..dispatch.dispatcher import Dispatcher, make_policy
+from ..dispatch.holds import Holds
+from ..dispatch.jobtypes import TypeTable
+from ..route.endings import Endings, decode_error
+from ..route.hooks import Hooks
+from ..route.outcome import JobHooks, OutcomeKind
+from .runners import AsyncRunners, Completion, ThreadPool, is_call_error
+
+if TYPE_CHECKING:
+    import contextvars
+
+    from confluent_kafka import Message
+
+    from pipeline._settings import WorkerSettings
+
+    from ..route.dedup import Deduplicator
+    from ..route.events import EventStream
+    from ..route.router import FailureRouter
+
+_log = logging.getLogger("pipeline.worker.jobs")
+_JSON = JsonPayload()
+
+
+class Processor:
+    """Jobs of the owned partitions, from a consumed batch to a finished offset."""
+
+    def __init__(
+        self,
+        *,
+        app: Pipeline,
+        worker: WorkerSettings,
+        priorities: Sequence[Priority],
+        topics: Mapping[Priority, str],
+        loop: asyncio.AbstractEventLoop,
+        metrics: WorkerMetrics,
+        middleware: Sequence[JobHooks],
+        context: contextvars.Context,
+        router: FailureRouter | None = None,
+        events: EventStream | None = None,
+        dedup: Deduplicator | None = None,
+    ) -> None:
+        self._app = app
+        self._loop = loop
+        self._metrics = metrics
+        if events is not None:
+            middleware = (*middleware, events)  # it sees outcomes and progress like any other
+        self._middleware = tuple(middleware)
+        self._events = events
+        """Started events (level ``all``); None unless the settings ask for them."""
+        self._dedup = dedup
+        """Idempotency keys: duplicates are acknowledged without running; None: no checks."""
+        self._concurrency = worker.concurrency
+        self._key_ordering = worker.key_ordering
+        self._plain = not middleware
+        """No middleware: successes skip building an Outcome."""
+        weights = [worker.weights[list(Priority).index(p)] for p in priorities]
+        self.dispatcher = Dispatcher(
+            len(priorities),
+            make_policy(worker.policy, weights),
+            key_ordering=worker.key_ordering,
+            clock=time.monotonic,
+            schedule=loop.call_later,
+            on_ready=self.pump,
+        )
+        self._runners = AsyncRunners(loop, self.complete, self._on_suspend, self.pump, context)
+        self._pool = ThreadPool(
+            loop, worker.threads or worker.concurrency, self._complete_batch, context
+        )
+        self.types = TypeTable(app, metrics, priorities, topics)
+        self.in_flight = 0
+        self.finished = 0
+        """Offsets finished so far (the consumer thread commits after every ``commit_every``)."""
+        self.last_end = 0.0
+        """When the last job that succeeded ended (monotonic), for the exit summary."""
+        self.stuck = 0
+        """Offsets kept unfinished because an outcome hook failed."""
+        self.stopping = False
+        self._ready: deque[Work] = deque()
+        """Held jobs whose time came while every slot was taken."""
+        self._pumping = False
+        self.idle = IdleWaiters(loop, lambda: self.in_flight)
+        """Waiting for the jobs of some partitions to end (revocation, shutdown)."""
+        self._hooks = Hooks(loop, metrics, middleware, on_resolved=self.pump)
+        self._skips = RateLimitedLog(_log, interval_s=10.0)
+        self._endings = Endings(
+            self,
+            metrics=metrics,
+            middleware=self._middleware,
+            hooks=self._hooks,
+            log=self._skips,
+            router=router,  # moves failed jobs; None: skip past them
+            dedup=dedup,
+            events=events,
+        )
+        """How jobs end, unless they simply succeed (see :mod:`..route.endings`)."""
+        self._holds = Holds(
+            loop,
+            on_due=self._held_due,
+            defer=self._endings.defer if router is not None else None,
+            waits=lambda work: not self.stopping and work.state.active,
+        )
+        """Jobs taken from the buffer before their ``not_before``."""
+
+    @property
+    def threads(self) -> int:
+        """Pool threads started so far for plain-function handlers (the pool grows on demand)."""
+        return self._pool.threads
+
+    # -- intake --------------------------------------------------------------------------------
+
+    def on_batch(self, batch: list[tuple[PartitionState, list[Message]]]) -> None:
+        """Decode a consumed batch into the priority queues, then start what may start."""
+        if self.stopping:
+            for state, messages in batch:
+                state.taken += len(messages)  # dropped: not finished, so redelivered later
+            return
+        decode = self._app.codec.decode
+        find = self.types.find
+        dedup = self._dedup
+        queues = self.dispatcher.queues
+        for state, messages in batch:
+            if not state.active:
+                continue
+            tracker = state.tracker
+            expected = state.expected
+            queue = queues[state.pidx]
+            pidx = state.pidx
+            moved = state.moved
+            for msg in messages:
+                offset: int = msg.offset()  # type: ignore[assignment]
+                if offset < expected:
+                    # Delivered again within one assignment (e.g. by a resume racing a fetch):
+                    # it is buffered or done already.
+                    state.taken += 1
+                    self._metrics.duplicates += 1
+                    continue
+                expected = offset + 1
+                tracker.add(offset)
+                if moved and offset in moved:
+                    # Retried or dead-lettered by a previous owner in a committed transaction.
+                    moved.discard(offset)
+                    state.taken += 1
+                    self._metrics.skipped_moved += 1
+                    self._endings.done(state, offset, True)
+                    continue
+                try:
+                    job = decode(msg.value())  # type: ignore[arg-type]
+                except Exception as exc:  # DecodeError; anything else is a codec bug
+                    state.expected = expected
+                    self._endings.skip(
+                        state, msg, OutcomeKind.UNDECODABLE, decode_error(exc, msg), None
+                    )
+                    continue
+                entry = find(job.type)
+                if entry is None:
+                    state.expected = expected
+                    self._endings.skip(state, msg, OutcomeKind.UNKNOWN_TYPE, None, job)
+                    continue
+                if (
+                    dedup is not None
+                    and job.idempotency_key is not None
+                    and not self._endings.admit(dedup, state, job, entry.job_type)
+                ):
+                    state.taken += 1
+                    self._endings.done(state, offset, True)
+                    continue
+                queue.append(Work(state, offset, msg.key(), job, entry.job_type, entry.limit,
+                                  entry.stats[pidx]))  # fmt: skip
+            state.expected = expected
+        self.pump()
+
+    def set_share(self, owned: Mapping[str, int], partitions: Mapping[str, int]) -> None:
+        """The assignment changed: rate limits take this worker's new share of the fleet's."""
+        self.types.set_share(owned, partitions)
+        self.dispatcher.refresh_limits(self.types.limits)
+
+    # -- starting ------------------------------------------------------------------------------
+
+    def pump(self) -> None:
+        """Start jobs until the concurrency is reached or nothing may start.
+
+        Called after a batch arrived, and when a runner ran out of queued jobs (not after each
+        job), so one call usually starts many jobs.
+        """
+        if self._pumping or self.stopping:
+            return
+        self._pumping = True
+        try:
+            pop_many = self.dispatcher.pop_many
+            start = self._start
+            ready = self._ready
+            while True:
+                free = self._concurrency - self.in_flight
+                if free <= 0:
+                    break
+                if ready:
+                    # Held jobs whose time came while every slot was taken go first.
+                    self._begin(ready.popleft(), time.monotonic(), time.time() * 1000.0)
+                    continue
+                works = pop_many(free)
+                if not works:
+                    break
+                wall_ms = time.time() * 1000.0
+                now = time.monotonic()
+                for work in works:
+                    start(work, now, wall_ms)
+        finally:
+            self._pumping = False
+
+    def _start(self, work: Work, now: float, wall_ms: float) -> None:
+        state = work.state
+        state.taken += 1
+        state.started_next = work.offset + 1
+        state.in_flight += 1
+        if work.job.not_before is not None and self._holds.take(work, wall_ms):
+            return  # not due yet: held without a slot (then it starts first), or deferred
+        self._begin(work, now, wall_ms)
+
+    def _held_due(self, work: Work) -> None:
+        state = work.state
+        if self.stopping or not state.active:
+            # Never started: its offset stays unfinished and the job is delivered again.
+            state.in_flight -= 1
+            self.dispatcher.release(work)
+            if self.idle.waiting and state.in_flight == 0:
+                self.idle.wake()
+            return
+        if self.in_flight < self._concurrency:
+            self._begin(work, time.monotonic(), time.time() * 1000.0)
+        else:
+            self._ready.append(work)
+
+    def _begin(self, work: Work, now: float, wall_ms: float) -> None:
+        """Take a slot and call the handler."""
+        self.in_flight += 1
+        work.stats.started += 1
+        if self._events is not None:
+            self._events.started(work.job)
+        self._launch(work, now, wall_ms)
+
+    def _launch(self, work: Work, now: float, wall_ms: float) -> None:
+        """Call the handler of a started job (on a runner or the thread pool)."""
+        state = work.state
+        job = work.job
+        job_type = work.job_type
+        queued_ms = wall_ms - (job.not_before or job.created_at)
+        work.stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
+        work.started = now
+        entry = self.types.entries[job.type]
+        try:
+            # Decoded, and checked against the handler's annotations when it has any.
+            kwargs = job_type.load_payload(entry.codec, job.payload)
+        except (DecodeError, PayloadValidationError) as exc:
+            self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
+            return
+        limit = entry.time_limit
+        if job_type.wants_ctx:
+            ctx = JobContext(
+                job,
+                topic=state.topic,
+                partition=state.partition,
+                offset=work.offset,
+                key=work.key,
+                deadline=now + limit if limit is not None else None,
+                on_progress=self._hooks.progress,
+            )
+            kwargs["ctx"] = ctx
+            work.ctx = ctx
+        work.kwargs = kwargs
+        if job_type.is_async:
+            self._runners.submit(work)
+        else:
+            if limit is not None:
+                work.timer = self._loop.call_later(limit, self._expire, work)
+            self._pool.submit(work)
+
+    def _on_suspend(self, work: Work) -> None:
+        # A coroutine job only needs its time limit armed once it awaits something: until then
+        # it runs synchronously and nothing could interrupt it anyway.
+        limit = self.types.entries[work.job.type].time_limit
+        if limit is not None and work.timer is None and not work.finished:
+            delay = work.started + limit - time.monotonic()
+            work.timer = self._loop.call_later(max(0.0, delay), self._expire, work)
+
+    def _expire(self, work: Work) -> None:
+        if work.finished:
+            return
+        work.expired = True
+        work.timer = None
+        limit = self.types.entries[work.job.type].time_limit or 0.0
+        self._endings.finish(
+            work,
+            OutcomeKind.TIMED_OUT,
+            TimeLimitError(work.job.type, limit),
+            time.monotonic() - work.started,
+        )
+        # A coroutine is cancelled; a thread cannot be: its result is ignored when it returns.
+        self._runners.cancel_job(work)
+        self.pump()
+
+    # -- finishing -----------------------------------------------------------------------------
+
+    def complete(self, work: Work, error: BaseException | None, ended: float) -> None:
+        """A handler returned (``error`` None) or raised. The caller pumps afterwards."""
+        if work.finished:
+            return  # failed at its deadline already; the late result is discarded
+        if (
+            error is None
+            and self._plain
+            and (self._dedup is None or work.job.idempotency_key is None)
+        ):
+            # The common case, inlined: a success with no middleware to tell, no key to settle.
+            work.finished = True
+            if work.timer is not None:
+                work.timer.cancel()
+                work.timer = None
+            stats = work.stats
+            stats.succeeded += 1
+            stats.duration.observe(ended - work.started)
+            self.in_flight -= 1
+            state = work.state
+            state.in_flight -= 1
+            if work.limit is not None or self._key_ordering:
+                self.dispatcher.release(work)
+            tracker = state.tracker
+            tracker.finish(work.offset)
+            state.commit_offset = tracker.watermark  # type: ignore[assignment]
+            self.finished += 1
+            self.last_end = ended
+            if self.idle.waiting and not state.in_flight:
+                self.idle.wake()
+            return
+        duration = ended - work.started
+        if error is None:
+            self._endings.finish(work, OutcomeKind.SUCCEEDED, None, duration)
+            return
+        if is_call_error(error):
+            error = PayloadValidationError(work.job.type, str(error))
+        self._endings.finish(work, OutcomeKind.FAILED, error, duration)
+
+    def _complete_batch(self, batch: list[Completion]) -> None:
+        complete = self.complete
+        for work, error, ended in batch:
+            complete(work, error, ended)
+        self.pump()
+
+    def move_poison(self, state: PartitionState, msg: Message, error: BaseException) -> None:
+        """Dead-letter, without running it, a message that killed its worker process every time
+        it ran alone (see :mod:`..recovery.poison`); its offset is finished once the move is
+        made."""
+        offset: int = msg.offset()  # type: ignore[assignment]
+        if self.stopping or not state.active or offset < state.expected:
+            state.taken += 1  # dropped as on_batch drops: not finished, so delivered again
+            return
+        state.expected = offset + 1
+        state.tracker.add(offset)
+        state.taken += 1
+        try:
+            job = self._app.codec.decode(msg.value())  # type: ignore[arg-type]
+        except Exception:
+            job = None  # dead-lettered with its raw bytes
+        self._endings.end_unrun(state, msg, OutcomeKind.POISON_PILL, error, job, offset)
+
+    # -- rebalances and shutdown ---------------------------------------------------------------
+
+    def drop(self, states: Iterable[PartitionState]) -> int:
+        """Forget the not-started jobs of ``states``; their offsets stay unfinished."""
+        states = set(states)
+        dropped = self.dispatcher.drop(states)
+        for work in dropped:
+            work.state.taken += 1
+        ready = [w for w in self._ready if w.state in states]
+        if ready:
+            # Held jobs due while every slot was taken: taken already, never started.
+            self._ready = deque(w for w in self._ready if w.state not in states)
+            for work in ready:
+                work.state.in_flight -= 1
+                self.dispatcher.release(work)
+        return len(dropped) + len(ready)
+
+    # -- the endings' calls (JobSlots) ---------------------------------------------------------
+
+    def free_slot(self, work: Work) -> None:
+        self.in_flight -= 1
+        self.dispatcher.release(work)
+
+    def release(self, work: Work) -> None:
+        self.dispatcher.release(work)
+
+    def offset_ended(self, state: PartitionState, *, finished: bool) -> None:
+        if finished:
+            self.finished += 1
+            self.last_end = time.monotonic()
+        else:
+            self.stuck += 1
+        if self.idle.waiting and state.in_flight == 0:
+            self.idle.wake()
+
+    async def wait_idle(self, states: Iterable[PartitionState], timeout: float) -> bool:
+        """Wait until no job of ``states`` (of any partition: empty) runs; False on timeout."""
+        return await self.idle.wait(frozenset(states), timeout)
+
+    async def close(self) -> None:
+        """Stop the executors (threads still inside a job are left to finish on their own)."""
+        self._pool.close()
+        await self._runners.close()

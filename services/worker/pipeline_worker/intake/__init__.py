@@ -1,0 +1,1 @@
+"""The consumer thread: polling, assignment, commit marks, flow control, burst ends."""

@@ -1,0 +1,101 @@
+"""``--burst``: when may a worker exit? When the whole backlog of its topics is done.
+
+First locally: every owned partition consumed to its end and every job finished. The end of a
+partition is librdkafka's end-of-partition event (``enable.partition.eof``, on in burst mode),
+which costs nothing; querying watermarks instead would wait behind the long-polling fetch.
+Then the owned partitions are committed synchronously, and the group's committed offsets of
+*every* partition of the topics must have reached their ends: a member must not leave while a
+rebalance moves partitions with jobs left between members (``--processes N``, or several burst
+workers), nor while another member still drains its own.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from pipeline._ratelog import RateLimitedLog
+
+from .._work import PartitionState
+from ..commit.committer import Committer
+
+_log = logging.getLogger("pipeline.worker.consumer")
+
+CHECK_S = 0.05
+GROUP_CHECK_S = 0.5
+
+
+class BurstWatch:
+    """Decides, on the consumer thread, when a burst run is over."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        committer: Committer,
+        states: Mapping[tuple[str, int], PartitionState],
+        partition_counts: Callable[[], Mapping[str, int] | None],
+    ) -> None:
+        self._consumer = consumer
+        self._committer = committer
+        self._states = states
+        self._counts = partition_counts
+        self._next_check = 0.0
+        self._next_group_check = 0.0
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
+
+    def drained(self, now: float) -> bool:
+        """Whether everything is done (and committed); checks at most every ``CHECK_S``."""
+        if now < self._next_check:
+            return False
+        self._next_check = now + CHECK_S
+        states = list(self._states.values())
+        if not all(_done(state) for state in states):
+            return False
+        if not self._committer.commit(states, now, sync=True):
+            return False
+        if now < self._next_group_check:
+            return False
+        self._next_group_check = now + GROUP_CHECK_S
+        left = self._undrained_partition()
+        if left is not None:
+            _log.debug("burst: waiting for the group to drain %s", left)
+            return False
+        _log.info("every partition is drained", extra={"owned": len(states)})
+        return True
+
+    def recheck_now(self) -> None:
+        self._next_check = self._next_group_check = 0.0
+
+    def _undrained_partition(self) -> str | None:
+        """A partition of the topics whose committed offset is short of its end, if any."""
+        counts = self._counts()
+        if counts is None:
+            return "(partition counts unknown)"
+        # Owned partitions are drained and committed already (checked just before); ask the
+        # broker only about the others, which usually means not at all with one worker.
+        others = [
+            TopicPartition(topic, partition)
+            for topic, count in counts.items()
+            for partition in range(count)
+            if (topic, partition) not in self._states
+        ]
+        if not others:
+            return None
+        try:
+            for tp in self._consumer.committed(others, timeout=10.0):
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=10.0)
+                if tp.offset < high and not (tp.offset < 0 and low >= high):
+                    return f"{tp.topic}[{tp.partition}] at {tp.offset} of {high}"
+        except KafkaException as exc:
+            self._errors.warning("burst", "could not read the group's offsets: %s", exc)
+            return "(unknown)"
+        return None
+
+
+def _done(state: PartitionState) -> bool:
+    """Consumed to its end, nothing buffered, every job finished (none stuck)."""
+    if not state.at_end or state.paused or state.handed != state.taken:
+        return False
+    return state.handed_next < 0 or state.commit_offset == state.handed_next

@@ -1,0 +1,117 @@
+"""What the consumer thread learns from the cluster besides messages.
+
+The partition counts of the topics (the worker's share of a fleet-wide rate limit, and whether
+a burst run's group has drained everything), the consumer lag of the owned partitions, and
+whether the topics exist at all. All of it is asked for on the consumer thread after ``poll``
+returned, never inside a rebalance callback (a metadata request there would break the
+binding's call state, see ``ConsumerThread._give_up``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from pipeline._errors import TopicMissingError
+from pipeline._ratelog import RateLimitedLog
+from pipeline._topiccheck import missing_topics
+
+from .._metrics import WorkerMetrics
+from .._work import PartitionState
+
+_log = logging.getLogger("pipeline.worker.consumer")
+
+LAG_INTERVAL_S = 5.0
+TOPIC_CHECK_RETRY_S = 1.0
+
+
+class ClusterView:
+    """Partition counts, lag and topic existence for one consumer (its thread only)."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        topics: Mapping[str, object],
+        states: Mapping[tuple[str, int], PartitionState],
+        metrics: WorkerMetrics,
+        namespace: str,
+    ) -> None:
+        self._consumer = consumer
+        self._topics = list(topics)
+        self._states = states
+        self._metrics = metrics
+        self._namespace = namespace
+        self.partition_counts: dict[str, int] = {}
+        self.share_changed = False
+        """Set when the assignment changed: :meth:`share` is due after the next poll."""
+        self._next_lag = 0.0
+        self._check_topics_at: float | None = None
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
+
+    def known_partition_counts(self) -> dict[str, int] | None:
+        counts = self.partition_counts
+        return counts if len(counts) == len(self._topics) else None
+
+    def share(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Partitions owned and in all, per topic (counts read again from the cluster)."""
+        self.share_changed = False
+        try:
+            for topic in self._topics:
+                metadata = self._consumer.list_topics(topic, timeout=5.0)
+                found = metadata.topics.get(topic)
+                if found is not None and found.error is None:
+                    self.partition_counts[topic] = len(found.partitions)
+        except KafkaException as exc:
+            _log.warning("could not read the topics' partition counts: %s", exc)
+            self.share_changed = True  # try again after the next poll
+        owned = dict.fromkeys(self._topics, 0)
+        for topic, _ in self._states:
+            owned[topic] += 1
+        return owned, dict(self.partition_counts)
+
+    def update_lag(self, now: float) -> None:
+        """Every ``LAG_INTERVAL_S``: high watermark minus position, per owned partition."""
+        if now < self._next_lag:
+            return
+        self._next_lag = now + LAG_INTERVAL_S
+        states = list(self._states.values())
+        if not states:
+            self._metrics.lag = {}
+            return
+        tps = [TopicPartition(s.topic, s.partition) for s in states]
+        lag: dict[tuple[str, int], int] = {}
+        try:
+            positions = self._consumer.position(tps)
+            for state, tp in zip(states, positions, strict=True):
+                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                if high < 0:
+                    continue
+                position = tp.offset if tp.offset >= 0 else state.committed
+                if position < 0:
+                    position = low
+                lag[(state.topic, state.partition)] = max(0, high - position)
+        except KafkaException as exc:
+            self._errors.warning("lag", "could not read consumer lag: %s", exc)
+            return
+        self._metrics.lag = lag
+
+    def topic_missing(self, now: float) -> None:
+        """The consumer said a subscribed topic is not available: ask the cluster soon."""
+        if self._check_topics_at is None:
+            self._check_topics_at = now
+
+    def check_topics(self, now: float) -> None:
+        """Raise :class:`TopicMissingError` if the cluster confirms topics are missing."""
+        if self._check_topics_at is None or now < self._check_topics_at:
+            return
+        try:
+            missing = missing_topics(self._consumer, self._topics, timeout=5.0)
+        except KafkaException as exc:
+            _log.debug("could not check the topics, retrying: %s", exc)
+            self._check_topics_at = now + TOPIC_CHECK_RETRY_S
+            return
+        self._check_topics_at = None
+        if missing:
+            raise TopicMissingError(missing, self._namespace)

@@ -1,0 +1,429 @@
+"""The consumer thread: the only thread that calls the Kafka consumer.
+
+confluent-kafka serializes calls on one client: a ``pause()`` from another thread waits until a
+blocking ``poll()`` returns. So one thread owns the consumer and does everything with it: poll,
+hand batches to the event loop, pause full partitions and resume drained ones, commit, react
+to rebalances, measure lag, detect the end of a burst run. The event loop talks back only by
+writing fields of :class:`PartitionState` (each with one writer) and a few flags.
+
+Polling never stops while jobs run (a job longer than ``max.poll.interval.ms`` causes no
+rebalance). ``poll(timeout)`` waits for the first message, then ``consume(n, 0)`` takes what is
+already fetched without waiting (``consume(n, timeout)`` would wait the whole timeout for a
+full batch and ruin latency).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from pipeline import Priority, Settings
+from pipeline._brokerhealth import BrokerHealth
+from pipeline._dedupstores import DedupStore
+from pipeline._errors import PipelineError
+from pipeline._ratelog import RateLimitedLog
+from pipeline._topiccheck import is_missing_topic
+
+from .._metrics import WorkerMetrics
+from .._work import PartitionState
+from ..commit.committer import Committer, describe
+from ..commit.moves import Mover
+from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
+from .assignment import Assignment
+from .burst import BurstWatch
+from .cluster import ClusterView
+from .config import consumer_config
+from .flow import FlowControl
+from .loopside import Batch, LoopSide
+
+_log = logging.getLogger("pipeline.worker.consumer")
+
+POLL_TIMEOUT_S = 0.05
+"""Longest blocking poll: bounds how late the thread notices flags, commits and burst ends."""
+PAUSED_POLL_TIMEOUT_S = 0.005
+"""Poll timeout while a partition is paused, so it resumes soon after its buffer drains (and
+while poison-pill detection withholds messages, so they go on soon after they may)."""
+FINAL_COMMIT_S = 10.0
+"""How long the last commit may keep retrying while the group rebalances."""
+LEASE_BATCHES = 2
+"""Poison-pill leases: offsets handed ahead of the last commit, in ``consume_batch`` units."""
+MAX_WINDOW = 256
+"""The largest group of suspects a quarantine runs at once (at most the concurrency)."""
+
+
+class ConsumerThread:
+    """Owns the consumer; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        group_id: str,
+        topics: dict[str, tuple[Priority, int]],
+        side: LoopSide,
+        metrics: WorkerMetrics,
+        mover: Mover | None = None,
+        dedup: DedupStore | None = None,
+        consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
+    ) -> None:
+        worker = settings.worker
+        self._dedup = dedup
+        self._topics = topics
+        self._side = side
+        self._metrics = metrics
+        self._batch = worker.consume_batch
+        self._burst = worker.burst
+        self._grace = worker.revoke_grace_s
+        conf = consumer_config(settings, group_id)
+        # Polled every few ms: it reports the cluster's reachability once a second.
+        self.health = BrokerHealth.of(settings.bootstrap_servers)
+        conf.update(self.health.callbacks("consumer", on_error=self._on_error, stats=True))
+        self._mover = mover
+        self._committer = Committer(
+            metrics, interval_s=worker.commit_interval_s, every=worker.commit_every, mover=mover
+        )
+        conf["on_commit"] = self._committer.on_commit
+        self._consumer = consumer_factory(conf)
+        self.states: dict[tuple[str, int], PartitionState] = {}
+        self._poison_side = side if isinstance(side, PoisonSide) else None
+        self._poison = PoisonWatch(
+            deliveries=worker.poison_deliveries,
+            lease=LEASE_BATCHES * worker.consume_batch,
+            window=min(worker.concurrency, MAX_WINDOW),
+            consumer=self._consumer,
+            committer=self._committer,
+            states=self.states,
+            metrics=metrics,
+            deliver=self._deliver,
+            dead_letter=self._dead_letter if self._poison_side is not None else None,
+        )
+        self._committer.attach(self._consumer, self.states, self._poison.guards)
+        self.assignment = Assignment(
+            self._consumer, self.states, self._poison, mover=mover, dedup=dedup
+        )
+        """Newly assigned partitions, paused until their marks and keys are read back."""
+        self._flow = FlowControl(self._consumer, self.states, worker.buffer_size)
+        self._cluster = ClusterView(
+            self._consumer, topics, self.states, metrics, settings.namespace
+        )
+        self._burst_watch = BurstWatch(
+            self._consumer, self._committer, self.states, self._cluster.known_partition_counts
+        )
+        self._assigned_once = False
+        self._closing = False
+        self.intake_stopped = False
+        """Set by the loop at shutdown: pause everything, hand nothing more."""
+        self.stop_requested = False
+        """Set by the loop when jobs are done: commit synchronously, close, exit."""
+        self.last_poll = time.monotonic()
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._thread = threading.Thread(target=self._main, name="pipeline-consumer", daemon=True)
+        self.done = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._consumer.subscribe(
+                list(self._topics),
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            self._loop()
+            self._final_commit()
+        except PipelineError as exc:  # says what to do: no traceback
+            self._notify(self._side.on_consumer_failed, exc)
+        except BaseException as exc:
+            _log.exception("the consumer thread failed: %s", exc)
+            self._notify(self._side.on_consumer_failed, exc)
+        finally:
+            self._closing = True
+            try:
+                self._consumer.close()
+            except Exception as exc:  # already closed, or the broker is gone
+                _log.warning("closing the consumer failed: %s", exc)
+            if self._mover is not None:
+                try:
+                    self._mover.close()
+                except Exception as exc:
+                    _log.warning("closing the transactional producer failed: %s", exc)
+            self.done.set()
+
+    def _loop(self) -> None:
+        consumer = self._consumer
+        poll = consumer.poll
+        consume = consumer.consume
+        batch_size = self._batch - 1
+        paused = self._flow.paused
+        poison = self._poison
+        committer = self._committer
+        cluster = self._cluster
+        health = self.health
+        while not self.stop_requested:
+            if self.intake_stopped:
+                self._flow.pause_all()
+            msg = poll(PAUSED_POLL_TIMEOUT_S if paused or poison.busy else POLL_TIMEOUT_S)
+            now = time.monotonic()
+            self.last_poll = now
+            if msg is not None:
+                messages = [msg]
+                if batch_size:
+                    messages += consume(batch_size, 0)
+                self._hand(messages)
+            # Requests that block for their timeout while Kafka is unreachable wait for it.
+            reachable = not health.down
+            if self.assignment.pending and reachable:
+                self.assignment.load(resume=not self.intake_stopped)
+            if paused and not self.intake_stopped:
+                self._flow.resume_drained()
+            self._drain_moves()
+            poison.step(stopped=self.intake_stopped)
+            if committer.due(now, self._side.finished_jobs):
+                committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
+            cluster.check_topics(now)
+            if cluster.share_changed and reachable:
+                self._update_share()
+            cluster.update_lag(now)
+            if msg is None and self._burst and self._assigned_once and not self.intake_stopped:
+                if cluster.share_changed:
+                    self._update_share()
+                if self._burst_watch.drained(now):
+                    self._burst = False
+                    self._notify(self._side.on_burst_drained)
+
+    def _final_commit(self) -> None:
+        """Commit every owned partition synchronously before closing, whatever it takes.
+
+        A commit sent while the group rebalances is refused (the generation changes under it).
+        Then keep taking part in the rebalance (poll) and try again with the new generation.
+        """
+        deadline = time.monotonic() + FINAL_COMMIT_S
+        self._drain_moves()
+        if self.health.down and self.states:
+            # A synchronous commit would wait for the group coordinator up to the session
+            # timeout, and the stop (a burst run giving up on Kafka included) with it.
+            _log.error(
+                "not committing the final offsets: %s; the jobs finished since the last "
+                "commit will run again",
+                self.health.describe(),
+            )
+            return
+        while not self._committer.commit(
+            self.states.values(), time.monotonic(), sync=True, clean=True
+        ):
+            if time.monotonic() >= deadline:
+                _log.error(
+                    "could not commit the final offsets within %gs; the jobs finished since the "
+                    "last commit will run again",
+                    FINAL_COMMIT_S,
+                )
+                return
+            until = time.monotonic() + 0.2
+            while time.monotonic() < until:
+                msg = self._consumer.poll(0.05)
+                if msg is not None:
+                    self._hand([msg])  # counted as handed: never committed past by position
+
+    def _hand(self, messages: list[Message]) -> None:
+        """Group a batch by partition, count it into the buffers, pause full ones, hand it over
+        (but for what poison-pill detection withholds for now: it is counted all the same)."""
+        states = self.states
+        batch: Batch = []
+        state: PartitionState | None = None
+        group: list[Message] = []
+        for msg in messages:
+            if msg.error() is not None:
+                self._message_error(msg)
+                state = None  # a message after an end-of-partition event starts a new group
+                continue
+            partition = msg.partition()
+            topic = msg.topic()
+            if state is None or partition != state.partition or topic != state.topic:
+                state = states.get((topic, partition))  # type: ignore[arg-type]
+                if state is None:
+                    continue  # not ours any more (cannot happen after incremental_unassign)
+                state.at_end = False
+                group = []
+                batch.append((state, group))
+            group.append(msg)
+        if not batch:
+            return
+        for state, group in batch:
+            state.handed += len(group)
+            last = group[-1].offset() + 1  # type: ignore[operator]
+            state.handed_next = max(state.handed_next, last)
+        self._flow.pause_full(state for state, _ in batch)
+        batch = self._poison.screen(batch)
+        if batch:
+            self._notify(self._side.on_batch, batch)
+
+    def _deliver(self, batch: Batch) -> None:
+        """Hand messages withheld by poison-pill detection (counted as handed already)."""
+        self._notify(self._side.on_batch, batch)
+
+    def _dead_letter(self, state: PartitionState, message: Message, error: PoisonPillError) -> None:
+        """Have the loop dead-letter a poison pill instead of running it."""
+        assert self._poison_side is not None
+        self._notify(self._poison_side.on_poison, state, message, error)
+
+    def _notify(self, callback: Callable[..., Any], *args: Any) -> None:
+        # A closed loop (RuntimeError) means the worker is exiting: nothing to tell it.
+        with contextlib.suppress(RuntimeError):
+            self._side.loop.call_soon_threadsafe(callback, *args)
+
+    # -- rebalances ----------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        new = []
+        for tp in partitions:
+            known = self._topics.get(tp.topic)
+            if known is None:
+                continue
+            priority, pidx = known
+            state = PartitionState(tp.topic, tp.partition, priority, pidx)
+            self.states[(state.topic, state.partition)] = state
+            new.append(state)
+        consumer.incremental_assign(partitions)
+        if partitions:
+            # librdkafka keeps a partition's pause flag across a revoke and a new assignment, so
+            # a partition we paused before losing it would come back paused: resume it once its
+            # commit mark is read (after this callback: no blocking call may happen inside it).
+            consumer.pause(partitions)
+            for state in new:
+                state.paused = True
+            self.assignment.add(new)
+            self._metrics.count(self._metrics.rebalances, "assign")
+            _log.info(
+                "partitions assigned",
+                extra={"partitions": describe(partitions), "owned": len(self.states)},
+            )
+        self._assigned_once = True
+        self._cluster.share_changed = True
+        self._notify(self._side.on_assigned, new)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=False)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=True)
+
+    def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
+        states = []
+        for tp in partitions:
+            state = self.states.get((tp.topic, tp.partition))
+            if state is not None:
+                states.append(state)
+                self._flow.forget(state)
+        if lost:
+            for state in states:
+                del self.states[(state.topic, state.partition)]
+        self.assignment.discard(states)
+        if states and not self._closing:
+            self._metrics.count(self._metrics.rebalances, "lost" if lost else "revoke")
+            _log.info(
+                "partitions lost" if lost else "partitions revoked",
+                extra={"partitions": describe(partitions), "owned": len(self.states)},
+            )
+            # The loop stops dispatching them, drops their buffered jobs and waits up to the
+            # grace period for their running jobs; polling waits meanwhile (well within
+            # max.poll.interval.ms), which keeps the assignment steady while we finish.
+            future = asyncio.run_coroutine_threadsafe(
+                self._side.revoke(states, lost=lost), self._side.loop
+            )
+            deadline = time.monotonic() + self._grace + 5.0
+            try:
+                # Keep writing the moves of the jobs we wait for: they finish only then.
+                while not future.done() and time.monotonic() < deadline:
+                    self._drain_moves()
+                    with contextlib.suppress(TimeoutError):
+                        future.result(timeout=0.02)
+                future.result(timeout=0)
+            except Exception as exc:
+                _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
+            self._cluster.share_changed = True
+        if not lost:
+            # Kept in the table while their jobs finished, so that their moves were written.
+            for state in states:
+                del self.states[(state.topic, state.partition)]
+        if lost and self._mover is not None:
+            # Not ours any more: moves of theirs in the open transaction must not commit.
+            self._mover.forget((s.topic, s.partition) for s in states)
+        if states and not lost:
+            # Still ours until incremental_unassign, and this is the one moment of a rebalance
+            # when the group generation is settled: commit their watermarks now (also when
+            # closing, in case the final commit met a rebalance in progress and was refused).
+            # Not a synchronous commit: a blocking consumer call inside a rebalance callback
+            # breaks confluent-kafka's per-thread call state (a later callback of the same poll
+            # then aborts the process). The commit is queued before the unassignment and the
+            # rejoin, so the coordinator handles it first; close() waits for it.
+            self._committer.commit(states, time.monotonic(), clean=True)
+            if self._mover is not None:
+                self._mover.forget((s.topic, s.partition) for s in states)
+        self._forget(states)
+        consumer.incremental_unassign(partitions)
+
+    def _forget(self, states: list[PartitionState]) -> None:
+        """Drop what the thread keeps of partitions that are not ours any more."""
+        self._poison.forget(states)
+        if self._dedup is not None and states:
+            self._dedup.unload([(s.topic, s.partition) for s in states])
+
+    # -- moves -----------------------------------------------------------------
+
+    def _drain_moves(self) -> None:
+        mover = self._mover
+        if mover is None:
+            return
+        states = self.states
+        mover.drain(
+            lambda where: where in states,
+            lambda where: states[where].commit_offset if where in states else -1,
+        )
+
+    def _update_share(self) -> None:
+        """Tell the loop how many partitions of each topic it owns, of how many in all."""
+        owned, total = self._cluster.share()
+        self._notify(self._side.on_share, owned, total)
+
+    # -- errors --------------------------------------------------------------------------------
+
+    def _message_error(self, msg: Message) -> None:
+        error = msg.error()
+        if error is not None and error.code() == KafkaError._PARTITION_EOF:
+            # Burst mode asks for these: the partition is consumed up to its end (for now).
+            state = self.states.get((msg.topic(), msg.partition()))  # type: ignore[arg-type]
+            if state is not None:
+                state.at_end = True
+            return
+        if is_missing_topic(error):
+            self._cluster.topic_missing(time.monotonic())  # checked after this poll
+            return
+        self._errors.warning(
+            "message",
+            "consumer error on %s[%s]: %s",
+            msg.topic(),
+            msg.partition(),
+            error.str() if error is not None else "?",
+        )
+
+    def _on_error(self, error: KafkaError) -> None:
+        if error.fatal():
+            _log.error("fatal consumer error: %s", error.str())
+            self._notify(self._side.on_consumer_failed, KafkaException(error))
+            self.stop_requested = True
+            return
+        self._errors.warning("client", "Kafka client error: %s", error.str())

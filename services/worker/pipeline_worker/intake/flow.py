@@ -1,0 +1,94 @@
+"""Backpressure: a partition whose buffer is full is paused, and resumed once it drained.
+
+Buffers are counted, not stored, here: ``handed - taken`` of a :class:`PartitionState` is what
+its buffer holds (in transit to the loop, queued, or set aside by a key or a type limit). Polling
+never stops; a paused partition simply delivers nothing, so a slow job never delays a poll.
+
+librdkafka facts this relies on. A paused partition's prefetched messages are purged, and
+``resume`` fetches again from the position, which is one past the last *delivered* message:
+what was handed over is never fetched again and nothing is skipped (the loop still drops an
+offset delivered twice). A partition keeps its pause flag across a revoke and a later
+assignment, so the consumer resumes every partition it is assigned.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from .._work import PartitionState
+
+RESUME_FRACTION = 0.5
+"""A paused partition resumes once its buffer is down to this fraction of ``buffer_size``."""
+WAKE_LIMIT = 8
+WAKE_TIMEOUT_S = 0.02
+
+
+class FlowControl:
+    """Pauses full partitions and resumes drained ones (on the consumer thread)."""
+
+    def __init__(
+        self,
+        consumer: Consumer,
+        states: Mapping[tuple[str, int], PartitionState],
+        buffer_size: int,
+    ) -> None:
+        self._consumer = consumer
+        self._states = states
+        self._size = buffer_size
+        self._resume_at = int(buffer_size * RESUME_FRACTION)
+        self.paused: set[PartitionState] = set()
+        """Partitions paused because their buffer is full."""
+
+    def pause_full(self, states: Iterable[PartitionState]) -> None:
+        """Pause those of ``states`` whose buffer reached ``buffer_size``."""
+        full = []
+        for state in states:
+            if not state.paused and state.handed - state.taken >= self._size:
+                state.paused = True
+                self.paused.add(state)
+                full.append(TopicPartition(state.topic, state.partition))
+        if full:
+            # Their messages so far were delivered, so the position is past them: the resume
+            # fetches from there (the pause purges only what was fetched and not delivered).
+            self._consumer.pause(full)
+
+    def resume_drained(self) -> None:
+        ready = [s for s in self.paused if s.handed - s.taken <= self._resume_at]
+        if not ready:
+            return
+        everything_paused = len(self.paused) == len(self._states)
+        for state in ready:
+            state.paused = False
+            self.paused.discard(state)
+        partitions = [TopicPartition(s.topic, s.partition) for s in ready]
+        self._consumer.resume(partitions)
+        if everything_paused:
+            self._wake_fetchers(partitions)
+
+    def _wake_fetchers(self, partitions: list[TopicPartition]) -> None:
+        """Make librdkafka fetch resumed partitions now rather than in up to a second.
+
+        With every partition paused, a broker's thread has nothing to fetch and sleeps; a
+        resume does not wake it, so the refill would wait for its next timed wake-up (~1 s,
+        measured). Any request to the partition's leader wakes that thread, and it then
+        fetches the resumed partition at once. The answer does not matter.
+        """
+        for tp in partitions[:WAKE_LIMIT]:
+            with contextlib.suppress(KafkaException):
+                self._consumer.get_watermark_offsets(tp, timeout=WAKE_TIMEOUT_S, cached=False)
+
+    def pause_all(self) -> None:
+        """Stop intake (shutdown): every owned partition paused, none to resume."""
+        todo = [s for s in self._states.values() if not s.paused]
+        if todo:
+            for state in todo:
+                state.paused = True
+            self._consumer.pause([TopicPartition(s.topic, s.partition) for s in todo])
+        self.paused.clear()
+
+    def forget(self, state: PartitionState) -> None:
+        """``state`` was revoked."""
+        self.paused.discard(state)

@@ -1,0 +1,1 @@
+"""Getting past trouble: poison-pill detection and quarantine, the retry relay."""

@@ -1,0 +1,393 @@
+"""The retry relay: returns retried jobs from the retry tiers to their priority topics when due.
+
+Every worker process runs one on its own thread, with its own consumer (group
+``<workers group>.retry``) and its own transactional producer. A retry tier holds jobs in the
+order they failed; each carries its due time (``not_before``). The relay forwards a partition's
+head when it is due; until then it parks the head in memory and pauses the partition, so that a
+tier costs one message of memory per partition whatever its depth. The worker picks a job's tier
+by its delay (``FailurePolicy.tier_for``), so the jobs of one tier are due about as far apart as
+they failed, and a head rarely holds back a job due much earlier.
+
+A forward and the tier's consumed offset commit in one transaction (through the library's one
+transaction loop, :class:`pipeline._transactions.Transactions`): a job returns once. When Kafka
+aborts a transaction, the relay rewinds to what was committed and reads those jobs again. The
+forwarded bytes are the job as the worker wrote it (its attempt counted, its error appended,
+its priority kept).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_INVALID,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+
+from pipeline import DecodeError, Priority, Settings
+from pipeline._brokerhealth import BrokerHealth
+from pipeline._codec import DeadLetterCodec, JobCodec
+from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
+from pipeline._job import now_ms
+from pipeline._producer import producer_config
+from pipeline._ratelog import RateLimitedLog
+from pipeline._records import DeadLetter, DeadLetterReason
+from pipeline._topiccheck import is_missing_topic, missing_topics
+from pipeline._topics import TopicNames
+from pipeline._transactions import Transactions
+
+from .._metrics import WorkerMetrics
+
+_log = logging.getLogger("pipeline.worker.relay")
+
+Where = tuple[str, int]
+TXN_MAX_S = 0.05
+"""Forwards wait at most this long for their transaction to commit (batching them)."""
+POLL_MAX_S = 0.2
+IDLE_COMMIT_S = 1.0
+"""How often the committed offsets of idle partitions catch up with their positions."""
+TIMEOUT_S = 30.0
+INIT_TIMEOUT_S = 1.0
+"""How long one attempt to register the transactional id blocks (a stop waits that long)."""
+
+
+class RetryRelay:
+    """One worker process's relay thread; see the module docstring."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        group_id: str,
+        metrics: WorkerMetrics,
+        on_failed: Callable[[BaseException], None],
+    ) -> None:
+        self._names = TopicNames(settings.namespace)
+        self._topics = [self._names.retry(i) for i in range(len(settings.topics.retry_delays_s))]
+        self._metrics = metrics
+        self._on_failed = on_failed
+        self._codec = JobCodec()
+        self._dlq = DeadLetterCodec(self._codec.store)
+        self._namespace = settings.namespace
+        health = BrokerHealth.of(settings.bootstrap_servers)
+        consumer_conf: dict[str, Any] = {
+            "group.id": f"{group_id}.retry",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 100,
+            "session.timeout.ms": settings.worker.session_timeout_ms,
+            "heartbeat.interval.ms": max(100, min(1000, settings.worker.session_timeout_ms // 3)),
+            **settings.client_config(),
+            **health.callbacks("retry relay"),
+        }
+        self._consumer = Consumer(consumer_conf)
+        producer_conf: dict[str, Any] = producer_config(settings)
+        producer_conf.update(
+            {
+                "transactional.id": f"{settings.namespace}.relay.{uuid.uuid4().hex}",
+                "linger.ms": 1,
+                "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
+                # librdkafka wants a message's delivery to time out within its transaction's.
+                "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
+                **health.callbacks("retry relay producer"),
+            }
+        )
+        producer_conf.update(settings.kafka)
+        self._txn = Transactions(
+            Producer(producer_conf),
+            name="the retry relay's transactional producer",
+            when_fenced=(
+                "a newer generation of the retry relays' consumer group took its partitions; "
+                "the worker stops: restart it"
+            ),
+            timeout_s=TIMEOUT_S,
+        )
+        self._parked: dict[Where, deque[tuple[int, Message]]] = {}
+        """Per paused partition: its head and what came after it, with their due times."""
+        self._next: dict[Where, int] = {}
+        """Per owned partition: the offset to commit (one past the last forwarded)."""
+        self._dirty: set[Where] = set()
+        self._committed: dict[Where, int] = {}
+        self._next_idle_commit = 0.0
+        self._txn_started: float | None = None
+        self._rewind_due = False
+        self._stop = threading.Event()
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._thread = threading.Thread(target=self._main, name="pipeline-relay", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    @property
+    def parked(self) -> int:
+        return sum(len(p) for p in list(self._parked.values()))
+
+    # -- the thread ----------------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            if not self._init():
+                return
+            self._consumer.subscribe(
+                self._topics,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+            while not self._stop.is_set():
+                self._turn()
+            self._commit()
+        except PipelineError as exc:  # says what to do: no traceback
+            self._on_failed(exc)
+        except BaseException as exc:
+            _log.exception("the retry relay failed: %s", exc)
+            self._on_failed(exc)
+        finally:
+            with contextlib.suppress(Exception):
+                self._consumer.close()
+            with contextlib.suppress(Exception):
+                self._txn.close(5.0)
+
+    def _init(self) -> bool:
+        """Register the transactional id; while Kafka does not answer, keep trying until
+        stopped (an outage at start-up is waited out, as one later on). False: stopped."""
+        # Not the transaction loop's bounded retries (each logged): an outage at start-up lasts
+        # as long as it lasts, and the consumer's health line already says Kafka is down.
+        while not self._stop.is_set():
+            try:
+                self._txn.producer.init_transactions(INIT_TIMEOUT_S)
+                return True
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if not error.retriable():
+                    self._txn.init(INIT_TIMEOUT_S)  # raises the project's error saying what it is
+                    return True
+                _log.debug("retry relay: init_transactions: %s", error.str())
+        return False
+
+    def _turn(self) -> None:
+        now = now_ms()
+        heads = [p[0][0] for p in self._parked.values() if p]
+        wait_s = POLL_MAX_S
+        if heads:
+            wait_s = max(0.0, min(wait_s, (min(heads) - now) / 1000))
+        if self._txn_started is not None:
+            wait_s = min(wait_s, max(0.0, self._txn_started + TXN_MAX_S - time.monotonic()))
+        messages = self._consumer.consume(500, wait_s)
+        if self._rewind_due:
+            self._rewind_due = False
+            self._rewind()
+            return
+        try:
+            for message in messages:
+                self._on_message(message)
+            self._release(now_ms())
+        except TransactionAbortedError as exc:  # aborted already: nothing of it is visible
+            self._aborted(exc)
+            return
+        if self._txn_started is not None and time.monotonic() - self._txn_started >= TXN_MAX_S:
+            self._commit()
+        elif self._txn_started is None and time.monotonic() >= self._next_idle_commit:
+            self._commit_idle()
+
+    def _commit_idle(self) -> None:
+        """Commit the position of idle partitions where it passed what was committed.
+
+        A transaction's commit marker takes an offset in the tier too, after the last job
+        forwarded; only the position shows it was read. Without this, a drained tier would show
+        a lag of one per transaction.
+        """
+        self._next_idle_commit = time.monotonic() + IDLE_COMMIT_S
+        idle = [TopicPartition(*w) for w in self._next if w not in self._parked]
+        if not idle:
+            return
+        try:
+            ahead = [
+                tp
+                for tp in self._consumer.position(idle)
+                if tp.offset >= 0 and tp.offset > self._committed.get((tp.topic, tp.partition), -1)
+            ]
+            if ahead:
+                self._consumer.commit(offsets=ahead, asynchronous=False)
+        except KafkaException as exc:
+            self._errors.warning("idle commit", "retry relay offset commit failed: %s", exc)
+            return
+        for tp in ahead:
+            self._committed[(tp.topic, tp.partition)] = tp.offset
+
+    def _on_message(self, message: Message) -> None:
+        error = message.error()
+        if error is not None:
+            if is_missing_topic(error):
+                self._check_topics()
+            elif error.code() != KafkaError._PARTITION_EOF:
+                self._errors.warning("consume", "retry relay consumer error: %s", error.str())
+            return
+        where = (message.topic() or "", message.partition() or 0)
+        if where not in self._next:
+            return  # not ours any more
+        parked = self._parked.get(where)
+        try:
+            job = self._codec.decode(message.value() or b"")
+            due = job.not_before or 0
+            Priority(job.priority)
+        except (DecodeError, ValueError) as exc:
+            if parked:
+                parked.append((0, message))  # dead-lettered in its turn, after the head
+            else:
+                self._dead_letter(message, str(exc))
+            return
+        if parked:
+            parked.append((due, message))
+        elif due <= now_ms():
+            self._forward(message, job.priority)
+        else:
+            self._parked[where] = deque([(due, message)])
+            self._consumer.pause([TopicPartition(*where)])
+
+    def _check_topics(self) -> None:
+        try:
+            missing = missing_topics(self._consumer, self._topics, timeout=5.0)
+        except KafkaException as exc:  # asked again when the consumer says so again
+            _log.debug("retry relay: could not check the retry tiers: %s", exc)
+            return
+        if missing:
+            raise TopicMissingError(missing, self._namespace)
+
+    def _release(self, now: int) -> None:
+        for where, parked in list(self._parked.items()):
+            while parked and parked[0][0] <= now:
+                _, message = parked.popleft()
+                try:
+                    job = self._codec.decode(message.value() or b"")
+                    self._forward(message, job.priority)
+                except (DecodeError, ValueError) as exc:
+                    self._dead_letter(message, str(exc))
+            if not parked:
+                del self._parked[where]
+                # resume() fetches after the last message delivered: after the parked ones.
+                self._consumer.resume([TopicPartition(*where)])
+
+    def _forward(self, message: Message, priority: str) -> None:
+        self._produce(self._names.jobs(priority), message.value(), message.key(), message)
+        topic = message.topic() or ""
+        self._metrics.count(self._metrics.relayed, topic)
+
+    def _dead_letter(self, message: Message, reason: str) -> None:
+        headers = message.headers() or []
+        items = headers.items() if isinstance(headers, dict) else headers
+        letter = DeadLetter(
+            reason=DeadLetterReason.DECODE_ERROR,
+            message=reason,
+            source_topic=message.topic() or "",
+            source_partition=message.partition() or 0,
+            source_offset=message.offset() or 0,
+            raw_value=message.value(),
+            raw_key=message.key(),
+            raw_headers={k: v.encode() if isinstance(v, str) else (v or b"") for k, v in items},
+        )
+        self._produce(self._names.dlq, self._dlq.encode(letter), message.key(), message)
+        self._metrics.count_move("?", True, DeadLetterReason.DECODE_ERROR)
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, source: Message) -> None:
+        if self._txn_started is None:
+            self._txn_started = time.monotonic()
+        self._txn.produce(topic, value, key, headers=source.headers())
+        where = (source.topic() or "", source.partition() or 0)
+        self._next[where] = (source.offset() or 0) + 1
+        self._dirty.add(where)
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def _commit(self) -> None:
+        if self._txn_started is None:
+            return
+        offsets = [TopicPartition(t, p, self._next[(t, p)]) for t, p in self._dirty]
+        try:
+            self._txn.commit(offsets, self._consumer.consumer_group_metadata())
+        except TransactionAbortedError as exc:
+            self._aborted(exc)
+            return
+        self._txn_started = None
+        for tp in offsets:
+            self._committed[(tp.topic, tp.partition)] = tp.offset
+        self._dirty.clear()
+        self._metrics.transactions += 1
+
+    def _aborted(self, exc: TransactionAbortedError) -> None:
+        _log.warning("retry relay transaction aborted, reading again: %s", exc)
+        self._txn_started = None
+        self._rewind()
+
+    def _abort(self) -> None:
+        if self._txn_started is None:
+            return
+        self._txn_started = None
+        self._txn.abort()
+
+    def _rewind(self) -> None:
+        """After an abort: forget the uncommitted forwards and read them again."""
+        self._dirty.clear()
+        self._parked.clear()
+        owned = [TopicPartition(*where) for where in self._next]
+        if not owned:
+            return
+        committed = self._consumer.committed(owned, timeout=TIMEOUT_S)
+        self._consumer.resume(owned)
+        for tp in committed:
+            if tp.offset != OFFSET_INVALID and tp.offset >= 0:
+                self._consumer.seek(tp)
+                self._next[(tp.topic, tp.partition)] = tp.offset
+
+    # -- rebalances ----------------------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            _log.info("retry tier partitions assigned", extra={"partitions": len(partitions)})
+        for tp in partitions:
+            self._next.setdefault((tp.topic, tp.partition), -1)
+        consumer.incremental_assign(partitions)
+        consumer.resume(partitions)
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._commit()  # while they are still ours
+        self._forget(partitions)
+        consumer.incremental_unassign(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        if gone & self._dirty:
+            # Their forwards cannot commit with their offsets any more: undo the transaction.
+            # (The rewind reads committed offsets: not inside this callback, after the poll.)
+            self._abort()
+            self._forget(partitions)
+            self._rewind_due = True
+        else:
+            self._forget(partitions)
+        consumer.incremental_unassign(partitions)
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            where = (tp.topic, tp.partition)
+            self._parked.pop(where, None)
+            self._next.pop(where, None)
+            self._committed.pop(where, None)
+            self._dirty.discard(where)

@@ -1,0 +1,1 @@
+"""Where a job goes when it ends: endings, failure policy, dedup, events, hooks."""

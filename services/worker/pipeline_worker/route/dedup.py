@@ -1,0 +1,134 @@
+"""The event loop's side of idempotency keys: check each keyed job at intake, settle it at its end.
+
+A job whose type is registered and that carries an ``idempotency_key`` is checked against the
+:class:`pipeline.DedupStore` before it is queued, in offset order. A duplicate (another job has
+the key) or a job that already completed is acknowledged without running: its offset finishes
+at once. When a checked job ends, the store decides what its key becomes, and the changelog
+records this needs go into the worker's transaction *with the job's offset* (through the
+:class:`..commit.moves.Mover`), so that either both are committed or neither is: a crash between
+the handler and the commit runs the job again, a committed job never runs again for a duplicate.
+
+Every call that changes the store's tables is made on the event loop thread; the consumer
+thread only loads (installs) and unloads whole partitions (see :class:`pipeline.DedupStore`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from pipeline._dedup import ChangelogRecord, DedupPolicy, Outcome, Verdict, split_changelog_key
+from pipeline._dedupstores import DedupStore
+from pipeline._job import now_ms
+
+from .policy import Record
+
+if TYPE_CHECKING:
+    from pipeline import Job, JobType, Priority
+
+    from .._metrics import WorkerMetrics
+    from .._work import PartitionState
+    from ..commit.moves import Mover
+
+_log = logging.getLogger("pipeline.worker.dedup")
+
+Where = tuple[str, int]
+
+
+class Deduplicator:
+    """Checks and settles the idempotency keys of one worker process's jobs."""
+
+    def __init__(
+        self,
+        store: DedupStore,
+        *,
+        changelog: str,
+        topics: Mapping[Priority, str],
+        mover: Mover,
+        metrics: WorkerMetrics,
+        default_ttl_s: float,
+    ) -> None:
+        self.store = store
+        self._changelog = changelog
+        self._topics = {p.value: topic for p, topic in topics.items()}
+        self._mover = mover
+        self._metrics = metrics
+        self._default_ttl_s = default_ttl_s
+        self._policies: dict[str, DedupPolicy] = {}
+
+    def policy(self, job_type: JobType) -> DedupPolicy:
+        policy = self._policies.get(job_type.name)
+        if policy is None:
+            policy = job_type.options.dedup_policy(self._default_ttl_s)
+            self._policies[job_type.name] = policy
+        return policy
+
+    def admit(self, state: PartitionState, job: Job, job_type: JobType) -> bool:
+        """Whether a job with an idempotency key runs; False: acknowledge it without running."""
+        key = job.idempotency_key
+        assert key is not None
+        verdict = self.store.check(
+            (state.topic, state.partition),
+            key,
+            job.id,
+            policy=self.policy(job_type),
+            now_ms=now_ms(),
+        )
+        if verdict is Verdict.RUN or verdict is Verdict.RETRY:
+            return True
+        self._metrics.count_dedup(job.type, verdict.value)
+        return False
+
+    def settle(
+        self, state: PartitionState, job: Job, job_type: JobType, outcome: Outcome
+    ) -> list[Record]:
+        """The changelog records for the end of a job that :meth:`admit` let run."""
+        key = job.idempotency_key
+        assert key is not None
+        if not state.active:
+            return []  # unloaded: the next owner runs it again (its offset is not committed)
+        records = self.store.settle(
+            (state.topic, state.partition),
+            key,
+            job.id,
+            outcome,
+            policy=self.policy(job_type),
+            now_ms=now_ms(),
+        )
+        return [self._record(r) for r in records]
+
+    def write(
+        self,
+        state: PartitionState,
+        offset: int,
+        records: Sequence[Record],
+        done: Callable[[bool], None],
+    ) -> None:
+        """Put ``records`` in the open transaction; ``done`` as for a move (the offset stays)."""
+        self._mover.submit((state.topic, state.partition), offset, records, done, move=False)
+
+    def expire(self) -> int:
+        """Drop the keys whose time is over and write their tombstones; how many there were."""
+        records = self.store.expire(now_ms())
+        for record in records:
+            where = self._where(record)
+            if where is not None:
+                self._mover.submit(where, -1, [self._record(record)], _ignore, move=False)
+        return len(records)
+
+    def _record(self, record: ChangelogRecord) -> Record:
+        return Record(self._changelog, record.value, record.key, partition=record.partition)
+
+    def _where(self, record: ChangelogRecord) -> Where | None:
+        """The job partition whose key a changelog record is about."""
+        try:
+            priority, _ = split_changelog_key(record.key)
+        except ValueError:
+            return None
+        topic = self._topics.get(priority)
+        return (topic, record.partition) if topic is not None else None
+
+
+def _ignore(done: bool) -> None:
+    """A tombstone whose partition was given up is the next owner's to write."""

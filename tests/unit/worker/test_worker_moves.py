@@ -1,0 +1,132 @@
+"""The worker's moves go through the library's transaction loop: aborts write them again,
+a fenced producer stops the worker with the library's error (librdkafka's error classes are
+those of tests/unit/test_transactions.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from pipeline import Settings
+from pipeline._errors import TransactionFencedError
+from pipeline_worker.commit.moves import Mover
+from pipeline_worker.route.policy import Record
+
+from ..test_transactions import FakeProducer, abortable, fenced
+
+WHERE = ("acme.jobs.default", 0)
+OTHER = ("acme.jobs.default", 1)
+META = object()
+
+
+@pytest.fixture
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def mover_on(producer: FakeProducer, loop: asyncio.AbstractEventLoop) -> Mover:
+    return Mover(Settings(namespace="acme"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
+
+
+def submit(mover: Mover, where: tuple[str, int], offset: int, done: list[int]) -> None:
+    record = Record("acme.dlq", f"{where[1]}@{offset}".encode(), None)
+    mover.submit(where, offset, [record], functools.partial(_done, done, offset))
+
+
+def _done(done: list[int], offset: int, ok: bool) -> None:
+    if ok:
+        done.append(offset)
+
+
+def _run_ready(loop: asyncio.AbstractEventLoop) -> None:
+    loop.call_soon(loop.stop)
+    loop.run_forever()
+
+
+def owned(where: tuple[str, int]) -> bool:
+    return True
+
+
+def offsets(*wheres: tuple[str, int]) -> list[TopicPartition]:
+    return [TopicPartition(t, p, 10) for t, p in wheres]
+
+
+def test_moves_commit_with_the_offsets_in_one_transaction(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    done: list[int] = []
+    submit(mover, WHERE, 3, done)
+    assert mover.drain(owned, lambda w: 0)
+    _run_ready(loop)
+    assert done == [3]
+    assert mover.open
+    assert mover.commit(offsets(WHERE), META, owned)
+    assert not mover.open
+    assert producer.committed == [[("acme.dlq", b"0@3")]]
+    assert producer.sent_offsets == [(offsets(WHERE), META)]
+
+
+def test_a_rebalance_at_commit_writes_the_moves_again_and_commits_them_once(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = FakeProducer().failing("commit_transaction", abortable())
+    mover = mover_on(producer, loop)
+    submit(mover, WHERE, 3, [])
+    submit(mover, OTHER, 5, [])
+    mover.drain(owned, lambda w: 0)
+    assert not mover.commit(offsets(WHERE, OTHER), META, owned)  # poll, then commit again
+    assert "abort_transaction" in producer.calls
+    assert mover.open
+    assert mover.commit(offsets(WHERE, OTHER), META, owned)
+    assert producer.committed == [[("acme.dlq", b"0@3"), ("acme.dlq", b"1@5")]]
+
+
+def test_an_abort_while_writing_a_move_writes_the_open_ones_and_it_again(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    done: list[int] = []
+    submit(mover, WHERE, 3, done)
+    mover.drain(owned, lambda w: 0)
+    producer.failing("produce", abortable())
+    submit(mover, WHERE, 4, done)
+    mover.drain(owned, lambda w: 0)
+    _run_ready(loop)
+    assert done == [3, 4]
+    assert mover.commit(offsets(WHERE), META, owned)
+    assert producer.committed == [[("acme.dlq", b"0@3"), ("acme.dlq", b"0@4")]]
+
+
+def test_a_lost_partition_s_moves_are_taken_out_of_the_open_transaction(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    submit(mover, WHERE, 3, [])
+    submit(mover, OTHER, 5, [])
+    mover.drain(owned, lambda w: 0)
+    mover.forget([OTHER])
+    assert mover.touched() == [WHERE]
+    assert mover.commit(offsets(WHERE), META, owned)
+    assert producer.committed == [[("acme.dlq", b"0@3")]]
+
+
+def test_a_fenced_producer_stops_the_worker_with_one_error_that_says_what_to_do(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = FakeProducer().failing("commit_transaction", fenced())
+    mover = mover_on(producer, loop)
+    submit(mover, WHERE, 3, [])
+    mover.drain(owned, lambda w: 0)
+    with pytest.raises(TransactionFencedError, match="restart it"):
+        mover.commit(offsets(WHERE), META, owned)
+    assert producer.committed == []
