@@ -14,27 +14,37 @@ import atexit
 import logging
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from ._app import Pipeline
     from ._delivery import PipelineFailure
+    from ._settings import Settings
+
+
+class ExitFlushed(Protocol):
+    """What is flushed at exit: an application (:class:`pipeline.Pipeline`)."""
+
+    @property
+    def settings(self) -> Settings: ...
+
+    def _flush_at_exit(self) -> None: ...
+
 
 _log = logging.getLogger("pipeline.producer")
 _MAX_IDS = 20
 """Job ids named in the report at most (the rest are counted)."""
 
-_watched: set[Pipeline] = set()
+_watched: set[ExitFlushed] = set()
 _lock = threading.Lock()
 
 
-def watch(app: Pipeline) -> None:
+def watch(app: ExitFlushed) -> None:
     """Flush ``app`` at interpreter exit (holding it alive: its producer holds the jobs)."""
     with _lock:
         _watched.add(app)
 
 
-def unwatch(app: Pipeline) -> None:
+def unwatch(app: ExitFlushed) -> None:
     with _lock:
         _watched.discard(app)
 
@@ -52,7 +62,10 @@ def flush_all() -> None:
 
 
 def report_lost(
-    app: Pipeline, failures: Sequence[PipelineFailure], unacknowledged: int, timeout: float
+    app: ExitFlushed,
+    failures: Sequence[PipelineFailure],
+    unacknowledged: int,
+    timeout: float,
 ) -> None:
     """Log, at ERROR, the jobs that never reached Kafka (nothing when there are none)."""
     if not failures and not unacknowledged:

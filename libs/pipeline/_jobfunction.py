@@ -15,10 +15,27 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol
 
 from ._context import JobContext
 from ._job import Priority
-from ._registry import JobType
+from ._registry import JobType, Registry
 
-if TYPE_CHECKING:
-    from ._app import Pipeline
+
+class Enqueuer(Protocol):
+    """What a registered handler enqueues through: its application (:class:`pipeline.Pipeline`)."""
+
+    @property
+    def registry(self) -> Registry: ...
+
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        wait: bool = False,
+        **options: Any,
+    ) -> str: ...
+
+    def enqueue_many(
+        self, job_type: str, payloads: Iterable[Mapping[str, Any]], **options: Any
+    ) -> list[str]: ...
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -41,7 +58,7 @@ class EnqueueOptions:
 class JobFunction(Generic[P, R]):
     """A registered handler: call it like the original function, or ``.enqueue(**payload)``."""
 
-    def __init__(self, app: Pipeline, job_type: JobType, func: Callable[..., R]) -> None:
+    def __init__(self, app: Enqueuer, job_type: JobType, func: Callable[..., R]) -> None:
         self.app = app
         self.job_type = job_type
         self._func = func
@@ -96,7 +113,7 @@ class Register(Protocol):
 class BoundEnqueue(Generic[P]):
     """A job type with enqueue options fixed; made by :meth:`JobFunction.with_options`."""
 
-    app: Pipeline
+    app: Enqueuer
     job_type: str
     options: Mapping[str, Any]
 

@@ -24,13 +24,7 @@ SPLIT_PENDING = {
 }
 """Modules over the limit that are being split; nothing may be added to this set."""
 
-CYCLE_PENDING = {
-    # cycle pending: Pipeline is imported for its type only (TYPE_CHECKING), by the module
-    # that the application imports to watch itself at exit.
-    ("pipeline._exitflush", "pipeline._app"),
-    # cycle pending: JobFunction.app and BoundEnqueue.app are typed Pipeline (TYPE_CHECKING).
-    ("pipeline._jobfunction", "pipeline._app"),
-}
+CYCLE_PENDING: set[tuple[str, str]] = set()
 """Import edges left out of the graph until the modules are untangled; nothing may be added."""
 
 
