@@ -29,15 +29,15 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from ._admin import _ClientLog
-from ._codec import DeadLetterCodec, EventCodec, JobCodec
-from ._errors import ConfigurationError, DecodeError, KafkaUnavailableError, PipelineError
-from ._job import Job, Priority, now_ms
-from ._producer import producer_config
-from ._records import DeadLetter, Event, EventKind
-from ._settings import Settings
-from ._topics import TopicNames
-from ._transactions import Transactions
+from .._admin import _ClientLog
+from .._codec import DeadLetterCodec, EventCodec, JobCodec
+from .._errors import ConfigurationError, DecodeError, KafkaUnavailableError, PipelineError
+from .._job import Job, Priority, now_ms
+from .._producer import producer_config
+from .._records import DeadLetter, Event, EventKind
+from .._settings import Settings
+from .._topics import TopicNames
+from .._transactions import Transactions
 
 __all__ = [
     "DeadLetterNotFoundError",
