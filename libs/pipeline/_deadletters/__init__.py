@@ -1,42 +1,46 @@
 """Dead letters: read ``<ns>.dlq`` with what was done to each, filter, replay and discard.
 
-``<ns>.dlq`` is append-only and written by workers in Kafka transactions. What an operator did
-with a dead letter lives on the compacted one-partition ``<ns>.dlq-state`` topic, keyed by
-dead-letter id, as JSON (``{"status": "replayed", "at": ms, "by": "user@host", "to": topic,
-"job_id": ...}``; the later record for a key wins). A replay or discard writes the jobs, their
-state records and their lifecycle events in one transaction per batch, with the transactional id
-``<ns>.dlq-cli``: a crash never replays a dead letter without recording it, nor the reverse, and
-a second command of the namespace fences the first one (which then fails) before it reads the
-state, so the two never act on the same dead letter.
+``<ns>.dlq`` is append-only and written by workers in Kafka transactions. The modules:
+``_state`` (what was done to each dead letter, from ``<ns>.dlq-state``), ``_reader`` (both
+topics read to their ends), ``_filters`` (which letters a command acts on), ``_replay`` (replay
+and discard, in transactions) and ``_stats`` (counts, the depth to alert on).
 """
 
 from __future__ import annotations
 
-from ._replay import (
-    DeadLetterNotFoundError,
-    DeadLetterSnapshot,
-    DlqStats,
+from ._filters import (
     LetterFilter,
-    LetterState,
-    LetterStatus,
-    Outgoing,
-    StoredLetter,
-    WriteReport,
-    actionable,
-    discard_letters,
-    dlq_depth,
-    dlq_stats,
-    dlq_transactional_id,
-    fold_states,
     parse_when,
+)
+from ._reader import (
+    _Reader as _Reader,  # reads any topic to its end, committed records only
+)
+from ._reader import (
     read_dead_letters,
     read_states,
+)
+from ._replay import (
+    Outgoing,
+    WriteReport,
+    discard_letters,
+    dlq_transactional_id,
     replay_job,
     replay_letters,
     replay_message,
 )
-from ._replay import (
-    _Reader as _Reader,  # reads any topic to its end, committed records only
+from ._state import (
+    DeadLetterNotFoundError,
+    DeadLetterSnapshot,
+    LetterState,
+    LetterStatus,
+    StoredLetter,
+    actionable,
+    fold_states,
+)
+from ._stats import (
+    DlqStats,
+    dlq_depth,
+    dlq_stats,
 )
 
 __all__ = [
