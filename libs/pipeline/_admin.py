@@ -2,54 +2,32 @@
 
 :func:`apply_topics` makes the cluster match the specs of :mod:`pipeline._topicspec` (which also
 holds the pure spec-vs-cluster diff, re-exported here) and :func:`describe_topics` reports what
-the cluster has. ``apply_topics`` only ever grows partitions and sets the configs listed in a spec;
-it never deletes, shrinks or touches other configs.
+the cluster has, each through one :class:`~._adminsession.AdminSession`. ``apply_topics`` only
+ever grows partitions and sets the configs listed in a spec; it never deletes, shrinks or
+touches other configs.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
-import re
-import threading
-import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-
-# confluent-kafka's admin package does not declare its re-exports to type checkers.
-from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewPartitions,
-    NewTopic,
-    OffsetSpec,
-    ResourceType,
-)
-
-from ._errors import ConfigurationError, KafkaUnavailableError, PipelineError, TopicAdminError
+from ._adminsession import AdminSession, PartitionOffsets
+from ._errors import TopicAdminError
 from ._topicspec import (
-    MIN_INSYNC,
     ApplyReport,
     Change,
     ChangeAction,
     ObservedTopic,
     TopicPlan,
     TopicSpec,
-    _same_value,
     plan_topic,
     topic_specs,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
-
-    from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
-        ClusterMetadata,
-    )
+    from collections.abc import Iterable, Mapping
 
     from ._settings import Settings
 
@@ -70,43 +48,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("pipeline.kafka.admin")
-
-# Shown by ``describe`` even where a spec does not manage them.
-DISPLAYED_CONFIGS = ("cleanup.policy", "retention.ms", MIN_INSYNC)
-
-_EARLIEST = OffsetSpec.earliest()  # type: ignore[no-untyped-call, unused-ignore]
-_LATEST = OffsetSpec.latest()  # type: ignore[no-untyped-call, unused-ignore]
-_UNAVAILABLE_CODES = frozenset(
-    {
-        KafkaError._TRANSPORT,
-        KafkaError._TIMED_OUT,
-        KafkaError._TIMED_OUT_QUEUE,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError._RESOLVE,
-        KafkaError.REQUEST_TIMED_OUT,
-        KafkaError.NETWORK_EXCEPTION,
-    }
-)
-# Errors of a partition or config that is still settling after a change; worth another try.
-_TRANSIENT = (
-    KafkaError.NOT_LEADER_FOR_PARTITION,
-    KafkaError.LEADER_NOT_AVAILABLE,
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.OFFSET_NOT_AVAILABLE,
-    KafkaError.FENCED_LEADER_EPOCH,
-    KafkaError.UNKNOWN_LEADER_EPOCH,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionOffsets:
-    partition: int
-    start: int
-    end: int
-
-    @property
-    def messages(self) -> int:
-        return max(0, self.end - self.start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,269 +71,6 @@ class TopicDescription:
         return sum(p.messages for p in self.offsets)
 
 
-# --- talking to Kafka ---------------------------------------------------------------------
-
-T = TypeVar("T")
-
-
-class _NotVisibleError(Exception):
-    """A change Kafka accepted is not visible yet; the message says what is awaited."""
-
-
-class _ClientLog:
-    """librdkafka's log lines, kept at DEBUG; the last problem explains a failure's cause."""
-
-    def __init__(self) -> None:
-        self.last_problem: str | None = None
-
-    def log(self, level: int, fmt: str, *args: object) -> None:
-        text = fmt % args
-        if level >= logging.WARNING and args:
-            # "[thrd:host:9092/bootstrap]: host:9092/bootstrap: Connect to ... failed: ..."
-            self.last_problem = re.sub(r"^\[thrd:[^\]]*\]: ", "", str(args[-1]))
-        _log.debug("%s", text)
-
-
-class _Session:
-    """One AdminClient plus one deadline shared by every call of an operation."""
-
-    def __init__(self, settings: Settings, timeout: float) -> None:
-        self.settings = settings
-        self.timeout = timeout
-        self._end = time.monotonic() + timeout
-        conf: dict[str, str | int | float | bool] = {**settings.client_config()}
-        self._client_log = _ClientLog()
-        try:
-            self.client = AdminClient(conf, logger=self._client_log)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else exc
-            reason = err.str() if isinstance(err, KafkaError) else str(err)
-            raise ConfigurationError(f"invalid Kafka client settings: {reason}") from exc
-
-    def remaining(self) -> float:
-        return max(0.1, self._end - time.monotonic())
-
-    def unavailable(self, reason: object) -> KafkaUnavailableError:
-        self.client.poll(0)  # collect the client's log lines, which name the actual cause
-        if self._client_log.last_problem:
-            reason = f"{reason}; {self._client_log.last_problem}"
-        return KafkaUnavailableError(
-            f"Kafka at {self.settings.bootstrap_servers} did not answer within "
-            f"{self.timeout:g}s ({reason}); is Kafka running? start one with `pipeline dev up`, "
-            "or point PIPELINE_BOOTSTRAP_SERVERS at your cluster"
-        )
-
-    def error(self, exc: KafkaException, doing: str, topic: str | None) -> PipelineError:
-        err = exc.args[0] if exc.args else None
-        if not isinstance(err, KafkaError):
-            return TopicAdminError(topic, f"Kafka failed to {doing}: {exc}")
-        if err.code() in _UNAVAILABLE_CODES:
-            return self.unavailable(err.str())
-        where = f" topic {topic}" if topic else ""
-        return TopicAdminError(
-            topic, f"Kafka refused to {doing}{where}: {err.str()} ({err.name()})"
-        )
-
-    def result(self, future: concurrent.futures.Future[Any], doing: str, topic: str | None) -> Any:
-        try:
-            return future.result(timeout=self.remaining() + 1.0)
-        except concurrent.futures.TimeoutError as exc:
-            raise self.unavailable(f"no answer to {doing}") from exc
-        except KafkaException as exc:
-            raise self.error(exc, doing, topic) from exc
-        finally:
-            self.client.poll(0)  # hand librdkafka's log lines to the logging module
-
-    def retry(self, attempt: Callable[[], T]) -> T:
-        """Repeat ``attempt`` while it fails transiently (leader moving, change propagating).
-
-        KRaft applies a change on the brokers a little after the controller accepted it, so a
-        created partition or a new config value can be invisible for some milliseconds.
-        """
-        pause = 0.02
-        while True:
-            try:
-                return attempt()
-            except (_NotVisibleError, TopicAdminError) as exc:
-                if isinstance(exc, TopicAdminError) and not _has_code(exc.__cause__, *_TRANSIENT):
-                    raise
-                if time.monotonic() + pause >= self._end:
-                    if isinstance(exc, TopicAdminError):
-                        raise
-                    raise KafkaUnavailableError(
-                        f"{exc} on {self.settings.bootstrap_servers} after {self.timeout:g}s; "
-                        "check the brokers' health, then run `pipeline topics apply` again"
-                    ) from exc
-            threading.Event().wait(pause)  # a bounded back-off between polls
-            pause = min(pause * 2, 0.5)
-
-    def metadata(self) -> ClusterMetadata:
-        try:
-            # No topic argument: asking for a named topic may auto-create it on some brokers.
-            return self.client.list_topics(timeout=self.remaining())
-        except KafkaException as exc:
-            raise self.error(exc, "list topics", None) from exc
-        finally:
-            self.client.poll(0)
-
-    def configs(self, keys: Mapping[str, Iterable[str]]) -> dict[str, dict[str, str]]:
-        """Current values of ``keys[topic]`` for each topic (defaults included)."""
-        if not keys:
-            return {}
-        resources = [ConfigResource(ResourceType.TOPIC, name) for name in keys]
-        futures = self.client.describe_configs(resources, request_timeout=self.remaining())
-        found = {}
-        for resource, future in futures.items():
-            entries = self.result(future, "describe configs of", resource.name)
-            wanted = set(keys[resource.name])
-            found[resource.name] = {k: e.value for k, e in entries.items() if k in wanted}
-        return found
-
-    def observe(
-        self, metadata: ClusterMetadata, specs: Iterable[TopicSpec]
-    ) -> dict[str, ObservedTopic]:
-        keys = {
-            s.name: [*s.configs, *DISPLAYED_CONFIGS] for s in specs if _exists(metadata, s.name)
-        }
-        observed = {}
-        for name, configs in self.retry(lambda: self.configs(keys)).items():
-            partitions = metadata.topics[name].partitions.values()
-            observed[name] = ObservedTopic(
-                name,
-                partitions=len(partitions),
-                replication_factor=min((len(p.replicas) for p in partitions), default=0),
-                configs=configs,
-            )
-        return observed
-
-    def create(self, specs: Sequence[TopicSpec], *, validate_only: bool) -> None:
-        new = [
-            NewTopic(s.name, s.partitions, s.replication_factor, config=dict(s.configs))
-            for s in specs
-        ]
-        futures = self.client.create_topics(
-            new,
-            operation_timeout=self.remaining(),
-            request_timeout=self.remaining(),
-            validate_only=validate_only,
-        )
-        for name, future in futures.items():
-            try:
-                self.result(future, "create", name)
-            except TopicAdminError as exc:
-                # Created meanwhile by a concurrent apply: fine, the next apply reconciles it.
-                if not _has_code(exc.__cause__, KafkaError.TOPIC_ALREADY_EXISTS):
-                    raise
-
-    def grow(self, counts: Mapping[str, int], *, validate_only: bool) -> None:
-        new = [NewPartitions(name, total) for name, total in counts.items()]
-        futures = self.client.create_partitions(
-            new,
-            operation_timeout=self.remaining(),
-            request_timeout=self.remaining(),
-            validate_only=validate_only,
-        )
-        for name, future in futures.items():
-            self.result(future, "add partitions to", name)
-
-    def alter(self, configs: Mapping[str, Mapping[str, str]], *, validate_only: bool) -> None:
-        resources = [
-            ConfigResource(
-                ResourceType.TOPIC,
-                name,
-                incremental_configs=[
-                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-                    for k, v in values.items()
-                ],
-            )
-            for name, values in configs.items()
-        ]
-        futures = self.client.incremental_alter_configs(
-            resources, request_timeout=self.remaining(), validate_only=validate_only
-        )
-        for resource, future in futures.items():
-            self.result(future, "change configs of", resource.name)
-
-    def wait_configs(self, configs: Mapping[str, Mapping[str, str]]) -> None:
-        """Return once every broker answer shows the new config values."""
-
-        def check() -> None:
-            current = self.configs(configs)
-            for name, values in configs.items():
-                for key, value in values.items():
-                    if not _same_value(current[name].get(key), value):
-                        raise _NotVisibleError(
-                            f"{key} of topic {name} still is {current[name].get(key)}"
-                        )
-
-        self.retry(check)
-
-    def wait_ready(self, partitions: Mapping[str, int]) -> None:
-        """Return once every partition has a leader that answers, so producing works at once."""
-
-        def check() -> None:
-            metadata = self.metadata()
-            for name, count in partitions.items():
-                if not _ready(metadata, name, count):
-                    raise _NotVisibleError(f"topic {name} has partitions without a leader")
-            self.end_offsets(metadata, partitions)  # leaders answer (or raise NOT_LEADER, retried)
-
-        self.retry(check)
-
-    def end_offsets(self, metadata: ClusterMetadata, names: Iterable[str]) -> dict[str, list[int]]:
-        return self._offsets(metadata, names, _LATEST)
-
-    def _offsets(
-        self, metadata: ClusterMetadata, names: Iterable[str], which: Any
-    ) -> dict[str, list[int]]:
-        tps = [TopicPartition(n, p) for n in names for p in sorted(metadata.topics[n].partitions)]
-        if not tps:
-            return {}
-        futures = self.client.list_offsets(
-            {tp: which for tp in tps}, request_timeout=self.remaining()
-        )
-        found: dict[str, dict[int, int]] = {}
-        for tp, future in futures.items():
-            info = self.result(future, "list offsets of", tp.topic)
-            found.setdefault(tp.topic, {})[tp.partition] = info.offset
-        return {name: [found[name][p] for p in sorted(found[name])] for name in found}
-
-    def offsets(
-        self, metadata: ClusterMetadata, names: Iterable[str]
-    ) -> dict[str, tuple[PartitionOffsets, ...]]:
-        names = list(names)
-        starts = self.retry(lambda: self._offsets(metadata, names, _EARLIEST))
-        ends = self.retry(lambda: self._offsets(metadata, names, _LATEST))
-        return {
-            name: tuple(
-                PartitionOffsets(p, start, end)
-                for p, (start, end) in enumerate(zip(starts[name], ends[name], strict=True))
-            )
-            for name in starts
-        }
-
-
-def _has_code(exc: BaseException | None, *codes: int) -> bool:
-    if not isinstance(exc, KafkaException) or not exc.args:
-        return False
-    err = exc.args[0]
-    return isinstance(err, KafkaError) and err.code() in codes
-
-
-def _exists(metadata: ClusterMetadata, name: str) -> bool:
-    topic = metadata.topics.get(name)
-    return topic is not None and not (
-        topic.error is not None and topic.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-    )
-
-
-def _ready(metadata: ClusterMetadata, name: str, partitions: int) -> bool:
-    topic = metadata.topics.get(name)
-    if topic is None or topic.error is not None or len(topic.partitions) < partitions:
-        return False
-    return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
-
-
 def _check_brokers(plans: Iterable[TopicPlan], brokers: int) -> None:
     for plan in plans:
         rf = plan.spec.replication_factor
@@ -413,7 +91,7 @@ def apply_topics(settings: Settings, *, dry_run: bool = False, timeout: float = 
     leaders and new configs are visible, so that a producer can use the topics right away.
     """
     specs = topic_specs(settings)
-    session = _Session(settings, timeout)
+    session = AdminSession(settings, timeout)
     metadata = session.metadata()
     observed = session.observe(metadata, specs)
     plans = [plan_topic(spec, observed.get(spec.name)) for spec in specs]
@@ -441,7 +119,7 @@ def apply_topics(settings: Settings, *, dry_run: bool = False, timeout: float = 
 def describe_topics(settings: Settings, timeout: float = 30) -> list[TopicDescription]:
     """Every spec'd topic as it is: existence, counts, configs and offsets."""
     specs = topic_specs(settings)
-    session = _Session(settings, timeout)
+    session = AdminSession(settings, timeout)
     metadata = session.metadata()
     observed = session.observe(metadata, specs)
     offsets = session.offsets(metadata, observed)

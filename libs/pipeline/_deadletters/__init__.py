@@ -1,0 +1,68 @@
+"""Dead letters: read ``<ns>.dlq`` with what was done to each, filter, replay and discard.
+
+``<ns>.dlq`` is append-only and written by workers in Kafka transactions. The modules:
+``_state`` (what was done to each dead letter, from ``<ns>.dlq-state``), ``_reader`` (both
+topics read to their ends), ``_filters`` (which letters a command acts on), ``_replay`` (replay
+and discard, in transactions) and ``_stats`` (counts, the depth to alert on).
+"""
+
+from __future__ import annotations
+
+from ._filters import (
+    LetterFilter,
+    parse_when,
+)
+from ._reader import (
+    _Reader as _Reader,  # reads any topic to its end, committed records only
+)
+from ._reader import (
+    read_dead_letters,
+    read_states,
+)
+from ._replay import (
+    Outgoing,
+    WriteReport,
+    discard_letters,
+    dlq_transactional_id,
+    replay_job,
+    replay_letters,
+    replay_message,
+)
+from ._state import (
+    DeadLetterNotFoundError,
+    DeadLetterSnapshot,
+    LetterState,
+    LetterStatus,
+    StoredLetter,
+    actionable,
+    fold_states,
+)
+from ._stats import (
+    DlqStats,
+    dlq_depth,
+    dlq_stats,
+)
+
+__all__ = [
+    "DeadLetterNotFoundError",
+    "DeadLetterSnapshot",
+    "DlqStats",
+    "LetterFilter",
+    "LetterState",
+    "LetterStatus",
+    "Outgoing",
+    "StoredLetter",
+    "WriteReport",
+    "actionable",
+    "discard_letters",
+    "dlq_depth",
+    "dlq_stats",
+    "dlq_transactional_id",
+    "fold_states",
+    "parse_when",
+    "read_dead_letters",
+    "read_states",
+    "replay_job",
+    "replay_letters",
+    "replay_message",
+]

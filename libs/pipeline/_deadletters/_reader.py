@@ -1,0 +1,196 @@
+"""Reading ``<ns>.dlq`` and ``<ns>.dlq-state`` to their ends, committed records only."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+
+from .._clientlog import ClientLog
+from .._codec import DeadLetterCodec
+from .._errors import ConfigurationError, DecodeError, KafkaUnavailableError, PipelineError
+from .._settings import Settings
+from .._topics import TopicNames
+from ._state import DeadLetterSnapshot, LetterState, StoredLetter, fold_states
+
+_log = logging.getLogger("pipeline.dlq")
+_UNAVAILABLE = frozenset(
+    {
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+        KafkaError._ALL_BROKERS_DOWN,
+        KafkaError._RESOLVE,
+        KafkaError.REQUEST_TIMED_OUT,
+    }
+)
+
+
+class _Reader:
+    """One consumer and one deadline: reads whole topics, committed messages only."""
+
+    def __init__(self, settings: Settings, timeout: float) -> None:
+        self.settings = settings
+        self.timeout = timeout
+        self._end = time.monotonic() + timeout
+        self._log = ClientLog()
+        conf: dict[str, Any] = {
+            "group.id": f"{settings.namespace}.dlq-reader",  # required; never joined or committed
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",  # dead letters are written in transactions
+            "auto.offset.reset": "earliest",
+            # The end of a transactional partition is a commit marker, seen as EOF only by the
+            # next fetch: do not let the broker hold that fetch for the default 500 ms.
+            "fetch.wait.max.ms": 20,
+            **settings.client_config(),
+            "logger": self._log,
+        }
+        try:
+            self.consumer = Consumer(conf)
+        except KafkaException as exc:
+            raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+        self._topics: dict[str, Any] | None = None
+
+    def remaining(self) -> float:
+        return max(0.1, self._end - time.monotonic())
+
+    def unavailable(self, reason: object) -> KafkaUnavailableError:
+        self.consumer.poll(0)  # collect librdkafka's log lines: they name the actual cause
+        if self._log.last_problem:
+            reason = f"{reason}; {self._log.last_problem}"
+        return KafkaUnavailableError(
+            f"Kafka at {self.settings.bootstrap_servers} did not answer within "
+            f"{self.timeout:g}s ({reason}); is Kafka running? start one with `pipeline dev up`, "
+            "or point PIPELINE_BOOTSTRAP_SERVERS at your cluster"
+        )
+
+    def partitions(self, topic: str) -> list[int]:
+        if self._topics is None:
+            try:
+                # No topic argument: asking for a named topic may auto-create it on some brokers.
+                self._topics = self.consumer.list_topics(timeout=self.remaining()).topics
+            except KafkaException as exc:
+                raise self.unavailable(exc.args[0].str()) from exc
+        meta = self._topics.get(topic)
+        if meta is None or meta.error is not None:
+            raise ConfigurationError(
+                f"topic {topic} does not exist on {self.settings.bootstrap_servers}; create the "
+                f"topics of namespace {self.settings.namespace!r} with `pipeline topics apply`"
+            )
+        return sorted(meta.partitions)
+
+    def read(self, *topics: str) -> dict[str, list[Message]]:
+        """Every committed message of ``topics`` up to their ends as of this call, by topic."""
+        ends: dict[tuple[str, int], int] = {}
+        starts: list[TopicPartition] = []
+        for topic in topics:
+            for partition in self.partitions(topic):
+                try:
+                    low, high = self.consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=self.remaining()
+                    )
+                except KafkaException as exc:
+                    raise self.unavailable(exc.args[0].str()) from exc
+                if high > low:
+                    ends[topic, partition] = high
+                    starts.append(TopicPartition(topic, partition, low))
+        messages: dict[str, list[Message]] = {topic: [] for topic in topics}
+        if not starts:
+            return messages
+        self.consumer.assign(starts)
+        while ends:
+            if time.monotonic() >= self._end:
+                left = ", ".join(sorted({topic for topic, _ in ends}))
+                raise self.unavailable(f"{left} not read to the end, {len(ends)} partition(s) left")
+            # A short wait: consume() returns when it has 500 messages or the wait is over.
+            for message in self.consumer.consume(500, 0.02):
+                self._take(message, ends, messages)
+        return messages
+
+    def _take(
+        self,
+        message: Message,
+        ends: dict[tuple[str, int], int],
+        out: dict[str, list[Message]],
+    ) -> None:
+        where = (message.topic() or "", message.partition() or 0)
+        error = message.error()
+        if error is not None:
+            if error.code() == KafkaError._PARTITION_EOF:
+                ends.pop(where, None)
+            elif error.code() in _UNAVAILABLE or error.retriable():
+                _log.info("retrying after an error reading %s: %s", where[0], error.str())
+            else:
+                raise PipelineError(f"reading {where[0]} failed: {error.str()} ({error.name()})")
+            return
+        end = ends.get(where)
+        offset = message.offset() or 0
+        if end is None:
+            return
+        if offset < end:
+            out[where[0]].append(message)
+        if offset + 1 >= end:  # what comes after was written after this read started
+            del ends[where]
+
+    def close(self) -> None:
+        self.consumer.close()
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _keyed(messages: Iterable[Message]) -> Iterable[tuple[str, bytes | None]]:
+    for message in messages:
+        key = message.key()
+        yield (key.decode("utf-8", "replace") if key else "", message.value())
+
+
+def read_states(settings: Settings, *, timeout: float = 30.0) -> dict[str, LetterState]:
+    """The whole ``<ns>.dlq-state`` table: dead-letter id -> what was done to it."""
+    topic = TopicNames(settings.namespace).dlq_state
+    with _Reader(settings, timeout) as reader:
+        return fold_states(_keyed(reader.read(topic)[topic]))
+
+
+def read_dead_letters(settings: Settings, *, timeout: float = 30.0) -> DeadLetterSnapshot:
+    """Every dead letter on ``<ns>.dlq`` (as of the call) with its state, oldest first.
+
+    Records that are not dead letters are counted in ``undecodable`` and left out. Raises
+    :class:`KafkaUnavailableError` when Kafka does not answer within ``timeout`` seconds and
+    :class:`ConfigurationError` when the topics do not exist.
+    """
+    names = TopicNames(settings.namespace)
+    codec = DeadLetterCodec()
+    with _Reader(settings, timeout) as reader:
+        read = reader.read(names.dlq, names.dlq_state)
+    states = fold_states(_keyed(read[names.dlq_state]))
+    letters: list[StoredLetter] = []
+    seen: set[str] = set()
+    undecodable = 0
+    for message in read[names.dlq]:
+        try:
+            letter = codec.decode(message.value() or b"")
+        except DecodeError as exc:
+            undecodable += 1
+            _log.info(
+                "undecodable record %s[%s]@%s: %s",
+                names.dlq,
+                message.partition(),
+                message.offset(),
+                exc.reason,
+            )
+            continue
+        if letter.id in seen:  # written twice (a non-transactional producer's retry)
+            continue
+        seen.add(letter.id)
+        position = (message.partition() or 0, message.offset() or 0)
+        letters.append(StoredLetter(letter, *position, states.get(letter.id)))
+    letters.sort(key=lambda s: (s.letter.dead_at, s.partition, s.offset))
+    return DeadLetterSnapshot(names.dlq, letters, undecodable)

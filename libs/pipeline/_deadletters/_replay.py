@@ -1,0 +1,340 @@
+"""Replaying and discarding dead letters, one Kafka transaction per batch.
+
+A replay or discard writes the jobs, their ``<ns>.dlq-state`` records and their lifecycle
+events in one transaction per batch, with the transactional id ``<ns>.dlq-cli``: a crash never
+replays a dead letter without recording it, nor the reverse, and a second command of the
+namespace fences the first one (which then fails) before it reads the state, so the two never
+act on the same dead letter.
+"""
+
+from __future__ import annotations
+
+import getpass
+import socket
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from .._clientlog import ClientLog
+from .._codec import EventCodec, JobCodec
+from .._errors import ConfigurationError, KafkaUnavailableError, PipelineError
+from .._job import Job, Priority, now_ms
+from .._producer import producer_config
+from .._records import DeadLetter, Event, EventKind
+from .._settings import Settings
+from .._topics import TopicNames
+from .._transactions import Transactions
+from ._reader import read_states
+from ._state import LetterState, LetterStatus, StoredLetter, actionable
+
+
+def dlq_transactional_id(namespace: str) -> str:
+    """Shared by every replay and discard of a namespace, so that they fence each other."""
+    return f"{namespace}.dlq-cli"
+
+
+# --- replay: what to send -------------------------------------------------------------------
+
+
+def replay_job(
+    job: Job, *, reset_attempts: bool = False, priority: Priority | str | None = None
+) -> Job:
+    """The job a replay sends: one more attempt (or attempt 1), due now, history kept."""
+    return replace(
+        job,
+        attempt=1 if reset_attempts else job.attempt + 1,
+        not_before=None,
+        priority=job.priority if priority is None else Priority.parse(priority),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """One message a replay produces."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    headers: list[tuple[str, bytes]]
+    job: Job | None
+
+
+def replay_message(
+    letter: DeadLetter,
+    namespace: str,
+    *,
+    reset_attempts: bool = False,
+    priority: Priority | str | None = None,
+    to_topic: str | None = None,
+    codec: JobCodec | None = None,
+) -> Outgoing:
+    """What replaying ``letter`` produces: the job (see :func:`replay_job`) to its priority
+    topic (or ``to_topic``), keyed by its idempotency key or its original key; or, for a
+    letter holding only raw bytes, those bytes with their key and headers, to ``to_topic`` or
+    the topic they came from."""
+    headers = list(letter.raw_headers.items())
+    if letter.job is None:
+        if letter.raw_value is None:
+            raise PipelineError(
+                f"dead letter {letter.id} holds neither a job nor the raw message: "
+                "there is nothing to replay; discard it"
+            )
+        return Outgoing(
+            to_topic or letter.source_topic, letter.raw_key, letter.raw_value, headers, None
+        )
+    job = replay_job(letter.job, reset_attempts=reset_attempts, priority=priority)
+    key = letter.raw_key if job.idempotency_key is None else job.idempotency_key.encode()
+    topic = to_topic or TopicNames(namespace).jobs(job.priority)
+    return Outgoing(topic, key, (codec or JobCodec()).encode(job), headers, job)
+
+
+# --- writing: one transaction per batch -----------------------------------------------------
+
+
+def _dlq_transactions(settings: Settings, timeout: float) -> tuple[Transactions, Producer]:
+    """The ``<ns>.dlq-cli`` transactional producer (and the client, to list topics)."""
+    txn_id = dlq_transactional_id(settings.namespace)
+    conf = producer_config(settings)
+    conf.update(
+        {
+            "transactional.id": txn_id,
+            "linger.ms": 5,
+            "transaction.timeout.ms": max(60_000, conf["delivery.timeout.ms"]),
+            "logger": ClientLog(),
+        }
+    )
+    try:
+        producer = Producer(conf)
+    except KafkaException as exc:
+        raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+    txn = Transactions(
+        producer,
+        name=f"the dead-letter command's producer (Kafka at {settings.bootstrap_servers})",
+        when_fenced=(
+            f"another `pipeline dlq replay` or `discard` of namespace {settings.namespace!r} "
+            f"started (transactional id {txn_id}) and stopped this one; the batches committed "
+            "before stay done, the current one was not written. Check with "
+            "`pipeline dlq ls --all` and run again when it is finished"
+        ),
+        timeout_s=timeout,
+    )
+    return txn, producer
+
+
+def _topics(producer: Producer, settings: Settings, timeout: float) -> set[str]:
+    try:
+        return set(producer.list_topics(timeout=timeout).topics)
+    except KafkaException as exc:
+        raise KafkaUnavailableError(
+            f"Kafka at {settings.bootstrap_servers} did not answer within {timeout:g}s to "
+            f"list topics ({exc.args[0].str()}); is Kafka running?"
+        ) from exc
+
+
+@dataclass(slots=True)
+class WriteReport:
+    """What a replay or discard did: the letters acted on, each with its new state (``to`` is
+    where a replayed one went), and how many were skipped as already replayed or discarded."""
+
+    done: list[StoredLetter]
+    skipped: Counter[LetterStatus]
+
+
+def _operator() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError, ImportError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+_Record = tuple[str, bytes | None, bytes, list[Any] | None]
+_Build = Callable[[StoredLetter, int], tuple[list[_Record], LetterState]]
+
+
+def _write(
+    settings: Settings,
+    letters: Sequence[StoredLetter],
+    build: _Build,
+    needed_topics: Callable[[list[StoredLetter]], set[str]],
+    *,
+    force: bool,
+    batch_size: int,
+    timeout: float,
+    on_progress: Callable[[int], None] | None,
+) -> WriteReport:
+    if not letters:
+        return WriteReport([], Counter())
+    txn, producer = _dlq_transactions(settings, timeout)
+    try:
+        txn.init()
+        # Read the state only now: no other command of this transactional id can commit any
+        # more, so a concurrent replay or discard cannot act on the same letters behind our back.
+        states = read_states(settings, timeout=timeout)
+        fresh = [replace(s, state=states.get(s.letter.id)) for s in letters]
+        todo, skipped = actionable(fresh, force=force)
+        missing = needed_topics(todo) - _topics(producer, settings, timeout) if todo else set()
+        if missing:
+            raise ConfigurationError(
+                f"topic(s) {', '.join(sorted(missing))} do not exist on "
+                f"{settings.bootstrap_servers}; nothing was written (`pipeline topics apply` "
+                "creates the namespace's topics)"
+            )
+        stamp = now_ms()
+        done: list[StoredLetter] = []
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            records: list[_Record] = []
+            acted: list[StoredLetter] = []
+            for stored in batch:
+                built, state = build(stored, stamp)
+                records += built
+                acted.append(replace(stored, state=state))
+            txn.run(partial(_produce_all, records))
+            done += acted
+            if on_progress is not None:
+                on_progress(len(batch))
+        return WriteReport(done, skipped)
+    finally:
+        txn.close()
+
+
+def _produce_all(records: Sequence[_Record], txn: Transactions) -> None:
+    for topic, key, value, headers in records:
+        txn.produce(topic, value, key, headers=headers)
+
+
+def _event_record(
+    settings: Settings,
+    codec: EventCodec,
+    letter: DeadLetter,
+    *,
+    kind: EventKind,
+    job: Job | None,
+    at: int,
+    detail: str,
+) -> list[_Record]:
+    if settings.events == "off" or letter.job_id is None:
+        return []  # events are about jobs: a letter without a job id has none to name
+    event = Event(
+        job_id=letter.job_id,
+        job_type=letter.job_type or "",
+        kind=kind,
+        attempt=job.attempt if job is not None else 0,
+        priority=job.priority if job is not None else "",
+        at=at,
+        detail=detail,
+    )
+    events_topic = TopicNames(settings.namespace).events
+    return [(events_topic, letter.job_id.encode(), codec.encode(event), None)]
+
+
+def _state_topics(settings: Settings) -> set[str]:
+    names = TopicNames(settings.namespace)
+    return {names.dlq_state} | (set() if settings.events == "off" else {names.events})
+
+
+def replay_letters(
+    settings: Settings,
+    letters: Sequence[StoredLetter],
+    *,
+    reset_attempts: bool = False,
+    priority: Priority | str | None = None,
+    to_topic: str | None = None,
+    force: bool = False,
+    batch_size: int = 500,
+    timeout: float = 30.0,
+    on_progress: Callable[[int], None] | None = None,
+) -> WriteReport:
+    """Send ``letters`` back (see :func:`replay_message`) and mark them replayed.
+
+    Letters already replayed or discarded (by the state read after fencing any concurrent
+    command) are skipped unless ``force``. Each batch is one transaction holding the messages,
+    their ``replayed`` state records and their ``replayed`` events (unless events are off).
+    """
+    state_topic = TopicNames(settings.namespace).dlq_state
+    codec = JobCodec()
+    events = EventCodec(codec.store)
+    by = _operator()
+    # Built before anything is written, so that a letter that cannot be replayed stops it all.
+    outgoing = {
+        s.letter.id: replay_message(
+            s.letter,
+            settings.namespace,
+            reset_attempts=reset_attempts,
+            priority=priority,
+            to_topic=to_topic,
+            codec=codec,
+        )
+        for s in letters
+    }
+
+    def build(stored: StoredLetter, at: int) -> tuple[list[_Record], LetterState]:
+        letter = stored.letter
+        out = outgoing[letter.id]
+        state = LetterState(
+            status=LetterStatus.REPLAYED, at=at, by=by, to=out.topic, job_id=letter.job_id
+        )
+        records: list[_Record] = [
+            (out.topic, out.key, out.value, out.headers or None),
+            (state_topic, letter.id.encode(), state.to_json(), None),
+        ]
+        detail = f"dead letter {letter.id} replayed to {out.topic} by {by}"
+        records += _event_record(
+            settings, events, letter, kind=EventKind.REPLAYED, job=out.job, at=at, detail=detail
+        )
+        return records, state
+
+    def needed(todo: list[StoredLetter]) -> set[str]:
+        return {outgoing[s.letter.id].topic for s in todo} | _state_topics(settings)
+
+    return _write(
+        settings,
+        letters,
+        build,
+        needed,
+        force=force,
+        batch_size=batch_size,
+        timeout=timeout,
+        on_progress=on_progress,
+    )
+
+
+def discard_letters(
+    settings: Settings,
+    letters: Sequence[StoredLetter],
+    *,
+    batch_size: int = 500,
+    timeout: float = 30.0,
+    on_progress: Callable[[int], None] | None = None,
+) -> WriteReport:
+    """Mark the pending ``letters`` discarded: state records and ``discarded`` events, one
+    transaction per batch. Letters already replayed or discarded are skipped."""
+    state_topic = TopicNames(settings.namespace).dlq_state
+    events = EventCodec()
+    by = _operator()
+
+    def build(stored: StoredLetter, at: int) -> tuple[list[_Record], LetterState]:
+        letter = stored.letter
+        state = LetterState(status=LetterStatus.DISCARDED, at=at, by=by, job_id=letter.job_id)
+        records: list[_Record] = [(state_topic, letter.id.encode(), state.to_json(), None)]
+        detail = f"dead letter {letter.id} discarded by {by}"
+        records += _event_record(
+            settings, events, letter, kind=EventKind.DISCARDED, job=letter.job, at=at, detail=detail
+        )
+        return records, state
+
+    return _write(
+        settings,
+        letters,
+        build,
+        lambda todo: _state_topics(settings),
+        force=False,
+        batch_size=batch_size,
+        timeout=timeout,
+        on_progress=on_progress,
+    )

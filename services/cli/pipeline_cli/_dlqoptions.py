@@ -1,0 +1,111 @@
+"""The options of ``pipeline dlq`` commands: the dead-letter filters, ``--timeout``, ``--yes``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from pipeline._deadletters import LetterFilter, parse_when
+
+T = TypeVar("T")
+
+
+def _moment(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_when(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def filter_options(command: Callable[..., T]) -> Callable[..., T]:
+    """Add the dead-letter filters; the command receives them as ``filters=LetterFilter``."""
+
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        types: tuple[str, ...],
+        reasons: tuple[str, ...],
+        error_text: str | None,
+        since: int | None,
+        until: int | None,
+        tenants: tuple[str, ...],
+        ids: tuple[str, ...],
+        **kwargs: Any,
+    ) -> T:
+        if since is not None and until is not None and since >= until:
+            raise click.BadParameter("--since must be before --until", param_hint="'--since'")
+        filters = LetterFilter(
+            types=types,
+            reasons=reasons,
+            error=error_text,
+            since=since,
+            until=until,
+            tenants=tenants,
+            ids=ids,
+        )
+        return command(*args, filters=filters, **kwargs)
+
+    options = [
+        click.option(
+            "--type",
+            "types",
+            multiple=True,
+            metavar="TYPE",
+            help="Job type; shell wildcards match too (email.*). Repeatable.",
+        ),
+        click.option(
+            "--reason",
+            "reasons",
+            multiple=True,
+            help="Why it was dead-lettered: max_attempts, fatal_error, timeout, decode_error, "
+            "unknown_type, validation_error, poison_pill. Repeatable.",
+        ),
+        click.option(
+            "--error",
+            "error_text",
+            metavar="TEXT",
+            default=None,
+            help="Text in the error class or message of the dead letter or any of its "
+            "attempts (case-insensitive).",
+        ),
+        click.option(
+            "--since",
+            metavar="WHEN",
+            callback=_moment,
+            help="Dead-lettered at or after WHEN: an ISO-8601 datetime (UTC unless it has an "
+            "offset) or a duration ago: 30m, 2h, 7d.",
+        ),
+        click.option(
+            "--until",
+            metavar="WHEN",
+            callback=_moment,
+            help="Dead-lettered before WHEN (same forms as --since).",
+        ),
+        click.option("--tenant", "tenants", multiple=True, help="Tenant. Repeatable."),
+        click.option(
+            "--id", "ids", multiple=True, metavar="ID", help="Dead-letter id or job id. Repeatable."
+        ),
+    ]
+    decorated: Callable[..., T] = wrapper
+    for option in reversed(options):
+        decorated = option(decorated)
+    return decorated
+
+
+def timeout_option(command: Callable[..., T]) -> Callable[..., T]:
+    return click.option(
+        "--timeout",
+        type=click.FloatRange(min=0.1),
+        default=30.0,
+        show_default=True,
+        help="Seconds Kafka may take to answer before the command fails as unreachable.",
+    )(command)
+
+
+def yes_option(command: Callable[..., T]) -> Callable[..., T]:
+    return click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")(command)
