@@ -37,6 +37,7 @@ class Enqueuer(Protocol):
         self, job_type: str, payloads: Iterable[Mapping[str, Any]], **options: Any
     ) -> list[str]: ...
 
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

@@ -16,17 +16,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 MAX_LINES = 450
 
-SPLIT_PENDING = {
-    "libs/pipeline/_deadletters.py",  # split pending
-    "libs/pipeline/_admin.py",  # split pending
-    "services/cli/pipeline_cli/_dlq.py",  # split pending
-    "services/cli/pipeline_cli/devbroker.py",  # split pending
-}
-"""Modules over the limit that are being split; nothing may be added to this set."""
-
-CYCLE_PENDING: set[tuple[str, str]] = set()
-"""Import edges left out of the graph until the modules are untangled; nothing may be added."""
-
 
 def package_dirs() -> list[Path]:
     return [ROOT / "libs" / "pipeline", *sorted(ROOT.glob("services/*/pipeline_*"))]
@@ -70,14 +59,11 @@ def import_graph(modules: Mapping[str, Path]) -> dict[str, set[str]]:
 
 
 def project_graph() -> dict[str, set[str]]:
-    """The import graph of the project, without the edges of :data:`CYCLE_PENDING`."""
+    """The import graph of the project's packages."""
     modules = module_files(package_dirs())
     assert "pipeline_worker" in modules  # the walk found the packages
     assert "pipeline._app" in modules
-    graph = import_graph(modules)
-    for importer, imported in CYCLE_PENDING:
-        graph[importer].discard(imported)
-    return graph
+    return import_graph(modules)
 
 
 def find_cycle(graph: Mapping[str, set[str]]) -> list[str] | None:
@@ -112,19 +98,12 @@ def test_the_project_has_no_import_cycle() -> None:
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
 
-def test_pending_cycles_are_still_there() -> None:
-    """An edge of :data:`CYCLE_PENDING` that is gone must leave the set too."""
-    graph = import_graph(module_files(package_dirs()))
-    gone = [edge for edge in CYCLE_PENDING if edge[1] not in graph[edge[0]]]
-    assert not gone, f"remove from CYCLE_PENDING: {gone}"
-
-
 def test_no_module_is_over_the_line_limit() -> None:
     too_long = []
     for path in module_files(package_dirs()).values():
         relative = path.relative_to(ROOT).as_posix()
         lines = len(path.read_text(encoding="utf-8").splitlines())
-        if lines > MAX_LINES and relative not in SPLIT_PENDING:
+        if lines > MAX_LINES:
             too_long.append(f"{relative}: {lines} lines")
     assert not too_long, f"split these by concept (limit {MAX_LINES}): {too_long}"
 
