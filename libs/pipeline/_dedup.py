@@ -48,7 +48,7 @@ __all__ = [
     "DedupPolicy",
     "DedupTable",
     "Entry",
-    "Outcome",
+    "KeyOutcome",
     "Settled",
     "Unchanged",
     "Verdict",
@@ -84,7 +84,7 @@ class Verdict(Enum):
     """Another job holds the key. Skip it."""
 
 
-class Outcome(Enum):
+class KeyOutcome(Enum):
     """How a job that holds a key ended this run."""
 
     SUCCEEDED = "succeeded"
@@ -303,7 +303,7 @@ class DedupTable:
         return Verdict.RUN
 
     def settle(
-        self, key: str, job_id: str, outcome: Outcome, policy: DedupPolicy, now_ms: int
+        self, key: str, job_id: str, outcome: KeyOutcome, policy: DedupPolicy, now_ms: int
     ) -> Settled:
         """Record how the run of ``job_id`` ended; returns the changelog value it needs.
 
@@ -322,11 +322,11 @@ class DedupTable:
             return UNCHANGED
         before = expires
         if policy.mode is DedupMode.UNTIL_COMPLETE:
-            if outcome is Outcome.DEAD:
+            if outcome is KeyOutcome.DEAD:
                 del self._entries[key]
                 return None
             expires = now_ms + policy.ttl_ms
-        completed = outcome is Outcome.SUCCEEDED
+        completed = outcome is KeyOutcome.SUCCEEDED
         self._store(key, _pack(job_id, completed, expires), expires, before)
         return encode_entry(job_id, completed, expires)
 

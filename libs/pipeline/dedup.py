@@ -4,7 +4,11 @@
 in the compacted ``<ns>.dedup`` topic.
 """
 
-from ._dedup import ChangelogRecord, DedupMode, DedupPolicy, DedupTable, Outcome, Verdict
+from __future__ import annotations
+
+import warnings
+
+from ._dedup import ChangelogRecord, DedupMode, DedupPolicy, DedupTable, KeyOutcome, Verdict
 from ._dedupstores import DedupStore, MemoryDedupStore, PartitionTables
 
 __all__ = [
@@ -13,8 +17,23 @@ __all__ = [
     "DedupPolicy",
     "DedupStore",
     "DedupTable",
+    "KeyOutcome",
     "MemoryDedupStore",
-    "Outcome",
     "PartitionTables",
     "Verdict",
 ]
+
+_RENAMED = {"Outcome": "KeyOutcome"}
+"""Old name -> new name: still importable, with a DeprecationWarning."""
+
+
+def __getattr__(name: str) -> object:
+    new = _RENAMED.get(name)
+    if new is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"pipeline.dedup.{name} is deprecated: use pipeline.dedup.{new} (the same class)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return globals()[new]

@@ -22,6 +22,8 @@ from ._codec import JobCodec
 from ._job import Job
 from ._producer import DeliveryCallback
 
+__all__ = ["InMemoryTransport", "SentMessage"]
+
 
 @dataclass(frozen=True, slots=True)
 class SentMessage:

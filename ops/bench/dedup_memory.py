@@ -26,7 +26,7 @@ from pipeline._dedup import (
     DedupPolicy,
     DedupTable,
     Entry,
-    Outcome,
+    KeyOutcome,
     changelog_key,
     encode_entry,
     restore_record,
@@ -74,7 +74,7 @@ def _build(structure: str, keys: int) -> object:
         table.check(key, job_id, now, POLICY.ttl_ms)
         if structure == "completed":
             # Settled a little later than claimed, as a job that ran for a while.
-            table.settle(key, job_id, Outcome.SUCCEEDED, POLICY, now + 1_500)
+            table.settle(key, job_id, KeyOutcome.SUCCEEDED, POLICY, now + 1_500)
     return table
 
 

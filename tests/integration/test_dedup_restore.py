@@ -8,7 +8,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline._dedup import ChangelogRecord, DedupPolicy, Entry, Outcome, Verdict, encode_entry
+from pipeline._dedup import ChangelogRecord, DedupPolicy, Entry, KeyOutcome, Verdict, encode_entry
 from pipeline._job import now_ms
 from pipeline_worker.route.changelog import DedupRestoreError, KafkaDedupStore
 
@@ -133,9 +133,9 @@ def test_what_a_store_settles_is_what_the_next_owner_restores(
     first = store(bootstrap_servers, changelog)
     first.load([where])
     for key, job_id, outcome in [
-        ("paid", JOB_A, Outcome.SUCCEEDED),
-        ("waiting", JOB_A, Outcome.RETRYING),
-        ("failed", JOB_B, Outcome.DEAD),
+        ("paid", JOB_A, KeyOutcome.SUCCEEDED),
+        ("waiting", JOB_A, KeyOutcome.RETRYING),
+        ("failed", JOB_B, KeyOutcome.DEAD),
     ]:
         assert first.check(where, key, job_id, policy=policy, now_ms=now) is Verdict.RUN
         write(

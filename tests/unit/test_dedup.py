@@ -18,7 +18,7 @@ from pipeline._dedup import (
     DedupPolicy,
     DedupTable,
     Entry,
-    Outcome,
+    KeyOutcome,
     Verdict,
     changelog_key,
     decode_entry,
@@ -95,7 +95,7 @@ def test_the_same_job_pending_is_a_retry_and_keeps_its_claim() -> None:
 def test_the_same_job_completed_is_done() -> None:
     table = DedupTable()
     table.check("order-1", JOB_A, 1_000, 10_000)
-    table.settle("order-1", JOB_A, Outcome.SUCCEEDED, COMPLETE, 2_000)
+    table.settle("order-1", JOB_A, KeyOutcome.SUCCEEDED, COMPLETE, 2_000)
     assert table.check("order-1", JOB_A, 3_000, 10_000) is Verdict.DONE
 
 
@@ -152,7 +152,7 @@ def claimed(policy: DedupPolicy, now_ms: int = 1_000) -> DedupTable:
 
 def test_until_complete_success_completes_the_key_for_ttl_after_completion() -> None:
     table = claimed(COMPLETE)
-    value = table.settle("order-1", JOB_A, Outcome.SUCCEEDED, COMPLETE, 8_000)
+    value = table.settle("order-1", JOB_A, KeyOutcome.SUCCEEDED, COMPLETE, 8_000)
     assert value == b'{"j":"%s","c":1,"x":18000}' % JOB_A.encode()
     assert table.get("order-1") == Entry(JOB_A, True, 18_000)
     assert table.check("order-1", JOB_B, 17_999, COMPLETE.ttl_ms) is Verdict.DUPLICATE
@@ -161,7 +161,7 @@ def test_until_complete_success_completes_the_key_for_ttl_after_completion() -> 
 
 def test_until_complete_retrying_keeps_the_key_pending_and_renews_the_hold() -> None:
     table = claimed(COMPLETE)
-    value = table.settle("order-1", JOB_A, Outcome.RETRYING, COMPLETE, 8_000)
+    value = table.settle("order-1", JOB_A, KeyOutcome.RETRYING, COMPLETE, 8_000)
     assert value == encode_entry(JOB_A, False, 18_000)
     assert table.get("order-1") == Entry(JOB_A, False, 18_000)
     assert table.check("order-1", JOB_B, 12_000, COMPLETE.ttl_ms) is Verdict.DUPLICATE
@@ -170,7 +170,7 @@ def test_until_complete_retrying_keeps_the_key_pending_and_renews_the_hold() -> 
 
 def test_until_complete_dead_letter_releases_the_key() -> None:
     table = claimed(COMPLETE)
-    assert table.settle("order-1", JOB_A, Outcome.DEAD, COMPLETE, 8_000) is None
+    assert table.settle("order-1", JOB_A, KeyOutcome.DEAD, COMPLETE, 8_000) is None
     assert table.get("order-1") is None
     assert len(table) == 0
     assert table.check("order-1", JOB_B, 8_001, COMPLETE.ttl_ms) is Verdict.RUN
@@ -178,15 +178,15 @@ def test_until_complete_dead_letter_releases_the_key() -> None:
 
 def test_until_ttl_success_completes_the_key_until_ttl_after_the_first_run() -> None:
     table = claimed(TTL)
-    value = table.settle("order-1", JOB_A, Outcome.SUCCEEDED, TTL, 8_000)
+    value = table.settle("order-1", JOB_A, KeyOutcome.SUCCEEDED, TTL, 8_000)
     assert value == encode_entry(JOB_A, True, 11_000)
     assert table.get("order-1") == Entry(JOB_A, True, 11_000)
     assert table.check("order-1", JOB_B, 11_000, TTL.ttl_ms) is Verdict.RUN
 
 
-@pytest.mark.parametrize("outcome", [Outcome.RETRYING, Outcome.DEAD])
+@pytest.mark.parametrize("outcome", [KeyOutcome.RETRYING, KeyOutcome.DEAD])
 def test_until_ttl_holds_the_key_pending_until_ttl_whatever_the_failure(
-    outcome: Outcome,
+    outcome: KeyOutcome,
 ) -> None:
     table = claimed(TTL)
     assert table.settle("order-1", JOB_A, outcome, TTL, 8_000) == encode_entry(JOB_A, False, 11_000)
@@ -197,16 +197,16 @@ def test_until_ttl_holds_the_key_pending_until_ttl_whatever_the_failure(
 
 def test_until_ttl_retries_never_move_the_expiry() -> None:
     table = claimed(TTL)
-    table.settle("order-1", JOB_A, Outcome.RETRYING, TTL, 4_000)
+    table.settle("order-1", JOB_A, KeyOutcome.RETRYING, TTL, 4_000)
     assert table.check("order-1", JOB_A, 5_000, TTL.ttl_ms) is Verdict.RETRY
-    table.settle("order-1", JOB_A, Outcome.RETRYING, TTL, 9_000)
+    table.settle("order-1", JOB_A, KeyOutcome.RETRYING, TTL, 9_000)
     assert table.get("order-1") == Entry(JOB_A, False, 11_000)
     assert table.expire(11_000) == ["order-1"]
 
 
 @pytest.mark.parametrize("policy", [COMPLETE, TTL])
-@pytest.mark.parametrize("outcome", list(Outcome))
-def test_only_the_job_holding_the_key_changes_it(policy: DedupPolicy, outcome: Outcome) -> None:
+@pytest.mark.parametrize("outcome", list(KeyOutcome))
+def test_only_the_job_holding_the_key_changes_it(policy: DedupPolicy, outcome: KeyOutcome) -> None:
     table = claimed(policy)
     assert table.settle("order-1", JOB_B, outcome, policy, 2_000) is UNCHANGED
     assert table.settle("other", JOB_A, outcome, policy, 2_000) is UNCHANGED
@@ -215,10 +215,10 @@ def test_only_the_job_holding_the_key_changes_it(policy: DedupPolicy, outcome: O
 
 
 @pytest.mark.parametrize("policy", [COMPLETE, TTL])
-@pytest.mark.parametrize("outcome", list(Outcome))
-def test_a_completed_entry_is_final(policy: DedupPolicy, outcome: Outcome) -> None:
+@pytest.mark.parametrize("outcome", list(KeyOutcome))
+def test_a_completed_entry_is_final(policy: DedupPolicy, outcome: KeyOutcome) -> None:
     table = claimed(policy)
-    table.settle("order-1", JOB_A, Outcome.SUCCEEDED, policy, 2_000)
+    table.settle("order-1", JOB_A, KeyOutcome.SUCCEEDED, policy, 2_000)
     before = table.get("order-1")
     assert table.settle("order-1", JOB_A, outcome, policy, 3_000) is UNCHANGED
     assert table.get("order-1") == before
@@ -226,7 +226,7 @@ def test_a_completed_entry_is_final(policy: DedupPolicy, outcome: Outcome) -> No
 
 def test_settling_an_expired_claim_changes_nothing() -> None:
     table = claimed(COMPLETE)
-    assert table.settle("order-1", JOB_A, Outcome.SUCCEEDED, COMPLETE, 11_000) is UNCHANGED
+    assert table.settle("order-1", JOB_A, KeyOutcome.SUCCEEDED, COMPLETE, 11_000) is UNCHANGED
     assert table.get("order-1") == Entry(JOB_A, False, 11_000)
 
 
@@ -271,8 +271,8 @@ def test_expire_returns_keys_in_expiry_order_across_ttls() -> None:
 def test_a_renewed_entry_expires_once_at_its_new_expiry() -> None:
     table = DedupTable()
     table.check("k", JOB_A, 0, 3_000)  # listed in bucket 3
-    table.settle("k", JOB_A, Outcome.RETRYING, DedupPolicy(ttl_s=3), 2_500)  # bucket 5
-    table.settle("k", JOB_A, Outcome.RETRYING, DedupPolicy(ttl_s=3), 2_600)  # bucket 5 again
+    table.settle("k", JOB_A, KeyOutcome.RETRYING, DedupPolicy(ttl_s=3), 2_500)  # bucket 5
+    table.settle("k", JOB_A, KeyOutcome.RETRYING, DedupPolicy(ttl_s=3), 2_600)  # bucket 5 again
     assert table.expire(5_000) == []
     assert table.get("k") == Entry(JOB_A, False, 5_600)
     assert table.expire(5_599) == []
@@ -417,13 +417,13 @@ def test_partition_tables_turn_changes_into_changelog_records() -> None:
     tables.install(HIGH_0, DedupTable())
     tables.install(("ns.jobs.low", 3), DedupTable())
     assert tables.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=0) is Verdict.RUN
-    assert tables.settle(HIGH_0, "k", JOB_B, Outcome.SUCCEEDED, policy=COMPLETE, now_ms=1) == ()
-    assert tables.settle(HIGH_0, "k", JOB_A, Outcome.SUCCEEDED, policy=COMPLETE, now_ms=1) == (
+    assert tables.settle(HIGH_0, "k", JOB_B, KeyOutcome.SUCCEEDED, policy=COMPLETE, now_ms=1) == ()
+    assert tables.settle(HIGH_0, "k", JOB_A, KeyOutcome.SUCCEEDED, policy=COMPLETE, now_ms=1) == (
         ChangelogRecord(0, b"high/k", encode_entry(JOB_A, True, 10_001)),
     )
     tables.check(("ns.jobs.low", 3), "k", JOB_B, policy=COMPLETE, now_ms=0)
     assert tables.settle(
-        ("ns.jobs.low", 3), "k", JOB_B, Outcome.DEAD, policy=COMPLETE, now_ms=1
+        ("ns.jobs.low", 3), "k", JOB_B, KeyOutcome.DEAD, policy=COMPLETE, now_ms=1
     ) == (ChangelogRecord(3, b"low/k", None),)
     tables.check(("ns.jobs.low", 3), "j", JOB_B, policy=COMPLETE, now_ms=0)
     assert tables.expire(10_000) == [ChangelogRecord(3, b"low/j", None)]
@@ -439,7 +439,7 @@ def test_memory_store_keeps_its_state_across_load_and_unload_and_writes_no_chang
     store.load([HIGH_0])
     assert store.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=0) is Verdict.RUN
     assert store.check(HIGH_0, "k", JOB_B, policy=COMPLETE, now_ms=1) is Verdict.DUPLICATE
-    assert store.settle(HIGH_0, "k", JOB_A, Outcome.SUCCEEDED, policy=COMPLETE, now_ms=2) == ()
+    assert store.settle(HIGH_0, "k", JOB_A, KeyOutcome.SUCCEEDED, policy=COMPLETE, now_ms=2) == ()
     store.unload([HIGH_0])
     store.load([HIGH_0])
     assert store.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=3) is Verdict.DONE
@@ -650,7 +650,7 @@ def test_settle_and_expire_return_records_for_the_changelog_partition() -> None:
     store = kafka_store(FakeConsumer({}))
     store.load([("ns.jobs.high", 2)])
     store.check(("ns.jobs.high", 2), "k", JOB_A, policy=TTL, now_ms=0)
-    assert store.settle(("ns.jobs.high", 2), "k", JOB_A, Outcome.DEAD, policy=TTL, now_ms=5) == (
+    assert store.settle(("ns.jobs.high", 2), "k", JOB_A, KeyOutcome.DEAD, policy=TTL, now_ms=5) == (
         ChangelogRecord(2, b"high/k", encode_entry(JOB_A, False, 10_000)),
     )
     assert store.expire(10_000) == [ChangelogRecord(2, b"high/k", None)]

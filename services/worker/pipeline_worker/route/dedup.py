@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pipeline._dedup import ChangelogRecord, DedupPolicy, Outcome, Verdict, split_changelog_key
+from pipeline._dedup import ChangelogRecord, DedupPolicy, KeyOutcome, Verdict, split_changelog_key
 from pipeline._dedupstores import DedupStore
 from pipeline._job import now_ms
 
@@ -81,7 +81,7 @@ class Deduplicator:
         return False
 
     def settle(
-        self, state: PartitionState, job: Job, job_type: JobType, outcome: Outcome
+        self, state: PartitionState, job: Job, job_type: JobType, outcome: KeyOutcome
     ) -> list[Record]:
         """The changelog records for the end of a job that :meth:`admit` let run."""
         key = job.idempotency_key

@@ -11,7 +11,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pipeline import DecodeError, UnknownJobTypeError
-from pipeline._dedup import Outcome as KeyOutcome
+from pipeline._dedup import KeyOutcome
 
 from .outcome import Outcome, OutcomeKind
 from .policy import Failure, Record
