@@ -29,7 +29,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
     ResourceType,
 )
 
-from ._clientlog import ClientLog
+from ._clientlog import LastProblemLog
 from ._errors import ConfigurationError, KafkaUnavailableError, PipelineError, TopicAdminError
 from ._topicspec import MIN_INSYNC, ObservedTopic, TopicSpec, _same_value
 
@@ -97,7 +97,7 @@ class AdminSession:
         self.timeout = timeout
         self._end = time.monotonic() + timeout
         conf: dict[str, str | int | float | bool] = {**settings.client_config()}
-        self._client_log = ClientLog()
+        self._client_log = LastProblemLog()
         try:
             self.client = AdminClient(conf, logger=self._client_log)
         except KafkaException as exc:

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from confluent_kafka import KafkaError, Message
 
+from ._clientlog import split_log_call
 from ._ratelog import RateLimitedLog
 
 _log = logging.getLogger("pipeline.kafka")
@@ -50,7 +51,6 @@ _CONNECTION_CODES = frozenset({KafkaError._TRANSPORT, KafkaError._RESOLVE, Kafka
 # librdkafka log facilities of connection attempts, failures and request timeouts, and of the
 # transactional id's registration, which it retries by itself while a coordinator (re)loads.
 _CONNECTION_FACILITIES = frozenset({"FAIL", "BROKERFAIL", "ERROR", "REQTMOUT", "CONNECT", "GETPID"})
-_THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
 _AFTER = re.compile(r" \(after \d+ms in state [A-Z_]+(, \d+ identical error\(s\) suppressed)?\)$")
 _NUMBER = re.compile(r"\d+")
 
@@ -122,7 +122,7 @@ class BrokerHealth:
         """
         conf: dict[str, Any] = {
             "error_cb": lambda error: self.on_error(source, error, on_error),
-            "logger": _ClientLog(self, source),
+            "logger": _TrackerLog(self, source),
         }
         if stats:
             conf["stats_cb"] = lambda text: self.on_stats(source, text)
@@ -236,20 +236,16 @@ class BrokerHealth:
         self._lines.log(level, key, "librdkafka %s: %s", facility, text, extra={"client": source})
 
 
-class _ClientLog:
-    """What confluent-kafka's ``logger`` option calls: ``log(level, "%s [%s] %s", fac, name,
-    text)``."""
+class _TrackerLog:
+    """The ``logger`` of a client of :class:`BrokerHealth`: each librdkafka line to the tracker."""
 
     def __init__(self, health: BrokerHealth, source: str) -> None:
         self._health = health
         self._source = source
 
     def log(self, level: int, fmt: str, *args: object) -> None:
-        if len(args) == 3:
-            facility, _, text = (str(a) for a in args)
-        else:
-            facility, text = "", fmt % args if args else fmt
-        self._health.log_line(self._source, level, facility, _THREAD.sub("", text))
+        facility, text = split_log_call(fmt, args)
+        self._health.log_line(self._source, level, facility, text)
 
 
 def _plain(text: str) -> str:

@@ -1,24 +1,44 @@
-"""librdkafka's log lines for a client: kept at DEBUG, the last problem kept to explain why."""
+"""librdkafka's log lines as confluent-kafka's ``logger`` option hands them over: one parser.
+
+confluent-kafka calls ``logger.log(level, "%s [%s] %s", facility, client_name, text)``, where
+``text`` starts with librdkafka's thread (``[thrd:host:9092/bootstrap]: ``).
+:func:`split_log_call` turns such a call into ``(facility, text)`` without the thread; the
+adapters built on it are :class:`LastProblemLog` here (admin and dead-letter clients: lines at
+DEBUG, the last problem kept to explain a failure) and the broker-health tracker's own, which
+feeds every line to :class:`~pipeline._brokerhealth.BrokerHealth`.
+"""
 
 from __future__ import annotations
 
 import logging
 import re
 
-__all__ = ["ClientLog"]
+__all__ = ["LastProblemLog", "split_log_call"]
 
 _log = logging.getLogger("pipeline.kafka.admin")
+_THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
 
 
-class ClientLog:
-    """librdkafka's log lines, kept at DEBUG; the last problem explains a failure's cause."""
+def split_log_call(fmt: str, args: tuple[object, ...]) -> tuple[str, str]:
+    """``(facility, text)`` of one ``logger.log`` call, ``text`` without librdkafka's thread.
+
+    A call of another shape (no facility) gives ``("", the formatted line)``.
+    """
+    if len(args) == 3:
+        facility, _, text = (str(a) for a in args)
+    else:
+        facility, text = "", fmt % args if args else fmt
+    return facility, _THREAD.sub("", text)
+
+
+class LastProblemLog:
+    """librdkafka's log lines, kept at DEBUG; the last warning or error explains a failure."""
 
     def __init__(self) -> None:
         self.last_problem: str | None = None
 
     def log(self, level: int, fmt: str, *args: object) -> None:
-        text = fmt % args
-        if level >= logging.WARNING and args:
-            # "[thrd:host:9092/bootstrap]: host:9092/bootstrap: Connect to ... failed: ..."
-            self.last_problem = re.sub(r"^\[thrd:[^\]]*\]: ", "", str(args[-1]))
-        _log.debug("%s", text)
+        facility, text = split_log_call(fmt, args)
+        if level >= logging.WARNING:
+            self.last_problem = text
+        _log.debug("%s %s", facility, text)

@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from .._clientlog import ClientLog
+from .._clientlog import LastProblemLog
 from .._codec import DeadLetterCodec
 from .._errors import ConfigurationError, DecodeError, KafkaUnavailableError, PipelineError
 from .._settings import Settings
@@ -35,7 +35,7 @@ class _Reader:
         self.settings = settings
         self.timeout = timeout
         self._end = time.monotonic() + timeout
-        self._log = ClientLog()
+        self._log = LastProblemLog()
         conf: dict[str, Any] = {
             "group.id": f"{settings.namespace}.dlq-reader",  # required; never joined or committed
             "enable.auto.commit": False,

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from .._clientlog import ClientLog
+from .._clientlog import LastProblemLog
 from .._codec import EventCodec, JobCodec
 from .._errors import ConfigurationError, KafkaUnavailableError, PipelineError
 from .._job import Job, Priority, now_ms
@@ -104,7 +104,7 @@ def _dlq_transactions(settings: Settings, timeout: float) -> tuple[Transactions,
             "transactional.id": txn_id,
             "linger.ms": 5,
             "transaction.timeout.ms": max(60_000, conf["delivery.timeout.ms"]),
-            "logger": ClientLog(),
+            "logger": LastProblemLog(),
         }
     )
     try:
