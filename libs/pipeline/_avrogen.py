@@ -41,7 +41,8 @@ class Compiled:
     read: Reader
 
 
-def _long(n: int) -> bytes:
+def encode_long(n: int) -> bytes:
+    """Avro's zig-zag varint of a long; ``ValueError`` outside 64 bits."""
     if not _LONG_MIN <= n <= _LONG_MAX:
         raise ValueError(f"{n} does not fit an Avro long")
     z = (n << 1) ^ (n >> 63)
@@ -56,7 +57,7 @@ def _long(n: int) -> bytes:
 def _int(n: int) -> bytes:
     if not _INT_MIN <= n <= _INT_MAX:
         raise ValueError(f"{n} does not fit an Avro int (32 bits)")
-    return _long(n)
+    return encode_long(n)
 
 
 def _read_long(data: bytes, pos: int) -> tuple[int, int]:
@@ -89,7 +90,7 @@ def _bad_index(kind: str, n: int) -> ValueError:
 
 _GLOBALS: dict[str, Any] = {
     "_SMALL": _SMALL,
-    "_long": _long,
+    "_long": encode_long,
     "_int": _int,
     "_read_long": _read_long,
     "_eof": _eof,
@@ -229,7 +230,7 @@ class _Generator:
         self.stack.pop()
 
     def write_enum(self, schema: Mapping[str, Any], v: str, d: int) -> None:
-        table = self.const({s: _long(i) for i, s in enumerate(schema["symbols"])})
+        table = self.const({s: encode_long(i) for i, s in enumerate(schema["symbols"])})
         self.emit(d, f"a({table}[{v}])")
 
     def write_fixed(self, schema: Mapping[str, Any], v: str, d: int) -> None:
@@ -269,8 +270,8 @@ class _Generator:
             self.emit(d, "a(b'\\x00')")
             self.write(branches[0], v, d)
             return
-        self.emit(d, f"if {v} is None:", f"    a({_long(1 - index)!r})", "else:")
-        self.emit(d + 1, f"a({_long(index)!r})")
+        self.emit(d, f"if {v} is None:", f"    a({encode_long(1 - index)!r})", "else:")
+        self.emit(d + 1, f"a({encode_long(index)!r})")
         self.write(branches[index], v, d + 1)
 
     # -- reader ------------------------------------------------------------------------------

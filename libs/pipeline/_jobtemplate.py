@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from ._avrogen import encode_long
 from ._codec import JobCodec
 from ._job import Job
 
@@ -22,20 +23,9 @@ _PAYLOAD_MARK = os.urandom(24)
 _TIME_MARK = int.from_bytes(os.urandom(7), "big") | (1 << 60)
 
 
-def _long(n: int) -> bytes:
-    """Avro's zig-zag varint of a long."""
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
 _ID_LENGTH = 32
 """The length of every id ``new_job_id`` makes: its length prefix is part of the template."""
-_LENGTHS = tuple(_long(n) for n in range(2048))
+_LENGTHS = tuple(encode_long(n) for n in range(2048))
 """The length prefixes of payloads shorter than 2 KiB, made once."""
 
 
@@ -51,16 +41,16 @@ class JobTemplate:
         encoded = codec.encode(marked)
         cuts = []
         for mark in (
-            _long(len(_ID_MARK)) + _ID_MARK.encode(),
-            _long(len(_PAYLOAD_MARK)) + _PAYLOAD_MARK,
-            _long(_TIME_MARK),
+            encode_long(len(_ID_MARK)) + _ID_MARK.encode(),
+            encode_long(len(_PAYLOAD_MARK)) + _PAYLOAD_MARK,
+            encode_long(_TIME_MARK),
         ):
             head, found, encoded = encoded.partition(mark)
             if not found:
                 raise AssertionError("the job schema changed: JobTemplate must learn it")
             cuts.append(head)
         self._pieces = (*cuts, encoded)
-        self._head_and_length = cuts[0] + _long(_ID_LENGTH)
+        self._head_and_length = cuts[0] + encode_long(_ID_LENGTH)
         self._last_ms = -1
         self._last_ms_bytes = b""
         if self.encode(prototype.id, prototype.payload, prototype.created_at) != codec.encode(
@@ -71,7 +61,7 @@ class JobTemplate:
     def encode(self, job_id: str, payload: bytes, created_at: int) -> bytes:
         if created_at != self._last_ms:  # many jobs of a batch share a millisecond
             self._last_ms = created_at
-            self._last_ms_bytes = _long(created_at)
+            self._last_ms_bytes = encode_long(created_at)
         head, after_id, after_payload, tail = self._pieces
         id_bytes = job_id.encode()
         size = len(payload)
@@ -79,10 +69,10 @@ class JobTemplate:
             (
                 self._head_and_length
                 if len(id_bytes) == _ID_LENGTH
-                else head + _long(len(id_bytes)),
+                else head + encode_long(len(id_bytes)),
                 id_bytes,
                 after_id,
-                _LENGTHS[size] if size < 2048 else _long(size),
+                _LENGTHS[size] if size < 2048 else encode_long(size),
                 payload,
                 after_payload,
                 self._last_ms_bytes,

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pipeline import _avrogen, _jobtemplate
 from pipeline._avro import SchemaStore
 from pipeline._avrogen import Compiled, compile_schema
 
@@ -283,3 +284,11 @@ def test_ten_byte_varints_wrap_to_64_bits_like_fastavro(body: bytes) -> None:
     ours = compiled.read(body, 0)
     assert ours == _fastavro_read(parsed, body)
     assert -(2**63) <= ours[0]["l"] < 2**63
+
+
+def test_the_job_template_encodes_longs_with_the_schema_writers_encoder() -> None:
+    assert vars(_jobtemplate)["encode_long"] is _avrogen.encode_long  # one encoder, no copy
+    assert _avrogen.encode_long(-1) == b"\x01"
+    assert _avrogen.encode_long(64) == b"\x80\x01"
+    with pytest.raises(ValueError, match="does not fit an Avro long"):
+        _avrogen.encode_long(1 << 63)
