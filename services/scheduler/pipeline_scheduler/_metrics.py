@@ -1,4 +1,5 @@
-"""Prometheus metrics of a scheduler process (its own registry, served by :mod:`._http`)."""
+"""Prometheus metrics of a scheduler process: its own registry, served by the library's
+:class:`pipeline._metricsserver.MetricsServer`."""
 
 from __future__ import annotations
 
