@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import traceback
+
+import click
 
 from ._app import Pipeline
-from ._errors import PipelineError
+from ._errors import PipelineError, SettingsError
 
 
 class AppLoadError(PipelineError):
@@ -53,3 +56,22 @@ def load_app(spec: str) -> Pipeline:
             f"{module_name}:{attr} is a {type(value).__name__}, not a pipeline.Pipeline"
         )
     return value
+
+
+def load_app_for_service(spec: str) -> Pipeline:
+    """:func:`load_app` for the ``--app`` option of ``pipeline-worker`` and ``pipeline-scheduler``.
+
+    A spec that names no application is a usage error; an application whose module meets an
+    invalid setting or fails to import prints why (the traceback for the latter) and exits 2.
+    """
+    try:
+        return load_app(spec)
+    except AppLoadError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--app'") from None
+    except SettingsError as exc:  # the module's Pipeline() met an invalid setting
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(2)
+    except Exception:
+        click.echo(f"Error: importing the application {spec!r} failed:", err=True)
+        click.echo(traceback.format_exc(), err=True)
+        sys.exit(2)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +10,7 @@ import click
 from pydantic import ValidationError
 
 from pipeline import Pipeline, Settings
-from pipeline._errors import SettingsError
-from pipeline._loader import AppLoadError, load_app
+from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
 from pipeline._metricsserver import PortInUseError
 from pipeline._settings import settings_error
@@ -67,7 +64,7 @@ def main(
     if config_file is not None:
         os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
     configure_logging((log_level or "INFO").upper())
-    app = _load(app_spec) if app_spec else None
+    app = load_app_for_service(app_spec) if app_spec else None
     settings = _settings(app, bootstrap_servers, namespace, metrics_port, log_level)
     configure_logging(settings.scheduler.log_level)
     from ._runtime import Scheduler
@@ -78,20 +75,6 @@ def main(
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(2)
     ctx.exit(code)
-
-
-def _load(spec: str) -> Pipeline:
-    try:
-        return load_app(spec)
-    except AppLoadError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--app'") from None
-    except SettingsError as exc:  # the module's Pipeline() met an invalid setting
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(2)
-    except Exception:
-        click.echo(f"Error: importing the application {spec!r} failed:", err=True)
-        click.echo(traceback.format_exc(), err=True)
-        sys.exit(2)
 
 
 def _settings(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import sys
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +12,7 @@ import click
 from pydantic import ValidationError
 
 from pipeline import Pipeline, Priority, Settings
-from pipeline._errors import SettingsError
-from pipeline._loader import AppLoadError, load_app
+from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
 from pipeline._metricsserver import PortInUseError
 from pipeline._settings import WorkerSettings, settings_error
@@ -160,7 +157,7 @@ def command(
         os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
     level = options["log_level"] or os.environ.get("PIPELINE_WORKER__LOG_LEVEL", "INFO")
     configure_logging(level.upper() if level.upper() in logging.getLevelNamesMapping() else "INFO")
-    app = _load(app_spec)
+    app = load_app_for_service(app_spec)
     if _signals.received():
         _log.info("stopped before starting")
         ctx.exit(0)
@@ -189,20 +186,6 @@ def command(
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(2)
     ctx.exit(code)
-
-
-def _load(spec: str) -> Pipeline:
-    try:
-        return load_app(spec)
-    except AppLoadError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--app'") from None
-    except SettingsError as exc:  # the module's Pipeline() met an invalid setting
-        click.echo(f"Error: {exc}", err=True)
-        sys.exit(2)
-    except Exception:
-        click.echo(f"Error: importing the application {spec!r} failed:", err=True)
-        click.echo(traceback.format_exc(), err=True)
-        sys.exit(2)
 
 
 def _settings(
