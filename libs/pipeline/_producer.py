@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from typing import Any, Protocol
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
-from ._brokerhealth import BrokerHealth
+from ._brokerhealth import BrokerHealth, DeliveryCallback
 from ._errors import KafkaUnavailableError, PipelineError
 from ._settings import Settings
 
-DeliveryCallback = Callable[[KafkaError | None, Message], None]
+__all__ = [
+    "UNREACHABLE_CODES",
+    "DeliveryCallback",
+    "KafkaTransport",
+    "Transport",
+    "producer_config",
+]
 
 # librdkafka error codes that mean "Kafka could not be reached", as opposed to "Kafka said no".
 UNREACHABLE_CODES = frozenset(

@@ -149,3 +149,9 @@ def test_where_a_client_watches_the_cluster_only_its_word_starts_an_outage(
     assert health.unreachable_for() is None
     health.on_error("consumer", all_down())
     assert health.unreachable_for() == 0.0
+
+
+def test_the_delivery_callback_type_is_defined_once() -> None:
+    from pipeline import _brokerhealth, _producer
+
+    assert _producer.DeliveryCallback is _brokerhealth.DeliveryCallback
