@@ -27,6 +27,7 @@ from ._errors import (
     TimeLimitError,
     UnknownJobTypeError,
 )
+from ._interceptors import CallNext, Interceptor, JobCall
 from ._job import AttemptError, Job, PayloadEncoding, Priority
 from ._registry import JobOptions, JobType
 from ._retry import Backoff, Retry
@@ -39,10 +40,13 @@ __all__ = [
     "AvroPayload",
     "Backoff",
     "BoundEnqueue",
+    "CallNext",
     "ConfigurationError",
     "DecodeError",
     "EnqueueError",
+    "Interceptor",
     "Job",
+    "JobCall",
     "JobCodec",
     "JobContext",
     "JobFunction",

@@ -22,6 +22,7 @@ from ._errors import (
     PayloadValidationError,
     PipelineError,
 )
+from ._interceptors import Interceptor, check_interceptors
 from ._job import Priority, new_job_id, now_ms
 from ._jobfunction import (
     BoundEnqueue,
@@ -50,6 +51,8 @@ class Pipeline:
     ``Pipeline()`` reads :class:`Settings` from the environment and the config file; pass a
     settings object (or keyword overrides) to configure it in code. The Kafka producer is created
     on the first enqueue, so constructing an application (e.g. in a worker) costs nothing.
+    ``middleware`` lists interceptors the worker runs around every job (see
+    :class:`pipeline.Interceptor`), outermost first.
     """
 
     def __init__(
@@ -58,6 +61,7 @@ class Pipeline:
         *,
         transport: Transport | None = None,
         dedup_store: DedupStore | None = None,
+        middleware: Iterable[Interceptor] = (),
         **overrides: Any,
     ) -> None:
         if settings is not None and overrides:
@@ -69,6 +73,8 @@ class Pipeline:
         self._transport = transport if transport is not None else KafkaTransport(self.settings)
         self.dedup_store = dedup_store
         """Where workers keep idempotency keys; None: the compacted ``<ns>.dedup`` topic."""
+        self.middleware = check_interceptors(middleware)
+        """Interceptors the worker runs around every job's handler, outermost first."""
         self._failures = FailureLog()
         # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
         # such an application alive from its first enqueue on (in-memory ones are not held).

@@ -59,6 +59,7 @@ class Worker:
     ``settings`` defaults to the application's; ``middleware`` hooks see every job's outcome
     and the assignment changes (see :class:`pipeline_worker.Middleware`: only its per-job
     hooks are required, the worker's lifecycle hooks are called where a middleware has them).
+    The interceptors around each handler are the application's (``Pipeline(middleware=...)``).
     :meth:`run` blocks and returns the exit code; :meth:`stop` (from any thread) or
     SIGTERM/SIGINT end it gracefully.
     """

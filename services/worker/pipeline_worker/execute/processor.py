@@ -35,7 +35,8 @@ from ..dispatch.jobtypes import TypeTable
 from ..route.endings import Endings, decode_error
 from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
-from .runners import AsyncRunners, Completion, ThreadPool, is_call_error
+from .chain import executors
+from .runners import Completion, is_call_error
 
 if TYPE_CHECKING:
     import contextvars
@@ -93,9 +94,8 @@ class Processor:
             schedule=loop.call_later,
             on_ready=self.pump,
         )
-        self._runners = AsyncRunners(loop, self.complete, self._on_suspend, self.pump, context)
-        self._pool = ThreadPool(
-            loop, worker.threads or worker.concurrency, self._complete_batch, context
+        self._runners, self._pool, self._chain = executors(
+            app.middleware, loop, worker.threads or worker.concurrency, context, self
         )
         self.types = TypeTable(app, metrics, priorities, topics)
         self.in_flight = 0
@@ -285,7 +285,8 @@ class Processor:
             self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
         limit = entry.time_limit
-        if job_type.wants_ctx:
+        chain = self._chain
+        if job_type.wants_ctx or chain is not None:
             ctx = JobContext(
                 job,
                 topic=state.topic,
@@ -295,17 +296,18 @@ class Processor:
                 deadline=now + limit if limit is not None else None,
                 on_progress=self._hooks.progress,
             )
-            kwargs["ctx"] = ctx
+            if chain is None:
+                kwargs["ctx"] = ctx  # with interceptors, the innermost call adds it
             work.ctx = ctx
         work.kwargs = kwargs
-        if job_type.is_async:
-            self._runners.submit(work)
+        if job_type.is_async or chain is not None:
+            self._runners.submit(work)  # with interceptors every job runs its chain there
         else:
             if limit is not None:
                 work.timer = self._loop.call_later(limit, self._expire, work)
             self._pool.submit(work)
 
-    def _on_suspend(self, work: Work) -> None:
+    def on_suspend(self, work: Work) -> None:
         # A coroutine job only needs its time limit armed once it awaits something: until then
         # it runs synchronously and nothing could interrupt it anyway.
         limit = self.types.entries[work.job.type].time_limit
@@ -369,9 +371,9 @@ class Processor:
             error = PayloadValidationError(work.job.type, str(error))
         self._endings.finish(work, OutcomeKind.FAILED, error, duration)
 
-    def _complete_batch(self, batch: list[Completion]) -> None:
+    def complete_batch(self, batch: list[Completion]) -> None:
         complete = self.complete
-        for work, error, ended in batch:
+        for work, error, ended, _ in batch:
             complete(work, error, ended)
         self.pump()
 

@@ -38,8 +38,9 @@ GROW_AFTER_S = 0.02
 Several GIL switch intervals (5 ms each): threads that merely wait for the GIL while the event
 loop decodes a batch get it back well within this, and take every queued short job."""
 
-Completion = tuple[Work, BaseException | None, float]
-"""A finished job, its error (``None``: it succeeded) and when it ended (``time.monotonic``)."""
+Completion = tuple[Work, BaseException | None, float, Any]
+"""A finished job, its error (``None``: it succeeded), when it ended (``time.monotonic``) and
+what the handler returned."""
 OnDone = Callable[[Work, BaseException | None, float], None]
 """``on_done(work, error, ended)``: the job ended (``error`` None: it succeeded) at ``ended``."""
 
@@ -98,8 +99,11 @@ class AsyncRunners:
         on_suspend: Callable[[Work], None],
         refill: Callable[[], None],
         context: contextvars.Context,
+        start: Callable[[Work], Coroutine[Any, Any, Any]] | None = None,
     ) -> None:
         self._loop = loop
+        self._start = start
+        """Makes a job's coroutine (its interceptor chain); None: call the handler itself."""
         self._on_done = on_done
         self._on_job_suspend = on_suspend
         self._refill = refill
@@ -132,15 +136,19 @@ class AsyncRunners:
         assert task is not None
         on_done = self._on_done
         base = self._context
+        start = self._start
         while True:
             while queue:
                 work = queue.popleft()
                 error: BaseException | None = None
-                handler = work.job_type.handler
-                kwargs = work.kwargs or {}
                 work.started = time.monotonic()
                 try:
-                    await _drive(handler(**kwargs), base.copy(), self._suspended, work)
+                    coro = (
+                        work.job_type.handler(**(work.kwargs or {}))
+                        if start is None
+                        else start(work)
+                    )
+                    await _drive(coro, base.copy(), self._suspended, work)
                 except asyncio.CancelledError as exc:
                     if task.cancelling() and not work.expired:
                         raise  # the runner itself is being cancelled (shutdown)
@@ -258,12 +266,13 @@ class ThreadPool:
                 return
             taken[index] += 1
             error: BaseException | None = None
+            result: Any = None
             work.started = time.monotonic()
             try:
-                base.copy().run(work.job_type.handler, **(work.kwargs or {}))
+                result = base.copy().run(work.job_type.handler, **(work.kwargs or {}))
             except BaseException as exc:
                 error = exc
-            done.append((work, error, time.monotonic()))
+            done.append((work, error, time.monotonic(), result))
             # One wake-up per batch: later completions find _scheduled set and ride along.
             if not self._scheduled:
                 self._scheduled = True

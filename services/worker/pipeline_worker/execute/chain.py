@@ -1,0 +1,130 @@
+"""Interceptors around a job's handler: one chain built per worker, run on a runner per job.
+
+With interceptors (``Pipeline(middleware=[...])``) every job, coroutine or plain function, runs
+as a coroutine on the async runners: the chain, outermost first, then the innermost ``next``,
+which calls a coroutine handler in place or hands a plain function to the thread pool and
+awaits its run there. The time limit and the failure classification are those of any coroutine
+job: the runner cancels the chain at the deadline, and what leaves the chain (a value, or an
+error) is the job's end. Without interceptors none of this exists and jobs go straight to the
+runners or the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any, Protocol, cast
+
+from pipeline import PayloadValidationError
+from pipeline._interceptors import CallNext, Interceptor, JobCall
+
+from .._work import Work
+from .runners import AsyncRunners, Completion, ThreadPool, is_call_error
+
+
+def _link(intercept: Callable[[JobCall, CallNext], Any], inner: CallNext) -> CallNext:
+    def step(call: JobCall) -> Any:
+        return intercept(call, inner)
+
+    return step
+
+
+def _no_pool(work: Work) -> None:
+    raise RuntimeError("the chain was built without a thread pool")
+
+
+class Chain:
+    """The interceptors of a worker, composed once; :meth:`start` makes one job's coroutine."""
+
+    def __init__(
+        self,
+        interceptors: Sequence[Interceptor],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._loop = loop
+        self.submit: Callable[[Work], None] = _no_pool
+        """Hands a plain-function job to the thread pool (set once the pool exists)."""
+        self._waiting: dict[Work, asyncio.Future[Any]] = {}
+        """Plain-function jobs on the pool, by their work, and the future their chain awaits."""
+        call: CallNext = self._innermost
+        for interceptor in reversed(interceptors):
+            call = _link(interceptor.intercept, call)
+        self._call = call
+
+    def start(self, work: Work) -> Coroutine[Any, Any, Any]:
+        """The coroutine that runs ``work``'s chain (its context and kwargs are ready)."""
+        assert work.ctx is not None
+        assert work.kwargs is not None
+        call = JobCall(work.job, work.ctx, work.job_type, work.kwargs, work)
+        return cast("Coroutine[Any, Any, Any]", self._call(call))
+
+    async def _innermost(self, call: JobCall) -> Any:
+        work: Work = call.run
+        job_type = work.job_type
+        kwargs = dict(call.kwargs)
+        if job_type.wants_ctx:
+            kwargs["ctx"] = call.ctx
+        if job_type.is_async:
+            try:
+                coro = job_type.handler(**kwargs)
+            except TypeError as exc:
+                if is_call_error(exc):
+                    raise PayloadValidationError(work.job.type, str(exc)) from exc
+                raise
+            return await coro
+        work.kwargs = kwargs
+        started = work.started
+        future = self._loop.create_future()
+        self._waiting[work] = future
+        self.submit(work)
+        try:
+            return await future
+        finally:
+            self._waiting.pop(work, None)
+            work.started = started  # the job started with its chain, not with its thread
+
+    def resolve(self, batch: list[Completion]) -> None:
+        """Plain functions ran on the pool: their chains carry on with the result or error."""
+        waiting = self._waiting
+        for work, error, _, result in batch:
+            future = waiting.pop(work, None)
+            if future is None or future.done():
+                continue  # its chain was cancelled at the time limit
+            if error is None:
+                future.set_result(result)
+            elif is_call_error(error):
+                future.set_exception(PayloadValidationError(work.job.type, str(error)))
+            else:
+                future.set_exception(error)
+
+
+class JobEnds(Protocol):
+    """What the executors report to (the processor)."""
+
+    def complete(self, work: Work, error: BaseException | None, ended: float) -> None: ...
+    def complete_batch(self, batch: list[Completion]) -> None: ...
+    def on_suspend(self, work: Work) -> None: ...
+    def pump(self) -> None: ...
+
+
+def executors(
+    interceptors: Sequence[Interceptor],
+    loop: asyncio.AbstractEventLoop,
+    threads: int,
+    context: contextvars.Context,
+    ends: JobEnds,
+) -> tuple[AsyncRunners, ThreadPool, Chain | None]:
+    """The runners and the thread pool, and the chain between them when there are interceptors.
+
+    Without interceptors the pool reports its jobs' ends itself (``ends.complete_batch``);
+    with them, it resolves the awaiting chains, whose ends the runners report.
+    """
+    if not interceptors:
+        pool = ThreadPool(loop, threads, ends.complete_batch, context)
+        return AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context), pool, None
+    chain = Chain(interceptors, loop)
+    pool = ThreadPool(loop, threads, chain.resolve, context)
+    chain.submit = pool.submit
+    runners = AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context, chain.start)
+    return runners, pool, chain
