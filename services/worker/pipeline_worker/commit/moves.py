@@ -56,6 +56,26 @@ WHEN_FENCED = (
 )
 
 
+def transactional_config(settings: Settings, role: str, source: str) -> dict[str, Any]:
+    """librdkafka options of a worker process's transactional producer (``role``: ``worker``
+    for the moves, ``relay`` for the retry relay; ``source`` names it in outage reports)."""
+    conf: dict[str, Any] = producer_config(settings)
+    # One id per process: fencing of a zombie comes from the consumer group's generation,
+    # sent with the offsets (KIP-447), not from a shared transactional.id.
+    conf.update(
+        {
+            "transactional.id": f"{settings.namespace}.{role}.{uuid.uuid4().hex}",
+            "linger.ms": 1,
+            "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
+            # librdkafka wants a message's delivery to time out within its transaction's.
+            "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
+            **BrokerHealth.of(settings.bootstrap_servers).callbacks(source),
+        }
+    )
+    conf.update(settings.kafka)
+    return conf
+
+
 class _Pending:
     __slots__ = ("done", "move", "offset", "records", "where")
 
@@ -79,20 +99,7 @@ class Mover:
         *,
         producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
     ) -> None:
-        conf: dict[str, Any] = producer_config(settings)
-        # One id per process: fencing of a zombie comes from the consumer group's generation,
-        # sent with the offsets (KIP-447), not from a shared transactional.id.
-        conf.update(
-            {
-                "transactional.id": f"{settings.namespace}.worker.{uuid.uuid4().hex}",
-                "linger.ms": 1,
-                "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
-                # librdkafka wants a message's delivery to time out within its transaction's.
-                "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
-                **BrokerHealth.of(settings.bootstrap_servers).callbacks("moves producer"),
-            }
-        )
-        conf.update(settings.kafka)
+        conf = transactional_config(settings, "worker", "moves producer")
         self._txn = Transactions(
             producer_factory(conf),
             name="the worker's transactional producer",

@@ -21,7 +21,6 @@ import contextlib
 import logging
 import threading
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +40,6 @@ from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec
 from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
 from pipeline._job import now_ms
-from pipeline._producer import producer_config
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline._topiccheck import is_missing_topic, missing_topics
@@ -49,6 +47,7 @@ from pipeline._topics import TopicNames
 from pipeline._transactions import Transactions
 
 from .._metrics import WorkerMetrics
+from ..commit.moves import transactional_config
 
 _log = logging.getLogger("pipeline.worker.relay")
 
@@ -95,20 +94,8 @@ class RetryRelay:
             **health.callbacks("retry relay"),
         }
         self._consumer = Consumer(consumer_conf)
-        producer_conf: dict[str, Any] = producer_config(settings)
-        producer_conf.update(
-            {
-                "transactional.id": f"{settings.namespace}.relay.{uuid.uuid4().hex}",
-                "linger.ms": 1,
-                "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
-                # librdkafka wants a message's delivery to time out within its transaction's.
-                "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
-                **health.callbacks("retry relay producer"),
-            }
-        )
-        producer_conf.update(settings.kafka)
         self._txn = Transactions(
-            Producer(producer_conf),
+            Producer(transactional_config(settings, "relay", "retry relay producer")),
             name="the retry relay's transactional producer",
             when_fenced=(
                 "a newer generation of the retry relays' consumer group took its partitions; "
