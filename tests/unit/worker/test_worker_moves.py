@@ -16,7 +16,7 @@ from pipeline._errors import TransactionFencedError
 from pipeline_worker.commit.moves import Mover
 from pipeline_worker.route.policy import Record
 
-from ..test_transactions import FakeProducer, abortable, fenced
+from ..test_transactions import FakeProducer, abortable, fenced, refused, retriable
 
 WHERE = ("acme.jobs.default", 0)
 OTHER = ("acme.jobs.default", 1)
@@ -87,6 +87,26 @@ def test_a_rebalance_at_commit_writes_the_moves_again_and_commits_them_once(
     assert mover.open
     assert mover.commit(offsets(WHERE, OTHER), META, owned)
     assert producer.committed == [[("acme.dlq", b"0@3"), ("acme.dlq", b"1@5")]]
+
+
+@pytest.mark.parametrize("error", ["refused", "retriable"])
+def test_a_commit_the_loop_gave_up_on_writes_the_moves_again_and_commits_them_once(
+    loop: asyncio.AbstractEventLoop, error: str
+) -> None:
+    """A step Kafka refused, or one whose retries ran out, aborts the transaction too: the moves
+    in it must be written again, not forgotten (a commit without them would pass their offsets)."""
+    # One refusal, or as many retriable errors as the loop tries (5) before it gives up.
+    raised = [refused()] if error == "refused" else [retriable() for _ in range(5)]
+    producer = FakeProducer().failing("commit_transaction", *raised)
+    mover = mover_on(producer, loop)
+    mover._txn._sleep = lambda seconds: None
+    submit(mover, WHERE, 3, [])
+    mover.drain(owned, lambda w: 0)
+    assert not mover.commit(offsets(WHERE), META, owned)
+    assert mover.open
+    assert mover.touched() == [WHERE]
+    assert mover.commit(offsets(WHERE), META, owned)
+    assert producer.committed == [[("acme.dlq", b"0@3")]]
 
 
 def test_an_abort_while_writing_a_move_writes_the_open_ones_and_it_again(

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer, TopicPartition
 
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._errors import TransactionAbortedError
+from pipeline._errors import KafkaUnavailableError, TransactionError
 from pipeline._producer import producer_config
 from pipeline._transactions import Transactions
 
@@ -54,6 +54,13 @@ WHEN_FENCED = (
     "from the group for longer than session.timeout.ms); the worker stops and its jobs run again "
     "where they are now: restart it"
 )
+
+
+_NOT_COMMITTED = (TransactionError, KafkaUnavailableError)
+"""What the transaction loop raises after it aborted the open transaction (Kafka aborted it, a
+retriable error outlasted its retries, Kafka refused a step): its moves are lost with it and are
+written again, so that moves and key records in :attr:`Mover._in_txn` are always in the open
+transaction (a commit made without it would pass their offsets and lose them)."""
 
 
 def transactional_config(settings: Settings, role: str, source: str) -> dict[str, Any]:
@@ -179,7 +186,7 @@ class Mover:
             self.init()
         try:
             self._produce(self._txn, pending.records)
-        except TransactionAbortedError as exc:
+        except _NOT_COMMITTED as exc:
             _log.warning("transaction aborted, writing its moves again: %s", exc)
             self._rewrite(owned, pending.records)
         if pending.move:
@@ -216,7 +223,7 @@ class Mover:
         """
         try:
             self._txn.commit(offsets, group_metadata)
-        except TransactionAbortedError as exc:
+        except _NOT_COMMITTED as exc:
             _log.info("transaction aborted, its moves are written again: %s", exc)
             self._rewrite(owned)
             return False
