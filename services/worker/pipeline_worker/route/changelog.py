@@ -262,6 +262,10 @@ _TRANSIENT = frozenset(
         KafkaError._ALL_BROKERS_DOWN,
         KafkaError._RESOLVE,
         KafkaError.REQUEST_TIMED_OUT,
+        # A partition whose leader was just elected or is moving (a new topic, a broker
+        # restart): librdkafka reports these from watermark requests without the retriable flag.
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
     }
 )
 
