@@ -704,6 +704,17 @@ def test_a_broker_that_does_not_answer_times_the_restore_out() -> None:
         kafka_store(consumer).load([HIGH_0], timeout_s=0.3)
 
 
+def test_a_changelog_partition_unknown_for_a_moment_is_asked_again() -> None:
+    """Right after the topic is created the client's metadata may not know it yet."""
+    consumer = FakeConsumer({})
+    consumer.add(0, b"high/k", live(JOB_A))
+    consumer.watermark_error = KafkaError(KafkaError._UNKNOWN_PARTITION)
+    consumer.watermark_errors_left = 1
+    store = kafka_store(consumer)
+    store.load([HIGH_0])
+    assert store.table(HIGH_0).get("k") == Entry(JOB_A, True, NOW + HOUR_MS)
+
+
 def test_a_partition_whose_leader_is_not_ready_yet_is_asked_again() -> None:
     """NOT_LEADER_FOR_PARTITION (a leader just elected, or moving) is retriable: the restore
     asks again instead of failing the worker's assignment."""

@@ -196,6 +196,7 @@ class _Restore:
         """A changelog partition's low and high watermarks, asked again after a transient error
         (a partition whose leader is moving or just elected) until the deadline."""
         tp = TopicPartition(self.topic, partition)
+        missing_until = time.monotonic() + MISSING_GRACE_S
         while True:
             try:
                 marks = consumer.get_watermark_offsets(
@@ -204,7 +205,11 @@ class _Restore:
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 transient = error.retriable() or error.code() in _TRANSIENT
-                if error.code() in _MISSING or not transient:
+                # A topic just created is unknown to the client's metadata for a moment.
+                missing = error.code() in _MISSING
+                if missing and time.monotonic() >= missing_until:
+                    raise self._refused(partition, error) from exc
+                if not (missing or transient):
                     raise self._refused(partition, error) from exc
                 marks = None
             if marks is not None:
@@ -253,6 +258,8 @@ class _Restore:
 
 
 WATERMARK_TRY_S = 5.0
+MISSING_GRACE_S = 3.0
+"""How long a changelog partition may be unknown (fresh metadata) before it counts as missing."""
 """How long one watermark request may wait before it is asked again (within the deadline)."""
 
 _TRANSIENT = frozenset(
