@@ -13,7 +13,7 @@ from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
 from pipeline_cli.devbroker import DevCluster
 
-from .harness import Recording, WorkerLauncher, enqueue, wait_until
+from .harness import Recording, WorkerLauncher, WorkerProcess, enqueue, wait_until
 from .harness.metrics import free_port, health
 
 UNHEALTHY_AFTER = {"PIPELINE_WORKER__UNHEALTHY_AFTER_S": "2"}
@@ -124,17 +124,7 @@ def test_healthz_follows_the_broker_down_and_back(
         watch=[worker],
     )
     # Running, not still restoring what it was assigned: a job has run.
-    producer = Pipeline(settings)
-    try:
-        [before] = enqueue(producer, "noop", 1)
-    finally:
-        producer.close(30)
-    wait_until(
-        lambda: recording.all_finished([before]),
-        timeout=60,
-        what="a job enqueued before the outage to run",
-        watch=[worker],
-    )
+    run_one_job(settings, recording, worker, "a job enqueued before the outage to run")
     cluster.stop_node(0)
     wait_until(
         lambda: unreachable_for(port) >= 2,
@@ -158,14 +148,14 @@ def test_healthz_follows_the_broker_down_and_back(
     during = log.split("unreachable since", 1)[1].split("reachable again after", 1)[0]
     assert len(during.splitlines()) <= 10, worker.log_tail()  # not one per reconnect attempt
     # And it works again: a job enqueued now runs.
+    run_one_job(settings, recording, worker, "the job enqueued after the outage to run")
+
+
+def run_one_job(settings: Settings, recording: Recording, worker: WorkerProcess, what: str) -> None:
+    """Enqueue one job and wait until the worker ran it."""
     producer = Pipeline(settings)
     try:
         [job_id] = enqueue(producer, "noop", 1)
     finally:
         producer.close(30)
-    wait_until(
-        lambda: recording.all_finished([job_id]),
-        timeout=60,
-        what="the job enqueued after the outage to run",
-        watch=[worker],
-    )
+    wait_until(lambda: recording.all_finished([job_id]), timeout=60, what=what, watch=[worker])
