@@ -143,6 +143,25 @@ class Transactions:
         timeout = self._timeout if timeout_s is None else timeout_s
         self._step("register the transactional id", self.producer.init_transactions, timeout)
 
+    def init_until(self, stopped: Callable[[], bool], timeout_s: float | None = None) -> bool:
+        """Register the transactional id as :meth:`init` does, but wait out an outage: a
+        retriable error (Kafka does not answer) is logged at DEBUG and the registration tried
+        again until it succeeds or ``stopped()`` says to give up. For a process starting while
+        Kafka is down, which reports the outage elsewhere (its health line). Any other error
+        raises as in :meth:`init`. True: registered; False: stopped first."""
+        timeout = self._timeout if timeout_s is None else timeout_s
+        while not stopped():
+            try:
+                self.producer.init_transactions(timeout)
+                return True
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if not error.retriable():
+                    self._failed(exc, "register the transactional id", self._attempts)
+                    raise  # _failed raises for every error that is not retriable
+                _log.debug("%s: registering the transactional id: %s", self.name, error.str())
+        return False
+
     def begin(self) -> None:
         """Open a transaction unless one is open."""
         if not self._open:

@@ -302,3 +302,28 @@ def test_closing_a_fenced_producer_does_not_raise_again() -> None:
         txn.run(write_two)
     txn.close()
     assert producer.calls[-1] == "flush"
+
+
+def test_init_until_waits_out_an_outage_then_registers() -> None:
+    producer = FakeProducer().failing("init_transactions", *(retriable() for _ in range(12)))
+    txn, pauses = transactions(producer)
+    assert txn.init_until(lambda: False)
+    # more tries than the bounded loop allows, none of them paused by it: the timeout paces them
+    assert producer.calls == ["init_transactions"] * 13
+    assert pauses == []
+
+
+def test_init_until_gives_up_when_stopped() -> None:
+    producer = FakeProducer().failing("init_transactions", *(retriable() for _ in range(100)))
+    txn, _ = transactions(producer)
+    tries = iter(range(3))
+    assert not txn.init_until(lambda: next(tries, None) is None)
+    assert producer.calls == ["init_transactions"] * 3
+
+
+def test_init_until_raises_on_an_error_waiting_cannot_cure() -> None:
+    producer = FakeProducer().failing("init_transactions", retriable(), fenced())
+    txn, _ = transactions(producer)
+    with pytest.raises(TransactionFencedError, match="another test took over"):
+        txn.init_until(lambda: False)
+    assert producer.calls == ["init_transactions"] * 2

@@ -155,20 +155,9 @@ class RetryRelay:
 
     def _init(self) -> bool:
         """Register the transactional id; while Kafka does not answer, keep trying until
-        stopped (an outage at start-up is waited out, as one later on). False: stopped."""
-        # Not the transaction loop's bounded retries (each logged): an outage at start-up lasts
-        # as long as it lasts, and the consumer's health line already says Kafka is down.
-        while not self._stop.is_set():
-            try:
-                self._txn.producer.init_transactions(INIT_TIMEOUT_S)
-                return True
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if not error.retriable():
-                    self._txn.init(INIT_TIMEOUT_S)  # raises the project's error saying what it is
-                    return True
-                _log.debug("retry relay: init_transactions: %s", error.str())
-        return False
+        stopped (an outage at start-up is waited out, as one later on, quietly: the consumer's
+        health line already says Kafka is down). False: stopped."""
+        return self._txn.init_until(self._stop.is_set, INIT_TIMEOUT_S)
 
     def _turn(self) -> None:
         now = now_ms()
