@@ -21,7 +21,7 @@ run: setup
 
 ## test: the default suite (unit + integration against a real local Kafka, with short chaos smoke)
 test: setup
-	$(BIN)/pytest -m "not chaos" -q
+	$(BIN)/pytest -m "not chaos" -q --durations=25
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -q

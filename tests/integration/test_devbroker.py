@@ -110,6 +110,20 @@ def test_three_nodes_replicate_with_acks_all(cluster: DevCluster) -> None:
     assert consume_all(cluster.bootstrap_servers, len(values)) == values
 
 
+def test_the_cluster_is_formatted_with_transactions_version_2(cluster: DevCluster) -> None:
+    """KIP-890's server-side defence against hanging transactions is on: every node reports the
+    finalized feature level it loaded (the broker's own words, there is no client API for it)."""
+
+    def finalized(node_log: Path) -> str | None:
+        lines = node_log.read_text(errors="replace").splitlines() if node_log.exists() else []
+        loaded = [line for line in lines if "Loaded new metadata FinalizedFeatures" in line]
+        return loaded[-1] if loaded else None
+
+    assert wait_for(lambda: all(finalized(n.log_file) for n in cluster.nodes), 30)
+    for node in cluster.nodes:
+        assert "transaction.version=2," in (finalized(node.log_file) or "")
+
+
 def test_topics_apply_with_replication_three_and_min_isr_two(cluster: DevCluster) -> None:
     namespace = f"rf3{uuid.uuid4().hex[:6]}"
     env = {

@@ -26,6 +26,9 @@ KAFKA_VERSION = "4.4.0"
 SCALA_VERSION = "2.13"
 LOG4J_SLF4J_VERSION = "2.24.3"
 MIN_JAVA_VERSION = 17
+TRANSACTION_VERSION = 2
+"""Transactions version 2 (KIP-890): the broker itself closes the hanging-transaction holes; set
+at format time so the cluster does not depend on a release's default."""
 
 _JAVA_VERSION = re.compile(r'version "(\d+)(?:\.(\d+))?')
 
@@ -206,7 +209,11 @@ def _format(java: str, lib: Path, nodes: Sequence[DevNode]) -> str:
     cluster_id = _check_tool(run("random-uuid"), "random-uuid").strip().splitlines()[-1]
     # controller.quorum.voters is set, so a plain format makes a static quorum (no --standalone).
     # The nodes are formatted in parallel: each one is a JVM start of a few seconds.
-    procs = [run("format", "-t", cluster_id, "-c", str(n.properties_file)) for n in nodes]
+    feature = f"transaction.version={TRANSACTION_VERSION}"
+    procs = [
+        run("format", "-t", cluster_id, "-c", str(n.properties_file), "--feature", feature)
+        for n in nodes
+    ]
     for proc in procs:
         _check_tool(proc, "format")
     return cluster_id.strip()
