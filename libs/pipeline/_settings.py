@@ -299,6 +299,11 @@ class Settings(BaseSettings):
         default_factory=dict,
         description="librdkafka options passed through as they are (they win over derived ones)",
     )
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="the services' log lines: text (key=value after the message) or json "
+        "(one object per line)",
+    )
     events: Literal["off", "errors", "all"] = Field(
         "errors",
         description="lifecycle events on <ns>.events: none, failures only (retried, dead, "

@@ -66,7 +66,7 @@ def main(
     configure_logging((log_level or "INFO").upper())
     app = load_app_for_service(app_spec) if app_spec else None
     settings = _settings(app, bootstrap_servers, namespace, metrics_port, log_level)
-    configure_logging(settings.scheduler.log_level)
+    configure_logging(settings.scheduler.log_level, settings.log_format)
     from ._runtime import Scheduler
 
     try:

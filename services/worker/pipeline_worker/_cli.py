@@ -162,7 +162,7 @@ def command(
         _log.info("stopped before starting")
         ctx.exit(0)
     settings = _settings(app, bootstrap_servers, namespace, options)
-    configure_logging(settings.worker.log_level)
+    configure_logging(settings.worker.log_level, settings.log_format)
     worker = settings.worker
     if worker.processes > 1 and child_index is None:
         from ._supervisor import Supervisor
