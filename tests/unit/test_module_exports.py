@@ -18,8 +18,13 @@ import pipeline.dedup
 import pipeline.testing
 
 TESTING = {
+    "DeadLetterReason",
+    "FakeClock",
     "InMemoryTransport",
+    "JobResult",
+    "JobStatus",
     "SentMessage",
+    "run_job",
 }
 
 DEDUP = {

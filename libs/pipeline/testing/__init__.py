@@ -1,0 +1,25 @@
+"""A test kit for applications built on ``pipeline``: no Kafka needed (docs/testing.md).
+
+- :class:`InMemoryTransport` stands in for the Kafka producer, so a test can check what an
+  application enqueues (keyed messages land on the partition Kafka's partitioner picks).
+- :func:`run_job` runs one job the way the worker runs it (codec, context, interceptors,
+  payload validation, time limit, ``Retry``/fatal classification) and returns a
+  :class:`JobResult`.
+- :class:`FakeClock` is a clock that moves only when told.
+"""
+
+from .._records import DeadLetterReason
+from ._clock import FakeClock
+from ._results import JobResult, JobStatus
+from ._runjob import run_job
+from ._transport import InMemoryTransport, SentMessage
+
+__all__ = [
+    "DeadLetterReason",
+    "FakeClock",
+    "InMemoryTransport",
+    "JobResult",
+    "JobStatus",
+    "SentMessage",
+    "run_job",
+]
