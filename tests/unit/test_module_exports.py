@@ -19,12 +19,15 @@ import pipeline.testing
 
 TESTING = {
     "DeadLetterReason",
+    "DrainReport",
     "FakeClock",
     "InMemoryTransport",
     "JobResult",
     "JobStatus",
     "SentMessage",
+    "StubWorker",
     "run_job",
+    "stub_worker",
 }
 
 DEDUP = {

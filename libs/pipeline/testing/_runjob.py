@@ -43,7 +43,8 @@ def run_job(
     ``idempotency_key``, ``max_attempts``). The payload is not refused up front as
     ``enqueue`` refuses it: the worker's validation judges it, so a payload that does not fit
     comes back ``DEAD`` with reason ``validation_error``. ``clock``: the time the verdict is
-    made on (default: the wall clock); ``rand`` draws the backoff's jitter.
+    made on (default: the wall clock); ``rand`` draws the backoff's jitter (default: seeded, so a
+    run repeats).
     """
     if attempt < 1:
         raise ConfigurationError(f"run_job(attempt=...) must be at least 1, got {attempt}")
@@ -56,7 +57,7 @@ def run_job(
     options = {"key": key, "headers": headers, **options}
     message = _produce(app, job_type, payload or {}, attempt=attempt, clock=clock, options=options)
     clock_ms = clock.now_ms if clock is not None else now_ms
-    return execute(app, message, now_ms=clock_ms, rand=rand or random.Random()).result
+    return execute(app, message, now_ms=clock_ms, rand=rand or random.Random(0)).result
 
 
 def _produce(
