@@ -8,7 +8,7 @@ import hashlib
 from typing import TYPE_CHECKING
 
 import pytest
-from examples.app import app, build_report, make_thumbnail, send_email
+from examples.app import app, enqueue_examples
 
 from pipeline import Priority
 from pipeline.testing import DeadLetterReason, FakeClock, JobStatus, StubWorker, run_job
@@ -59,22 +59,16 @@ def test_the_make_run_flow_runs_by_priority_and_the_delayed_email_last(
 ) -> None:
     start = pipeline_clock.now_ms()
     worker: StubWorker = pipeline_stub(app, fail_fast=True)
-    for i in range(3):
-        send_email.enqueue(to=f"user{i}@example.com", subject="Welcome")
-    make_thumbnail.with_options(key="album-1").enqueue_many({"image_id": i} for i in range(4))
-    for i in range(2):
-        build_report.enqueue(report_id=i)
-    app.enqueue("email.send", {"to": "later@example.com", "subject": "Delayed"}, delay=30)
+    ready = enqueue_examples()
     report = worker.drain()
 
-    assert len(report.succeeded) == len(report.results) == 10
+    assert len(report.succeeded) == len(report.results) == ready + 1
     lines = capsys.readouterr().out.splitlines()
     kinds = [line.split()[2] for line in lines]
-    assert kinds == ["email.send"] * 3 + ["thumbnail.make"] * 4 + ["report.build"] * 2 + [
-        "email.send"
-    ]
+    expected = ["email.send"] * 8 + ["thumbnail.make"] * 6 + ["report.build"] * 4
+    assert kinds == [*expected, "email.send"], "high, default, low, then the delayed email"
     images = [line.split()[3] for line in lines if "thumbnail.make" in line]
-    assert images == [f"image={i}" for i in range(4)], "one key's jobs run in enqueue order"
+    assert images == [f"image={i}" for i in range(6)], "one key's jobs run in enqueue order"
     assert "later@example.com" in lines[-1]
     assert pipeline_clock.now_ms() - start >= 30_000, "the delayed email waited its 30 s"
     assert worker.pending() == []

@@ -21,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._calls import call_error, compose, handler_kwargs
+from .._calls import call_error, compose, handler_kwargs, start_coroutine
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._failures import failed_job, judge_failure
-from .._interceptors import JobCall
+from .._interceptors import CallNext, JobCall
 from .._jsonpayload import JsonPayload
 from .._records import DeadLetterReason
 from .._retry import Retry
@@ -126,7 +126,7 @@ def _run(
         key=message.key,
         deadline=time.monotonic() + limit if limit is not None else None,
     )
-    chain = compose(app.middleware, _innermost)
+    chain = compose(app.middleware, _innermost(job_type))
     call = JobCall(job, ctx, job_type, kwargs)
 
     async def run() -> Any:
@@ -147,20 +147,16 @@ def _run(
         return exc, None
 
 
-async def _innermost(call: JobCall) -> Any:
-    """The handler itself: a coroutine awaited here, a plain function on a thread of its own."""
-    job_type = call.handler
-    kwargs = handler_kwargs(call)
-    if not job_type.is_async:
-        return await _in_thread(call.job.type, job_type.handler, kwargs)
-    try:
-        coro = job_type.handler(**kwargs)
-    except TypeError as exc:
-        error = call_error(call.job.type, exc)
-        if error is exc:
-            raise
-        raise error from exc
-    return await coro
+def _innermost(job_type: JobType) -> CallNext:
+    """The handler itself: a coroutine awaited, a plain function on a thread of its own."""
+
+    async def innermost(call: JobCall) -> Any:
+        kwargs = handler_kwargs(job_type, call)
+        if job_type.is_async:
+            return await start_coroutine(job_type, kwargs)
+        return await _in_thread(job_type.name, job_type.handler, kwargs)
+
+    return innermost
 
 
 def _in_thread(name: str, func: Callable[..., T], kwargs: dict[str, Any]) -> asyncio.Future[T]:
