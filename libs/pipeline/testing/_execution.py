@@ -58,11 +58,13 @@ def execute(
     now_ms: Callable[[], int],
     rand: random.Random,
     fail_fast: bool = False,
+    loop: asyncio.Runner | None = None,
 ) -> Execution:
     """Run the job in ``message`` once; ``now_ms`` reads the clock the verdict is made on.
 
     ``fail_fast``: an error of the run other than :class:`Retry` is raised (with a note naming
-    the job) instead of being classified.
+    the job) instead of being classified. ``loop``: the event loop runs share (as a worker's
+    jobs share one); None: a fresh one for this run.
     """
     try:
         job = app.codec.decode(message.value)
@@ -80,7 +82,7 @@ def execute(
         error: BaseException | None = UnknownJobTypeError(job.type)
         value = None
     else:
-        error, value = _run(app, job, job_type, message)
+        error, value = _run(app, job, job_type, message, loop)
     if error is None:
         return Execution(
             JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
@@ -109,7 +111,7 @@ def execute(
 
 
 def _run(
-    app: Pipeline, job: Job, job_type: JobType, message: SentMessage
+    app: Pipeline, job: Job, job_type: JobType, message: SentMessage, loop: asyncio.Runner | None
 ) -> tuple[BaseException | None, Any]:
     """(error, None) or (None, what the handler returned)."""
     codec = job_type.options.payload or _JSON
@@ -142,7 +144,7 @@ def _run(
             raise
 
     try:
-        return None, _in_own_loop(run)
+        return None, _on_a_loop(run, loop)
     except (Exception, asyncio.CancelledError) as exc:
         return exc, None
 
@@ -188,12 +190,16 @@ def _in_thread(name: str, func: Callable[..., T], kwargs: dict[str, Any]) -> asy
     return future
 
 
-def _in_own_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """``asyncio.run(main())``, on a helper thread when this thread runs a loop already (an
-    async test)."""
+def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.Runner | None) -> T:
+    """``main()`` run on ``loop`` (or a fresh one), on a helper thread when this thread runs a
+    loop already (an async test)."""
+
+    def run() -> T:
+        return loop.run(main()) if loop is not None else asyncio.run(main())
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(main())
+        return run()
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-testing") as pool:
-        return pool.submit(asyncio.run, main()).result()
+        return pool.submit(run).result()
