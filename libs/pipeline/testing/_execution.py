@@ -4,8 +4,9 @@ interceptors, time limit, and the worker's verdict on a failure.
 Every step is the library's own: the application's :class:`~pipeline.JobCodec`, the job type's
 payload loading and validation (:meth:`~pipeline.JobType.load_payload`), the interceptor chain
 (:mod:`pipeline._calls`) and the failure classification (:mod:`pipeline._failures`). What is
-the test kit's: the event loop the run gets (a fresh one per run), and a thread per run of a
-plain-function handler.
+the test kit's: the event loop a run gets (the stub worker's, which its runs share, or a
+fresh one), a thread per run of a plain-function handler, and reading the wall clock's due
+times on a fake clock.
 """
 
 from __future__ import annotations
