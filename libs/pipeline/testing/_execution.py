@@ -1,0 +1,204 @@
+"""One message run as the worker runs it, without Kafka: decode, payload, context,
+interceptors, time limit, and the worker's verdict on a failure.
+
+Every step is the library's own: the application's :class:`~pipeline.JobCodec`, the job type's
+payload loading and validation (:meth:`~pipeline.JobType.load_payload`), the interceptor chain
+(:mod:`pipeline._calls`) and the failure classification (:mod:`pipeline._failures`). What is
+the test kit's: the event loop a run gets (the stub worker's, which its runs share, or a
+fresh one), a thread per run of a plain-function handler, and reading the wall clock's due
+times on a fake clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import random
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._calls import call_error, compose, handler_kwargs, start_coroutine
+from .._context import JobContext
+from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
+from .._failures import failed_job, judge_failure
+from .._interceptors import CallNext, JobCall
+from .._job import now_ms
+from .._jsonpayload import JsonPayload
+from .._records import DeadLetterReason
+from .._retry import Retry
+from ._results import JobResult, JobStatus
+
+if TYPE_CHECKING:
+    from .._app import Pipeline
+    from .._job import Job
+    from .._registry import JobType
+    from ._transport import SentMessage
+
+T = TypeVar("T")
+WORKER = "pipeline.testing"
+"""The worker name a failed attempt's history records."""
+_JSON = JsonPayload()
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """A run's result, and the job its retry writes (``RETRY`` only)."""
+
+    result: JobResult
+    retry: Job | None = None
+
+
+def execute(
+    app: Pipeline,
+    message: SentMessage,
+    *,
+    clock: Callable[[], int] | None,
+    rand: random.Random,
+    fail_fast: bool = False,
+    loop: asyncio.Runner | None = None,
+) -> Execution:
+    """Run the job in ``message`` once, at ``clock()`` (epoch ms; None: the wall clock).
+
+    The fake clock stands still during a run, at the wall clock's reading when the run began:
+    a due time the run computes on the wall clock (``Retry(at=datetime.now(UTC) + ...)``) is
+    that far ahead on ``clock``, never less, and backoff and ``Retry(after=...)`` exactly so.
+    ``fail_fast``: an error of the run other than :class:`Retry` is raised (with a note naming
+    the job) instead of being classified. ``loop``: the event loop runs share (as a worker's
+    jobs share one); None: a fresh one for this run.
+    """
+    try:
+        job = app.codec.decode(message.value)
+    except DecodeError as exc:
+        reason = DeadLetterReason.DECODE_ERROR
+        dead = JobResult(status=JobStatus.DEAD, job=None, attempt=0, error=exc, reason=reason)
+        return Execution(dead)
+    wall = now_ms()
+    now = clock() if clock is not None else wall
+    job_type = app.registry.find(job.type)
+    if job_type is None:
+        error: BaseException | None = UnknownJobTypeError(job.type)
+        value = None
+    else:
+        error, value = _run(app, job, job_type, message, loop)
+    if error is None:
+        done = JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
+        return Execution(done)
+    if fail_fast and job_type is not None and not isinstance(error, Retry):
+        error.add_note(f"raised by job {job.id} ({job.type}, attempt {job.attempt})")
+        raise error
+    verdict = judge_failure(job, job_type, error, wall, rand)
+    if verdict.reason is not None:
+        dead = JobResult(
+            status=JobStatus.DEAD, job=job, attempt=job.attempt, error=error, reason=verdict.reason
+        )
+        return Execution(dead)
+    verdict = replace(verdict, due_ms=now + verdict.due_ms - wall)  # on ``clock``
+    retry = JobResult(
+        status=JobStatus.RETRY,
+        job=job,
+        attempt=job.attempt,
+        error=error,
+        retry_at_ms=verdict.due_ms,
+        retry_in_s=(verdict.due_ms - now) / 1000,
+    )
+    return Execution(retry, failed_job(job, verdict, error, now, WORKER))
+
+
+def _run(
+    app: Pipeline, job: Job, job_type: JobType, message: SentMessage, loop: asyncio.Runner | None
+) -> tuple[BaseException | None, Any]:
+    """(error, None) or (None, what the handler returned)."""
+    codec = job_type.options.payload or _JSON
+    try:
+        kwargs = job_type.load_payload(codec, job.payload)
+    except (DecodeError, PayloadValidationError) as exc:
+        return exc, None
+    limit = job_type.options.time_limit
+    ctx = JobContext(
+        job,
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        deadline=time.monotonic() + limit if limit is not None else None,
+    )
+    chain = compose(app.middleware, _innermost(job_type))
+    call = JobCall(job, ctx, job_type, kwargs)
+
+    async def run() -> Any:
+        if limit is None:
+            return await chain(call)
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                return await chain(call)
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise TimeLimitError(job.type, limit) from exc
+            raise
+
+    try:
+        return None, _on_a_loop(run, loop)
+    except (Exception, asyncio.CancelledError) as exc:
+        return exc, None
+
+
+def _innermost(job_type: JobType) -> CallNext:
+    """The handler itself: a coroutine awaited, a plain function on a thread of its own."""
+
+    async def innermost(call: JobCall) -> Any:
+        kwargs = handler_kwargs(job_type, call)
+        if job_type.is_async:
+            return await start_coroutine(job_type, kwargs)
+        return await _in_thread(job_type.name, job_type.handler, kwargs)
+
+    return innermost
+
+
+def _in_thread(name: str, func: Callable[..., T], kwargs: dict[str, Any]) -> asyncio.Future[T]:
+    """``func(**kwargs)`` on a daemon thread (left to finish alone if its time limit passed)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(error: BaseException | None, result: Any) -> None:
+        if future.done():
+            return  # cancelled at the time limit
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def main() -> None:
+        error: BaseException | None = None
+        result: Any = None
+        try:
+            result = context.run(func, **kwargs)
+        except BaseException as exc:
+            error = call_error(name, exc)  # judged here, before its traceback grows
+        # A run that ended at its time limit has closed its loop: nothing waits for this one.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, error, result)
+
+    threading.Thread(target=main, name=f"pipeline-testing-{name}", daemon=True).start()
+    return future
+
+
+def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.Runner | None) -> T:
+    """``main()`` run on ``loop`` (or a fresh one), on a helper thread when this thread runs a
+    loop already (an async test)."""
+
+    def run() -> T:
+        return loop.run(main()) if loop is not None else asyncio.run(main())
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    with ThreadPoolExecutor(1, thread_name_prefix="pipeline-testing") as pool:
+        return pool.submit(run).result()
