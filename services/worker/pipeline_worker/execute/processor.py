@@ -218,7 +218,8 @@ class Processor:
         self._pumping = True
         try:
             pop_many = self.dispatcher.pop_many
-            start = self._start
+            begin = self._begin
+            take = self._holds.take
             ready = self._ready
             while True:
                 free = self._concurrency - self.in_flight
@@ -226,7 +227,7 @@ class Processor:
                     break
                 if ready:
                     # Held jobs whose time came while every slot was taken go first.
-                    self._begin(ready.popleft(), time.monotonic(), time.time() * 1000.0)
+                    begin(ready.popleft(), time.monotonic(), time.time() * 1000.0)
                     continue
                 works = pop_many(free)
                 if not works:
@@ -234,18 +235,16 @@ class Processor:
                 wall_ms = time.time() * 1000.0
                 now = time.monotonic()
                 for work in works:
-                    start(work, now, wall_ms)
+                    # Out of the buffer: counted as taken and started, held or not.
+                    state = work.state
+                    state.taken += 1
+                    state.started_next = work.offset + 1
+                    state.in_flight += 1
+                    if work.job.not_before is not None and take(work, wall_ms):
+                        continue  # not due yet: held without a slot (then it starts first)
+                    begin(work, now, wall_ms)
         finally:
             self._pumping = False
-
-    def _start(self, work: Work, now: float, wall_ms: float) -> None:
-        state = work.state
-        state.taken += 1
-        state.started_next = work.offset + 1
-        state.in_flight += 1
-        if work.job.not_before is not None and self._holds.take(work, wall_ms):
-            return  # not due yet: held without a slot (then it starts first), or deferred
-        self._begin(work, now, wall_ms)
 
     def _held_due(self, work: Work) -> None:
         state = work.state
@@ -262,21 +261,17 @@ class Processor:
             self._ready.append(work)
 
     def _begin(self, work: Work, now: float, wall_ms: float) -> None:
-        """Take a slot and call the handler."""
+        """Take a slot and call the handler (on a runner or the thread pool)."""
         self.in_flight += 1
-        work.stats.started += 1
-        if self._events is not None:
-            self._events.started(work.job)
-        self._launch(work, now, wall_ms)
-
-    def _launch(self, work: Work, now: float, wall_ms: float) -> None:
-        """Call the handler of a started job (on a runner or the thread pool)."""
-        state = work.state
         job = work.job
-        job_type = work.job_type
+        stats = work.stats
+        stats.started += 1
+        if self._events is not None:
+            self._events.started(job)
         queued_ms = wall_ms - (job.not_before or job.created_at)
-        work.stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
+        stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
         work.started = now
+        job_type = work.job_type
         entry = self.types.entries[job.type]
         try:
             # Decoded, and checked against the handler's annotations when it has any.
@@ -287,6 +282,7 @@ class Processor:
         limit = entry.time_limit
         chain = self._chain
         if job_type.wants_ctx or chain is not None:
+            state = work.state
             ctx = JobContext(
                 job,
                 topic=state.topic,
