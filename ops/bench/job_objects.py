@@ -13,7 +13,7 @@ a batch, the committer or Kafka's client. Three numbers per job, after a warm-up
 
 * objects allocated (every allocation from CPython's object allocator, freed or not, in every
   thread: see :mod:`.allocations`);
-* Python function calls and calls of C functions from Python (a profile hook counting them);
+* Python function calls, and calls of C functions from Python (a profile hook counting them);
 * microseconds per job without either instrument (noisy: compare within one run).
 
 Processes alternate between the baseline and the current code for ``--rounds`` rounds; the
@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .app import RECORD_ENV, app
 from .baseline import Baseline
 from .env import REPO_ROOT, say
 
@@ -58,7 +59,6 @@ def _messages(jobs: int, topic: str) -> list[list[Any]]:
     """``jobs`` encoded no-op jobs as consumed messages, round-robin over the partitions."""
     from confluent_kafka import Message
 
-    from ops.bench.app import app
     from pipeline import Job
 
     per_partition: list[list[Any]] = [[] for _ in range(PARTITIONS)]
@@ -74,12 +74,12 @@ def _messages(jobs: int, topic: str) -> list[list[Any]]:
 
 async def _drain(jobs: int, warmup: int, measure: Callable[[], int] | None) -> tuple[float, int]:
     """Run ``warmup`` then ``jobs`` jobs; return (seconds, ``measure()`` delta) for the latter."""
-    from ops.bench.app import app
     from pipeline import Priority
     from pipeline._settings import WorkerSettings
     from pipeline_worker._metrics import WorkerMetrics
     from pipeline_worker._work import PartitionState
 
+    os.environ.setdefault(RECORD_ENV, os.devnull)  # what the handler notes is not needed here
     topic = app.topics.jobs(Priority.DEFAULT)
     worker = WorkerSettings()
     processor = _processor_class()(
@@ -129,18 +129,40 @@ async def _drain(jobs: int, warmup: int, measure: Callable[[], int] | None) -> t
 
 
 class _CallCounter:
-    """A profile hook (every thread) counting Python and C function calls."""
+    """A profile hook (every thread) counting Python function calls and C function calls."""
 
     def __init__(self) -> None:
-        self.calls = 0
+        self.python = 0
+        self.c = 0
 
     def hook(self, frame: object, event: str, arg: object) -> None:
-        if event in ("call", "c_call"):
-            self.calls += 1  # racy across threads, off by a few at most: fine for a count
+        # Racy across threads (off by a few at most), and only the loop and one pool thread
+        # run here: fine for a count.
+        if event == "call":
+            self.python += 1
+        elif event == "c_call":
+            self.c += 1
 
     def install(self) -> None:
         threading.setprofile(self.hook)  # pool threads start after this
         sys.setprofile(self.hook)
+
+    def uninstall(self) -> None:
+        sys.setprofile(None)
+        threading.setprofile(None)
+
+
+def calls_per_job(jobs: int, warmup: int) -> tuple[float, float]:
+    """(Python calls, C calls) per job on the worker's path, in this process."""
+    calls = _CallCounter()
+    calls.install()
+    try:
+        python = asyncio.run(_drain(jobs, warmup, lambda: calls.python))[1]
+        # A second drain for the C calls: each count is read where the other is not moving.
+        c = asyncio.run(_drain(jobs, warmup, lambda: calls.c))[1]
+    finally:
+        calls.uninstall()
+    return python / jobs, c / jobs
 
 
 def _child(mode: str, jobs: int, warmup: int) -> dict[str, float]:
@@ -152,11 +174,8 @@ def _child(mode: str, jobs: int, warmup: int) -> dict[str, float]:
         _, objects = asyncio.run(_drain(jobs, warmup, counter.count))
         return {"objects": objects / jobs}
     if mode == "calls":
-        calls = _CallCounter()
-        calls.install()
-        _, counted = asyncio.run(_drain(jobs, warmup, lambda: calls.calls))
-        sys.setprofile(None)
-        return {"calls": counted / jobs}
+        python, c = calls_per_job(jobs, warmup)
+        return {"python": python, "c": c}
     seconds, _ = asyncio.run(_drain(jobs, warmup, None))
     return {"us": seconds / jobs * 1e6}
 
@@ -209,20 +228,21 @@ def measure(
 
 
 def markdown(figures: dict[str, dict[str, float]], ref: str | None, command: str) -> str:
+    columns = [("objects", "objects allocated", 1), ("python", "Python calls", 1),
+               ("c", "C calls", 1), ("us", "µs (noisy)", 2)]  # fmt: skip
     lines = [
-        "| code | objects allocated per job | Python and C calls per job | µs per job |",
-        "|---|---:|---:|---:|",
+        "| code, per job | " + " | ".join(title for _, title, _ in columns) + " |",
+        "|---|" + "---:|" * len(columns),
     ]
     before = figures.get("before")
     for name, row in figures.items():
         label = f"worker at {ref} (before)" if name == "before" else "worker (now)"
-        cells = [f"{row['objects']:.1f}", f"{row['calls']:.1f}", f"{row['us']:.2f}"]
-        if before is not None and name == "now":
-            cells = [
-                f"{cells[0]} ({row['objects'] / before['objects']:.0%})",
-                f"{cells[1]} ({row['calls'] / before['calls']:.0%})",
-                f"{cells[2]} ({row['us'] / before['us']:.0%})",
-            ]
+        cells = []
+        for key, _, digits in columns:
+            cell = f"{row[key]:.{digits}f}"
+            if before is not None and name == "now":
+                cell += f" ({row[key] / before[key]:.0%})"
+            cells.append(cell)
         lines.append(f"| {label} | {' | '.join(cells)} |")
     lines += ["", f"Command: `{command}`."]
     return "\n".join(lines)

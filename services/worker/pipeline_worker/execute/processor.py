@@ -32,10 +32,11 @@ from .._work import IdleWaiters, PartitionState, Work
 from ..dispatch.dispatcher import Dispatcher, make_policy
 from ..dispatch.holds import Holds
 from ..dispatch.jobtypes import TypeTable
-from ..route.endings import Endings, decode_error
+from ..route.endings import Endings
 from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
 from .chain import executors
+from .decoding import BatchDecoder
 from .runners import Completion, is_call_error
 
 if TYPE_CHECKING:
@@ -124,6 +125,14 @@ class Processor:
             events=events,
         )
         """How jobs end, unless they simply succeed (see :mod:`..route.endings`)."""
+        self._decoder = BatchDecoder(
+            app=app,
+            types=self.types,
+            queues=self.dispatcher.queues,
+            endings=self._endings,
+            metrics=metrics,
+            dedup=dedup,
+        )
         self._holds = Holds(
             loop,
             on_due=self._held_due,
@@ -140,64 +149,13 @@ class Processor:
     # -- intake --------------------------------------------------------------------------------
 
     def on_batch(self, batch: list[tuple[PartitionState, list[Message]]]) -> None:
-        """Decode a consumed batch into the priority queues, then start what may start."""
+        """Decode a consumed batch into the priority queues (:mod:`.decoding`), then start what
+        may start."""
         if self.stopping:
             for state, messages in batch:
                 state.taken += len(messages)  # dropped: not finished, so redelivered later
             return
-        decode = self._app.codec.decode
-        find = self.types.find
-        dedup = self._dedup
-        queues = self.dispatcher.queues
-        for state, messages in batch:
-            if not state.active:
-                continue
-            tracker = state.tracker
-            expected = state.expected
-            queue = queues[state.pidx]
-            pidx = state.pidx
-            moved = state.moved
-            for msg in messages:
-                offset: int = msg.offset()  # type: ignore[assignment]
-                if offset < expected:
-                    # Delivered again within one assignment (e.g. by a resume racing a fetch):
-                    # it is buffered or done already.
-                    state.taken += 1
-                    self._metrics.duplicates += 1
-                    continue
-                expected = offset + 1
-                tracker.add(offset)
-                if moved and offset in moved:
-                    # Retried or dead-lettered by a previous owner in a committed transaction.
-                    moved.discard(offset)
-                    state.taken += 1
-                    self._metrics.skipped_moved += 1
-                    self._endings.done(state, offset, True)
-                    continue
-                try:
-                    job = decode(msg.value())  # type: ignore[arg-type]
-                except Exception as exc:  # DecodeError; anything else is a codec bug
-                    state.expected = expected
-                    self._endings.skip(
-                        state, msg, OutcomeKind.UNDECODABLE, decode_error(exc, msg), None
-                    )
-                    continue
-                entry = find(job.type)
-                if entry is None:
-                    state.expected = expected
-                    self._endings.skip(state, msg, OutcomeKind.UNKNOWN_TYPE, None, job)
-                    continue
-                if (
-                    dedup is not None
-                    and job.idempotency_key is not None
-                    and not self._endings.admit(dedup, state, job, entry.job_type)
-                ):
-                    state.taken += 1
-                    self._endings.done(state, offset, True)
-                    continue
-                queue.append(Work(state, offset, msg.key(), job, entry.job_type, entry.limit,
-                                  entry.stats[pidx]))  # fmt: skip
-            state.expected = expected
+        self._decoder.queue(batch)
         self.pump()
 
     def set_share(self, owned: Mapping[str, int], partitions: Mapping[str, int]) -> None:
@@ -275,7 +233,7 @@ class Processor:
         entry = self.types.entries[job.type]
         try:
             # Decoded, and checked against the handler's annotations when it has any.
-            kwargs = job_type.load_payload(entry.codec, job.payload)
+            kwargs = entry.load(job.payload)
         except (DecodeError, PayloadValidationError) as exc:
             self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
@@ -351,12 +309,10 @@ class Processor:
             state.in_flight -= 1
             if work.limit is not None or self._key_ordering:
                 self.dispatcher.release(work)
-            tracker = state.tracker
-            tracker.finish(work.offset)
-            state.commit_offset = tracker.watermark  # type: ignore[assignment]
+            state.commit_offset = state.tracker.finish(work.offset)  # type: ignore[assignment]
             self.finished += 1
             self.last_end = ended
-            if self.idle.waiting and not state.in_flight:
+            if not state.in_flight and self.idle.waiting:
                 self.idle.wake()
             return
         duration = ended - work.started
@@ -377,18 +333,10 @@ class Processor:
         """Dead-letter, without running it, a message that killed its worker process every time
         it ran alone (see :mod:`..recovery.poison`); its offset is finished once the move is
         made."""
-        offset: int = msg.offset()  # type: ignore[assignment]
-        if self.stopping or not state.active or offset < state.expected:
+        if self.stopping:
             state.taken += 1  # dropped as on_batch drops: not finished, so delivered again
             return
-        state.expected = offset + 1
-        state.tracker.add(offset)
-        state.taken += 1
-        try:
-            job = self._app.codec.decode(msg.value())  # type: ignore[arg-type]
-        except Exception:
-            job = None  # dead-lettered with its raw bytes
-        self._endings.end_unrun(state, msg, OutcomeKind.POISON_PILL, error, job, offset)
+        self._decoder.poison(state, msg, error)
 
     # -- rebalances and shutdown ---------------------------------------------------------------
 
