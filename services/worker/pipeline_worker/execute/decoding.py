@@ -49,6 +49,7 @@ class BatchDecoder:
     def queue(self, batch: list[tuple[PartitionState, list[Message]]]) -> None:
         """Queue the jobs of ``batch`` (partitions revoked meanwhile are passed over)."""
         decode = self._app.codec.decode  # looked up per batch: the application's codec
+        entries = self._types.entries.get  # the types met already: one lookup, no call
         find = self._types.find
         dedup = self._dedup
         endings = self._endings
@@ -84,7 +85,7 @@ class BatchDecoder:
                     state.expected = expected
                     endings.skip(state, msg, OutcomeKind.UNDECODABLE, decode_error(exc, msg), None)
                     continue
-                entry = find(job.type)
+                entry = entries(job.type) or find(job.type)
                 if entry is None:
                     state.expected = expected
                     endings.skip(state, msg, OutcomeKind.UNKNOWN_TYPE, None, job)
