@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import drain, enqueue, latency, scheduler
+from .baseline import BaselineError
 from .env import REPO_ROOT, broker, machine, say
 from .report import Section, document
 
@@ -116,4 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BaselineError as exc:  # says what to do: no traceback
+        sys.exit(f"python -m ops.bench: {exc}")

@@ -102,7 +102,7 @@ def resolve(ref: str) -> str:
             else "fetch it (`git fetch origin`), or name another commit with --baseline-ref"
         )
         raise BaselineError(
-            f"the baseline commit {ref!r} is not in this clone ({REPO_ROOT.name}); {hint}, "
+            f"the baseline commit {ref!r} is not in this clone; {hint}, "
             "or skip the comparison with --no-baseline"
         )
     return found.stdout.decode().strip()

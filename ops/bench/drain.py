@@ -25,7 +25,7 @@ from pipeline import Pipeline, Settings
 from pipeline._codec import JobCodec
 
 from .app import EXPECTED_ENV, RECORD_ENV
-from .baseline import DEFAULT_REF, Baseline, baseline_tree
+from .baseline import DEFAULT_REF, Baseline, BaselineError, baseline_tree
 from .env import broker, fresh_namespace, machine, say, start_worker, tail, worker_command_line
 from .report import Measurement, Section, goal_line
 
@@ -184,7 +184,9 @@ def _section(jobs: int, repeats: int, runs: _Runs, baseline: Baseline | None) ->
         before_label = f"pipeline-worker at {baseline.ref} (before)"
         before_m = Measurement(f"{before_label}, first to last job", jobs, before_span, command)
         span_rows.append((before_m, decode_m))
-        before_wall_m = Measurement(f"{before_label}, process start to exit", jobs, before_wall)
+        before_wall_m = Measurement(
+            f"{before_label}, process start to exit", jobs, before_wall, command
+        )
         wall_rows.append((before_wall_m, raw_wall_m))
         extra.append(
             f"{before_label}, first to last job, every run: {_rates(jobs, runs.before)} jobs/s."
@@ -199,7 +201,7 @@ def _section(jobs: int, repeats: int, runs: _Runs, baseline: Baseline | None) ->
     else:
         readers += " and the worker"
     span_rows.append((now_m, decode_m))
-    now_wall_m = Measurement(f"{now_label}, process start to exit", jobs, now_wall)
+    now_wall_m = Measurement(f"{now_label}, process start to exit", jobs, now_wall, command)
     wall_rows.append((now_wall_m, raw_wall_m))
     extra.append(f"{now_label}, first to last job, every run: {_rates(jobs, runs.now)} jobs/s.")
     return Section(
@@ -281,4 +283,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BaselineError as exc:  # says what to do: no traceback
+        sys.exit(f"python -m ops.bench.drain: {exc}")

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .app import RECORD_ENV, app
-from .baseline import Baseline
+from .baseline import Baseline, BaselineError
 from .env import REPO_ROOT, say
 
 MODE_ENV = "BENCH_JOB_OBJECTS_MODE"
@@ -273,4 +273,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BaselineError as exc:  # says what to do: no traceback
+        sys.exit(f"python -m ops.bench.job_objects: {exc}")
