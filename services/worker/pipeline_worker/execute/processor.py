@@ -2,9 +2,10 @@
 
 Everything here runs on the event loop thread and is written for throughput: batches in,
 plain attribute updates, no locks, no per-job logging, no per-job task or wake-up. The hot
-loop is :meth:`Processor.on_batch` -> :meth:`Processor.pump` -> an executor -> :meth:`complete`.
-Every other end of a job (failures, outcome hooks, keys, messages that never run) is in
-:mod:`..route.endings`; jobs taken before their ``not_before`` are in :mod:`..dispatch.holds`.
+loop is :meth:`Processor.on_batch` (decoding in :mod:`.decoding`) -> :meth:`Processor.pump` ->
+an executor -> :meth:`complete`. Every other end of a job (failures, outcome hooks, keys,
+messages that never run) is in :mod:`..route.endings`; jobs taken before their ``not_before``
+are in :mod:`..dispatch.holds`.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ class Processor:
                     state.started_next = work.offset + 1
                     state.in_flight += 1
                     if work.job.not_before is not None and take(work, wall_ms):
-                        continue  # not due yet: held without a slot (then it starts first)
+                        continue  # not due yet: held without a slot (it starts first), or deferred
                     begin(work, now, wall_ms)
         finally:
             self._pumping = False
