@@ -45,8 +45,10 @@ format: setup
 	$(BIN)/ruff check --fix $(PY_SOURCES)
 
 ## bench: throughput and latency benchmarks; results go to docs/benchmarks.md
+## (options in BENCH_ARGS, e.g. BENCH_ARGS="--baseline-ref v0.1.0" or "--no-baseline")
+BENCH_ARGS ?=
 bench: setup
-	$(BIN)/python -m ops.bench
+	$(BIN)/python -m ops.bench $(BENCH_ARGS)
 
 ## bench-dedup: idempotency keys: a table of 1,000,000, then a worker with 1,000,000 (~15 min)
 bench-dedup: setup

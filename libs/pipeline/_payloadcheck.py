@@ -1,4 +1,4 @@
-"""Payload validation against a handler's annotations, with a pydantic model built once.
+"""Payload validation against a handler's annotations, with a pydantic validator built once.
 
 The rule (docs/failures.md, "Payload validation"): pydantic's strict mode, with the values read
 as JSON reads them. A value must already have its parameter's type (``"1"`` is not an ``int``,
@@ -15,51 +15,59 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic.errors import PydanticSchemaGenerationError, PydanticUserError
+from pydantic_core import SchemaValidator
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from ._errors import PayloadValidationError
 
 _log = logging.getLogger("pipeline.jobs")
+_TYPED_DICT: Any = TypedDict
+"""Called with a name and fields made at run time (what static checkers cannot follow)."""
 _MAX_LISTED = 20
 """Field errors listed in one message at most (the rest are counted)."""
 
 
 class PayloadModel:
-    """Validates one job type's payloads; made by :func:`payload_model`."""
+    """Validates one job type's payloads; made by :func:`payload_model`.
 
-    __slots__ = ("_model", "_names", "job_type")
+    The schema is a ``TypedDict`` of the payload parameters, so validating gives the handler's
+    keyword arguments directly: one dict, no model instance to build and take apart (this runs
+    on every job, in the worker and at enqueue). A parameter with a default is a
+    ``NotRequired`` key: when the payload lacks it, the handler's own default applies.
+    """
 
-    def __init__(self, job_type: str, model: type[BaseModel], names: dict[str, str]) -> None:
+    __slots__ = ("_validate_json", "_validate_python", "_validator", "job_type")
+
+    def __init__(self, job_type: str, validator: SchemaValidator) -> None:
         self.job_type = job_type
-        self._model = model
-        self._names = names
-        """Parameter name of each model field (fields are ``f0``, ``f1``... aliased to the
-        parameters, so that no parameter name can clash with pydantic's own attributes)."""
+        self._validator = validator
+        self._validate_json = validator.validate_json
+        self._validate_python = validator.validate_python
 
     def check_json(self, data: bytes) -> dict[str, Any]:
         """The handler's arguments from JSON payload bytes, validated."""
         try:
-            return self._arguments(self._model.model_validate_json(data))
+            return self._validate_json(data)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise self._error(exc) from None
 
     def check(self, payload: Mapping[str, Any]) -> dict[str, Any]:
         """The handler's arguments from decoded values (e.g. an Avro payload), validated."""
         try:
-            return self._arguments(self._model.model_validate(payload))
+            return self._validate_python(payload)  # type: ignore[no-any-return]
         except ValidationError as exc:
             raise self._error(exc) from None
 
     def encoded_check(self, json: bool) -> Callable[[Mapping[str, Any], bytes], None]:
         """A check of an encoded payload (enqueue's), as few calls deep as can be: it runs on
         every job. ``json``: check the JSON bytes, else the payload's values."""
-        validator = self._model.__pydantic_validator__
         error = self._error
         if json:
-            validate_json = validator.validate_json
+            validate_json = self._validate_json
 
             def check_json(payload: Mapping[str, Any], data: bytes) -> None:
                 try:
@@ -68,7 +76,7 @@ class PayloadModel:
                     raise error(exc) from None
 
             return check_json
-        validate_python = validator.validate_python
+        validate_python = self._validate_python
 
         def check(payload: Mapping[str, Any], data: bytes) -> None:
             try:
@@ -77,16 +85,6 @@ class PayloadModel:
                 raise error(exc) from None
 
         return check
-
-    def _arguments(self, model: BaseModel) -> dict[str, Any]:
-        # The model's own field dict (iterating the model is several times slower), plus the
-        # fields **kwargs let through.
-        names = self._names
-        arguments = {names[field]: value for field, value in model.__dict__.items()}
-        extra = model.__pydantic_extra__
-        if extra:
-            arguments.update(extra)
-        return arguments
 
     def _error(self, exc: ValidationError) -> PayloadValidationError:
         problems = []
@@ -124,13 +122,14 @@ def payload_model(job_type: str, handler: Callable[..., Any]) -> PayloadModel | 
         if param.annotation is not param.empty:
             annotation = param.annotation
             annotated = annotated or annotation is not Any
-        default = ... if param.default is param.empty else param.default
-        fields[f"f{len(fields)}"] = (annotation, Field(default, alias=name))
+        fields[name] = annotation if param.default is param.empty else NotRequired[annotation]
     if not annotated:
         return None
     config = ConfigDict(strict=True, extra=extra, arbitrary_types_allowed=True)  # type: ignore[typeddict-item]
     try:
-        model = create_model(f"{job_type} payload", __config__=config, **fields)
+        schema = _TYPED_DICT(f"{job_type} payload", fields)
+        schema.__pydantic_config__ = config
+        adapter: TypeAdapter[dict[str, Any]] = TypeAdapter(schema)
     except (PydanticSchemaGenerationError, PydanticUserError, NameError, TypeError) as exc:
         _log.warning(
             "job type %r: payloads are not validated, its annotations have no pydantic schema: %s",
@@ -138,8 +137,7 @@ def payload_model(job_type: str, handler: Callable[..., Any]) -> PayloadModel | 
             exc,
         )
         return None
-    names = {field: info.alias or field for field, info in model.model_fields.items()}
-    return PayloadModel(job_type, model, names)
+    return PayloadModel(job_type, adapter.validator)  # type: ignore[arg-type]
 
 
 def _short(value: object) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -145,6 +146,13 @@ class JobType:
         if codec.encoding is PayloadEncoding.JSON:
             return model.check_json(data)  # parses and validates in one pass
         return model.check(codec.decode(self.name, data))
+
+    def payload_loader(self, codec: PayloadCodec) -> Callable[[bytes], dict[str, Any]]:
+        """:meth:`load_payload` with ``codec`` bound, one call deep for a validated JSON payload
+        (the worker keeps one per job type)."""
+        if self.model is not None and codec.encoding is PayloadEncoding.JSON:
+            return self.model.check_json
+        return functools.partial(self.load_payload, codec)
 
     def encoded_check(
         self, codec: PayloadCodec

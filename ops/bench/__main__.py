@@ -1,4 +1,8 @@
-"""``python -m ops.bench [--quick] [--only SECTION]... [--latency-rate N] [--output PATH]``."""
+"""``python -m ops.bench [--quick] [--only SECTION]... [--latency-rate N] [--output PATH]
+[--baseline-ref REF | --no-baseline]``.
+
+The drain section also drains with the worker of a baseline commit (:mod:`.baseline`), except in
+a ``--quick`` run unless ``--baseline-ref`` names one."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from . import drain, enqueue, latency, scheduler
+from .baseline import BaselineError
 from .env import REPO_ROOT, broker, machine, say
 from .report import Section, document
 
@@ -37,6 +42,7 @@ def _parser() -> argparse.ArgumentParser:
         type=float,
         help="jobs per second of the latency section (default 2000; 500 with --quick)",
     )
+    drain.add_baseline_options(parser)
     parser.add_argument(
         "--output",
         type=Path,
@@ -48,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.no_baseline and args.baseline_ref:
+        raise SystemExit("--baseline-ref and --no-baseline contradict each other: pass one")
     quick = args.quick
     wanted = args.only or list(SECTIONS)
     command = " ".join(["python -m ops.bench", *(argv if argv is not None else sys.argv[1:])])
@@ -56,7 +64,14 @@ def main(argv: list[str] | None = None) -> int:
         command = command.replace(str(args.output), args.output.name)
     started = datetime.now(UTC)
     sections: list[Section] = []
-    with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
+    # A smoke run skips the baseline unless asked for one; a missing commit fails before the
+    # broker starts.
+    skip_baseline = args.no_baseline or (quick and not args.baseline_ref) or "drain" not in wanted
+    with (
+        drain.baseline_context(args.baseline_ref, skip=skip_baseline) as baseline,
+        broker() as kafka,
+        tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp,
+    ):
         workdir = Path(tmp)
         say(f"bench: Kafka at {kafka.bootstrap_servers}")
         if "enqueue" in wanted:
@@ -66,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         if "drain" in wanted:
             jobs, repeats = (10_000, 1) if quick else (200_000, 3)
             repeats = args.repeats or repeats
-            sections.append(drain.run(kafka.bootstrap_servers, jobs, workdir, repeats))
+            sections.append(drain.run(kafka.bootstrap_servers, jobs, workdir, repeats, baseline))
         if "latency" in wanted:
             rate, seconds = (500.0, 2.0) if quick else (2000.0, 10.0)
             rate = args.latency_rate or rate
@@ -102,4 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BaselineError as exc:  # says what to do: no traceback
+        sys.exit(f"python -m ops.bench: {exc}")

@@ -139,3 +139,20 @@ def test_any_parameter_name_is_a_field(app: Pipeline) -> None:
     }
     with pytest.raises(PayloadValidationError, match="model_config: Input should be a valid"):
         app.enqueue("names", {"schema": "s", "model_config": "1", "json": True})
+
+
+def test_a_missing_parameter_with_a_default_takes_the_handlers_default(app: Pipeline) -> None:
+    @app.job("greet")
+    def greet(name: str, greeting: str = "hello") -> str:
+        return f"{greeting} {name}"
+
+    job_type = app.registry.get("greet")
+    kwargs = job_type.load_payload(JsonPayload(), b'{"name": "ada"}')
+    assert kwargs == {"name": "ada"}, "the payload's fields, nothing filled in"
+    assert job_type.handler(**kwargs) == "hello ada"
+    assert job_type.load_payload(JsonPayload(), b'{"name": "ada", "greeting": "hi"}') == {
+        "name": "ada",
+        "greeting": "hi",
+    }
+    with pytest.raises(PayloadValidationError, match="greeting: Input should be a valid string"):
+        job_type.load_payload(JsonPayload(), b'{"name": "ada", "greeting": 1}')

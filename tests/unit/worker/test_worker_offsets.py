@@ -31,10 +31,11 @@ def test_watermark_is_the_lowest_unfinished_offset(case: tuple[list[int], list[i
         tracker.add(offset)
     unfinished = set(offsets)
     for offset in order:
-        tracker.finish(offset)
+        returned = tracker.finish(offset)
         unfinished.discard(offset)
         watermark = tracker.watermark
         assert watermark is not None
+        assert returned == watermark, "finish answers the watermark it leaves"
         if unfinished:
             assert watermark == min(unfinished)
             assert all(o not in unfinished for o in offsets if o < watermark)

@@ -29,11 +29,12 @@ class OffsetTracker:
         self._pending.append(offset)
         self._next = offset + 1
 
-    def finish(self, offset: int) -> None:
-        """Mark an added ``offset`` finished; finishing one below the watermark again is ignored."""
+    def finish(self, offset: int) -> int | None:
+        """Mark an added ``offset`` finished (finishing one below the watermark again is
+        ignored) and return the :attr:`watermark` that leaves."""
         pending = self._pending
         if not pending:
-            return
+            return self._next if self._next >= 0 else None
         head = pending[0]
         if offset == head:
             pending.popleft()
@@ -41,8 +42,11 @@ class OffsetTracker:
             if done:
                 while pending and pending[0] in done:
                     done.remove(pending.popleft())
+            if not pending:
+                return self._next
         elif head < offset < self._next:
             self._done.add(offset)
+        return pending[0]
 
     @property
     def watermark(self) -> int | None:

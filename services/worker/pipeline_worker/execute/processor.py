@@ -2,9 +2,10 @@
 
 Everything here runs on the event loop thread and is written for throughput: batches in,
 plain attribute updates, no locks, no per-job logging, no per-job task or wake-up. The hot
-loop is :meth:`Processor.on_batch` -> :meth:`Processor.pump` -> an executor -> :meth:`complete`.
-Every other end of a job (failures, outcome hooks, keys, messages that never run) is in
-:mod:`..route.endings`; jobs taken before their ``not_before`` are in :mod:`..dispatch.holds`.
+loop is :meth:`Processor.on_batch` (decoding in :mod:`.decoding`) -> :meth:`Processor.pump` ->
+an executor -> :meth:`complete`. Every other end of a job (failures, outcome hooks, keys,
+messages that never run) is in :mod:`..route.endings`; jobs taken before their ``not_before``
+are in :mod:`..dispatch.holds`.
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ from .._work import IdleWaiters, PartitionState, Work
 from ..dispatch.dispatcher import Dispatcher, make_policy
 from ..dispatch.holds import Holds
 from ..dispatch.jobtypes import TypeTable
-from ..route.endings import Endings, decode_error
+from ..route.endings import Endings
 from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
 from .chain import executors
+from .decoding import BatchDecoder
 from .runners import Completion
 
 if TYPE_CHECKING:
@@ -125,6 +127,14 @@ class Processor:
             events=events,
         )
         """How jobs end, unless they simply succeed (see :mod:`..route.endings`)."""
+        self._decoder = BatchDecoder(
+            app=app,
+            types=self.types,
+            queues=self.dispatcher.queues,
+            endings=self._endings,
+            metrics=metrics,
+            dedup=dedup,
+        )
         self._holds = Holds(
             loop,
             on_due=self._held_due,
@@ -141,64 +151,13 @@ class Processor:
     # -- intake --------------------------------------------------------------------------------
 
     def on_batch(self, batch: list[tuple[PartitionState, list[Message]]]) -> None:
-        """Decode a consumed batch into the priority queues, then start what may start."""
+        """Decode a consumed batch into the priority queues (:mod:`.decoding`), then start what
+        may start."""
         if self.stopping:
             for state, messages in batch:
                 state.taken += len(messages)  # dropped: not finished, so redelivered later
             return
-        decode = self._app.codec.decode
-        find = self.types.find
-        dedup = self._dedup
-        queues = self.dispatcher.queues
-        for state, messages in batch:
-            if not state.active:
-                continue
-            tracker = state.tracker
-            expected = state.expected
-            queue = queues[state.pidx]
-            pidx = state.pidx
-            moved = state.moved
-            for msg in messages:
-                offset: int = msg.offset()  # type: ignore[assignment]
-                if offset < expected:
-                    # Delivered again within one assignment (e.g. by a resume racing a fetch):
-                    # it is buffered or done already.
-                    state.taken += 1
-                    self._metrics.duplicates += 1
-                    continue
-                expected = offset + 1
-                tracker.add(offset)
-                if moved and offset in moved:
-                    # Retried or dead-lettered by a previous owner in a committed transaction.
-                    moved.discard(offset)
-                    state.taken += 1
-                    self._metrics.skipped_moved += 1
-                    self._endings.done(state, offset, True)
-                    continue
-                try:
-                    job = decode(msg.value())  # type: ignore[arg-type]
-                except Exception as exc:  # DecodeError; anything else is a codec bug
-                    state.expected = expected
-                    self._endings.skip(
-                        state, msg, OutcomeKind.UNDECODABLE, decode_error(exc, msg), None
-                    )
-                    continue
-                entry = find(job.type)
-                if entry is None:
-                    state.expected = expected
-                    self._endings.skip(state, msg, OutcomeKind.UNKNOWN_TYPE, None, job)
-                    continue
-                if (
-                    dedup is not None
-                    and job.idempotency_key is not None
-                    and not self._endings.admit(dedup, state, job, entry.job_type)
-                ):
-                    state.taken += 1
-                    self._endings.done(state, offset, True)
-                    continue
-                queue.append(Work(state, offset, msg.key(), job, entry.job_type, entry.limit,
-                                  entry.stats[pidx]))  # fmt: skip
-            state.expected = expected
+        self._decoder.queue(batch)
         self.pump()
 
     def set_share(self, owned: Mapping[str, int], partitions: Mapping[str, int]) -> None:
@@ -219,7 +178,8 @@ class Processor:
         self._pumping = True
         try:
             pop_many = self.dispatcher.pop_many
-            start = self._start
+            begin = self._begin
+            take = self._holds.take
             ready = self._ready
             while True:
                 free = self._concurrency - self.in_flight
@@ -227,7 +187,7 @@ class Processor:
                     break
                 if ready:
                     # Held jobs whose time came while every slot was taken go first.
-                    self._begin(ready.popleft(), time.monotonic(), time.time() * 1000.0)
+                    begin(ready.popleft(), time.monotonic(), time.time() * 1000.0)
                     continue
                 works = pop_many(free)
                 if not works:
@@ -235,18 +195,16 @@ class Processor:
                 wall_ms = time.time() * 1000.0
                 now = time.monotonic()
                 for work in works:
-                    start(work, now, wall_ms)
+                    # Out of the buffer: counted as taken and started, held or not.
+                    state = work.state
+                    state.taken += 1
+                    state.started_next = work.offset + 1
+                    state.in_flight += 1
+                    if work.job.not_before is not None and take(work, wall_ms):
+                        continue  # not due yet: held without a slot (it starts first), or deferred
+                    begin(work, now, wall_ms)
         finally:
             self._pumping = False
-
-    def _start(self, work: Work, now: float, wall_ms: float) -> None:
-        state = work.state
-        state.taken += 1
-        state.started_next = work.offset + 1
-        state.in_flight += 1
-        if work.job.not_before is not None and self._holds.take(work, wall_ms):
-            return  # not due yet: held without a slot (then it starts first), or deferred
-        self._begin(work, now, wall_ms)
 
     def _held_due(self, work: Work) -> None:
         state = work.state
@@ -263,31 +221,28 @@ class Processor:
             self._ready.append(work)
 
     def _begin(self, work: Work, now: float, wall_ms: float) -> None:
-        """Take a slot and call the handler."""
+        """Take a slot and call the handler (on a runner or the thread pool)."""
         self.in_flight += 1
-        work.stats.started += 1
-        if self._events is not None:
-            self._events.started(work.job)
-        self._launch(work, now, wall_ms)
-
-    def _launch(self, work: Work, now: float, wall_ms: float) -> None:
-        """Call the handler of a started job (on a runner or the thread pool)."""
-        state = work.state
         job = work.job
-        job_type = work.job_type
+        stats = work.stats
+        stats.started += 1
+        if self._events is not None:
+            self._events.started(job)
         queued_ms = wall_ms - (job.not_before or job.created_at)
-        work.stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
+        stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
         work.started = now
+        job_type = work.job_type
         entry = self.types.entries[job.type]
         try:
             # Decoded, and checked against the handler's annotations when it has any.
-            kwargs = job_type.load_payload(entry.codec, job.payload)
+            kwargs = entry.load(job.payload)
         except (DecodeError, PayloadValidationError) as exc:
             self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
         limit = entry.time_limit
         chain = self._chain
         if job_type.wants_ctx or chain is not None:
+            state = work.state
             ctx = JobContext(
                 job,
                 topic=state.topic,
@@ -356,12 +311,10 @@ class Processor:
             state.in_flight -= 1
             if work.limit is not None or self._key_ordering:
                 self.dispatcher.release(work)
-            tracker = state.tracker
-            tracker.finish(work.offset)
-            state.commit_offset = tracker.watermark  # type: ignore[assignment]
+            state.commit_offset = state.tracker.finish(work.offset)  # type: ignore[assignment]
             self.finished += 1
             self.last_end = ended
-            if self.idle.waiting and not state.in_flight:
+            if not state.in_flight and self.idle.waiting:
                 self.idle.wake()
             return
         duration = ended - work.started
@@ -380,18 +333,10 @@ class Processor:
         """Dead-letter, without running it, a message that killed its worker process every time
         it ran alone (see :mod:`..recovery.poison`); its offset is finished once the move is
         made."""
-        offset: int = msg.offset()  # type: ignore[assignment]
-        if self.stopping or not state.active or offset < state.expected:
+        if self.stopping:
             state.taken += 1  # dropped as on_batch drops: not finished, so delivered again
             return
-        state.expected = offset + 1
-        state.tracker.add(offset)
-        state.taken += 1
-        try:
-            job = self._app.codec.decode(msg.value())  # type: ignore[arg-type]
-        except Exception:
-            job = None  # dead-lettered with its raw bytes
-        self._endings.end_unrun(state, msg, OutcomeKind.POISON_PILL, error, job, offset)
+        self._decoder.poison(state, msg, error)
 
     # -- rebalances and shutdown ---------------------------------------------------------------
 

@@ -197,9 +197,7 @@ class Endings:
 
     def done(self, state: PartitionState, offset: int, done: bool) -> None:
         if done:
-            tracker = state.tracker
-            tracker.finish(offset)
-            state.commit_offset = tracker.watermark  # type: ignore[assignment]
+            state.commit_offset = state.tracker.finish(offset)  # type: ignore[assignment]
         self._slots.offset_ended(state, finished=done)
 
     def defer(self, work: Work) -> None:
