@@ -35,7 +35,7 @@ from ._jobtemplate import JobTemplate
 from ._producer import DeliveryCallback, KafkaTransport, Transport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
-from ._route import Route, not_before_ms
+from ._route import PlainRoutes, Route, not_before_ms
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
 
@@ -43,6 +43,9 @@ __all__ = ["BoundEnqueue", "EnqueueOptions", "JobFunction", "JobHandle", "Pipeli
 
 _log = logging.getLogger("pipeline.producer")
 _JSON = JsonPayload()
+_NO_OPTIONS = EnqueueOptions()
+_TYPE_DEFAULTS = JobOptions()
+"""The options of a job type nobody registered in this process (made once: it is frozen)."""
 
 
 class Pipeline:
@@ -81,6 +84,9 @@ class Pipeline:
         self._exit_flushed = isinstance(self._transport, KafkaTransport)
         self._watched = not self._exit_flushed
         self._since_poll = 0
+        self._plain = PlainRoutes(
+            lambda job_type: self._route(job_type, _NO_OPTIONS), self.registry.find, self.codec
+        )
         self.schedules: dict[str, Schedule] = {}
 
     def __repr__(self) -> str:
@@ -159,6 +165,10 @@ class Pipeline:
         """
         if wait:
             return self.submit(job_type, payload, **options).wait().job_id
+        if not options:  # the common call: the type's route and template are made once
+            self._watch()
+            route, template = self._plain.get(job_type)
+            return self._send(route, payload or {}, self._on_delivery, template)
         opts = EnqueueOptions(**options)
         return self._send(self._route(job_type, opts), payload or {}, self._on_delivery)
 
@@ -272,12 +282,16 @@ class Pipeline:
 
     # Internals ------------------------------------------------------------------------------
 
-    def _route(self, job_type: str, opts: EnqueueOptions) -> Route:
+    def _watch(self) -> None:
+        """From the first enqueue on, flush at interpreter exit (see :mod:`._exitflush`)."""
         if not self._watched:
             self._watched = True
             _exitflush.watch(self)
+
+    def _route(self, job_type: str, opts: EnqueueOptions) -> Route:
+        self._watch()
         registered = self.registry.find(job_type)
-        type_options = registered.options if registered is not None else JobOptions()
+        type_options = registered.options if registered is not None else _TYPE_DEFAULTS
         priority = (
             Priority.parse(opts.priority) if opts.priority is not None else type_options.priority
         )
@@ -323,9 +337,16 @@ class Pipeline:
         route: Route,
         payload: Mapping[str, Any],
         on_delivery: Callable[[KafkaError | None, Message], None],
+        template: JobTemplate | None = None,
     ) -> str:
-        job_id = new_job_id()
-        value = self.codec.encode(route.job(job_id, self._payload_bytes(route, payload)))
+        data = self._payload_bytes(route, payload)
+        if template is None:
+            job_id = new_job_id()
+            value = self.codec.encode(route.job(job_id, data))
+        else:
+            created_at = now_ms()
+            job_id = new_job_id.at(created_at)
+            value = template.encode(job_id, data, created_at)
         self._transport.produce(route.topic, value, route.key, on_delivery)
         # Serve delivery callbacks now and then so they never pile up in librdkafka's queue.
         self._since_poll += 1

@@ -32,7 +32,7 @@ _LENGTHS = tuple(encode_long(n) for n in range(2048))
 class JobTemplate:
     """Encodes jobs like ``prototype`` with another id, payload and ``created_at``."""
 
-    __slots__ = ("_head_and_length", "_last_ms", "_last_ms_bytes", "_pieces")
+    __slots__ = ("_head_and_length", "_last_ms", "_pieces")
 
     def __init__(self, codec: JobCodec, prototype: Job) -> None:
         marked = dataclasses.replace(
@@ -51,17 +51,18 @@ class JobTemplate:
             cuts.append(head)
         self._pieces = (*cuts, encoded)
         self._head_and_length = cuts[0] + encode_long(_ID_LENGTH)
-        self._last_ms = -1
-        self._last_ms_bytes = b""
+        self._last_ms: tuple[int, bytes] = (-1, b"")
+        """The last ``created_at`` and its encoding, replaced together: threads that enqueue
+        with one template at once never see the time of one with the bytes of another."""
         if self.encode(prototype.id, prototype.payload, prototype.created_at) != codec.encode(
             prototype
         ):
             raise AssertionError("JobTemplate disagrees with JobCodec")
 
     def encode(self, job_id: str, payload: bytes, created_at: int) -> bytes:
-        if created_at != self._last_ms:  # many jobs of a batch share a millisecond
-            self._last_ms = created_at
-            self._last_ms_bytes = encode_long(created_at)
+        last_ms = self._last_ms
+        if created_at != last_ms[0]:  # many jobs of a batch share a millisecond
+            self._last_ms = last_ms = (created_at, encode_long(created_at))
         head, after_id, after_payload, tail = self._pieces
         id_bytes = job_id.encode()
         size = len(payload)
@@ -75,7 +76,7 @@ class JobTemplate:
                 _LENGTHS[size] if size < 2048 else encode_long(size),
                 payload,
                 after_payload,
-                self._last_ms_bytes,
+                last_ms[1],
                 tail,
             )
         )

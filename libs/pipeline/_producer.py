@@ -75,6 +75,10 @@ def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]
         "delivery.timeout.ms": int(settings.producer.delivery_timeout_s * 1000),
         "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
+        # A job is one small request: sent at once, not held back until the broker acknowledges
+        # the previous one (Nagle's algorithm against its delayed ACKs). Only recent librdkafka
+        # releases turn Nagle off by default; older ones that confluent-kafka 2.6 brings do not.
+        "socket.nagle.disable": True,
     }
     conf.update(settings.client_config())
     return conf

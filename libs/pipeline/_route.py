@@ -7,10 +7,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._codec import PayloadCodec
+from ._codec import JobCodec, PayloadCodec
 from ._errors import ConfigurationError
-from ._job import Job, Priority, due_at_ms, due_in_ms
+from ._job import Job, Priority, due_at_ms, due_in_ms, new_job_id
+from ._jobtemplate import JobTemplate
 from ._registry import JobType
+
+_MAX_PLAIN = 1024
+"""Job types whose plain route :class:`PlainRoutes` keeps (past that it starts over)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +65,35 @@ def not_before_ms(delay: float | timedelta | None, run_at: datetime | None) -> i
             raise ConfigurationError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
         return due_at_ms(run_at)
     return None
+
+
+class PlainRoutes:
+    """The route and job template of each job type enqueued without options, made once.
+
+    ``enqueue(type, payload)`` then costs what a job of ``enqueue_many`` costs: a payload, an id
+    and a template fill, not the options resolved and the envelope encoded again. A route made
+    before its type was registered (or registered again) is made again.
+    """
+
+    __slots__ = ("_codec", "_find", "_made", "_make")
+
+    def __init__(
+        self,
+        make: Callable[[str], Route],
+        find: Callable[[str], JobType | None],
+        codec: JobCodec,
+    ) -> None:
+        self._make = make
+        self._find = find
+        self._codec = codec
+        self._made: dict[str, tuple[Route, JobTemplate]] = {}
+
+    def get(self, job_type: str) -> tuple[Route, JobTemplate]:
+        made = self._made.get(job_type)
+        if made is None or made[0].registered is not self._find(job_type):
+            route = self._make(job_type)
+            if len(self._made) >= _MAX_PLAIN:
+                self._made.clear()  # types named on the fly: keep memory bounded
+            template = JobTemplate(self._codec, route.job(new_job_id(), b"{}"))
+            made = self._made[job_type] = (route, template)
+        return made

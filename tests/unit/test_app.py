@@ -21,7 +21,8 @@ from pipeline import (
     Priority,
     Settings,
 )
-from pipeline._job import due_at_ms, due_in_ms, now_ms
+from pipeline._codec import JobCodec
+from pipeline._job import Job, due_at_ms, due_in_ms, now_ms
 from pipeline.testing import InMemoryTransport
 
 
@@ -370,3 +371,53 @@ def test_a_batch_the_producer_refused_is_not_sent_again() -> None:
     with pytest.raises(PipelineError, match="refused the batch"):
         app.enqueue_many("bulk", ({"i": i} for i in range(2500)))
     assert transport.batches == [1000, 1000]  # the second one refused, once; no third
+
+
+def test_enqueue_without_options_encodes_the_envelope_of_a_type_once(
+    app: Pipeline, transport: InMemoryTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A single enqueue fills its type's template as enqueue_many does: what it sends is
+    # byte for byte the envelope the codec writes, with the codec itself called only once.
+    encoded: list[str] = []
+    encode = app.codec.encode
+
+    def counted(job: Job) -> bytes:
+        encoded.append(job.id)
+        return encode(job)
+
+    monkeypatch.setattr(app.codec, "encode", counted)
+    ids = [app.enqueue("email.send", {"n": n}) for n in range(3)]
+    made = len(encoded)
+    ids += [app.enqueue("email.send", {"n": n}) for n in range(3, 6)]
+    assert len(encoded) == made  # nothing encoded again for the later jobs
+    assert not set(encoded) & set(ids)
+    app.flush()
+    jobs = transport.jobs("acme.jobs.default")
+    assert [job.id for job in jobs] == ids
+    assert [json.loads(job.payload) for job in jobs] == [{"n": n} for n in range(6)]
+    codec = JobCodec()
+    for job, sent in zip(jobs, transport.messages, strict=True):
+        assert sent.value == codec.encode(job)
+        assert job.id[:12] == f"{job.created_at:012x}"  # one clock reading for id and time
+
+
+def test_a_type_registered_after_its_first_enqueue_is_sent_with_its_options(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    app.enqueue("report.build", {"report_id": 1})
+
+    @app.job("report.build", priority="high", max_attempts=2)
+    def build(report_id: int) -> None:
+        return None
+
+    app.enqueue("report.build", {"report_id": 2})
+    with pytest.raises(PayloadValidationError):
+        app.enqueue("report.build", {"report_id": "three"})
+    app.flush()
+    [before] = transport.jobs("acme.jobs.default")
+    [after] = transport.jobs("acme.jobs.high")
+    assert (before.max_attempts, after.max_attempts) == (
+        app.settings.producer.default_max_attempts,
+        2,
+    )
+    assert json.loads(after.payload) == {"report_id": 2}

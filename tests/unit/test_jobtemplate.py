@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -83,3 +84,27 @@ def test_job_ids_made_at_one_millisecond_are_distinct_ordered_and_carry_it() -> 
     counters = [int(i[16:], 16) for i in ids]
     assert all((b - a) % 2**64 == 1 for a, b in itertools.pairwise(counters))
     assert len(factory()) == 32
+
+
+def test_a_thread_switch_inside_encode_never_pairs_one_time_with_another_times_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One template serves every thread that enqueues a type: another thread may run between
+    # any two steps of encode(). Here one does, while the first encodes its new millisecond.
+    import pipeline._jobtemplate as module
+
+    template = JobTemplate(CODEC, Job(id="0" * 32, type="t", payload=b"{}"))
+    encode_long = module.encode_long  # type: ignore[attr-defined]
+    switched = False
+
+    def encode_long_with_a_switch(value: int) -> bytes:
+        nonlocal switched
+        if not switched:
+            switched = True
+            template.encode("b" * 32, b"{}", 2_000)  # the other thread, at another millisecond
+        return encode_long(value)
+
+    monkeypatch.setattr(module, "encode_long", encode_long_with_a_switch)
+    first = CODEC.decode(template.encode("a" * 32, b"{}", 1_000))
+    later = CODEC.decode(template.encode("c" * 32, b"{}", 2_000))
+    assert (first.created_at, later.created_at) == (1_000, 2_000)

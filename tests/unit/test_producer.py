@@ -18,6 +18,16 @@ def test_single_jobs_go_out_at_once_and_batches_linger_by_default() -> None:
     assert producer_config(Settings(), bulk=True)["linger.ms"] == 5
 
 
+def test_requests_are_not_held_back_by_nagle_whatever_the_librdkafka_release() -> None:
+    # The durability settings stay as they are: low latency costs none of it.
+    for bulk in (False, True):
+        conf = producer_config(Settings(), bulk=bulk)
+        assert conf["socket.nagle.disable"] is True
+        assert (conf["acks"], conf["enable.idempotence"]) == ("all", True)
+    override = Settings(kafka={"socket.nagle.disable": "false"})
+    assert producer_config(override)["socket.nagle.disable"] == "false"
+
+
 def test_the_linger_is_still_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PIPELINE_PRODUCER__LINGER_MS", "5")
     assert producer_config(Settings())["linger.ms"] == 5

@@ -14,8 +14,9 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from pipeline import Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
+from pipeline_worker.intake import consumer as consumer_module
 from pipeline_worker.intake.config import consumer_config
-from pipeline_worker.intake.consumer import ConsumerThread
+from pipeline_worker.intake.consumer import CHORES_S, ConsumerThread
 
 TOPIC = "ns.jobs.default"
 
@@ -64,7 +65,7 @@ class FakeConsumer:
         ]
 
     def get_watermark_offsets(
-        self, tp: TopicPartition, timeout: float, cached: bool = False
+        self, tp: TopicPartition, timeout: float = 0, cached: bool = False
     ) -> tuple[int, int]:
         self.watermark_queries.append((tp.topic, tp.partition))
         return self.ends.get((tp.topic, tp.partition), (0, 0))
@@ -169,6 +170,7 @@ def test_the_consumer_settings_follow_the_design() -> None:
     assert conf["isolation.level"] == "read_committed"
     assert conf["auto.offset.reset"] == "earliest"
     assert conf["fetch.min.bytes"] == "7"
+    assert conf["socket.nagle.disable"] is True  # fetches and commits go out at once
     override = Settings(worker={"kafka_consumer": {"isolation.level": "read_uncommitted"}})
     assert consumer_config(override, "g")["isolation.level"] == "read_uncommitted"
 
@@ -366,3 +368,79 @@ def test_a_burst_waits_for_the_partitions_other_members_still_drain(
     fake.group_committed = {(TOPIC, 1): 10}
     check()
     assert side.drained.wait(5)
+
+
+class ScriptedPolls:
+    """``poll`` answers from a script on a fake clock, then asks the thread to stop."""
+
+    def __init__(self, thread: ConsumerThread, script: list[Message | None], step_s: float):
+        self.thread = thread
+        self.script = script
+        self.step_s = step_s
+        self.now = 100.0
+        self.log: list[str] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def poll(self, timeout: float) -> Message | None:
+        self.log.append("poll")
+        self.now += self.step_s
+        if not self.script:
+            self.thread.stop_requested = True
+            return None
+        return self.script.pop(0)
+
+
+def scripted(
+    loop: asyncio.AbstractEventLoop,
+    monkeypatch: pytest.MonkeyPatch,
+    script: list[Message | None],
+    step_s: float,
+) -> ScriptedPolls:
+    thread, fake, _side = consumer_thread(loop, consume_batch=1)
+    own(thread, 0)
+    polls = ScriptedPolls(thread, script, step_s)
+    fake.poll = polls.poll  # type: ignore[attr-defined]
+    fake.consume = lambda count, timeout: []  # type: ignore[attr-defined]
+    monkeypatch.setattr(consumer_module, "time", SimpleNamespace(monotonic=polls.monotonic))
+    hand, chores = thread._hand, thread._chores
+
+    def logged_hand(batch: list[Message]) -> None:
+        polls.log.append("hand")
+        hand(batch)
+
+    def logged_chores(now: float, *, idle: bool) -> None:
+        polls.log.append("chores")
+        chores(now, idle=idle)
+
+    monkeypatch.setattr(thread, "_hand", logged_hand)
+    monkeypatch.setattr(thread, "_chores", logged_chores)
+    thread._loop()
+    return polls
+
+
+def test_after_handing_a_batch_the_thread_polls_again_before_its_chores(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Chores between a hand and the next poll hold the GIL the event loop needs to start the
+    # job: they wait until a poll comes back empty.
+    polls = scripted(loop, monkeypatch, [*messages(0, 0, 2), None], step_s=0.0001)
+    assert polls.log[:6] == ["poll", "hand", "poll", "hand", "poll", "chores"]
+
+
+def test_the_chores_wait_at_most_chores_s_while_batches_keep_coming(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    polls = scripted(loop, monkeypatch, list(messages(0, 0, 40)), step_s=0.001)  # 40 ms
+    hands_between = []
+    hands = 0
+    for entry in polls.log:
+        if entry == "hand":
+            hands += 1
+        elif entry == "chores":
+            hands_between.append(hands)
+            hands = 0
+    assert hands_between[:-1], "the chores ran only when the batches stopped"
+    per_chores = round(CHORES_S / 0.001)
+    assert all(count <= per_chores for count in hands_between)

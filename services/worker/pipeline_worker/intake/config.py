@@ -37,6 +37,8 @@ def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
         # partition whose prefetch queue was full for fetch.queue.backoff.ms (1 s by default).
         "fetch.wait.max.ms": 50,
         "fetch.queue.backoff.ms": 10,
+        # Fetch and commit requests go out at once, as the producer's do (see producer_config).
+        "socket.nagle.disable": True,
     }
     conf.update(settings.client_config())
     conf.update(worker.kafka_consumer)

@@ -9,7 +9,7 @@ writing fields of :class:`PartitionState` (each with one writer) and a few flags
 Polling never stops while jobs run (a job longer than ``max.poll.interval.ms`` causes no
 rebalance). ``poll(timeout)`` waits for the first message, then ``consume(n, 0)`` takes what is
 already fetched without waiting (``consume(n, timeout)`` would wait the whole timeout for a
-full batch and ruin latency).
+full batch and ruin latency). After handing a batch it polls again at once (``CHORES_S``).
 """
 
 from __future__ import annotations
@@ -50,6 +50,10 @@ POLL_TIMEOUT_S = 0.05
 PAUSED_POLL_TIMEOUT_S = 0.005
 """Poll timeout while a partition is paused, so it resumes soon after its buffer drains (and
 while poison-pill detection withholds messages, so they go on soon after they may)."""
+CHORES_S = 0.005
+"""How long the work besides polling (assignments, resumes, moves, poison leases, commits, lag)
+may wait after a batch is handed. Done at once, it held the GIL while the event loop, then the
+pool thread that runs the job, waited for it: a job started about 0.1 ms later."""
 FINAL_COMMIT_S = 10.0
 """How long the last commit may keep retrying while the group rebalances."""
 LEASE_BATCHES = 2
@@ -170,13 +174,15 @@ class ConsumerThread:
         batch_size = self._batch - 1
         paused = self._flow.paused
         poison = self._poison
-        committer = self._committer
-        cluster = self._cluster
-        health = self.health
+        chores_at = time.monotonic()
+        behind = False  # a batch was handed since the chores were last done
         while not self.stop_requested:
             if self.intake_stopped:
                 self._flow.pause_all()
-            msg = poll(PAUSED_POLL_TIMEOUT_S if paused or poison.busy else POLL_TIMEOUT_S)
+            timeout = PAUSED_POLL_TIMEOUT_S if paused or poison.busy else POLL_TIMEOUT_S
+            if behind:
+                timeout = min(timeout, max(0.0, chores_at + CHORES_S - time.monotonic()))
+            msg = poll(timeout)
             now = time.monotonic()
             self.last_poll = now
             if msg is not None:
@@ -184,26 +190,37 @@ class ConsumerThread:
                 if batch_size:
                     messages += consume(batch_size, 0)
                 self._hand(messages)
-            # Requests that block for their timeout while Kafka is unreachable wait for it.
-            reachable = not health.down
-            if self.assignment.pending and reachable:
-                self.assignment.load(resume=not self.intake_stopped)
-            if paused and not self.intake_stopped:
-                self._flow.resume_drained()
-            self._drain_moves()
-            poison.step(stopped=self.intake_stopped)
-            if committer.due(now, self._side.finished_jobs):
-                committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
-            cluster.check_topics(now)
-            if cluster.share_changed and reachable:
+                behind = now - chores_at < CHORES_S
+                if behind:
+                    continue  # poll at once: the loop takes the GIL meanwhile
+            behind = False
+            chores_at = now
+            self._chores(now, idle=msg is None)
+
+    def _chores(self, now: float, *, idle: bool) -> None:
+        """What the thread does besides polling; ``idle``: the last poll came back empty."""
+        cluster = self._cluster
+        committer = self._committer
+        # Requests that block for their timeout while Kafka is unreachable wait for it.
+        reachable = not self.health.down
+        if self.assignment.pending and reachable:
+            self.assignment.load(resume=not self.intake_stopped)
+        if self._flow.paused and not self.intake_stopped:
+            self._flow.resume_drained()
+        self._drain_moves()
+        self._poison.step(stopped=self.intake_stopped)
+        if committer.due(now, self._side.finished_jobs):
+            committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
+        cluster.check_topics(now)
+        if cluster.share_changed and reachable:
+            self._update_share()
+        cluster.update_lag(now)
+        if idle and self._burst and self._assigned_once and not self.intake_stopped:
+            if cluster.share_changed:
                 self._update_share()
-            cluster.update_lag(now)
-            if msg is None and self._burst and self._assigned_once and not self.intake_stopped:
-                if cluster.share_changed:
-                    self._update_share()
-                if self._burst_watch.drained(now):
-                    self._burst = False
-                    self._notify(self._side.on_burst_drained)
+            if self._burst_watch.drained(now):
+                self._burst = False
+                self._notify(self._side.on_burst_drained)
 
     def _final_commit(self) -> None:
         """Commit every owned partition synchronously before closing, whatever it takes.
