@@ -283,7 +283,7 @@ def test_a_revoked_partition_is_committed_synchronously_once_its_jobs_are_done(
     kept, revoked = own(thread, 0, 1)
     thread._hand(messages(1, 0, 8))
     revoked.commit_offset = 5
-    thread._give_up(fake, [TopicPartition(TOPIC, 1)], lost=False)  # type: ignore[arg-type]
+    thread.rebalance.on_revoke(fake, [TopicPartition(TOPIC, 1)])  # type: ignore[arg-type]
     assert [([s.partition for s in states], lost) for states, lost in side.revoked] == [
         ([1], False)
     ]
@@ -299,7 +299,7 @@ def test_a_lost_partition_is_not_committed(loop: asyncio.AbstractEventLoop) -> N
     thread, fake, side = consumer_thread(loop)
     [lost] = own(thread, 3)
     lost.commit_offset = 9
-    thread._give_up(fake, [TopicPartition(TOPIC, 3)], lost=True)  # type: ignore[arg-type]
+    thread.rebalance.on_lost(fake, [TopicPartition(TOPIC, 3)])  # type: ignore[arg-type]
     assert side.revoked[0][1] is True
     assert fake.commits == []
     assert fake.unassigned == [(TOPIC, 3)]
@@ -307,7 +307,7 @@ def test_a_lost_partition_is_not_committed(loop: asyncio.AbstractEventLoop) -> N
 
 def burst_check(thread: ConsumerThread) -> Callable[[], None]:
     """Run the burst check as the consumer loop does when a poll returned nothing."""
-    thread._assigned_once = True
+    thread.rebalance.assigned_once = True
     thread._cluster.share_changed = True
 
     def check() -> None:

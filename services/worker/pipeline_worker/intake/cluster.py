@@ -4,7 +4,7 @@ The partition counts of the topics (the worker's share of a fleet-wide rate limi
 a burst run's group has drained everything), the consumer lag of the owned partitions, and
 whether the topics exist at all. All of it is asked for on the consumer thread after ``poll``
 returned, never inside a rebalance callback (a metadata request there would break the
-binding's call state, see ``ConsumerThread._give_up``).
+binding's call state, see ``Rebalance._give_up`` in ``rebalance``).
 """
 
 from __future__ import annotations

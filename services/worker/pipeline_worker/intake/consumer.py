@@ -14,7 +14,6 @@ full batch and ruin latency). After handing a batch it polls again at once (``CH
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import threading
@@ -22,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from pipeline import Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
@@ -33,7 +32,7 @@ from pipeline._topiccheck import is_missing_topic
 
 from .._metrics import WorkerMetrics
 from .._work import PartitionState
-from ..commit.committer import Committer, describe
+from ..commit.committer import Committer
 from ..commit.moves import Mover
 from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
 from .assignment import Assignment
@@ -42,6 +41,7 @@ from .cluster import ClusterView
 from .config import consumer_config
 from .flow import FlowControl
 from .loopside import Batch, LoopSide
+from .rebalance import Rebalance
 
 _log = logging.getLogger("pipeline.worker.consumer")
 
@@ -84,7 +84,6 @@ class ConsumerThread:
         self._metrics = metrics
         self._batch = worker.consume_batch
         self._burst = worker.burst
-        self._grace = worker.revoke_grace_s
         conf = consumer_config(settings, group_id)
         # Polled every few ms: it reports the cluster's reachability once a second.
         self.health = BrokerHealth.of(settings.bootstrap_servers)
@@ -120,8 +119,23 @@ class ConsumerThread:
         self._burst_watch = BurstWatch(
             self._consumer, self._committer, self.states, self._cluster.known_partition_counts
         )
-        self._assigned_once = False
-        self._closing = False
+        self.rebalance = Rebalance(
+            topics=topics,
+            states=self.states,
+            side=side,
+            metrics=metrics,
+            flow=self._flow,
+            assignment=self.assignment,
+            cluster=self._cluster,
+            committer=self._committer,
+            poison=self._poison,
+            mover=mover,
+            dedup=dedup,
+            grace_s=worker.revoke_grace_s,
+            drain_moves=self._drain_moves,
+            notify=self._notify,
+        )
+        """The group's assignments, revocations and losses."""
         self.intake_stopped = False
         """Set by the loop at shutdown: pause everything, hand nothing more."""
         self.stop_requested = False
@@ -143,9 +157,9 @@ class ConsumerThread:
         try:
             self._consumer.subscribe(
                 list(self._topics),
-                on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_lost,
+                on_assign=self.rebalance.on_assign,
+                on_revoke=self.rebalance.on_revoke,
+                on_lost=self.rebalance.on_lost,
             )
             self._loop()
             self._final_commit()
@@ -155,7 +169,7 @@ class ConsumerThread:
             _log.exception("the consumer thread failed: %s", exc)
             self._notify(self._side.on_consumer_failed, exc)
         finally:
-            self._closing = True
+            self.rebalance.closing = True
             try:
                 self._consumer.close()
             except Exception as exc:  # already closed, or the broker is gone
@@ -215,7 +229,7 @@ class ConsumerThread:
         if cluster.share_changed and reachable:
             self._update_share()
         cluster.update_lag(now)
-        if idle and self._burst and self._assigned_once and not self.intake_stopped:
+        if idle and self._burst and self.rebalance.assigned_once and not self.intake_stopped:
             if cluster.share_changed:
                 self._update_share()
             if self._burst_watch.drained(now):
@@ -301,103 +315,6 @@ class ConsumerThread:
         # A closed loop (RuntimeError) means the worker is exiting: nothing to tell it.
         with contextlib.suppress(RuntimeError):
             self._side.loop.call_soon_threadsafe(callback, *args)
-
-    # -- rebalances ----------------------------------------------------------------------------
-
-    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        new = []
-        for tp in partitions:
-            known = self._topics.get(tp.topic)
-            if known is None:
-                continue
-            priority, pidx = known
-            state = PartitionState(tp.topic, tp.partition, priority, pidx)
-            self.states[(state.topic, state.partition)] = state
-            new.append(state)
-        consumer.incremental_assign(partitions)
-        if partitions:
-            # librdkafka keeps a partition's pause flag across a revoke and a new assignment, so
-            # a partition we paused before losing it would come back paused: resume it once its
-            # commit mark is read (after this callback: no blocking call may happen inside it).
-            consumer.pause(partitions)
-            for state in new:
-                state.paused = True
-            self.assignment.add(new)
-            self._metrics.count(self._metrics.rebalances, "assign")
-            _log.info(
-                "partitions assigned",
-                extra={"partitions": describe(partitions), "owned": len(self.states)},
-            )
-        self._assigned_once = True
-        self._cluster.share_changed = True
-        self._notify(self._side.on_assigned, new)
-
-    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._give_up(consumer, partitions, lost=False)
-
-    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._give_up(consumer, partitions, lost=True)
-
-    def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
-        states = []
-        for tp in partitions:
-            state = self.states.get((tp.topic, tp.partition))
-            if state is not None:
-                states.append(state)
-                self._flow.forget(state)
-        if lost:
-            for state in states:
-                del self.states[(state.topic, state.partition)]
-        self.assignment.discard(states)
-        if states and not self._closing:
-            self._metrics.count(self._metrics.rebalances, "lost" if lost else "revoke")
-            _log.info(
-                "partitions lost" if lost else "partitions revoked",
-                extra={"partitions": describe(partitions), "owned": len(self.states)},
-            )
-            # The loop stops dispatching them, drops their buffered jobs and waits up to the
-            # grace period for their running jobs; polling waits meanwhile (well within
-            # max.poll.interval.ms), which keeps the assignment steady while we finish.
-            future = asyncio.run_coroutine_threadsafe(
-                self._side.revoke(states, lost=lost), self._side.loop
-            )
-            deadline = time.monotonic() + self._grace + 5.0
-            try:
-                # Keep writing the moves of the jobs we wait for: they finish only then.
-                while not future.done() and time.monotonic() < deadline:
-                    self._drain_moves()
-                    with contextlib.suppress(TimeoutError):
-                        future.result(timeout=0.02)
-                future.result(timeout=0)
-            except Exception as exc:
-                _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
-            self._cluster.share_changed = True
-        if not lost:
-            # Kept in the table while their jobs finished, so that their moves were written.
-            for state in states:
-                del self.states[(state.topic, state.partition)]
-        if lost and self._mover is not None:
-            # Not ours any more: moves of theirs in the open transaction must not commit.
-            self._mover.forget((s.topic, s.partition) for s in states)
-        if states and not lost:
-            # Still ours until incremental_unassign, and this is the one moment of a rebalance
-            # when the group generation is settled: commit their watermarks now (also when
-            # closing, in case the final commit met a rebalance in progress and was refused).
-            # Not a synchronous commit: a blocking consumer call inside a rebalance callback
-            # breaks confluent-kafka's per-thread call state (a later callback of the same poll
-            # then aborts the process). The commit is queued before the unassignment and the
-            # rejoin, so the coordinator handles it first; close() waits for it.
-            self._committer.commit(states, time.monotonic(), clean=True)
-            if self._mover is not None:
-                self._mover.forget((s.topic, s.partition) for s in states)
-        self._forget(states)
-        consumer.incremental_unassign(partitions)
-
-    def _forget(self, states: list[PartitionState]) -> None:
-        """Drop what the thread keeps of partitions that are not ours any more."""
-        self._poison.forget(states)
-        if self._dedup is not None and states:
-            self._dedup.unload([(s.topic, s.partition) for s in states])
 
     # -- moves -----------------------------------------------------------------
 

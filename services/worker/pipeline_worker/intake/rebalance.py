@@ -1,0 +1,173 @@
+"""Rebalances: what the consumer thread does when the group assigns, revokes or loses partitions.
+
+librdkafka calls these from inside ``poll`` on the consumer thread (cooperative-sticky: only the
+partitions that move are named). A revoked partition stays in the table until the loop has
+finished or given up its running jobs (``revoke_grace_s``) and their moves are written, then its
+watermark is committed and it is unassigned; a lost one (the session expired: another member
+may own it already) is dropped at once and nothing of it is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._work import PartitionState
+from ..commit.committer import describe
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, TopicPartition
+
+    from pipeline import Priority
+    from pipeline._dedupstores import DedupStore
+
+    from .._metrics import WorkerMetrics
+    from ..commit.committer import Committer
+    from ..commit.moves import Mover
+    from ..recovery.poison import PoisonWatch
+    from .assignment import Assignment
+    from .cluster import ClusterView
+    from .flow import FlowControl
+    from .loopside import LoopSide
+
+_log = logging.getLogger("pipeline.worker.consumer")
+
+
+class Rebalance:
+    """The consumer's rebalance callbacks, on the partition table the thread shares with them."""
+
+    def __init__(
+        self,
+        *,
+        topics: dict[str, tuple[Priority, int]],
+        states: dict[tuple[str, int], PartitionState],
+        side: LoopSide,
+        metrics: WorkerMetrics,
+        flow: FlowControl,
+        assignment: Assignment,
+        cluster: ClusterView,
+        committer: Committer,
+        poison: PoisonWatch,
+        mover: Mover | None,
+        dedup: DedupStore | None,
+        grace_s: float,
+        drain_moves: Callable[[], None],
+        notify: Callable[..., None],
+    ) -> None:
+        self._topics = topics
+        self.states = states
+        self._side = side
+        self._metrics = metrics
+        self._flow = flow
+        self.assignment = assignment
+        self._cluster = cluster
+        self._committer = committer
+        self._poison = poison
+        self._mover = mover
+        self._dedup = dedup
+        self._grace_s = grace_s
+        self._drain_moves = drain_moves
+        self._notify = notify
+        self.assigned_once = False
+        """Whether the group assigned this member anything yet (a burst run waits for it)."""
+        self.closing = False
+        """Set when the consumer closes: the revocation of everything is not logged or counted."""
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        new = []
+        for tp in partitions:
+            known = self._topics.get(tp.topic)
+            if known is None:
+                continue
+            priority, pidx = known
+            state = PartitionState(tp.topic, tp.partition, priority, pidx)
+            self.states[(state.topic, state.partition)] = state
+            new.append(state)
+        consumer.incremental_assign(partitions)
+        if partitions:
+            # librdkafka keeps a partition's pause flag across a revoke and a new assignment, so
+            # a partition we paused before losing it would come back paused: resume it once its
+            # commit mark is read (after this callback: no blocking call may happen inside it).
+            consumer.pause(partitions)
+            for state in new:
+                state.paused = True
+            self.assignment.add(new)
+            self._metrics.count(self._metrics.rebalances, "assign")
+            _log.info(
+                "partitions assigned",
+                extra={"partitions": describe(partitions), "owned": len(self.states)},
+            )
+        self.assigned_once = True
+        self._cluster.share_changed = True
+        self._notify(self._side.on_assigned, new)
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=False)
+
+    def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._give_up(consumer, partitions, lost=True)
+
+    def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
+        states = []
+        for tp in partitions:
+            state = self.states.get((tp.topic, tp.partition))
+            if state is not None:
+                states.append(state)
+                self._flow.forget(state)
+        if lost:
+            for state in states:
+                del self.states[(state.topic, state.partition)]
+        self.assignment.discard(states)
+        if states and not self.closing:
+            self._metrics.count(self._metrics.rebalances, "lost" if lost else "revoke")
+            _log.info(
+                "partitions lost" if lost else "partitions revoked",
+                extra={"partitions": describe(partitions), "owned": len(self.states)},
+            )
+            # The loop stops dispatching them, drops their buffered jobs and waits up to the
+            # grace period for their running jobs; polling waits meanwhile (well within
+            # max.poll.interval.ms), which keeps the assignment steady while we finish.
+            future = asyncio.run_coroutine_threadsafe(
+                self._side.revoke(states, lost=lost), self._side.loop
+            )
+            deadline = time.monotonic() + self._grace_s + 5.0
+            try:
+                # Keep writing the moves of the jobs we wait for: they finish only then.
+                while not future.done() and time.monotonic() < deadline:
+                    self._drain_moves()
+                    with contextlib.suppress(TimeoutError):
+                        future.result(timeout=0.02)
+                future.result(timeout=0)
+            except Exception as exc:
+                _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
+            self._cluster.share_changed = True
+        if not lost:
+            # Kept in the table while their jobs finished, so that their moves were written.
+            for state in states:
+                del self.states[(state.topic, state.partition)]
+        if lost and self._mover is not None:
+            # Not ours any more: moves of theirs in the open transaction must not commit.
+            self._mover.forget((s.topic, s.partition) for s in states)
+        if states and not lost:
+            # Still ours until incremental_unassign, and this is the one moment of a rebalance
+            # when the group generation is settled: commit their watermarks now (also when
+            # closing, in case the final commit met a rebalance in progress and was refused).
+            # Not a synchronous commit: a blocking consumer call inside a rebalance callback
+            # breaks confluent-kafka's per-thread call state (a later callback of the same poll
+            # then aborts the process). The commit is queued before the unassignment and the
+            # rejoin, so the coordinator handles it first; close() waits for it.
+            self._committer.commit(states, time.monotonic(), clean=True)
+            if self._mover is not None:
+                self._mover.forget((s.topic, s.partition) for s in states)
+        self._forget(states)
+        consumer.incremental_unassign(partitions)
+
+    def _forget(self, states: list[PartitionState]) -> None:
+        """Drop what the thread keeps of partitions that are not ours any more."""
+        self._poison.forget(states)
+        if self._dedup is not None and states:
+            self._dedup.unload([(s.topic, s.partition) for s in states])
