@@ -12,11 +12,13 @@ from pipeline._deadletters import read_dead_letters
 from pipeline_cli._main import cli
 
 from ...waiting import wait_for
+from ..scheduler.conftest import scheduler_env
 from .harness import enqueue, wait_joined
 
 if TYPE_CHECKING:
     from pipeline import Settings
 
+    from ..scheduler.conftest import SchedulerFactory
     from .fixtures import WorkerKit
 
 LAG_KEYS = {
@@ -43,9 +45,9 @@ TOP_KEYS = {
 }
 
 
-def run(settings: Settings, *args: str, code: int = 0) -> Result:
+def run(settings: Settings, *args: str, code: int = 0, timeout: bool = True) -> Result:
     common = ["--bootstrap-servers", settings.bootstrap_servers, "--namespace", settings.namespace]
-    result = CliRunner().invoke(cli, [*args, *common, "--timeout", "20"])
+    result = CliRunner().invoke(cli, [*args, *common, *(["--timeout", "20"] if timeout else [])])
     assert result.exit_code == code, result.output
     return result
 
@@ -172,3 +174,49 @@ def test_status_lists_the_workers_and_the_drained_backlog(kit: WorkerKit, monkey
     seen = [json.loads(line) for line in tailed.splitlines()]
     assert sorted(e["job_id"] for e in seen) == sorted(done)
     assert {e["kind"] for e in seen} == {"succeeded"}
+
+
+def test_status_shows_the_scheduler_leader_its_lateness_and_the_deferred_jobs(
+    kit: WorkerKit, schedulers: SchedulerFactory
+) -> None:
+    kit.producer.enqueue("noop", {"n": 1}, delay=300)  # within the horizon below: held
+    kit.producer.flush(30)
+    schedule = ["schedules", "add", "often", "--cron", "* * * * * */2", "--type", "noop"]
+    run(kit.settings, *schedule, timeout=False)
+
+    def late() -> bool:
+        return float(status_json(kit.settings)["scheduler"]["cron_lateness_s"]) > 1.0
+
+    # No scheduler: the schedule's next fire passes and nobody fires it.
+    assert wait_for(late, 30, interval=0.2)
+    document = status_json(kit.settings)
+    assert document["scheduler"]["leader"] is None
+    deferred = by_name(document["deferred"])["deferred"]
+    assert deferred["backlog"] == 1
+    assert deferred["group"] == f"{kit.settings.namespace}.scheduler.deferred"
+    assert document["schedules"][0]["name"] == "often"
+    assert document["schedules"][0]["overdue_s"] > 1.0
+
+    env = scheduler_env(horizon_s=600)
+    leader = schedulers.start({**env, "PIPELINE_CLIENT_ID": "sched-a"})
+    schedulers.wait_leading(leader)
+    schedulers.start({**env, "PIPELINE_CLIENT_ID": "sched-b"})
+
+    def led() -> bool:
+        scheduler = status_json(kit.settings)["scheduler"]
+        return (
+            scheduler["leader"] is not None
+            and len(scheduler["members"]) == 2
+            and scheduler["cron_lateness_s"] < 1.0
+        )
+
+    assert wait_for(led, 60, interval=0.2), leader.output()
+    document = status_json(kit.settings)
+    assert document["scheduler"]["leader"]["client_id"] == "sched-a"
+    assert document["scheduler"]["group"] == f"{kit.settings.namespace}.scheduler"
+    assert document["schedules"][0]["last_fire"] is not None
+    # The leader holds the delayed job: its commit stays below it.
+    assert by_name(document["deferred"])["deferred"]["backlog"] == 1
+    table = run(kit.settings, "status").stdout
+    assert "scheduler: leader sched-a on " in table
+    assert "1 standby" in table
