@@ -102,20 +102,26 @@ def _decode(codec: EventCodec, message: Message) -> Event | None:
 def job_history(settings: Settings, job_id: str, *, timeout: float = 30.0) -> JobHistory:
     """Everything ``<ns>.events`` and ``<ns>.dlq`` hold about job ``job_id``.
 
-    Reads the whole events topic (its records' keys; only the job's are decoded) and the whole
-    dead-letter topic: the cost grows with their retained size.
+    Reads the whole events topic (only the job's records are kept and decoded) and the whole
+    dead-letter topic: the time grows with their retained size, the memory with the job's.
     """
     topic = TopicNames(settings.namespace).events
     key = job_id.encode()
     codec = EventCodec()
+    scanned = 0
+
+    def of_job(message: Message) -> bool:
+        nonlocal scanned
+        scanned += 1
+        return message.key() == key
+
     with TopicReader(settings, timeout) as reader:
-        messages = reader.read(topic)[topic]
-    history = JobHistory(job_id, scanned=len(messages))
+        messages = reader.read(topic, keep=of_job)[topic]
+    history = JobHistory(job_id, scanned=scanned)
     for message in messages:
-        if message.key() == key:
-            event = _decode(codec, message)
-            if event is not None and event.job_id == job_id:
-                history.events.append(event)
+        event = _decode(codec, message)
+        if event is not None and event.job_id == job_id:
+            history.events.append(event)
     history.events.sort(key=lambda e: e.at)
     snapshot = read_dead_letters(settings, timeout=timeout)
     history.letters = [s for s in snapshot.letters if s.letter.job_id == job_id]

@@ -24,6 +24,15 @@ if TYPE_CHECKING:
     from pipeline._records import Event
 
 EVENT_COLUMNS = ["at", "event", "job id", "type", "attempt", "priority", "worker", "detail"]
+_TAIL_WIDTHS = (20, 12, 32, 20, 7, 8, 16)
+"""Fixed widths for ``events tail``, which prints each event as it comes (longer values push
+the rest of their line right)."""
+
+
+def _tail_line(cells: list[object]) -> str:
+    texts = ["-" if value is None else str(value) for value in cells]
+    padded = [text.ljust(width) for text, width in zip(texts, _TAIL_WIDTHS, strict=False)]
+    return "  ".join([*padded, *texts[len(_TAIL_WIDTHS) :]]).rstrip()
 
 
 def _event_json(event: Event) -> dict[str, Any]:
@@ -74,6 +83,8 @@ def show(job_id: str, timeout: float, as_json: bool, settings: Settings) -> None
     """
     with cli_errors():
         history = job_history(settings, job_id, timeout=timeout)
+    if not history.found and not as_json:
+        raise _not_found(job_id, history.scanned, settings)
     if as_json:
         print_json(
             {
@@ -100,12 +111,16 @@ def show(job_id: str, timeout: float, as_json: bool, settings: Settings) -> None
                 f"`pipeline dlq show {letter.id}` for more"
             )
     if not history.found:
-        raise click.ClickException(
-            f"nothing known about job {job_id}: no event among the {history.scanned} on "
-            f"{settings.namespace}.events and no dead letter. It may not have started yet, its "
-            "events may be past retention, or the workers run with events=off (or errors, and "
-            "it never failed)"
-        )
+        raise _not_found(job_id, history.scanned, settings)
+
+
+def _not_found(job_id: str, scanned: int, settings: Settings) -> click.ClickException:
+    return click.ClickException(
+        f"nothing known about job {job_id}: no event among the {scanned} on "
+        f"{settings.namespace}.events and no dead letter. It may not have started yet, its "
+        "events may be past retention, or the workers run with events=off (or errors, and "
+        "it never failed)"
+    )
 
 
 @click.group()
@@ -181,9 +196,9 @@ def tail(
                     click.echo(json.dumps(_event_json(event), separators=(",", ":")))
                 else:
                     if not width_header:
-                        click.echo("  ".join(c.upper() for c in EVENT_COLUMNS))
+                        click.echo(_tail_line([c.upper() for c in EVENT_COLUMNS]))
                         width_header = True
-                    click.echo("  ".join("-" if v is None else str(v) for v in _event_row(event)))
+                    click.echo(_tail_line(_event_row(event)))
                 shown += 1
                 if max_events is not None and shown >= max_events:
                     return
