@@ -46,7 +46,14 @@ def test_wrong_arguments_exit_2_with_a_message(args: list[str]) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [["status"], ["status", "--json"], ["jobs", "show", "abc"], ["events", "tail"]]
+    "args",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["status", "--watch", "--count", "1"],  # --watch without SECONDS: the default
+        ["jobs", "show", "abc"],
+        ["events", "tail"],
+    ],
 )
 def test_kafka_unreachable_exits_1_saying_so(args: list[str]) -> None:
     result = CliRunner().invoke(cli, [*args, *NOWHERE])

@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from click.testing import CliRunner, Result
+from confluent_kafka import Producer
 
 from pipeline._deadletters import read_dead_letters
 from pipeline_cli._main import cli
@@ -65,6 +66,10 @@ def by_name(lags: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_status_with_no_worker_shows_the_backlog_and_the_oldest_job(kit: WorkerKit) -> None:
     enqueue(kit.producer, "noop", 5, priority="high")
     enqueue(kit.producer, "noop", 2, priority="low")
+    # A message on a retry tier, which no relay moves while no worker runs.
+    producer = Producer(kit.settings.client_config())
+    producer.produce(kit.topics.retry(1), b"waiting", partition=0)
+    assert producer.flush(30) == 0
 
     document = status_json(kit.settings)
 
@@ -84,8 +89,12 @@ def test_status_with_no_worker_shows_the_backlog_and_the_oldest_job(kit: WorkerK
     assert priorities["high"]["oldest_age_s"] is not None
     assert 0 <= priorities["high"]["oldest_age_s"] < 120
     assert priorities["default"]["oldest_age_s"] is None
-    assert [t["name"] for t in document["retry_tiers"]] == ["0", "1", "2", "3"]
-    assert all(t["backlog"] == 0 for t in document["retry_tiers"] + document["deferred"])
+    tiers = by_name(document["retry_tiers"])
+    assert list(tiers) == ["0", "1", "2", "3"]
+    assert {n: tier["backlog"] for n, tier in tiers.items()} == {"0": 0, "1": 1, "2": 0, "3": 0}
+    assert tiers["1"]["group"] == f"{kit.settings.namespace}.workers.retry"
+    assert tiers["1"]["oldest_age_s"] is not None
+    assert all(t["backlog"] == 0 for t in document["deferred"])
     assert document["workers"]["members"] == []
     assert document["scheduler"]["leader"] is None
     assert document["dead_letters_pending"] == 0
