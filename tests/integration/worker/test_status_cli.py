@@ -107,6 +107,10 @@ def test_status_with_no_worker_shows_the_backlog_and_the_oldest_job(kit: WorkerK
     high = next(line for line in table.splitlines() if line.startswith("high "))
     assert high.split()[:3] == ["high", kit.topics.jobs("high"), "5"]
 
+    elsewhere = kit.settings.model_copy(update={"namespace": f"{kit.settings.namespace}-none"})
+    missing = run(elsewhere, "status", code=1)
+    assert "pipeline topics apply" in missing.output
+
 
 def test_status_lists_the_workers_and_the_drained_backlog(kit: WorkerKit, monkeypatch: Any) -> None:
     monkeypatch.setenv("PIPELINE_EVENTS", "all")
