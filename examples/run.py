@@ -58,6 +58,11 @@ def main() -> int:
     for topic in describe_topics(settings):
         if topic.messages:
             print(f"    {topic.name:<28} {topic.messages:>5}")
+    print("==> the backlog, the workers and the scheduler (pipeline status)")
+    code = subprocess.call([str(worker.with_name("pipeline")), "status"])
+    if code != 0:
+        print(f"error: pipeline status exited with {code}", file=sys.stderr)
+        return code
     print("The delayed job waits for the scheduler. Stop Kafka with: .venv/bin/pipeline dev down")
     return 0
 

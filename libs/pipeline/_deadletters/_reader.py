@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -83,8 +83,11 @@ class _Reader:
             )
         return sorted(meta.partitions)
 
-    def read(self, *topics: str) -> dict[str, list[Message]]:
-        """Every committed message of ``topics`` up to their ends as of this call, by topic."""
+    def read(
+        self, *topics: str, keep: Callable[[Message], bool] | None = None
+    ) -> dict[str, list[Message]]:
+        """Every committed message of ``topics`` up to their ends as of this call, by topic;
+        with ``keep``, only those it accepts (the others are not held in memory)."""
         ends: dict[tuple[str, int], int] = {}
         starts: list[TopicPartition] = []
         for topic in topics:
@@ -108,7 +111,7 @@ class _Reader:
                 raise self.unavailable(f"{left} not read to the end, {len(ends)} partition(s) left")
             # A short wait: consume() returns when it has 500 messages or the wait is over.
             for message in self.consumer.consume(500, 0.02):
-                self._take(message, ends, messages)
+                self._take(message, ends, messages, keep)
         return messages
 
     def _take(
@@ -116,6 +119,7 @@ class _Reader:
         message: Message,
         ends: dict[tuple[str, int], int],
         out: dict[str, list[Message]],
+        keep: Callable[[Message], bool] | None,
     ) -> None:
         where = (message.topic() or "", message.partition() or 0)
         error = message.error()
@@ -131,7 +135,7 @@ class _Reader:
         offset = message.offset() or 0
         if end is None:
             return
-        if offset < end:
+        if offset < end and (keep is None or keep(message)):
             out[where[0]].append(message)
         if offset + 1 >= end:  # what comes after was written after this read started
             del ends[where]

@@ -9,7 +9,9 @@ import click
 from ._dev import dev
 from ._dlq import dlq
 from ._enqueue import enqueue
+from ._jobs import events, jobs
 from ._schedules import schedules
+from ._status import status
 from ._topics import topics
 
 
@@ -38,6 +40,9 @@ cli.add_command(topics)
 cli.add_command(enqueue)
 cli.add_command(schedules)
 cli.add_command(dlq)
+cli.add_command(status)
+cli.add_command(jobs)
+cli.add_command(events)
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import TopicMissingError
+from pipeline._groups import scheduler_group
 from pipeline._settings import Settings
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topicspec import scheduler_control_topic
@@ -24,7 +25,7 @@ _log = logging.getLogger("pipeline.scheduler.leadership")
 
 
 def group_id(settings: Settings) -> str:
-    return settings.scheduler.group_id or f"{settings.namespace}.scheduler"
+    return scheduler_group(settings)
 
 
 class Leadership:

@@ -16,7 +16,9 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec, ScheduleCodec
+from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._errors import DecodeError, KafkaUnavailableError
+from pipeline._groups import deferred_group
 from pipeline._job import now_ms
 from pipeline._records import DeadLetter, DeadLetterReason, Schedule
 from pipeline._registry import Registry
@@ -31,7 +33,7 @@ from ._duequeue import DueQueue
 from ._metrics import SchedulerMetrics
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router
-from ._state import cron_key, encode_last_fire, load_state, progress_key
+from ._state import load_state, progress_key
 from ._txn import leader_transactions
 
 _log = logging.getLogger("pipeline.scheduler")
@@ -94,7 +96,7 @@ class LeaderSession:
         state = load_state(self.settings)
         self.cron.load_last_fires(state.last_fires)
         conf: dict[str, Any] = {
-            "group.id": f"{self.settings.namespace}.scheduler.deferred",
+            "group.id": deferred_group(self.settings),
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",

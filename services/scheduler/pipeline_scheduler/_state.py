@@ -8,10 +8,10 @@ committed offsets and the jobs on the job topics.
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 
+from pipeline._cronstate import decode_last_fire
 from pipeline._schedule import read_table
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames
@@ -23,14 +23,6 @@ _log = logging.getLogger("pipeline.scheduler")
 
 def progress_key(topic: str, partition: int) -> bytes:
     return f"offsets:{topic}:{partition}".encode()
-
-
-def cron_key(name: str) -> bytes:
-    return f"cron:{name}".encode()
-
-
-def encode_last_fire(fire_ms: int) -> bytes:
-    return json.dumps({"v": 1, "last": fire_ms}).encode()
 
 
 @dataclass(slots=True)
@@ -58,7 +50,7 @@ def load_state(settings: Settings, timeout: float = 60.0) -> SchedulerState:
                 if value is None:
                     state.last_fires.pop(rest, None)
                 else:
-                    state.last_fires[rest] = int(json.loads(value)["last"])
+                    state.last_fires[rest] = decode_last_fire(value)
         except (ValueError, KeyError, TypeError):
             _log.warning("unreadable scheduler state record ignored", extra={"key": key})
     return state

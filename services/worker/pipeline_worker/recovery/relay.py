@@ -39,6 +39,7 @@ from pipeline import DecodeError, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec
 from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
+from pipeline._groups import retry_group
 from pipeline._job import now_ms
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetter, DeadLetterReason
@@ -81,7 +82,7 @@ class RetryRelay:
         self._namespace = settings.namespace
         health = BrokerHealth.of(settings.bootstrap_servers)
         consumer_conf: dict[str, Any] = {
-            "group.id": f"{group_id}.retry",
+            "group.id": retry_group(group_id),
             "partition.assignment.strategy": "cooperative-sticky",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

@@ -1,0 +1,162 @@
+"""Reading ``<ns>.events``: one job's history (``pipeline jobs show``) and a filtered follow
+(``pipeline events tail``).
+
+Events are keyed by job id, so a job's history is found by reading the whole topic (bounded by
+its retention, ``topics.events_retention_ms``) and decoding only the records with that key; its
+dead letters come from :func:`pipeline._deadletters.read_dead_letters`. What is there depends
+on the ``events`` setting of the workers: ``errors`` (the default) writes retried, dead,
+replayed and discarded; ``all`` adds started, progress, succeeded and deduplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
+from typing import TYPE_CHECKING
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
+
+from ._codec import EventCodec
+from ._deadletters import StoredLetter, read_dead_letters
+from ._deadletters import _Reader as TopicReader
+from ._errors import DecodeError, PipelineError
+from ._records import Event, EventKind
+from ._topics import TopicNames
+
+if TYPE_CHECKING:
+    from confluent_kafka import Message
+
+    from ._settings import Settings
+
+__all__ = ["EventFilter", "JobHistory", "follow_events", "job_history"]
+
+_log = logging.getLogger("pipeline.events")
+
+
+@dataclass(frozen=True, slots=True)
+class EventFilter:
+    """Which events to keep: job types (shell wildcards), event kinds, job ids; empty = all."""
+
+    types: Sequence[str] = ()
+    kinds: Sequence[str] = ()
+    job_ids: Sequence[str] = ()
+
+    def matches(self, event: Event) -> bool:
+        return (
+            (not self.types or any(fnmatchcase(event.job_type, t) for t in self.types))
+            and (not self.kinds or event.kind in self.kinds)
+            and (not self.job_ids or event.job_id in self.job_ids)
+        )
+
+
+@dataclass(slots=True)
+class JobHistory:
+    """A job's events in time order and its dead letters; ``state`` says where it is."""
+
+    job_id: str
+    events: list[Event] = field(default_factory=list)
+    letters: list[StoredLetter] = field(default_factory=list)
+    scanned: int = 0
+    """Records of ``<ns>.events`` read to find the events."""
+
+    @property
+    def found(self) -> bool:
+        return bool(self.events or self.letters)
+
+    @property
+    def state(self) -> str:
+        """What the last thing known is: ``succeeded``, ``dead (pending)``, ``retrying``,
+        ``running``, ``replayed``... or ``unknown``."""
+        if self.letters and (not self.events or self.events[-1].kind == EventKind.DEAD):
+            return f"dead ({self.letters[-1].status.value})"
+        if not self.events:
+            return "unknown"
+        last = self.events[-1]
+        states: dict[str, str] = {
+            EventKind.STARTED: "running (or its worker stopped)",
+            EventKind.PROGRESS: "running (or its worker stopped)",
+            EventKind.RETRIED: "waiting for a retry",
+            EventKind.REPLAYED: "replayed, waiting to run",
+            EventKind.DEDUPLICATED: "skipped as a duplicate",
+        }
+        return states.get(last.kind, last.kind)
+
+
+def _decode(codec: EventCodec, message: Message) -> Event | None:
+    try:
+        return codec.decode(message.value() or b"")
+    except DecodeError as exc:
+        _log.info(
+            "undecodable event %s[%s]@%s: %s",
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            exc.reason,
+        )
+        return None
+
+
+def job_history(settings: Settings, job_id: str, *, timeout: float = 30.0) -> JobHistory:
+    """Everything ``<ns>.events`` and ``<ns>.dlq`` hold about job ``job_id``.
+
+    Reads the whole events topic (only the job's records are kept and decoded) and the whole
+    dead-letter topic: the time grows with their retained size, the memory with the job's.
+    """
+    topic = TopicNames(settings.namespace).events
+    key = job_id.encode()
+    codec = EventCodec()
+    scanned = 0
+
+    def of_job(message: Message) -> bool:
+        nonlocal scanned
+        scanned += 1
+        return message.key() == key
+
+    with TopicReader(settings, timeout) as reader:
+        messages = reader.read(topic, keep=of_job)[topic]
+    history = JobHistory(job_id, scanned=scanned)
+    for message in messages:
+        event = _decode(codec, message)
+        if event is not None and event.job_id == job_id:
+            history.events.append(event)
+    history.events.sort(key=lambda e: e.at)
+    snapshot = read_dead_letters(settings, timeout=timeout)
+    history.letters = [s for s in snapshot.letters if s.letter.job_id == job_id]
+    return history
+
+
+def follow_events(
+    settings: Settings,
+    event_filter: EventFilter,
+    *,
+    from_beginning: bool = False,
+    until_idle: float | None = None,
+    timeout: float = 30.0,
+) -> Iterator[Event]:
+    """Yield matching events of ``<ns>.events`` as they arrive (new ones only, unless
+    ``from_beginning``), until the caller stops or, with ``until_idle``, no event at all
+    has arrived for that many seconds."""
+    topic = TopicNames(settings.namespace).events
+    codec = EventCodec()
+    with TopicReader(settings, timeout) as reader:
+        start = OFFSET_BEGINNING if from_beginning else OFFSET_END
+        reader.consumer.assign([TopicPartition(topic, p, start) for p in reader.partitions(topic)])
+        last = time.monotonic()
+        while until_idle is None or time.monotonic() - last < until_idle:
+            try:
+                messages = reader.consumer.consume(500, 0.2)
+            except KafkaException as exc:
+                raise reader.unavailable(exc.args[0].str()) from exc
+            for message in messages:
+                error = message.error()
+                if error is not None:
+                    if error.code() != KafkaError._PARTITION_EOF and not error.retriable():
+                        raise PipelineError(f"reading {topic} failed: {error.str()}")
+                    continue
+                last = time.monotonic()
+                event = _decode(codec, message)
+                if event is not None and event_filter.matches(event):
+                    yield event

@@ -1,0 +1,207 @@
+"""How ``pipeline status`` shows a snapshot: tables like ``kubectl get``, or JSON, stable keys."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from pipeline._status import rates
+
+from ._dlqrender import when
+from ._output import print_table
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pipeline._status import GroupInfo, Member, StatusSnapshot, TopicLag
+
+
+def _rate_pairs(
+    snapshot: StatusSnapshot, previous: StatusSnapshot | None
+) -> dict[str, tuple[float, float]]:
+    if previous is None:
+        return {}
+    seconds = (snapshot.at - previous.at) / 1000
+    before = {
+        lag.topic: lag for lag in (*previous.priorities, *previous.retry_tiers, *previous.deferred)
+    }
+    found = {}
+    for lag in (*snapshot.priorities, *snapshot.retry_tiers, *snapshot.deferred):
+        if lag.topic in before:
+            found[lag.topic] = rates(before[lag.topic], lag, seconds)
+    return found
+
+
+def _age(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    whole = int(seconds)
+    if whole < 120:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
+    if whole < 7200:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 172800:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+def _lag_json(lag: TopicLag, at: int, pair: tuple[float, float] | None) -> dict[str, Any]:
+    return {
+        "name": lag.name,
+        "topic": lag.topic,
+        "group": lag.group,
+        "backlog": lag.backlog,
+        "oldest_age_s": lag.oldest_age_s(at),
+        "rate_in": None if pair is None else round(pair[0], 3),
+        "rate_out": None if pair is None else round(pair[1], 3),
+        "partitions": [
+            {
+                "partition": p.partition,
+                "end": p.end,
+                "committed": p.committed,
+                "backlog": p.backlog,
+                "oldest_at": p.oldest_at,
+            }
+            for p in lag.partitions
+        ],
+    }
+
+
+def _member_json(member: Member) -> dict[str, Any]:
+    return {
+        "client_id": member.client_id,
+        "member_id": member.member_id,
+        "host": member.host,
+        "partitions": [f"{topic}[{partition}]" for topic, partition in member.partitions],
+    }
+
+
+def _group_json(group: GroupInfo) -> dict[str, Any]:
+    return {
+        "group": group.group_id,
+        "state": group.state,
+        "members": [_member_json(m) for m in group.members],
+    }
+
+
+def status_json(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> dict[str, Any]:
+    """The snapshot as JSON; rates are ``null`` without a previous snapshot to compare with."""
+    pairs = _rate_pairs(snapshot, previous)
+    at = snapshot.at
+
+    def lags(items: Sequence[TopicLag]) -> list[dict[str, Any]]:
+        return [_lag_json(lag, at, pairs.get(lag.topic)) for lag in items]
+
+    leader = snapshot.leader
+    return {
+        "namespace": snapshot.namespace,
+        "at": when(at),
+        "at_ms": at,
+        "priorities": lags(snapshot.priorities),
+        "retry_tiers": lags(snapshot.retry_tiers),
+        "deferred": lags(snapshot.deferred),
+        "workers": _group_json(snapshot.workers),
+        "scheduler": {
+            **_group_json(snapshot.scheduler),
+            "leader": None if leader is None else _member_json(leader),
+            "cron_lateness_s": snapshot.cron_lateness_s,
+        },
+        "dead_letters_pending": snapshot.dead_letters_pending,
+        "schedules": [
+            {
+                "name": s.name,
+                "cron": s.cron,
+                "timezone": s.timezone,
+                "job_type": s.job_type,
+                "enabled": s.enabled,
+                "last_fire": when(s.last_fire),
+                "next_fire": when(s.next_fire),
+                "overdue_s": s.overdue_s(at),
+            }
+            for s in snapshot.schedules
+        ],
+    }
+
+
+def _partitions_text(member: Member) -> str:
+    """``0,1,2 of 4 topics``: a co-partitioned member owns the same numbers on every topic."""
+    numbers = sorted({partition for _, partition in member.partitions})
+    topics = {topic for topic, _ in member.partitions}
+    if not numbers:
+        return "-"
+    suffix = f" of {len(topics)} topics" if len(topics) > 1 else f" of {next(iter(topics))}"
+    return ",".join(str(n) for n in numbers) + suffix
+
+
+def _lag_rows(
+    items: Sequence[TopicLag], at: int, pairs: dict[str, tuple[float, float]]
+) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for lag in items:
+        pair = pairs.get(lag.topic)
+        rows.append(
+            [
+                lag.name,
+                lag.topic,
+                lag.backlog,
+                _age(lag.oldest_age_s(at)) or "-",
+                "n/a" if pair is None else f"{pair[0]:.1f}",
+                "n/a" if pair is None else f"{pair[1]:.1f}",
+            ]
+        )
+    return rows
+
+
+def print_status(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> None:
+    """The snapshot as tables; IN/S and OUT/S say ``n/a`` until a previous refresh exists."""
+    pairs = _rate_pairs(snapshot, previous)
+    at = snapshot.at
+    click.echo(f"namespace {snapshot.namespace} at {when(at)}")
+    for title, items in [
+        ("priority", snapshot.priorities),
+        ("retry tier", snapshot.retry_tiers),
+        ("deferred", snapshot.deferred),
+    ]:
+        if items:
+            click.echo()
+            print_table(
+                _lag_rows(items, at, pairs), [title, "topic", "backlog", "oldest", "in/s", "out/s"]
+            )
+    workers = snapshot.workers
+    click.echo()
+    count = len(workers.members)
+    click.echo(
+        f"workers: group {workers.group_id} ({workers.state.lower()}), "
+        f"{count} member{'' if count == 1 else 's'}"
+    )
+    if workers.members:
+        print_table(
+            [[m.client_id, m.host, _partitions_text(m)] for m in workers.members],
+            ["client", "host", "partitions"],
+        )
+    click.echo()
+    leader = snapshot.leader
+    standbys = len(snapshot.scheduler.members) - (leader is not None)
+    who = "none" if leader is None else f"{leader.client_id} on {leader.host}"
+    click.echo(
+        f"scheduler: leader {who}, {standbys} standby{'' if standbys == 1 else 's'}; "
+        f"cron lateness {_age(snapshot.cron_lateness_s)}"
+    )
+    click.echo(f"dead letters pending: {snapshot.dead_letters_pending}")
+    if snapshot.schedules:
+        click.echo()
+        print_table(
+            [
+                [
+                    s.name,
+                    s.cron,
+                    s.job_type,
+                    when(s.last_fire),
+                    when(s.next_fire) if s.enabled else "disabled",
+                    _age(s.overdue_s(at)) if s.overdue_s(at) else "-",
+                ]
+                for s in snapshot.schedules
+            ],
+            ["schedule", "cron", "type", "last fire", "next fire", "overdue"],
+        )

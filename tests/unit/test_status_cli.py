@@ -1,0 +1,178 @@
+"""``pipeline status``, ``jobs show`` and ``events tail`` without a broker: argument errors,
+Kafka unreachable, and what a snapshot computes and prints."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline._deadletters import LetterState, LetterStatus, StoredLetter
+from pipeline._eventlog import EventFilter, JobHistory
+from pipeline._records import DeadLetter, Event
+from pipeline._status import (
+    GroupInfo,
+    Member,
+    PartitionLag,
+    ScheduleDue,
+    StatusSnapshot,
+    TopicLag,
+    rates,
+)
+from pipeline_cli._main import cli
+from pipeline_cli._statusrender import print_status, status_json
+
+NOWHERE = ["--bootstrap-servers", "127.0.0.1:1", "--timeout", "1"]
+AT = 1_700_000_000_000
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status", "--watch", "0.1"],
+        ["status", "--count", "2"],
+        ["status", "--watch", "soon"],
+        ["jobs", "show"],
+        ["events", "tail", "--kind", "exploded"],
+        ["events", "tail", "--max", "0"],
+        ["events", "tail", "--until-idle", "-1"],
+    ],
+)
+def test_wrong_arguments_exit_2_with_a_message(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, [*args, *NOWHERE])
+    assert result.exit_code == 2, result.output
+    assert "Error" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["status", "--json"],
+        ["status", "--watch", "--count", "1"],  # --watch without SECONDS: the default
+        ["jobs", "show", "abc"],
+        ["events", "tail"],
+    ],
+)
+def test_kafka_unreachable_exits_1_saying_so(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, [*args, *NOWHERE])
+    assert result.exit_code == 1, result.output
+    assert "Kafka at 127.0.0.1:1 did not answer" in result.output
+    assert "Traceback" not in result.output
+
+
+def lag(name: str, *parts: PartitionLag) -> TopicLag:
+    return TopicLag(name, f"ns.jobs.{name}", "ns.workers", parts)
+
+
+def snapshot(at: int = AT, *, end: int = 10, committed: int | None = 4) -> StatusSnapshot:
+    worker = Member("m1", "worker-1", "10.0.0.7", (("ns.jobs.high", 0), ("ns.jobs.low", 0)))
+    leader = Member("s1", "sched-a", "10.0.0.8", (("ns.scheduler-control", 0),))
+    standby = Member("s2", "sched-b", "10.0.0.9", ())
+    return StatusSnapshot(
+        namespace="ns",
+        at=at,
+        priorities=(
+            lag("high", PartitionLag(0, 0, end, committed, AT - 90_000)),
+            lag("low", PartitionLag(0, 2, 2, None, None)),
+        ),
+        retry_tiers=(),
+        deferred=(),
+        workers=GroupInfo("ns.workers", "STABLE", (worker,)),
+        scheduler=GroupInfo("ns.scheduler", "STABLE", (leader, standby)),
+        dead_letters_pending=3,
+        schedules=(
+            ScheduleDue("nightly", "0 3 * * *", "UTC", "report", True, None, AT - 5_000),
+            ScheduleDue("off", "* * * * *", "UTC", "noop", False, None, AT - 60_000),
+        ),
+    )
+
+
+def test_backlog_counts_from_the_commit_or_else_the_earliest_offset() -> None:
+    assert PartitionLag(0, 0, 10, 4, None).backlog == 6
+    assert PartitionLag(0, 3, 10, None, None).backlog == 7  # nothing committed: from the start
+    assert PartitionLag(0, 8, 10, 5, None).backlog == 2  # committed below what is retained
+    high = snapshot().priorities[0]
+    assert high.oldest_age_s(AT) == 90.0
+    assert snapshot().priorities[1].oldest_age_s(AT) is None
+
+
+def test_rates_compare_two_snapshots() -> None:
+    before = snapshot(AT, end=10, committed=4).priorities[0]
+    after = snapshot(AT + 2000, end=30, committed=14).priorities[0]
+    assert rates(before, after, 2.0) == (10.0, 5.0)
+    assert rates(before, after, 0.0) == (0.0, 0.0)
+
+
+def test_the_leader_owns_the_control_partition_and_cron_lateness_skips_disabled() -> None:
+    taken = snapshot()
+    assert taken.leader is not None
+    assert taken.leader.client_id == "sched-a"
+    assert taken.cron_lateness_s == 5.0
+
+
+def test_json_has_stable_keys_and_rates_only_with_a_previous_snapshot() -> None:
+    first = status_json(snapshot(), None)
+    assert list(first) == [
+        "namespace",
+        "at",
+        "at_ms",
+        "priorities",
+        "retry_tiers",
+        "deferred",
+        "workers",
+        "scheduler",
+        "dead_letters_pending",
+        "schedules",
+    ]
+    assert first["priorities"][0]["rate_in"] is None
+    assert first["scheduler"]["leader"]["client_id"] == "sched-a"
+    assert first["workers"]["members"][0]["partitions"] == ["ns.jobs.high[0]", "ns.jobs.low[0]"]
+    second = status_json(snapshot(AT + 2000, end=30, committed=14), snapshot())
+    assert second["priorities"][0]["rate_in"] == 10.0
+    assert second["priorities"][0]["rate_out"] == 5.0
+    json.dumps(second)  # serializable as it is
+
+
+def test_the_table_shows_backlog_age_workers_scheduler_and_schedules(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    print_status(snapshot(), None)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    high = next(line for line in lines if line.startswith("high "))
+    assert high.split() == ["high", "ns.jobs.high", "6", "90s", "n/a", "n/a"]
+    assert "workers: group ns.workers (stable), 1 member" in out
+    assert "0 of 2 topics" in out
+    assert "scheduler: leader sched-a on 10.0.0.8, 1 standby; cron lateness 5.0s" in out
+    assert "dead letters pending: 3" in out
+    assert "disabled" in out
+
+
+def event(kind: str, at: int, job_type: str = "email.send") -> Event:
+    return Event(job_id="j1", job_type=job_type, kind=kind, attempt=1, priority="default", at=at)
+
+
+def test_event_filter_matches_types_kinds_and_jobs() -> None:
+    assert EventFilter().matches(event("started", 1))
+    assert EventFilter(types=["email.*"], kinds=["started"]).matches(event("started", 1))
+    assert not EventFilter(kinds=["dead"]).matches(event("started", 1))
+    assert not EventFilter(types=["sms.*"]).matches(event("started", 1))
+    assert not EventFilter(job_ids=["j2"]).matches(event("started", 1))
+
+
+def test_a_job_history_says_where_the_job_is() -> None:
+    assert JobHistory("j1").state == "unknown"
+    assert JobHistory("j1", [event("started", 1), event("succeeded", 2)]).state == "succeeded"
+    assert JobHistory("j1", [event("retried", 1)]).state == "waiting for a retry"
+    letter = DeadLetter(
+        reason="fatal_error", message="no", source_topic="t", source_partition=0, source_offset=0
+    )
+    dead = JobHistory("j1", [event("dead", 1)], [StoredLetter(letter, 0, 0)])
+    assert dead.state == "dead (pending)"
+    replayed = LetterState(status=LetterStatus.REPLAYED, at=3, by="op")
+    again = JobHistory(
+        "j1", [event("dead", 1), event("replayed", 3)], [StoredLetter(letter, 0, 0, replayed)]
+    )
+    assert again.state == "replayed, waiting to run"
