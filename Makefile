@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-unit test-integration chaos lint format bench clean dev-up dev-down bench-dedup
+.PHONY: setup run test test-unit test-integration test-image chaos lint format bench clean dev-up dev-down bench-dedup
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,14 @@ run: setup
 
 ## test: the default suite (unit + integration against a real local Kafka, with short chaos smoke)
 test: setup
-	$(BIN)/pytest -m "not chaos" -q --durations=25
+	$(BIN)/pytest -m "not chaos and not image" -q --durations=25
 
 test-unit: setup
-	$(BIN)/pytest tests/unit -q
+	$(BIN)/pytest tests/unit -m "not image" -q
+
+## test-image: the Dockerfile's build steps in a fresh virtualenv, then every command it runs (~2 min)
+test-image: setup
+	$(BIN)/pytest -m image -q
 
 test-integration: setup
 	$(BIN)/pytest tests/integration -q
