@@ -9,6 +9,7 @@ import click
 from ._dev import dev
 from ._dlq import dlq
 from ._enqueue import enqueue
+from ._exporter import exporter
 from ._schedules import schedules
 from ._topics import topics
 
@@ -38,6 +39,7 @@ cli.add_command(topics)
 cli.add_command(enqueue)
 cli.add_command(schedules)
 cli.add_command(dlq)
+cli.add_command(exporter)
 
 
 def main() -> None:

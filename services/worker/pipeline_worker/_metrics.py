@@ -21,6 +21,8 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from pipeline._metricsserver import add_process_metrics
+
 DURATION_BUCKETS = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 )  # fmt: skip
@@ -361,13 +363,19 @@ class WorkerCollector(Collector):
 
     def _gauges(self) -> Iterator[Metric]:
         g = self._g
+        in_flight = g.in_flight()
         yield GaugeMetricFamily(
-            "pipeline_jobs_in_flight", "Jobs started and not finished.", value=g.in_flight()
+            "pipeline_jobs_in_flight", "Jobs started and not finished.", value=in_flight
         )
         yield GaugeMetricFamily(
             "pipeline_worker_concurrency",
-            "Jobs this process runs at most at once (utilization = in_flight / this).",
+            "Jobs this process runs at most at once.",
             value=g.concurrency,
+        )
+        yield GaugeMetricFamily(
+            "pipeline_worker_utilization_ratio",
+            "Busy job slots over the concurrency: jobs in flight / pipeline_worker_concurrency.",
+            value=in_flight / g.concurrency if g.concurrency else 0.0,
         )
         yield GaugeMetricFamily(
             "pipeline_worker_threads",
@@ -396,4 +404,4 @@ def make_registry(metrics: WorkerMetrics, gauges: Gauges) -> CollectorRegistry:
     """A registry of its own (not the global one), so two workers in one process never clash."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(WorkerCollector(metrics, gauges))
-    return registry
+    return add_process_metrics(registry)
