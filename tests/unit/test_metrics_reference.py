@@ -11,8 +11,9 @@ from pipeline._backlog import Backlog, GroupMembers, PartitionBacklog, TopicBack
 from pipeline_cli._exporter import ExporterState
 from pipeline_cli._exporter import make_registry as exporter_registry
 from pipeline_scheduler._metrics import SchedulerMetrics
-from pipeline_worker._metrics import Gauges, WorkerMetrics
-from pipeline_worker._metrics import make_registry as worker_registry
+from pipeline_worker._metrics import WorkerMetrics
+from pipeline_worker._metricsexport import Gauges
+from pipeline_worker._metricsexport import make_registry as worker_registry
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 ROW = re.compile(r"^\| `(?P<name>[a-z_]+)` \| (?P<type>\w+) \| [^|]* \| (?P<process>\w+) \|")

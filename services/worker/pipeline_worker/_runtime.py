@@ -28,7 +28,8 @@ from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames
 
 from . import _signals
-from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
+from ._metrics import WorkerMetrics, per_second
+from ._metricsexport import Gauges, make_registry
 from ._work import PartitionState
 from .commit.moves import Mover
 from .execute.processor import Processor
