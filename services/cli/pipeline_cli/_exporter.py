@@ -13,9 +13,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import click
+from confluent_kafka import KafkaException
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -32,6 +33,12 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.exporter")
 
 DEFAULT_PORT = 9103
+
+
+class BacklogSource(Protocol):
+    """What the exporter reads from: a :class:`BacklogReader`, or a fake in tests."""
+
+    def read(self) -> Backlog: ...
 
 
 class ExporterState:
@@ -122,9 +129,11 @@ class BacklogCollector(Collector):
         )
 
 
-def make_registry(state: ExporterState) -> CollectorRegistry:
+def make_registry(
+    state: ExporterState, clock: Callable[[], float] = time.time
+) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BacklogCollector(state))
+    registry.register(BacklogCollector(state, clock))
     return add_process_metrics(registry)
 
 
@@ -132,13 +141,21 @@ class Exporter:
     """Reads the backlog every ``interval`` seconds until :meth:`stop`; serves it on ``port``."""
 
     def __init__(
-        self, settings: Settings, *, port: int, interval: float = 15.0, timeout: float = 10.0
+        self,
+        settings: Settings,
+        *,
+        port: int,
+        interval: float = 15.0,
+        timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.settings = settings
+        self._clock = clock
+        self._started = clock()
         self.interval = interval
         self.timeout = timeout
         self.state = ExporterState()
-        self.registry = make_registry(self.state)
+        self.registry = make_registry(self.state, clock)
         self._port = port
         self.port: int | None = None
         self._stop = threading.Event()
@@ -147,29 +164,36 @@ class Exporter:
         self._stop.set()
 
     def health(self) -> tuple[bool, str]:
-        """Unhealthy once no read succeeded for three intervals plus the read timeout."""
+        """Unhealthy once no read succeeded for three intervals plus the read timeout (counted
+        from the start while none has)."""
         state = self.state
         if state.ok:
             return True, "ok"
         limit = 3 * self.interval + self.timeout
-        stale = state.last_success and time.time() - state.last_success > limit
-        return (not stale, f"last read failed: {state.last_error}")
+        since = max(state.last_success, self._started)
+        return (self._clock() - since <= limit, f"last read failed: {state.last_error}")
 
-    def read_once(self, reader: BacklogReader) -> None:
+    def read_once(self, reader: BacklogSource) -> None:
         state = self.state
         started = time.monotonic()
         try:
             backlog = reader.read()
-        except PipelineError as exc:
-            state.ok = False
-            state.errors += 1
-            state.last_error = str(exc)
+        except (PipelineError, KafkaException) as exc:
+            self._failed(str(exc))
             _log.warning("reading the backlog failed", extra={"error": str(exc)})
+        except Exception as exc:  # a bug must not end the process that the alerts rely on
+            self._failed(f"{type(exc).__name__}: {exc}")
+            _log.exception("reading the backlog failed")
         else:
             state.backlog = backlog
             state.ok = True
-            state.last_success = time.time()
+            state.last_success = self._clock()
         state.duration_s = time.monotonic() - started
+
+    def _failed(self, error: str) -> None:
+        self.state.ok = False
+        self.state.errors += 1
+        self.state.last_error = error
 
     def run(self) -> int:
         server = MetricsServer(self.registry, self.health, self._port)

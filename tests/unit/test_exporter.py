@@ -1,0 +1,71 @@
+"""The exporter keeps serving through failed reads of Kafka, and says so in its metrics."""
+
+from __future__ import annotations
+
+from pipeline._backlog import Backlog
+from pipeline._errors import KafkaUnavailableError
+from pipeline._settings import Settings
+from pipeline_cli._exporter import Exporter
+from tests.unit.test_metrics_reference import backlog
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FlakyReader:
+    """Fails while ``failing`` is set, else returns the snapshot."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+        self.failing = True
+
+    def read(self) -> Backlog:
+        if self.failing:
+            raise self.failure
+        return backlog()
+
+
+def sample(exporter: Exporter, name: str, **labels: str) -> float | None:
+    return exporter.registry.get_sample_value(name, labels)
+
+
+def test_failed_reads_are_counted_and_the_last_values_kept() -> None:
+    clock = Clock()
+    exporter = Exporter(Settings(), port=0, interval=15, timeout=10, clock=clock)
+    reader = FlakyReader(KafkaUnavailableError("Kafka at localhost:9092 did not answer"))
+    exporter.read_once(reader)
+    assert sample(exporter, "pipeline_exporter_read_success") == 0
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 1
+    assert sample(exporter, "pipeline_queue_depth", priority="default") is None
+    assert exporter.health() == (True, "last read failed: Kafka at localhost:9092 did not answer")
+
+    reader.failing = False
+    clock.now += 5
+    exporter.read_once(reader)
+    assert sample(exporter, "pipeline_exporter_read_success") == 1
+    assert sample(exporter, "pipeline_exporter_last_success_timestamp_seconds") == 1005
+    assert sample(exporter, "pipeline_queue_depth", priority="default") == 3
+    assert exporter.health() == (True, "ok")
+
+    reader.failing = True
+    exporter.read_once(reader)
+    assert sample(exporter, "pipeline_queue_depth", priority="default") == 3
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 2
+    clock.now += 3 * 15 + 10 + 1
+    ok, detail = exporter.health()
+    assert not ok
+    assert "did not answer" in detail
+
+
+def test_a_bug_in_a_read_does_not_end_the_exporter() -> None:
+    clock = Clock()
+    exporter = Exporter(Settings(), port=0, interval=1, timeout=1, clock=clock)
+    exporter.read_once(FlakyReader(KeyError("partition")))
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 1
+    clock.now += 10
+    assert exporter.health() == (False, "last read failed: KeyError: 'partition'")
