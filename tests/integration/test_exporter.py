@@ -56,15 +56,21 @@ def test_backlog_without_workers_then_drained(settings: Settings, exporter: Expo
     assert port is not None
     app = Pipeline(settings)
     app.job("noop")(lambda: None)
+
+    @app.job("always.fails")
+    def always_fails() -> None:
+        raise RuntimeError("fails on purpose")
+
     for _ in range(5):
         app.enqueue("noop", {})
     for _ in range(2):
         app.enqueue("noop", {}, priority="high")
     app.enqueue("no.such.type", {})  # the worker dead-letters it: unknown type
     app.enqueue("noop", {}, delay=3600)  # waits on <ns>.deferred: no scheduler runs
+    app.enqueue("always.fails", {})  # moved to the first retry tier, where it stays (no relay)
     app.flush()
 
-    wait_for(lambda: value(port, "pipeline_queue_depth", priority="default") == 6, "depth 6")
+    wait_for(lambda: value(port, "pipeline_queue_depth", priority="default") == 7, "depth 7")
     assert value(port, "pipeline_queue_depth", priority="high") == 2
     assert value(port, "pipeline_queue_depth", priority="low") == 0
     age = value(port, "pipeline_queue_oldest_job_age_seconds", priority="default")
@@ -79,7 +85,11 @@ def test_backlog_without_workers_then_drained(settings: Settings, exporter: Expo
     assert value(port, "pipeline_exporter_read_success") == 1
     assert (value(port, "process_open_fds") or 0) > 0
 
-    worker_settings = settings.model_copy(update={"worker": WorkerSettings(metrics_port=0)})
+    retry_tier = app.topics.retry(0)
+    assert value(port, "pipeline_retry_depth", topic=retry_tier) == 0
+    worker_settings = settings.model_copy(
+        update={"worker": WorkerSettings(metrics_port=0, retries=False)}
+    )
     worker = Worker(app, worker_settings)
     thread = threading.Thread(target=worker.run, name="worker")
     thread.start()
@@ -93,6 +103,9 @@ def test_backlog_without_workers_then_drained(settings: Settings, exporter: Expo
         )
         assert value(port, "pipeline_queue_oldest_job_age_seconds", priority="default") == 0
         wait_for(lambda: value(port, "pipeline_dead_letters_pending") == 1, "one dead letter")
+        # One job moved in one transaction: the job, and the transaction's commit marker
+        # (offsets are counted, and nothing committed on the tier: no relay runs).
+        wait_for(lambda: value(port, "pipeline_retry_depth", topic=retry_tier) == 2, "the retry")
         wait_for(
             lambda: value(port, "pipeline_group_members", role="worker", group=workers) == 1,
             "the worker in the group",

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
 from pipeline._backlog import Backlog
 from pipeline._errors import KafkaUnavailableError
 from pipeline._settings import Settings
 from pipeline_cli._exporter import Exporter
+from tests import waiting
+from tests.integration.worker.harness.metrics import free_port
 from tests.unit.test_metrics_reference import backlog
 
 
@@ -69,3 +80,40 @@ def test_a_bug_in_a_read_does_not_end_the_exporter() -> None:
     assert sample(exporter, "pipeline_exporter_read_errors_total") == 1
     clock.now += 10
     assert exporter.health() == (False, "last read failed: KeyError: 'partition'")
+
+
+def test_the_command_serves_read_errors_while_kafka_is_unreachable_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "pipeline"), "exporter", "--metrics-port"]
+    log = tmp_path / "exporter.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*command, str(port), "--interval", "0.2", "--timeout", "0.5"],
+            env={**os.environ, "PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def errors() -> float:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                return 0.0
+            samples = {
+                s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            }
+            assert samples["pipeline_exporter_read_success"] == 0
+            return samples["pipeline_exporter_read_errors_total"]
+
+        assert waiting.wait_for(lambda: errors() >= 2, 30), log.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert "reading the backlog failed" in log.read_text()
