@@ -29,7 +29,7 @@ from ._adminsession import AdminSession, PartitionOffsets
 from ._deadletters import dlq_depth
 from ._errors import ConfigurationError, KafkaUnavailableError, TopicMissingError
 from ._job import Priority
-from ._topics import TopicNames
+from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
 from ._topicspec import deferred_tier_topic
 
 if TYPE_CHECKING:
@@ -109,14 +109,6 @@ class Backlog:
         return 0.0 if oldest is None else max(0.0, self.read_at - oldest / 1000)
 
 
-def worker_group(settings: Settings) -> str:
-    return settings.worker.group_id or f"{settings.namespace}.workers"
-
-
-def scheduler_group(settings: Settings) -> str:
-    return settings.scheduler.group_id or f"{settings.namespace}.scheduler"
-
-
 class BacklogReader:
     """Reads :class:`Backlog` snapshots; each :meth:`read` takes at most ``timeout`` seconds."""
 
@@ -137,8 +129,8 @@ class BacklogReader:
         ]
         self._groups = {
             **dict.fromkeys(self._jobs.values(), workers),
-            **dict.fromkeys(self._retries, f"{workers}.retry"),
-            **dict.fromkeys(self._deferred, f"{settings.namespace}.scheduler.deferred"),
+            **dict.fromkeys(self._retries, retry_group(settings)),
+            **dict.fromkeys(self._deferred, deferred_group(settings)),
         }
         self._roles = {"worker": workers, "scheduler": scheduler_group(settings)}
         self._admin = AdminSession(settings, timeout)

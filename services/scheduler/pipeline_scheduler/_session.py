@@ -22,7 +22,7 @@ from pipeline._records import DeadLetter, DeadLetterReason, Schedule
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job, publish_schedules
 from pipeline._settings import Settings
-from pipeline._topics import TopicNames
+from pipeline._topics import TopicNames, deferred_group
 from pipeline._topicspec import deferred_tier_topic
 from pipeline._transactions import Headers
 
@@ -94,7 +94,7 @@ class LeaderSession:
         state = load_state(self.settings)
         self.cron.load_last_fires(state.last_fires)
         conf: dict[str, Any] = {
-            "group.id": f"{self.settings.namespace}.scheduler.deferred",
+            "group.id": deferred_group(self.settings),
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "auto.offset.reset": "earliest",

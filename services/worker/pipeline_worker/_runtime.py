@@ -25,7 +25,7 @@ from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import PipelineError
 from pipeline._metricsserver import MetricsServer
-from pipeline._topics import TopicNames
+from pipeline._topics import TopicNames, worker_group
 
 from . import _signals
 from ._metrics import WorkerMetrics, per_second
@@ -76,7 +76,7 @@ class Worker:
         self.settings = settings if settings is not None else app.settings
         self.middleware = tuple(middleware)
         worker = self.settings.worker
-        self.group_id = worker.group_id or f"{self.settings.namespace}.workers"
+        self.group_id = worker_group(self.settings)
         self.priorities: list[Priority] = list(worker.priorities)
         names = TopicNames(self.settings.namespace)
         self.topics = {names.jobs(p): (p, i) for i, p in enumerate(self.priorities)}
