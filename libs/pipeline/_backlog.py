@@ -26,7 +26,7 @@ from confluent_kafka import (
 )
 
 from ._adminsession import AdminSession, PartitionOffsets
-from ._deadletters import dlq_depth
+from ._deadletters import DlqStats, dlq_stats, read_dead_letters
 from ._errors import ConfigurationError, KafkaUnavailableError, TopicMissingError
 from ._job import Priority
 from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
@@ -99,9 +99,15 @@ class Backlog:
     """The retry tiers, shortest delay first."""
     deferred: tuple[TopicBacklog, ...]
     """``<ns>.deferred``, then the scheduler's wait tiers, shortest first."""
-    dead_letters_pending: int
+    dead_letters: DlqStats
+    """Dead letters retained on ``<ns>.dlq`` by status (pending, replayed, discarded), and the
+    pending ones by reason and job type."""
     groups: dict[str, GroupMembers]
     """By role: ``worker`` and ``scheduler``."""
+
+    @property
+    def dead_letters_pending(self) -> int:
+        return self.dead_letters.depth
 
     def oldest_age_s(self, priority: str) -> float:
         """Seconds since the oldest job of ``priority`` still waiting was written (0: none)."""
@@ -176,7 +182,9 @@ class BacklogReader:
             jobs={priority: topic(name) for priority, name in self._jobs.items()},
             retries=tuple(topic(name) for name in self._retries),
             deferred=tuple(topic(name) for name in self._deferred),
-            dead_letters_pending=dlq_depth(self.settings, timeout=self._admin.remaining()),
+            dead_letters=dlq_stats(
+                read_dead_letters(self.settings, timeout=self._admin.remaining())
+            ),
             groups=self._members(),
         )
 

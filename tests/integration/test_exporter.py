@@ -103,6 +103,8 @@ def test_backlog_without_workers_then_drained(settings: Settings, exporter: Expo
         )
         assert value(port, "pipeline_queue_oldest_job_age_seconds", priority="default") == 0
         wait_for(lambda: value(port, "pipeline_dead_letters_pending") == 1, "one dead letter")
+        assert value(port, "pipeline_dead_letters_retained", status="pending") == 1
+        assert value(port, "pipeline_dead_letters_retained", status="replayed") == 0
         # One job moved in one transaction: the job, and the transaction's commit marker
         # (offsets are counted, and nothing committed on the tier: no relay runs).
         wait_for(lambda: value(port, "pipeline_retry_depth", topic=retry_tier) == 2, "the retry")

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pipeline._backlog import Backlog, PartitionBacklog, TopicBacklog
+from pipeline._deadletters import DlqStats
 from pipeline._settings import Settings, WorkerSettings
 from pipeline._topics import worker_group
+
+NO_LETTERS = DlqStats({"pending": 0, "replayed": 0, "discarded": 0}, {}, {}, 0)
 
 
 def test_waiting_is_end_minus_the_commit() -> None:
@@ -33,14 +36,14 @@ def test_topic_sums_partitions_and_takes_the_oldest() -> None:
     )
     assert topic.waiting == 7
     assert topic.oldest_ms == 1_000
-    backlog = Backlog(10.0, {"high": topic}, (), (), 0, {})
+    backlog = Backlog(10.0, {"high": topic}, (), (), NO_LETTERS, {})
     assert backlog.oldest_age_s("high") == 9.0
 
 
 def test_empty_priority_has_age_zero() -> None:
     topic = TopicBacklog("ns.jobs.low", "ns.workers", (PartitionBacklog(0, 4, 4, None, None),))
     assert topic.waiting == 0
-    assert Backlog(10.0, {"low": topic}, (), (), 0, {}).oldest_age_s("low") == 0.0
+    assert Backlog(10.0, {"low": topic}, (), (), NO_LETTERS, {}).oldest_age_s("low") == 0.0
 
 
 def test_worker_group_follows_the_setting() -> None:

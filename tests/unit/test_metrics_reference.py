@@ -8,6 +8,7 @@ from pathlib import Path
 from prometheus_client.registry import CollectorRegistry
 
 from pipeline._backlog import Backlog, GroupMembers, PartitionBacklog, TopicBacklog
+from pipeline._deadletters import DlqStats
 from pipeline_cli._exporter import ExporterState
 from pipeline_cli._exporter import make_registry as exporter_registry
 from pipeline_scheduler._metrics import SchedulerMetrics
@@ -61,7 +62,7 @@ def backlog() -> Backlog:
         jobs={"default": topic},
         retries=(),
         deferred=(),
-        dead_letters_pending=0,
+        dead_letters=DlqStats({"pending": 1, "replayed": 2, "discarded": 0}, {}, {}, 0),
         groups={"worker": GroupMembers("ns.workers", "EMPTY", ())},
     )
 
@@ -105,3 +106,6 @@ def test_exporter_serves_depth_and_age_of_the_last_read() -> None:
     )
     assert age is not None
     assert age > 1e9  # the oldest job was written at 1 s after the epoch
+    assert registry.get_sample_value("pipeline_dead_letters_pending") == 1
+    retained = registry.get_sample_value("pipeline_dead_letters_retained", {"status": "replayed"})
+    assert retained == 2

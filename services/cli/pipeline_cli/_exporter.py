@@ -93,6 +93,11 @@ class BacklogCollector(Collector):
             "pipeline_dead_letters_pending",
             "Dead letters retained on <ns>.dlq that were neither replayed nor discarded.",
         )
+        retained = GaugeMetricFamily(
+            "pipeline_dead_letters_retained",
+            "Dead letters retained on <ns>.dlq, by what was done to them.",
+            labels=["status"],
+        )
         if backlog is not None:
             now = self._now()
             for priority, topic in backlog.jobs.items():
@@ -106,7 +111,9 @@ class BacklogCollector(Collector):
             for role, group in backlog.groups.items():
                 members.add_metric([role, group.group], len(group.members))
             dead.add_metric([], backlog.dead_letters_pending)
-        yield from (depth, age, retries, deferred, members, dead)
+            for status, count in backlog.dead_letters.by_status.items():
+                retained.add_metric([status], count)
+        yield from (depth, age, retries, deferred, members, dead, retained)
         yield GaugeMetricFamily(
             "pipeline_exporter_read_success",
             "1 when the exporter's last read of the backlog from Kafka succeeded.",
