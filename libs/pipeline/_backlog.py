@@ -3,7 +3,9 @@
 Per partition of each topic that a consumer group works off: the end offset minus that group's
 committed offset, and the write time of the first message not committed (the oldest job still
 waiting or running). The groups are the workers' (priority topics), the workers' retry relay
-(retry tiers) and the scheduler leader's (``<ns>.deferred`` and its wait tiers). Dead letters
+(retry tiers) and the scheduler leader's (``<ns>.deferred`` and its wait tiers). The tiers are
+the ``<ns>.retry.<n>`` and ``<ns>.deferred.<n>`` topics found on the cluster, so a reader whose
+settings name other tiers than the services' still sees them all. Dead letters
 pending are those neither replayed nor discarded. Members of the workers' and the schedulers'
 groups come from the group coordinator.
 
@@ -13,7 +15,9 @@ few seconds (``pipeline exporter``); one read is one :class:`Backlog`.
 
 from __future__ import annotations
 
+import re
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +34,6 @@ from ._deadletters import DlqStats, dlq_stats, read_dead_letters
 from ._errors import ConfigurationError, KafkaUnavailableError, TopicMissingError
 from ._job import Priority
 from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
-from ._topicspec import deferred_tier_topic
 
 if TYPE_CHECKING:
     from ._settings import Settings
@@ -122,23 +125,9 @@ class BacklogReader:
         self.settings = settings
         self.timeout = timeout
         names = TopicNames(settings.namespace)
-        workers = worker_group(settings)
-        # topic -> group that works it off, in the order the snapshot lists them
         self._jobs = {p.value: names.jobs(p) for p in Priority}
-        self._retries = [names.retry(n) for n in range(len(settings.topics.retry_delays_s))]
-        self._deferred = [
-            names.deferred,
-            *(
-                deferred_tier_topic(settings.namespace, n)
-                for n in range(len(settings.scheduler.wait_tiers_s))
-            ),
-        ]
-        self._groups = {
-            **dict.fromkeys(self._jobs.values(), workers),
-            **dict.fromkeys(self._retries, retry_group(settings)),
-            **dict.fromkeys(self._deferred, deferred_group(settings)),
-        }
-        self._roles = {"worker": workers, "scheduler": scheduler_group(settings)}
+        self._deferred = names.deferred
+        self._roles = {"worker": worker_group(settings), "scheduler": scheduler_group(settings)}
         self._admin = AdminSession(settings, timeout)
         conf: dict[str, Any] = {
             "group.id": f"{settings.namespace}.backlog-reader",  # required; never joined
@@ -160,11 +149,19 @@ class BacklogReader:
         self._admin.restart_deadline()
         read_at = time.time()
         metadata = self._admin.metadata()
-        missing = [t for t in self._groups if t not in metadata.topics]
+        missing = [t for t in (*self._jobs.values(), self._deferred) if t not in metadata.topics]
         if missing:
             raise TopicMissingError(missing, self.settings.namespace)
-        offsets = self._admin.offsets(metadata, self._groups)
-        committed = self._committed(metadata)
+        ns = re.escape(self.settings.namespace)
+        retries = _numbered(metadata.topics, rf"{ns}\.retry\.(\d+)")
+        deferred = [self._deferred, *_numbered(metadata.topics, rf"{ns}\.deferred\.(\d+)")]
+        groups = {
+            **dict.fromkeys(self._jobs.values(), worker_group(self.settings)),
+            **dict.fromkeys(retries, retry_group(self.settings)),
+            **dict.fromkeys(deferred, deferred_group(self.settings)),
+        }
+        offsets = self._admin.offsets(metadata, groups)
+        committed = self._committed(metadata, groups)
         heads = [
             TopicPartition(name, p.partition, p.end - p.waiting)
             for name in self._jobs.values()
@@ -175,13 +172,13 @@ class BacklogReader:
 
         def topic(name: str) -> TopicBacklog:
             parts = tuple(self._partition(name, o, committed, oldest) for o in offsets[name])
-            return TopicBacklog(name, self._groups[name], parts)
+            return TopicBacklog(name, groups[name], parts)
 
         return Backlog(
             read_at=read_at,
             jobs={priority: topic(name) for priority, name in self._jobs.items()},
-            retries=tuple(topic(name) for name in self._retries),
-            deferred=tuple(topic(name) for name in self._deferred),
+            retries=tuple(topic(name) for name in retries),
+            deferred=tuple(topic(name) for name in deferred),
             dead_letters=dlq_stats(
                 read_dead_letters(self.settings, timeout=self._admin.remaining())
             ),
@@ -200,9 +197,9 @@ class BacklogReader:
             offsets.partition, offsets.start, offsets.end, committed.get(where), oldest.get(where)
         )
 
-    def _committed(self, metadata: Any) -> dict[tuple[str, int], int]:
+    def _committed(self, metadata: Any, groups: dict[str, str]) -> dict[tuple[str, int], int]:
         by_group: dict[str, list[TopicPartition]] = {}
-        for name, group in self._groups.items():
+        for name, group in groups.items():
             by_group.setdefault(group, []).extend(
                 TopicPartition(name, p) for p in sorted(metadata.topics[name].partitions)
             )
@@ -280,6 +277,12 @@ class BacklogReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _numbered(topics: Iterable[str], pattern: str) -> list[str]:
+    """The topics named ``pattern`` (one number in it), in the order of their numbers."""
+    found = [(int(m[1]), name) for name in topics if (m := re.fullmatch(pattern, name))]
+    return [name for _, name in sorted(found)]
 
 
 def read_backlog(settings: Settings, *, timeout: float = 10.0) -> Backlog:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline._backlog import Backlog, PartitionBacklog, TopicBacklog
+from pipeline._backlog import Backlog, PartitionBacklog, TopicBacklog, _numbered
 from pipeline._deadletters import DlqStats
 from pipeline._settings import Settings, WorkerSettings
 from pipeline._topics import worker_group
@@ -50,3 +50,8 @@ def test_worker_group_follows_the_setting() -> None:
     assert worker_group(Settings(namespace="orders")) == "orders.workers"
     custom = Settings(namespace="orders", worker=WorkerSettings(group_id="blue"))
     assert worker_group(custom) == "blue"
+
+
+def test_tiers_are_the_numbered_topics_found_in_number_order() -> None:
+    topics = ["a.b.retry.10", "a.b.retry.2", "a.b.retry.x", "a.bretry.1", "c.retry.1", "a.b.dlq"]
+    assert _numbered(topics, r"a\.b\.retry\.(\d+)") == ["a.b.retry.2", "a.b.retry.10"]
