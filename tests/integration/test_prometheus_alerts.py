@@ -122,6 +122,12 @@ def test_backlog_alert_fires_without_workers_and_resolves_when_drained(
         assert not firing(prometheus, "high")
         leader = prometheus.query('pipeline_scheduler_is_leader{job="scheduler"}')
         assert [s["value"][1] for s in leader] == ["1"]
+        members = prometheus.query('pipeline_group_members{job="exporter"}')
+        assert {s["metric"]["role"]: s["value"][1] for s in members} == {
+            "worker": "0",
+            "scheduler": "1",
+        }
+        assert not prometheus.alerts("PipelineNoSchedulerLeader")
 
         worker_settings = settings.model_copy(
             update={"worker": WorkerSettings(metrics_port=worker_port)}
