@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline._backlog import Backlog
@@ -117,3 +119,19 @@ def test_the_command_serves_read_errors_while_kafka_is_unreachable_and_stops_on_
             process.kill()
             process.wait(10)
     assert "reading the backlog failed" in log.read_text()
+
+
+def test_an_outage_is_logged_once_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:
+    exporter = Exporter(Settings(), port=0, clock=Clock())
+    reader = FlakyReader(KafkaUnavailableError("Kafka at localhost:9092 did not answer"))
+    with caplog.at_level(logging.INFO, logger="pipeline.exporter"):
+        for _ in range(5):
+            exporter.read_once(reader)
+        reader.failing = False
+        exporter.read_once(reader)
+        exporter.read_once(reader)
+    assert [r.getMessage() for r in caplog.records] == [
+        "reading the backlog failed",
+        "reading the backlog works again",
+    ]
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 5

@@ -186,21 +186,28 @@ class Exporter:
         try:
             backlog = reader.read()
         except (PipelineError, KafkaException) as exc:
-            self._failed(str(exc))
-            _log.warning("reading the backlog failed", extra={"error": str(exc)})
+            if self._failed(str(exc)):
+                _log.warning("reading the backlog failed", extra={"error": str(exc)})
         except Exception as exc:  # a bug must not end the process that the alerts rely on
-            self._failed(f"{type(exc).__name__}: {exc}")
-            _log.exception("reading the backlog failed")
+            if self._failed(f"{type(exc).__name__}: {exc}"):
+                _log.exception("reading the backlog failed")
         else:
+            if state.errors and not state.ok:
+                _log.info("reading the backlog works again")
             state.backlog = backlog
             state.ok = True
             state.last_success = self._clock()
         state.duration_s = time.monotonic() - started
 
-    def _failed(self, error: str) -> None:
-        self.state.ok = False
-        self.state.errors += 1
-        self.state.last_error = error
+    def _failed(self, error: str) -> bool:
+        """Record a failed read; whether it is worth a log line (the first of its kind in a
+        row: an outage logs once, not at every interval)."""
+        state = self.state
+        new = state.ok or state.errors == 0 or error != state.last_error
+        state.ok = False
+        state.errors += 1
+        state.last_error = error
+        return new
 
     def run(self) -> int:
         server = MetricsServer(self.registry, self.health, self._port)
