@@ -108,6 +108,10 @@ class AdminSession:
     def remaining(self) -> float:
         return max(0.1, self._end - time.monotonic())
 
+    def restart_deadline(self) -> None:
+        """Give the next operation a whole ``timeout`` again (a session kept between reads)."""
+        self._end = time.monotonic() + self.timeout
+
     def unavailable(self, reason: object) -> KafkaUnavailableError:
         self.client.poll(0)  # collect the client's log lines, which name the actual cause
         if self._client_log.last_problem:

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from prometheus_client import ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
@@ -16,6 +17,13 @@ from ._errors import ConfigurationError
 _log = logging.getLogger("pipeline.http")
 
 Health = Callable[[], tuple[bool, str]]
+
+
+def add_process_metrics(registry: CollectorRegistry) -> CollectorRegistry:
+    """Adds the ``process_*`` metrics (CPU seconds, resident memory, open file descriptors,
+    start time) of this process to ``registry``, as every ``/metrics`` of the project has them."""
+    ProcessCollector(registry=registry)
+    return registry
 
 
 class PortInUseError(ConfigurationError):

@@ -27,10 +27,9 @@ from ._groupread import (
     describe_groups,
     head_timestamps,
 )
-from ._groups import deferred_group, retry_group, scheduler_group, worker_group
 from ._job import now_ms
 from ._schedule import read_schedules
-from ._topics import TopicNames
+from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
 from ._topicspec import deferred_tier_topic, scheduler_control_topic
 
 if TYPE_CHECKING:
@@ -259,7 +258,7 @@ def read_status(settings: Settings, *, timeout: float = 30.0) -> StatusSnapshot:
         at=at,
         priorities=_lags(session, settings, workers, priorities, offsets=offsets, timeout=timeout),
         retry_tiers=_lags(
-            session, settings, retry_group(workers), tiers, offsets=offsets, timeout=timeout
+            session, settings, retry_group(settings), tiers, offsets=offsets, timeout=timeout
         ),
         deferred=_lags(
             session, settings, deferred_group(settings), deferred, offsets=offsets, timeout=timeout

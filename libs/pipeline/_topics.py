@@ -1,10 +1,15 @@
-"""Topic names of a namespace (DESIGN section 3). Pure naming; no Kafka calls here."""
+"""Topic names of a namespace (DESIGN section 3) and the consumer groups that read them.
+Pure naming; no Kafka calls here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ._job import Priority
+
+if TYPE_CHECKING:
+    from ._settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +58,25 @@ class TopicNames:
 
     def all_jobs(self) -> list[str]:
         return [self.jobs(p) for p in Priority]
+
+
+# The consumer groups of the services (the worker's runtime and retry relay, the scheduler's
+# leadership and deferred consumer), for them and for what reads their commits.
+def worker_group(settings: Settings) -> str:
+    """The workers' group, on the priority topics."""
+    return settings.worker.group_id or f"{settings.namespace}.workers"
+
+
+def retry_group(settings: Settings) -> str:
+    """The workers' retry relay, on the retry tiers."""
+    return f"{worker_group(settings)}.retry"
+
+
+def deferred_group(settings: Settings) -> str:
+    """The scheduler leader's consumer of ``<ns>.deferred`` and the wait tiers."""
+    return f"{settings.namespace}.scheduler.deferred"
+
+
+def scheduler_group(settings: Settings) -> str:
+    """The schedulers' leadership group (on ``<ns>.scheduler-control``)."""
+    return settings.scheduler.group_id or f"{settings.namespace}.scheduler"

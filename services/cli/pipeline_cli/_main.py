@@ -9,6 +9,7 @@ import click
 from ._dev import dev
 from ._dlq import dlq
 from ._enqueue import enqueue
+from ._exporter import exporter
 from ._jobs import events, jobs
 from ._schedules import schedules
 from ._status import status
@@ -43,6 +44,7 @@ cli.add_command(dlq)
 cli.add_command(status)
 cli.add_command(jobs)
 cli.add_command(events)
+cli.add_command(exporter)
 
 
 def main() -> None:

@@ -16,16 +16,12 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import TopicMissingError
-from pipeline._groups import scheduler_group
 from pipeline._settings import Settings
 from pipeline._topiccheck import is_missing_topic, missing_topics
+from pipeline._topics import scheduler_group
 from pipeline._topicspec import scheduler_control_topic
 
 _log = logging.getLogger("pipeline.scheduler.leadership")
-
-
-def group_id(settings: Settings) -> str:
-    return scheduler_group(settings)
 
 
 class Leadership:
@@ -34,7 +30,7 @@ class Leadership:
     def __init__(self, settings: Settings) -> None:
         session = settings.scheduler.session_timeout_ms
         conf: dict[str, Any] = {
-            "group.id": group_id(settings),
+            "group.id": scheduler_group(settings),
             "session.timeout.ms": session,
             "heartbeat.interval.ms": max(100, session // 6),
             "partition.assignment.strategy": "cooperative-sticky",

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.registry import CollectorRegistry
 
+from pipeline._metricsserver import add_process_metrics
+
 LATENESS_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0,
 )  # fmt: skip
@@ -17,7 +19,7 @@ class SchedulerMetrics:
     """The scheduler's counters, gauges and the release lateness histogram."""
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = add_process_metrics(CollectorRegistry())
         r = self.registry
         self.is_leader = Gauge(
             "pipeline_scheduler_is_leader", "1 while this process is the leader", registry=r

@@ -18,13 +18,12 @@ from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec, ScheduleCodec
 from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._errors import DecodeError, KafkaUnavailableError
-from pipeline._groups import deferred_group
 from pipeline._job import now_ms
 from pipeline._records import DeadLetter, DeadLetterReason, Schedule
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job, publish_schedules
 from pipeline._settings import Settings
-from pipeline._topics import TopicNames
+from pipeline._topics import TopicNames, deferred_group
 from pipeline._topicspec import deferred_tier_topic
 from pipeline._transactions import Headers
 

@@ -24,12 +24,12 @@ from pipeline import Pipeline, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import PipelineError
-from pipeline._groups import worker_group
 from pipeline._metricsserver import MetricsServer
-from pipeline._topics import TopicNames
+from pipeline._topics import TopicNames, worker_group
 
 from . import _signals
-from ._metrics import Gauges, WorkerMetrics, make_registry, per_second
+from ._metrics import WorkerMetrics, per_second
+from ._metricsexport import Gauges, make_registry
 from ._work import PartitionState
 from .commit.moves import Mover
 from .execute.processor import Processor

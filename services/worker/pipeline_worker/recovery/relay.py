@@ -39,12 +39,11 @@ from pipeline import DecodeError, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, JobCodec
 from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
-from pipeline._groups import retry_group
 from pipeline._job import now_ms
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline._topiccheck import is_missing_topic, missing_topics
-from pipeline._topics import TopicNames
+from pipeline._topics import TopicNames, retry_group
 from pipeline._transactions import Transactions
 
 from .._metrics import WorkerMetrics
@@ -82,7 +81,7 @@ class RetryRelay:
         self._namespace = settings.namespace
         health = BrokerHealth.of(settings.bootstrap_servers)
         consumer_conf: dict[str, Any] = {
-            "group.id": retry_group(group_id),
+            "group.id": retry_group(settings),
             "partition.assignment.strategy": "cooperative-sticky",
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,

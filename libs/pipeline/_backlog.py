@@ -1,0 +1,291 @@
+"""How much work waits in a namespace, read from Kafka alone (no worker or scheduler needed).
+
+Per partition of each topic that a consumer group works off: the end offset minus that group's
+committed offset, and the write time of the first message not committed (the oldest job still
+waiting or running). The groups are the workers' (priority topics), the workers' retry relay
+(retry tiers) and the scheduler leader's (``<ns>.deferred`` and its wait tiers). The tiers are
+the ``<ns>.retry.<n>`` and ``<ns>.deferred.<n>`` topics found on the cluster, so a reader whose
+settings name other tiers than the services' still sees them all. Dead letters
+pending are those neither replayed nor discarded. Members of the workers' and the schedulers'
+groups come from the group coordinator.
+
+:class:`BacklogReader` keeps its Kafka clients between reads, for a process that reads every
+few seconds (``pipeline exporter``); one read is one :class:`Backlog`.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
+
+from ._adminsession import AdminSession, PartitionOffsets
+from ._deadletters import DlqStats, dlq_stats, read_dead_letters
+from ._errors import ConfigurationError, KafkaUnavailableError, TopicMissingError
+from ._job import Priority
+from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
+
+if TYPE_CHECKING:
+    from ._settings import Settings
+
+_NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group committed nothing there
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBacklog:
+    """One partition: its offsets, the group's commit, and the oldest waiting message's time."""
+
+    partition: int
+    start: int
+    end: int
+    committed: int | None
+    """The group's committed offset; ``None`` when it committed nothing (it starts at ``start``)."""
+    oldest_ms: int | None
+    """Write time (ms since the epoch) of the first message at or after the commit, if any."""
+
+    @property
+    def waiting(self) -> int:
+        """Messages not committed by the group (a transaction's commit marker counts as one)."""
+        base = self.start if self.committed is None else max(self.committed, self.start)
+        return max(0, self.end - base)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicBacklog:
+    topic: str
+    group: str
+    partitions: tuple[PartitionBacklog, ...]
+
+    @property
+    def waiting(self) -> int:
+        return sum(p.waiting for p in self.partitions)
+
+    @property
+    def oldest_ms(self) -> int | None:
+        return min((p.oldest_ms for p in self.partitions if p.oldest_ms is not None), default=None)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMember:
+    client_id: str
+    host: str
+    partitions: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMembers:
+    group: str
+    state: str
+    """The coordinator's view: ``STABLE``, ``EMPTY``, ``DEAD`` (never existed), ..."""
+    members: tuple[GroupMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """One read of a namespace's backlog."""
+
+    read_at: float
+    """Wall-clock time of the read (seconds since the epoch): ages are measured from it."""
+    jobs: dict[str, TopicBacklog]
+    """By priority (``critical``, ``high``, ``default``, ``low``)."""
+    retries: tuple[TopicBacklog, ...]
+    """The retry tiers, shortest delay first."""
+    deferred: tuple[TopicBacklog, ...]
+    """``<ns>.deferred``, then the scheduler's wait tiers, shortest first."""
+    dead_letters: DlqStats
+    """Dead letters retained on ``<ns>.dlq`` by status (pending, replayed, discarded), and the
+    pending ones by reason and job type."""
+    groups: dict[str, GroupMembers]
+    """By role: ``worker`` and ``scheduler``."""
+
+    @property
+    def dead_letters_pending(self) -> int:
+        return self.dead_letters.depth
+
+    def oldest_age_s(self, priority: str) -> float:
+        """Seconds since the oldest job of ``priority`` still waiting was written (0: none)."""
+        oldest = self.jobs[priority].oldest_ms
+        return 0.0 if oldest is None else max(0.0, self.read_at - oldest / 1000)
+
+
+class BacklogReader:
+    """Reads :class:`Backlog` snapshots; each :meth:`read` takes at most ``timeout`` seconds."""
+
+    def __init__(self, settings: Settings, *, timeout: float = 10.0) -> None:
+        self.settings = settings
+        self.timeout = timeout
+        names = TopicNames(settings.namespace)
+        self._jobs = {p.value: names.jobs(p) for p in Priority}
+        self._deferred = names.deferred
+        self._roles = {"worker": worker_group(settings), "scheduler": scheduler_group(settings)}
+        self._admin = AdminSession(settings, timeout)
+        conf: dict[str, Any] = {
+            "group.id": f"{settings.namespace}.backlog-reader",  # required; never joined
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "enable.partition.eof": True,
+            "isolation.level": "read_committed",  # what the workers see
+            "fetch.wait.max.ms": 20,
+            **settings.client_config(),
+        }
+        try:
+            self._consumer = Consumer(conf)
+        except KafkaException as exc:
+            raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+
+    def read(self) -> Backlog:
+        """One snapshot. Raises :class:`KafkaUnavailableError` when Kafka does not answer in
+        time and :class:`TopicMissingError` when the namespace's topics do not exist."""
+        self._admin.restart_deadline()
+        read_at = time.time()
+        metadata = self._admin.metadata()
+        missing = [t for t in (*self._jobs.values(), self._deferred) if t not in metadata.topics]
+        if missing:
+            raise TopicMissingError(missing, self.settings.namespace)
+        ns = re.escape(self.settings.namespace)
+        retries = _numbered(metadata.topics, rf"{ns}\.retry\.(\d+)")
+        deferred = [self._deferred, *_numbered(metadata.topics, rf"{ns}\.deferred\.(\d+)")]
+        groups = {
+            **dict.fromkeys(self._jobs.values(), worker_group(self.settings)),
+            **dict.fromkeys(retries, retry_group(self.settings)),
+            **dict.fromkeys(deferred, deferred_group(self.settings)),
+        }
+        offsets = self._admin.offsets(metadata, groups)
+        committed = self._committed(metadata, groups)
+        heads = [
+            TopicPartition(name, p.partition, p.end - p.waiting)
+            for name in self._jobs.values()
+            for p in (self._partition(name, o, committed, {}) for o in offsets[name])
+            if p.waiting > 0
+        ]
+        oldest = self._oldest(heads)
+
+        def topic(name: str) -> TopicBacklog:
+            parts = tuple(self._partition(name, o, committed, oldest) for o in offsets[name])
+            return TopicBacklog(name, groups[name], parts)
+
+        return Backlog(
+            read_at=read_at,
+            jobs={priority: topic(name) for priority, name in self._jobs.items()},
+            retries=tuple(topic(name) for name in retries),
+            deferred=tuple(topic(name) for name in deferred),
+            dead_letters=dlq_stats(
+                read_dead_letters(self.settings, timeout=self._admin.remaining())
+            ),
+            groups=self._members(),
+        )
+
+    @staticmethod
+    def _partition(
+        topic: str,
+        offsets: PartitionOffsets,
+        committed: dict[tuple[str, int], int],
+        oldest: dict[tuple[str, int], int],
+    ) -> PartitionBacklog:
+        where = (topic, offsets.partition)
+        return PartitionBacklog(
+            offsets.partition, offsets.start, offsets.end, committed.get(where), oldest.get(where)
+        )
+
+    def _committed(self, metadata: Any, groups: dict[str, str]) -> dict[tuple[str, int], int]:
+        by_group: dict[str, list[TopicPartition]] = {}
+        for name, group in groups.items():
+            by_group.setdefault(group, []).extend(
+                TopicPartition(name, p) for p in sorted(metadata.topics[name].partitions)
+            )
+        found: dict[tuple[str, int], int] = {}
+        client = self._admin.client
+        for group, tps in by_group.items():
+            request = [ConsumerGroupTopicPartitions(group, tps)]
+            futures = client.list_consumer_group_offsets(
+                request, request_timeout=self._admin.remaining()
+            )
+            for future in futures.values():
+                answer = self._admin.result(future, "read the committed offsets of", None)
+                for tp in answer.topic_partitions:
+                    if tp.error is None and tp.offset != _NO_OFFSET and tp.offset >= 0:
+                        found[tp.topic, tp.partition] = tp.offset
+        return found
+
+    def _members(self) -> dict[str, GroupMembers]:
+        client = self._admin.client
+        futures = client.describe_consumer_groups(
+            list(self._roles.values()), request_timeout=self._admin.remaining()
+        )
+        groups: dict[str, GroupMembers] = {}
+        for role, group in self._roles.items():
+            described = self._admin.result(futures[group], "describe the consumer group", None)
+            members = tuple(
+                GroupMember(
+                    m.client_id,
+                    m.host,
+                    tuple(sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions))
+                    if m.assignment is not None
+                    else (),
+                )
+                for m in described.members
+            )
+            groups[role] = GroupMembers(group, str(getattr(described.state, "name", "")), members)
+        return groups
+
+    def _oldest(self, starts: list[TopicPartition]) -> dict[tuple[str, int], int]:
+        """The write time of the first committed message at each start position."""
+        found: dict[tuple[str, int], int] = {}
+        if not starts:
+            return found
+        todo = {(tp.topic, tp.partition) for tp in starts}
+        self._consumer.assign(starts)
+        try:
+            while todo:
+                if self._admin.remaining() <= 0.1:
+                    raise KafkaUnavailableError(
+                        f"Kafka at {self.settings.bootstrap_servers} did not deliver the oldest "
+                        f"waiting job of {len(todo)} partition(s) within {self.timeout:g}s; "
+                        "check the brokers' health"
+                    )
+                for message in self._consumer.consume(len(todo), 0.05):
+                    where = (message.topic() or "", message.partition() or 0)
+                    if where not in todo:
+                        continue
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            todo.discard(where)  # only a commit marker was left
+                        continue
+                    _kind, stamp = message.timestamp()
+                    found[where] = stamp
+                    todo.discard(where)
+        finally:
+            self._consumer.unassign()
+        return found
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> BacklogReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _numbered(topics: Iterable[str], pattern: str) -> list[str]:
+    """The topics named ``pattern`` (one number in it), in the order of their numbers."""
+    found = [(int(m[1]), name) for name in topics if (m := re.fullmatch(pattern, name))]
+    return [name for _, name in sorted(found)]
+
+
+def read_backlog(settings: Settings, *, timeout: float = 10.0) -> Backlog:
+    """One snapshot of the namespace's backlog (see :class:`BacklogReader`)."""
+    with BacklogReader(settings, timeout=timeout) as reader:
+        return reader.read()

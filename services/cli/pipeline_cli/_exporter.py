@@ -1,0 +1,278 @@
+"""``pipeline exporter``: the backlog metrics that must exist when no worker runs.
+
+A small read-only process (as Burrow or kafka-lag-exporter are): every ``--interval`` seconds it
+reads the namespace's backlog from Kafka (:mod:`pipeline._backlog`) and serves the last read on
+``/metrics``, with the health of that read. A scrape never waits for Kafka.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Protocol
+
+import click
+from confluent_kafka import KafkaException
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from pipeline._backlog import Backlog, BacklogReader
+from pipeline._errors import PipelineError
+from pipeline._logfmt import configure_logging
+from pipeline._metricsserver import MetricsServer, add_process_metrics
+
+from ._output import cli_errors, common_options
+
+if TYPE_CHECKING:
+    from pipeline import Settings
+
+_log = logging.getLogger("pipeline.exporter")
+
+DEFAULT_PORT = 9103
+
+
+class BacklogSource(Protocol):
+    """What the exporter reads from: a :class:`BacklogReader`, or a fake in tests."""
+
+    def read(self) -> Backlog: ...
+
+
+class ExporterState:
+    """The last backlog read and how the reads went; the read loop writes, scrapes read."""
+
+    def __init__(self) -> None:
+        self.backlog: Backlog | None = None
+        self.ok = False
+        self.duration_s = 0.0
+        self.errors = 0
+        self.last_success = 0.0
+        self.last_error = ""
+
+
+class BacklogCollector(Collector):
+    """Turns an :class:`ExporterState` into metric families at scrape time."""
+
+    def __init__(self, state: ExporterState, clock: Callable[[], float] = time.time) -> None:
+        self._state = state
+        self._now = clock
+
+    def collect(self) -> Iterator[Metric]:
+        state = self._state
+        backlog = state.backlog
+        depth = GaugeMetricFamily(
+            "pipeline_queue_depth",
+            "Jobs on a priority topic not committed by the workers' group (end offsets minus "
+            "the group's commits), waiting or running.",
+            labels=["priority"],
+        )
+        age = GaugeMetricFamily(
+            "pipeline_queue_oldest_job_age_seconds",
+            "Age of the oldest job of a priority topic not committed by the workers (0: none).",
+            labels=["priority"],
+        )
+        retries = GaugeMetricFamily(
+            "pipeline_retry_depth",
+            "Failed jobs waiting in a retry tier for their next attempt.",
+            labels=["topic"],
+        )
+        deferred = GaugeMetricFamily(
+            "pipeline_deferred_depth",
+            "Delayed jobs waiting on <ns>.deferred or a wait tier, not read by the scheduler.",
+            labels=["topic"],
+        )
+        members = GaugeMetricFamily(
+            "pipeline_group_members",
+            "Members of the workers' and the schedulers' consumer groups.",
+            labels=["role", "group"],
+        )
+        dead = GaugeMetricFamily(
+            "pipeline_dead_letters_pending",
+            "Dead letters retained on <ns>.dlq that were neither replayed nor discarded.",
+        )
+        retained = GaugeMetricFamily(
+            "pipeline_dead_letters_retained",
+            "Dead letters retained on <ns>.dlq, by what was done to them.",
+            labels=["status"],
+        )
+        if backlog is not None:
+            now = self._now()
+            for priority, topic in backlog.jobs.items():
+                depth.add_metric([priority], topic.waiting)
+                oldest = topic.oldest_ms
+                age.add_metric([priority], 0.0 if oldest is None else max(0.0, now - oldest / 1e3))
+            for topic in backlog.retries:
+                retries.add_metric([topic.topic], topic.waiting)
+            for topic in backlog.deferred:
+                deferred.add_metric([topic.topic], topic.waiting)
+            for role, group in backlog.groups.items():
+                members.add_metric([role, group.group], len(group.members))
+            dead.add_metric([], backlog.dead_letters_pending)
+            for status, count in backlog.dead_letters.by_status.items():
+                retained.add_metric([status], count)
+        yield from (depth, age, retries, deferred, members, dead, retained)
+        yield GaugeMetricFamily(
+            "pipeline_exporter_read_success",
+            "1 when the exporter's last read of the backlog from Kafka succeeded.",
+            value=1.0 if state.ok else 0.0,
+        )
+        yield GaugeMetricFamily(
+            "pipeline_exporter_read_duration_seconds",
+            "How long the last read of the backlog took.",
+            value=state.duration_s,
+        )
+        yield GaugeMetricFamily(
+            "pipeline_exporter_last_success_timestamp_seconds",
+            "When the last successful read of the backlog ended (0: never).",
+            value=state.last_success,
+        )
+        yield CounterMetricFamily(
+            "pipeline_exporter_read_errors",
+            "Reads of the backlog that failed (Kafka unreachable, topics missing).",
+            value=state.errors,
+        )
+
+
+def make_registry(
+    state: ExporterState, clock: Callable[[], float] = time.time
+) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(BacklogCollector(state, clock))
+    return add_process_metrics(registry)
+
+
+class Exporter:
+    """Reads the backlog every ``interval`` seconds until :meth:`stop`; serves it on ``port``."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        port: int,
+        interval: float = 15.0,
+        timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._started = clock()
+        self.interval = interval
+        self.timeout = timeout
+        self.state = ExporterState()
+        self.registry = make_registry(self.state, clock)
+        self._port = port
+        self.port: int | None = None
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def health(self) -> tuple[bool, str]:
+        """Unhealthy once no read succeeded for three intervals plus the read timeout (counted
+        from the start while none has)."""
+        state = self.state
+        if state.ok:
+            return True, "ok"
+        limit = 3 * self.interval + self.timeout
+        since = max(state.last_success, self._started)
+        return (self._clock() - since <= limit, f"last read failed: {state.last_error}")
+
+    def read_once(self, reader: BacklogSource) -> None:
+        state = self.state
+        started = time.monotonic()
+        try:
+            backlog = reader.read()
+        except (PipelineError, KafkaException) as exc:
+            if self._failed(str(exc)):
+                _log.warning("reading the backlog failed", extra={"error": str(exc)})
+        except Exception as exc:  # a bug must not end the process that the alerts rely on
+            if self._failed(f"{type(exc).__name__}: {exc}"):
+                _log.exception("reading the backlog failed")
+        else:
+            if state.errors and not state.ok:
+                _log.info("reading the backlog works again")
+            state.backlog = backlog
+            state.ok = True
+            state.last_success = self._clock()
+        state.duration_s = time.monotonic() - started
+
+    def _failed(self, error: str) -> bool:
+        """Record a failed read; whether it is worth a log line (the first of its kind in a
+        row: an outage logs once, not at every interval)."""
+        state = self.state
+        new = state.ok or state.errors == 0 or error != state.last_error
+        state.ok = False
+        state.errors += 1
+        state.last_error = error
+        return new
+
+    def run(self) -> int:
+        server = MetricsServer(self.registry, self.health, self._port)
+        self.port = server.port
+        _log.info("serving /metrics and /healthz", extra={"port": server.port})
+        try:
+            with BacklogReader(self.settings, timeout=self.timeout) as reader:
+                while not self._stop.is_set():
+                    began = time.monotonic()
+                    self.read_once(reader)
+                    self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+        finally:
+            server.close()
+        return 0
+
+
+@click.command()
+@common_options
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port of /metrics and /healthz, on all interfaces (0: a free port, logged).",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=15.0,
+    show_default=True,
+    help="Seconds between reads of the backlog from Kafka.",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.5),
+    default=10.0,
+    show_default=True,
+    help="Seconds one read may take before it counts as failed.",
+)
+@click.option(
+    "--group",
+    "group_id",
+    default=None,
+    help="The workers' consumer group [default: $PIPELINE_WORKER__GROUP_ID, else "
+    "<namespace>.workers].",
+)
+def exporter(
+    settings: Settings, metrics_port: int, interval: float, timeout: float, group_id: str | None
+) -> None:
+    """Serve the backlog as Prometheus metrics, whether or not any worker runs.
+
+    Queue depth and oldest job age per priority, retry and deferred backlog, dead letters
+    pending and group members, read from Kafka every --interval seconds. Runs until SIGTERM.
+    """
+    if group_id is not None:
+        settings = settings.model_copy(
+            update={"worker": settings.worker.model_copy(update={"group_id": group_id})}
+        )
+    configure_logging("INFO", settings.log_format)
+    runner = Exporter(settings, port=metrics_port, interval=interval, timeout=timeout)
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        runner.stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    with cli_errors():
+        raise SystemExit(runner.run())

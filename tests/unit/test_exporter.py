@@ -1,0 +1,137 @@
+"""The exporter keeps serving through failed reads of Kafka, and says so in its metrics."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from pipeline._backlog import Backlog
+from pipeline._errors import KafkaUnavailableError
+from pipeline._settings import Settings
+from pipeline_cli._exporter import Exporter
+from tests import waiting
+from tests.integration.worker.harness.metrics import free_port
+from tests.unit.test_metrics_reference import backlog
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FlakyReader:
+    """Fails while ``failing`` is set, else returns the snapshot."""
+
+    def __init__(self, failure: Exception) -> None:
+        self.failure = failure
+        self.failing = True
+
+    def read(self) -> Backlog:
+        if self.failing:
+            raise self.failure
+        return backlog()
+
+
+def sample(exporter: Exporter, name: str, **labels: str) -> float | None:
+    return exporter.registry.get_sample_value(name, labels)
+
+
+def test_failed_reads_are_counted_and_the_last_values_kept() -> None:
+    clock = Clock()
+    exporter = Exporter(Settings(), port=0, interval=15, timeout=10, clock=clock)
+    reader = FlakyReader(KafkaUnavailableError("Kafka at localhost:9092 did not answer"))
+    exporter.read_once(reader)
+    assert sample(exporter, "pipeline_exporter_read_success") == 0
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 1
+    assert sample(exporter, "pipeline_queue_depth", priority="default") is None
+    assert exporter.health() == (True, "last read failed: Kafka at localhost:9092 did not answer")
+
+    reader.failing = False
+    clock.now += 5
+    exporter.read_once(reader)
+    assert sample(exporter, "pipeline_exporter_read_success") == 1
+    assert sample(exporter, "pipeline_exporter_last_success_timestamp_seconds") == 1005
+    assert sample(exporter, "pipeline_queue_depth", priority="default") == 3
+    assert exporter.health() == (True, "ok")
+
+    reader.failing = True
+    exporter.read_once(reader)
+    assert sample(exporter, "pipeline_queue_depth", priority="default") == 3
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 2
+    clock.now += 3 * 15 + 10 + 1
+    ok, detail = exporter.health()
+    assert not ok
+    assert "did not answer" in detail
+
+
+def test_a_bug_in_a_read_does_not_end_the_exporter() -> None:
+    clock = Clock()
+    exporter = Exporter(Settings(), port=0, interval=1, timeout=1, clock=clock)
+    exporter.read_once(FlakyReader(KeyError("partition")))
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 1
+    clock.now += 10
+    assert exporter.health() == (False, "last read failed: KeyError: 'partition'")
+
+
+def test_the_command_serves_read_errors_while_kafka_is_unreachable_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    command = [str(Path(sys.executable).parent / "pipeline"), "exporter", "--metrics-port"]
+    log = tmp_path / "exporter.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [*command, str(port), "--interval", "0.2", "--timeout", "0.5"],
+            env={**os.environ, "PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+
+        def errors() -> float:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+            except OSError:
+                return 0.0
+            samples = {
+                s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples
+            }
+            assert samples["pipeline_exporter_read_success"] == 0
+            return samples["pipeline_exporter_read_errors_total"]
+
+        assert waiting.wait_for(lambda: errors() >= 2, 30), log.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+    assert "reading the backlog failed" in log.read_text()
+
+
+def test_an_outage_is_logged_once_and_its_end_once(caplog: pytest.LogCaptureFixture) -> None:
+    exporter = Exporter(Settings(), port=0, clock=Clock())
+    reader = FlakyReader(KafkaUnavailableError("Kafka at localhost:9092 did not answer"))
+    with caplog.at_level(logging.INFO, logger="pipeline.exporter"):
+        for _ in range(5):
+            exporter.read_once(reader)
+        reader.failing = False
+        exporter.read_once(reader)
+        exporter.read_once(reader)
+    assert [r.getMessage() for r in caplog.records] == [
+        "reading the backlog failed",
+        "reading the backlog works again",
+    ]
+    assert sample(exporter, "pipeline_exporter_read_errors_total") == 5
