@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.test_metrics_reference import documented
+from tests.unit.metrics_exported import documented
 
 RULES = Path(__file__).resolve().parents[2] / "ops" / "prometheus"
 INSTALL = (

@@ -19,7 +19,7 @@ from pipeline._settings import Settings
 from pipeline_cli._exporter import Exporter
 from tests import waiting
 from tests.integration.worker.harness.metrics import free_port
-from tests.unit.test_metrics_reference import backlog
+from tests.unit.metrics_exported import backlog
 
 
 class Clock:
