@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import yaml
 
 from tests.unit.metrics_exported import series_labels
 from tests.unit.promql_refs import references
+from tests.unit.test_alert_rules import promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAFANA = ROOT / "ops" / "grafana"
@@ -27,12 +27,6 @@ TARGET_LABELS = frozenset({"job", "instance"})
 """The labels Prometheus adds to every series it scrapes (the metrics carry no namespace)."""
 BUILTINS = {"__rate_interval": "1m", "__interval": "15s", "__range": "1h"}
 """Grafana's own variables, with a value of the right kind for promtool."""
-INSTALL = (
-    "promtool (Prometheus' rule checker) is not installed; install it with "
-    "`apt-get install prometheus` (Debian/Ubuntu, as .ci/run does) or from "
-    "https://prometheus.io/download/"
-)
-
 Dashboard = dict[str, Any]
 
 
@@ -100,13 +94,6 @@ def expanded(expr: str, variables: set[str]) -> str:
         return ".*"
 
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, expr)
-
-
-def promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        pytest.fail(INSTALL, pytrace=False)
-    return path
 
 
 def unparsable(dashboard: Dashboard, workdir: Path) -> str:
