@@ -20,7 +20,7 @@ from .tools import ROOT, compose_config, docker_compose, promtool, run
 COMPOSE = ROOT / "docker-compose.yml"
 PROMETHEUS = ROOT / "ops" / "prometheus" / "prometheus.yml"
 GRAFANA = ROOT / "ops" / "grafana"
-PIPELINE_SERVICES = ("topics", "worker", "scheduler")
+PIPELINE_SERVICES = ("topics", "worker", "scheduler", "exporter")
 METRICS = {"worker": "worker", "scheduler": "scheduler"}  # service -> settings section
 
 
@@ -108,6 +108,28 @@ def test_prometheus_scrapes_every_worker_and_scheduler_and_loads_the_rules(
     target = mounts[PROMETHEUS.parent]
     assert f"--config.file={target}/prometheus.yml" in prometheus["command"]
     run([promtool(), "check", "config", "--syntax-only", str(PROMETHEUS)])
+
+
+def test_one_exporter_serves_the_backlog_and_prometheus_scrapes_it(
+    services: dict[str, Any],
+) -> None:
+    """The backlog alerts read the exporter's metrics: without it they never fire."""
+    exporter = services["exporter"]
+    command = exporter["command"]
+    assert command[:2] == ["pipeline", "exporter"]
+    port = int(command[command.index("--metrics-port") + 1])
+    assert str(port) in exporter["expose"]
+    assert f"localhost:{port}/healthz" in " ".join(exporter["healthcheck"]["test"])
+    assert exporter["depends_on"]["topics"]["condition"] == "service_completed_successfully"
+    assert exporter.get("deploy", {}).get("replicas", 1) == 1
+    config = yaml.safe_load(PROMETHEUS.read_text())
+    targets = [
+        target
+        for job in config["scrape_configs"]
+        for static in job.get("static_configs", [])
+        for target in static["targets"]
+    ]
+    assert f"exporter:{port}" in targets
 
 
 def test_grafana_provisions_the_prometheus_datasource_and_the_dashboards(
