@@ -12,6 +12,7 @@ from .checks import env_of, matches, setting_problems, settings_from
 Manifest = dict[str, Any]
 WORKER = "pipeline-worker"
 SCHEDULER = "pipeline-scheduler"
+EXPORTER = "pipeline-exporter"
 WORKLOADS = ("Deployment", "Job")
 
 
@@ -87,15 +88,28 @@ def _port(container: Manifest, port: int | str) -> int | None:
     return None
 
 
+def _command_port(container: Manifest) -> int | None:
+    """The exporter's metrics port: its ``--metrics-port`` option (not a setting)."""
+    command: list[str] = container.get("command", [])
+    if "--metrics-port" not in command:
+        return None
+    return int(command[command.index("--metrics-port") + 1])
+
+
 def probe_problems(objects: list[Manifest]) -> list[str]:
     problems = []
-    for name, section in ((WORKER, "worker"), (SCHEDULER, "scheduler")):
+    for name, section in ((WORKER, "worker"), (SCHEDULER, "scheduler"), (EXPORTER, None)):
         deployment = find(objects, "Deployment", name)
         container = only_container(deployment)
-        settings = settings_from(env_of(container, objects))
-        metrics_port = getattr(settings, section).metrics_port
-        if metrics_port is None:
-            problems.append(f"{name}: PIPELINE_{section.upper()}__METRICS_PORT is not set")
+        if section is None:
+            metrics_port = _command_port(container)
+            if metrics_port is None:
+                problems.append(f"{name}: no --metrics-port in its command")
+        else:
+            settings = settings_from(env_of(container, objects))
+            metrics_port = getattr(settings, section).metrics_port
+            if metrics_port is None:
+                problems.append(f"{name}: PIPELINE_{section.upper()}__METRICS_PORT is not set")
         for kind in ("livenessProbe", "startupProbe", "readinessProbe"):
             probe = container.get(kind)
             if probe is None:

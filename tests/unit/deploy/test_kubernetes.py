@@ -15,7 +15,7 @@ import yaml
 
 from . import k8s_checks
 from .checks import setting_problems
-from .k8s_checks import SCHEDULER, WORKER, Manifest, containers, find, only_container
+from .k8s_checks import EXPORTER, SCHEDULER, WORKER, Manifest, containers, find, only_container
 from .tools import K8S, KUBERNETES_VERSIONS, OVERLAYS, ROOT, keda_crd_schemas, render
 
 KEDA_KINDS = ("ScaledObject", "TriggerAuthentication")
@@ -125,6 +125,12 @@ def test_each_invariant_catches_a_broken_copy() -> None:
     broken = rendered("dev")
     _set_setting(broken, "PIPELINE_WORKER__METRICS_PORT", "9000")
     assert "not /healthz on the metrics port 9000" in " ".join(k8s_checks.probe_problems(broken))
+    broken = rendered("dev")
+    command = only_container(find(broken, "Deployment", EXPORTER))["command"]
+    command[command.index("--metrics-port") + 1] = "9003"
+    assert "pipeline-exporter: livenessProbe asks /healthz on port 8002" in " ".join(
+        k8s_checks.probe_problems(broken)
+    )
 
     broken = rendered("dev")
     find(broken, "ScaledObject", WORKER)["spec"]["maxReplicaCount"] = 4  # 3 partitions
@@ -165,6 +171,8 @@ def test_commands_are_the_console_scripts(overlay: str) -> None:
     assert commands["pipeline-topics"][:3] == ["pipeline", "topics", "apply"]
     assert commands[WORKER][0] == "pipeline-worker"
     assert commands[SCHEDULER][0] == "pipeline-scheduler"
+    assert commands[EXPORTER][:2] == ["pipeline", "exporter"]
+    assert find(objects, "Deployment", EXPORTER)["spec"]["replicas"] == 1
 
 
 def test_the_secret_example_holds_real_settings_that_production_reads() -> None:
