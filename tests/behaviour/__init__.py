@@ -1,0 +1,21 @@
+"""The behaviour suite: one set of scenarios, run against the stub worker and a real worker.
+
+Each scenario in ``test_behaviour.py`` takes the ``harness`` fixture and runs once per harness:
+
+* ``stub``: the stub worker of ``pipeline.testing`` draining the application's in-memory
+  transport on a fake clock, in the test process;
+* ``kafka``: a real ``pipeline-worker`` process (and a ``pipeline-scheduler`` for delayed jobs)
+  on the test session's Kafka, one of each for the whole session, in a namespace of their own.
+
+Both run the same application (:mod:`.app`) and are held to the same assertions: how each job
+ended (succeeded with its handler's value, or dead-lettered with its reason), at which attempt,
+and the handler calls the application recorded (order, attempts, times). So what users learn
+from the stub in their own tests is what the real worker does: retries with ``Retry`` and
+backoff, ``max_attempts``, fatal errors, unknown job types, payload validation, time limits,
+delays and per-key order. A scenario that would need different expectations on the two sides
+is a bug in one of them, never a branch in the test.
+
+Outcomes on Kafka come from what the worker writes (``succeeded`` events on ``<ns>.events``,
+dead letters on ``<ns>.dlq``), read with deadlines; nothing waits by sleeping. The ``kafka``
+cases carry the ``kafka`` mark; ``pytest -m "not kafka" tests/behaviour`` runs the stub alone.
+"""

@@ -1,0 +1,32 @@
+"""Every scenario runs twice: on the stub worker (``stub``) and on a real worker (``kafka``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from .kafkaside import KafkaHarness, start_kafka_harness
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from .harness import Harness
+
+
+@pytest.fixture(scope="session")
+def kafka_harness(
+    bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KafkaHarness]:
+    """One worker and one scheduler for the whole session, in a namespace of their own."""
+    harness = start_kafka_harness(bootstrap_servers, tmp_path_factory.mktemp("behaviour"))
+    try:
+        yield harness
+    finally:
+        harness.close()
+
+
+@pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.kafka)])
+def harness(request: pytest.FixtureRequest) -> Harness:
+    harness: Harness = request.getfixturevalue(f"{request.param}_harness")
+    return harness

@@ -1,0 +1,128 @@
+"""What a scenario drives: a :class:`Harness`, and what it reports once jobs settled.
+
+A harness enqueues jobs of the suite's application (:mod:`.app`), runs them until every job
+asked about has *settled* (succeeded, or dead-lettered) and reports each job's :class:`Outcome`
+as the worker saw it, with the handler calls the application itself recorded
+(:class:`Call`, from the :class:`~.app.Observer` lines). Both implementations read the same
+recording, so only where the outcome comes from differs: the stub worker's results, or what the
+real worker wrote to Kafka.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from pathlib import Path
+
+Status = Literal["succeeded", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call of a handler, as the application recorded it."""
+
+    job_id: str
+    attempt: int
+    key: str | None
+    at_ms: int
+    """When it was called, on the harness's clock (:meth:`Harness.now_ms`)."""
+    ended: str | None = None
+    """``return`` or ``raise``; None while it runs."""
+    ended_at_ms: int | None = None
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How one job ended, by the worker's account."""
+
+    status: Status
+    reason: str | None
+    """The dead-letter reason (``DeadLetterReason`` values); None for a success."""
+    attempts: int
+    """The attempt of its last run (or of the delivery that was dead-lettered unrun)."""
+    value: Any = None
+    """What the handler returned, for a success."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What :meth:`Harness.settle` saw: each job's outcome and every handler call, in order."""
+
+    outcomes: dict[str, Outcome]
+    calls: list[Call] = field(default_factory=list)
+
+    def __getitem__(self, job_id: str) -> Outcome:
+        return self.outcomes[job_id]
+
+    def calls_of(self, job_id: str) -> list[Call]:
+        return [call for call in self.calls if call.job_id == job_id]
+
+    def order(self, job_ids: Iterable[str]) -> list[str]:
+        """The ids of ``job_ids`` in the order their handlers were first called."""
+        wanted, seen = set(job_ids), dict[str, None]()
+        for call in self.calls:
+            if call.job_id in wanted:
+                seen.setdefault(call.job_id)
+        return list(seen)
+
+
+class Harness(Protocol):
+    """One way to run the suite's application: the stub worker, or a real worker on Kafka."""
+
+    name: str
+
+    def now_ms(self) -> int:
+        """The time on the clock the worker goes by (fake for the stub), in epoch ms."""
+        ...
+
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        priority: str | None = None,
+        delay_s: float | None = None,
+        max_attempts: int | None = None,
+        foreign: bool = False,
+    ) -> str:
+        """Enqueue one job; return its id. ``foreign``: as a producer that does not know the
+        type would (no validation against the handler, no declared options)."""
+        ...
+
+    def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
+        """Run jobs until every one of ``job_ids`` succeeded or was dead-lettered."""
+        ...
+
+
+def read_calls(path: Path, job_ids: Iterable[str]) -> list[Call]:
+    """The calls of ``job_ids`` recorded in ``path``, in the order they were made."""
+    wanted = set(job_ids)
+    calls: list[Call] = []
+    open_calls: dict[tuple[str, int], int] = {}
+    for line in path.read_text().splitlines() if path.exists() else ():
+        fields = json.loads(line)
+        job_id, attempt = fields["id"], fields["attempt"]
+        if job_id not in wanted:
+            continue
+        if fields["kind"] == "call":
+            open_calls[job_id, attempt] = len(calls)
+            calls.append(Call(job_id, attempt, fields["key"], fields["at"]))
+        else:
+            index = open_calls.pop((job_id, attempt))
+            started = calls[index]
+            calls[index] = Call(
+                job_id,
+                attempt,
+                started.key,
+                started.at_ms,
+                fields["kind"],
+                fields["at"],
+                fields.get("value"),
+            )
+    return calls

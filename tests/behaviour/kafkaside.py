@@ -1,0 +1,189 @@
+"""The real side: a ``pipeline-worker`` process (and a ``pipeline-scheduler`` for delayed jobs)
+running the suite's application against a real Kafka, one of each for the whole session.
+
+Outcomes come from what the worker writes to Kafka, never from the handlers: a success is the
+``succeeded`` event on ``<ns>.events`` (the worker runs with ``PIPELINE_EVENTS=all``), a dead job
+is its dead letter on ``<ns>.dlq`` (its reason and the attempt it died at). Both topics are read
+incrementally by one consumer, polled with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+from pipeline import Pipeline
+from pipeline._admin import apply_topics
+from pipeline._codec import DeadLetterCodec, EventCodec
+from pipeline._records import EventKind
+from pipeline._topics import TopicNames
+from tests.integration.scheduler.conftest import SchedulerFactory, SchedulerProcess
+from tests.integration.worker.fixtures import with_retry_tiers
+from tests.integration.worker.harness import WorkerLauncher, WorkerProcess, wait_joined, wait_until
+
+from .app import RECORD_ENV, make_app, wall_ms
+from .harness import Call, Outcome, Settled, read_calls
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from pathlib import Path
+
+    from pipeline import Settings
+
+APP = "tests.behaviour.app:app"
+RETRY_DELAYS_S = [0.5, 2.0]
+WORKER_ARGS = ("--concurrency", "8", "--key-ordering")
+"""Key ordering on: the stub runs one job at a time, so jobs of a key never overlap there."""
+WORKER_ENV = {
+    "PIPELINE_EVENTS": "all",
+    "PIPELINE_TOPICS__RETRY_DELAYS_S": json.dumps(RETRY_DELAYS_S),
+}
+
+
+class WorkerOutputs:
+    """The worker's account of jobs: ``succeeded`` events and dead letters, read as they come."""
+
+    def __init__(self, settings: Settings) -> None:
+        names = TopicNames(settings.namespace)
+        self._events, self._dlq = names.events, names.dlq
+        self._consumer = Consumer(
+            {
+                **settings.client_config(),
+                "group.id": f"{settings.namespace}.behaviour-reader",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+            }
+        )
+        partitions = [
+            TopicPartition(topic, partition, OFFSET_BEGINNING)
+            for topic in (self._events, self._dlq)
+            for partition in self._consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ]
+        self._consumer.assign(partitions)
+        self._event_codec, self._letter_codec = EventCodec(), DeadLetterCodec()
+        self.outcomes: dict[str, Outcome] = {}
+
+    def refresh(self) -> None:
+        for message in self._consumer.consume(1000, 0.1):
+            error = message.error()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error.str()
+                continue
+            value = message.value() or b""
+            if message.topic() == self._dlq:
+                letter = self._letter_codec.decode(value)
+                attempt = letter.job.attempt if letter.job is not None else 0
+                self.outcomes[letter.job_id or "?"] = Outcome("dead", letter.reason, attempt)
+            else:
+                event = self._event_codec.decode(value)
+                if event.kind == EventKind.SUCCEEDED:
+                    self.outcomes[event.job_id] = Outcome("succeeded", None, event.attempt)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+@dataclass
+class KafkaHarness:
+    """The suite's application on a real worker; see the module docstring."""
+
+    settings: Settings
+    record: Path
+    worker: WorkerProcess
+    scheduler: SchedulerProcess
+    outputs: WorkerOutputs
+    producer: Pipeline = field(init=False)
+    foreign: Pipeline = field(init=False)
+    name: str = "kafka"
+
+    def __post_init__(self) -> None:
+        self.producer = make_app(self.settings)
+        self.foreign = Pipeline(self.settings)  # knows no job type
+
+    def now_ms(self) -> int:
+        return wall_ms()
+
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        priority: str | None = None,
+        delay_s: float | None = None,
+        max_attempts: int | None = None,
+        foreign: bool = False,
+    ) -> str:
+        options: dict[str, Any] = {
+            "key": key,
+            "priority": priority,
+            "delay": delay_s,
+            "max_attempts": max_attempts,
+        }
+        app = self.foreign if foreign else self.producer
+        return app.enqueue(job_type, payload, **{k: v for k, v in options.items() if v is not None})
+
+    def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
+        self.producer.flush(30)
+        self.foreign.flush(30)
+        outcomes = self.outputs.outcomes
+
+        def settled() -> bool:
+            self.outputs.refresh()
+            return all(job_id in outcomes for job_id in job_ids)
+
+        wait_until(
+            settled,
+            timeout=timeout_s,
+            what=lambda: f"jobs to settle; not yet: {[i for i in job_ids if i not in outcomes]}",
+            watch=[self.worker],
+            interval=0.01,
+        )
+        calls = read_calls(self.record, job_ids)
+        return Settled(
+            {job_id: _with_value(outcomes[job_id], job_id, calls) for job_id in job_ids}, calls
+        )
+
+    def close(self) -> None:
+        self.worker.kill()
+        self.scheduler.kill()
+        self.outputs.close()
+        self.producer.close(30)
+        self.foreign.close(30)
+
+
+def _with_value(outcome: Outcome, job_id: str, calls: Sequence[Call]) -> Outcome:
+    """A success with the value its handler returned: the worker writes it nowhere, so it is
+    the one the observer recorded for the attempt that succeeded."""
+    if outcome.status != "succeeded":
+        return outcome
+    values = [
+        call.value
+        for call in calls
+        if call.job_id == job_id and call.attempt == outcome.attempts and call.ended == "return"
+    ]
+    assert len(values) == 1, f"job {job_id} succeeded at attempt {outcome.attempts}: {calls}"
+    return Outcome(outcome.status, outcome.reason, outcome.attempts, values[0])
+
+
+def start_kafka_harness(bootstrap_servers: str, tmp: Path) -> KafkaHarness:
+    """A namespace of its own with short retry tiers, its topics, a worker and a scheduler."""
+    settings = with_retry_tiers(bootstrap_servers, f"b{uuid.uuid4().hex[:8]}", RETRY_DELAYS_S)
+    apply_topics(settings)
+    record = tmp / "calls.log"
+    launcher = WorkerLauncher(settings, record, tmp, app=APP, env={RECORD_ENV: str(record)})
+    schedulers = SchedulerFactory(settings, tmp)
+    scheduler = schedulers.start()
+    worker = launcher.start(*WORKER_ARGS, env=WORKER_ENV)
+    try:
+        schedulers.wait_leading(scheduler)
+        wait_joined(settings, f"{settings.namespace}.workers", [worker])
+        return KafkaHarness(settings, record, worker, scheduler, WorkerOutputs(settings))
+    except BaseException:
+        worker.kill()
+        scheduler.kill()
+        raise

@@ -1,0 +1,131 @@
+"""What a job's handler sees and how the job ends: the same assertions on the stub and on Kafka."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pipeline import PayloadValidationError
+
+from .app import TIME_LIMIT_S
+from .harness import Outcome
+
+if TYPE_CHECKING:
+    from .harness import Call, Harness
+
+
+def _attempts(calls: list[Call]) -> list[tuple[int, str | None]]:
+    return [(call.attempt, call.ended) for call in calls]
+
+
+def _gaps_ms(calls: list[Call]) -> list[int]:
+    """From each call's start to the next call's start."""
+    return [later.at_ms - earlier.at_ms for earlier, later in itertools.pairwise(calls)]
+
+
+def test_a_job_succeeds_with_what_its_handler_returned(harness: Harness) -> None:
+    job = harness.enqueue("echo", {"text": "hello"})
+    settled = harness.settle([job])
+    assert settled[job] == Outcome("succeeded", None, 1, {"echo": "hello", "attempt": 1})
+    assert _attempts(settled.calls_of(job)) == [(1, "return")]
+
+
+def test_a_retry_runs_the_job_again_no_sooner_than_asked(harness: Harness) -> None:
+    job = harness.enqueue("later", {"after_s": 1.0})
+    settled = harness.settle([job])
+    assert settled[job] == Outcome("succeeded", None, 2, "done at attempt 2")
+    calls = settled.calls_of(job)
+    assert _attempts(calls) == [(1, "raise"), (2, "return")]
+    assert _gaps_ms(calls)[0] >= 1000
+
+
+def test_a_transient_error_is_retried_with_backoff_until_max_attempts(harness: Harness) -> None:
+    job = harness.enqueue("flaky", {"n": 1})
+    fewer = harness.enqueue("flaky", {"n": 2}, max_attempts=2)
+    settled = harness.settle([job, fewer])
+    assert settled[job] == Outcome("dead", "max_attempts", 3)
+    calls = settled.calls_of(job)
+    assert _attempts(calls) == [(1, "raise"), (2, "raise"), (3, "raise")]
+    first, second = _gaps_ms(calls)
+    assert first >= 500  # the type's backoff: 0.5 s, then 1 s
+    assert second >= 1000
+    # The enqueue asked for fewer runs than the type allows: the smaller limit holds.
+    assert settled[fewer] == Outcome("dead", "max_attempts", 2)
+    assert _attempts(settled.calls_of(fewer)) == [(1, "raise"), (2, "raise")]
+
+
+def test_a_fatal_error_dead_letters_the_job_at_once(harness: Harness) -> None:
+    job = harness.enqueue("doomed", {"n": 1})
+    settled = harness.settle([job])
+    assert settled[job] == Outcome("dead", "fatal_error", 1)
+    assert _attempts(settled.calls_of(job)) == [(1, "raise")]
+
+
+def test_a_job_of_an_unknown_type_is_dead_lettered_unrun(harness: Harness) -> None:
+    job = harness.enqueue("nobody.handles.this", {"n": 1})
+    settled = harness.settle([job])
+    assert settled[job] == Outcome("dead", "unknown_type", 1)
+    assert settled.calls == []
+
+
+def test_a_payload_that_does_not_fit_the_handler_is_dead_lettered_unrun(
+    harness: Harness,
+) -> None:
+    with pytest.raises(PayloadValidationError):
+        harness.enqueue("typed", {"count": "three"})  # the app's own enqueue refuses it
+    job = harness.enqueue("typed", {"count": "three"}, foreign=True)
+    wrong_field = harness.enqueue("typed", {"amount": 3}, foreign=True)
+    good = harness.enqueue("typed", {"count": 3}, foreign=True)
+    settled = harness.settle([job, wrong_field, good])
+    assert settled[job] == Outcome("dead", "validation_error", 1)
+    assert settled[wrong_field] == Outcome("dead", "validation_error", 1)
+    assert settled[good] == Outcome("succeeded", None, 1, 3)
+    assert [call.job_id for call in settled.calls] == [good]
+
+
+def test_a_job_past_its_time_limit_is_retried_then_dead_lettered_as_timeout(
+    harness: Harness,
+) -> None:
+    job = harness.enqueue("slow", {"seconds": 5.0})
+    settled = harness.settle([job])
+    assert settled[job] == Outcome("dead", "timeout", 2)
+    calls = settled.calls_of(job)
+    assert _attempts(calls) == [(1, "raise"), (2, "raise")]
+    # Stopped at its limit (with slack for a busy machine), long before the 5 s it asked for.
+    assert all(c.ended_at_ms is not None for c in calls)
+    assert all(TIME_LIMIT_S * 1000 <= (c.ended_at_ms or 0) - c.at_ms < 3000 for c in calls)
+
+
+def test_a_delayed_job_runs_after_its_delay_not_before(harness: Harness) -> None:
+    enqueued_at = harness.now_ms()
+    late = harness.enqueue("echo", {"text": "late"}, delay_s=2.0)
+    soon = harness.enqueue("echo", {"text": "soon"})
+    settled = harness.settle([late, soon])
+    assert settled[late] == Outcome("succeeded", None, 1, {"echo": "late", "attempt": 1})
+    assert settled[soon] == Outcome("succeeded", None, 1, {"echo": "soon", "attempt": 1})
+    assert settled.order([late, soon]) == [soon, late]
+    [call] = settled.calls_of(late)
+    assert call.at_ms >= enqueued_at + 2000
+
+
+def test_jobs_of_one_key_run_one_at_a_time_in_enqueue_order(harness: Harness) -> None:
+    rng = random.Random(12)
+    keys: dict[str, list[str]] = {"left": [], "right": []}
+    for n in range(16):
+        key = rng.choice(sorted(keys))
+        pause_ms = rng.uniform(0, 30)
+        keys[key].append(harness.enqueue("ordered", {"n": n, "pause_ms": pause_ms}, key=key))
+    settled = harness.settle([job for jobs in keys.values() for job in jobs])
+    for key, jobs in keys.items():
+        assert settled.order(jobs) == jobs, f"key {key}: jobs ran out of enqueue order"
+        calls = [call for call in settled.calls if call.key == key and call.job_id in jobs]
+        overlapping = [
+            (earlier.job_id, later.job_id)
+            for earlier, later in itertools.pairwise(calls)
+            if earlier.ended_at_ms is None or later.at_ms < earlier.ended_at_ms
+        ]
+        assert overlapping == [], f"key {key}: a job started before the one before it ended"
+    assert all(outcome.status == "succeeded" for outcome in settled.outcomes.values())
