@@ -139,6 +139,14 @@ def make_app(settings: Settings | None = None) -> Pipeline:
         await asyncio.sleep(pause_ms / 1000)
         return n
 
+    @app.job("gate")
+    async def gate(port: int) -> None:
+        """Holds its worker slot until the test closes the connection it opens to ``port``."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        await reader.read()
+        writer.close()
+        await writer.wait_closed()
+
     return app
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
+    from contextlib import AbstractContextManager
     from pathlib import Path
 
 Status = Literal["succeeded", "dead"]
@@ -93,6 +94,11 @@ class Harness(Protocol):
     ) -> str:
         """Enqueue one job; return its id. ``foreign``: as a producer that does not know the
         type would (no validation against the handler, no declared options)."""
+        ...
+
+    def backlog(self) -> AbstractContextManager[None]:
+        """Jobs enqueued in the block all wait until it ends: the worker has every one of them
+        at hand before it may start any, as with a backlog that built up while it was busy."""
         ...
 
     def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:

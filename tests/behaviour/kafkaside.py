@@ -9,8 +9,10 @@ incrementally by one consumer, polled with a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,20 +26,24 @@ from pipeline._topics import TopicNames
 from tests.integration.scheduler.conftest import SchedulerFactory, SchedulerProcess
 from tests.integration.worker.fixtures import with_retry_tiers
 from tests.integration.worker.harness import WorkerLauncher, WorkerProcess, wait_joined, wait_until
+from tests.integration.worker.harness.metrics import free_port
 
 from .app import RECORD_ENV, make_app, wall_ms
+from .backlog import Gates, held_worker
 from .harness import Call, Outcome, Settled, read_calls
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
     from pathlib import Path
 
     from pipeline import Settings
 
 APP = "tests.behaviour.app:app"
 RETRY_DELAYS_S = [0.5, 2.0]
-WORKER_ARGS = ("--concurrency", "8", "--key-ordering")
-"""Key ordering on: the stub runs one job at a time, so jobs of a key never overlap there."""
+CONCURRENCY = 8
+WORKER_ARGS = ("--concurrency", str(CONCURRENCY), "--key-ordering", "--policy", "strict")
+"""Key ordering on and the strict priority policy: the stub runs one job at a time, so jobs of a
+key never overlap there, and always takes the highest priority's job that is due."""
 WORKER_ENV = {
     "PIPELINE_EVENTS": "all",
     "PIPELINE_TOPICS__RETRY_DELAYS_S": json.dumps(RETRY_DELAYS_S),
@@ -96,9 +102,12 @@ class KafkaHarness:
     worker: WorkerProcess
     scheduler: SchedulerProcess
     outputs: WorkerOutputs
+    metrics_port: int
     producer: Pipeline = field(init=False)
     foreign: Pipeline = field(init=False)
+    gates: Gates = field(init=False, default_factory=Gates)
     name: str = "kafka"
+    _backlog: Counter[str] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.producer = make_app(self.settings)
@@ -125,7 +134,31 @@ class KafkaHarness:
             "max_attempts": max_attempts,
         }
         app = self.foreign if foreign else self.producer
+        if self._backlog is not None:
+            self._backlog[priority or "default"] += 1  # the suite's types declare no priority
         return app.enqueue(job_type, payload, **{k: v for k, v in options.items() if v is not None})
+
+    @contextlib.contextmanager
+    def backlog(self) -> Iterator[None]:
+        def enqueue_gate() -> None:
+            self.producer.enqueue("gate", {"port": self.gates.port})
+            self.producer.flush(30)
+
+        self._backlog = Counter()
+        try:
+            with held_worker(
+                self.gates,
+                CONCURRENCY,
+                enqueue_gate,
+                self._backlog,
+                metrics_port=self.metrics_port,
+                worker=self.worker,
+            ):
+                yield
+                self.producer.flush(30)
+                self.foreign.flush(30)
+        finally:
+            self._backlog = None
 
     def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
         self.producer.flush(30)
@@ -152,6 +185,7 @@ class KafkaHarness:
         self.worker.kill()
         self.scheduler.kill()
         self.outputs.close()
+        self.gates.close()
         self.producer.close(30)
         self.foreign.close(30)
 
@@ -178,11 +212,13 @@ def start_kafka_harness(bootstrap_servers: str, tmp: Path) -> KafkaHarness:
     launcher = WorkerLauncher(settings, record, tmp, app=APP, env={RECORD_ENV: str(record)})
     schedulers = SchedulerFactory(settings, tmp)
     scheduler = schedulers.start()
-    worker = launcher.start(*WORKER_ARGS, env=WORKER_ENV)
+    metrics_port = free_port()
+    worker = launcher.start(*WORKER_ARGS, "--metrics-port", str(metrics_port), env=WORKER_ENV)
     try:
         schedulers.wait_leading(scheduler)
         wait_joined(settings, f"{settings.namespace}.workers", [worker])
-        return KafkaHarness(settings, record, worker, scheduler, WorkerOutputs(settings))
+        outputs = WorkerOutputs(settings)
+        return KafkaHarness(settings, record, worker, scheduler, outputs, metrics_port)
     except BaseException:
         worker.kill()
         scheduler.kill()

@@ -129,3 +129,13 @@ def test_jobs_of_one_key_run_one_at_a_time_in_enqueue_order(harness: Harness) ->
         ]
         assert overlapping == [], f"key {key}: a job started before the one before it ended"
     assert all(outcome.status == "succeeded" for outcome in settled.outcomes.values())
+
+
+def test_a_higher_prioritys_backlog_runs_before_a_lower_ones(harness: Harness) -> None:
+    with harness.backlog():
+        low = [harness.enqueue("echo", {"text": f"low {n}"}, priority="low") for n in range(6)]
+        high = [harness.enqueue("echo", {"text": f"high {n}"}, priority="high") for n in range(6)]
+    settled = harness.settle(low + high)
+    assert all(outcome.status == "succeeded" for outcome in settled.outcomes.values())
+    order = settled.order(low + high)
+    assert set(order[: len(high)]) == set(high), "a low job ran while high ones waited"
