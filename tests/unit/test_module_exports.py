@@ -18,8 +18,16 @@ import pipeline.dedup
 import pipeline.testing
 
 TESTING = {
+    "DeadLetterReason",
+    "DrainReport",
+    "FakeClock",
     "InMemoryTransport",
+    "JobResult",
+    "JobStatus",
     "SentMessage",
+    "StubWorker",
+    "run_job",
+    "stub_worker",
 }
 
 DEDUP = {

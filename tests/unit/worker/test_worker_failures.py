@@ -22,6 +22,7 @@ from pipeline import (
     TimeLimitError,
 )
 from pipeline._codec import DeadLetterCodec, EventCodec
+from pipeline._failures import traceback_digest, traceback_text
 from pipeline._records import DeadLetterReason, EventKind
 from pipeline_worker.route.outcome import OutcomeKind
 from pipeline_worker.route.policy import (
@@ -29,8 +30,6 @@ from pipeline_worker.route.policy import (
     Failure,
     FailurePolicy,
     Record,
-    traceback_digest,
-    traceback_text,
 )
 
 NOW = 1_800_000_000_000

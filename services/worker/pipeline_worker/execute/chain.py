@@ -16,18 +16,11 @@ import contextvars
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, cast
 
-from pipeline import PayloadValidationError
-from pipeline._interceptors import CallNext, Interceptor, JobCall
+from pipeline._calls import call_error, compose, handler_kwargs
+from pipeline._interceptors import Interceptor, JobCall
 
 from .._work import Work
-from .runners import AsyncRunners, Completion, ThreadPool, is_call_error
-
-
-def _link(intercept: Callable[[JobCall, CallNext], Any], inner: CallNext) -> CallNext:
-    def step(call: JobCall) -> Any:
-        return intercept(call, inner)
-
-    return step
+from .runners import AsyncRunners, Completion, ThreadPool
 
 
 def _no_pool(work: Work) -> None:
@@ -47,10 +40,7 @@ class Chain:
         """Hands a plain-function job to the thread pool (set once the pool exists)."""
         self._waiting: dict[Work, asyncio.Future[Any]] = {}
         """Plain-function jobs on the pool, by their work, and the future their chain awaits."""
-        call: CallNext = self._innermost
-        for interceptor in reversed(interceptors):
-            call = _link(interceptor.intercept, call)
-        self._call = call
+        self._call = compose(interceptors, self._innermost)
 
     def start(self, work: Work) -> Coroutine[Any, Any, Any]:
         """The coroutine that runs ``work``'s chain (its context and kwargs are ready)."""
@@ -62,16 +52,15 @@ class Chain:
     async def _innermost(self, call: JobCall) -> Any:
         work: Work = call.run
         job_type = work.job_type
-        kwargs = dict(call.kwargs)
-        if job_type.wants_ctx:
-            kwargs["ctx"] = call.ctx
+        kwargs = handler_kwargs(call)
         if job_type.is_async:
             try:
                 coro = job_type.handler(**kwargs)
             except TypeError as exc:
-                if is_call_error(exc):
-                    raise PayloadValidationError(work.job.type, str(exc)) from exc
-                raise
+                error = call_error(work.job.type, exc)
+                if error is exc:
+                    raise
+                raise error from exc
             return await coro
         work.kwargs = kwargs
         started = work.started
@@ -93,10 +82,8 @@ class Chain:
                 continue  # its chain was cancelled at the time limit
             if error is None:
                 future.set_result(result)
-            elif is_call_error(error):
-                future.set_exception(PayloadValidationError(work.job.type, str(error)))
             else:
-                future.set_exception(error)
+                future.set_exception(call_error(work.job.type, error))
 
 
 class JobEnds(Protocol):

@@ -24,6 +24,7 @@ from pipeline import (
     Priority,
     TimeLimitError,
 )
+from pipeline._calls import call_error
 from pipeline._context import JobContext
 from pipeline._ratelog import RateLimitedLog
 
@@ -36,7 +37,7 @@ from ..route.endings import Endings, decode_error
 from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
 from .chain import executors
-from .runners import Completion, is_call_error
+from .runners import Completion
 
 if TYPE_CHECKING:
     import contextvars
@@ -367,9 +368,7 @@ class Processor:
         if error is None:
             self._endings.finish(work, OutcomeKind.SUCCEEDED, None, duration)
             return
-        if is_call_error(error):
-            error = PayloadValidationError(work.job.type, str(error))
-        self._endings.finish(work, OutcomeKind.FAILED, error, duration)
+        self._endings.finish(work, OutcomeKind.FAILED, call_error(work.job.type, error), duration)
 
     def complete_batch(self, batch: list[Completion]) -> None:
         complete = self.complete

@@ -45,16 +45,6 @@ OnDone = Callable[[Work, BaseException | None, float], None]
 """``on_done(work, error, ended)``: the job ended (``error`` None: it succeeded) at ``ended``."""
 
 
-def is_call_error(exc: BaseException) -> bool:
-    """Whether a TypeError was raised by the call itself (bad arguments), not inside the body.
-
-    An argument mismatch is raised before the handler's frame exists, so the traceback holds
-    only the caller's frame; anything raised inside the handler has more frames.
-    """
-    tb = exc.__traceback__
-    return isinstance(exc, TypeError) and tb is not None and tb.tb_next is None
-
-
 @types.coroutine
 def _drive(
     coro: Coroutine[Any, Any, Any],

@@ -5,32 +5,30 @@ job with one more attempt and its error appended, to a retry tier or ``<ns>.defe
 dead letter) and what to count. The worker writes a move in a Kafka transaction together with the
 consumed offset (:mod:`..commit.moves`), so the decision here is made once per failure, never twice.
 
-Classification (DESIGN section 6): ``Retry`` asks for a time; an error declared fatal for the job
-type, a payload that does not fit the handler, an undecodable message or an unknown job type go
-straight to the dead-letter topic; anything else is transient and retried with the type's backoff
-until ``max_attempts`` runs were made.
+The classification (``Retry`` asks for a time; fatal errors, payloads that do not fit the handler
+and unknown job types are dead-lettered at once; anything else is retried with the type's backoff
+until ``max_attempts`` runs were made) is the library's, :func:`pipeline._failures.judge_failure`,
+which ``pipeline.testing`` uses too; this module adds what only a worker has: undecodable
+messages and poison pills, retry tiers, dead-letter and event records.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import random
-import traceback
 from bisect import bisect_right
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline import (
-    AttemptError,
-    DecodeError,
-    Job,
-    PayloadValidationError,
-    Retry,
-    TimeLimitError,
-    UnknownJobTypeError,
-)
+from pipeline import Job
 from pipeline._codec import DeadLetterCodec, EventCodec, JobCodec
+from pipeline._failures import (
+    describe_error,
+    failed_job,
+    judge_failure,
+    qualified_name,
+    traceback_text,
+    with_attempt_error,
+)
 from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind
 from pipeline._topics import TopicNames
 
@@ -42,12 +40,6 @@ if TYPE_CHECKING:
     from pipeline import JobType
 
 Headers = list[tuple[str, str | bytes | None]] | None
-MESSAGE_MAX = 2000
-"""Error messages longer than this are cut (they travel with every retry of the job)."""
-TRACEBACK_MAX = 8192
-"""A dead letter keeps at most this many bytes (UTF-8) of its last error's traceback: the tail,
-where the frame that raised and the error are."""
-_CUT = "...\n"
 DEFERRED = -1
 
 
@@ -128,37 +120,21 @@ class FailurePolicy:
         job = failure.job
         error = failure.error
         if failure.kind is OutcomeKind.POISON_PILL:
-            dead = self._with_error(job, error, False, now_ms) if job is not None else None
+            dead = (
+                None if job is None else with_attempt_error(job, error, False, now_ms, self._worker)
+            )
             return self._dead(failure, dead, DeadLetterReason.POISON_PILL, now_ms)
         if job is None or failure.kind is OutcomeKind.UNDECODABLE:
             return self._dead(failure, None, DeadLetterReason.DECODE_ERROR, now_ms)
-        if failure.kind is OutcomeKind.UNKNOWN_TYPE or isinstance(error, UnknownJobTypeError):
-            return self._dead(failure, job, DeadLetterReason.UNKNOWN_TYPE, now_ms)
-        job_type = failure.job_type
-        fatal = job_type.options.fatal if job_type is not None else ()
-        if isinstance(error, (PayloadValidationError, DecodeError)):
-            reason: str = DeadLetterReason.VALIDATION_ERROR
-            retryable = False
-        elif fatal and isinstance(error, fatal):
-            reason, retryable = DeadLetterReason.FATAL_ERROR, False
-        else:
-            reason, retryable = DeadLetterReason.MAX_ATTEMPTS, True
-            if isinstance(error, TimeLimitError):
-                reason = DeadLetterReason.TIMEOUT
-        failed = self._with_error(job, error, retryable, now_ms)
-        if not retryable or job.attempt >= attempt_limit(job, job_type):
-            return self._dead(failure, failed, reason, now_ms)
-        due = error.due_ms(now_ms) if isinstance(error, Retry) else None
-        if due is None:
-            backoff = job_type.options.backoff if job_type is not None else None
-            delay_s = backoff.delay_s(job.attempt, self._rand) if backoff is not None else 0.0
-            due = now_ms + math.ceil(delay_s * 1000)  # never early: rounded up
-        due = max(due, now_ms)
-        retry = replace(failed, attempt=job.attempt + 1, not_before=due)
-        tier = self.tier_for(due - now_ms)
+        job_type = None if failure.kind is OutcomeKind.UNKNOWN_TYPE else failure.job_type
+        verdict = judge_failure(job, job_type, error, now_ms, self._rand)
+        moved = failed_job(job, verdict, error, now_ms, self._worker)
+        if verdict.reason is not None:
+            return self._dead(failure, moved, verdict.reason, now_ms)
+        tier = self.tier_for(verdict.due_ms - now_ms)
         topic = self.names.deferred if tier == DEFERRED else self.names.retry(tier)
-        records = [Record(topic, self._codec.encode(retry), failure.key, failure.raw_headers)]
-        self._event(records, retry, EventKind.RETRIED, failure, _describe(error), now_ms)
+        records = [Record(topic, self._codec.encode(moved), failure.key, failure.raw_headers)]
+        self._event(records, moved, EventKind.RETRIED, failure, describe_error(error), now_ms)
         route = "deferred" if tier == DEFERRED else f"retry.{tier}"
         return Move(records, False, route, job.type)
 
@@ -170,26 +146,12 @@ class FailurePolicy:
 
     # -- building ------------------------------------------------------------------------------
 
-    def _with_error(
-        self, job: Job, error: BaseException | None, retryable: bool, now_ms: int
-    ) -> Job:
-        entry = AttemptError(
-            attempt=job.attempt,
-            at=now_ms,
-            error_class=_qualified(error),
-            message=_describe(error),
-            retryable=retryable,
-            traceback_digest=traceback_digest(error),
-            worker=self._worker,
-        )
-        return replace(job, errors=[*job.errors, entry])
-
     def _dead(self, failure: Failure, job: Job | None, reason: str, now_ms: int) -> Move:
         error = failure.error
         letter = DeadLetter(
             reason=reason,
-            message=_describe(error) if error is not None else reason,
-            error_class=_qualified(error) if error is not None else None,
+            message=describe_error(error) if error is not None else reason,
+            error_class=qualified_name(error) if error is not None else None,
             source_topic=failure.topic,
             source_partition=failure.partition,
             source_offset=failure.offset,
@@ -229,59 +191,6 @@ class FailurePolicy:
             detail=detail,
         )
         records.append(Record(self.names.events, self._events.encode(event), job.id.encode()))
-
-
-def attempt_limit(job: Job, job_type: JobType | None) -> int:
-    """How many runs ``job`` may have in all: the smaller of its envelope's ``max_attempts``
-    and its type's declared one.
-
-    The envelope always carries a number (the schema's default is 5), so a producer that does
-    not know the type's options (another language, ``pipeline enqueue`` without ``--app``)
-    writes one that says nothing. Both are limits, so the stricter one holds: a job never runs
-    more often than its type allows, and a producer may still ask for fewer runs.
-    """
-    declared = job_type.options.max_attempts if job_type is not None else None
-    if declared is not None and declared < job.max_attempts:
-        return declared
-    return job.max_attempts
-
-
-def _qualified(error: BaseException | None) -> str:
-    if error is None:
-        return "None"
-    cls = type(error)
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def _describe(error: BaseException | None) -> str:
-    if error is None:
-        return ""
-    text = str(error) or type(error).__name__
-    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 1] + "…"
-
-
-def traceback_digest(error: BaseException | None) -> str | None:
-    """12 hex digits naming where an error came from (files, functions, lines; no values), so
-    that identical failures group together in ``pipeline dlq ls``."""
-    if error is None or error.__traceback__ is None:
-        return None
-    frames = traceback.extract_tb(error.__traceback__)
-    shape = "|".join(f"{f.filename}:{f.name}:{f.lineno}" for f in frames)
-    shape += f"|{_qualified(error)}"
-    return hashlib.sha1(shape.encode(), usedforsecurity=False).hexdigest()[:12]
-
-
-def traceback_text(error: BaseException | None, limit: int = TRACEBACK_MAX) -> str | None:
-    """The traceback of ``error`` (with its causes) as text, at most ``limit`` bytes of UTF-8:
-    its tail, after ``...`` and a newline when cut. None for an error that was never raised."""
-    if error is None or error.__traceback__ is None:
-        return None
-    text = "".join(traceback.format_exception(error))
-    data = text.encode("utf-8", "replace")
-    if len(data) <= limit:
-        return text
-    tail = data[len(data) - (limit - len(_CUT)) :]
-    return _CUT + tail.decode("utf-8", "ignore")  # a character cut in two is dropped
 
 
 def _header_bytes(headers: Headers) -> dict[str, bytes]:

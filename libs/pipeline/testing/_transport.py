@@ -1,7 +1,6 @@
-"""Test helpers for applications built on ``pipeline``: no Kafka needed.
+"""An in-memory stand-in for the Kafka producer: what an application enqueues, kept in a list.
 
-``InMemoryTransport`` stands in for the Kafka producer, so a service's own unit tests can check
-what it enqueues::
+A service's own unit tests can check what it enqueues::
 
     transport = InMemoryTransport()
     app = Pipeline(transport=transport)
@@ -12,15 +11,15 @@ what it enqueues::
 
 from __future__ import annotations
 
-import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Message
 
-from ._codec import JobCodec
-from ._job import Job
-from ._producer import DeliveryCallback
+from .._codec import JobCodec
+from .._job import Job
+from .._producer import DeliveryCallback
+from ._partitioner import partition_for
 
 __all__ = ["InMemoryTransport", "SentMessage"]
 
@@ -39,8 +38,9 @@ class SentMessage:
 class InMemoryTransport:
     """Keeps produced messages in memory and acknowledges them on ``poll``/``flush``.
 
-    Keyed messages go to ``crc32(key) % partitions`` (the same key always lands on the same
-    partition, as with Kafka's partitioner, though not the same number); unkeyed ones round-robin.
+    Keyed messages go to the partition Kafka's default partitioner picks (murmur2 of the key,
+    positive, modulo ``partitions``: the number a real topic with as many partitions gives);
+    unkeyed ones round-robin.
     ``fail_with`` makes every delivery fail with that librdkafka error code, to test error paths.
     """
 
@@ -57,7 +57,7 @@ class InMemoryTransport:
         self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
     ) -> None:
         if key is not None:
-            partition = zlib.crc32(key) % self.partitions
+            partition = partition_for(key, self.partitions)
         else:
             partition = self._round_robin % self.partitions
             self._round_robin += 1

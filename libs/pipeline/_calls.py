@@ -1,0 +1,59 @@
+"""Calling a job's handler: the interceptor chain around it, its keyword arguments, and the one
+``TypeError`` that means the payload does not fit the handler.
+
+The worker (with its runners and thread pool) and :mod:`pipeline.testing` build their calls
+from these pieces, so an interceptor, a ``ctx`` parameter and a bad payload behave the same
+in a test as in production.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._errors import PayloadValidationError
+from ._interceptors import CallNext, Interceptor, JobCall
+
+
+def compose(interceptors: Sequence[Interceptor], innermost: CallNext) -> CallNext:
+    """One ``next`` that runs ``interceptors`` (outermost first) around ``innermost``."""
+    call = innermost
+    for interceptor in reversed(interceptors):
+        call = _link(interceptor.intercept, call)
+    return call
+
+
+def _link(intercept: Callable[[JobCall, CallNext], Any], inner: CallNext) -> CallNext:
+    def step(call: JobCall) -> Any:
+        return intercept(call, inner)
+
+    return step
+
+
+def handler_kwargs(call: JobCall) -> dict[str, Any]:
+    """The keyword arguments the handler is called with: the payload's, and ``ctx`` if it
+    declares one."""
+    kwargs = dict(call.kwargs)
+    if call.handler.wants_ctx:
+        kwargs["ctx"] = call.ctx
+    return kwargs
+
+
+def is_call_error(exc: BaseException) -> bool:
+    """Whether a TypeError was raised by the call itself (bad arguments), not inside the body.
+
+    An argument mismatch is raised before the handler's frame exists, so the traceback holds
+    only the caller's frame; anything raised inside the handler has more frames.
+    """
+    tb = exc.__traceback__
+    return isinstance(exc, TypeError) and tb is not None and tb.tb_next is None
+
+
+def call_error(job_type: str, exc: BaseException) -> BaseException:
+    """What a handler's call failed with: a :class:`PayloadValidationError` (chained) when the
+    call itself refused the payload's arguments, else ``exc`` as it is."""
+    if not is_call_error(exc):
+        return exc
+    error = PayloadValidationError(job_type, str(exc))
+    error.__cause__ = exc
+    return error

@@ -1,0 +1,165 @@
+"""What a failed run of a job leads to: another attempt at a time, or a dead letter. Pure.
+
+The classification (DESIGN section 6), in one place for the worker and for
+:mod:`pipeline.testing`: ``Retry`` asks for its own time; an error declared fatal for the job
+type, a payload that does not fit the handler or an unknown job type go straight to the
+dead-letter topic; anything else is transient and retried after the type's backoff until
+``max_attempts`` runs were made, and then dead-lettered (``timeout`` when the last run ran past
+its time limit). Where the retry is written (tiers, ``<ns>.deferred``) is the worker's business.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import traceback
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from ._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
+from ._job import AttemptError, Job
+from ._records import DeadLetterReason
+from ._retry import Retry
+
+if TYPE_CHECKING:
+    import random
+
+    from ._registry import JobType
+
+MESSAGE_MAX = 2000
+"""Error messages longer than this are cut (they travel with every retry of the job)."""
+TRACEBACK_MAX = 8192
+"""A dead letter keeps at most this many bytes (UTF-8) of its last error's traceback: the tail,
+where the frame that raised and the error are."""
+_CUT = "...\n"
+
+
+@dataclass(frozen=True, slots=True)
+class FailureVerdict:
+    """What one failed run leads to: ``reason`` None is a retry due at ``due_ms``."""
+
+    reason: DeadLetterReason | None
+    """The dead-letter reason; None: the job runs again."""
+    retryable: bool
+    """Whether the error is of a kind that is retried (its attempt history says so)."""
+    due_ms: int = 0
+    """When the next attempt is due (epoch ms; never before the failure); 0 when dead."""
+
+    @property
+    def dead(self) -> bool:
+        return self.reason is not None
+
+
+def judge_failure(
+    job: Job,
+    job_type: JobType | None,
+    error: BaseException | None,
+    now_ms: int,
+    rand: random.Random | None = None,
+) -> FailureVerdict:
+    """The verdict on ``job``'s run that failed with ``error`` at ``now_ms``.
+
+    ``job_type`` is the registered type (None: this application has no handler for it, as
+    with an :class:`UnknownJobTypeError`); ``rand`` draws the backoff's jitter.
+    """
+    if job_type is None or isinstance(error, UnknownJobTypeError):
+        return FailureVerdict(DeadLetterReason.UNKNOWN_TYPE, False)
+    fatal = job_type.options.fatal
+    if isinstance(error, (PayloadValidationError, DecodeError)):
+        return FailureVerdict(DeadLetterReason.VALIDATION_ERROR, False)
+    if fatal and isinstance(error, fatal):
+        return FailureVerdict(DeadLetterReason.FATAL_ERROR, False)
+    if job.attempt >= attempt_limit(job, job_type):
+        if isinstance(error, TimeLimitError):
+            return FailureVerdict(DeadLetterReason.TIMEOUT, True)
+        return FailureVerdict(DeadLetterReason.MAX_ATTEMPTS, True)
+    due = error.due_ms(now_ms) if isinstance(error, Retry) else None
+    if due is None:
+        delay_s = job_type.options.backoff.delay_s(job.attempt, rand)
+        due = now_ms + math.ceil(delay_s * 1000)  # never early: rounded up
+    return FailureVerdict(None, True, max(due, now_ms))
+
+
+def failed_job(
+    job: Job, verdict: FailureVerdict, error: BaseException | None, now_ms: int, worker: str
+) -> Job:
+    """The job as its move writes it: the next attempt (its error appended to the history,
+    due at the verdict's time), or the job the dead letter carries (an unknown type's job as
+    it came, any other with its last error appended)."""
+    if verdict.reason is DeadLetterReason.UNKNOWN_TYPE:
+        return job
+    failed = with_attempt_error(job, error, verdict.retryable, now_ms, worker)
+    if verdict.dead:
+        return failed
+    return replace(failed, attempt=job.attempt + 1, not_before=verdict.due_ms)
+
+
+def with_attempt_error(
+    job: Job, error: BaseException | None, retryable: bool, now_ms: int, worker: str
+) -> Job:
+    """``job`` with this attempt's error appended to its history."""
+    entry = AttemptError(
+        attempt=job.attempt,
+        at=now_ms,
+        error_class=qualified_name(error),
+        message=describe_error(error),
+        retryable=retryable,
+        traceback_digest=traceback_digest(error),
+        worker=worker,
+    )
+    return replace(job, errors=[*job.errors, entry])
+
+
+def attempt_limit(job: Job, job_type: JobType | None) -> int:
+    """How many runs ``job`` may have in all: the smaller of its envelope's ``max_attempts``
+    and its type's declared one.
+
+    The envelope always carries a number (the schema's default is 5), so a producer that does
+    not know the type's options (another language, ``pipeline enqueue`` without ``--app``)
+    writes one that says nothing. Both are limits, so the stricter one holds: a job never runs
+    more often than its type allows, and a producer may still ask for fewer runs.
+    """
+    declared = job_type.options.max_attempts if job_type is not None else None
+    if declared is not None and declared < job.max_attempts:
+        return declared
+    return job.max_attempts
+
+
+def qualified_name(error: BaseException | None) -> str:
+    """``module.QualName`` of the error's class (``"None"`` for no error)."""
+    if error is None:
+        return "None"
+    cls = type(error)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def describe_error(error: BaseException | None) -> str:
+    """The error's message (its class name when it has none), cut at :data:`MESSAGE_MAX`."""
+    if error is None:
+        return ""
+    text = str(error) or type(error).__name__
+    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 1] + "…"
+
+
+def traceback_digest(error: BaseException | None) -> str | None:
+    """12 hex digits naming where an error came from (files, functions, lines; no values), so
+    that identical failures group together in ``pipeline dlq ls``."""
+    if error is None or error.__traceback__ is None:
+        return None
+    frames = traceback.extract_tb(error.__traceback__)
+    shape = "|".join(f"{f.filename}:{f.name}:{f.lineno}" for f in frames)
+    shape += f"|{qualified_name(error)}"
+    return hashlib.sha1(shape.encode(), usedforsecurity=False).hexdigest()[:12]
+
+
+def traceback_text(error: BaseException | None, limit: int = TRACEBACK_MAX) -> str | None:
+    """The traceback of ``error`` (with its causes) as text, at most ``limit`` bytes of UTF-8:
+    its tail, after ``...`` and a newline when cut. None for an error that was never raised."""
+    if error is None or error.__traceback__ is None:
+        return None
+    text = "".join(traceback.format_exception(error))
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text
+    tail = data[len(data) - (limit - len(_CUT)) :]
+    return _CUT + tail.decode("utf-8", "ignore")  # a character cut in two is dropped

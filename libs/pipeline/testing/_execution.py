@@ -1,0 +1,203 @@
+"""One message run as the worker runs it, without Kafka: decode, payload, context,
+interceptors, time limit, and the worker's verdict on a failure.
+
+Every step is the library's own: the application's :class:`~pipeline.JobCodec`, the job type's
+payload loading and validation (:meth:`~pipeline.JobType.load_payload`), the interceptor chain
+(:mod:`pipeline._calls`) and the failure classification (:mod:`pipeline._failures`). What is
+the test kit's: the event loop the run gets (a fresh one per run), and a thread per run of a
+plain-function handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import random
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._calls import call_error, compose, handler_kwargs
+from .._context import JobContext
+from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
+from .._failures import failed_job, judge_failure
+from .._interceptors import JobCall
+from .._jsonpayload import JsonPayload
+from .._records import DeadLetterReason
+from .._retry import Retry
+from ._results import JobResult, JobStatus
+
+if TYPE_CHECKING:
+    from .._app import Pipeline
+    from .._job import Job
+    from .._registry import JobType
+    from ._transport import SentMessage
+
+T = TypeVar("T")
+WORKER = "pipeline.testing"
+"""The worker name a failed attempt's history records."""
+_JSON = JsonPayload()
+
+
+@dataclass(frozen=True, slots=True)
+class Execution:
+    """A run's result, and the job its retry writes (``RETRY`` only)."""
+
+    result: JobResult
+    retry: Job | None = None
+
+
+def execute(
+    app: Pipeline,
+    message: SentMessage,
+    *,
+    now_ms: Callable[[], int],
+    rand: random.Random,
+    fail_fast: bool = False,
+) -> Execution:
+    """Run the job in ``message`` once; ``now_ms`` reads the clock the verdict is made on.
+
+    ``fail_fast``: an error of the run other than :class:`Retry` is raised (with a note naming
+    the job) instead of being classified.
+    """
+    try:
+        job = app.codec.decode(message.value)
+    except DecodeError as exc:
+        dead = JobResult(
+            status=JobStatus.DEAD,
+            job=None,
+            attempt=0,
+            error=exc,
+            reason=DeadLetterReason.DECODE_ERROR,
+        )
+        return Execution(dead)
+    job_type = app.registry.find(job.type)
+    if job_type is None:
+        error: BaseException | None = UnknownJobTypeError(job.type)
+        value = None
+    else:
+        error, value = _run(app, job, job_type, message)
+    if error is None:
+        return Execution(
+            JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
+        )
+    if fail_fast and job_type is not None and not isinstance(error, Retry):
+        error.add_note(
+            f"raised by job {job.id} ({job.type}, attempt {job.attempt}) in pipeline.testing"
+        )
+        raise error
+    now = now_ms()
+    verdict = judge_failure(job, job_type, error, now, rand)
+    if verdict.reason is not None:
+        dead = JobResult(
+            status=JobStatus.DEAD, job=job, attempt=job.attempt, error=error, reason=verdict.reason
+        )
+        return Execution(dead)
+    retry = JobResult(
+        status=JobStatus.RETRY,
+        job=job,
+        attempt=job.attempt,
+        error=error,
+        retry_at_ms=verdict.due_ms,
+        retry_in_s=(verdict.due_ms - now) / 1000,
+    )
+    return Execution(retry, failed_job(job, verdict, error, now, WORKER))
+
+
+def _run(
+    app: Pipeline, job: Job, job_type: JobType, message: SentMessage
+) -> tuple[BaseException | None, Any]:
+    """(error, None) or (None, what the handler returned)."""
+    codec = job_type.options.payload or _JSON
+    try:
+        kwargs = job_type.load_payload(codec, job.payload)
+    except (DecodeError, PayloadValidationError) as exc:
+        return exc, None
+    limit = job_type.options.time_limit
+    ctx = JobContext(
+        job,
+        topic=message.topic,
+        partition=message.partition,
+        offset=message.offset,
+        key=message.key,
+        deadline=time.monotonic() + limit if limit is not None else None,
+    )
+    chain = compose(app.middleware, _innermost)
+    call = JobCall(job, ctx, job_type, kwargs)
+
+    async def run() -> Any:
+        if limit is None:
+            return await chain(call)
+        deadline = asyncio.timeout(limit)
+        try:
+            async with deadline:
+                return await chain(call)
+        except TimeoutError as exc:
+            if deadline.expired():
+                raise TimeLimitError(job.type, limit) from exc
+            raise
+
+    try:
+        return None, _in_own_loop(run)
+    except (Exception, asyncio.CancelledError) as exc:
+        return exc, None
+
+
+async def _innermost(call: JobCall) -> Any:
+    """The handler itself: a coroutine awaited here, a plain function on a thread of its own."""
+    job_type = call.handler
+    kwargs = handler_kwargs(call)
+    if not job_type.is_async:
+        return await _in_thread(call.job.type, job_type.handler, kwargs)
+    try:
+        coro = job_type.handler(**kwargs)
+    except TypeError as exc:
+        error = call_error(call.job.type, exc)
+        if error is exc:
+            raise
+        raise error from exc
+    return await coro
+
+
+def _in_thread(name: str, func: Callable[..., T], kwargs: dict[str, Any]) -> asyncio.Future[T]:
+    """``func(**kwargs)`` on a daemon thread (left to finish alone if its time limit passed)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def settle(error: BaseException | None, result: Any) -> None:
+        if future.done():
+            return  # cancelled at the time limit
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def main() -> None:
+        error: BaseException | None = None
+        result: Any = None
+        try:
+            result = context.run(func, **kwargs)
+        except BaseException as exc:
+            error = call_error(name, exc)  # judged here, before its traceback grows
+        # A run that ended at its time limit has closed its loop: nothing waits for this one.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(settle, error, result)
+
+    threading.Thread(target=main, name=f"pipeline-testing-{name}", daemon=True).start()
+    return future
+
+
+def _in_own_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """``asyncio.run(main())``, on a helper thread when this thread runs a loop already (an
+    async test)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(main())
+    with ThreadPoolExecutor(1, thread_name_prefix="pipeline-testing") as pool:
+        return pool.submit(asyncio.run, main()).result()

@@ -1,0 +1,86 @@
+"""``run_job``: one job of an application, encoded as its producer would and run as its worker
+would, in the test's own process."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .._errors import ConfigurationError
+from .._job import new_job_id, now_ms
+from .._jobfunction import EnqueueOptions
+from ._execution import execute
+from ._transport import InMemoryTransport
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message
+
+    from .._app import Pipeline
+    from ._clock import FakeClock
+    from ._results import JobResult
+    from ._transport import SentMessage
+
+
+def run_job(
+    app: Pipeline,
+    job_type: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    attempt: int = 1,
+    key: str | bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    clock: FakeClock | None = None,
+    rand: random.Random | None = None,
+    **options: Any,
+) -> JobResult:
+    """Run one ``job_type`` job with ``payload`` through the real codec, context, interceptors,
+    payload validation, time limit and failure classification; return what happened.
+
+    ``attempt`` is the run to pretend this is (``max_attempts`` is judged against it).
+    ``options`` are those of ``app.enqueue`` that shape the job (``priority``, ``tenant``,
+    ``idempotency_key``, ``max_attempts``). The payload is not refused up front as
+    ``enqueue`` refuses it: the worker's validation judges it, so a payload that does not fit
+    comes back ``DEAD`` with reason ``validation_error``. ``clock``: the time the verdict is
+    made on (default: the wall clock); ``rand`` draws the backoff's jitter (default: seeded, so a
+    run repeats).
+    """
+    if attempt < 1:
+        raise ConfigurationError(f"run_job(attempt=...) must be at least 1, got {attempt}")
+    for name in ("delay", "run_at", "wait"):
+        if name in options:
+            raise ConfigurationError(
+                f"run_job runs the job now and takes no {name}=; "
+                "to test delays use the stub worker (pipeline.testing.stub_worker)"
+            )
+    options = {"key": key, "headers": headers, **options}
+    message = _produce(app, job_type, payload or {}, attempt=attempt, clock=clock, options=options)
+    clock_ms = clock.now_ms if clock is not None else now_ms
+    return execute(app, message, now_ms=clock_ms, rand=rand or random.Random(0)).result
+
+
+def _produce(
+    app: Pipeline,
+    job_type: str,
+    payload: Mapping[str, Any],
+    *,
+    attempt: int,
+    clock: FakeClock | None,
+    options: dict[str, Any],
+) -> SentMessage:
+    """The job as the application's producer encodes and routes it (on an in-memory topic)."""
+    route = app._route(job_type, EnqueueOptions(**options))
+    data = route.payload_codec.encode(job_type, payload)
+    job = route.job(new_job_id(), data)
+    job = replace(job, attempt=attempt)
+    if clock is not None:
+        job = replace(job, created_at=clock.now_ms())
+    transport = InMemoryTransport()
+    transport.produce(route.topic, app.codec.encode(job), route.key, _ignore)
+    transport.poll()
+    return transport.messages[0]
+
+
+def _ignore(error: KafkaError | None, message: Message) -> None:
+    return None

@@ -1,0 +1,326 @@
+"""run_job: one job through the real codec, context, interceptors, validation, time limit and
+the worker's failure classification."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from pipeline import (
+    Backoff,
+    CallNext,
+    ConfigurationError,
+    Interceptor,
+    JobCall,
+    JobContext,
+    PayloadValidationError,
+    Pipeline,
+    Retry,
+    Settings,
+    TimeLimitError,
+    UnknownJobTypeError,
+)
+from pipeline.testing import (
+    DeadLetterReason,
+    FakeClock,
+    InMemoryTransport,
+    JobStatus,
+    run_job,
+)
+
+
+class DeclinedError(Exception):
+    pass
+
+
+def make_app(*middleware: Interceptor) -> Pipeline:
+    settings = Settings(namespace="acme")
+    return Pipeline(settings, transport=InMemoryTransport(), middleware=middleware)
+
+
+NO_JITTER = Backoff(base_s=10, factor=2, jitter=0)
+
+
+def test_a_sync_handler_succeeds_with_its_value_and_the_decoded_job() -> None:
+    app = make_app()
+
+    @app.job("add")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    result = run_job(app, "add", {"a": 2, "b": 3})
+    assert result.status is JobStatus.SUCCEEDED
+    assert (result.value, result.error, result.attempt) == (5, None, 1)
+    assert result.job is not None
+    assert (result.job.type, result.job.attempt, result.job.max_attempts) == ("add", 1, 5)
+    assert (result.retry_at_ms, result.retry_in_s, result.reason) == (None, None, None)
+
+
+def test_an_async_handler_gets_its_context_and_the_payload_as_the_worker_decodes_it() -> None:
+    app = make_app()
+    seen: list[tuple[datetime, JobContext]] = []
+
+    @app.job("remind", priority="high")
+    async def remind(ctx: JobContext, when: datetime) -> str:
+        seen.append((when, ctx))
+        return ctx.id
+
+    result = run_job(
+        app, "remind", {"when": "2026-03-01T12:00:00Z"}, key="user-7", headers={"trace": "t1"},
+        tenant="acme-eu", attempt=2,
+    )  # fmt: skip
+    assert result.status is JobStatus.SUCCEEDED
+    [(when, ctx)] = seen
+    assert when == datetime(2026, 3, 1, 12, tzinfo=UTC)  # the JSON string validated to a datetime
+    assert result.job is not None
+    assert result.value == result.job.id == ctx.id
+    assert (ctx.attempt, ctx.tenant, ctx.key, dict(ctx.headers)) == (
+        2,
+        "acme-eu",
+        b"user-7",
+        {"trace": "t1"},
+    )
+    assert (ctx.topic, ctx.priority) == ("acme.jobs.high", "high")
+
+
+def test_retry_asks_for_its_time_on_the_given_clock() -> None:
+    app = make_app()
+    clock = FakeClock()
+
+    @app.job("poll")
+    def poll() -> None:
+        raise Retry(after=30)
+
+    result = run_job(app, "poll", clock=clock)
+    assert result.status is JobStatus.RETRY
+    assert isinstance(result.error, Retry)
+    assert result.retry_at_ms == clock.now_ms() + 30_000
+    assert result.retry_in_s == 30.0
+
+
+def test_a_transient_error_is_retried_after_the_type_s_backoff_until_max_attempts() -> None:
+    app = make_app()
+    clock = FakeClock()
+
+    @app.job("flaky", max_attempts=3, backoff=NO_JITTER)
+    def flaky() -> None:
+        raise RuntimeError("boom")
+
+    first = run_job(app, "flaky", clock=clock)
+    second = run_job(app, "flaky", attempt=2, clock=clock)
+    last = run_job(app, "flaky", attempt=3, clock=clock)
+    assert [first.status, second.status, last.status] == [JobStatus.RETRY] * 2 + [JobStatus.DEAD]
+    assert [first.retry_in_s, second.retry_in_s] == [10.0, 20.0]
+    assert last.reason == DeadLetterReason.MAX_ATTEMPTS
+    assert f"{last.reason}" == "max_attempts"  # the string on the dead letter
+    assert isinstance(last.error, RuntimeError)
+
+
+def test_the_jitter_is_drawn_from_the_given_random() -> None:
+    app = make_app()
+
+    @app.job("jittery", backoff=Backoff(base_s=10, jitter=0.5))
+    def jittery() -> None:
+        raise RuntimeError("boom")
+
+    clock = FakeClock()
+    waits = {run_job(app, "jittery", clock=clock, rand=random.Random(7)).retry_in_s for _ in "ab"}
+    assert len(waits) == 1
+    [wait] = waits
+    assert wait is not None
+    assert 5.0 <= wait <= 15.0
+
+
+def test_a_fatal_error_is_dead_at_once() -> None:
+    app = make_app()
+
+    @app.job("charge", fatal=(DeclinedError,))
+    async def charge() -> None:
+        raise DeclinedError("card declined")
+
+    result = run_job(app, "charge")
+    assert (result.status, result.reason, result.attempt) == (JobStatus.DEAD, "fatal_error", 1)
+    assert isinstance(result.error, DeclinedError)
+
+
+@pytest.mark.parametrize("annotated", [True, False])
+def test_a_payload_that_does_not_fit_the_handler_is_a_validation_error(annotated: bool) -> None:
+    app = make_app()
+    if annotated:
+
+        @app.job("send")
+        def send(to: str) -> None: ...
+    else:
+
+        @app.job("send")
+        def send_any(to):  # type: ignore[no-untyped-def]
+            return None
+
+    result = run_job(app, "send", {"to": 1} if annotated else {"too": "a"})
+    assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.VALIDATION_ERROR)
+    assert isinstance(result.error, PayloadValidationError)
+
+
+def test_an_unknown_type_is_dead_without_running() -> None:
+    result = run_job(make_app(), "nobody.handles.this")
+    assert (result.status, result.reason) == (JobStatus.DEAD, "unknown_type")
+    assert isinstance(result.error, UnknownJobTypeError)
+
+
+def test_an_async_handler_past_its_time_limit_times_out() -> None:
+    app = make_app()
+
+    @app.job("stuck", time_limit=0.05, max_attempts=2)
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    first = run_job(app, "stuck")
+    last = run_job(app, "stuck", attempt=2)
+    assert first.status is JobStatus.RETRY
+    assert isinstance(first.error, TimeLimitError)
+    assert (last.status, last.reason) == (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
+
+
+def test_a_sync_handler_past_its_time_limit_times_out_and_its_thread_is_left() -> None:
+    app = make_app()
+    release = threading.Event()
+
+    @app.job("blocking", time_limit=0.05, max_attempts=1)
+    def blocking() -> None:
+        release.wait(10)
+
+    try:
+        result = run_job(app, "blocking")
+    finally:
+        release.set()
+    assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
+
+
+def test_a_handler_s_own_timeout_error_is_not_the_time_limit() -> None:
+    app = make_app()
+
+    @app.job("http", time_limit=30, max_attempts=1)
+    async def http() -> None:
+        raise TimeoutError("read timed out")
+
+    result = run_job(app, "http")
+    assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.MAX_ATTEMPTS)
+    assert type(result.error) is TimeoutError
+
+
+class Recorder:
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        self.log.append(f"{self.name}>{call.job.type}")
+        result = await next(call)
+        self.log.append(f"<{self.name}")
+        return result
+
+
+class Doubler:
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        return await next(dataclasses.replace(call, kwargs={"n": call.kwargs["n"] * 2}))
+
+
+class MapErrors:
+    """An HTTP client's timeout becomes a retry in 1 s."""
+
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        try:
+            return await next(call)
+        except TimeoutError as exc:
+            raise Retry(after=1) from exc
+
+
+@pytest.mark.parametrize("is_async", [True, False])
+def test_the_app_s_interceptors_run_around_the_handler_outermost_first(is_async: bool) -> None:
+    log: list[str] = []
+    app = make_app(Recorder("a", log), Recorder("b", log), Doubler())
+    if is_async:
+
+        @app.job("echo")
+        async def echo(n: int) -> int:
+            return n
+    else:
+
+        @app.job("echo")
+        def echo_sync(n: int) -> int:
+            return n
+
+    result = run_job(app, "echo", {"n": 2})
+    assert (result.status, result.value) == (JobStatus.SUCCEEDED, 4)
+    assert log == ["a>echo", "b>echo", "<b", "<a"]
+
+
+def test_what_an_interceptor_raises_is_classified_like_the_handler_s_error() -> None:
+    app = make_app(MapErrors())
+    clock = FakeClock()
+
+    @app.job("gateway", max_attempts=5)
+    def gateway() -> None:
+        raise TimeoutError("read timed out")
+
+    result = run_job(app, "gateway", clock=clock)
+    assert (result.status, result.retry_in_s) == (JobStatus.RETRY, 1.0)
+
+
+def test_a_handler_call_that_does_not_fit_under_interceptors_is_a_validation_error() -> None:
+    seen: list[BaseException] = []
+
+    class Watch:
+        async def intercept(self, call: JobCall, next: CallNext) -> Any:
+            try:
+                return await next(call)
+            except BaseException as exc:
+                seen.append(exc)
+                raise
+
+    app = make_app(Watch())
+
+    @app.job("strict")
+    def strict(a):  # type: ignore[no-untyped-def]
+        return a
+
+    result = run_job(app, "strict", {"b": 1})
+    assert result.reason == DeadLetterReason.VALIDATION_ERROR
+    assert [type(e) for e in seen] == [PayloadValidationError], "interceptors see the mapped error"
+
+
+def test_run_job_works_inside_a_running_event_loop() -> None:
+    app = make_app()
+
+    @app.job("inc")
+    async def inc(n: int) -> int:
+        return n + 1
+
+    async def main() -> int:
+        return run_job(app, "inc", {"n": 1}).value  # type: ignore[no-any-return]
+
+    assert asyncio.run(main()) == 2
+
+
+def test_run_job_takes_no_delay() -> None:
+    with pytest.raises(ConfigurationError, match="stub worker"):
+        run_job(make_app(), "t", delay=5)
+    with pytest.raises(ConfigurationError, match="at least 1"):
+        run_job(make_app(), "t", attempt=0)
+
+
+def test_max_attempts_of_the_enqueue_and_of_the_type_both_hold() -> None:
+    app = make_app()
+
+    @app.job("few", max_attempts=2)
+    def few() -> None:
+        raise RuntimeError("no")
+
+    assert run_job(app, "few", attempt=2).reason == DeadLetterReason.MAX_ATTEMPTS
+    assert run_job(app, "few", attempt=1, max_attempts=1).reason == DeadLetterReason.MAX_ATTEMPTS

@@ -1,0 +1,285 @@
+"""The stub worker: delays and retries on the fake clock, order, priorities, fail_fast."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from pipeline import Backoff, JobContext, Pipeline, Retry, Settings
+from pipeline.testing import (
+    DeadLetterReason,
+    FakeClock,
+    InMemoryTransport,
+    JobStatus,
+    StubWorker,
+    stub_worker,
+)
+
+NO_JITTER = Backoff(base_s=10, factor=2, jitter=0)
+
+
+class DeclinedError(Exception):
+    pass
+
+
+def make_app() -> Pipeline:
+    return Pipeline(Settings(namespace="acme"), transport=InMemoryTransport())
+
+
+def test_the_app_s_enqueues_run_and_its_own_transport_is_back_after_the_block() -> None:
+    app = make_app()
+    own = app._transport
+    done: list[str] = []
+
+    @app.job("email.send")
+    def send_email(to: str) -> str:
+        done.append(to)
+        return f"sent to {to}"
+
+    with stub_worker(app) as worker:
+        assert app._transport is worker.transport
+        send_email.enqueue(to="a@b.c")
+        app.enqueue("email.send", {"to": "x@y.z"})
+        report = worker.drain()
+    assert app._transport is own
+    assert done == ["a@b.c", "x@y.z"]
+    assert [r.value for r in report.succeeded] == ["sent to a@b.c", "sent to x@y.z"]
+    assert report.results == report.succeeded
+    assert (report.dead, report.retried, worker.pending()) == ([], [], [])
+
+
+def test_a_delay_is_honoured_on_the_fake_clock() -> None:
+    app = make_app()
+    clock = FakeClock()
+    start = clock.now_ms()
+    ran_at: list[int] = []
+
+    @app.job("later")
+    async def later(n: int) -> None:
+        ran_at.append(clock.now_ms())
+
+    with stub_worker(app, clock=clock) as worker:
+        app.enqueue("later", {"n": 2}, delay=30)
+        app.enqueue("later", {"n": 1}, delay=timedelta(seconds=5))
+        clock.advance(2)  # 3 s of the 5 s delay are left
+        report = worker.drain()
+    assert [r.job.attempt for r in report.succeeded if r.job] == [1, 1]
+    # Never early; a delay is read from the producer's millisecond due time, so up to 1 ms late.
+    assert start + 5_000 <= ran_at[0] <= start + 5_001
+    assert start + 30_000 <= ran_at[1] <= start + 30_001
+    assert clock.now_ms() == ran_at[1], "the clock went to the last due job, no further"
+
+
+def test_drain_until_stops_advancing_the_clock_there_and_leaves_later_jobs_pending() -> None:
+    app = make_app()
+    clock = FakeClock()
+    start = clock.now_ms()
+
+    @app.job("later")
+    def later(n: int) -> int:
+        return n
+
+    with stub_worker(app, clock=clock) as worker:
+        app.enqueue("later", {"n": 1}, delay=10)
+        app.enqueue("later", {"n": 2}, delay=60)
+        first = worker.drain(until_ms=start + 20_000)
+        assert [r.value for r in first.results] == [1]
+        assert clock.now_ms() == start + 20_000
+        [pending] = worker.pending()
+        assert pending.type == "later"
+        second = worker.drain()
+    assert [r.value for r in second.results] == [2]
+    assert worker.pending() == []
+
+
+def test_retries_follow_the_backoff_on_the_clock_until_max_attempts_then_dead() -> None:
+    app = make_app()
+    clock = FakeClock()
+    start = clock.now_ms()
+    attempts: list[tuple[int, int, int]] = []
+
+    @app.job("flaky", max_attempts=3, backoff=NO_JITTER)
+    def flaky(ctx: JobContext) -> None:
+        attempts.append((ctx.attempt, clock.now_ms() - start, len(ctx.job.errors)))
+        raise RuntimeError("boom")
+
+    with stub_worker(app, clock=clock) as worker:
+        flaky.enqueue()
+        report = worker.drain()
+    assert attempts == [(1, 0, 0), (2, 10_000, 1), (3, 30_000, 2)]
+    assert [r.status for r in report.results] == [JobStatus.RETRY] * 2 + [JobStatus.DEAD]
+    assert [r.retry_in_s for r in report.retried] == [10.0, 20.0]
+    [dead] = report.dead
+    assert (dead.reason, dead.attempt) == (DeadLetterReason.MAX_ATTEMPTS, 3)
+
+
+def test_a_retry_that_succeeds_ends_succeeded_and_retry_asks_its_own_time() -> None:
+    app = make_app()
+    clock = FakeClock()
+    start = clock.now_ms()
+
+    @app.job("poll")
+    def poll(ctx: JobContext) -> int:
+        if ctx.attempt < 3:
+            raise Retry(after=60)
+        return clock.now_ms() - start
+
+    with stub_worker(app, clock=clock) as worker:
+        poll.enqueue()
+        report = worker.drain()
+    [done] = report.succeeded
+    assert (done.value, done.attempt) == (120_000, 3)
+    assert [r.retry_at_ms for r in report.retried] == [start + 60_000, start + 120_000]
+
+
+@pytest.mark.parametrize(
+    ("raised", "reason"),
+    [(DeclinedError("no"), "fatal_error"), (TypeError("in the body"), "max_attempts")],
+)
+def test_dead_letters_carry_the_worker_s_reasons(raised: Exception, reason: str) -> None:
+    app = make_app()
+
+    @app.job("pay", fatal=(DeclinedError,), max_attempts=1)
+    def pay(amount: int) -> None:
+        raise raised
+
+    with stub_worker(app) as worker:
+        pay.enqueue(amount=5)
+        app.enqueue("nobody.handles.this", {})
+        worker.transport.produce(app.topics.jobs("default"), b"\x00junk", None, _ignore)
+        report = worker.drain()
+    assert [f"{r.reason}" for r in report.dead] == [reason, "unknown_type", "decode_error"]
+
+
+def test_one_key_s_jobs_run_in_enqueue_order_and_higher_priorities_first() -> None:
+    app = make_app()
+    ran: list[str] = []
+
+    @app.job("step")
+    def step(name: str) -> None:
+        ran.append(name)
+
+    with stub_worker(app) as worker:
+        for n in range(4):
+            app.enqueue("step", {"name": f"k{n}"}, key="one-key")
+        app.enqueue("step", {"name": "low"}, priority="low")
+        app.enqueue("step", {"name": "critical"}, priority="critical")
+        app.enqueue("step", {"name": "high"}, priority="high")
+        worker.drain()
+    assert ran == ["critical", "high", "k0", "k1", "k2", "k3", "low"]
+
+
+def test_jobs_a_handler_enqueues_run_in_the_same_drain() -> None:
+    app = make_app()
+    ran: list[int] = []
+
+    @app.job("countdown")
+    async def countdown(n: int) -> None:
+        ran.append(n)
+        if n:
+            app.enqueue("countdown", {"n": n - 1}, delay=1)
+
+    with stub_worker(app) as worker:
+        app.enqueue("countdown", {"n": 3})
+        report = worker.drain()
+    assert ran == [3, 2, 1, 0]
+    assert len(report.succeeded) == 4
+
+
+def test_drain_stops_after_max_jobs_runs() -> None:
+    app = make_app()
+
+    @app.job("forever")
+    def forever() -> None:
+        app.enqueue("forever", {})
+
+    with stub_worker(app) as worker:
+        app.enqueue("forever", {})
+        report = worker.drain(max_jobs=5)
+        assert len(report.results) == 5
+        assert len(worker.pending()) == 1
+
+
+def test_fail_fast_raises_an_unexpected_error_with_the_job_noted() -> None:
+    app = make_app()
+
+    @app.job("boom", max_attempts=5)
+    def boom() -> None:
+        raise ValueError("unexpected")
+
+    with stub_worker(app, fail_fast=True) as worker:
+        job_id = boom.enqueue()
+        with pytest.raises(ValueError, match="unexpected") as info:
+            worker.drain()
+    assert any(job_id in note for note in info.value.__notes__)
+
+
+def test_fail_fast_still_follows_retry() -> None:
+    app = make_app()
+
+    @app.job("later")
+    def later(ctx: JobContext) -> int:
+        if ctx.attempt == 1:
+            raise Retry(after=1)
+        return ctx.attempt
+
+    with stub_worker(app, fail_fast=True) as worker:
+        later.enqueue()
+        report = worker.drain()
+    assert [r.value for r in report.succeeded] == [2]
+
+
+def test_a_stub_worker_cannot_be_started_twice_and_stops_once() -> None:
+    app = make_app()
+    worker = StubWorker(app)
+    worker.start()
+    with pytest.raises(Exception, match="started already"):
+        worker.start()
+    worker.stop()
+    worker.stop()
+    assert app._transport is not worker.transport
+
+
+def _ignore(error: object, message: object) -> None:
+    return None
+
+
+def test_a_duplicate_idempotency_key_is_acknowledged_without_running_until_its_ttl() -> None:
+    app = make_app()
+    clock = FakeClock()
+    ran: list[int] = []
+
+    @app.job("charge", dedup_ttl=60)
+    def charge(n: int) -> None:
+        ran.append(n)
+
+    with stub_worker(app, clock=clock) as worker:
+        app.enqueue("charge", {"n": 1}, idempotency_key="order-7")
+        app.enqueue("charge", {"n": 2}, idempotency_key="order-7")
+        app.enqueue("charge", {"n": 3}, idempotency_key="order-8")
+        first = worker.drain()
+        clock.advance(61)  # the key's hold is over
+        app.enqueue("charge", {"n": 4}, idempotency_key="order-7")
+        second = worker.drain()
+    assert ran == [1, 3, 4]
+    assert [job.payload for job in first.deduplicated] == [b'{"n":2}']
+    assert second.deduplicated == []
+
+
+def test_a_retried_job_keeps_its_own_key_and_a_dead_one_releases_it() -> None:
+    app = make_app()
+    ran: list[tuple[int, int]] = []
+
+    @app.job("flaky", max_attempts=2, backoff=NO_JITTER)
+    def flaky(ctx: JobContext, n: int) -> None:
+        ran.append((n, ctx.attempt))
+        raise RuntimeError("boom")
+
+    with stub_worker(app) as worker:
+        app.enqueue("flaky", {"n": 1}, idempotency_key="k")
+        worker.drain()
+        app.enqueue("flaky", {"n": 2}, idempotency_key="k")  # the first is dead: the key is free
+        report = worker.drain()
+    assert ran == [(1, 1), (1, 2), (2, 1), (2, 2)]
+    assert report.deduplicated == []
