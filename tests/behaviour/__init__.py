@@ -12,8 +12,14 @@ ended (succeeded with its handler's value, or dead-lettered with its reason), at
 and the handler calls the application recorded (order, attempts, times). So what users learn
 from the stub in their own tests is what the real worker does: retries with ``Retry`` and
 backoff, ``max_attempts``, fatal errors, unknown job types, payload validation, time limits,
-delays and per-key order. A scenario that would need different expectations on the two sides
-is a bug in one of them, never a branch in the test.
+delays, per-key order, priorities and idempotency keys. A scenario that would need different
+expectations on the two sides is a bug in one of them, never a branch in the test.
+
+The real worker runs with ``--key-ordering`` and ``--policy strict``: the stub runs one job at
+a time and always takes the highest priority's due job, which is what those options promise
+(the worker's default policy, ``weighted``, lets lower priorities take a share of a backlog).
+Times of handler calls are read on each side's clock; the stub's fake clock stands still while
+a handler runs, so durations (the time limit) are measured on the wall clock on both sides.
 
 Outcomes on Kafka come from what the worker writes (``succeeded`` events on ``<ns>.events``,
 dead letters on ``<ns>.dlq``), read with deadlines; nothing waits by sleeping. The ``kafka``

@@ -5,8 +5,8 @@ by :func:`make_app` in the test process. An interceptor, :class:`Observer`, appe
 file named by ``BEHAVIOUR_RECORD`` for every handler call (``call``), and for every call that
 returned (``return``, with the value) or raised (``raise``). Each line is one ``os.write`` to a
 file opened with ``O_APPEND``, so lines of concurrent jobs never interleave and the file's order is
-the order of the calls. The time on a line comes from :data:`recorder`'s clock: the wall clock in
-a worker process, the fake clock on the stub side.
+the order of the calls. A line has two times: ``at`` on :data:`recorder`'s clock (the wall clock
+in a worker process, the fake clock on the stub side) and ``wall``, the wall clock always.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pipeline import CallNext, JobCall
+    from pipeline._producer import Transport
 
 RECORD_ENV = "BEHAVIOUR_RECORD"
 FAST_BACKOFF = Backoff(base_s=0.5, factor=2.0, cap_s=2.0, jitter=0.0)
@@ -43,7 +44,9 @@ class Recorder:
         self._fd: int | None = None
         self._pid = 0
 
-    def use(self, path: str, clock: Callable[[], int]) -> None:
+    def use(self, path: str | None, clock: Callable[[], int] = wall_ms) -> None:
+        """Write to ``path`` with times from ``clock`` (None: the file ``BEHAVIOUR_RECORD``
+        names, and the wall clock)."""
         self.close()
         self._path, self.clock = path, clock
 
@@ -59,7 +62,10 @@ class Recorder:
             "type": call.job.type,
             "attempt": call.ctx.attempt,
             "key": _text(call.ctx.key),
+            "priority": str(call.ctx.priority),
+            "max_attempts": call.ctx.max_attempts,
             "at": self.clock(),
+            "wall": wall_ms(),
             **extra,
         }
         os.write(self._open(), (json.dumps(line) + "\n").encode())
@@ -97,9 +103,9 @@ class UnrecoverableError(Exception):
     """Declared fatal for ``doomed``: retrying cannot help."""
 
 
-def make_app(settings: Settings | None = None) -> Pipeline:
+def make_app(settings: Settings | None = None, transport: Transport | None = None) -> Pipeline:
     """The suite's application: every job type of the scenarios, with the observer."""
-    app = Pipeline(settings, middleware=[Observer()])
+    app = Pipeline(settings, transport=transport, middleware=[Observer()])
 
     @app.job("echo")
     def echo(text: str, ctx: JobContext) -> dict[str, Any]:
@@ -132,6 +138,16 @@ def make_app(settings: Settings | None = None) -> Pipeline:
     async def slow(seconds: float) -> None:
         """Runs for ``seconds``, far past its type's time limit."""
         await asyncio.sleep(seconds)
+
+    @app.job("slow_sync", backoff=FAST_BACKOFF, max_attempts=2, time_limit=TIME_LIMIT_S)
+    def slow_sync(seconds: float) -> None:
+        """A plain function (a pool thread) that runs past its type's time limit."""
+        time.sleep(seconds)
+
+    @app.job("bulk")
+    def bulk(items: list[int]) -> int:
+        """Takes a long list: its producer spends milliseconds validating and encoding it."""
+        return len(items)
 
     @app.job("ordered")
     async def ordered(n: int, pause_ms: float = 0.0) -> int:

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from .kafkaside import KafkaHarness, start_kafka_harness
+from .stubside import StubHarness
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
     from .harness import Harness
 
@@ -26,7 +28,14 @@ def kafka_harness(
         harness.close()
 
 
-@pytest.fixture(params=[pytest.param("kafka", marks=pytest.mark.kafka)])
+@pytest.fixture
+def stub_harness(tmp_path: Path) -> Iterator[StubHarness]:
+    """A fresh application and stub worker for the test, on a fake clock."""
+    with StubHarness.started(tmp_path / "calls.log") as harness:
+        yield harness
+
+
+@pytest.fixture(params=["stub", pytest.param("kafka", marks=pytest.mark.kafka)])
 def harness(request: pytest.FixtureRequest) -> Harness:
     harness: Harness = request.getfixturevalue(f"{request.param}_harness")
     return harness

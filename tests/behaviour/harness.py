@@ -11,7 +11,7 @@ real worker wrote to Kafka.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from contextlib import AbstractContextManager
     from pathlib import Path
 
-Status = Literal["succeeded", "dead"]
+    from pipeline import Pipeline
+
+Status = Literal["succeeded", "dead", "deduplicated"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,12 +31,22 @@ class Call:
     job_id: str
     attempt: int
     key: str | None
+    priority: str
+    max_attempts: int
+    """What ``ctx`` told the handler."""
     at_ms: int
     """When it was called, on the harness's clock (:meth:`Harness.now_ms`)."""
+    wall_ms: int
+    """When it was called, on the wall clock."""
     ended: str | None = None
     """``return`` or ``raise``; None while it runs."""
     ended_at_ms: int | None = None
+    ended_wall_ms: int | None = None
     value: Any = None
+
+    @property
+    def wall_duration_ms(self) -> int | None:
+        return None if self.ended_wall_ms is None else self.ended_wall_ms - self.wall_ms
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +54,7 @@ class Outcome:
     """How one job ended, by the worker's account."""
 
     status: Status
+    """``deduplicated``: acknowledged unrun, its idempotency key being held by another job."""
     reason: str | None
     """The dead-letter reason (``DeadLetterReason`` values); None for a success."""
     attempts: int
@@ -90,6 +103,7 @@ class Harness(Protocol):
         priority: str | None = None,
         delay_s: float | None = None,
         max_attempts: int | None = None,
+        idempotency_key: str | None = None,
         foreign: bool = False,
     ) -> str:
         """Enqueue one job; return its id. ``foreign``: as a producer that does not know the
@@ -106,6 +120,40 @@ class Harness(Protocol):
         ...
 
 
+class Enqueuing:
+    """:meth:`Harness.enqueue` for both harnesses: through the application (``producer``), or
+    through ``foreign``, a ``Pipeline`` on the same transport that knows no job type."""
+
+    producer: Pipeline
+    foreign: Pipeline
+
+    def enqueue(
+        self,
+        job_type: str,
+        payload: Mapping[str, Any],
+        *,
+        key: str | None = None,
+        priority: str | None = None,
+        delay_s: float | None = None,
+        max_attempts: int | None = None,
+        idempotency_key: str | None = None,
+        foreign: bool = False,
+    ) -> str:
+        self.enqueued(priority)
+        options: dict[str, Any] = {
+            "key": key,
+            "priority": priority,
+            "delay": delay_s,
+            "max_attempts": max_attempts,
+            "idempotency_key": idempotency_key,
+        }
+        given = {name: value for name, value in options.items() if value is not None}
+        return (self.foreign if foreign else self.producer).enqueue(job_type, payload, **given)
+
+    def enqueued(self, priority: str | None) -> None:
+        """Called before each enqueue (a harness that counts them overrides it)."""
+
+
 def read_calls(path: Path, job_ids: Iterable[str]) -> list[Call]:
     """The calls of ``job_ids`` recorded in ``path``, in the order they were made."""
     wanted = set(job_ids)
@@ -118,17 +166,24 @@ def read_calls(path: Path, job_ids: Iterable[str]) -> list[Call]:
             continue
         if fields["kind"] == "call":
             open_calls[job_id, attempt] = len(calls)
-            calls.append(Call(job_id, attempt, fields["key"], fields["at"]))
+            calls.append(
+                Call(
+                    job_id,
+                    attempt,
+                    fields["key"],
+                    fields["priority"],
+                    fields["max_attempts"],
+                    fields["at"],
+                    fields["wall"],
+                )
+            )
         else:
             index = open_calls.pop((job_id, attempt))
-            started = calls[index]
-            calls[index] = Call(
-                job_id,
-                attempt,
-                started.key,
-                started.at_ms,
-                fields["kind"],
-                fields["at"],
-                fields.get("value"),
+            calls[index] = replace(
+                calls[index],
+                ended=fields["kind"],
+                ended_at_ms=fields["at"],
+                ended_wall_ms=fields["wall"],
+                value=fields.get("value"),
             )
     return calls

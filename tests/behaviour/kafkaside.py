@@ -2,8 +2,9 @@
 running the suite's application against a real Kafka, one of each for the whole session.
 
 Outcomes come from what the worker writes to Kafka, never from the handlers: a success is the
-``succeeded`` event on ``<ns>.events`` (the worker runs with ``PIPELINE_EVENTS=all``), a dead job
-is its dead letter on ``<ns>.dlq`` (its reason and the attempt it died at). Both topics are read
+``succeeded`` event on ``<ns>.events`` (the worker runs with ``PIPELINE_EVENTS=all``), and so is
+a job dropped for its idempotency key (``deduplicated``); a dead job is its dead letter on
+``<ns>.dlq`` (its reason and the attempt it died at). Both topics are read
 incrementally by one consumer, polled with a deadline.
 """
 
@@ -14,7 +15,7 @@ import json
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
@@ -30,10 +31,10 @@ from tests.integration.worker.harness.metrics import free_port
 
 from .app import RECORD_ENV, make_app, wall_ms
 from .backlog import Gates, held_worker
-from .harness import Call, Outcome, Settled, read_calls
+from .harness import Call, Enqueuing, Outcome, Settled, read_calls
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Iterator, Sequence
     from pathlib import Path
 
     from pipeline import Settings
@@ -88,13 +89,15 @@ class WorkerOutputs:
                 event = self._event_codec.decode(value)
                 if event.kind == EventKind.SUCCEEDED:
                     self.outcomes[event.job_id] = Outcome("succeeded", None, event.attempt)
+                elif event.kind == EventKind.DEDUPLICATED:
+                    self.outcomes[event.job_id] = Outcome("deduplicated", None, event.attempt)
 
     def close(self) -> None:
         self._consumer.close()
 
 
 @dataclass
-class KafkaHarness:
+class KafkaHarness(Enqueuing):
     """The suite's application on a real worker; see the module docstring."""
 
     settings: Settings
@@ -116,27 +119,9 @@ class KafkaHarness:
     def now_ms(self) -> int:
         return wall_ms()
 
-    def enqueue(
-        self,
-        job_type: str,
-        payload: Mapping[str, Any],
-        *,
-        key: str | None = None,
-        priority: str | None = None,
-        delay_s: float | None = None,
-        max_attempts: int | None = None,
-        foreign: bool = False,
-    ) -> str:
-        options: dict[str, Any] = {
-            "key": key,
-            "priority": priority,
-            "delay": delay_s,
-            "max_attempts": max_attempts,
-        }
-        app = self.foreign if foreign else self.producer
+    def enqueued(self, priority: str | None) -> None:
         if self._backlog is not None:
             self._backlog[priority or "default"] += 1  # the suite's types declare no priority
-        return app.enqueue(job_type, payload, **{k: v for k, v in options.items() if v is not None})
 
     @contextlib.contextmanager
     def backlog(self) -> Iterator[None]:

@@ -1,0 +1,72 @@
+"""The stub side: the suite's application drained by ``pipeline.testing.StubWorker``.
+
+A fresh application and stub worker per test, on a :class:`~pipeline.testing.FakeClock`, in the
+test process. Outcomes are the stub's :class:`~pipeline.testing.JobResult` of each job's last run
+(or its report of the job as deduplicated); the handler calls are the application's own
+recording, timed on the fake clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+from pipeline import Pipeline
+from pipeline.testing import FakeClock, InMemoryTransport, JobStatus, StubWorker
+
+from .app import make_app, recorder
+from .harness import Enqueuing, Outcome, Settled, Status, read_calls
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from pathlib import Path
+
+_STATUSES: dict[JobStatus, Status] = {JobStatus.SUCCEEDED: "succeeded", JobStatus.DEAD: "dead"}
+
+
+class StubHarness(Enqueuing):
+    """The suite's application on the stub worker; see the module docstring."""
+
+    name = "stub"
+
+    def __init__(self, record: Path) -> None:
+        self.record = record
+        self.clock = FakeClock()
+        self.producer = make_app(transport=InMemoryTransport())
+        self.worker = StubWorker(self.producer, clock=self.clock)
+        self.foreign = Pipeline(self.producer.settings, transport=self.worker.transport)
+        """A producer that knows no job type, writing where the stub reads."""
+        self.outcomes: dict[str, Outcome] = {}
+
+    @classmethod
+    @contextlib.contextmanager
+    def started(cls, record: Path) -> Iterator[StubHarness]:
+        harness = cls(record)
+        recorder.use(str(record), harness.clock.now_ms)
+        try:
+            with harness.worker:
+                yield harness
+        finally:
+            recorder.use(None)
+
+    def now_ms(self) -> int:
+        return self.clock.now_ms()
+
+    def backlog(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()  # the stub runs nothing before settle()
+
+    def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
+        report = self.worker.drain()
+        for result in report.results:
+            if result.job is not None and result.status in _STATUSES:
+                reason = str(result.reason) if result.reason is not None else None
+                status = _STATUSES[result.status]
+                self.outcomes[result.job.id] = Outcome(status, reason, result.attempt, result.value)
+        for job in report.deduplicated:
+            self.outcomes[job.id] = Outcome("deduplicated", None, job.attempt)
+        unsettled = [job_id for job_id in job_ids if job_id not in self.outcomes]
+        assert not unsettled, f"the stub left jobs unsettled: {unsettled}\n{report}"
+        return Settled(
+            {job_id: self.outcomes[job_id] for job_id in job_ids},
+            read_calls(self.record, job_ids),
+        )
