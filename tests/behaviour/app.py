@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import time
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pipeline import Backoff, JobContext, Pipeline, Retry, Settings
@@ -117,6 +118,14 @@ def make_app(settings: Settings | None = None, transport: Transport | None = Non
         """Asks for another run ``after_s`` seconds later on its first attempt (``Retry``)."""
         if ctx.attempt == 1:
             raise Retry(after=after_s)
+        return f"done at attempt {ctx.attempt}"
+
+    @app.job("later_at", backoff=FAST_BACKOFF)
+    def later_at(after_s: float, ctx: JobContext) -> str:
+        """On its first attempt asks for another run at the wall-clock time ``after_s`` seconds
+        from now (``Retry(at=...)``), the way a handler computes such a time."""
+        if ctx.attempt == 1:
+            raise Retry(at=datetime.now(UTC) + timedelta(seconds=after_s))
         return f"done at attempt {ctx.attempt}"
 
     @app.job("flaky", backoff=FAST_BACKOFF, max_attempts=3)
