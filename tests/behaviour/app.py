@@ -158,6 +158,11 @@ def make_app(settings: Settings | None = None, transport: Transport | None = Non
         """Takes a long list: its producer spends milliseconds validating and encoding it."""
         return len(items)
 
+    @app.job("chain")
+    def chain(text: str) -> str:
+        """Enqueues an ``echo`` job of its own; returns that job's id."""
+        return app.enqueue("echo", {"text": text})
+
     @app.job("ordered")
     async def ordered(n: int, pause_ms: float = 0.0) -> int:
         """Takes ``pause_ms``, so that jobs of one key would overlap if they could."""

@@ -85,6 +85,24 @@ def test_a_transient_error_is_retried_with_backoff_until_max_attempts(harness: H
     assert _attempts(settled.calls_of(more)) == [(1, "raise"), (2, "raise"), (3, "raise")]
 
 
+def test_the_types_max_attempts_holds_for_a_producer_that_does_not_know_it(
+    harness: Harness,
+) -> None:
+    job = harness.enqueue("flaky", {"n": 1}, foreign=True)  # the envelope says 5, the type 3
+    settled = harness.settle([job])
+    assert settled[job] == Outcome("dead", "max_attempts", 3)
+    assert _attempts(settled.calls_of(job)) == [(1, "raise"), (2, "raise"), (3, "raise")]
+
+
+def test_a_job_a_handler_enqueues_runs_as_a_job_of_its_own(harness: Harness) -> None:
+    parent = harness.enqueue("chain", {"text": "from a handler"})
+    child = harness.settle([parent])[parent].value
+    assert isinstance(child, str)
+    settled = harness.settle([child])
+    assert settled[child] == Outcome("succeeded", None, 1, {"echo": "from a handler", "attempt": 1})
+    assert _attempts(settled.calls_of(child)) == [(1, "return")]
+
+
 def test_a_fatal_error_dead_letters_the_job_at_once(harness: Harness) -> None:
     job = harness.enqueue("doomed", {"n": 1})
     settled = harness.settle([job])
