@@ -10,9 +10,11 @@ real worker wrote to Kafka.
 
 from __future__ import annotations
 
+import abc
 import json
+from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -85,14 +87,23 @@ class Settled:
         return list(seen)
 
 
-class Harness(Protocol):
-    """One way to run the suite's application: the stub worker, or a real worker on Kafka."""
+class Harness(abc.ABC):
+    """One way to run the suite's application: the stub worker, or a real worker on Kafka.
+
+    Jobs go through ``producer`` (the application, which validates payloads and fills in the
+    types' declared options) or ``foreign`` (a ``Pipeline`` on the same transport that knows no
+    job type, like a producer in another service).
+    """
 
     name: str
+    producer: Pipeline
+    foreign: Pipeline
+    backlog_counts: Counter[str] | None = None
+    """While not None, counts the jobs enqueued per priority (for :meth:`backlog`)."""
 
+    @abc.abstractmethod
     def now_ms(self) -> int:
         """The time on the clock the worker goes by (fake for the stub), in epoch ms."""
-        ...
 
     def enqueue(
         self,
@@ -108,38 +119,8 @@ class Harness(Protocol):
     ) -> str:
         """Enqueue one job; return its id. ``foreign``: as a producer that does not know the
         type would (no validation against the handler, no declared options)."""
-        ...
-
-    def backlog(self) -> AbstractContextManager[None]:
-        """Jobs enqueued in the block all wait until it ends: the worker has every one of them
-        at hand before it may start any, as with a backlog that built up while it was busy."""
-        ...
-
-    def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
-        """Run jobs until every one of ``job_ids`` succeeded or was dead-lettered."""
-        ...
-
-
-class Enqueuing:
-    """:meth:`Harness.enqueue` for both harnesses: through the application (``producer``), or
-    through ``foreign``, a ``Pipeline`` on the same transport that knows no job type."""
-
-    producer: Pipeline
-    foreign: Pipeline
-
-    def enqueue(
-        self,
-        job_type: str,
-        payload: Mapping[str, Any],
-        *,
-        key: str | None = None,
-        priority: str | None = None,
-        delay_s: float | None = None,
-        max_attempts: int | None = None,
-        idempotency_key: str | None = None,
-        foreign: bool = False,
-    ) -> str:
-        self.enqueued(priority)
+        if self.backlog_counts is not None:
+            self.backlog_counts[priority or "default"] += 1  # the suite's types declare none
         options: dict[str, Any] = {
             "key": key,
             "priority": priority,
@@ -150,8 +131,15 @@ class Enqueuing:
         given = {name: value for name, value in options.items() if value is not None}
         return (self.foreign if foreign else self.producer).enqueue(job_type, payload, **given)
 
-    def enqueued(self, priority: str | None) -> None:
-        """Called before each enqueue (a harness that counts them overrides it)."""
+    @abc.abstractmethod
+    def backlog(self) -> AbstractContextManager[None]:
+        """Jobs enqueued in the block all wait until it ends: the worker has every one of them
+        at hand before it may start any, as with a backlog that built up while it was busy."""
+
+    @abc.abstractmethod
+    def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
+        """Run jobs until every one of ``job_ids`` succeeded, was dead-lettered or was dropped
+        as a duplicate."""
 
 
 def read_calls(path: Path, job_ids: Iterable[str]) -> list[Call]:

@@ -31,7 +31,7 @@ from tests.integration.worker.harness.metrics import free_port
 
 from .app import RECORD_ENV, make_app, wall_ms
 from .backlog import Gates, held_worker
-from .harness import Call, Enqueuing, Outcome, Settled, read_calls
+from .harness import Call, Harness, Outcome, Settled, read_calls
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -97,7 +97,7 @@ class WorkerOutputs:
 
 
 @dataclass
-class KafkaHarness(Enqueuing):
+class KafkaHarness(Harness):
     """The suite's application on a real worker; see the module docstring."""
 
     settings: Settings
@@ -110,7 +110,6 @@ class KafkaHarness(Enqueuing):
     foreign: Pipeline = field(init=False)
     gates: Gates = field(init=False, default_factory=Gates)
     name: str = "kafka"
-    _backlog: Counter[str] | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.producer = make_app(self.settings)
@@ -119,23 +118,19 @@ class KafkaHarness(Enqueuing):
     def now_ms(self) -> int:
         return wall_ms()
 
-    def enqueued(self, priority: str | None) -> None:
-        if self._backlog is not None:
-            self._backlog[priority or "default"] += 1  # the suite's types declare no priority
-
     @contextlib.contextmanager
     def backlog(self) -> Iterator[None]:
         def enqueue_gate() -> None:
             self.producer.enqueue("gate", {"port": self.gates.port})
             self.producer.flush(30)
 
-        self._backlog = Counter()
+        self.backlog_counts = Counter()
         try:
             with held_worker(
                 self.gates,
                 CONCURRENCY,
                 enqueue_gate,
-                self._backlog,
+                self.backlog_counts,
                 metrics_port=self.metrics_port,
                 worker=self.worker,
             ):
@@ -143,7 +138,7 @@ class KafkaHarness(Enqueuing):
                 self.producer.flush(30)
                 self.foreign.flush(30)
         finally:
-            self._backlog = None
+            self.backlog_counts = None
 
     def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
         self.producer.flush(30)

@@ -15,7 +15,7 @@ from pipeline import Pipeline
 from pipeline.testing import FakeClock, InMemoryTransport, JobStatus, StubWorker
 
 from .app import make_app, recorder
-from .harness import Enqueuing, Outcome, Settled, Status, read_calls
+from .harness import Harness, Outcome, Settled, Status, read_calls
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 _STATUSES: dict[JobStatus, Status] = {JobStatus.SUCCEEDED: "succeeded", JobStatus.DEAD: "dead"}
 
 
-class StubHarness(Enqueuing):
+class StubHarness(Harness):
     """The suite's application on the stub worker; see the module docstring."""
 
     name = "stub"
