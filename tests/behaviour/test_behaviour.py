@@ -208,8 +208,23 @@ def test_a_job_whose_idempotency_key_is_held_is_acknowledged_unrun(harness: Harn
     first = harness.enqueue("echo", {"text": "first"}, idempotency_key="order-1")
     again = harness.enqueue("echo", {"text": "again"}, idempotency_key="order-1")
     other = harness.enqueue("echo", {"text": "other"}, idempotency_key="order-2")
-    settled = harness.settle([first, again, other])
+    # The scope of a key is its priority: the same key at another priority is another key.
+    high = harness.enqueue("echo", {"text": "high"}, idempotency_key="order-1", priority="high")
+    settled = harness.settle([first, again, other, high])
     assert settled[first] == Outcome("succeeded", None, 1, {"echo": "first", "attempt": 1})
     assert settled[again].status == "deduplicated"
     assert settled[other] == Outcome("succeeded", None, 1, {"echo": "other", "attempt": 1})
-    assert sorted(call.job_id for call in settled.calls) == sorted([first, other])
+    assert settled[high] == Outcome("succeeded", None, 1, {"echo": "high", "attempt": 1})
+    assert sorted(call.job_id for call in settled.calls) == sorted([first, other, high])
+    # Held for the type's dedup_ttl after its job succeeded.
+    after = harness.enqueue("echo", {"text": "after"}, idempotency_key="order-1")
+    assert harness.settle([after])[after].status == "deduplicated"
+
+
+def test_an_idempotency_key_is_free_again_once_its_job_is_dead_lettered(harness: Harness) -> None:
+    doomed = harness.enqueue("doomed", {"n": 1}, idempotency_key="charge-1")
+    assert harness.settle([doomed])[doomed] == Outcome("dead", "fatal_error", 1)
+    again = harness.enqueue("echo", {"text": "again"}, idempotency_key="charge-1")
+    settled = harness.settle([again])
+    assert settled[again] == Outcome("succeeded", None, 1, {"echo": "again", "attempt": 1})
+    assert _attempts(settled.calls_of(again)) == [(1, "return")]
