@@ -37,3 +37,15 @@ def make_thumbnail(ctx: JobContext, image_id: int) -> None:
 @app.job("report.build", priority="low")
 def build_report(ctx: JobContext, report_id: int) -> None:
     say(f"[{ctx.priority:>8}] report.build    report={report_id}")
+
+
+def enqueue_examples() -> int:
+    """What ``make run`` enqueues: emails, a keyed album of thumbnails, reports, and one email
+    delayed by 30 s (on the deferred topic); returns how many jobs are ready at once."""
+    for i in range(8):
+        send_email.enqueue(to=f"user{i}@example.com", subject="Welcome")
+    make_thumbnail.with_options(key="album-1").enqueue_many({"image_id": i} for i in range(6))
+    for i in range(4):
+        build_report.enqueue(report_id=i)
+    app.enqueue("email.send", {"to": "later@example.com", "subject": "Delayed"}, delay=30)
+    return 8 + 6 + 4

@@ -35,17 +35,14 @@ def main() -> int:
         print(f"==> topics of namespace {settings.namespace!r}")
         print(f"    {apply_topics(settings).summary()}")
 
-        from examples.app import app, build_report, make_thumbnail, send_email
+        from examples.app import app, enqueue_examples
 
         print("==> enqueueing example jobs")
-        for i in range(8):
-            send_email.enqueue(to=f"user{i}@example.com", subject="Welcome")
-        make_thumbnail.with_options(key="album-1").enqueue_many({"image_id": i} for i in range(6))
-        for i in range(4):
-            build_report.enqueue(report_id=i)
-        app.enqueue("email.send", {"to": "later@example.com", "subject": "Delayed"}, delay=30)
+        ready = enqueue_examples()
         app.flush()
-        print("    18 ready jobs on three priority topics, 1 delayed job on the deferred topic")
+        print(
+            f"    {ready} ready jobs on three priority topics, 1 delayed job on the deferred topic"
+        )
     except PipelineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -8,11 +8,14 @@ in a test as in production.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ._errors import PayloadValidationError
 from ._interceptors import CallNext, Interceptor, JobCall
+
+if TYPE_CHECKING:
+    from ._registry import JobType
 
 
 def compose(interceptors: Sequence[Interceptor], innermost: CallNext) -> CallNext:
@@ -30,11 +33,11 @@ def _link(intercept: Callable[[JobCall, CallNext], Any], inner: CallNext) -> Cal
     return step
 
 
-def handler_kwargs(call: JobCall) -> dict[str, Any]:
-    """The keyword arguments the handler is called with: the payload's, and ``ctx`` if it
-    declares one."""
+def handler_kwargs(job_type: JobType, call: JobCall) -> dict[str, Any]:
+    """The keyword arguments ``job_type``'s handler is called with: the call's, and ``ctx`` if
+    it declares one."""
     kwargs = dict(call.kwargs)
-    if call.handler.wants_ctx:
+    if job_type.wants_ctx:
         kwargs["ctx"] = call.ctx
     return kwargs
 
@@ -57,3 +60,15 @@ def call_error(job_type: str, exc: BaseException) -> BaseException:
     error = PayloadValidationError(job_type, str(exc))
     error.__cause__ = exc
     return error
+
+
+def start_coroutine(job_type: JobType, kwargs: dict[str, Any]) -> Awaitable[Any]:
+    """The coroutine of a call of ``job_type``'s coroutine handler; a call that does not fit the
+    payload raises :class:`PayloadValidationError` here, before anything of the handler ran."""
+    try:
+        return job_type.handler(**kwargs)  # type: ignore[no-any-return]
+    except TypeError as exc:
+        error = call_error(job_type.name, exc)
+        if error is exc:
+            raise
+        raise error from exc

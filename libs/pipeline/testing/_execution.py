@@ -21,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._calls import call_error, compose, handler_kwargs
+from .._calls import call_error, compose, handler_kwargs, start_coroutine
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._failures import failed_job, judge_failure
-from .._interceptors import JobCall
+from .._interceptors import CallNext, JobCall
 from .._jsonpayload import JsonPayload
 from .._records import DeadLetterReason
 from .._retry import Retry
@@ -58,11 +58,13 @@ def execute(
     now_ms: Callable[[], int],
     rand: random.Random,
     fail_fast: bool = False,
+    loop: asyncio.Runner | None = None,
 ) -> Execution:
     """Run the job in ``message`` once; ``now_ms`` reads the clock the verdict is made on.
 
     ``fail_fast``: an error of the run other than :class:`Retry` is raised (with a note naming
-    the job) instead of being classified.
+    the job) instead of being classified. ``loop``: the event loop runs share (as a worker's
+    jobs share one); None: a fresh one for this run.
     """
     try:
         job = app.codec.decode(message.value)
@@ -80,7 +82,7 @@ def execute(
         error: BaseException | None = UnknownJobTypeError(job.type)
         value = None
     else:
-        error, value = _run(app, job, job_type, message)
+        error, value = _run(app, job, job_type, message, loop)
     if error is None:
         return Execution(
             JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
@@ -109,7 +111,7 @@ def execute(
 
 
 def _run(
-    app: Pipeline, job: Job, job_type: JobType, message: SentMessage
+    app: Pipeline, job: Job, job_type: JobType, message: SentMessage, loop: asyncio.Runner | None
 ) -> tuple[BaseException | None, Any]:
     """(error, None) or (None, what the handler returned)."""
     codec = job_type.options.payload or _JSON
@@ -126,7 +128,7 @@ def _run(
         key=message.key,
         deadline=time.monotonic() + limit if limit is not None else None,
     )
-    chain = compose(app.middleware, _innermost)
+    chain = compose(app.middleware, _innermost(job_type))
     call = JobCall(job, ctx, job_type, kwargs)
 
     async def run() -> Any:
@@ -142,25 +144,21 @@ def _run(
             raise
 
     try:
-        return None, _in_own_loop(run)
+        return None, _on_a_loop(run, loop)
     except (Exception, asyncio.CancelledError) as exc:
         return exc, None
 
 
-async def _innermost(call: JobCall) -> Any:
-    """The handler itself: a coroutine awaited here, a plain function on a thread of its own."""
-    job_type = call.handler
-    kwargs = handler_kwargs(call)
-    if not job_type.is_async:
-        return await _in_thread(call.job.type, job_type.handler, kwargs)
-    try:
-        coro = job_type.handler(**kwargs)
-    except TypeError as exc:
-        error = call_error(call.job.type, exc)
-        if error is exc:
-            raise
-        raise error from exc
-    return await coro
+def _innermost(job_type: JobType) -> CallNext:
+    """The handler itself: a coroutine awaited, a plain function on a thread of its own."""
+
+    async def innermost(call: JobCall) -> Any:
+        kwargs = handler_kwargs(job_type, call)
+        if job_type.is_async:
+            return await start_coroutine(job_type, kwargs)
+        return await _in_thread(job_type.name, job_type.handler, kwargs)
+
+    return innermost
 
 
 def _in_thread(name: str, func: Callable[..., T], kwargs: dict[str, Any]) -> asyncio.Future[T]:
@@ -192,12 +190,16 @@ def _in_thread(name: str, func: Callable[..., T], kwargs: dict[str, Any]) -> asy
     return future
 
 
-def _in_own_loop(main: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """``asyncio.run(main())``, on a helper thread when this thread runs a loop already (an
-    async test)."""
+def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.Runner | None) -> T:
+    """``main()`` run on ``loop`` (or a fresh one), on a helper thread when this thread runs a
+    loop already (an async test)."""
+
+    def run() -> T:
+        return loop.run(main()) if loop is not None else asyncio.run(main())
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(main())
+        return run()
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-testing") as pool:
-        return pool.submit(asyncio.run, main()).result()
+        return pool.submit(run).result()

@@ -15,6 +15,7 @@ scheduler releases it; a retried job when its retry is due, as the retry relay r
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import math
 import random
@@ -127,6 +128,8 @@ class StubWorker:
         self._waiting: list[tuple[int, int, int, SentMessage]] = []
         """(due ms on the fake clock, arrival, priority rank, message): not due yet."""
         self._saved: Transport | None = None
+        self._loop: asyncio.Runner | None = None
+        """The event loop the runs share while started, as a worker's jobs share one."""
 
     def __repr__(self) -> str:
         return (
@@ -141,6 +144,7 @@ class StubWorker:
             raise ConfigurationError("this stub worker is started already")
         self._saved = self.app._transport
         self.app._transport = self.transport
+        self._loop = asyncio.Runner()
         return self
 
     def stop(self) -> None:
@@ -148,6 +152,9 @@ class StubWorker:
         if self._saved is not None:
             self.app._transport = self._saved
             self._saved = None
+        if self._loop is not None:
+            self._loop.close()
+            self._loop = None
 
     def __enter__(self) -> StubWorker:
         return self.start()
@@ -204,7 +211,12 @@ class StubWorker:
 
     def _run(self, message: SentMessage, report: DrainReport) -> None:
         execution = execute(
-            self.app, message, now_ms=self.clock.now_ms, rand=self._rand, fail_fast=self.fail_fast
+            self.app,
+            message,
+            now_ms=self.clock.now_ms,
+            rand=self._rand,
+            fail_fast=self.fail_fast,
+            loop=self._loop,
         )
         result = execution.result
         report.results.append(result)

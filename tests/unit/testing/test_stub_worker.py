@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -283,3 +284,19 @@ def test_a_retried_job_keeps_its_own_key_and_a_dead_one_releases_it() -> None:
         report = worker.drain()
     assert ran == [(1, 1), (1, 2), (2, 1), (2, 2)]
     assert report.deduplicated == []
+
+
+def test_async_handlers_share_one_event_loop_as_on_a_worker() -> None:
+    app = make_app()
+    loops: list[asyncio.AbstractEventLoop] = []
+
+    @app.job("locked")
+    async def locked() -> None:
+        loops.append(asyncio.get_running_loop())
+
+    with stub_worker(app) as worker:
+        for _ in range(3):
+            locked.enqueue()
+        report = worker.drain()
+    assert len(report.succeeded) == 3
+    assert loops[0] is loops[1] is loops[2], "a client made in one job works in the next"

@@ -16,7 +16,7 @@ import contextvars
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, cast
 
-from pipeline._calls import call_error, compose, handler_kwargs
+from pipeline._calls import call_error, compose, handler_kwargs, start_coroutine
 from pipeline._interceptors import Interceptor, JobCall
 
 from .._work import Work
@@ -52,16 +52,9 @@ class Chain:
     async def _innermost(self, call: JobCall) -> Any:
         work: Work = call.run
         job_type = work.job_type
-        kwargs = handler_kwargs(call)
+        kwargs = handler_kwargs(job_type, call)
         if job_type.is_async:
-            try:
-                coro = job_type.handler(**kwargs)
-            except TypeError as exc:
-                error = call_error(work.job.type, exc)
-                if error is exc:
-                    raise
-                raise error from exc
-            return await coro
+            return await start_coroutine(job_type, kwargs)
         work.kwargs = kwargs
         started = work.started
         future = self._loop.create_future()
