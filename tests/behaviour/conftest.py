@@ -6,12 +6,17 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pipeline.testing import InMemoryTransport
+
+from .app import make_app
 from .kafkaside import KafkaHarness, start_kafka_harness
 from .stubside import StubHarness
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
+
+    from pipeline.testing.plugin import StubFactory
 
     from .harness import Harness
 
@@ -29,9 +34,10 @@ def kafka_harness(
 
 
 @pytest.fixture
-def stub_harness(tmp_path: Path) -> Iterator[StubHarness]:
-    """A fresh application and stub worker for the test, on a fake clock."""
-    with StubHarness.started(tmp_path / "calls.log") as harness:
+def stub_harness(tmp_path: Path, pipeline_stub: StubFactory) -> Iterator[StubHarness]:
+    """A fresh application on a stub worker of the kit's pytest plugin, on a fake clock."""
+    worker = pipeline_stub(make_app(transport=InMemoryTransport()))
+    with StubHarness(tmp_path / "calls.log", worker).recording() as harness:
         yield harness
 
 

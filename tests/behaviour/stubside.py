@@ -1,9 +1,9 @@
 """The stub side: the suite's application drained by ``pipeline.testing.StubWorker``.
 
-A fresh application and stub worker per test, on a :class:`~pipeline.testing.FakeClock`, in the
-test process. Outcomes are the stub's :class:`~pipeline.testing.JobResult` of each job's last run
-(or its report of the job as deduplicated); the handler calls are the application's own
-recording, timed on the fake clock.
+A fresh application per test and a stub worker from the test kit's pytest plugin
+(``pipeline_stub``, on its ``pipeline_clock``), in the test process. Outcomes are the stub's
+:class:`~pipeline.testing.JobResult` of each job's last run (or its report of the job as
+deduplicated); the handler calls are the application's own recording, timed on the fake clock.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from pipeline import Pipeline
-from pipeline.testing import FakeClock, InMemoryTransport, JobStatus, StubWorker
+from pipeline.testing import JobStatus, StubWorker
 
-from .app import make_app, recorder
+from .app import recorder
 from .harness import Harness, Outcome, Settled, Status, read_calls
 
 if TYPE_CHECKING:
@@ -29,23 +29,21 @@ class StubHarness(Harness):
 
     name = "stub"
 
-    def __init__(self, record: Path) -> None:
+    def __init__(self, record: Path, worker: StubWorker) -> None:
         self.record = record
-        self.clock = FakeClock()
-        self.producer = make_app(transport=InMemoryTransport())
-        self.worker = StubWorker(self.producer, clock=self.clock)
-        self.foreign = Pipeline(self.producer.settings, transport=self.worker.transport)
+        self.worker = worker
+        self.clock = worker.clock
+        self.producer = worker.app
+        self.foreign = Pipeline(self.producer.settings, transport=worker.transport)
         """A producer that knows no job type, writing where the stub reads."""
         self.outcomes: dict[str, Outcome] = {}
 
-    @classmethod
     @contextlib.contextmanager
-    def started(cls, record: Path) -> Iterator[StubHarness]:
-        harness = cls(record)
-        recorder.use(str(record), harness.clock.now_ms)
+    def recording(self) -> Iterator[StubHarness]:
+        """The application's calls go to ``record``, timed on the stub's clock, in the block."""
+        recorder.use(str(self.record), self.clock.now_ms)
         try:
-            with harness.worker:
-                yield harness
+            yield self
         finally:
             recorder.use(None)
 
