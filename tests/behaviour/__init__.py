@@ -5,7 +5,7 @@ Each scenario in ``test_behaviour.py`` takes the ``harness`` fixture and runs on
 * ``stub``: the stub worker of ``pipeline.testing`` draining the application's in-memory
   transport on a fake clock, in the test process;
 * ``kafka``: a real ``pipeline-worker`` process (and a ``pipeline-scheduler`` for delayed jobs)
-  on the test session's Kafka, one of each for the whole session, in a namespace of their own.
+  on the test session's Kafka, one of each for the whole module, in a namespace of their own.
 
 Both run the same application (:mod:`.app`) and are held to the same assertions: how each job
 ended (succeeded with its handler's value, or dead-lettered with its reason), at which attempt,

@@ -21,11 +21,12 @@ if TYPE_CHECKING:
     from .harness import Harness
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_harness(
     bootstrap_servers: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[KafkaHarness]:
-    """One worker and one scheduler for the whole session, in a namespace of their own."""
+    """One worker and one scheduler for the module's scenarios, in a namespace of their own
+    (stopped after the module, so they take no CPU from the rest of the test run)."""
     harness = start_kafka_harness(bootstrap_servers, tmp_path_factory.mktemp("behaviour"))
     try:
         yield harness

@@ -11,6 +11,7 @@ real worker wrote to Kafka.
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -132,6 +133,11 @@ class Harness(abc.ABC):
         return (self.foreign if foreign else self.producer).enqueue(job_type, payload, **given)
 
     @abc.abstractmethod
+    def send_raw(self, value: bytes) -> str:
+        """Write ``value`` as it is to the ``default`` priority's topic, as a client that knows
+        nothing of the wire format could; return the name to settle it by (:func:`raw_name`)."""
+
+    @abc.abstractmethod
     def backlog(self) -> AbstractContextManager[None]:
         """Jobs enqueued in the block all wait until it ends: the worker has every one of them
         at hand before it may start any, as with a backlog that built up while it was busy."""
@@ -140,6 +146,12 @@ class Harness(abc.ABC):
     def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
         """Run jobs until every one of ``job_ids`` succeeded, was dead-lettered or was dropped
         as a duplicate."""
+
+
+def raw_name(value: bytes) -> str:
+    """What :meth:`Harness.send_raw` and :meth:`Harness.settle` call a message that is not a
+    job (it has no job id)."""
+    return f"raw:{hashlib.sha256(value).hexdigest()[:16]}"
 
 
 def read_calls(path: Path, job_ids: Iterable[str]) -> list[Call]:

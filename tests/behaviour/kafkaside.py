@@ -1,5 +1,5 @@
 """The real side: a ``pipeline-worker`` process (and a ``pipeline-scheduler`` for delayed jobs)
-running the suite's application against a real Kafka, one of each for the whole session.
+running the suite's application against a real Kafka, one of each for all the scenarios.
 
 Outcomes come from what the worker writes to Kafka, never from the handlers: a success is the
 ``succeeded`` event on ``<ns>.events`` (the worker runs with ``PIPELINE_EVENTS=all``), and so is
@@ -17,7 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
 from pipeline import Pipeline
 from pipeline._admin import apply_topics
@@ -31,7 +31,7 @@ from tests.integration.worker.harness.metrics import free_port
 
 from .app import RECORD_ENV, make_app, wall_ms
 from .backlog import Gates, held_worker
-from .harness import Call, Harness, Outcome, Settled, read_calls
+from .harness import Call, Harness, Outcome, Settled, raw_name, read_calls
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -83,8 +83,12 @@ class WorkerOutputs:
             value = message.value() or b""
             if message.topic() == self._dlq:
                 letter = self._letter_codec.decode(value)
-                attempt = letter.job.attempt if letter.job is not None else 0
-                self.outcomes[letter.job_id or "?"] = Outcome("dead", letter.reason, attempt)
+                if letter.job is None:  # not a job: known by its bytes
+                    name = raw_name(letter.raw_value or b"")
+                    self.outcomes[name] = Outcome("dead", letter.reason, 0)
+                else:
+                    outcome = Outcome("dead", letter.reason, letter.job.attempt)
+                    self.outcomes[letter.job.id] = outcome
             else:
                 event = self._event_codec.decode(value)
                 if event.kind == EventKind.SUCCEEDED:
@@ -117,6 +121,12 @@ class KafkaHarness(Harness):
 
     def now_ms(self) -> int:
         return wall_ms()
+
+    def send_raw(self, value: bytes) -> str:
+        producer = Producer(self.settings.client_config())
+        producer.produce(self.producer.topics.jobs("default"), value)
+        assert producer.flush(30) == 0, "Kafka did not take a raw message within 30 s"
+        return raw_name(value)
 
     @contextlib.contextmanager
     def backlog(self) -> Iterator[None]:

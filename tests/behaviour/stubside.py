@@ -15,7 +15,7 @@ from pipeline import Pipeline
 from pipeline.testing import JobStatus, StubWorker
 
 from .app import recorder
-from .harness import Harness, Outcome, Settled, Status, read_calls
+from .harness import Harness, Outcome, Settled, Status, raw_name, read_calls
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -37,6 +37,8 @@ class StubHarness(Harness):
         self.foreign = Pipeline(self.producer.settings, transport=worker.transport)
         """A producer that knows no job type, writing where the stub reads."""
         self.outcomes: dict[str, Outcome] = {}
+        self._raw: list[str] = []
+        """Names of the messages :meth:`send_raw` wrote, not settled yet, in order."""
 
     @contextlib.contextmanager
     def recording(self) -> Iterator[StubHarness]:
@@ -50,13 +52,21 @@ class StubHarness(Harness):
     def now_ms(self) -> int:
         return self.clock.now_ms()
 
+    def send_raw(self, value: bytes) -> str:
+        topic = self.producer.topics.jobs("default")
+        self.worker.transport.produce(topic, value, None, lambda error, message: None)
+        self._raw.append(raw_name(value))
+        return self._raw[-1]
+
     def backlog(self) -> contextlib.nullcontext[None]:
         return contextlib.nullcontext()  # the stub runs nothing before settle()
 
     def settle(self, job_ids: Sequence[str], timeout_s: float = 30.0) -> Settled:
         report = self.worker.drain()
         for result in report.results:
-            if result.job is not None and result.status in _STATUSES:
+            if result.job is None:  # not a job: the stub runs those in the order they came
+                self.outcomes[self._raw.pop(0)] = Outcome("dead", str(result.reason), 0)
+            elif result.status in _STATUSES:
                 reason = str(result.reason) if result.reason is not None else None
                 status = _STATUSES[result.status]
                 self.outcomes[result.job.id] = Outcome(status, reason, result.attempt, result.value)

@@ -117,6 +117,17 @@ def test_a_job_of_an_unknown_type_is_dead_lettered_unrun(harness: Harness) -> No
     assert settled.calls == []
 
 
+def test_a_message_that_is_not_a_job_is_dead_lettered_and_the_next_job_runs(
+    harness: Harness,
+) -> None:
+    garbage = harness.send_raw(b"not a job at all")
+    job = harness.enqueue("echo", {"text": "after"})
+    settled = harness.settle([garbage, job])
+    assert settled[garbage] == Outcome("dead", "decode_error", 0)
+    assert settled[job] == Outcome("succeeded", None, 1, {"echo": "after", "attempt": 1})
+    assert [call.job_id for call in settled.calls] == [job]
+
+
 def test_a_payload_that_does_not_fit_the_handler_is_dead_lettered_unrun(
     harness: Harness,
 ) -> None:
