@@ -4,8 +4,8 @@ running the suite's application against a real Kafka, one of each for all the sc
 Outcomes come from what the worker writes to Kafka, never from the handlers: a success is the
 ``succeeded`` event on ``<ns>.events`` (the worker runs with ``PIPELINE_EVENTS=all``), and so is
 a job dropped for its idempotency key (``deduplicated``); a dead job is its dead letter on
-``<ns>.dlq`` (its reason and the attempt it died at). Both topics are read
-incrementally by one consumer, polled with a deadline.
+``<ns>.dlq`` (its reason and the attempt it died at; a message that is not a job is known by
+its bytes). Both topics are read incrementally by one consumer, polled with a deadline.
 """
 
 from __future__ import annotations
@@ -216,11 +216,16 @@ def start_kafka_harness(bootstrap_servers: str, tmp: Path) -> KafkaHarness:
     try:
         schedulers.wait_leading(scheduler)
         wait_joined(settings, f"{settings.namespace}.workers", [worker])
-        outputs = WorkerOutputs(settings)
-        harness = KafkaHarness(settings, record, worker, scheduler, outputs, metrics_port)
-        harness.warm_up()
-        return harness
     except BaseException:
         worker.kill()
         scheduler.kill()
         raise
+    harness = KafkaHarness(
+        settings, record, worker, scheduler, WorkerOutputs(settings), metrics_port
+    )
+    try:
+        harness.warm_up()
+    except BaseException:
+        harness.close()
+        raise
+    return harness

@@ -13,12 +13,12 @@ from pipeline import PayloadValidationError
 from .app import TIME_LIMIT_S
 from .harness import Outcome
 
+if TYPE_CHECKING:
+    from .harness import Call, Harness
+
 LATE_MS = 10_000
 """How late a real worker may start a job after its due time here: a retry tier's or the
 scheduler's round trip on a busy machine (the stub is exact)."""
-
-if TYPE_CHECKING:
-    from .harness import Call, Harness
 
 
 def _attempts(calls: list[Call]) -> list[tuple[int, str | None]]:
