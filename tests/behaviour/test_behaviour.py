@@ -215,6 +215,8 @@ def test_a_higher_prioritys_backlog_runs_before_a_lower_ones(harness: Harness) -
     assert set(order[: len(high)]) == set(high), "a low job ran while high ones waited"
 
 
+# The real worker serves every scenario of the module from one namespace, whose keys it keeps:
+# each scenario uses idempotency keys of its own.
 def test_a_job_whose_idempotency_key_is_held_is_acknowledged_unrun(harness: Harness) -> None:
     first = harness.enqueue("echo", {"text": "first"}, idempotency_key="order-1")
     again = harness.enqueue("echo", {"text": "again"}, idempotency_key="order-1")
