@@ -4,8 +4,9 @@ interceptors, time limit, and the worker's verdict on a failure.
 Every step is the library's own: the application's :class:`~pipeline.JobCodec`, the job type's
 payload loading and validation (:meth:`~pipeline.JobType.load_payload`), the interceptor chain
 (:mod:`pipeline._calls`) and the failure classification (:mod:`pipeline._failures`). What is
-the test kit's: the event loop the run gets (a fresh one per run), and a thread per run of a
-plain-function handler.
+the test kit's: the event loop a run gets (the stub worker's, which its runs share, or a
+fresh one), a thread per run of a plain-function handler, and reading the wall clock's due
+times on a fake clock.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._calls import call_error, compose, handler_kwargs, start_coroutine
@@ -26,6 +27,7 @@ from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._failures import failed_job, judge_failure
 from .._interceptors import CallNext, JobCall
+from .._job import now_ms
 from .._jsonpayload import JsonPayload
 from .._records import DeadLetterReason
 from .._retry import Retry
@@ -55,13 +57,16 @@ def execute(
     app: Pipeline,
     message: SentMessage,
     *,
-    now_ms: Callable[[], int],
+    clock: Callable[[], int] | None,
     rand: random.Random,
     fail_fast: bool = False,
     loop: asyncio.Runner | None = None,
 ) -> Execution:
-    """Run the job in ``message`` once; ``now_ms`` reads the clock the verdict is made on.
+    """Run the job in ``message`` once, at ``clock()`` (epoch ms; None: the wall clock).
 
+    The fake clock stands still during a run, at the wall clock's reading when the run began:
+    a due time the run computes on the wall clock (``Retry(at=datetime.now(UTC) + ...)``) is
+    that far ahead on ``clock``, never less, and backoff and ``Retry(after=...)`` exactly so.
     ``fail_fast``: an error of the run other than :class:`Retry` is raised (with a note naming
     the job) instead of being classified. ``loop``: the event loop runs share (as a worker's
     jobs share one); None: a fresh one for this run.
@@ -69,14 +74,11 @@ def execute(
     try:
         job = app.codec.decode(message.value)
     except DecodeError as exc:
-        dead = JobResult(
-            status=JobStatus.DEAD,
-            job=None,
-            attempt=0,
-            error=exc,
-            reason=DeadLetterReason.DECODE_ERROR,
-        )
+        reason = DeadLetterReason.DECODE_ERROR
+        dead = JobResult(status=JobStatus.DEAD, job=None, attempt=0, error=exc, reason=reason)
         return Execution(dead)
+    wall = now_ms()
+    now = clock() if clock is not None else wall
     job_type = app.registry.find(job.type)
     if job_type is None:
         error: BaseException | None = UnknownJobTypeError(job.type)
@@ -84,21 +86,18 @@ def execute(
     else:
         error, value = _run(app, job, job_type, message, loop)
     if error is None:
-        return Execution(
-            JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
-        )
+        done = JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
+        return Execution(done)
     if fail_fast and job_type is not None and not isinstance(error, Retry):
-        error.add_note(
-            f"raised by job {job.id} ({job.type}, attempt {job.attempt}) in pipeline.testing"
-        )
+        error.add_note(f"raised by job {job.id} ({job.type}, attempt {job.attempt})")
         raise error
-    now = now_ms()
-    verdict = judge_failure(job, job_type, error, now, rand)
+    verdict = judge_failure(job, job_type, error, wall, rand)
     if verdict.reason is not None:
         dead = JobResult(
             status=JobStatus.DEAD, job=job, attempt=job.attempt, error=error, reason=verdict.reason
         )
         return Execution(dead)
+    verdict = replace(verdict, due_ms=now + verdict.due_ms - wall)  # on ``clock``
     retry = JobResult(
         status=JobStatus.RETRY,
         job=job,

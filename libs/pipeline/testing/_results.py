@@ -35,7 +35,7 @@ class JobResult:
     retry_at_ms: int | None = None
     """``RETRY``: when the next attempt is due, in epoch ms (on the clock the run was given)."""
     retry_in_s: float | None = None
-    """``RETRY``: seconds from the end of this run to :attr:`retry_at_ms`."""
+    """``RETRY``: seconds from the start of this run to :attr:`retry_at_ms`."""
     reason: DeadLetterReason | None = None
     """``DEAD``: the reason the worker writes on the dead letter (``max_attempts``...)."""
 

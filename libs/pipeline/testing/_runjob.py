@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigurationError
-from .._job import new_job_id, now_ms
+from .._job import new_job_id
 from .._jobfunction import EnqueueOptions
 from ._execution import execute
 from ._transport import InMemoryTransport
@@ -42,8 +42,8 @@ def run_job(
     ``options`` are those of ``app.enqueue`` that shape the job (``priority``, ``tenant``,
     ``idempotency_key``, ``max_attempts``). The payload is not refused up front as
     ``enqueue`` refuses it: the worker's validation judges it, so a payload that does not fit
-    comes back ``DEAD`` with reason ``validation_error``. ``clock``: the time the verdict is
-    made on (default: the wall clock); ``rand`` draws the backoff's jitter (default: seeded, so a
+    comes back ``DEAD`` with reason ``validation_error``. ``clock``: the clock the run happens
+    at (default: the wall clock); ``rand`` draws the backoff's jitter (default: seeded, so a
     run repeats).
     """
     if attempt < 1:
@@ -56,8 +56,8 @@ def run_job(
             )
     options = {"key": key, "headers": headers, **options}
     message = _produce(app, job_type, payload or {}, attempt=attempt, clock=clock, options=options)
-    clock_ms = clock.now_ms if clock is not None else now_ms
-    return execute(app, message, now_ms=clock_ms, rand=rand or random.Random(0)).result
+    on = clock.now_ms if clock is not None else None
+    return execute(app, message, clock=on, rand=rand or random.Random(0)).result
 
 
 def _produce(

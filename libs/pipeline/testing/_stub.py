@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import math
 import random
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,7 +26,7 @@ from typing import TYPE_CHECKING
 from .._dedup import DedupPolicy, KeyOutcome, Verdict
 from .._dedupstores import MemoryDedupStore
 from .._errors import ConfigurationError, DecodeError
-from .._job import Priority
+from .._job import Priority, now_ms
 from ._clock import FakeClock
 from ._execution import execute
 from ._results import JobResult, JobStatus
@@ -79,13 +77,17 @@ class DrainReport:
 
 
 class _StampedTransport(InMemoryTransport):
-    """An in-memory transport that notes, for each message, the wall and the fake time of its
-    produce: a delay the producer put on the wall clock is read from there on the fake one."""
+    """An in-memory transport that notes, for each message, where the fake clock stood and the
+    wall clock's reading at the stub's last step: a due time the producer wrote on the wall
+    clock counts from there on the fake one."""
 
     def __init__(self, clock: FakeClock, partitions: int) -> None:
         super().__init__(partitions)
         self._clock = clock
-        self.stamps: dict[tuple[str, int, int], tuple[float, int]] = {}
+        self.anchor_ms = now_ms()
+        """The wall clock's reading at the stub's last step (start, a run, the end of a drain):
+        never later than the producer's reading of it for anything produced since."""
+        self.stamps: dict[tuple[str, int, int], tuple[int, int]] = {}
 
     def produce(
         self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
@@ -93,7 +95,7 @@ class _StampedTransport(InMemoryTransport):
         super().produce(topic, value, key, on_delivery)
         sent = self._pending[-1][0]
         self.stamps[sent.topic, sent.partition, sent.offset] = (
-            time.time_ns() / 1e6,
+            self.anchor_ms,
             self._clock.now_ms(),
         )
 
@@ -144,6 +146,7 @@ class StubWorker:
             raise ConfigurationError("this stub worker is started already")
         self._saved = self.app._transport
         self.app._transport = self.transport
+        self.transport.anchor_ms = now_ms()
         self._loop = asyncio.Runner()
         return self
 
@@ -178,6 +181,7 @@ class StubWorker:
         if until_ms is not None and not ran_out:
             self.clock.advance_to_ms(until_ms)
         report.deduplicated, self._deduplicated = self._deduplicated, []
+        self.transport.anchor_ms = now_ms()
         return report
 
     def _drain(self, report: DrainReport, until_ms: int | None, max_jobs: int) -> bool:
@@ -210,10 +214,11 @@ class StubWorker:
         return jobs
 
     def _run(self, message: SentMessage, report: DrainReport) -> None:
+        self.transport.anchor_ms = now_ms()
         execution = execute(
             self.app,
             message,
-            now_ms=self.clock.now_ms,
+            clock=self.clock.now_ms,
             rand=self._rand,
             fail_fast=self.fail_fast,
             loop=self._loop,
@@ -248,10 +253,10 @@ class StubWorker:
             if job is None or job.not_before is None:
                 self._arrive(rank if rank is not None else _RANKS[Priority.DEFAULT], message, job)
                 continue
-            produced_ms, fake_ms = self.transport.stamps[
+            wall_ms, fake_ms = self.transport.stamps[
                 message.topic, message.partition, message.offset
             ]
-            due = fake_ms + math.ceil(job.not_before - produced_ms)
+            due = fake_ms + job.not_before - wall_ms
             self._wait(due, _RANKS[job.priority], message)
 
     def _wait(self, due_ms: int, rank: int, message: SentMessage) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import dataclasses
 import random
 import threading
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -102,6 +102,20 @@ def test_retry_asks_for_its_time_on_the_given_clock() -> None:
     assert isinstance(result.error, Retry)
     assert result.retry_at_ms == clock.now_ms() + 30_000
     assert result.retry_in_s == 30.0
+
+
+def test_a_retry_at_a_wall_clock_time_is_as_far_ahead_on_the_given_clock() -> None:
+    app = make_app()
+    clock = FakeClock()
+
+    @app.job("poll_at")
+    def poll_at() -> None:
+        raise Retry(at=datetime.now(UTC) + timedelta(minutes=5))
+
+    result = run_job(app, "poll_at", clock=clock)
+    assert result.retry_in_s is not None
+    assert 300 <= result.retry_in_s < 301
+    assert result.retry_at_ms == clock.now_ms() + round(result.retry_in_s * 1000)
 
 
 def test_a_transient_error_is_retried_after_the_type_s_backoff_until_max_attempts() -> None:

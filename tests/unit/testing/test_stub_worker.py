@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -66,9 +66,9 @@ def test_a_delay_is_honoured_on_the_fake_clock() -> None:
         clock.advance(2)  # 3 s of the 5 s delay are left
         report = worker.drain()
     assert [r.job.attempt for r in report.succeeded if r.job] == [1, 1]
-    # Never early; a delay is read from the producer's millisecond due time, so up to 1 ms late.
-    assert start + 5_000 <= ran_at[0] <= start + 5_001
-    assert start + 30_000 <= ran_at[1] <= start + 30_001
+    # Never early; late by at most the real time between the stub's last step and the enqueue.
+    assert start + 5_000 <= ran_at[0] < start + 6_000
+    assert start + 30_000 <= ran_at[1] < start + 31_000
     assert clock.now_ms() == ran_at[1], "the clock went to the last due job, no further"
 
 
@@ -300,3 +300,39 @@ def test_async_handlers_share_one_event_loop_as_on_a_worker() -> None:
         report = worker.drain()
     assert len(report.succeeded) == 3
     assert loops[0] is loops[1] is loops[2], "a client made in one job works in the next"
+
+
+def test_a_delay_counts_from_the_enqueue_however_long_the_enqueue_took() -> None:
+    app = make_app()
+    clock = FakeClock()
+    start = clock.now_ms()
+    ran_at: list[int] = []
+
+    @app.job("bulk")
+    def bulk(items: list[int]) -> None:
+        ran_at.append(clock.now_ms())
+
+    with stub_worker(app, clock=clock) as worker:
+        # Validating 50,000 items takes milliseconds after the producer read the clock.
+        app.enqueue("bulk", {"items": list(range(50_000))}, delay=1)
+        worker.drain()
+    [at] = ran_at
+    assert start + 1_000 <= at < start + 2_000
+
+
+def test_a_retry_at_a_wall_clock_time_is_that_far_ahead_on_the_fake_clock() -> None:
+    app = make_app()
+    clock = FakeClock()
+    ran_at: list[int] = []
+
+    @app.job("later_at")
+    def later_at(ctx: JobContext) -> None:
+        ran_at.append(clock.now_ms())
+        if ctx.attempt == 1:
+            raise Retry(at=datetime.now(UTC) + timedelta(seconds=60))
+
+    with stub_worker(app, clock=clock) as worker:
+        later_at.enqueue()
+        worker.drain()
+    first, second = ran_at
+    assert 60_000 <= second - first < 61_000
