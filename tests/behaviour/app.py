@@ -64,6 +64,7 @@ class Recorder:
             "attempt": call.ctx.attempt,
             "key": _text(call.ctx.key),
             "priority": str(call.ctx.priority),
+            "partition": call.ctx.partition,
             "max_attempts": call.ctx.max_attempts,
             "at": self.clock(),
             "wall": wall_ms(),

@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from pipeline import Settings
 from pipeline.testing import InMemoryTransport
 
 from .app import make_app
+from .harness import PARTITIONS
 from .kafkaside import KafkaHarness, start_kafka_harness
 from .stubside import StubHarness
 
@@ -37,7 +39,8 @@ def kafka_harness(
 @pytest.fixture
 def stub_harness(tmp_path: Path, pipeline_stub: StubFactory) -> Iterator[StubHarness]:
     """A fresh application on a stub worker of the kit's pytest plugin, on a fake clock."""
-    worker = pipeline_stub(make_app(transport=InMemoryTransport()))
+    settings = Settings(topics={"partitions": PARTITIONS})
+    worker = pipeline_stub(make_app(settings, transport=InMemoryTransport()))
     with StubHarness(tmp_path / "calls.log", worker).recording() as harness:
         yield harness
 

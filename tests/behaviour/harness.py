@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from pipeline import Pipeline
 
 Status = Literal["succeeded", "dead", "deduplicated"]
+PARTITIONS = 3
+"""Partitions of each job topic, on both sides: what ``with_retry_tiers`` gives the real
+worker's namespace, and what the stub side's application is configured with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,7 @@ class Call:
     key: str | None
     priority: str
     max_attempts: int
+    partition: int
     """What ``ctx`` told the handler."""
     at_ms: int
     """When it was called, on the harness's clock (:meth:`Harness.now_ms`)."""
@@ -173,6 +177,7 @@ def read_calls(path: Path, job_ids: Iterable[str]) -> list[Call]:
                     fields["key"],
                     fields["priority"],
                     fields["max_attempts"],
+                    fields["partition"],
                     fields["at"],
                     fields["wall"],
                 )

@@ -31,7 +31,7 @@ from tests.integration.worker.harness.metrics import free_port
 
 from .app import RECORD_ENV, make_app, wall_ms
 from .backlog import Gates, held_worker
-from .harness import Call, Harness, Outcome, Settled, raw_name, read_calls
+from .harness import PARTITIONS, Call, Harness, Outcome, Settled, raw_name, read_calls
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -206,6 +206,7 @@ def _with_value(outcome: Outcome, job_id: str, calls: Sequence[Call]) -> Outcome
 def start_kafka_harness(bootstrap_servers: str, tmp: Path) -> KafkaHarness:
     """A namespace of its own with short retry tiers, its topics, a worker and a scheduler."""
     settings = with_retry_tiers(bootstrap_servers, f"b{uuid.uuid4().hex[:8]}", RETRY_DELAYS_S)
+    assert settings.topics.partitions == PARTITIONS
     apply_topics(settings)
     record = tmp / "calls.log"
     launcher = WorkerLauncher(settings, record, tmp, app=APP, env={RECORD_ENV: str(record)})

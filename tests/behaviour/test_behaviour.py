@@ -185,6 +185,29 @@ def test_a_delayed_job_runs_after_its_delay_however_long_its_enqueue_took(
     assert call.at_ms >= enqueued_at + 1000, f"ran {enqueued_at + 1000 - call.at_ms} ms early"
 
 
+KAFKA_PARTITIONS = {
+    "customer-0": 1,
+    "customer-1": 0,
+    "customer-2": 2,
+    "customer-3": 1,
+    "customer-4": 1,
+    "customer-5": 0,
+    "customer-6": 1,
+    "customer-7": 1,
+    "customer-8": 2,
+    "customer-9": 2,
+    "customer-10": 0,
+    "customer-11": 2,
+}
+"""Where a real Kafka producer puts jobs of these keys among 3 partitions (murmur2, as seen)."""
+
+
+def test_a_keyed_job_runs_from_the_partition_kafka_gives_its_key(harness: Harness) -> None:
+    jobs = {harness.enqueue("echo", {"text": key}, key=key): key for key in KAFKA_PARTITIONS}
+    settled = harness.settle(list(jobs))
+    assert {jobs[call.job_id]: call.partition for call in settled.calls} == KAFKA_PARTITIONS
+
+
 def test_jobs_of_one_key_run_one_at_a_time_in_enqueue_order(harness: Harness) -> None:
     rng = random.Random(12)
     keys: dict[str, list[str]] = {"left": [], "right": []}
