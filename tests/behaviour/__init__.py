@@ -13,9 +13,9 @@ ended (succeeded with its handler's value, or dead-lettered with its reason), at
 and the handler calls the application recorded (order, attempts, times). So what users learn
 from the stub in their own tests is what the real worker does: retries with ``Retry`` and
 backoff, ``max_attempts``, fatal errors, unknown job types, messages that are not jobs,
-payload validation, time limits, delays, a key's partition and order, priorities, idempotency keys and jobs
-enqueued by handlers. A scenario that would need different
-expectations on the two sides is a bug in one of them, never a branch in the test.
+payload validation, time limits, delays, a key's partition and order, priorities, idempotency
+keys and jobs enqueued by handlers. A scenario that would need different expectations on the
+two sides is a bug in one of them, never a branch in the test.
 
 The real worker runs with ``--key-ordering`` and ``--policy strict``: the stub runs one job at
 a time and always takes the highest priority's due job, which is what those options promise
