@@ -110,12 +110,14 @@ class StubWorker:
         clock: FakeClock | None = None,
         fail_fast: bool = False,
         rand: random.Random | None = None,
-        partitions: int = 6,
+        partitions: int | None = None,
     ) -> None:
         self.app = app
         self.clock = clock if clock is not None else FakeClock()
         self.fail_fast = fail_fast
         """Raise an error of a run (other than ``Retry``) from :meth:`drain` at once."""
+        if partitions is None:  # as many as the application's topics have
+            partitions = app.settings.topics.partitions
         self.transport = _StampedTransport(self.clock, partitions)
         """Where the application's enqueues go while the stub is started."""
         self._rand = rand if rand is not None else random.Random(0)

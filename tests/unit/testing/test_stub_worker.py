@@ -336,3 +336,27 @@ def test_a_retry_at_a_wall_clock_time_is_that_far_ahead_on_the_fake_clock() -> N
         worker.drain()
     first, second = ran_at
     assert 60_000 <= second - first < 61_000
+
+
+@pytest.mark.parametrize("partitions", [3, 6, 12])
+def test_a_key_lands_on_the_partition_the_app_s_topics_give_it(partitions: int) -> None:
+    from pipeline.testing._partitioner import partition_for
+
+    app = Pipeline(
+        Settings(namespace="acme", topics={"partitions": partitions}),
+        transport=InMemoryTransport(),
+    )
+    seen: dict[bytes, int] = {}
+
+    @app.job("keyed")
+    def keyed(n: int, ctx: JobContext) -> None:
+        assert ctx.key is not None
+        seen[bytes(ctx.key)] = ctx.partition
+
+    keys = [f"customer-{i}" for i in range(20)]
+    with stub_worker(app) as worker:
+        for n, key in enumerate(keys):
+            app.enqueue("keyed", {"n": n}, key=key)
+        worker.drain()
+    assert seen == {key.encode(): partition_for(key.encode(), partitions) for key in keys}
+    assert max(seen.values()) < partitions
