@@ -22,7 +22,7 @@ from ._errors import (
     PayloadValidationError,
     PipelineError,
 )
-from ._interceptors import Interceptor, check_interceptors
+from ._interceptors import Interceptor, check_interceptors, header_source
 from ._job import Priority, new_job_id, now_ms
 from ._jobfunction import (
     BoundEnqueue,
@@ -78,6 +78,8 @@ class Pipeline:
         """Where workers keep idempotency keys; None: the compacted ``<ns>.dedup`` topic."""
         self.middleware = check_interceptors(middleware)
         """Interceptors the worker runs around every job's handler, outermost first."""
+        self._header_source = header_source(self.middleware)
+        """Headers the interceptors add to every job at enqueue (None: none do, no cost)."""
         self._failures = FailureLog()
         # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
         # such an application alive from its first enqueue on (in-memory ones are not held).
@@ -85,7 +87,9 @@ class Pipeline:
         self._watched = not self._exit_flushed
         self._since_poll = 0
         self._plain = PlainRoutes(
-            lambda job_type: self._route(job_type, _NO_OPTIONS), self.registry.find, self.codec
+            lambda job_type: self._route(job_type, _NO_OPTIONS, None),
+            self.registry.find,
+            self.codec,
         )
         self.schedules: dict[str, Schedule] = {}
 
@@ -165,18 +169,20 @@ class Pipeline:
         """
         if wait:
             return self.submit(job_type, payload, **options).wait().job_id
-        if not options:  # the common call: the type's route and template are made once
+        source = self._header_source
+        added = source() if source is not None else None
+        if not options and not added:  # the common call: route and template are made once
             self._watch()
             route, template = self._plain.get(job_type)
             return self._send(route, payload or {}, self._on_delivery, template)
-        opts = EnqueueOptions(**options)
-        return self._send(self._route(job_type, opts), payload or {}, self._on_delivery)
+        route = self._route(job_type, EnqueueOptions(**options), added)
+        return self._send(route, payload or {}, self._on_delivery)
 
     def submit(
         self, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
     ) -> JobHandle:
         """Like :meth:`enqueue`, but return a handle to wait on this job's acknowledgement."""
-        route = self._route(job_type, EnqueueOptions(**options))
+        route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         handle = JobHandle(self._transport, self.settings, self._failures)
         handle.job_id = self._send(route, payload or {}, handle._on_delivery)
         return handle
@@ -189,7 +195,7 @@ class Pipeline:
         Routing and options are resolved once for the batch, which makes this the fastest way
         to enqueue. Call :meth:`flush` to wait until Kafka acknowledged all of them.
         """
-        route = self._route(job_type, EnqueueOptions(**options))
+        route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         template = JobTemplate(self.codec, route.job(new_job_id(), b"{}"))
         transport = self._transport
         produce_many = getattr(transport, "produce_many", None)
@@ -288,7 +294,13 @@ class Pipeline:
             self._watched = True
             _exitflush.watch(self)
 
-    def _route(self, job_type: str, opts: EnqueueOptions) -> Route:
+    def _added_headers(self) -> Mapping[str, str] | None:
+        """What the interceptors add to the headers of a job enqueued now (None: nothing)."""
+        source = self._header_source
+        return source() if source is not None else None
+
+    def _route(self, job_type: str, opts: EnqueueOptions, added: Mapping[str, str] | None) -> Route:
+        """The route of ``opts``; ``added``: headers under the call's own (e.g. trace context)."""
         self._watch()
         registered = self.registry.find(job_type)
         type_options = registered.options if registered is not None else _TYPE_DEFAULTS
@@ -329,7 +341,7 @@ class Pipeline:
             not_before=not_before,
             idempotency_key=opts.idempotency_key,
             tenant=opts.tenant,
-            headers=dict(opts.headers) if opts.headers else {},
+            headers={**(added or {}), **(opts.headers or {})},
         )
 
     def _send(

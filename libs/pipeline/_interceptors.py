@@ -9,7 +9,10 @@ without running its handler), or raise: what leaves the chain is classified exac
 error of the handler itself (``Retry``, an error declared fatal, any other: transient).
 
 They are registered on the application, ``Pipeline(middleware=[...])``, outermost first, so
-``pipeline-worker --app`` runs them.
+``pipeline-worker --app`` runs them. An interceptor may also define ``enqueue_headers(self)``,
+returning headers to add to each job the application enqueues, read in the enqueuing code's
+context (e.g. the W3C trace context, :mod:`pipeline.otel`); headers given to the enqueue call
+win over them.
 """
 
 from __future__ import annotations
@@ -69,3 +72,29 @@ def check_interceptors(middleware: Iterable[object]) -> tuple[Interceptor, ...]:
             )
         checked.append(item)  # type: ignore[arg-type]
     return tuple(checked)
+
+
+HeaderSource = Callable[[], Mapping[str, str]]
+"""Headers to add to a job at enqueue, read in the enqueuing code's context."""
+
+
+def header_source(interceptors: Iterable[object]) -> HeaderSource | None:
+    """The interceptors' ``enqueue_headers`` as one callable; None when none has one (then an
+    enqueue does no work for them)."""
+    sources: list[HeaderSource] = [
+        source
+        for item in interceptors
+        if callable(source := getattr(item, "enqueue_headers", None))
+    ]
+    if not sources:
+        return None
+    if len(sources) == 1:
+        return sources[0]
+
+    def merged() -> Mapping[str, str]:
+        headers: dict[str, str] = {}
+        for source in sources:
+            headers.update(source())
+        return headers
+
+    return merged

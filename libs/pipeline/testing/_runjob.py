@@ -70,7 +70,7 @@ def _produce(
     options: dict[str, Any],
 ) -> SentMessage:
     """The job as the application's producer encodes and routes it (on an in-memory topic)."""
-    route = app._route(job_type, EnqueueOptions(**options))
+    route = app._route(job_type, EnqueueOptions(**options), app._added_headers())
     data = route.payload_codec.encode(job_type, payload)
     job = route.job(new_job_id(), data)
     job = replace(job, attempt=attempt)

@@ -17,6 +17,7 @@ from .commit.offsets import OffsetTracker
 if TYPE_CHECKING:
     from asyncio import Task, TimerHandle
     from collections import deque
+    from contextvars import Context
 
     from pipeline import Job, JobType, Priority
     from pipeline._context import JobContext
@@ -94,6 +95,7 @@ class Work:
     """One job taken from a partition, from decoding until its offset is finished."""
 
     __slots__ = (
+        "context",
         "ctx",
         "expired",
         "finished",
@@ -130,6 +132,9 @@ class Work:
         self.stats = stats
         self.kwargs: dict[str, Any] | None = None
         self.ctx: JobContext | None = None
+        self.context: Context | None = None
+        """The interceptor chain's context, for a plain function run on the pool under it (so
+        that what the chain set, such as the current span, holds in the handler too)."""
         self.started = 0.0
         self.timer: TimerHandle | None = None
         self.runner: Task[None] | None = None

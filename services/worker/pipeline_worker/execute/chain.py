@@ -56,6 +56,7 @@ class Chain:
         if job_type.is_async:
             return await start_coroutine(job_type, kwargs)
         work.kwargs = kwargs
+        work.context = contextvars.copy_context()
         started = work.started
         future = self._loop.create_future()
         self._waiting[work] = future

@@ -259,7 +259,8 @@ class ThreadPool:
             result: Any = None
             work.started = time.monotonic()
             try:
-                result = base.copy().run(work.job_type.handler, **(work.kwargs or {}))
+                context = work.context if work.context is not None else base.copy()
+                result = context.run(work.job_type.handler, **(work.kwargs or {}))
             except BaseException as exc:
                 error = exc
             done.append((work, error, time.monotonic(), result))
