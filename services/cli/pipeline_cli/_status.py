@@ -1,6 +1,7 @@
 """``pipeline status``: backlog, oldest waiting job, rates, workers, scheduler, dead letters.
 
-The reading is :func:`pipeline._status.read_status`; what is printed is in :mod:`._statusrender`.
+The reading is :func:`pipeline._status.read_status` (on a :class:`pipeline._backlog.BacklogReader`
+kept between refreshes); what is printed is in :mod:`._statusrender`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from pipeline._backlog import BacklogReader
 from pipeline._status import read_status
 
 from ._dlqoptions import timeout_option
@@ -66,13 +68,28 @@ def status(
     """
     if count is not None and interval is None:
         raise click.UsageError("--count needs --watch")
+    with cli_errors():
+        reader = BacklogReader(settings, timeout=timeout)
+    with reader:
+        _refresh(reader, interval, count, timeout, as_json=as_json, settings=settings)
+
+
+def _refresh(
+    reader: BacklogReader,
+    interval: float | None,
+    count: int | None,
+    timeout: float,
+    *,
+    as_json: bool,
+    settings: Settings,
+) -> None:
     previous: StatusSnapshot | None = None
     shown = 0
     pause = threading.Event()
     try:
         while True:
             with cli_errors():
-                snapshot = read_status(settings, timeout=timeout)
+                snapshot = read_status(settings, timeout=timeout, reader=reader)
             if as_json and interval is not None:
                 click.echo(json.dumps(status_json(snapshot, previous), separators=(",", ":")))
             elif as_json:
