@@ -6,6 +6,7 @@ kept between refreshes); what is printed is in :mod:`._statusrender`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from typing import TYPE_CHECKING
@@ -68,25 +69,12 @@ def status(
     """
     if count is not None and interval is None:
         raise click.UsageError("--count needs --watch")
-    with cli_errors():
-        reader = BacklogReader(settings, timeout=timeout)
-    with reader:
-        _refresh(reader, interval, count, timeout, as_json=as_json, settings=settings)
-
-
-def _refresh(
-    reader: BacklogReader,
-    interval: float | None,
-    count: int | None,
-    timeout: float,
-    *,
-    as_json: bool,
-    settings: Settings,
-) -> None:
     previous: StatusSnapshot | None = None
     shown = 0
     pause = threading.Event()
-    try:
+    with cli_errors():
+        reader = BacklogReader(settings, timeout=timeout)
+    with reader, contextlib.suppress(KeyboardInterrupt):
         while True:
             with cli_errors():
                 snapshot = read_status(settings, timeout=timeout, reader=reader)
@@ -103,5 +91,3 @@ def _refresh(
                 return
             previous = snapshot
             pause.wait(interval)
-    except KeyboardInterrupt:
-        return
