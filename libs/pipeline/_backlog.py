@@ -1,8 +1,10 @@
 """How much work waits in a namespace, read from Kafka alone (no worker or scheduler needed).
 
 Per partition of each topic that a consumer group works off: the end offset minus that group's
-committed offset, and the write time of the first message not committed (the oldest job still
-waiting or running). The groups are the workers' (priority topics), the workers' retry relay
+committed offset (the earliest retained offset where it committed nothing), and the write time
+of the first message not committed (the oldest job still waiting or running), read with a plain
+consumer assigned there in ``read_committed`` mode (a partition holding only transaction markers
+from there has no oldest). The groups are the workers' (priority topics), the workers' retry relay
 (retry tiers) and the scheduler leader's (``<ns>.deferred`` and its wait tiers). The tiers are
 the ``<ns>.retry.<n>`` and ``<ns>.deferred.<n>`` topics found on the cluster, so a reader whose
 settings name other tiers than the services' still sees them all. Dead letters
@@ -10,11 +12,13 @@ pending are those neither replayed nor discarded. Members of the workers' and th
 groups come from the group coordinator.
 
 :class:`BacklogReader` keeps its Kafka clients between reads, for a process that reads every
-few seconds (``pipeline exporter``); one read is one :class:`Backlog`.
+few seconds (``pipeline exporter``, ``pipeline status --watch``); one read is one
+:class:`Backlog`. ``pipeline status`` adds what only it shows on top (:mod:`._status`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Iterable
@@ -30,6 +34,7 @@ from confluent_kafka import (
 )
 
 from ._adminsession import AdminSession, PartitionOffsets
+from ._clientlog import LastProblemLog
 from ._deadletters import DlqStats, dlq_stats, read_dead_letters
 from ._errors import ConfigurationError, KafkaUnavailableError, TopicMissingError
 from ._job import Priority
@@ -54,10 +59,14 @@ class PartitionBacklog:
     """Write time (ms since the epoch) of the first message at or after the commit, if any."""
 
     @property
+    def position(self) -> int:
+        """Where the group reads next (its commit, else the earliest retained offset)."""
+        return self.start if self.committed is None else max(self.committed, self.start)
+
+    @property
     def waiting(self) -> int:
         """Messages not committed by the group (a transaction's commit marker counts as one)."""
-        base = self.start if self.committed is None else max(self.committed, self.start)
-        return max(0, self.end - base)
+        return max(0, self.end - self.position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,19 +76,46 @@ class TopicBacklog:
     partitions: tuple[PartitionBacklog, ...]
 
     @property
+    def label(self) -> str:
+        """The short name: the priority, the retry tier's number, ``deferred`` or ``wait <n>``."""
+        parts = self.topic.rsplit(".", 2)
+        if parts[-1] == "deferred":
+            return "deferred"
+        if len(parts) == 3 and parts[1] == "deferred":
+            return f"wait {parts[2]}"
+        return parts[-1]
+
+    @property
     def waiting(self) -> int:
         return sum(p.waiting for p in self.partitions)
 
     @property
+    def end(self) -> int:
+        return sum(p.end for p in self.partitions)
+
+    @property
+    def position(self) -> int:
+        return sum(p.position for p in self.partitions)
+
+    @property
     def oldest_ms(self) -> int | None:
-        return min((p.oldest_ms for p in self.partitions if p.oldest_ms is not None), default=None)
+        stamps = [p.oldest_ms for p in self.partitions if p.oldest_ms is not None and p.waiting]
+        return min(stamps, default=None)
+
+    def oldest_age_s(self, at_ms: int) -> float | None:
+        """How long the oldest waiting message has waited at ``at_ms`` (None: none waits)."""
+        oldest = self.oldest_ms
+        return None if oldest is None else max(0.0, (at_ms - oldest) / 1000)
 
 
 @dataclass(frozen=True, slots=True)
 class GroupMember:
+    """One member of a consumer group: its client id, host and assigned partitions."""
+
     client_id: str
     host: str
     partitions: tuple[tuple[str, int], ...]
+    member_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +172,9 @@ class BacklogReader:
             "enable.partition.eof": True,
             "isolation.level": "read_committed",  # what the workers see
             "fetch.wait.max.ms": 20,
+            "max.partition.fetch.bytes": 65536,  # one message is enough
             **settings.client_config(),
+            "logger": LastProblemLog(),
         }
         try:
             self._consumer = Consumer(conf)
@@ -163,8 +201,8 @@ class BacklogReader:
         offsets = self._admin.offsets(metadata, groups)
         committed = self._committed(metadata, groups)
         heads = [
-            TopicPartition(name, p.partition, p.end - p.waiting)
-            for name in self._jobs.values()
+            TopicPartition(name, p.partition, p.position)
+            for name in groups
             for p in (self._partition(name, o, committed, {}) for o in offsets[name])
             if p.waiting > 0
         ]
@@ -205,16 +243,19 @@ class BacklogReader:
             )
         found: dict[tuple[str, int], int] = {}
         client = self._admin.client
-        for group, tps in by_group.items():
+
+        def listed(group: str, tps: list[TopicPartition]) -> list[TopicPartition]:
             request = [ConsumerGroupTopicPartitions(group, tps)]
             futures = client.list_consumer_group_offsets(
                 request, request_timeout=self._admin.remaining()
             )
-            for future in futures.values():
-                answer = self._admin.result(future, "read the committed offsets of", None)
-                for tp in answer.topic_partitions:
-                    if tp.error is None and tp.offset != _NO_OFFSET and tp.offset >= 0:
-                        found[tp.topic, tp.partition] = tp.offset
+            doing = f"list the committed offsets of group {group} in"
+            return list(self._admin.result(futures[group], doing, None).topic_partitions)
+
+        for group, tps in by_group.items():
+            for tp in self._admin.retry(functools.partial(listed, group, tps)):
+                if tp.error is None and tp.offset != _NO_OFFSET and tp.offset >= 0:
+                    found[tp.topic, tp.partition] = tp.offset
         return found
 
     def _members(self) -> dict[str, GroupMembers]:
@@ -224,18 +265,26 @@ class BacklogReader:
         )
         groups: dict[str, GroupMembers] = {}
         for role, group in self._roles.items():
-            described = self._admin.result(futures[group], "describe the consumer group", None)
-            members = tuple(
-                GroupMember(
-                    m.client_id,
-                    m.host,
-                    tuple(sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions))
-                    if m.assignment is not None
-                    else (),
-                )
-                for m in described.members
+            doing = f"describe the consumer group {group} of"
+            described = self._admin.result(futures[group], doing, None)
+            members = sorted(
+                (
+                    GroupMember(
+                        m.client_id,
+                        m.host.lstrip("/"),  # librdkafka's "/10.0.0.7"
+                        tuple(
+                            sorted((tp.topic, tp.partition) for tp in m.assignment.topic_partitions)
+                        )
+                        if m.assignment is not None
+                        else (),
+                        m.member_id,
+                    )
+                    for m in described.members
+                ),
+                key=lambda m: m.client_id,
             )
-            groups[role] = GroupMembers(group, str(getattr(described.state, "name", "")), members)
+            state = getattr(described.state, "name", str(described.state))
+            groups[role] = GroupMembers(group, state, tuple(members))
         return groups
 
     def _oldest(self, starts: list[TopicPartition]) -> dict[tuple[str, int], int]:
@@ -244,6 +293,7 @@ class BacklogReader:
         if not starts:
             return found
         todo = {(tp.topic, tp.partition) for tp in starts}
+        paused: list[TopicPartition] = []
         self._consumer.assign(starts)
         try:
             while todo:
@@ -253,7 +303,7 @@ class BacklogReader:
                         f"waiting job of {len(todo)} partition(s) within {self.timeout:g}s; "
                         "check the brokers' health"
                     )
-                for message in self._consumer.consume(len(todo), 0.05):
+                for message in self._consumer.consume(500, 0.05):
                     where = (message.topic() or "", message.partition() or 0)
                     if where not in todo:
                         continue
@@ -265,7 +315,10 @@ class BacklogReader:
                     _kind, stamp = message.timestamp()
                     found[where] = stamp
                     todo.discard(where)
+                    paused.append(TopicPartition(*where))  # one message is all it needs
+                    self._consumer.pause(paused[-1:])
         finally:
+            self._consumer.resume(paused)  # a pause outlives unassign: the next read needs them
             self._consumer.unassign()
         return found
 

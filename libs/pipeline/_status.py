@@ -1,105 +1,34 @@
 """``pipeline status``: one snapshot of a namespace, read from Kafka alone.
 
-Per priority topic the backlog (end offsets minus the workers' group commits) and how long the
-oldest waiting job has waited (the timestamp of the message at the committed offset); the same
-for the retry tiers (the retry relays' group) and the scheduler's deferred topics (the
-scheduler leader's commits, which stay at the lowest job it still holds); the members of the
-workers' and the scheduler's groups; the pending dead letters (as ``pipeline dlq stats``
-counts them); and each cron schedule's last and next fire. Rates need two snapshots:
-:func:`rates` compares them.
+The backlog, the oldest waiting job, the retry tiers, the deferred topics, the groups' members
+and the dead letters pending are one :class:`~pipeline._backlog.Backlog` read (the reads the
+exporter makes, :mod:`._backlog`). On top of it ``pipeline status`` shows what only it has: the
+scheduler leader (the member of its group owning the control partition), each cron schedule's
+last and next fire and the lateness of the most overdue one, and the rates in and out, which
+need two snapshots: :func:`rates` compares them.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ._adminsession import AdminSession, PartitionOffsets
+from ._backlog import BacklogReader, GroupMember, GroupMembers, TopicBacklog
 from ._cronexpr import next_fire_ms
 from ._cronstate import read_last_fires
-from ._deadletters import dlq_depth
-from ._errors import TopicMissingError
-from ._groupread import (
-    GroupInfo,
-    Member,
-    committed_offsets,
-    describe_groups,
-    head_timestamps,
-)
-from ._job import now_ms
 from ._schedule import read_schedules
-from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
-from ._topicspec import deferred_tier_topic, scheduler_control_topic
+from ._topicspec import scheduler_control_topic
 
 if TYPE_CHECKING:
     from ._settings import Settings
 
 __all__ = [
-    "GroupInfo",
-    "Member",
-    "PartitionLag",
     "ScheduleDue",
     "StatusSnapshot",
-    "TopicLag",
     "rates",
     "read_status",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionLag:
-    """One partition: its end, the group's committed offset (``None``: nothing committed, the
-    group starts at the earliest offset ``start``) and the first waiting message's timestamp."""
-
-    partition: int
-    start: int
-    end: int
-    committed: int | None
-    oldest_at: int | None
-
-    @property
-    def position(self) -> int:
-        """Where the group reads next (its commit, else the earliest retained offset)."""
-        return self.start if self.committed is None else max(self.committed, self.start)
-
-    @property
-    def backlog(self) -> int:
-        return max(0, self.end - self.position)
-
-
-@dataclass(frozen=True, slots=True)
-class TopicLag:
-    """A topic's backlog for the group that consumes it; ``name`` is its short label
-    (``high``, a tier number, ``deferred``)."""
-
-    name: str
-    topic: str
-    group: str
-    partitions: tuple[PartitionLag, ...]
-
-    @property
-    def backlog(self) -> int:
-        """Messages not yet committed by the group (transaction markers count, a few)."""
-        return sum(p.backlog for p in self.partitions)
-
-    @property
-    def end(self) -> int:
-        return sum(p.end for p in self.partitions)
-
-    @property
-    def position(self) -> int:
-        return sum(p.position for p in self.partitions)
-
-    @property
-    def oldest_at(self) -> int | None:
-        stamps = [p.oldest_at for p in self.partitions if p.oldest_at is not None and p.backlog]
-        return min(stamps, default=None)
-
-    def oldest_age_s(self, at_ms: int) -> float | None:
-        """How long the oldest waiting message has waited at ``at_ms`` (None: none waits)."""
-        oldest = self.oldest_at
-        return None if oldest is None else max(0.0, (at_ms - oldest) / 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,16 +57,16 @@ class StatusSnapshot:
 
     namespace: str
     at: int
-    priorities: tuple[TopicLag, ...]
-    retry_tiers: tuple[TopicLag, ...]
-    deferred: tuple[TopicLag, ...]
-    workers: GroupInfo
-    scheduler: GroupInfo
+    priorities: tuple[TopicBacklog, ...]
+    retry_tiers: tuple[TopicBacklog, ...]
+    deferred: tuple[TopicBacklog, ...]
+    workers: GroupMembers
+    scheduler: GroupMembers
     dead_letters_pending: int
     schedules: tuple[ScheduleDue, ...]
 
     @property
-    def leader(self) -> Member | None:
+    def leader(self) -> GroupMember | None:
         """The scheduler leader: the member of its group that owns the control partition."""
         control = scheduler_control_topic(self.namespace)
         for member in self.scheduler.members:
@@ -152,54 +81,13 @@ class StatusSnapshot:
         return max((s.overdue_s(self.at) for s in self.schedules), default=0.0)
 
 
-def rates(before: TopicLag, after: TopicLag, seconds: float) -> tuple[float, float]:
+def rates(before: TopicBacklog, after: TopicBacklog, seconds: float) -> tuple[float, float]:
     """Messages per second in (end offsets) and out (group commits) between two snapshots."""
     if seconds <= 0:
         return 0.0, 0.0
     rate_in = max(0, after.end - before.end) / seconds
     rate_out = max(0, after.position - before.position) / seconds
     return rate_in, rate_out
-
-
-def _lags(
-    session: AdminSession,
-    settings: Settings,
-    group: str,
-    topics: dict[str, str],
-    *,
-    offsets: dict[str, tuple[PartitionOffsets, ...]],
-    timeout: float,
-) -> tuple[TopicLag, ...]:
-    """``topics`` maps a topic to its label; topics missing from ``offsets`` are left out."""
-    present = {topic: label for topic, label in topics.items() if topic in offsets}
-    wheres = [(topic, p.partition) for topic in present for p in offsets[topic]]
-    committed = session.retry(lambda: committed_offsets(session, group, wheres))
-    lags = {
-        topic: [
-            PartitionLag(p.partition, p.start, p.end, committed.get((topic, p.partition)), None)
-            for p in offsets[topic]
-        ]
-        for topic in present
-    }
-    waiting = {
-        (topic, lag.partition): lag.position
-        for topic, parts in lags.items()
-        for lag in parts
-        if lag.backlog
-    }
-    heads = head_timestamps(settings, waiting, timeout=min(timeout, 10.0))
-    return tuple(
-        TopicLag(
-            label,
-            topic,
-            group,
-            tuple(
-                dataclasses.replace(lag, oldest_at=heads.get((topic, lag.partition)))
-                for lag in lags[topic]
-            ),
-        )
-        for topic, label in present.items()
-    )
 
 
 def _schedules(settings: Settings, timeout: float) -> tuple[ScheduleDue, ...]:
@@ -229,42 +117,30 @@ def _schedules(settings: Settings, timeout: float) -> tuple[ScheduleDue, ...]:
     return tuple(sorted(due, key=lambda s: (s.next_fire is None, s.next_fire or 0, s.name)))
 
 
-def read_status(settings: Settings, *, timeout: float = 30.0) -> StatusSnapshot:
-    """Read one :class:`StatusSnapshot` of ``settings.namespace``.
+def read_status(
+    settings: Settings, *, timeout: float = 30.0, reader: BacklogReader | None = None
+) -> StatusSnapshot:
+    """Read one :class:`StatusSnapshot` of ``settings.namespace``; ``reader`` (kept between
+    refreshes by ``--watch``) reads the backlog, else one is opened for this read.
 
     Raises :class:`KafkaUnavailableError` when Kafka does not answer within ``timeout``
-    seconds and :class:`TopicMissingError` when the namespace's job topics do not exist.
+    seconds and :class:`TopicMissingError` when the namespace's topics do not exist.
     Nothing is written and no group is joined.
     """
-    names = TopicNames(settings.namespace)
-    ns = settings.namespace
-    session = AdminSession(settings, timeout)
-    metadata = session.metadata()
-    priorities = {names.jobs(p): p.value for p in settings.priorities}
-    tiers = {names.retry(i): str(i) for i in range(len(settings.topics.retry_delays_s))}
-    deferred = {names.deferred: "deferred"} | {
-        deferred_tier_topic(ns, i): f"wait {i}" for i in range(len(settings.scheduler.wait_tiers_s))
-    }
-    existing = [t for t in [*priorities, *tiers, *deferred] if t in metadata.topics]
-    missing = [t for t in priorities if t not in metadata.topics]
-    if missing:
-        raise TopicMissingError(missing, ns)
-    offsets = session.offsets(metadata, existing)
-    workers = worker_group(settings)
-    at = now_ms()
-    groups = describe_groups(session, [workers, scheduler_group(settings)])
+    deadline = time.monotonic() + timeout
+    if reader is None:
+        with BacklogReader(settings, timeout=timeout) as own:
+            backlog = own.read()
+    else:
+        backlog = reader.read()
     return StatusSnapshot(
-        namespace=ns,
-        at=at,
-        priorities=_lags(session, settings, workers, priorities, offsets=offsets, timeout=timeout),
-        retry_tiers=_lags(
-            session, settings, retry_group(settings), tiers, offsets=offsets, timeout=timeout
-        ),
-        deferred=_lags(
-            session, settings, deferred_group(settings), deferred, offsets=offsets, timeout=timeout
-        ),
-        workers=groups[workers],
-        scheduler=groups[scheduler_group(settings)],
-        dead_letters_pending=dlq_depth(settings, timeout=session.remaining()),
-        schedules=_schedules(settings, session.remaining()),
+        namespace=settings.namespace,
+        at=int(backlog.read_at * 1000),
+        priorities=tuple(backlog.jobs.values()),
+        retry_tiers=backlog.retries,
+        deferred=backlog.deferred,
+        workers=backlog.groups["worker"],
+        scheduler=backlog.groups["scheduler"],
+        dead_letters_pending=backlog.dead_letters_pending,
+        schedules=_schedules(settings, max(0.1, deadline - time.monotonic())),
     )

@@ -55,3 +55,26 @@ def test_worker_group_follows_the_setting() -> None:
 def test_tiers_are_the_numbered_topics_found_in_number_order() -> None:
     topics = ["a.b.retry.10", "a.b.retry.2", "a.b.retry.x", "a.bretry.1", "c.retry.1", "a.b.dlq"]
     assert _numbered(topics, r"a\.b\.retry\.(\d+)") == ["a.b.retry.2", "a.b.retry.10"]
+
+
+def test_labels_are_the_priority_the_tier_number_deferred_or_the_wait_tier() -> None:
+    def label(topic: str) -> str:
+        return TopicBacklog(topic, "g", ()).label
+
+    assert label("a.b.jobs.high") == "high"
+    assert label("a.b.retry.3") == "3"
+    assert label("a.b.deferred") == "deferred"
+    assert label("a.b.deferred.0") == "wait 0"
+
+
+def test_position_end_and_age_for_rates_and_status() -> None:
+    topic = TopicBacklog(
+        "ns.jobs.high",
+        "ns.workers",
+        (PartitionBacklog(0, 3, 10, None, 4_000), PartitionBacklog(1, 0, 5, 5, 1_000)),
+    )
+    assert (topic.position, topic.end) == (8, 15)
+    # partition 1 has nothing waiting: its stamp is not the oldest waiting job
+    assert topic.oldest_ms == 4_000
+    assert topic.oldest_age_s(10_000) == 6.0
+    assert TopicBacklog("ns.jobs.low", "ns.workers", ()).oldest_age_s(10_000) is None

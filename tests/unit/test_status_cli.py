@@ -8,18 +8,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from pipeline._backlog import GroupMember, GroupMembers, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import LetterState, LetterStatus, StoredLetter
 from pipeline._eventlog import EventFilter, JobHistory
 from pipeline._records import DeadLetter, Event
-from pipeline._status import (
-    GroupInfo,
-    Member,
-    PartitionLag,
-    ScheduleDue,
-    StatusSnapshot,
-    TopicLag,
-    rates,
-)
+from pipeline._status import ScheduleDue, StatusSnapshot, rates
 from pipeline_cli._main import cli
 from pipeline_cli._statusrender import print_status, status_json
 
@@ -62,25 +55,25 @@ def test_kafka_unreachable_exits_1_saying_so(args: list[str]) -> None:
     assert "Traceback" not in result.output
 
 
-def lag(name: str, *parts: PartitionLag) -> TopicLag:
-    return TopicLag(name, f"ns.jobs.{name}", "ns.workers", parts)
+def lag(name: str, *parts: PartitionBacklog) -> TopicBacklog:
+    return TopicBacklog(f"ns.jobs.{name}", "ns.workers", parts)
 
 
 def snapshot(at: int = AT, *, end: int = 10, committed: int | None = 4) -> StatusSnapshot:
-    worker = Member("m1", "worker-1", "10.0.0.7", (("ns.jobs.high", 0), ("ns.jobs.low", 0)))
-    leader = Member("s1", "sched-a", "10.0.0.8", (("ns.scheduler-control", 0),))
-    standby = Member("s2", "sched-b", "10.0.0.9", ())
+    worker = GroupMember("worker-1", "10.0.0.7", (("ns.jobs.high", 0), ("ns.jobs.low", 0)), "m1")
+    leader = GroupMember("sched-a", "10.0.0.8", (("ns.scheduler-control", 0),), "s1")
+    standby = GroupMember("sched-b", "10.0.0.9", (), "s2")
     return StatusSnapshot(
         namespace="ns",
         at=at,
         priorities=(
-            lag("high", PartitionLag(0, 0, end, committed, AT - 90_000)),
-            lag("low", PartitionLag(0, 2, 2, None, None)),
+            lag("high", PartitionBacklog(0, 0, end, committed, AT - 90_000)),
+            lag("low", PartitionBacklog(0, 2, 2, None, None)),
         ),
         retry_tiers=(),
         deferred=(),
-        workers=GroupInfo("ns.workers", "STABLE", (worker,)),
-        scheduler=GroupInfo("ns.scheduler", "STABLE", (leader, standby)),
+        workers=GroupMembers("ns.workers", "STABLE", (worker,)),
+        scheduler=GroupMembers("ns.scheduler", "STABLE", (leader, standby)),
         dead_letters_pending=3,
         schedules=(
             ScheduleDue("nightly", "0 3 * * *", "UTC", "report", True, None, AT - 5_000),
@@ -90,9 +83,9 @@ def snapshot(at: int = AT, *, end: int = 10, committed: int | None = 4) -> Statu
 
 
 def test_backlog_counts_from_the_commit_or_else_the_earliest_offset() -> None:
-    assert PartitionLag(0, 0, 10, 4, None).backlog == 6
-    assert PartitionLag(0, 3, 10, None, None).backlog == 7  # nothing committed: from the start
-    assert PartitionLag(0, 8, 10, 5, None).backlog == 2  # committed below what is retained
+    assert PartitionBacklog(0, 0, 10, 4, None).waiting == 6
+    assert PartitionBacklog(0, 3, 10, None, None).waiting == 7  # nothing committed: from the start
+    assert PartitionBacklog(0, 8, 10, 5, None).waiting == 2  # committed below what is retained
     high = snapshot().priorities[0]
     assert high.oldest_age_s(AT) == 90.0
     assert snapshot().priorities[1].oldest_age_s(AT) is None

@@ -1,16 +1,19 @@
 """``pipeline status``: backlog, oldest waiting job, rates, workers, scheduler, dead letters.
 
-The reading is :func:`pipeline._status.read_status`; what is printed is in :mod:`._statusrender`.
+The reading is :func:`pipeline._status.read_status` (on a :class:`pipeline._backlog.BacklogReader`
+kept between refreshes); what is printed is in :mod:`._statusrender`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from typing import TYPE_CHECKING
 
 import click
 
+from pipeline._backlog import BacklogReader
 from pipeline._status import read_status
 
 from ._dlqoptions import timeout_option
@@ -69,10 +72,12 @@ def status(
     previous: StatusSnapshot | None = None
     shown = 0
     pause = threading.Event()
-    try:
+    with cli_errors():
+        reader = BacklogReader(settings, timeout=timeout)
+    with reader, contextlib.suppress(KeyboardInterrupt):
         while True:
             with cli_errors():
-                snapshot = read_status(settings, timeout=timeout)
+                snapshot = read_status(settings, timeout=timeout, reader=reader)
             if as_json and interval is not None:
                 click.echo(json.dumps(status_json(snapshot, previous), separators=(",", ":")))
             elif as_json:
@@ -86,5 +91,3 @@ def status(
                 return
             previous = snapshot
             pause.wait(interval)
-    except KeyboardInterrupt:
-        return

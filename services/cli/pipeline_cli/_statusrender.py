@@ -14,7 +14,8 @@ from ._output import print_table
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from pipeline._status import GroupInfo, Member, StatusSnapshot, TopicLag
+    from pipeline._backlog import GroupMember, GroupMembers, TopicBacklog
+    from pipeline._status import StatusSnapshot
 
 
 def _rate_pairs(
@@ -46,12 +47,12 @@ def _age(seconds: float | None) -> str | None:
     return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
-def _lag_json(lag: TopicLag, at: int, pair: tuple[float, float] | None) -> dict[str, Any]:
+def _lag_json(lag: TopicBacklog, at: int, pair: tuple[float, float] | None) -> dict[str, Any]:
     return {
-        "name": lag.name,
+        "name": lag.label,
         "topic": lag.topic,
         "group": lag.group,
-        "backlog": lag.backlog,
+        "backlog": lag.waiting,
         "oldest_age_s": lag.oldest_age_s(at),
         "rate_in": None if pair is None else round(pair[0], 3),
         "rate_out": None if pair is None else round(pair[1], 3),
@@ -60,15 +61,15 @@ def _lag_json(lag: TopicLag, at: int, pair: tuple[float, float] | None) -> dict[
                 "partition": p.partition,
                 "end": p.end,
                 "committed": p.committed,
-                "backlog": p.backlog,
-                "oldest_at": p.oldest_at,
+                "backlog": p.waiting,
+                "oldest_at": p.oldest_ms,
             }
             for p in lag.partitions
         ],
     }
 
 
-def _member_json(member: Member) -> dict[str, Any]:
+def _member_json(member: GroupMember) -> dict[str, Any]:
     return {
         "client_id": member.client_id,
         "member_id": member.member_id,
@@ -77,9 +78,9 @@ def _member_json(member: Member) -> dict[str, Any]:
     }
 
 
-def _group_json(group: GroupInfo) -> dict[str, Any]:
+def _group_json(group: GroupMembers) -> dict[str, Any]:
     return {
-        "group": group.group_id,
+        "group": group.group,
         "state": group.state,
         "members": [_member_json(m) for m in group.members],
     }
@@ -90,7 +91,7 @@ def status_json(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> di
     pairs = _rate_pairs(snapshot, previous)
     at = snapshot.at
 
-    def lags(items: Sequence[TopicLag]) -> list[dict[str, Any]]:
+    def lags(items: Sequence[TopicBacklog]) -> list[dict[str, Any]]:
         return [_lag_json(lag, at, pairs.get(lag.topic)) for lag in items]
 
     leader = snapshot.leader
@@ -124,7 +125,7 @@ def status_json(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> di
     }
 
 
-def _partitions_text(member: Member) -> str:
+def _partitions_text(member: GroupMember) -> str:
     """``0,1,2 of 4 topics``: a co-partitioned member owns the same numbers on every topic."""
     numbers = sorted({partition for _, partition in member.partitions})
     topics = {topic for topic, _ in member.partitions}
@@ -135,16 +136,16 @@ def _partitions_text(member: Member) -> str:
 
 
 def _lag_rows(
-    items: Sequence[TopicLag], at: int, pairs: dict[str, tuple[float, float]]
+    items: Sequence[TopicBacklog], at: int, pairs: dict[str, tuple[float, float]]
 ) -> list[list[object]]:
     rows: list[list[object]] = []
     for lag in items:
         pair = pairs.get(lag.topic)
         rows.append(
             [
-                lag.name,
+                lag.label,
                 lag.topic,
-                lag.backlog,
+                lag.waiting,
                 _age(lag.oldest_age_s(at)) or "-",
                 "n/a" if pair is None else f"{pair[0]:.1f}",
                 "n/a" if pair is None else f"{pair[1]:.1f}",
@@ -172,7 +173,7 @@ def print_status(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> N
     click.echo()
     count = len(workers.members)
     click.echo(
-        f"workers: group {workers.group_id} ({workers.state.lower()}), "
+        f"workers: group {workers.group} ({workers.state.lower()}), "
         f"{count} member{'' if count == 1 else 's'}"
     )
     if workers.members:

@@ -1,0 +1,67 @@
+"""The one backlog read (``pipeline status`` and ``pipeline exporter``) against a real Kafka: the
+oldest waiting message of every tier, and the members of a group with their host."""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, Producer
+
+from pipeline._admin import apply_topics
+from pipeline._backlog import BacklogReader
+from pipeline._job import now_ms
+from pipeline._settings import Settings
+from pipeline._topics import TopicNames, worker_group
+from pipeline._topicspec import deferred_tier_topic
+
+from ..waiting import wait_for
+
+
+def test_every_tier_has_its_oldest_and_members_have_a_plain_host(settings: Settings) -> None:
+    apply_topics(settings)
+    written_at = now_ms() - 60_000  # recent: retention would delete an older one
+    names = TopicNames(settings.namespace)
+    wait_tier = deferred_tier_topic(settings.namespace, 0)
+    producer = Producer(settings.client_config())
+    producer.produce(names.retry(1), b"waiting", partition=0, timestamp=written_at)
+    producer.produce(wait_tier, b"waiting", partition=0, timestamp=written_at + 1)
+    producer.produce(names.jobs("low"), b"waiting", partition=0, timestamp=written_at + 2)
+    assert producer.flush(30) == 0
+
+    with BacklogReader(settings, timeout=20) as reader:
+        backlog = reader.read()
+        retries = {tier.label: tier for tier in backlog.retries}
+        assert list(retries) == ["0", "1", "2", "3"]
+        assert retries["1"].waiting == 1
+        assert retries["1"].oldest_ms == written_at
+        assert retries["1"].oldest_age_s(written_at + 5_000) == 5.0
+        assert retries["0"].oldest_ms is None
+        deferred = {topic.label: topic for topic in backlog.deferred}
+        assert list(deferred)[:2] == ["deferred", "wait 0"]
+        assert deferred["wait 0"].oldest_ms == written_at + 1
+        low = backlog.jobs["low"]
+        assert (low.label, low.waiting, low.oldest_ms) == ("low", 1, written_at + 2)
+        assert backlog.groups["worker"].members == ()
+
+        member = Consumer(
+            {
+                **settings.client_config(),
+                "group.id": worker_group(settings),
+                "client.id": "reader-test",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            member.subscribe([names.jobs("low")])
+
+            def joined() -> bool:
+                member.poll(0.1)
+                return bool(member.assignment())
+
+            assert wait_for(joined, 30)
+            workers = reader.read().groups["worker"]
+        finally:
+            member.close()
+    assert [m.client_id for m in workers.members] == ["reader-test"]
+    assert workers.members[0].member_id
+    assert workers.members[0].host
+    assert not workers.members[0].host.startswith("/")
+    assert (names.jobs("low"), 0) in workers.members[0].partitions
