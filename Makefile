@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-unit test-integration test-image chaos lint format bench clean dev-up dev-down bench-dedup
+.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,14 +21,18 @@ run: setup
 
 ## test: the default suite (unit + integration against a real local Kafka, with short chaos smoke)
 test: setup
-	$(BIN)/pytest -m "not chaos and not image" -q --durations=25
+	$(BIN)/pytest -m "not chaos and not image and not containers" -q --durations=25
 
 test-unit: setup
-	$(BIN)/pytest tests/unit -m "not image" -q
+	$(BIN)/pytest tests/unit -m "not image and not containers" -q
 
 ## test-image: the Dockerfile's build steps in a fresh virtualenv, then every command it runs (~2 min)
 test-image: setup
 	$(BIN)/pytest -m image -q
+
+## test-containers: the images built (debootstrap, Podman) and docker-compose.yml brought up (~3 min, ~8 the first time)
+test-containers: setup
+	$(BIN)/pytest -m containers -q -s
 
 test-integration: setup
 	$(BIN)/pytest tests/integration -q

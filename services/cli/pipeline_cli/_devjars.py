@@ -87,11 +87,14 @@ def find_java() -> str:
     return java
 
 
-def maven_pom(version: str = KAFKA_VERSION) -> str:
-    """A pom whose runtime dependencies are the broker plus the slf4j binding Kafka 4 omits."""
+def maven_pom(version: str = KAFKA_VERSION, extra: Sequence[str] = ()) -> str:
+    """A pom whose runtime dependencies are the broker plus the slf4j binding Kafka 4 omits,
+    and the ``extra`` Kafka artifacts (``kafka-tools`` for the command-line tools) of the same
+    version."""
     deps = [
         ("org.apache.kafka", f"kafka_{SCALA_VERSION}", version),
         ("org.apache.logging.log4j", "log4j-slf4j-impl", LOG4J_SLF4J_VERSION),
+        *(("org.apache.kafka", artifact, version) for artifact in extra),
     ]
     dependencies = "".join(
         f"    <dependency><groupId>{g}</groupId><artifactId>{a}</artifactId>"
@@ -112,12 +115,16 @@ def maven_pom(version: str = KAFKA_VERSION) -> str:
 
 
 def ensure_kafka(
-    version: str = KAFKA_VERSION, cache_dir: Path | None = None, progress: Progress = _quiet
+    version: str = KAFKA_VERSION,
+    cache_dir: Path | None = None,
+    progress: Progress = _quiet,
+    extra: Sequence[str] = (),
 ) -> Path:
-    """The directory of the broker jars, fetched from Maven Central by Maven on first use."""
+    """The directory of the broker jars (and ``extra`` Kafka artifacts, see :func:`maven_pom`),
+    fetched from Maven Central by Maven on first use."""
     cache = (cache_dir or default_cache_dir(version)).expanduser().resolve()
     lib, marker = cache / "lib", cache / ".complete"
-    pom = maven_pom(version)
+    pom = maven_pom(version, extra)
     # The marker holds the pom's hash: a half-finished or outdated download is done again.
     stamp = hashlib.sha256(pom.encode()).hexdigest()
 

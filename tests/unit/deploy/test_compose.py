@@ -165,3 +165,24 @@ def test_composes_loader_refuses_what_compose_would_refuse(tmp_path: Path) -> No
     )
     assert done.returncode != 0
     assert "services.worker.depends_on.topics.condition" in done.stderr
+
+
+def test_the_stand_ins_replace_only_the_docker_hub_images() -> None:
+    from ops.containers import images
+    from ops.containers.engine import COMPOSE_FILES
+
+    plain = compose_config(COMPOSE)["services"]
+    merged = compose_config(*COMPOSE_FILES)["services"]
+    assert merged["kafka"]["image"] == images.KAFKA
+    assert merged["prometheus"]["image"] == images.PROMETHEUS
+    assert "grafana" in plain
+    assert "grafana" not in merged  # no stand-in: behind a profile
+    # The stand-in is the Kafka the dev broker and the tests run.
+    assert images.KAFKA.endswith(f":{KAFKA_VERSION}")
+    assert plain["kafka"]["image"].endswith(f":{KAFKA_VERSION}")
+    assert f"localhost/{plain['worker']['image']}" == images.PROJECT
+    for name, service in plain.items():
+        if name == "grafana":
+            continue
+        unchanged = {k: v for k, v in merged[name].items() if k != "image"}
+        assert unchanged == {k: v for k, v in service.items() if k != "image"}, name

