@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 import pytest
@@ -154,7 +155,37 @@ def test_what_a_store_settles_is_what_the_next_owner_restores(
     assert check(where, "failed", JOB_A, policy=policy, now_ms=now) is Verdict.RUN
 
 
-def test_an_open_transaction_is_not_waited_for_and_its_records_do_not_count(
+def test_a_commit_behind_a_transaction_left_open_by_a_crash_is_restored(
+    bootstrap_servers: str, changelog: str, producer: Producer, namespace: str
+) -> None:
+    """A worker that died inside a transaction holds the changelog's last stable offset back
+    until Kafka aborts it; the next owner's commits land behind it. A restore reads them all
+    (after a second crash, those keys must not run again) and none of the dead one's."""
+    ns = changelog.removesuffix(".dedup")
+    where = (f"{ns}.jobs.low", 2)
+    live = now_ms() + HOUR_MS
+    crashed = Producer(
+        {
+            "bootstrap.servers": bootstrap_servers,
+            "transactional.id": f"{namespace}.dedup-test-crashed",
+            # Kafka aborts it this long after its last write (checked every 10 s by default).
+            "transaction.timeout.ms": 1000,
+            "delivery.timeout.ms": 1000,
+        }
+    )
+    crashed.init_transactions(30)
+    crashed.begin_transaction()
+    crashed.produce(changelog, encode_entry(JOB_A, True, live), b"low/crashed", partition=2)
+    crashed.flush(30)  # written, never committed: the worker is gone
+    write(producer, changelog, [ChangelogRecord(2, b"low/after", encode_entry(JOB_B, True, live))])
+
+    loaded = store(bootstrap_servers, changelog)
+    loaded.load([where], timeout_s=60)
+    assert loaded.table(where).get("after") == Entry(JOB_B, True, live)
+    assert loaded.table(where).get("crashed") is None
+
+
+def test_a_restore_waits_for_an_open_transaction_and_counts_it_once_committed(
     bootstrap_servers: str, changelog: str, producer: Producer
 ) -> None:
     ns = changelog.removesuffix(".dedup")
@@ -166,12 +197,11 @@ def test_an_open_transaction_is_not_waited_for_and_its_records_do_not_count(
     producer.flush(30)
 
     loaded = store(bootstrap_servers, changelog)
-    loaded.load([where], timeout_s=30)
+    with ThreadPoolExecutor(1) as pool:
+        loading = pool.submit(loaded.load, [where], timeout_s=60)
+        producer.commit_transaction(30)
+        loading.result(90)
     assert loaded.table(where).get("kept") == Entry(JOB_A, True, live)
-    assert loaded.table(where).get("open") is None
-
-    producer.commit_transaction(30)
-    loaded.load([where], timeout_s=30)
     assert loaded.table(where).get("open") == Entry(JOB_B, True, live)
 
 

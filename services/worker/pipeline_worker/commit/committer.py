@@ -68,6 +68,11 @@ class Committer:
         if guards is not None:
             self._guards = guards
 
+    @property
+    def in_transaction(self) -> bool:
+        """Whether the mover's transaction is open (records of ours not committed yet)."""
+        return self._mover is not None and self._mover.open
+
     def due(self, now: float, finished: int) -> bool:
         """Whether the interval passed or ``commit_every`` jobs finished since the last commit."""
         return now >= self._next or finished - self._finished_at_last >= self._every

@@ -218,7 +218,13 @@ class ConsumerThread:
         # Requests that block for their timeout while Kafka is unreachable wait for it.
         reachable = not self.health.down
         if self.assignment.pending and reachable:
-            self.assignment.load(resume=not self.intake_stopped)
+            # A restore of idempotency keys waits for every transaction open on the changelog
+            # partitions it reads (route/changelog.py): ours is committed first, and the load
+            # waits for the next poll while it cannot be (a rebalance in progress).
+            if committer.in_transaction:
+                committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
+            if not committer.in_transaction:
+                self.assignment.load(resume=not self.intake_stopped)
         if self._flow.paused and not self.intake_stopped:
             self._flow.resume_drained()
         self._drain_moves()

@@ -3,14 +3,21 @@
 :class:`KafkaDedupStore` holds a :class:`pipeline._dedup.DedupTable` per owned job partition.
 Settling and expiring return the changelog records that the worker writes in its transactions;
 :meth:`KafkaDedupStore.load` rebuilds the tables of newly assigned partitions by reading their
-changelog partitions from the beginning to the end they had when the load began. The reads are
-``read_committed``, and that end is the last stable offset: records of aborted transactions
-never count, and a transaction still open is not waited for. Changelog partition p holds
-partition p of every priority topic, so one read serves every priority with that number.
+changelog partitions from the beginning to the end they had when the load began. Changelog
+partition p holds partition p of every priority topic, so one read serves every priority with
+that number.
 
-So load a partition after its committed offset has been read (a read_committed consumer's
-offset fetch waits for a pending transactional commit): the predecessor's last transaction has
-ended by then, and its changelog records are below the end that the restore reads to.
+The reads are ``read_committed``: records of aborted transactions never count. The end read to
+is the log end offset, not the last stable offset, so a restore waits for every transaction
+open on the partition when it began. A transaction left open by a worker that crashed holds
+the last stable offset back until Kafka aborts it (its ``transaction_timeout_ms``, plus up to
+the broker's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``), while the next
+owner's committed records pile up behind it; a restore that stopped at the last stable offset
+would miss those, and after a second crash their keys would run again. The worker commits its
+own open transaction before a load (see ``intake.consumer``), so a restore never waits for it.
+
+Load a partition after its committed offset has been read (a read_committed consumer's offset
+fetch waits for a pending transactional commit of it).
 """
 
 from __future__ import annotations
@@ -91,7 +98,9 @@ class KafkaDedupStore(PartitionTables):
         if by_number:
             timeout = self._timeout_s if timeout_s is None else timeout_s
             restore = _Restore(self.changelog, by_number, timeout, self._clock)
-            restore.run(self._consumer_factory(self.restore_conf()))
+            log_end = self._consumer_factory({**self.restore_conf(), **_LOG_END})
+            reader = self._consumer_factory(self.restore_conf())
+            restore.run(reader, log_end)
         for where, table in tables.items():
             self.install(where, table)
 
@@ -133,14 +142,19 @@ class _Restore:
         self.deadline = time.monotonic() + timeout
         self.clock = clock
         self.ends: dict[int, int] = {}
-        """Changelog partitions still to read -> their end (last stable offset) at the start."""
+        """Changelog partitions still to read -> their end (log end offset) at the start."""
         self.read: dict[int, int] = {}
         self.malformed = 0
         self.first_malformed = ""
 
-    def run(self, consumer: Consumer) -> None:
-        """Read with ``consumer`` (closed afterwards) into the tables."""
+    def run(self, consumer: Consumer, log_end: Consumer) -> None:
+        """Read with ``consumer`` into the tables, to the ends ``log_end`` (a read_uncommitted
+        consumer) finds; both are closed afterwards."""
         try:
+            try:
+                self._find_ends(log_end)
+            finally:
+                log_end.close()
             self._read(consumer)
         finally:
             consumer.close()
@@ -157,7 +171,6 @@ class _Restore:
         return self.deadline - time.monotonic()
 
     def _read(self, consumer: Consumer) -> None:
-        self._find_ends(consumer)
         if not self.ends:
             return
         consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in self.ends])
@@ -222,7 +235,7 @@ class _Restore:
     def _on_error(self, partition: int | None, offset: int | None, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF and partition is not None:
             # The end (last stable offset) that the broker shows the consumer now; short of the
-            # end seen at the start only on a lagging replica: keep reading then.
+            # log end seen at the start while a transaction there is open: keep reading then.
             if offset is not None and offset >= self.ends.get(partition, 0):
                 self.ends.pop(partition, None)
             return
@@ -256,6 +269,9 @@ class _Restore:
             "left open by a crashed producer holds readers back until its transaction.timeout.ms"
         )
 
+
+_LOG_END = {"isolation.level": "read_uncommitted"}
+"""What the end query's consumer sees differently: the log end offset, open transactions in."""
 
 WATERMARK_TRY_S = 5.0
 MISSING_GRACE_S = 3.0
