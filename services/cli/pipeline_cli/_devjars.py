@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from ._devprocs import DevNode
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.4.0"
 SCALA_VERSION = "2.13"
 LOG4J_SLF4J_VERSION = "2.24.3"
 MIN_JAVA_VERSION = 17
