@@ -140,3 +140,18 @@ def test_a_map_held_near_the_limit_is_held_before_it_must_be_cut(
     assert thread._metrics.map_cut == 0
     assert 3072 < len(fake.marks[-1].encode()) <= 4096
     assert fake.paused == {(TOPIC, 0)}
+
+
+def test_a_held_partition_stays_paused_once_intake_stopped(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, [state] = start(loop, 0)
+    flow = thread._flow
+    flow.hold(state, True)
+    assert fake.paused == {(TOPIC, 0)}
+    flow.pause_all()  # shutdown
+    flow.hold(state, False)
+    flow.hold(state, True)
+    flow.hold(state, False)
+    assert fake.paused == {(TOPIC, 0)}
+    assert state.paused

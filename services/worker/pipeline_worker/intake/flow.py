@@ -48,6 +48,8 @@ class FlowControl:
         self.held: set[PartitionState] = set()
         """Partitions paused because their finished-offset map is too large (see
         :meth:`hold`); one may be in :attr:`paused` too, and resumes when it leaves both."""
+        self._stopped = False
+        """Intake stopped (:meth:`pause_all`): nothing resumes any more."""
 
     def pause_full(self, states: Iterable[PartitionState]) -> None:
         """Pause those of ``states`` whose buffer reached ``buffer_size``."""
@@ -78,10 +80,8 @@ class FlowControl:
         Pausing stops the fetch; what the loop holds already (at most the buffer) still runs,
         which is why the committer holds at a fraction of the limit.
         """
-        if (
-            over == (state in self.held)
-            or self._states.get((state.topic, state.partition)) is not state
-        ):
+        owned = self._states.get((state.topic, state.partition)) is state
+        if self._stopped or not owned or over == (state in self.held):
             return
         if over:
             self.held.add(state)
@@ -122,6 +122,7 @@ class FlowControl:
 
     def pause_all(self) -> None:
         """Stop intake (shutdown): every owned partition paused, none to resume."""
+        self._stopped = True
         todo = [s for s in self._states.values() if not s.paused]
         if todo:
             for state in todo:
