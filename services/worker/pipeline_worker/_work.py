@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .commit.offsetmap import Skips
+from .commit.offsetmap import Runs, Skips
 from .commit.offsets import OffsetTracker
 
 if TYPE_CHECKING:
@@ -40,6 +40,8 @@ class PartitionState:
         "handed_next",
         "in_flight",
         "keys",
+        "map_next",
+        "map_runs",
         "mapped",
         "partition",
         "paused",
@@ -80,8 +82,11 @@ class PartitionState:
         # Consumer thread: the last offset the broker acknowledged as committed.
         self.committed = -1
         self.mapped = -1
-        """``tracker.finished_count`` when the last commit's finished map was made (-1: none
-        made, or its commit failed): a commit is due when the map changed."""
+        """``tracker.finished_count`` when the finished map was last read from the tracker
+        (-1: never, or its commit failed): a commit is due when the count changed. Consumer
+        thread, as the two below: the runs read then, and when the tracker may be read again."""
+        self.map_runs: Runs = ()
+        self.map_next = 0.0
         self.skips: Skips | None = None
         """Offsets a previous owner finished (from the commit metadata; the consumer thread sets
         it before the partition is resumed, then the loop thread passes them over and the

@@ -8,11 +8,13 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
+import pytest
 from confluent_kafka import TopicPartition
 
 from pipeline import Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
+from pipeline_worker.commit import committer as committer_module
 from pipeline_worker.commit import offsetmap
 from pipeline_worker.commit.marks import CommitMark
 from pipeline_worker.intake.consumer import ConsumerThread
@@ -20,6 +22,12 @@ from pipeline_worker.intake.consumer import ConsumerThread
 from .test_worker_consumer import TOPIC, FakeConsumer, loop
 
 __all__ = ["loop"]  # the fixture
+
+
+@pytest.fixture(autouse=True)
+def fresh_maps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read the tracker at every commit, however long it takes (see the last test)."""
+    monkeypatch.setattr(committer_module, "MAP_COST_FACTOR", 0.0)
 
 
 class MarkingConsumer(FakeConsumer):
@@ -155,3 +163,23 @@ def test_a_held_partition_stays_paused_once_intake_stopped(
     flow.hold(state, False)
     assert fake.paused == {(TOPIC, 0)}
     assert state.paused
+
+
+def test_a_map_that_is_slow_to_read_is_read_again_only_after_a_while(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hundreds of thousands of offsets finished behind a stuck job take tens of milliseconds
+    to read: commits in between send the runs read last (finished all the same)."""
+    monkeypatch.setattr(committer_module, "MAP_COST_FACTOR", 1e6)
+    thread, fake, [state] = start(loop, 0)
+    deliver(state, 300_000)
+    finish(state, range(1, 200_000))
+    thread._committer.commit(thread.states.values(), 0.0)
+    assert fake.marks[-1].finished == ((1, 200_000),)
+    assert state.map_next > 0, "that reading was slow: the next waits"
+    finish(state, range(200_000, 250_000))
+    thread._committer.commit(thread.states.values(), 1.0)
+    assert fake.marks[-1].finished == ((1, 200_000),), "the runs read last, sent again"
+    state.map_next = 0.0  # the wait is over
+    thread._committer.commit(thread.states.values(), 2.0)
+    assert fake.marks[-1].finished == ((1, 250_000),)

@@ -18,6 +18,7 @@ limit meanwhile is cut short (the jobs above the cut would run again after a cra
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections import deque
@@ -39,6 +40,11 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.worker.commits")
 
+MAP_COST_FACTOR = 19.0
+"""After reading a partition's finished offsets, wait this many times as long as the reading
+took before the next: at most 5% of the consumer thread goes to it."""
+MAP_COST_FLOOR_S = 0.0005
+"""A reading faster than this is not spaced out (the usual case: a few thousand offsets)."""
 HOLD_FRACTION = 0.75
 """A partition whose whole mark is longer than this fraction of the metadata limit takes no new
 jobs: the rest is room for the jobs already taken, which still finish."""
@@ -131,13 +137,12 @@ class Committer:
             ):
                 continue
             moved = mover.moved_above(where, offset) if mover is not None else ()
-            finished = _finished(state, offset, moved)
+            finished = _finished(state, offset, moved, mapped)
             if guard is not None:
                 mark = guard.stamp(offset, moved, clean=clean, finished=finished)
             else:
                 mark = CommitMark(offset, moved, dirty=not clean, finished=finished)
             metadata, whole = fit(mark, self._limit)
-            state.mapped = mapped
             if not whole:
                 self._metrics.map_cut += 1
                 self._errors.warning(
@@ -277,11 +282,27 @@ class Committer:
         return ok
 
 
-def _finished(state: PartitionState, offset: int, moved: tuple[int, ...]) -> offsetmap.Runs:
+def _finished(
+    state: PartitionState, offset: int, moved: tuple[int, ...], mapped: int
+) -> offsetmap.Runs:
     """The offsets finished at or above ``offset``: by us (the loop's tracker, and ``moved``,
-    whose jobs may not be finished there yet), or by a previous owner, not consumed yet."""
-    done = state.tracker.finished_above()
-    runs = offsetmap.runs_of(o for o in done if o >= offset)
+    whose jobs may not be finished there yet), or by a previous owner, not consumed yet.
+
+    Reading the tracker costs time in proportion to the finished offsets it holds (tens of
+    milliseconds for hundreds of thousands behind a stuck job), so a reading slower than
+    :data:`MAP_COST_FLOOR_S` is followed by the next only after :data:`MAP_COST_FACTOR` times
+    as long; meanwhile the runs of that reading go out again (still finished, just not the
+    newest). ``mapped``: the tracker's count now.
+    """
+    now = time.monotonic()
+    if now >= state.map_next:
+        done = state.tracker.finished_above()
+        state.map_runs = offsetmap.runs_of(done[bisect.bisect_left(done, offset) :])
+        finished_at = time.monotonic()
+        cost = finished_at - now
+        state.map_next = finished_at + cost * MAP_COST_FACTOR if cost >= MAP_COST_FLOOR_S else 0.0
+        state.mapped = mapped
+    runs = offsetmap.clip(state.map_runs, offset)
     skips = state.skips
     if skips is None and not moved:
         return runs
