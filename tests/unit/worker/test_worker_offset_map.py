@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pipeline_worker.commit import offsetmap
-from pipeline_worker.commit.marks import CommitMark, fit, max_moved
+from pipeline_worker.commit.marks import CommitMark, fit, max_moved, promised
 from pipeline_worker.commit.offsetmap import Runs, Skips
 
 
@@ -158,3 +158,20 @@ def test_skips_pass_over_each_finished_offset_once_in_order() -> None:
 
 def _offsets(runs: Runs) -> list[int]:
     return [o for start, end in runs for o in range(start, end)]
+
+
+@pytest.mark.parametrize(
+    "mark",
+    [
+        CommitMark(7, dirty=True, high=2007, finished=((9, 5000),)),
+        CommitMark(7),
+        CommitMark(20, high=5),
+    ],
+)
+def test_the_promise_of_a_mark_is_read_without_its_map(mark: CommitMark) -> None:
+    assert promised(mark.offset, mark.encode()) == mark.high
+
+
+def test_the_promise_of_metadata_that_is_not_ours_is_none() -> None:
+    assert promised(3, "not json") == -1
+    assert promised(3, '{"v":2,"h":4}') == -1

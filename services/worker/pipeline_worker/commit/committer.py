@@ -31,7 +31,7 @@ from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
 from . import offsetmap
-from .marks import METADATA_MAX_BYTES, CommitMark, fit
+from .marks import METADATA_MAX_BYTES, CommitMark, fit, promised
 from .moves import Mover
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ class Committer:
                 state.committed = tp.offset
             guard = self._guards.get(where)
             if guard is not None and tp.metadata:
-                guard.acknowledged(CommitMark.decode(tp.offset, tp.metadata).high)
+                guard.acknowledged(promised(tp.offset, tp.metadata))
         return ok
 
 

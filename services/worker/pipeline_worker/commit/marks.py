@@ -124,6 +124,18 @@ class CommitMark:
             return cls(offset)
 
 
+def promised(offset: int, metadata: str) -> int:
+    """The ``high`` of the mark ``metadata`` of ``offset``, without decoding its map (read at
+    every acknowledged commit)."""
+    try:
+        record = json.loads(metadata)
+        if isinstance(record, dict) and record.get("v") == 1 and record.get("h") is not None:
+            return offset + int(record["h"])
+    except (ValueError, TypeError):
+        pass
+    return -1
+
+
 def fit(mark: CommitMark, limit: int) -> tuple[str, bool]:
     """``mark`` encoded in at most ``limit`` bytes, and whether it is whole.
 
