@@ -150,8 +150,19 @@ class WorkerSettings(BaseModel):
     )
     processes: int = Field(1, ge=1)
     buffer_size: int = Field(2000, ge=1, description="jobs buffered per partition before pausing")
-    commit_interval_s: float = Field(1.0, gt=0)
+    commit_interval_s: float = Field(
+        0.05,
+        gt=0,
+        description="commit the partitions whose commit point or finished offsets changed this "
+        "often: after a crash, the jobs finished within the last interval run again",
+    )
     commit_every: int = Field(5000, ge=1, description="also commit after this many finished jobs")
+    offset_metadata_max_bytes: int = Field(
+        4096,
+        ge=1024,
+        description="the cluster's offset.metadata.max.bytes: each commit's metadata, with the "
+        "finished offsets above the commit point, stays within it",
+    )
     shutdown_timeout_s: float = Field(30.0, ge=0)
     revoke_grace_s: float = Field(10.0, ge=0)
     metrics_port: int | None = Field(None, ge=0, le=65535)

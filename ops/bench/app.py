@@ -6,7 +6,9 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
 * ``bench.noop`` writes ``first <ns>`` on its first run in a process and ``last <ns>`` on run
   number ``BENCH_EXPECTED``, which gives the first-to-last-job time of a drain;
 * ``bench.latency`` writes ``<start ns - enqueue ns>`` for every job;
-* ``bench.due`` writes ``<start ns - not_before ns>`` for every job (a delayed job's lateness).
+* ``bench.due`` writes ``<start ns - not_before ns>`` for every job (a delayed job's lateness);
+* ``bench.counted`` writes ``S <n> <ns>`` when it starts and ``E <n> <ns>`` when it ends, after
+  ``ms`` milliseconds (which jobs ran, how often, which were running at a moment).
 """
 
 from __future__ import annotations
@@ -55,3 +57,12 @@ def latency(n: int, t: int) -> None:
 def due(n: int, ctx: JobContext) -> None:
     """Note how late, in nanoseconds, the job started after its ``not_before``."""
     _write(f"{time.time_ns() - (ctx.job.not_before or 0) * 1_000_000}\n")
+
+
+@app.job("bench.counted")
+def counted(n: int, ms: float = 0.0) -> None:
+    """Note the start and the end of every run of job ``n``, ``ms`` milliseconds apart."""
+    _write(f"S {n} {time.time_ns()}\n")
+    if ms:
+        time.sleep(ms / 1000)
+    _write(f"E {n} {time.time_ns()}\n")

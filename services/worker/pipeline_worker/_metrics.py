@@ -105,8 +105,17 @@ class WorkerMetrics:
     """By (job type, route): route ``retry.<n>`` or ``deferred``."""
     dead_letters: dict[tuple[str, str], int] = field(default_factory=dict)
     """By (job type, reason)."""
-    skipped_moved: int = 0
-    """Messages a previous owner moved already (listed in the commit metadata), not run again."""
+    skipped_finished: int = 0
+    """Messages a previous owner finished already (ran or moved, listed in the commit
+    metadata), not run again."""
+    map_held: int = 0
+    """Owned partitions taking no new jobs because their finished-offset map is too large for
+    the commit metadata (the consumer thread writes it)."""
+    map_holds: int = 0
+    """Times a partition was held so."""
+    map_cut: int = 0
+    """Commits whose finished-offset map was cut short to fit (the jobs above the cut would
+    run again after a crash)."""
     transactions: int = 0
     relayed: dict[str, int] = field(default_factory=dict)
     """Retried jobs the retry relay returned to their priority topic, by tier topic."""

@@ -140,9 +140,28 @@ class WorkerCollector(Collector):
             relayed.add_metric([topic], count)
         yield relayed
         yield CounterMetricFamily(
-            "pipeline_moves_skipped",
-            "Messages skipped because a previous owner had moved them (commit metadata).",
-            value=m.skipped_moved,
+            "pipeline_finished_skipped",
+            "Messages skipped because a previous owner had finished them, run or moved "
+            "(commit metadata).",
+            value=m.skipped_finished,
+        )
+        yield GaugeMetricFamily(
+            "pipeline_partitions_held_offset_map",
+            "Owned partitions taking no new jobs until their map of finished offsets fits "
+            "in the commit metadata again.",
+            value=m.map_held,
+        )
+        yield CounterMetricFamily(
+            "pipeline_offset_map_holds",
+            "Times a partition stopped taking new jobs because its map of finished offsets "
+            "grew too large for the commit metadata.",
+            value=m.map_holds,
+        )
+        yield CounterMetricFamily(
+            "pipeline_offset_map_cut",
+            "Commits whose map of finished offsets was cut short to fit the metadata limit "
+            "(the jobs above the cut run again after a crash).",
+            value=m.map_cut,
         )
         yield CounterMetricFamily(
             "pipeline_move_transactions",

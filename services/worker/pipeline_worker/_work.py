@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .commit.offsetmap import Runs, Skips
 from .commit.offsets import OffsetTracker
 
 if TYPE_CHECKING:
@@ -39,11 +40,14 @@ class PartitionState:
         "handed_next",
         "in_flight",
         "keys",
-        "moved",
+        "map_next",
+        "map_runs",
+        "mapped",
         "partition",
         "paused",
         "pidx",
         "priority",
+        "skips",
         "started_next",
         "taken",
         "topic",
@@ -77,9 +81,16 @@ class PartitionState:
         """Per-key ordering: a key present has a job admitted; the deque holds its successors."""
         # Consumer thread: the last offset the broker acknowledged as committed.
         self.committed = -1
-        self.moved: set[int] = set()
-        """Offsets a previous owner moved (from the commit metadata; consumer thread writes it
-        before the partition is resumed, then only the loop thread touches it)."""
+        self.mapped = -1
+        """``tracker.finished_count`` when the finished map was last read from the tracker
+        (-1: never, or its commit failed): a commit is due when the count changed. Consumer
+        thread, as the two below: the runs read then, and when the tracker may be read again."""
+        self.map_runs: Runs = ()
+        self.map_next = 0.0
+        self.skips: Skips | None = None
+        """Offsets a previous owner finished (from the commit metadata; the consumer thread sets
+        it before the partition is resumed, then the loop thread passes them over and the
+        consumer thread reads what is left for its commits)."""
         self.started_next = -1
         """One past the last offset handed to a handler (loop thread), for the commit mark."""
 

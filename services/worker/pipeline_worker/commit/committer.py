@@ -7,14 +7,22 @@ one asynchronous commit of every partition whose point moved, every ``commit_int
 after ``commit_every`` finished jobs, whichever comes first. Revocation, the end of a burst run
 and shutdown commit synchronously. Only owned partitions are ever committed: a revoked one
 leaves the table before its final commit, and nothing commits it after.
+
+Each commit's metadata (:class:`.marks.CommitMark`) also lists the offsets finished above the
+commit point, so that a new owner skips them; a partition whose map of them changed is
+committed even where its commit point stands still (behind a long job). A map that grows past
+:data:`HOLD_FRACTION` of the metadata limit holds the partition (it takes no new jobs, see
+:meth:`..intake.flow.FlowControl.hold`) until it is back under; one that outgrew the whole
+limit meanwhile is cut short (the jobs above the cut would run again after a crash).
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -22,7 +30,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
-from .marks import CommitMark
+from . import offsetmap
+from .marks import METADATA_MAX_BYTES, CommitMark, fit, promised
 from .moves import Mover
 
 if TYPE_CHECKING:
@@ -30,6 +39,15 @@ if TYPE_CHECKING:
     from ..recovery.guard import Guard
 
 _log = logging.getLogger("pipeline.worker.commits")
+
+MAP_COST_FACTOR = 19.0
+"""After reading a partition's finished offsets, wait this many times as long as the reading
+took before the next: at most 5% of the consumer thread goes to it."""
+MAP_COST_FLOOR_S = 0.0005
+"""A reading faster than this is not spaced out (the usual case: a few thousand offsets)."""
+HOLD_FRACTION = 0.75
+"""A partition whose whole mark is longer than this fraction of the metadata limit takes no new
+jobs: the rest is room for the jobs already taken, which still finish."""
 
 
 class Committer:
@@ -42,14 +60,18 @@ class Committer:
         interval_s: float,
         every: int,
         mover: Mover | None = None,
+        metadata_limit: int = METADATA_MAX_BYTES,
     ) -> None:
         self._metrics = metrics
         self._mover = mover
         self._interval = interval_s
         self._every = every
+        self._limit = metadata_limit
+        self._hold_at = int(metadata_limit * HOLD_FRACTION)
         self._consumer: Consumer | None = None
         self._states: dict[tuple[str, int], PartitionState] = {}
         self._guards: Mapping[tuple[str, int], Guard] = {}
+        self._hold: Callable[[PartitionState, bool], None] | None = None
         self._next = 0.0
         self._finished_at_last = 0
         self._started: deque[float] = deque()
@@ -60,13 +82,16 @@ class Committer:
         consumer: Consumer,
         states: dict[tuple[str, int], PartitionState],
         guards: Mapping[tuple[str, int], Guard] | None = None,
+        hold: Callable[[PartitionState, bool], None] | None = None,
     ) -> None:
         """The consumer to commit with, the table of owned partitions and their poison-pill
-        guards (shared, not copied), which say what each commit's mark promises."""
+        guards (shared, not copied), which say what each commit's mark promises, and what to
+        tell whether a partition's finished map is too large to take new jobs."""
         self._consumer = consumer
         self._states = states
         if guards is not None:
             self._guards = guards
+        self._hold = hold
 
     @property
     def in_transaction(self) -> bool:
@@ -106,8 +131,10 @@ class Committer:
             guard = guards.get(where)
             if guard is not None:
                 offset = max(offset, guard.floor)
+            mapped = state.tracker.finished_count
             if offset < 0 or not (
                 offset > state.committed
+                or mapped != state.mapped
                 or where in touched
                 or clean
                 or force
@@ -115,13 +142,23 @@ class Committer:
             ):
                 continue
             moved = mover.moved_above(where, offset) if mover is not None else ()
+            finished = _finished(state, offset, moved, mapped)
             if guard is not None:
-                mark = guard.stamp(offset, moved, clean=clean)
+                mark = guard.stamp(offset, moved, clean=clean, finished=finished)
             else:
-                mark = CommitMark(offset, moved, dirty=not clean)
-            offsets.append(
-                TopicPartition(state.topic, state.partition, offset, metadata=mark.encode())
-            )
+                mark = CommitMark(offset, moved, dirty=not clean, finished=finished)
+            metadata, whole = fit(mark, self._limit)
+            if not whole:
+                self._metrics.map_cut += 1
+                self._errors.warning(
+                    "map", "the finished offsets above %s[%d]@%d do not fit in %d bytes of "
+                    "commit metadata: those above the cut run again after a crash; raise "
+                    "offset_metadata_max_bytes with the cluster's offset.metadata.max.bytes",
+                    state.topic, state.partition, offset, self._limit,
+                )  # fmt: skip
+            if self._hold is not None:
+                self._hold(state, not whole or len(metadata) > self._hold_at)
+            offsets.append(TopicPartition(state.topic, state.partition, offset, metadata=metadata))
         return offsets
 
     def commit(
@@ -168,6 +205,7 @@ class Committer:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
             except KafkaException as exc:
                 self._started.pop()
+                self._unmapped(offsets)
                 self._metrics.count_commit("async", False, None)
                 self._errors.warning("commit", "offset commit failed: %s", exc)
             return True
@@ -175,6 +213,7 @@ class Committer:
         try:
             result = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
+            self._unmapped(offsets)
             self._metrics.count_commit("sync", False, time.monotonic() - started)
             # Usually a rebalance in progress; the callers try again.
             _log.info(
@@ -205,6 +244,7 @@ class Committer:
         )
         self._metrics.count_commit("transaction", committed, time.monotonic() - started)
         if not committed:
+            self._unmapped(offsets)
             return False
         self._metrics.transactions += 1
         return self._record(offsets)
@@ -215,15 +255,24 @@ class Committer:
         seconds = time.monotonic() - started if started is not None else None
         self._metrics.count_commit("async", error is None, seconds)
         if error is not None:
+            self._unmapped(partitions)
             self._errors.warning("commit", "offset commit failed: %s", error.str())
             return
         self._record(partitions)
+
+    def _unmapped(self, partitions: Iterable[TopicPartition]) -> None:
+        """Commits of ``partitions`` failed: their finished maps go with the next commit."""
+        for tp in partitions:
+            state = self._states.get((tp.topic, tp.partition))
+            if state is not None:
+                state.mapped = -1
 
     def _record(self, partitions: list[TopicPartition]) -> bool:
         ok = True
         for tp in partitions:
             if tp.error is not None:
                 ok = False
+                self._unmapped([tp])
                 self._errors.warning(
                     "commit", "offset commit of %s[%d] failed: %s", tp.topic, tp.partition, tp.error
                 )
@@ -234,8 +283,36 @@ class Committer:
                 state.committed = tp.offset
             guard = self._guards.get(where)
             if guard is not None and tp.metadata:
-                guard.acknowledged(CommitMark.decode(tp.offset, tp.metadata).high)
+                guard.acknowledged(promised(tp.offset, tp.metadata))
         return ok
+
+
+def _finished(
+    state: PartitionState, offset: int, moved: tuple[int, ...], mapped: int
+) -> offsetmap.Runs:
+    """The offsets finished at or above ``offset``: by us (the loop's tracker, and ``moved``,
+    whose jobs may not be finished there yet), or by a previous owner, not consumed yet.
+
+    Reading the tracker costs time in proportion to the finished offsets it holds (tens of
+    milliseconds for hundreds of thousands behind a stuck job), so a reading slower than
+    :data:`MAP_COST_FLOOR_S` is followed by the next only after :data:`MAP_COST_FACTOR` times
+    as long; meanwhile the runs of that reading go out again (still finished, just not the
+    newest). ``mapped``: the tracker's count now.
+    """
+    now = time.monotonic()
+    if now >= state.map_next:
+        done = state.tracker.finished_above()
+        state.map_runs = offsetmap.runs_of(done[bisect.bisect_left(done, offset) :])
+        finished_at = time.monotonic()
+        cost = finished_at - now
+        state.map_next = finished_at + cost * MAP_COST_FACTOR if cost >= MAP_COST_FLOOR_S else 0.0
+        state.mapped = mapped
+    runs = offsetmap.clip(state.map_runs, offset)
+    skips = state.skips
+    if skips is None and not moved:
+        return runs
+    left = skips.left(offset) if skips is not None else ()
+    return offsetmap.merge(runs, left, offsetmap.runs_of(moved))
 
 
 def describe(partitions: Sequence[TopicPartition]) -> str:

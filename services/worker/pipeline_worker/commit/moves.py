@@ -5,7 +5,8 @@ dead-letter topic. The move is written by a transactional producer, and the tran
 with the consumed offsets (``send_offsets_to_transaction``), so either both the move and the
 offset land or neither does: a crash never loses a move nor makes one twice (DESIGN section 6).
 The moved offset may sit above the partition's commit point (a job below it still runs), so
-the commit's metadata lists it (:class:`.marks.CommitMark`) and a new owner skips it.
+the commit's metadata lists it (:class:`.marks.CommitMark`, apart from the finished map, which
+may be cut short) and a new owner skips it.
 
 Threads: the event loop submits moves (:meth:`Mover.submit`, any thread); the consumer thread,
 which owns the producer's transactions as it owns the consumer, writes them (:meth:`drain`) and
@@ -35,7 +36,7 @@ from pipeline._errors import KafkaUnavailableError, TransactionError
 from pipeline._producer import producer_config
 from pipeline._transactions import Transactions
 
-from .marks import MAX_MOVED
+from .marks import max_moved
 
 if TYPE_CHECKING:
     import asyncio
@@ -114,9 +115,10 @@ class Mover:
             timeout_s=TIMEOUT_S,
         )
         self._loop = loop
+        self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)
         self._queue: deque[_Pending] = deque()
         self._waiting: dict[Where, deque[_Pending]] = {}
-        """Moves waiting because their partition has MAX_MOVED moves above its commit point."""
+        """Moves waiting because their partition has ``max_moved`` moves above its commit point."""
         self._in_txn: dict[Where, list[_Pending]] = {}
         self.moved: dict[Where, set[int]] = {}
         """Offsets moved above each partition's commit point (consumer thread)."""
@@ -172,11 +174,11 @@ class Mover:
         """Whether a move of ``offset`` may be written now. The job at the commit point always
         may: the commit point then passes it, which is what makes room for the others."""
         moved = self.moved.get(where)
-        if not moved or len(moved) < MAX_MOVED or offset <= commit_point:
+        if not moved or len(moved) < self._max_moved or offset <= commit_point:
             return True
         for stale in [o for o in moved if o < commit_point]:
             moved.discard(stale)
-        return len(moved) < MAX_MOVED
+        return len(moved) < self._max_moved
 
     def _write(self, pending: _Pending, owned: Callable[[Where], bool]) -> bool:
         if not owned(pending.where):

@@ -58,6 +58,20 @@ class OffsetTracker:
             return self._pending[0]
         return self._next if self._next >= 0 else None
 
+    @property
+    def finished_count(self) -> int:
+        """How many offsets above the watermark are finished."""
+        return len(self._done)
+
+    def finished_above(self) -> list[int]:
+        """The finished offsets above the watermark, increasing.
+
+        Safe from another thread than the one finishing offsets: ``sorted`` copies the set in
+        one step under the GIL (iterating ints calls no Python code). The answer may be a
+        moment old; every offset in it is finished all the same.
+        """
+        return sorted(self._done)
+
     def __len__(self) -> int:
         """How many added offsets are not finished."""
         return len(self._pending) - len(self._done)

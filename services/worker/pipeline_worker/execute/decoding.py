@@ -1,8 +1,8 @@
 """A consumed batch into queued work: the first step of the event loop's job path.
 
 Each message of an owned partition is decoded into a :class:`Work` in its priority's queue, or
-ends without running (undecodable, of an unknown type, a duplicate idempotency key, moved by
-a previous owner) through :mod:`..route.endings`. One call per batch, none per message: the
+ends without running (undecodable, of an unknown type, a duplicate idempotency key, finished
+by a previous owner) through :mod:`..route.endings`. One call per batch, none per message: the
 per-message loop is the hot path's first half (the :class:`..execute.processor.Processor`
 starts what it queued).
 """
@@ -61,7 +61,7 @@ class BatchDecoder:
             expected = state.expected
             queue = queues[state.pidx]
             pidx = state.pidx
-            moved = state.moved
+            skips = state.skips
             for msg in messages:
                 offset: int = msg.offset()  # type: ignore[assignment]
                 if offset < expected:
@@ -72,11 +72,10 @@ class BatchDecoder:
                     continue
                 expected = offset + 1
                 tracker.add(offset)
-                if moved and offset in moved:
-                    # Retried or dead-lettered by a previous owner in a committed transaction.
-                    moved.discard(offset)
+                if skips is not None and skips.covers(offset):
+                    # Finished by a previous owner (ran, or was moved in a committed transaction).
                     state.taken += 1
-                    self._metrics.skipped_moved += 1
+                    self._metrics.skipped_finished += 1
                     endings.done(state, offset, True)
                     continue
                 try:

@@ -2,7 +2,7 @@
 
 A partition fetches nothing until three things are done, on the consumer thread after a poll
 (never inside the rebalance callback, where a blocking call breaks the binding's call state):
-its commit mark is read (offsets a previous owner moved already, which the loop skips, and
+its commit mark is read (offsets a previous owner finished or moved, which the loop skips, and
 whether that owner died: see :mod:`..recovery.poison`), its idempotency keys are restored, and
 our own mark is committed (``dirty``: an owner is running it) so that whoever comes after a
 crash of ours can tell. Whatever fails is tried again after the next poll.
@@ -21,6 +21,7 @@ from pipeline._dedupstores import DedupStore
 from pipeline._ratelog import RateLimitedLog
 
 from ..commit.marks import CommitMark
+from ..commit.offsetmap import Skips
 from ..route.changelog import ChangelogMissingError
 
 if TYPE_CHECKING:
@@ -122,7 +123,9 @@ class Assignment:
 
     def _read_mark(self, state: PartitionState, mark: CommitMark) -> None:
         state.committed = mark.offset
-        if mark.moved:
-            state.moved = set(mark.moved)
-            if self._mover is not None:
-                self._mover.restore_moved((state.topic, state.partition), mark.moved)
+        skips = mark.skips
+        if skips:
+            state.skips = Skips(skips)
+        if mark.moved and self._mover is not None:
+            # Listed apart in our commits too, until the commit point passes them.
+            self._mover.restore_moved((state.topic, state.partition), mark.moved)

@@ -90,7 +90,11 @@ class ConsumerThread:
         conf.update(self.health.callbacks("consumer", on_error=self._on_error, stats=True))
         self._mover = mover
         self._committer = Committer(
-            metrics, interval_s=worker.commit_interval_s, every=worker.commit_every, mover=mover
+            metrics,
+            interval_s=worker.commit_interval_s,
+            every=worker.commit_every,
+            mover=mover,
+            metadata_limit=worker.offset_metadata_max_bytes,
         )
         conf["on_commit"] = self._committer.on_commit
         self._consumer = consumer_factory(conf)
@@ -107,12 +111,12 @@ class ConsumerThread:
             deliver=self._deliver,
             dead_letter=self._dead_letter if self._poison_side is not None else None,
         )
-        self._committer.attach(self._consumer, self.states, self._poison.guards)
+        self._flow = FlowControl(self._consumer, self.states, worker.buffer_size, metrics)
+        self._committer.attach(self._consumer, self.states, self._poison.guards, self._flow.hold)
         self.assignment = Assignment(
             self._consumer, self.states, self._poison, mover=mover, dedup=dedup
         )
         """Newly assigned partitions, paused until their marks and keys are read back."""
-        self._flow = FlowControl(self._consumer, self.states, worker.buffer_size)
         self._cluster = ClusterView(
             self._consumer, topics, self.states, metrics, settings.namespace
         )

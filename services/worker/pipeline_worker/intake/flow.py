@@ -1,4 +1,5 @@
-"""Backpressure: a partition whose buffer is full is paused, and resumed once it drained.
+"""Backpressure: a partition whose buffer is full is paused, and resumed once it drained; one
+whose map of finished offsets outgrew the commit metadata is paused until the map fits again.
 
 Buffers are counted, not stored, here: ``handed - taken`` of a :class:`PartitionState` is what
 its buffer holds (in transit to the loop, queued, or set aside by a key or a type limit). Polling
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from .._metrics import WorkerMetrics
 from .._work import PartitionState
 
 RESUME_FRACTION = 0.5
@@ -34,13 +36,20 @@ class FlowControl:
         consumer: Consumer,
         states: Mapping[tuple[str, int], PartitionState],
         buffer_size: int,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self._consumer = consumer
         self._states = states
         self._size = buffer_size
         self._resume_at = int(buffer_size * RESUME_FRACTION)
+        self._metrics = metrics
         self.paused: set[PartitionState] = set()
         """Partitions paused because their buffer is full."""
+        self.held: set[PartitionState] = set()
+        """Partitions paused because their finished-offset map is too large (see
+        :meth:`hold`); one may be in :attr:`paused` too, and resumes when it leaves both."""
+        self._stopped = False
+        """Intake stopped (:meth:`pause_all`): nothing resumes any more."""
 
     def pause_full(self, states: Iterable[PartitionState]) -> None:
         """Pause those of ``states`` whose buffer reached ``buffer_size``."""
@@ -59,13 +68,44 @@ class FlowControl:
         ready = [s for s in self.paused if s.handed - s.taken <= self._resume_at]
         if not ready:
             return
-        everything_paused = len(self.paused) == len(self._states)
+        everything_paused = len(self.paused | self.held) == len(self._states)
         for state in ready:
-            state.paused = False
             self.paused.discard(state)
-        partitions = [TopicPartition(s.topic, s.partition) for s in ready]
+        self._resume([s for s in ready if s not in self.held], wake=everything_paused)
+
+    def hold(self, state: PartitionState, over: bool) -> None:
+        """Whether ``state``'s map of finished offsets is ``over`` what a commit may carry
+        (the committer says so at each commit): if so, it takes nothing new until it is not.
+
+        Pausing stops the fetch; what the loop holds already (at most the buffer) still runs,
+        which is why the committer holds at a fraction of the limit.
+        """
+        owned = self._states.get((state.topic, state.partition)) is state
+        if self._stopped or not owned or over == (state in self.held):
+            return
+        if over:
+            self.held.add(state)
+            if self._metrics is not None:
+                self._metrics.map_holds += 1
+            if not state.paused:
+                state.paused = True
+                self._consumer.pause([TopicPartition(state.topic, state.partition)])
+        else:
+            self.held.discard(state)
+            if state not in self.paused:
+                everything_paused = len(self.paused | self.held) + 1 == len(self._states)
+                self._resume([state], wake=everything_paused)
+        if self._metrics is not None:
+            self._metrics.map_held = len(self.held)
+
+    def _resume(self, states: list[PartitionState], *, wake: bool) -> None:
+        if not states:
+            return
+        for state in states:
+            state.paused = False
+        partitions = [TopicPartition(s.topic, s.partition) for s in states]
         self._consumer.resume(partitions)
-        if everything_paused:
+        if wake:
             self._wake_fetchers(partitions)
 
     def _wake_fetchers(self, partitions: list[TopicPartition]) -> None:
@@ -82,13 +122,20 @@ class FlowControl:
 
     def pause_all(self) -> None:
         """Stop intake (shutdown): every owned partition paused, none to resume."""
+        self._stopped = True
         todo = [s for s in self._states.values() if not s.paused]
         if todo:
             for state in todo:
                 state.paused = True
             self._consumer.pause([TopicPartition(s.topic, s.partition) for s in todo])
         self.paused.clear()
+        self.held.clear()
+        if self._metrics is not None:
+            self._metrics.map_held = 0
 
     def forget(self, state: PartitionState) -> None:
         """``state`` was revoked."""
         self.paused.discard(state)
+        self.held.discard(state)
+        if self._metrics is not None:
+            self._metrics.map_held = len(self.held)

@@ -13,6 +13,7 @@ from .quarantine import Quarantine
 if TYPE_CHECKING:
     from confluent_kafka import Message
 
+    from ..commit.offsetmap import Runs
     from .quarantine import Takeover
 
 UNLIMITED = 2**63 - 1
@@ -71,8 +72,11 @@ class Guard:
 
     # -- what commits say --------------------------------------------------------------------
 
-    def stamp(self, offset: int, moved: tuple[int, ...], *, clean: bool) -> CommitMark:
-        """The mark to commit at ``offset`` (see :attr:`floor`)."""
+    def stamp(
+        self, offset: int, moved: tuple[int, ...], *, clean: bool, finished: Runs = ()
+    ) -> CommitMark:
+        """The mark to commit at ``offset`` (see :attr:`floor`), with the offsets ``moved`` and
+        ``finished`` above it."""
         strikes = 0
         if offset == self.strike_offset:
             strikes = self.strikes
@@ -83,7 +87,7 @@ class Guard:
         # A quarantine handed over in good order goes on with the next owner.
         dirty = not clean or quarantine is not None
         window = quarantine.suspects if quarantine is not None and not clean else -1
-        return CommitMark(offset, moved, dirty, self.promised, strikes, window)
+        return CommitMark(offset, moved, dirty, self.promised, strikes, window, finished)
 
     @property
     def unsecured(self) -> bool:

@@ -109,6 +109,17 @@ def long(n: int, ctx: Any, seconds: float) -> None:
     record.line("E", ctx, "long", n)
 
 
+@app.job("gate")
+def gate(n: int, ctx: Any, path: str, timeout_s: float = 120.0) -> None:
+    """A long job that ends once the file ``path`` exists (the test creates it when it wants
+    the job to end), or after ``timeout_s`` seconds."""
+    record.line("S", ctx, "gate", n)
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    record.line("E", ctx, "gate", n)
+
+
 @app.job("ordered")
 async def ordered(n: int, ctx: Any, max_ms: float = 5.0) -> None:
     """A keyed job whose start/end lines show per-key order and overlap."""

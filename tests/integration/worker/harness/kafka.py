@@ -77,6 +77,12 @@ class GroupOffsets:
             for tp in found
         }
 
+    def metadata(self, topic: str, partition: int) -> tuple[int, str | None]:
+        """The committed offset of one partition (-1: none) and the metadata committed with it."""
+        with self._lock:
+            [tp] = self._consumer.committed([TopicPartition(topic, partition)], timeout=10)
+        return (tp.offset if tp.offset >= 0 else -1), tp.metadata
+
     def ends(self, topics: Iterable[str]) -> dict[TopicPartitionKey, int]:
         """The high watermark (next offset to be written) of every partition."""
         with self._lock:
