@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- Kafka: {broker_description}",
         "- The producer, the broker and the worker share the machine's cores.",
     ]
-    text = document(header, sections)
+    existing = args.output.read_text() if args.output.is_file() else ""
+    text = document(header, sections, existing)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(text)
     say(f"bench: results written to {args.output}")

@@ -52,9 +52,28 @@ class Section:
         return "\n".join(lines)
 
 
-def document(header: list[str], sections: list[Section]) -> str:
-    body = "\n".join(section.markdown() for section in sections)
-    return "\n".join(header) + "\n\n" + body
+def document(header: list[str], sections: list[Section], existing: str = "") -> str:
+    """The results file: ``header``, then the sections. ``existing``: the file as it was; its
+    sections that this run did not measure (written by other scripts or by hand) are kept where
+    they were, the ones it measured are replaced, new ones go at the end."""
+    fresh = {section.title: section.markdown() for section in sections}
+    body: list[str] = []
+    for title, text in _sections(existing):
+        body.append(fresh.pop(title, text))
+    body += fresh.values()
+    return "\n".join(header) + "\n\n" + "\n".join(body)
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    """``(title, markdown)`` of each ``## `` section of ``text``, in order (the header before
+    the first one left out)."""
+    found: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("## "):
+            found.append((line[3:].strip(), [line]))
+        elif found:
+            found[-1][1].append(line)
+    return [(title, "\n".join(lines).rstrip("\n") + "\n") for title, lines in found]
 
 
 def goal_line(checks: list[tuple[str, bool]]) -> str:

@@ -1,0 +1,53 @@
+"""``docs/benchmarks.md`` written by ``python -m ops.bench``: measured sections replaced, the
+others (from other scripts or by hand) kept where they were."""
+
+from __future__ import annotations
+
+from ops.bench.report import Section, document
+
+EXISTING = """# Benchmarks
+
+- Date: earlier
+
+## (a) Enqueue throughput
+
+old numbers
+
+## Idempotency keys
+
+written by another script
+
+| a | b |
+
+## Scheduler
+
+old scheduler numbers
+"""
+
+
+def test_measured_sections_are_replaced_and_the_others_kept_in_place() -> None:
+    sections = [
+        Section("(a) Enqueue throughput", "new numbers"),
+        Section("Scheduler", "new scheduler numbers"),
+        Section("(c) Enqueue-to-start latency", "a section the file did not have"),
+    ]
+    text = document(["# Benchmarks", "", "- Date: now"], sections, EXISTING)
+    titles = [line for line in text.splitlines() if line.startswith("## ")]
+    assert titles == [
+        "## (a) Enqueue throughput",
+        "## Idempotency keys",
+        "## Scheduler",
+        "## (c) Enqueue-to-start latency",
+    ]
+    assert "- Date: now" in text
+    assert "earlier" not in text
+    assert "old numbers" not in text
+    assert "old scheduler numbers" not in text
+    assert "new numbers" in text
+    assert "written by another script\n\n| a | b |\n" in text
+
+
+def test_without_an_existing_file_the_sections_are_written_in_order() -> None:
+    sections = [Section("One", "first"), Section("Two", "second")]
+    text = document(["# Benchmarks"], sections)
+    assert text == "# Benchmarks\n\n" + sections[0].markdown() + "\n" + sections[1].markdown()
