@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,10 @@ RECORD_ENV = "BEHAVIOUR_RECORD"
 FAST_BACKOFF = Backoff(base_s=0.5, factor=2.0, cap_s=2.0, jitter=0.0)
 """0.5 s, then 1 s, then 2 s: retries fit the suite's retry tiers of 0.5 s and 2 s."""
 TIME_LIMIT_S = 0.3
+
+
+class KeyOverlapError(RuntimeError):
+    """Two jobs of one key ran at once."""
 
 
 def wall_ms() -> int:
@@ -146,13 +151,15 @@ def make_app(settings: Settings | None = None, transport: Transport | None = Non
 
     @app.job("slow", backoff=FAST_BACKOFF, max_attempts=2, time_limit=TIME_LIMIT_S)
     async def slow(seconds: float) -> None:
-        """Runs for ``seconds``, far past its type's time limit."""
-        await asyncio.sleep(seconds)
+        """Waits for an event nobody sets: only its type's time limit ends it (``seconds``, far
+        past that limit, bounds it should the limit fail)."""
+        await asyncio.wait_for(asyncio.Event().wait(), seconds)
 
     @app.job("slow_sync", backoff=FAST_BACKOFF, max_attempts=2, time_limit=TIME_LIMIT_S)
     def slow_sync(seconds: float) -> None:
-        """A plain function (a pool thread) that runs past its type's time limit."""
-        time.sleep(seconds)
+        """A plain function (a pool thread) blocked on an event nobody sets, ``seconds`` at
+        most: a thread cannot be stopped, so the time limit gives up on it."""
+        threading.Event().wait(seconds)
 
     @app.job("bulk")
     def bulk(items: list[int]) -> int:
@@ -164,11 +171,23 @@ def make_app(settings: Settings | None = None, transport: Transport | None = Non
         """Enqueues an ``echo`` job of its own; returns that job's id."""
         return app.enqueue("echo", {"text": text})
 
+    overlaps: dict[bytes | None, asyncio.Event] = {}
+
     @app.job("ordered")
-    async def ordered(n: int, pause_ms: float = 0.0) -> int:
-        """Takes ``pause_ms``, so that jobs of one key would overlap if they could."""
-        await asyncio.sleep(pause_ms / 1000)
-        return n
+    async def ordered(n: int, ctx: JobContext, pause_ms: float = 0.0) -> int:
+        """Stays running up to ``pause_ms``, or until a job of its key starts meanwhile: then
+        both fail (``KeyOverlapError``), which the ordering scenario would see."""
+        if ctx.key in overlaps:
+            overlaps[ctx.key].set()
+            raise KeyOverlapError(f"job {n} started while another job of its key ran")
+        overlap = overlaps[ctx.key] = asyncio.Event()
+        try:
+            await asyncio.wait_for(overlap.wait(), pause_ms / 1000)
+        except TimeoutError:
+            return n  # nothing else of its key started: the usual end
+        finally:
+            overlaps.pop(ctx.key, None)
+        raise KeyOverlapError(f"another job of its key started while job {n} ran")
 
     @app.job("gate")
     async def gate(port: int) -> None:

@@ -27,10 +27,11 @@ from pipeline._topics import TopicNames
 from tests.integration.scheduler.conftest import SchedulerFactory, SchedulerProcess
 from tests.integration.worker.fixtures import with_retry_tiers
 from tests.integration.worker.harness import WorkerLauncher, WorkerProcess, wait_joined, wait_until
+from tests.integration.worker.harness.gates import Gates
 from tests.integration.worker.harness.metrics import free_port
 
 from .app import RECORD_ENV, make_app, wall_ms
-from .backlog import Gates, held_worker
+from .backlog import held_worker
 from .harness import PARTITIONS, Call, Harness, Outcome, Settled, raw_name, read_calls
 
 if TYPE_CHECKING:

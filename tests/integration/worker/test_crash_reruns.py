@@ -11,12 +11,12 @@ import pytest
 from pipeline_worker.commit.marks import CommitMark
 
 from .harness import enqueue, wait_for, wait_until
+from .harness.gates import Gates
 from .harness.metrics import free_port, scrape, total
 from .scenarios import FAST_FAILOVER
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-    from pathlib import Path
+    from collections.abc import Callable, Iterator
 
     from .fixtures import WorkerKit
     from .harness import WorkerProcess
@@ -27,18 +27,25 @@ SHORT_JOBS = 3000
 SKIPPED = "pipeline_finished_skipped_total"
 
 
+@pytest.fixture
+def gates() -> Iterator[Gates]:
+    opened = Gates()
+    yield opened
+    opened.close()
+
+
 def test_a_sigkill_behind_a_long_job_reruns_the_long_job_and_not_the_short_ones(
-    kit: WorkerKit, tmp_path: Path
+    kit: WorkerKit, gates: Gates
 ) -> None:
     def kill(first: WorkerProcess) -> Watched:
         first.kill()
         return start_watched(kit)
 
-    run_behind_a_long_job(kit, tmp_path, kill)
+    run_behind_a_long_job(kit, gates, kill)
 
 
 def test_a_sigkill_during_a_rebalance_behind_a_long_job_reruns_none_of_the_short_ones(
-    kit: WorkerKit, tmp_path: Path
+    kit: WorkerKit, gates: Gates
 ) -> None:
     def kill_while_rebalancing(first: WorkerProcess) -> Watched:
         second, port = start_watched(kit)
@@ -53,7 +60,7 @@ def test_a_sigkill_during_a_rebalance_behind_a_long_job_reruns_none_of_the_short
         first.kill()
         return second, port
 
-    run_behind_a_long_job(kit, tmp_path, kill_while_rebalancing)
+    run_behind_a_long_job(kit, gates, kill_while_rebalancing)
 
 
 Watched = tuple["WorkerProcess", int]
@@ -69,16 +76,15 @@ def start_watched(kit: WorkerKit) -> Watched:
 
 
 def run_behind_a_long_job(
-    kit: WorkerKit, tmp_path: Path, kill: Callable[[WorkerProcess], Watched]
+    kit: WorkerKit, gates: Gates, kill: Callable[[WorkerProcess], Watched]
 ) -> None:
     """A long job, then ``SHORT_JOBS`` short ones on its partition; once the short ones are
     finished and committed as such, ``kill`` SIGKILLs the worker and returns the one that
     goes on; the long job is let end once it runs again. Only the long job runs twice."""
     recording = kit.recording
-    release = tmp_path / "release-the-long-job"
     # One key: the long job and the short ones behind it share a partition, the long job first.
     long_id = kit.producer.enqueue(
-        "gate", {"n": 0, "path": str(release)}, priority="default", key="one-partition"
+        "gate", {"n": 0, "port": gates.port}, priority="default", key="one-partition"
     )
     short = enqueue(
         kit.producer, "noop", SHORT_JOBS, first=1, priority="default", key="one-partition"
@@ -105,13 +111,9 @@ def run_behind_a_long_job(
     everything_listed = wait_for(lambda: listed() == set(short), 30)
     committed_before_kill = listed()
     survivor, port = kill(first)
-    wait_until(
-        lambda: len(recording.starts("gate")) >= 2,
-        timeout=60,
-        what="the long job to run again",
-        watch=[survivor],
-    )
-    release.touch()
+    gates.wait_held(2, timeout_s=60)  # the first run's connection, then the second run's
+    assert len(recording.starts("gate")) == 2, "the long job runs again"
+    gates.release()
     wait_until(
         lambda: recording.all_finished([long_id]),
         timeout=30,

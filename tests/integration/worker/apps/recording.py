@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import socket
 import time
 from typing import Any
 
@@ -110,13 +111,12 @@ def long(n: int, ctx: Any, seconds: float) -> None:
 
 
 @app.job("gate")
-def gate(n: int, ctx: Any, path: str, timeout_s: float = 120.0) -> None:
-    """A long job that ends once the file ``path`` exists (the test creates it when it wants
-    the job to end), or after ``timeout_s`` seconds."""
+def gate(n: int, ctx: Any, port: int, timeout_s: float = 120.0) -> None:
+    """A long job: it holds until the test closes the connection it opens to ``port``
+    (``harness.gates.Gates``), ``timeout_s`` at most (then it fails)."""
     record.line("S", ctx, "gate", n)
-    deadline = time.monotonic() + timeout_s
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as connection:
+        connection.recv(1)  # b"" once the test closes its end
     record.line("E", ctx, "gate", n)
 
 
