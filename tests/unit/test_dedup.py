@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 from collections import deque
@@ -363,6 +364,66 @@ def test_entries_encode_as_compact_json() -> None:
         assert decode_entry(encode_entry(entry.job_id, entry.completed, entry.expires_at_ms)) == (
             entry
         )
+
+
+@pytest.mark.parametrize(
+    "job_id",
+    [JOB_A, "", "abc", 'a"b', "a\\b", "a/b", "\x00", "\x1f", "\x7f", " ~", "é", "\u2028", "\udcff"],
+)
+def test_entries_encode_as_json_dumps_does_whatever_the_job_id(job_id: str) -> None:
+    for completed in (True, False):
+        for expires in (0, -5, 1_700_000_000_000):
+            assert (
+                encode_entry(job_id, completed, expires)
+                == json.dumps(
+                    {"j": job_id, "c": int(completed), "x": expires}, separators=(",", ":")
+                ).encode()
+            )
+
+
+def test_every_character_encodes_as_json_dumps_writes_it() -> None:
+    for code in range(0x800):
+        job_id = f"a{chr(code)}b"
+        assert (
+            encode_entry(job_id, True, 7)
+            == json.dumps({"j": job_id, "c": 1, "x": 7}, separators=(",", ":")).encode()
+        )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        encode_entry(JOB_A, True, 9_000),
+        encode_entry(JOB_A, False, 9_000),
+        encode_entry(JOB_A, True, 500),  # expired at restore
+        encode_entry(JOB_A, True, -1),
+        encode_entry(JOB_A.upper(), True, 9_000),
+        encode_entry("job-é", False, 9_000),
+        b'{"x":9000,"j":"' + JOB_A.encode() + b'","c":1}',
+        b'{"j":"' + JOB_A.encode() + b'","c":1,"x":09000}',
+        b'{"j":"' + JOB_A.encode() + b'","c":1,"x":9000.0}',
+        b'{"j":"' + JOB_A.encode() + b'","c":1,"x":9000} ',
+        b'{"j":"' + JOB_A.encode() + b'","c":2,"x":9000}',
+        b'{"j":"' + JOB_A.encode()[:-1] + b'","c":1,"x":9000}',
+        b"{}",
+        b"\xff",
+    ],
+)
+def test_restore_of_a_changelog_value_is_put_of_its_decoded_entry(raw: bytes) -> None:
+    def fold(table: DedupTable, how: str) -> tuple[Any, ...]:
+        table.check("held", JOB_B, 0, 3_000)
+        try:
+            if how == "restore":
+                table.restore("k", raw, 1_000)
+                table.restore("held", raw, 1_000)
+            else:
+                table.put("k", decode_entry(raw), 1_000)
+                table.put("held", decode_entry(raw), 1_000)
+        except ValueError:
+            return ("refused",)
+        return table.get("k"), table.get("held"), len(table), table.expire(20_000)
+
+    assert fold(DedupTable(), "restore") == fold(DedupTable(), "put")
 
 
 @pytest.mark.parametrize(

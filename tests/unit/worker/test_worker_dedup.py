@@ -93,7 +93,7 @@ def test_duplicates_are_acknowledged_without_running_and_keys_settle_with_the_of
         h.feed(keyed(h, 0, "a"), keyed(h, 1, "a"), keyed(h, 2, "b"), keyed(h, 3, "a"))
         # Both distinct keys ran, one after the other on the single slot: a job whose record
         # waits for the transaction does not hold its slot.
-        await until(lambda: len(ran) >= 2 and len(mover.waiting) >= 2, mover.changed)
+        await until(lambda: len(ran) >= 2 and len(mover.records) >= 2, mover.changed)
         assert ran == [0, 2]
         assert h.processor.in_flight == 0
         assert h.partition.commit_offset == 0, "an offset finished before its key's record"

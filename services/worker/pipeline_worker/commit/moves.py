@@ -11,7 +11,10 @@ may be cut short) and a new owner skips it.
 Threads: the event loop submits moves (:meth:`Mover.submit`, any thread); the consumer thread,
 which owns the producer's transactions as it owns the consumer, writes them (:meth:`drain`) and
 commits (:meth:`commit`). A move's job is finished only after its records are in the open
-transaction, so a commit that covers its offset always carries its records.
+transaction, so a commit that covers its offset always carries its records. The loop hears of
+the moves a drain wrote in one callback, not one per move: a worker whose jobs carry
+idempotency keys submits one for every job, and a wake-up of the loop per job would cost the
+consumer thread and the loop more than the records do.
 
 Errors are handled by the library's one transaction loop (:class:`pipeline._transactions.
 Transactions`): a retriable error is retried; when the transaction must be aborted it is, and
@@ -122,6 +125,8 @@ class Mover:
         self._in_txn: dict[Where, list[_Pending]] = {}
         self.moved: dict[Where, set[int]] = {}
         """Offsets moved above each partition's commit point (consumer thread)."""
+        self._resolved: list[tuple[Done, bool]] = []
+        """What to tell the loop when the drain (or forget) that resolved these is over."""
         self.initialized = False
 
     @property
@@ -152,22 +157,27 @@ class Mover:
     def drain(self, owned: Callable[[Where], bool], commit_point: Callable[[Where], int]) -> bool:
         """Write queued moves into the open transaction; returns whether any was written."""
         wrote = False
-        for where in [w for w, held in self._waiting.items() if held]:
-            still: deque[_Pending] = deque()
-            for pending in self._waiting[where]:
-                if self._room(where, commit_point(where), pending.offset):
-                    wrote |= self._write(pending, owned)
-                else:
-                    still.append(pending)
-            self._waiting[where] = still
-        queue = self._queue
-        while queue:
-            pending = queue.popleft()
-            where = pending.where
-            if pending.move and not self._room(where, commit_point(where), pending.offset):
-                self._waiting.setdefault(where, deque()).append(pending)
-                continue
-            wrote |= self._write(pending, owned)
+        try:
+            for where in [w for w, held in self._waiting.items() if held]:
+                still: deque[_Pending] = deque()
+                for pending in self._waiting[where]:
+                    if self._room(where, commit_point(where), pending.offset):
+                        wrote |= self._write(pending, owned)
+                    else:
+                        still.append(pending)
+                self._waiting[where] = still
+            queue = self._queue
+            while queue:
+                pending = queue.popleft()
+                where = pending.where
+                if pending.move and not self._room(where, commit_point(where), pending.offset):
+                    self._waiting.setdefault(where, deque()).append(pending)
+                    continue
+                wrote |= self._write(pending, owned)
+            if wrote:
+                self._txn.producer.poll(0)  # delivery reports: once a drain, not once a move
+        finally:
+            self._tell()
         return wrote
 
     def _room(self, where: Where, commit_point: int, offset: int) -> bool:
@@ -239,10 +249,13 @@ class Mover:
         open transaction (a lost partition, whose offsets cannot be committed) are taken out
         by writing the transaction again without them."""
         gone = set(wheres)
-        for where in gone:
-            self.moved.pop(where, None)
-            for pending in self._waiting.pop(where, ()):
-                self._resolve(pending, False)
+        try:
+            for where in gone:
+                self.moved.pop(where, None)
+                for pending in self._waiting.pop(where, ()):
+                    self._resolve(pending, False)
+        finally:
+            self._tell()
         if self.open and gone & set(self._in_txn):
             self._rewrite(lambda where: where not in gone)
 
@@ -270,21 +283,39 @@ class Mover:
                 for pending in moves:
                     self._produce(txn, pending.records)
             self._produce(txn, then)
+            txn.producer.poll(0)
 
         self._txn.rewrite(write)
 
     @staticmethod
     def _produce(txn: Transactions, records: Sequence[Record]) -> None:
+        produce = txn.produce
         for record in records:
-            txn.produce(
+            produce(
                 record.topic,
                 record.value,
                 record.key,
                 headers=record.headers,
                 partition=record.partition,
             )
-        txn.producer.poll(0)
 
     def _resolve(self, pending: _Pending, done: bool) -> None:
+        """``pending.done(done)`` on the loop, with the others of this drain (:meth:`_tell`)."""
+        self._resolved.append((pending.done, done))
+
+    def _tell(self) -> None:
+        """Hand the loop what was resolved since the last time, in one callback."""
+        if not self._resolved:
+            return
+        resolved, self._resolved = self._resolved, []
         with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is exiting
-            self._loop.call_soon_threadsafe(pending.done, done)
+            self._loop.call_soon_threadsafe(_run_all, resolved)
+
+
+def _run_all(resolved: list[tuple[Done, bool]]) -> None:
+    """Run the loop's side of resolved moves, in order; one failing does not stop the rest."""
+    for done, ok in resolved:
+        try:
+            done(ok)
+        except Exception:
+            _log.exception("a callback of a move failed")

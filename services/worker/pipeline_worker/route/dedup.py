@@ -7,6 +7,9 @@ at once. When a checked job ends, the store decides what its key becomes, and th
 records this needs go into the worker's transaction *with the job's offset* (through the
 :class:`..commit.moves.Mover`), so that either both are committed or neither is: a crash between
 the handler and the commit runs the job again, a committed job never runs again for a duplicate.
+The records of the jobs that end in one turn of the loop go to the mover together, one
+submission per partition: with every job keyed, a submission per job would cost the loop and
+the consumer thread more than the records do.
 
 Every call that changes the store's tables is made on the event loop thread; the consumer
 thread only loads (installs) and unloads whole partitions (see :class:`pipeline.DedupStore`).
@@ -14,6 +17,8 @@ thread only loads (installs) and unloads whole partitions (see :class:`pipeline.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -56,6 +61,8 @@ class Deduplicator:
         self._metrics = metrics
         self._default_ttl_s = default_ttl_s
         self._policies: dict[str, DedupPolicy] = {}
+        self._writes: dict[Where, tuple[list[Record], list[Callable[[bool], None]]]] = {}
+        """Records written in this turn of the loop, with their ``done`` callbacks, by partition."""
 
     def policy(self, job_type: JobType) -> DedupPolicy:
         policy = self._policies.get(job_type.name)
@@ -105,8 +112,25 @@ class Deduplicator:
         records: Sequence[Record],
         done: Callable[[bool], None],
     ) -> None:
-        """Put ``records`` in the open transaction; ``done`` as for a move (the offset stays)."""
-        self._mover.submit((state.topic, state.partition), offset, records, done, move=False)
+        """Put ``records`` in the open transaction; ``done`` as for a move (the offset stays).
+
+        Submitted to the mover at the end of this turn of the loop, with the other records of
+        the partition written in it (on the loop thread, like every call here)."""
+        writes = self._writes
+        if not writes:
+            asyncio.get_running_loop().call_soon(self._submit)
+        where = (state.topic, state.partition)
+        held = writes.get(where)
+        if held is None:
+            writes[where] = (list(records), [done])
+        else:
+            held[0].extend(records)
+            held[1].append(done)
+
+    def _submit(self) -> None:
+        writes, self._writes = self._writes, {}
+        for where, (records, dones) in writes.items():
+            self._mover.submit(where, -1, records, functools.partial(_tell, dones), move=False)
 
     def expire(self) -> int:
         """Drop the keys whose time is over and write their tombstones; how many there were."""
@@ -118,7 +142,7 @@ class Deduplicator:
         return len(records)
 
     def _record(self, record: ChangelogRecord) -> Record:
-        return Record(self._changelog, record.value, record.key, partition=record.partition)
+        return Record(self._changelog, record.value, record.key, None, record.partition)
 
     def _where(self, record: ChangelogRecord) -> Where | None:
         """The job partition whose key a changelog record is about."""
@@ -128,6 +152,11 @@ class Deduplicator:
             return None
         topic = self._topics.get(priority)
         return (topic, record.partition) if topic is not None else None
+
+
+def _tell(dones: list[Callable[[bool], None]], done: bool) -> None:
+    for each in dones:
+        each(done)
 
 
 def _ignore(done: bool) -> None:
