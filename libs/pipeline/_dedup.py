@@ -2,8 +2,13 @@
 
 Producers key a job's message by its idempotency key, so every duplicate lands on the partition
 of the original, and the worker owning that partition decides alone: it keeps the keys it has
-seen in a :class:`DedupTable` and acknowledges a duplicate without running it. The scope is
-(priority topic, key): the same key at two priorities is two keys.
+seen in a :class:`DedupTable` and acknowledges a duplicate without running it.
+
+The scope (:class:`DedupScope`) is the namespace by default: every priority topic has as many
+partitions, so a key lands on the same partition number p in each, and the group's assignor
+gives partition p of every priority topic to one worker (co-partitioning), which keeps one table
+for p. The same key enqueued at two priorities is one key. With the scope ``priority`` each
+priority topic's partition has a table of its own, and the same key at two priorities is two.
 
 Two modes per job type (:class:`DedupPolicy`):
 
@@ -18,7 +23,10 @@ not a duplicate of itself: it runs while its entry is pending and is skipped onc
 
 The state of a partition survives a change of owner through the compacted ``<ns>.dedup``
 changelog: its partition p holds the keys of partition p of every priority topic, keyed
-``<priority>/<key>``. A key is claimed in memory when its job starts; the changelog learns of it
+``*/<key>`` (scope namespace) or ``<priority>/<key>`` (scope priority). Records of one scope
+are read into the tables of the other too: a ``<priority>/<key>`` record into the namespace
+table of its partition (the upgrade from the per-priority scope), a ``*/<key>`` record into
+every priority's table. A key is claimed in memory when its job starts; the changelog learns of it
 when the job ends, in the transaction that commits the job's offset. So a crash between the
 handler and the commit runs the job again (as it would without a key), and a committed job is
 never run again for a duplicate: the next owner restores its entry before reading the partition.
@@ -35,7 +43,7 @@ import math
 import re
 import struct
 from binascii import unhexlify
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import Final, Literal, TypeAlias
@@ -43,11 +51,13 @@ from typing import Final, Literal, TypeAlias
 from ._errors import ConfigurationError, PipelineError
 
 __all__ = [
+    "ANY_PRIORITY",
     "UNCHANGED",
     "ChangelogRecord",
     "DedupMode",
     "DedupNotLoadedError",
     "DedupPolicy",
+    "DedupScope",
     "DedupTable",
     "Entry",
     "KeyOutcome",
@@ -71,6 +81,19 @@ class DedupMode(StrEnum):
 
     UNTIL_COMPLETE = "until_complete"
     UNTIL_TTL = "until_ttl"
+
+
+class DedupScope(StrEnum):
+    """Where one idempotency key keeps its duplicates out (see the module docstring)."""
+
+    NAMESPACE = "namespace"
+    """Every priority topic of the namespace: partition p of each shares one table."""
+    PRIORITY = "priority"
+    """One priority topic: the same key at two priorities is two keys."""
+
+
+ANY_PRIORITY: Final = "*"
+"""The priority part of a changelog key whose table covers every priority (scope namespace)."""
 
 
 class Verdict(Enum):
@@ -171,7 +194,8 @@ def topic_priority(topic: str) -> str:
 
 
 def changelog_key(priority: str, key: str) -> bytes:
-    """The changelog key of idempotency key ``key`` on the topic of ``priority``."""
+    """The changelog key of idempotency key ``key`` on the topic of ``priority``, or on every
+    priority topic (``priority`` :data:`ANY_PRIORITY`)."""
     if not priority or "/" in priority:
         raise ValueError(f"a priority must be non-empty and free of '/', got {priority!r}")
     return f"{priority}/{key}".encode()
@@ -429,18 +453,27 @@ class DedupTable:
 def restore_record(
     tables: Mapping[str, DedupTable], key: bytes | None, value: bytes | None, now_ms: int
 ) -> bool:
-    """Fold one changelog record into the table of its priority (``tables`` by priority).
+    """Fold one changelog record into the tables it is about (``tables`` by priority, or one
+    table under :data:`ANY_PRIORITY` for the scope namespace): the table of its priority, else
+    the namespace table; a namespace record goes into every priority's table.
 
-    False when its priority has no table here; ValueError when the record is malformed.
+    False when no table here is about it; ValueError when the record is malformed.
     """
     if key is None:
         raise ValueError("changelog record without a key")
     priority, idempotency_key = split_changelog_key(key)
     table = tables.get(priority)
     if table is None:
-        return False
-    if value is None:
-        table.remove(idempotency_key)
+        table = tables.get(ANY_PRIORITY)
+    if table is not None:
+        targets: Iterable[DedupTable] = (table,)
+    elif priority == ANY_PRIORITY and tables:
+        targets = tables.values()
     else:
-        table.restore(idempotency_key, value, now_ms)
+        return False
+    for target in targets:  # a malformed value raises at the first, before it changes
+        if value is None:
+            target.remove(idempotency_key)
+        else:
+            target.restore(idempotency_key, value, now_ms)
     return True

@@ -8,13 +8,15 @@ implements to keep the keys elsewhere (Redis, Postgres...) and passes as
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 from ._dedup import (
+    ANY_PRIORITY,
     UNCHANGED,
     ChangelogRecord,
     DedupNotLoadedError,
     DedupPolicy,
+    DedupScope,
     DedupTable,
     KeyOutcome,
     Verdict,
@@ -40,6 +42,10 @@ class DedupStore(Protocol):
       offset; a store that keeps its state elsewhere writes it itself and returns ().
     - :meth:`expire` now and then; its records (tombstones) are written like those of settle.
     - :meth:`unload` when partitions are revoked or lost.
+
+    Under ``worker.dedup_scope = "namespace"`` (the default) a key must count once across every
+    priority topic: the worker loads partition p of every priority topic it consumes together,
+    and a store keeps one key space for them (a store keyed by the idempotency key alone does).
 
     A store implements the semantics of the :mod:`pipeline._dedup` docstring, as
     :class:`DedupTable` does. Calls for one partition never overlap, and never come before its
@@ -69,16 +75,31 @@ class DedupStore(Protocol):
     def expire(self, now_ms: int) -> Sequence[ChangelogRecord]: ...
 
 
-class PartitionTables:
-    """A :class:`DedupTable` per job partition, and the changelog records their changes need.
+Slot: TypeAlias = tuple[str, int]
+"""What one table covers: (priority or :data:`ANY_PRIORITY`, partition number)."""
 
-    The check, settle and expire of a :class:`DedupStore`, for stores to build on. With
-    ``create``, a partition's table is made on first use; without, using a partition that was
-    not installed raises :class:`DedupNotLoadedError`. Without ``changelog``, no records.
+
+class PartitionTables:
+    """A :class:`DedupTable` per slot of the scope, and the changelog records their changes need.
+
+    The check, settle and expire of a :class:`DedupStore`, for stores to build on. Under the
+    scope namespace, partition p of every priority topic shares one table (slot ``("*", p)``);
+    under the scope priority each job partition has its own. A table lasts while one of its
+    partitions is installed. With ``create``, a partition's table is made on first use;
+    without, using a partition that was not installed raises :class:`DedupNotLoadedError`.
+    Without ``changelog``, no records.
     """
 
-    def __init__(self, *, create: bool = False, changelog: bool = True) -> None:
-        self._tables: dict[Where, DedupTable] = {}
+    def __init__(
+        self,
+        *,
+        create: bool = False,
+        changelog: bool = True,
+        scope: DedupScope = DedupScope.NAMESPACE,
+    ) -> None:
+        self.scope = scope
+        self._tables: dict[Slot, DedupTable] = {}
+        self._holders: dict[Slot, set[Where]] = {}
         self._create = create
         self._changelog = changelog
 
@@ -87,20 +108,47 @@ class PartitionTables:
         """Keys held in all, counting expired ones that expire() has not removed yet."""
         return sum(len(table) for table in list(self._tables.values()))
 
+    def slot(self, where: Where) -> Slot:
+        """The slot whose table holds the keys of job partition ``where``."""
+        topic, partition = where
+        if self.scope is DedupScope.NAMESPACE:
+            return ANY_PRIORITY, partition
+        return topic_priority(topic), partition
+
     def table(self, where: Where) -> DedupTable:
         """The table of partition ``where``."""
-        table = self._tables.get(where)
+        slot = self.slot(where)
+        table = self._tables.get(slot)
         if table is None:
             if not self._create:
                 raise DedupNotLoadedError(where)
-            table = self._tables[where] = DedupTable()
+            table = self._tables[slot] = DedupTable()
         return table
 
     def install(self, where: Where, table: DedupTable) -> None:
-        self._tables[where] = table
+        """Make ``table`` the table of ``where``'s slot (and of the partitions holding it)."""
+        slot = self.slot(where)
+        self._tables[slot] = table
+        self._holders.setdefault(slot, set()).add(where)
+
+    def join(self, where: Where) -> bool:
+        """Let ``where`` share the table its slot has already; False when it has none."""
+        slot = self.slot(where)
+        if slot not in self._tables:
+            return False
+        self._holders.setdefault(slot, set()).add(where)
+        return True
 
     def drop(self, where: Where) -> None:
-        self._tables.pop(where, None)
+        """``where`` is given up; its slot's table goes once no installed partition holds it."""
+        slot = self.slot(where)
+        holders = self._holders.get(slot)
+        if holders is not None:
+            holders.discard(where)
+            if holders:
+                return
+            del self._holders[slot]
+        self._tables.pop(slot, None)
 
     def check(
         self, where: Where, key: str, job_id: str, *, policy: DedupPolicy, now_ms: int
@@ -120,17 +168,16 @@ class PartitionTables:
         value = self.table(where).settle(key, job_id, outcome, policy, now_ms)
         if value is UNCHANGED or not self._changelog:
             return ()
-        topic, partition = where
-        return (ChangelogRecord(partition, changelog_key(topic_priority(topic), key), value),)
+        label, partition = self.slot(where)
+        return (ChangelogRecord(partition, changelog_key(label, key), value),)
 
     def expire(self, now_ms: int) -> Sequence[ChangelogRecord]:
         records: list[ChangelogRecord] = []
-        for (topic, partition), table in list(self._tables.items()):  # a copy: load may add
+        for (label, partition), table in list(self._tables.items()):  # a copy: load may add
             expired = table.expire(now_ms)
             if self._changelog:
-                priority = topic_priority(topic)
                 records += [
-                    ChangelogRecord(partition, changelog_key(priority, k), None) for k in expired
+                    ChangelogRecord(partition, changelog_key(label, k), None) for k in expired
                 ]
         return records
 
@@ -142,8 +189,8 @@ class MemoryDedupStore(PartitionTables):
     outlives load and unload, and lasts as long as the object.
     """
 
-    def __init__(self) -> None:
-        super().__init__(create=True, changelog=False)
+    def __init__(self, *, scope: DedupScope = DedupScope.NAMESPACE) -> None:
+        super().__init__(create=True, changelog=False, scope=scope)
 
     def load(self, partitions: Sequence[Where]) -> None:
         return None

@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ._dedup import DedupScope
 from ._errors import ConfigurationError, SettingsError
 from ._job import Priority
 
@@ -205,6 +206,11 @@ class WorkerSettings(BaseModel):
         3600.0,
         gt=0,
         description="seconds an idempotency key is held, for job types that name no dedup_ttl",
+    )
+    dedup_scope: DedupScope = Field(
+        DedupScope.NAMESPACE,
+        description="where an idempotency key keeps duplicates out: namespace (every priority "
+        "topic; needs a co-partitioning assignor, range) or priority (each priority topic)",
     )
     dedup_restore_timeout_s: float = Field(
         120.0,

@@ -8,13 +8,22 @@ from __future__ import annotations
 
 import warnings
 
-from ._dedup import ChangelogRecord, DedupMode, DedupPolicy, DedupTable, KeyOutcome, Verdict
+from ._dedup import (
+    ChangelogRecord,
+    DedupMode,
+    DedupPolicy,
+    DedupScope,
+    DedupTable,
+    KeyOutcome,
+    Verdict,
+)
 from ._dedupstores import DedupStore, MemoryDedupStore, PartitionTables
 
 __all__ = [
     "ChangelogRecord",
     "DedupMode",
     "DedupPolicy",
+    "DedupScope",
     "DedupStore",
     "DedupTable",
     "KeyOutcome",

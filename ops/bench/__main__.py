@@ -12,12 +12,12 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import drain, enqueue, latency, scheduler
+from . import drain, enqueue, latency, processes, scheduler
 from .baseline import BaselineError
 from .env import REPO_ROOT, broker, machine, say
 from .report import Section, document
 
-SECTIONS = ("enqueue", "drain", "latency", "scheduler")
+SECTIONS = ("enqueue", "drain", "latency", "scheduler", "processes")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(latency.run(kafka.bootstrap_servers, rate, seconds, workdir))
         if "scheduler" in wanted:
             sections.append(scheduler.run(kafka.bootstrap_servers, quick, workdir))
+        if "processes" in wanted:
+            sections.append(processes.run(kafka.bootstrap_servers, quick, workdir))
         broker_description = kafka.description
     facts = machine()
     header = [

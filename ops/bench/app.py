@@ -8,11 +8,16 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
 * ``bench.latency`` writes ``<start ns - enqueue ns>`` for every job;
 * ``bench.due`` writes ``<start ns - not_before ns>`` for every job (a delayed job's lateness);
 * ``bench.counted`` writes ``S <n> <ns>`` when it starts and ``E <n> <ns>`` when it ends, after
-  ``ms`` milliseconds (which jobs ran, how often, which were running at a moment).
+  ``ms`` milliseconds (which jobs ran, how often, which were running at a moment);
+* ``bench.wait`` (awaits ``ms`` milliseconds, as a handler waiting on a network call does) and
+  ``bench.cpu`` (computes for ``us`` microseconds, holding the GIL) write ``<pid> <ns>`` when
+  they end (the rate of several worker processes together, and each one's share).
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import itertools
 import os
 import time
@@ -66,3 +71,24 @@ def counted(n: int, ms: float = 0.0) -> None:
     if ms:
         time.sleep(ms / 1000)
     _write(f"E {n} {time.time_ns()}\n")
+
+
+def _done() -> None:
+    _write(f"{os.getpid()} {time.time_ns()}\n")
+
+
+@app.job("bench.wait")
+async def wait(n: int, ms: float) -> None:
+    """Wait ``ms`` milliseconds without holding a thread (a call to another service)."""
+    await asyncio.sleep(ms / 1000)
+    _done()
+
+
+@app.job("bench.cpu")
+def cpu(n: int, us: float) -> None:
+    """Hash for ``us`` microseconds: Python work that holds the GIL."""
+    until = time.perf_counter_ns() + int(us * 1000)
+    block = n.to_bytes(8, "little") * 8
+    while time.perf_counter_ns() < until:
+        block = hashlib.blake2b(block).digest()
+    _done()

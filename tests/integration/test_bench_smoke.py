@@ -59,6 +59,20 @@ def test_quick_benchmark_reports_every_section_with_numbers(
     for _side, _linger, count, p50, p99 in latency:
         assert int(count.replace(",", "")) > 0
         assert float(p50) <= float(p99)
+    # Worker processes: each handler drained by one process and by two, every job counted.
+    processes = re.findall(
+        r"^\| `(bench\.\w+)` .+? \| (\d) \| ([\d,]+) \| ([\d.]+)x \| ([\d,/ ]+) \|", text, re.M
+    )
+    assert sorted((job_type, n) for job_type, n, *_ in processes) == [
+        ("bench.cpu", "1"),
+        ("bench.cpu", "2"),
+        ("bench.wait", "1"),
+        ("bench.wait", "2"),
+    ], text
+    for _type, n, rate, _ratio, shares in processes:
+        assert int(rate.replace(",", "")) > 0
+        assert sum(int(s.replace(",", "")) for s in shares.split("/")) == 1_000
+        assert len(shares.split("/")) <= int(n)
     assert "Date:" in text
     assert "nproc" in text
     # A quick run must not overwrite the published results, nor leak this machine's paths.

@@ -9,7 +9,15 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline._dedup import ChangelogRecord, DedupPolicy, Entry, KeyOutcome, Verdict, encode_entry
+from pipeline._dedup import (
+    ChangelogRecord,
+    DedupPolicy,
+    DedupScope,
+    Entry,
+    KeyOutcome,
+    Verdict,
+    encode_entry,
+)
 from pipeline._job import now_ms
 from pipeline_worker.route.changelog import DedupRestoreError, KafkaDedupStore
 
@@ -62,7 +70,9 @@ def write(
 
 
 def store(bootstrap_servers: str, changelog: str) -> KafkaDedupStore:
-    return KafkaDedupStore(changelog, {"bootstrap.servers": bootstrap_servers})
+    # The per-priority scope: each priority's table shows what was restored into it.
+    scope = DedupScope.PRIORITY
+    return KafkaDedupStore(changelog, {"bootstrap.servers": bootstrap_servers}, scope=scope)
 
 
 def test_load_restores_exactly_the_committed_live_records(

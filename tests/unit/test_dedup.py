@@ -17,6 +17,7 @@ from pipeline._dedup import (
     DedupMode,
     DedupNotLoadedError,
     DedupPolicy,
+    DedupScope,
     DedupTable,
     Entry,
     KeyOutcome,
@@ -472,7 +473,7 @@ def test_restore_record_folds_into_the_table_of_its_priority() -> None:
 
 
 def test_partition_tables_turn_changes_into_changelog_records() -> None:
-    tables = PartitionTables()
+    tables = PartitionTables(scope=DedupScope.PRIORITY)
     with pytest.raises(DedupNotLoadedError, match=r"ns\.jobs\.high\[0\] is not loaded"):
         tables.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=0)
     tables.install(HIGH_0, DedupTable())
@@ -494,8 +495,49 @@ def test_partition_tables_turn_changes_into_changelog_records() -> None:
         tables.table(HIGH_0)
 
 
+def test_under_the_namespace_scope_partition_p_of_every_priority_shares_one_table() -> None:
+    tables = PartitionTables()
+    high, low, low_1 = HIGH_0, ("ns.jobs.low", 0), ("ns.jobs.low", 1)
+    tables.install(high, DedupTable())
+    assert tables.join(low)
+    assert not tables.join(low_1), "partition 1 has no table yet"
+    tables.install(low_1, DedupTable())
+    assert tables.check(high, "k", JOB_A, policy=COMPLETE, now_ms=0) is Verdict.RUN
+    assert tables.check(low, "k", JOB_B, policy=COMPLETE, now_ms=0) is Verdict.DUPLICATE
+    assert tables.check(low_1, "k", JOB_B, policy=COMPLETE, now_ms=0) is Verdict.RUN
+    assert tables.settle(low, "k", JOB_A, KeyOutcome.SUCCEEDED, policy=COMPLETE, now_ms=1) == (
+        ChangelogRecord(0, b"*/k", encode_entry(JOB_A, True, 10_001)),
+    )
+    assert tables.expire(10_001) == [
+        ChangelogRecord(0, b"*/k", None),
+        ChangelogRecord(1, b"*/k", None),
+    ]
+    tables.drop(high)
+    assert tables.check(low, "j", JOB_A, policy=COMPLETE, now_ms=0) is Verdict.RUN
+    tables.drop(low)
+    with pytest.raises(DedupNotLoadedError):
+        tables.table(low)
+    with pytest.raises(DedupNotLoadedError):
+        tables.table(high)
+
+
+def test_restore_record_reads_the_records_of_either_scope() -> None:
+    shared = DedupTable()
+    assert restore_record({"*": shared}, b"*/k", encode_entry(JOB_A, False, 9_000), 1_000)
+    # A record of the per-priority scope (before an upgrade) counts for every priority.
+    assert restore_record({"*": shared}, b"low/j", encode_entry(JOB_B, True, 9_000), 1_000)
+    assert shared.get("k") == Entry(JOB_A, False, 9_000)
+    assert shared.get("j") == Entry(JOB_B, True, 9_000)
+    high, low = DedupTable(), DedupTable()
+    assert restore_record({"high": high, "low": low}, b"*/k", encode_entry(JOB_A, True, 9_000), 0)
+    assert high.get("k") == low.get("k") == Entry(JOB_A, True, 9_000)
+    assert restore_record({"high": high, "low": low}, b"*/k", None, 0)
+    assert high.get("k") is None
+    assert low.get("k") is None
+
+
 def test_memory_store_keeps_its_state_across_load_and_unload_and_writes_no_changelog() -> None:
-    store = MemoryDedupStore()
+    store = MemoryDedupStore(scope=DedupScope.PRIORITY)
     assert isinstance(store, DedupStore)
     store.load([HIGH_0])
     assert store.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=0) is Verdict.RUN
@@ -510,6 +552,11 @@ def test_memory_store_keeps_its_state_across_load_and_unload_and_writes_no_chang
     assert store.size == 1
     assert store.table(HIGH_0).get("k") is None
     assert len(store.table(("ns.jobs.low", 0))) == 1
+    shared = MemoryDedupStore()
+    assert shared.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=0) is Verdict.RUN
+    assert shared.check(("ns.jobs.low", 0), "k", JOB_B, policy=COMPLETE, now_ms=0) is (
+        Verdict.DUPLICATE
+    ), "the namespace scope (the default) holds a key for every priority"
 
 
 # --- the Kafka store's restore, against a fake consumer ------------------------------------
@@ -596,7 +643,7 @@ class FakeConsumer:
         self.closed = True
 
 
-def kafka_store(consumer: FakeConsumer) -> KafkaDedupStore:
+def kafka_store(consumer: FakeConsumer, scope: DedupScope = DedupScope.PRIORITY) -> KafkaDedupStore:
     def factory(conf: dict[str, Any]) -> FakeConsumer:
         consumer.conf = conf
         return consumer
@@ -604,6 +651,7 @@ def kafka_store(consumer: FakeConsumer) -> KafkaDedupStore:
     return KafkaDedupStore(
         CHANGELOG,
         {"bootstrap.servers": "kafka:9092", "isolation.level": "read_uncommitted"},
+        scope=scope,
         consumer_factory=factory,  # type: ignore[arg-type]
         clock=lambda: NOW,
     )
@@ -692,7 +740,7 @@ def test_load_consumes_in_large_batches() -> None:
     assert consumer.batches[:3] == [10_000, 10_000, 5_001]
 
 
-def test_load_replaces_the_table_it_held_and_unload_drops_it() -> None:
+def test_load_keeps_the_table_it_holds_and_reads_again_after_unload() -> None:
     consumer = FakeConsumer({})
     consumer.add(0, b"high/k", live(JOB_A))
     store = kafka_store(consumer)
@@ -700,11 +748,37 @@ def test_load_replaces_the_table_it_held_and_unload_drops_it() -> None:
     assert store.check(HIGH_0, "claimed", JOB_A, policy=COMPLETE, now_ms=NOW) is Verdict.RUN
     consumer.queue.clear()
     store.load([HIGH_0])
-    assert store.table(HIGH_0).get("claimed") is None
-    assert store.table(HIGH_0).get("k") is not None
+    assert store.table(HIGH_0).get("claimed") is not None, "a claim of a running job was lost"
     store.unload([HIGH_0])
     with pytest.raises(DedupNotLoadedError):
         store.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=NOW)
+    consumer.add(0, b"high/k", live(JOB_A))
+    store.load([HIGH_0])
+    assert store.table(HIGH_0).get("claimed") is None
+    assert store.table(HIGH_0).get("k") is not None
+
+
+def test_under_the_namespace_scope_one_read_fills_the_table_every_priority_shares() -> None:
+    consumer = FakeConsumer({})
+    consumer.add(0, b"*/new", live(JOB_A))
+    consumer.add(0, b"high/from-before-the-upgrade", live(JOB_B, completed=False))
+    consumer.add(1, b"*/on-one", live(JOB_B))
+    store = kafka_store(consumer, DedupScope.NAMESPACE)
+    store.load([HIGH_0, ("ns.jobs.low", 0)])
+    assert [(t, p) for t, p, _ in consumer.assigned] == [(CHANGELOG, 0)]
+    table = store.table(("ns.jobs.low", 0))
+    assert table is store.table(HIGH_0)
+    assert table.get("new") == Entry(JOB_A, True, NOW + HOUR_MS)
+    assert table.get("from-before-the-upgrade") == Entry(JOB_B, False, NOW + HOUR_MS)
+    assert store.check(("ns.jobs.low", 0), "new", JOB_B, policy=COMPLETE, now_ms=NOW) is (
+        Verdict.DUPLICATE
+    )
+    store.check(HIGH_0, "claimed", JOB_A, policy=COMPLETE, now_ms=NOW)
+    store.load([("ns.jobs.default", 0), ("ns.jobs.default", 1)])  # 0 joins, 1 is read
+    assert store.table(("ns.jobs.default", 0)).get("claimed") is not None
+    assert store.table(("ns.jobs.default", 1)).get("on-one") == Entry(JOB_B, True, NOW + HOUR_MS)
+    store.unload([HIGH_0, ("ns.jobs.low", 0)])
+    assert store.table(("ns.jobs.default", 0)) is table, "still held by ns.jobs.default"
 
 
 def test_settle_and_expire_return_records_for_the_changelog_partition() -> None:

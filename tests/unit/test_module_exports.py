@@ -34,6 +34,7 @@ DEDUP = {
     "ChangelogRecord",
     "DedupMode",
     "DedupPolicy",
+    "DedupScope",
     "DedupStore",
     "DedupTable",
     "KeyOutcome",

@@ -265,6 +265,7 @@ class Worker:
         return KafkaDedupStore(
             TopicNames(settings.namespace).dedup,
             {**settings.client_config(), **self.health.callbacks("dedup restore")},
+            scope=settings.worker.dedup_scope,
             restore_timeout_s=settings.worker.dedup_restore_timeout_s,
         )
 

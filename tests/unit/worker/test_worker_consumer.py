@@ -30,6 +30,8 @@ class FakeConsumer:
         self.positions: dict[tuple[str, int], int] = {}
         self.commits: list[tuple[bool, list[tuple[str, int, int]]]] = []
         self.unassigned: list[tuple[str, int]] = []
+        self.assignments: list[list[tuple[str, int]]] = []
+        """Whole assignments (an eager rebalance)."""
         self.partitions = 2
         self.ends: dict[tuple[str, int], tuple[int, int]] = {}
         """(low, high) watermarks; partitions not listed are empty."""
@@ -76,6 +78,12 @@ class FakeConsumer:
 
     def incremental_unassign(self, tps: list[TopicPartition]) -> None:
         self.unassigned += [(tp.topic, tp.partition) for tp in tps]
+
+    def unassign(self) -> None:
+        self.unassigned.append(("everything", -1))
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        self.assignments.append([(tp.topic, tp.partition) for tp in tps])
 
 
 class FakeSide:
@@ -164,7 +172,7 @@ def flush(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_the_consumer_settings_follow_the_design() -> None:
     conf = consumer_config(Settings(namespace="ns", kafka={"fetch.min.bytes": "7"}), "g")
-    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+    assert conf["partition.assignment.strategy"] == "range"  # co-partitions: see groupproto
     assert conf["enable.auto.commit"] is False
     assert conf["enable.auto.offset.store"] is False
     assert conf["isolation.level"] == "read_committed"
@@ -276,10 +284,13 @@ def test_commits_are_due_by_time_or_by_count(loop: asyncio.AbstractEventLoop) ->
     assert committer.due(12.0, finished=0)
 
 
+INCREMENTAL = {"kafka_consumer": {"partition.assignment.strategy": "cooperative-sticky"}}
+
+
 def test_a_revoked_partition_is_committed_synchronously_once_its_jobs_are_done(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    thread, fake, side = consumer_thread(loop)
+    thread, fake, side = consumer_thread(loop, **INCREMENTAL)
     kept, revoked = own(thread, 0, 1)
     thread._hand(messages(1, 0, 8))
     revoked.commit_offset = 5
@@ -296,13 +307,25 @@ def test_a_revoked_partition_is_committed_synchronously_once_its_jobs_are_done(
 
 
 def test_a_lost_partition_is_not_committed(loop: asyncio.AbstractEventLoop) -> None:
-    thread, fake, side = consumer_thread(loop)
+    thread, fake, side = consumer_thread(loop, **INCREMENTAL)
     [lost] = own(thread, 3)
     lost.commit_offset = 9
     thread.rebalance.on_lost(fake, [TopicPartition(TOPIC, 3)])  # type: ignore[arg-type]
     assert side.revoked[0][1] is True
     assert fake.commits == []
     assert fake.unassigned == [(TOPIC, 3)]
+
+
+def test_an_eager_rebalance_hands_over_the_whole_assignment(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, _ = consumer_thread(loop, kafka_consumer={"group.protocol": "classic"})
+    both = [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)]
+    thread.rebalance.on_assign(fake, both)  # type: ignore[arg-type]
+    assert fake.assignments == [[(TOPIC, 0), (TOPIC, 1)]]
+    thread.rebalance.on_revoke(fake, both)  # type: ignore[arg-type]
+    assert fake.unassigned == [("everything", -1)]
+    assert thread.states == {}
 
 
 def burst_check(thread: ConsumerThread) -> Callable[[], None]:

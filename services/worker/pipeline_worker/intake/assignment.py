@@ -1,5 +1,11 @@
 """Newly assigned partitions, paused until what a previous owner left is read back.
 
+Under ``worker.dedup_scope = "namespace"`` a partition waits first for the rest of its slot:
+partition p of every priority topic this worker consumes, which share one table of idempotency
+keys. The group's assignor co-partitions (see :mod:`.groupproto`), but an incremental protocol
+may hand the partitions of p over one heartbeat after another; running p of one topic while
+another member still runs p of another could run one key twice.
+
 A partition fetches nothing until three things are done, on the consumer thread after a poll
 (never inside the rebalance callback, where a blocking call breaks the binding's call state):
 its commit mark is read (offsets a previous owner finished or moved, which the loop skips, and
@@ -33,6 +39,8 @@ _log = logging.getLogger("pipeline.worker.consumer")
 
 KEYS_RETRY_S = 1.0
 """How long after a failed restore of idempotency keys the next one is tried."""
+SLOT_WAIT_WARN_S = 15.0
+"""How long a partition may wait for the rest of its slot before the worker says so."""
 
 
 class Assignment:
@@ -46,8 +54,10 @@ class Assignment:
         *,
         mover: Mover | None,
         dedup: DedupStore | None,
+        slots: Slots | None = None,
     ) -> None:
         self._consumer = consumer
+        self._slots = slots
         self._states = states
         self._poison = poison
         self._mover = mover
@@ -77,6 +87,8 @@ class Assignment:
         """
         states = [s for s in self._unmarked if (s.topic, s.partition) in self._states]
         self._unmarked = []
+        if self._slots is not None:
+            states, self._unmarked = self._slots.split(states)
         if not states:
             return
         fresh = [s for s in states if not self._poison.planned(s)]
@@ -90,13 +102,13 @@ class Assignment:
                     self._poison.plan(state, tp)
         except KafkaException as exc:
             self._errors.warning("marks", "could not read committed offsets, retrying: %s", exc)
-            self._unmarked = states
+            self._unmarked += states
             return
         if self._dedup is not None and not self._load_keys(self._dedup, states):
-            self._unmarked = states
+            self._unmarked += states
             return
         if not self._poison.secure(states):
-            self._unmarked = states  # usually a rebalance in progress: after the next poll
+            self._unmarked += states  # usually a rebalance in progress: after the next poll
             return
         if resume:
             for state in states:
@@ -129,3 +141,61 @@ class Assignment:
         if mark.moved and self._mover is not None:
             # Listed apart in our commits too, until the commit point passes them.
             self._mover.restore_moved((state.topic, state.partition), mark.moved)
+
+
+class Slots:
+    """Which assigned partitions have the rest of their slot (partition p of every priority
+    topic consumed), and a warning for those that wait long."""
+
+    def __init__(
+        self,
+        topics: Sequence[str],
+        states: dict[tuple[str, int], PartitionState],
+        partition_counts: dict[str, int],
+    ) -> None:
+        self._topics = topics
+        self._states = states
+        self._counts = partition_counts
+        """Partitions per topic, as far as known (a topic with fewer has no partition p)."""
+        self._waiting_since: dict[int, float] = {}
+        self._warnings = RateLimitedLog(_log, interval_s=60.0)
+
+    def missing(self, partition: int) -> list[str]:
+        """The topics whose partition ``partition`` is not assigned to this member."""
+        return [
+            topic
+            for topic in self._topics
+            if (topic, partition) not in self._states
+            and partition < self._counts.get(topic, partition + 1)
+        ]
+
+    def split(
+        self, states: Sequence[PartitionState]
+    ) -> tuple[list[PartitionState], list[PartitionState]]:
+        """(``states`` whose slot is whole, those that wait for the rest of theirs)."""
+        whole: list[PartitionState] = []
+        waiting: list[PartitionState] = []
+        now = time.monotonic()
+        for state in states:
+            missing = self.missing(state.partition)
+            if not missing:
+                whole.append(state)
+                self._waiting_since.pop(state.partition, None)
+                continue
+            waiting.append(state)
+            since = self._waiting_since.setdefault(state.partition, now)
+            if now - since >= SLOT_WAIT_WARN_S:
+                self._warnings.warning(
+                    f"slot {state.partition}",
+                    "partition %d of %s waits for partition %d of %s, which the group has not "
+                    "assigned to this worker for %.0fs: its idempotency keys are shared with "
+                    "them (worker.dedup_scope = namespace). Do all workers of the group "
+                    "consume the same priorities, and do the priority topics have as many "
+                    "partitions?",
+                    state.partition,
+                    state.topic,
+                    state.partition,
+                    ", ".join(missing),
+                    now - since,
+                )
+        return whole, waiting

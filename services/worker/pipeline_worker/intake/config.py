@@ -13,7 +13,8 @@ def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
     worker = settings.worker
     conf: dict[str, Any] = {
         "group.id": group_id,
-        "partition.assignment.strategy": "cooperative-sticky",
+        # Range gives partition p of every priority topic to one member (see .groupproto).
+        "partition.assignment.strategy": "range",
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",

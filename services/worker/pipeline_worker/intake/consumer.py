@@ -25,8 +25,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from pipeline import Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
+from pipeline._dedup import DedupScope
 from pipeline._dedupstores import DedupStore
-from pipeline._errors import PipelineError
+from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import is_missing_topic
 
@@ -35,11 +36,12 @@ from .._work import PartitionState
 from ..commit.committer import Committer
 from ..commit.moves import Mover
 from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
-from .assignment import Assignment
+from .assignment import Assignment, Slots
 from .burst import BurstWatch
 from .cluster import ClusterView
 from .config import consumer_config
 from .flow import FlowControl
+from .groupproto import copartitioning_problem, incremental
 from .loopside import Batch, LoopSide
 from .rebalance import Rebalance
 
@@ -85,6 +87,9 @@ class ConsumerThread:
         self._batch = worker.consume_batch
         self._burst = worker.burst
         conf = consumer_config(settings, group_id)
+        problem = copartitioning_problem(conf)
+        if worker.dedup_scope is DedupScope.NAMESPACE and len(topics) > 1 and problem:
+            raise ConfigurationError(problem)
         # Polled every few ms: it reports the cluster's reachability once a second.
         self.health = BrokerHealth.of(settings.bootstrap_servers)
         conf.update(self.health.callbacks("consumer", on_error=self._on_error, stats=True))
@@ -113,13 +118,20 @@ class ConsumerThread:
         )
         self._flow = FlowControl(self._consumer, self.states, worker.buffer_size, metrics)
         self._committer.attach(self._consumer, self.states, self._poison.guards, self._flow.hold)
-        self.assignment = Assignment(
-            self._consumer, self.states, self._poison, mover=mover, dedup=dedup
-        )
-        """Newly assigned partitions, paused until their marks and keys are read back."""
         self._cluster = ClusterView(
             self._consumer, topics, self.states, metrics, settings.namespace
         )
+        shared = worker.dedup_scope is DedupScope.NAMESPACE
+        slots = Slots(list(topics), self.states, self._cluster.partition_counts)
+        self.assignment = Assignment(
+            self._consumer,
+            self.states,
+            self._poison,
+            mover=mover,
+            dedup=dedup,
+            slots=slots if shared and len(topics) > 1 else None,
+        )
+        """Newly assigned partitions, paused until their marks and keys are read back."""
         self._burst_watch = BurstWatch(
             self._consumer, self._committer, self.states, self._cluster.known_partition_counts
         )
@@ -136,6 +148,7 @@ class ConsumerThread:
             mover=mover,
             dedup=dedup,
             grace_s=worker.revoke_grace_s,
+            incremental=incremental(conf),
             drain_moves=self._drain_moves,
             notify=self._notify,
         )

@@ -1,10 +1,13 @@
 """Rebalances: what the consumer thread does when the group assigns, revokes or loses partitions.
 
-librdkafka calls these from inside ``poll`` on the consumer thread (cooperative-sticky: only the
-partitions that move are named). A revoked partition stays in the table until the loop has
-finished or given up its running jobs (``revoke_grace_s``) and their moves are written, then its
-watermark is committed and it is unassigned; a lost one (the session expired: another member
-may own it already) is dropped at once and nothing of it is committed.
+librdkafka calls these from inside ``poll`` on the consumer thread. An incremental protocol
+(the consumer protocol of KIP-848, classic cooperative-sticky) names only the partitions that
+move; an eager one (classic range) revokes everything and assigns the whole new assignment.
+
+A revoked partition stays in the table until the loop has finished or given up its running jobs
+(``revoke_grace_s``) and their moves are written, then its watermark is committed and it is
+unassigned; a lost one (the session expired: another member may own it already) is dropped at
+once and nothing of it is committed.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ class Rebalance:
         mover: Mover | None,
         dedup: DedupStore | None,
         grace_s: float,
+        incremental: bool,
         drain_moves: Callable[[], None],
         notify: Callable[..., None],
     ) -> None:
@@ -70,6 +74,7 @@ class Rebalance:
         self._mover = mover
         self._dedup = dedup
         self._grace_s = grace_s
+        self._incremental = incremental
         self._drain_moves = drain_moves
         self._notify = notify
         self.assigned_once = False
@@ -87,7 +92,10 @@ class Rebalance:
             state = PartitionState(tp.topic, tp.partition, priority, pidx)
             self.states[(state.topic, state.partition)] = state
             new.append(state)
-        consumer.incremental_assign(partitions)
+        if self._incremental:
+            consumer.incremental_assign(partitions)
+        else:
+            consumer.assign(partitions)
         if partitions:
             # librdkafka keeps a partition's pause flag across a revoke and a new assignment, so
             # a partition we paused before losing it would come back paused: resume it once its
@@ -164,7 +172,13 @@ class Rebalance:
             if self._mover is not None:
                 self._mover.forget((s.topic, s.partition) for s in states)
         self._forget(states)
-        consumer.incremental_unassign(partitions)
+        self._unassign(consumer, partitions)
+
+    def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self._incremental:
+            consumer.incremental_unassign(partitions)
+        else:
+            consumer.unassign()  # eager: everything was revoked
 
     def _forget(self, states: list[PartitionState]) -> None:
         """Drop what the thread keeps of partitions that are not ours any more."""

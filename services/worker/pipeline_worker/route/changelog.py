@@ -1,6 +1,8 @@
 """The worker's deduplication state, kept in memory and restored from the ``<ns>.dedup`` changelog.
 
-:class:`KafkaDedupStore` holds a :class:`pipeline._dedup.DedupTable` per owned job partition.
+:class:`KafkaDedupStore` holds a :class:`pipeline._dedup.DedupTable` per owned partition number
+(scope namespace: partition p of every priority topic shares it) or per owned job partition
+(scope priority).
 Settling and expiring return the changelog records that the worker writes in its transactions;
 :meth:`KafkaDedupStore.load` rebuilds the tables of newly assigned partitions by reading their
 changelog partitions from the beginning to the end they had when the load began. Changelog
@@ -29,7 +31,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pipeline._dedup import DedupTable, Where, restore_record, topic_priority
+from pipeline._dedup import DedupScope, DedupTable, Where, restore_record
 from pipeline._dedupstores import PartitionTables
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._job import now_ms
@@ -67,11 +69,12 @@ class KafkaDedupStore(PartitionTables):
         changelog: str,
         conf: Mapping[str, Any],
         *,
+        scope: DedupScope = DedupScope.NAMESPACE,
         restore_timeout_s: float = RESTORE_TIMEOUT_S,
         consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
         clock: Callable[[], int] = now_ms,
     ) -> None:
-        super().__init__()
+        super().__init__(scope=scope)
         self.changelog = changelog
         self._conf = dict(conf)
         self._timeout_s = restore_timeout_s
@@ -84,17 +87,24 @@ class KafkaDedupStore(PartitionTables):
         Raises :class:`DedupRestoreTimeoutError` naming the partitions left unread, and
         :class:`DedupRestoreError` when Kafka refuses the read.
         """
-        tables = {where: DedupTable() for where in partitions}
+        # A partition whose slot has a table already shares it: that table is current (only
+        # the owner of a slot writes its keys), and reading it again would forget the keys
+        # its running jobs claimed.
+        fresh = [where for where in partitions if not self.join(where)]
+        tables: dict[Where, DedupTable] = {}
         by_number: dict[int, dict[str, DedupTable]] = {}
-        for (topic, partition), table in tables.items():
+        for where in fresh:
+            label, partition = self.slot(where)
             of_number = by_number.setdefault(partition, {})
-            priority = topic_priority(topic)
-            if priority in of_number:
+            if label not in of_number:
+                of_number[label] = tables[where] = DedupTable()
+            elif self.scope is DedupScope.PRIORITY:
                 raise ConfigurationError(
-                    f"two loaded topics end in .{priority} (partition {partition}): "
+                    f"two loaded topics end in .{label} (partition {partition}): "
                     f"the changelog {self.changelog} cannot tell their keys apart"
                 )
-            of_number[priority] = table
+            else:
+                tables[where] = of_number[label]
         if by_number:
             timeout = self._timeout_s if timeout_s is None else timeout_s
             restore = _Restore(self.changelog, by_number, timeout, self._clock)

@@ -23,7 +23,14 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from pipeline._dedup import ChangelogRecord, DedupPolicy, KeyOutcome, Verdict, split_changelog_key
+from pipeline._dedup import (
+    ANY_PRIORITY,
+    ChangelogRecord,
+    DedupPolicy,
+    KeyOutcome,
+    Verdict,
+    split_changelog_key,
+)
 from pipeline._dedupstores import DedupStore
 from pipeline._job import now_ms
 
@@ -150,6 +157,8 @@ class Deduplicator:
             priority, _ = split_changelog_key(record.key)
         except ValueError:
             return None
+        if priority == ANY_PRIORITY:  # any topic of the slot: the worker owns them together
+            priority = next(iter(self._topics), priority)
         topic = self._topics.get(priority)
         return (topic, record.partition) if topic is not None else None
 

@@ -1,0 +1,114 @@
+"""One idempotency key runs once across every priority topic (``worker.dedup_scope`` namespace):
+enqueued 50 times over four priorities by three producers, also through a worker's SIGKILL."""
+
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from pipeline import Priority
+from tests.waiting import wait_for
+
+from .harness import wait_joined
+
+if TYPE_CHECKING:
+    from .fixtures import WorkerKit
+    from .harness import WorkerProcess
+    from .harness.runs import RunEvent, TopicPartitionKey
+
+KEYS = 200
+COPIES = 50
+PRODUCERS = 3
+
+# One producer process: copy c of key i goes to priority c % 4 and is sent by producer
+# (i * COPIES + c) % PRODUCERS, so every producer sends each key at every priority.
+PRODUCER = """
+import sys
+from pipeline import Pipeline, Priority
+
+number, producers, keys, copies = map(int, sys.argv[1:5])
+max_ms = float(sys.argv[5])
+priorities = list(Priority)
+app = Pipeline()
+for copy in range(copies):
+    for i in range(keys):
+        if (i * copies + copy) % producers == number:
+            payload = {"n": i, "min_ms": max_ms / 2, "max_ms": max_ms}
+            priority = priorities[copy % len(priorities)]
+            app.enqueue("sleepy", payload, idempotency_key=f"order-{i}", priority=priority)
+app.flush(60)
+app.close(30)
+"""
+
+
+def _start_producers(kit: WorkerKit, max_ms: float) -> list[subprocess.Popen[bytes]]:
+    env = kit.workers.environment()
+    args = [str(PRODUCERS), str(KEYS), str(COPIES), str(max_ms)]
+    return [
+        subprocess.Popen([sys.executable, "-c", PRODUCER, str(n), *args], env=env)
+        for n in range(PRODUCERS)
+    ]
+
+
+def _runs_by_key(kit: WorkerKit) -> Counter[int]:
+    return Counter(e.n for e in kit.recording.starts("sleepy"))
+
+
+def _keys_ran(kit: WorkerKit, keys: int) -> bool:
+    return len(_runs_by_key(kit)) >= keys
+
+
+def test_one_key_enqueued_50_times_over_four_priorities_by_three_producers_runs_once(
+    kit: WorkerKit,
+) -> None:
+    worker = kit.workers.start("--concurrency", "32")
+    wait_joined(kit.settings, kit.offsets.group, [worker], stable=False)
+    for process in _start_producers(kit, max_ms=2.0):
+        assert process.wait(120) == 0, "a producer failed"
+    kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=120)
+    starts = kit.recording.starts("sleepy")
+    runs = Counter(e.n for e in starts)
+    assert sorted(runs) == list(range(KEYS)), "a key never ran"
+    assert [n for n, count in runs.items() if count > 1] == [], "a key ran twice"
+    written = Counter[str]()
+    for (topic, _), end in kit.offsets.ends(kit.topics.all_jobs()).items():
+        written[topic.rpartition(".")[2]] += end
+    sent = Counter(list(Priority)[c % 4].value for c in range(COPIES) for _ in range(KEYS))
+    assert written == sent, "the copies did not land on their priorities"
+
+
+def test_a_sigkill_runs_again_only_the_keys_whose_jobs_it_left_uncommitted(
+    kit: WorkerKit,
+) -> None:
+    """Two workers own every priority's partitions; one is SIGKILLed mid-stream and replaced.
+    A key runs twice only if its first run was not committed at the kill."""
+    args = ("--concurrency", "16")
+    env = {"PIPELINE_WORKER__COMMIT_INTERVAL_S": "0.2"}
+    workers: list[WorkerProcess] = [kit.workers.start(*args, env=env) for _ in range(2)]
+    wait_joined(kit.settings, kit.offsets.group, workers, stable=False)
+    producers = _start_producers(kit, max_ms=30.0)  # jobs of 15-30 ms: many in flight
+    assert wait_for(functools.partial(_keys_ran, kit, KEYS // 2), 120), "no progress"
+    recent = Counter(e.pid for e in kit.recording.starts("sleepy")[-50:])
+    victim = max(workers, key=lambda w: recent[w.pid])
+    victim.kill()
+    committed: dict[TopicPartitionKey, int] = kit.offsets.committed(kit.topics.all_jobs())
+    workers[workers.index(victim)] = kit.workers.start(*args, env=env)
+    for process in producers:
+        assert process.wait(120) == 0, "a producer failed"
+    kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=180)
+    starts = sorted(kit.recording.starts("sleepy"), key=lambda e: e.time_ns)
+    runs = Counter(e.n for e in starts)
+    assert sorted(runs) == list(range(KEYS)), "a key never ran"
+    first: dict[int, RunEvent] = {}
+    for event in starts:
+        first.setdefault(event.n, event)
+    for n in sorted(n for n, count in runs.items() if count > 1):
+        run = first[n]
+        assert run.pid == victim.pid, f"key {n} ran twice but its first worker was not killed"
+        assert run.offset >= committed[run.tp], f"key {n} ran again after it was committed"
+    in_flight = [e for e in starts if e.pid == victim.pid and e.offset >= committed[e.tp]]
+    assert in_flight, "the kill hit no job: nothing was tested"
+    print(f"{sum(c > 1 for c in runs.values())} keys ran twice; {len(in_flight)} uncommitted")
