@@ -6,7 +6,7 @@ built in a child process of its own, from nothing, holding N keys such as ``orde
 Python allocated for it, keys and ids included) and as the growth of the process's resident
 set (VmRSS, measured in a separate build, without tracemalloc). The baseline, a plain
 ``dict[str, str]`` of the same keys and job ids, is measured the same way in the same run.
-No Kafka is involved.
+No Kafka is involved. The section is written to ``docs/benchmarks.md`` (``--output``).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from pipeline._dedup import (
 from pipeline._job import new_job_id
 
 from .env import REPO_ROOT, machine, say
+from .report import Section, write_sections
 
 START_MS = 1_760_000_000_000
 HOUR_MS = 3_600_000
@@ -169,6 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.dedup_memory", description=__doc__)
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys per structure")
     parser.add_argument("--child", choices=STRUCTURES, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=REPO_ROOT / "docs" / "benchmarks.md",
+        help="the results file whose section this replaces (default: docs/benchmarks.md)",
+    )
     args = parser.parse_args(argv)
     keys: int = args.keys
     if args.child:
@@ -205,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for label, seconds in timings:
         lines.append(f"| {label} | {keys:,} | {seconds:.3f} | {seconds / keys * 1e6:.2f} |")
-    print("\n".join(lines))
+    section = Section(lines[0].removeprefix("## "), lines[2], extra=lines[4:])
+    write_sections(args.output, [section])
+    print(section.markdown())
     return 0
 
 

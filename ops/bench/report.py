@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,17 @@ def document(header: list[str], sections: list[Section], existing: str = "") -> 
         body.append(fresh.pop(title, text))
     body += fresh.values()
     return "\n".join(header) + "\n\n" + "\n".join(body)
+
+
+def write_sections(path: Path, sections: list[Section]) -> str:
+    """Replace ``sections`` in the results file at ``path`` (added at the end if new), keeping
+    its header and every other section; returns the new text. For the benchmarks run apart
+    from ``python -m ops.bench`` (``make bench-dedup``), which name their own commands."""
+    existing = path.read_text() if path.is_file() else ""
+    header = existing.split("\n## ", 1)[0].rstrip("\n").splitlines() if existing else []
+    text = document(header or ["# Benchmarks"], sections, existing)
+    path.write_text(text)
+    return text
 
 
 def _sections(text: str) -> list[tuple[str, str]]:

@@ -3,7 +3,9 @@ others (from other scripts or by hand) kept where they were."""
 
 from __future__ import annotations
 
-from ops.bench.report import Section, document
+from pathlib import Path
+
+from ops.bench.report import Section, document, write_sections
 
 EXISTING = """# Benchmarks
 
@@ -51,3 +53,16 @@ def test_without_an_existing_file_the_sections_are_written_in_order() -> None:
     sections = [Section("One", "first"), Section("Two", "second")]
     text = document(["# Benchmarks"], sections)
     assert text == "# Benchmarks\n\n" + sections[0].markdown() + "\n" + sections[1].markdown()
+
+
+def test_a_benchmark_run_apart_replaces_its_section_and_keeps_the_header(tmp_path: Path) -> None:
+    path = tmp_path / "benchmarks.md"
+    path.write_text(EXISTING)
+    text = write_sections(path, [Section("Idempotency keys", "newer keys")])
+    assert path.read_text() == text
+    assert text.startswith("# Benchmarks\n\n- Date: earlier\n\n## (a) Enqueue throughput\n")
+    assert "written by another script" not in text
+    assert "## Idempotency keys\n\nnewer keys\n" in text
+    assert "old scheduler numbers" in text
+    fresh = write_sections(tmp_path / "new.md", [Section("One", "first")])
+    assert fresh == "# Benchmarks\n\n" + Section("One", "first").markdown()
