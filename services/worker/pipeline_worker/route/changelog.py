@@ -121,13 +121,15 @@ class KafkaDedupStore(PartitionTables):
     def restore_conf(self) -> dict[str, Any]:
         """librdkafka options of the restore consumer: ``conf`` and what a restore needs."""
         return {
-            # A restore reads whole partitions as fast as it can: fetch more than 1 MB of each
-            # partition at a time (the default), which about halves the time of a big restore.
-            "max.partition.fetch.bytes": 8 * 1024 * 1024,
-            # But hold at most 16 MB of fetched records ahead of the fold (64 MB by default):
-            # with each record's librdkafka overhead, that takes about 75 MB off the peak
-            # memory of a restore of a million keys, and no time.
-            "queued.max.messages.kbytes": 16 * 1024,
+            # What librdkafka holds of a restore's records: fetched records cost it a few
+            # hundred bytes each once decompressed, and the changelog's records are small and
+            # lz4-compressed, so its own limits (50 MB a fetch, 64 MB queued, both counted
+            # compressed) let it hold about 400 MB for a million keys, more than their table.
+            # These bounds keep a restore of a million keys under 100 MB above its table.
+            "max.partition.fetch.bytes": 1024 * 1024,
+            "fetch.max.bytes": 4 * 1024 * 1024,
+            "queued.max.messages.kbytes": 4 * 1024,
+            "queued.min.messages": 10_000,
             **self._conf,
             "group.id": f"{self.changelog}.restore",  # required; never joined or committed
             "enable.auto.commit": False,
