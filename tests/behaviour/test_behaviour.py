@@ -244,14 +244,16 @@ def test_a_job_whose_idempotency_key_is_held_is_acknowledged_unrun(harness: Harn
     first = harness.enqueue("echo", {"text": "first"}, idempotency_key="order-1")
     again = harness.enqueue("echo", {"text": "again"}, idempotency_key="order-1")
     other = harness.enqueue("echo", {"text": "other"}, idempotency_key="order-2")
-    # The scope of a key is its priority: the same key at another priority is another key.
+    # The scope of a key is the namespace: the same key at another priority is the same key.
     high = harness.enqueue("echo", {"text": "high"}, idempotency_key="order-1", priority="high")
     settled = harness.settle([first, again, other, high])
-    assert settled[first] == Outcome("succeeded", None, 1, {"echo": "first", "attempt": 1})
+    # Of the two copies read first, at default and at high, whichever the worker reads first
+    # runs; the copy enqueued after both is deduplicated either way.
+    [ran] = [job for job in (first, high) if settled[job].status == "succeeded"]
+    assert {settled[job].status for job in (first, high)} == {"succeeded", "deduplicated"}
     assert settled[again].status == "deduplicated"
     assert settled[other] == Outcome("succeeded", None, 1, {"echo": "other", "attempt": 1})
-    assert settled[high] == Outcome("succeeded", None, 1, {"echo": "high", "attempt": 1})
-    assert sorted(call.job_id for call in settled.calls) == sorted([first, other, high])
+    assert sorted(call.job_id for call in settled.calls) == sorted([ran, other])
     # Held for the type's dedup_ttl after its job succeeded.
     after = harness.enqueue("echo", {"text": "after"}, idempotency_key="order-1")
     assert harness.settle([after])[after].status == "deduplicated"

@@ -124,7 +124,7 @@ class StubWorker:
         self._ranks = {app.topics.jobs(p): rank for p, rank in _RANKS.items()}
         self._seen = 0
         self._seq = 0
-        self._keys = MemoryDedupStore()
+        self._keys = MemoryDedupStore(scope=app.settings.worker.dedup_scope)
         """Idempotency keys, per partition, as the worker keeps them (on the fake clock)."""
         self._deduplicated: list[Job] = []
         self._ready: list[tuple[int, int, SentMessage]] = []
