@@ -17,13 +17,13 @@ from ._dedup import (
     DedupNotLoadedError,
     DedupPolicy,
     DedupScope,
-    DedupTable,
     KeyOutcome,
     Verdict,
     Where,
     changelog_key,
     topic_priority,
 )
+from ._deduptable import DedupTable
 
 __all__ = ["DedupStore", "MemoryDedupStore", "PartitionTables"]
 

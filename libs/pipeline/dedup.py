@@ -13,11 +13,11 @@ from ._dedup import (
     DedupMode,
     DedupPolicy,
     DedupScope,
-    DedupTable,
     KeyOutcome,
     Verdict,
 )
 from ._dedupstores import DedupStore, MemoryDedupStore, PartitionTables
+from ._deduptable import DedupTable
 
 __all__ = [
     "ChangelogRecord",

@@ -24,13 +24,12 @@ from pathlib import Path
 
 from pipeline._dedup import (
     DedupPolicy,
-    DedupTable,
     Entry,
     KeyOutcome,
     changelog_key,
     encode_entry,
-    restore_record,
 )
+from pipeline._deduptable import DedupTable, restore_record
 from pipeline._job import new_job_id
 
 from .env import REPO_ROOT, machine, say

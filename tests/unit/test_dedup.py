@@ -18,18 +18,17 @@ from pipeline._dedup import (
     DedupNotLoadedError,
     DedupPolicy,
     DedupScope,
-    DedupTable,
     Entry,
     KeyOutcome,
     Verdict,
     changelog_key,
     decode_entry,
     encode_entry,
-    restore_record,
     split_changelog_key,
     topic_priority,
 )
 from pipeline._dedupstores import DedupStore, MemoryDedupStore, PartitionTables
+from pipeline._deduptable import DedupTable, restore_record
 from pipeline._errors import ConfigurationError
 from pipeline_worker.route.changelog import (
     DedupRestoreError,

@@ -31,8 +31,9 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
-from pipeline._dedup import DedupScope, DedupTable, Where, restore_record
+from pipeline._dedup import DedupScope, Where
 from pipeline._dedupstores import PartitionTables
+from pipeline._deduptable import DedupTable, restore_record
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._job import now_ms
 
