@@ -164,7 +164,8 @@ def flush(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_the_consumer_settings_follow_the_design() -> None:
     conf = consumer_config(Settings(namespace="ns", kafka={"fetch.min.bytes": "7"}), "g")
-    assert conf["partition.assignment.strategy"] == "cooperative-sticky"
+    assert conf["group.protocol"] == "consumer"
+    assert conf["group.remote.assignor"] == "range"  # co-partitions the priority topics
     assert conf["enable.auto.commit"] is False
     assert conf["enable.auto.offset.store"] is False
     assert conf["isolation.level"] == "read_committed"

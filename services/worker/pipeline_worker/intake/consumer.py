@@ -27,6 +27,7 @@ from pipeline import Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import PipelineError
+from pipeline._groupadmin import ensure_group_configs
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import is_missing_topic
 
@@ -38,7 +39,8 @@ from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
 from .assignment import Assignment
 from .burst import BurstWatch
 from .cluster import ClusterView
-from .config import consumer_config
+from .config import consumer_config, is_eager
+from .eager import Callback, eager
 from .flow import FlowControl
 from .loopside import Batch, LoopSide
 from .rebalance import Rebalance
@@ -84,7 +86,9 @@ class ConsumerThread:
         self._metrics = metrics
         self._batch = worker.consume_batch
         self._burst = worker.burst
+        self._settings = settings
         conf = consumer_config(settings, group_id)
+        self._eager = is_eager(conf)
         # Polled every few ms: it reports the cluster's reachability once a second.
         self.health = BrokerHealth.of(settings.bootstrap_servers)
         conf.update(self.health.callbacks("consumer", on_error=self._on_error, stats=True))
@@ -159,11 +163,17 @@ class ConsumerThread:
 
     def _main(self) -> None:
         try:
+            # Under the consumer protocol the group's session timeout is a group config: set
+            # before joining, so that this member's first session has it already.
+            ensure_group_configs(self._settings)
+            rebalance = self.rebalance
+            on_assign: Callback = rebalance.on_assign
+            on_revoke: Callback = rebalance.on_revoke
+            on_lost: Callback = rebalance.on_lost
+            if self._eager:
+                on_assign, on_revoke, on_lost = eager(on_assign), eager(on_revoke), eager(on_lost)
             self._consumer.subscribe(
-                list(self._topics),
-                on_assign=self.rebalance.on_assign,
-                on_revoke=self.rebalance.on_revoke,
-                on_lost=self.rebalance.on_lost,
+                list(self._topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost
             )
             self._loop()
             self._final_commit()
