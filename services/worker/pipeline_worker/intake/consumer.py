@@ -175,6 +175,9 @@ class ConsumerThread:
             self._consumer.subscribe(
                 list(self._topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost
             )
+            # Under the consumer protocol a subscription to a topic that does not exist reports
+            # no error (the classic one does): ask the cluster once after the first poll.
+            self._cluster.topic_missing(time.monotonic())
             self._loop()
             self._final_commit()
         except PipelineError as exc:  # says what to do: no traceback
