@@ -8,7 +8,8 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
 * ``bench.latency`` writes ``<start ns - enqueue ns>`` for every job;
 * ``bench.due`` writes ``<start ns - not_before ns>`` for every job (a delayed job's lateness);
 * ``bench.counted`` writes ``S <n> <ns>`` when it starts and ``E <n> <ns>`` when it ends, after
-  ``ms`` milliseconds (which jobs ran, how often, which were running at a moment).
+  ``ms`` milliseconds (which jobs ran, how often, which were running at a moment);
+* ``bench.stamped`` writes ``R <pid> <ns>`` when it starts (which worker ran jobs when).
 """
 
 from __future__ import annotations
@@ -66,3 +67,11 @@ def counted(n: int, ms: float = 0.0) -> None:
     if ms:
         time.sleep(ms / 1000)
     _write(f"E {n} {time.time_ns()}\n")
+
+
+@app.job("bench.stamped")
+def stamped(n: int, ms: float = 0.0) -> None:
+    """Note which process started job ``n``, and when: ``R <pid> <ns>``; then sleep ``ms``."""
+    _write(f"R {os.getpid()} {time.time_ns()}\n")
+    if ms:
+        time.sleep(ms / 1000)

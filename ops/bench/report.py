@@ -64,6 +64,14 @@ def document(header: list[str], sections: list[Section], existing: str = "") -> 
     return "\n".join(header) + "\n\n" + "\n".join(body)
 
 
+def replace_sections(existing: str, sections: list[Section]) -> str:
+    """``existing`` with ``sections`` in place of those of the same titles (new ones at the
+    end), its header and every other section kept: for a benchmark that writes its own."""
+    first = existing.find("\n## ")
+    header = existing[: first + 1] if first >= 0 else existing
+    return document(header.rstrip("\n").split("\n"), sections, existing)
+
+
 def _sections(text: str) -> list[tuple[str, str]]:
     """``(title, markdown)`` of each ``## `` section of ``text``, in order (the header before
     the first one left out)."""

@@ -3,7 +3,7 @@ others (from other scripts or by hand) kept where they were."""
 
 from __future__ import annotations
 
-from ops.bench.report import Section, document
+from ops.bench.report import Section, document, replace_sections
 
 EXISTING = """# Benchmarks
 
@@ -51,3 +51,15 @@ def test_without_an_existing_file_the_sections_are_written_in_order() -> None:
     sections = [Section("One", "first"), Section("Two", "second")]
     text = document(["# Benchmarks"], sections)
     assert text == "# Benchmarks\n\n" + sections[0].markdown() + "\n" + sections[1].markdown()
+
+
+def test_a_benchmark_of_its_own_replaces_its_section_and_keeps_the_header() -> None:
+    existing = "# Benchmarks\n\nheader text\n\n## A\n\nold a\n\n## B\n\nb\n"
+    text = replace_sections(existing, [Section("A", "new a")])
+    assert text.startswith("# Benchmarks\n\nheader text\n\n## A\n\nnew a\n")
+    assert "old a" not in text
+    assert text.endswith("## B\n\nb\n")
+    assert replace_sections(text, [Section("A", "new a")]) == text
+    added = replace_sections(existing, [Section("C", "c")])
+    assert added.startswith("# Benchmarks\n\nheader text\n\n## A\n\nold a\n")
+    assert added.rstrip("\n").endswith("## B\n\nb\n\n## C\n\nc")
