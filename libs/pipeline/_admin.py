@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from ._adminsession import AdminSession, PartitionOffsets
 from ._errors import TopicAdminError
+from ._groupadmin import group_config_changes
 from ._topicspec import (
     ApplyReport,
     Change,
@@ -84,7 +85,8 @@ def _check_brokers(plans: Iterable[TopicPlan], brokers: int) -> None:
 
 
 def apply_topics(settings: Settings, *, dry_run: bool = False, timeout: float = 30) -> ApplyReport:
-    """Create missing topics, grow partitions and set managed configs; return what changed.
+    """Create missing topics, grow partitions and set managed configs, and the group configs
+    of the workers' groups under the consumer group protocol; return what changed.
 
     With ``dry_run`` the broker validates every change (``validate_only``) and nothing changes.
     ``timeout`` bounds the whole operation, including the wait until new partitions have
@@ -111,7 +113,8 @@ def apply_topics(settings: Settings, *, dry_run: bool = False, timeout: float = 
             session.wait_ready({s.name: s.partitions for s in to_create} | to_grow)
         if to_alter:
             session.wait_configs(to_alter)
-    report = ApplyReport(tuple(c for p in plans for c in p.changes), dry_run=dry_run)
+    groups = group_config_changes(session, dry_run=dry_run)
+    report = ApplyReport((*(c for p in plans for c in p.changes), *groups), dry_run=dry_run)
     _log.info("topics apply: %s", report.summary())
     return report
 

@@ -154,7 +154,7 @@ class AdminSession:
             try:
                 return attempt()
             except (_NotVisibleError, TopicAdminError) as exc:
-                if isinstance(exc, TopicAdminError) and not _has_code(exc.__cause__, *_TRANSIENT):
+                if isinstance(exc, TopicAdminError) and not has_code(exc.__cause__, *_TRANSIENT):
                     raise
                 if time.monotonic() + pause >= self._end:
                     if isinstance(exc, TopicAdminError):
@@ -221,7 +221,7 @@ class AdminSession:
                 self.result(future, "create", name)
             except TopicAdminError as exc:
                 # Created meanwhile by a concurrent apply: fine, the next apply reconciles it.
-                if not _has_code(exc.__cause__, KafkaError.TOPIC_ALREADY_EXISTS):
+                if not has_code(exc.__cause__, KafkaError.TOPIC_ALREADY_EXISTS):
                     raise
 
     def grow(self, counts: Mapping[str, int], *, validate_only: bool) -> None:
@@ -312,7 +312,7 @@ class AdminSession:
         }
 
 
-def _has_code(exc: BaseException | None, *codes: int) -> bool:
+def has_code(exc: BaseException | None, *codes: int) -> bool:
     if not isinstance(exc, KafkaException) or not exc.args:
         return False
     err = exc.args[0]

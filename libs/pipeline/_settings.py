@@ -174,7 +174,13 @@ class WorkerSettings(BaseModel):
         "unreachable this long",
     )
     max_poll_interval_ms: int = Field(300_000, ge=1)
-    session_timeout_ms: int = Field(45_000, ge=1)
+    session_timeout_ms: int = Field(
+        45_000, ge=1, description="a dead worker's partitions move this long after it dies"
+    )
+    group_protocol: Literal["consumer", "classic"] = Field(
+        "consumer",
+        description="'consumer' (KIP-848: the session timeout is a group config) or 'classic'",
+    )
     key_ordering: bool = Field(
         False, description="jobs with the same Kafka key never run concurrently, in offset order"
     )

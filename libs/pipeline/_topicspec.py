@@ -34,6 +34,8 @@ __all__ = [
 
 HOUR_MS = 3600 * 1000
 MIN_INSYNC = "min.insync.replicas"
+GROUP_ROW = "group "
+"""How a consumer group's row of an apply is named: ``group <id>`` (see ``_groupadmin``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,8 +264,14 @@ class ApplyReport:
             parts.append(f"{verb} partitions to {_plural(grown, 'topic')}")
         if configs:
             verb = "would change" if self.dry_run else "changed"
-            on = len({c.topic for c in configs})
-            parts.append(f"{verb} {_plural(len(configs), 'setting')} on {_plural(on, 'topic')}")
+            topics = {c.topic for c in configs if not c.topic.startswith(GROUP_ROW)}
+            groups = {c.topic for c in configs} - topics
+            on = " and ".join(
+                _plural(len(names), noun)
+                for names, noun in ((topics, "topic"), (groups, "group"))
+                if names
+            )
+            parts.append(f"{verb} {_plural(len(configs), 'setting')} on {on}")
         text = ", ".join(parts) if parts else "nothing to change"
         if self.warnings:
             text += f"; {_plural(len(self.warnings), 'warning')}"

@@ -12,6 +12,7 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
 * ``bench.wait`` (awaits ``ms`` milliseconds, as a handler waiting on a network call does) and
   ``bench.cpu`` (computes for ``us`` microseconds, holding the GIL) write ``<pid> <ns>`` when
   they end (the rate of several worker processes together, and each one's share).
+* ``bench.stamped`` writes ``R <pid> <ns>`` when it starts (which worker ran jobs when).
 """
 
 from __future__ import annotations
@@ -92,3 +93,11 @@ def cpu(n: int, us: float) -> None:
     while time.perf_counter_ns() < until:
         block = hashlib.blake2b(block).digest()
     _done()
+
+
+@app.job("bench.stamped")
+def stamped(n: int, ms: float = 0.0) -> None:
+    """Note which process started job ``n``, and when: ``R <pid> <ns>``; then sleep ``ms``."""
+    _write(f"R {os.getpid()} {time.time_ns()}\n")
+    if ms:
+        time.sleep(ms / 1000)

@@ -39,8 +39,9 @@ class Broker:
 
 
 @contextlib.contextmanager
-def broker() -> Iterator[Broker]:
-    """``PIPELINE_BOOTSTRAP_SERVERS`` if set, else a fresh local broker stopped afterwards."""
+def broker(nodes: int = 1) -> Iterator[Broker]:
+    """``PIPELINE_BOOTSTRAP_SERVERS`` if set, else a fresh local cluster of ``nodes`` (1 or 3)
+    stopped afterwards."""
     given = os.environ.get("PIPELINE_BOOTSTRAP_SERVERS")
     if given:
         yield Broker(given, "an existing broker (PIPELINE_BOOTSTRAP_SERVERS), version not probed")
@@ -49,17 +50,19 @@ def broker() -> Iterator[Broker]:
 
     with tempfile.TemporaryDirectory(prefix="pipeline-bench-") as data_dir:
         cluster = devbroker.up(
-            nodes=1,
+            nodes=nodes,
             data_dir=Path(data_dir),
-            base_port=devbroker.free_base_port(1),
+            base_port=devbroker.free_base_port(nodes),
             progress=say,
             fresh=True,
         )
+        shape = "one KRaft node" if nodes == 1 else f"{nodes} KRaft nodes"
+        heap = "1G" if nodes == 1 else "512m each"
         try:
             yield Broker(
                 cluster.bootstrap_servers,
-                f"Apache Kafka {devbroker.KAFKA_VERSION}, one KRaft node started by the "
-                "benchmark (`pipeline_cli.devbroker`, heap 1G), on the same machine",
+                f"Apache Kafka {devbroker.KAFKA_VERSION}, {shape} started by the "
+                f"benchmark (`pipeline_cli.devbroker`, heap {heap}), on the same machine",
             )
         finally:
             devbroker.down(Path(data_dir), purge=False)

@@ -65,13 +65,20 @@ def document(header: list[str], sections: list[Section], existing: str = "") -> 
     return "\n".join(header) + "\n\n" + "\n".join(body)
 
 
+def replace_sections(existing: str, sections: list[Section]) -> str:
+    """``existing`` with ``sections`` in place of those of the same titles (new ones at the
+    end), its header and every other section kept: for a benchmark that writes its own."""
+    first = existing.find("\n## ")
+    header = existing[: first + 1] if first >= 0 else existing
+    return document(header.rstrip("\n").split("\n"), sections, existing)
+
+
 def write_sections(path: Path, sections: list[Section]) -> str:
-    """Replace ``sections`` in the results file at ``path`` (added at the end if new), keeping
-    its header and every other section; returns the new text. For the benchmarks run apart
-    from ``python -m ops.bench`` (``make bench-dedup``), which name their own commands."""
-    existing = path.read_text() if path.is_file() else ""
-    header = existing.split("\n## ", 1)[0].rstrip("\n").splitlines() if existing else []
-    text = document(header or ["# Benchmarks"], sections, existing)
+    """:func:`replace_sections` in the results file at ``path`` (made if missing); returns the
+    new text. For the benchmarks run apart from ``python -m ops.bench``, which name their own
+    commands."""
+    existing = path.read_text() if path.is_file() else "# Benchmarks\n"
+    text = replace_sections(existing, sections)
     path.write_text(text)
     return text
 

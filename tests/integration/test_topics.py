@@ -19,6 +19,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
 )
 
 from pipeline._admin import (
+    ApplyReport,
+    Change,
     ChangeAction,
     TopicAdminError,
     apply_topics,
@@ -27,6 +29,7 @@ from pipeline._admin import (
 )
 from pipeline._errors import KafkaUnavailableError
 from pipeline._settings import Settings
+from pipeline._topicspec import GROUP_ROW
 from pipeline_cli._topics import topics
 
 if TYPE_CHECKING:
@@ -91,13 +94,21 @@ def closed_port() -> int:
 # --- apply ---------------------------------------------------------------------------------
 
 
+def topic_rows(report: ApplyReport) -> list[Change]:
+    return [c for c in report.changes if not c.topic.startswith(GROUP_ROW)]
+
+
+def group_rows(report: ApplyReport) -> list[tuple[str, ChangeAction, str]]:
+    return [(c.topic, c.action, c.detail) for c in report.changes if c.topic.startswith(GROUP_ROW)]
+
+
 def test_apply_creates_every_topic_as_specified(settings: Settings, admin: AdminClient) -> None:
     report = apply_topics(settings)
 
     specs = topic_specs(settings)
-    assert [c.topic for c in report.changes] == [s.name for s in specs]
-    assert {c.action for c in report.changes} == {ChangeAction.CREATED}
-    assert report.summary() == f"created {len(specs)} topics"
+    assert [c.topic for c in topic_rows(report)] == [s.name for s in specs]
+    assert {c.action for c in topic_rows(report)} == {ChangeAction.CREATED}
+    assert report.summary() == f"created {len(specs)} topics, changed 4 settings on 2 groups"
     assert partitions_of(admin, [s.name for s in specs]) == {s.name: s.partitions for s in specs}
     for spec in specs:
         configs = configs_of(admin, spec.name)
@@ -105,6 +116,41 @@ def test_apply_creates_every_topic_as_specified(settings: Settings, admin: Admin
             assert same(configs[key], wanted), (spec.name, key, configs[key], wanted)
     assert configs_of(admin, f"{settings.namespace}.schedules")["cleanup.policy"] == "compact"
     assert configs_of(admin, f"{settings.namespace}.dlq")["retention.ms"] == str(14 * DAY_MS)
+
+
+def test_apply_sets_the_workers_group_configs_under_the_consumer_protocol(
+    settings: Settings,
+) -> None:
+    ns = settings.namespace
+    short = settings.model_copy(
+        update={"worker": settings.worker.model_copy(update={"session_timeout_ms": 6000})}
+    )
+    first = apply_topics(short)
+    session, heartbeat = "consumer.session.timeout.ms", "consumer.heartbeat.interval.ms"
+    for group in (f"{ns}.workers", f"{ns}.workers.retry"):
+        assert (
+            f"{GROUP_ROW}{group}",
+            ChangeAction.CONFIG,
+            f"{session} the broker default -> 6000",
+        ) in group_rows(first)
+        assert (
+            f"{GROUP_ROW}{group}",
+            ChangeAction.CONFIG,
+            f"{heartbeat} the broker default -> 1000",
+        ) in group_rows(first)
+    assert not apply_topics(short).changed
+    # Below the dev broker's group.consumer.min.session.timeout.ms: a warning, not a failure.
+    refused = apply_topics(
+        short.model_copy(
+            update={"worker": short.worker.model_copy(update={"session_timeout_ms": 3000})}
+        )
+    )
+    assert {a for _, a, _ in group_rows(refused)} == {ChangeAction.WARNING}
+    assert all("group.consumer.min.session.timeout.ms" in d for _, _, d in group_rows(refused))
+    classic = short.model_copy(
+        update={"worker": short.worker.model_copy(update={"group_protocol": "classic"})}
+    )
+    assert group_rows(apply_topics(classic)) == []
 
 
 def test_topics_take_writes_right_after_apply(
@@ -140,7 +186,8 @@ def test_second_apply_changes_nothing(settings: Settings) -> None:
     again = apply_topics(settings)
 
     assert {c.action for c in again.changes} == {ChangeAction.UNCHANGED}
-    assert len(again.changes) == len(topic_specs(settings))
+    assert len(topic_rows(again)) == len(topic_specs(settings))
+    assert len(group_rows(again)) == 2
     assert not again.changed
     assert again.summary() == "nothing to change"
 
@@ -149,7 +196,7 @@ def test_dry_run_changes_nothing(settings: Settings, admin: AdminClient) -> None
     report = apply_topics(settings, dry_run=True)
 
     assert report.dry_run
-    assert {c.action for c in report.changes} == {ChangeAction.CREATED}
+    assert {c.action for c in topic_rows(report)} == {ChangeAction.CREATED}
     assert report.summary().startswith("would create ")
     assert partitions_of(admin, [s.name for s in topic_specs(settings)]) == {}
 
@@ -203,7 +250,7 @@ def test_changed_retention_is_altered(settings: Settings, admin: AdminClient) ->
         + [f"{ns}.retry.{i}" for i in range(len(settings.topics.retry_delays_s))]
         + [f"{ns}.deferred.{i}" for i in range(len(settings.scheduler.wait_tiers_s))]
     )
-    assert {c.action for c in report.changes} == {ChangeAction.CONFIG, ChangeAction.UNCHANGED}
+    assert {c.action for c in topic_rows(report)} == {ChangeAction.CONFIG, ChangeAction.UNCHANGED}
     # apply returns only once the new values are visible, so a re-run finds nothing to do.
     assert apply_topics(shorter).summary() == "nothing to change"
     assert configs_of(admin, f"{ns}.jobs.high")["retention.ms"] == str(DAY_MS)
@@ -319,10 +366,10 @@ def test_cli_apply_twice(bootstrap_servers: str, namespace: str) -> None:
     assert first.exit_code == 0, first.output
     assert f"{namespace}.jobs.high" in first.stdout
     assert "created (6 partitions, replication factor 1)" in first.stdout
-    assert first.stdout.splitlines()[-1] == "created 20 topics"
+    assert first.stdout.splitlines()[-1] == "created 20 topics, changed 4 settings on 2 groups"
     assert second.exit_code == 0, second.output
     assert second.stdout.splitlines()[-1] == "nothing to change"
-    assert second.stdout.count("unchanged") == 20
+    assert second.stdout.count("unchanged") == 22  # 20 topics, the 2 groups of the workers
 
 
 def test_cli_dry_run_and_json(bootstrap_servers: str, namespace: str) -> None:
@@ -334,7 +381,9 @@ def test_cli_dry_run_and_json(bootstrap_servers: str, namespace: str) -> None:
     data = json.loads(dry.stdout)
     assert data["dry_run"] is True
     assert data["changed"] is True
-    assert {c["action"] for c in data["changes"]} == {"created"}
+    actions = {c["topic"]: c["action"] for c in data["changes"]}
+    assert {a for t, a in actions.items() if not t.startswith(GROUP_ROW)} == {"created"}
+    assert {a for t, a in actions.items() if t.startswith(GROUP_ROW)} == {"config"}
     described = cli("describe", "--json", *options)
     assert described.exit_code == 0, described.output
     assert not any(t["exists"] for t in json.loads(described.stdout)["topics"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ops.bench.report import Section, document, write_sections
+from ops.bench.report import Section, document, replace_sections, write_sections
 
 EXISTING = """# Benchmarks
 
@@ -66,3 +66,15 @@ def test_a_benchmark_run_apart_replaces_its_section_and_keeps_the_header(tmp_pat
     assert "old scheduler numbers" in text
     fresh = write_sections(tmp_path / "new.md", [Section("One", "first")])
     assert fresh == "# Benchmarks\n\n" + Section("One", "first").markdown()
+
+
+def test_a_benchmark_of_its_own_replaces_its_section_and_keeps_the_header() -> None:
+    existing = "# Benchmarks\n\nheader text\n\n## A\n\nold a\n\n## B\n\nb\n"
+    text = replace_sections(existing, [Section("A", "new a")])
+    assert text.startswith("# Benchmarks\n\nheader text\n\n## A\n\nnew a\n")
+    assert "old a" not in text
+    assert text.endswith("## B\n\nb\n")
+    assert replace_sections(text, [Section("A", "new a")]) == text
+    added = replace_sections(existing, [Section("C", "c")])
+    assert added.startswith("# Benchmarks\n\nheader text\n\n## A\n\nold a\n")
+    assert added.rstrip("\n").endswith("## B\n\nb\n\n## C\n\nc")

@@ -86,6 +86,10 @@ def test_properties_of_one_node(tmp_path: Path) -> None:
         "share.coordinator.state.topic.min.isr",
     ):
         assert props[key] == "1", key
+    # Short worker session timeouts are group configs under the consumer group protocol: the
+    # dev broker allows what the classic protocol allows (6 s), and a 1 s heartbeat.
+    assert props["group.consumer.min.session.timeout.ms"] == "6000"
+    assert props["group.consumer.min.heartbeat.interval.ms"] == "1000"
 
 
 def test_properties_of_three_nodes(tmp_path: Path) -> None:

@@ -36,6 +36,11 @@ def node_properties(node: DevNode, cluster: Sequence[DevNode]) -> dict[str, str]
         "log.dirs": str(node.data_path),
         "auto.create.topics.enable": "false",
         "group.initial.rebalance.delay.ms": "0",
+        # The consumer group protocol's session timeout and heartbeat interval are group configs
+        # the workers set (pipeline._groupconfig); the broker's default bounds (at least 45 s and
+        # 5 s) would refuse a short one. These are the classic protocol's bounds instead.
+        "group.consumer.min.session.timeout.ms": "6000",
+        "group.consumer.min.heartbeat.interval.ms": "1000",
         "num.partitions": "1",
         "default.replication.factor": str(replicas),
         # Few internal partitions: faster startup and group coordination on a small machine.

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 from pipeline import Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
+from pipeline_worker.commit import committer as committer_module
 from pipeline_worker.intake import consumer as consumer_module
 from pipeline_worker.intake.config import consumer_config
 from pipeline_worker.intake.consumer import CHORES_S, ConsumerThread
@@ -172,7 +173,8 @@ def flush(loop: asyncio.AbstractEventLoop) -> None:
 
 def test_the_consumer_settings_follow_the_design() -> None:
     conf = consumer_config(Settings(namespace="ns", kafka={"fetch.min.bytes": "7"}), "g")
-    assert conf["partition.assignment.strategy"] == "range"  # co-partitions: see groupproto
+    assert conf["group.protocol"] == "consumer"
+    assert conf["group.remote.assignor"] == "range"  # co-partitions the priority topics
     assert conf["enable.auto.commit"] is False
     assert conf["enable.auto.offset.store"] is False
     assert conf["isolation.level"] == "read_committed"
@@ -273,6 +275,30 @@ def test_commits_take_the_watermark_and_the_position_past_transaction_markers(
     assert (busy.committed, idle.committed) == (4, 6)
     thread._committer.commit(thread.states.values(), 1.0)
     assert len(fake.commits) == 1  # nothing moved: nothing to commit
+
+
+def test_a_scheduled_commit_waits_while_the_previous_one_is_unanswered(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, _ = consumer_thread(loop)
+    (state,) = own(thread, 0)
+    thread._hand(messages(0, 0, 10))
+    committer = thread._committer
+    state.commit_offset = 3
+    committer.commit(thread.states.values(), 0.0)
+    state.commit_offset = 6
+    committer.commit(thread.states.values(), 1.0)  # the first one is not answered yet
+    assert fake.commits == [(True, [(TOPIC, 0, 3)])]
+    committer.on_commit(None, [TopicPartition(TOPIC, 0, 3)])
+    committer.commit(thread.states.values(), 2.0)  # answered: the offsets waited are sent
+    assert fake.commits[-1] == (True, [(TOPIC, 0, 6)])
+    state.commit_offset = 8
+    committer.commit(thread.states.values(), 3.0, clean=True)  # a partition handed over
+    assert fake.commits[-1] == (True, [(TOPIC, 0, 8)])
+    state.commit_offset = 9
+    committer._started[-1] -= committer_module.IN_FLIGHT_WAIT_S  # unanswered for too long
+    committer.commit(thread.states.values(), 4.0)
+    assert fake.commits[-1] == (True, [(TOPIC, 0, 9)])
 
 
 def test_commits_are_due_by_time_or_by_count(loop: asyncio.AbstractEventLoop) -> None:

@@ -98,6 +98,10 @@ def test_a_worker_refuses_an_assignor_that_would_run_one_key_twice() -> None:
 
     sticky = {"partition.assignment.strategy": "cooperative-sticky"}
     with pytest.raises(ConfigurationError, match="assignor is cooperative-sticky"):
-        thread(kafka_consumer=sticky)
+        thread(group_protocol="classic", kafka_consumer=sticky)
+    with pytest.raises(ConfigurationError, match="assignor is uniform"):
+        thread(kafka_consumer={"group.remote.assignor": "uniform"})
     with pytest.raises(pytest.fail.Exception, match="refused before"):
-        thread(kafka_consumer=sticky, dedup_scope="priority")
+        thread(group_protocol="classic", kafka_consumer=sticky, dedup_scope="priority")
+    with pytest.raises(pytest.fail.Exception, match="refused before"):
+        thread()  # the default: the consumer protocol with the broker's range assignor

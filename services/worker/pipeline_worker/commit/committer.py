@@ -48,6 +48,13 @@ MAP_COST_FLOOR_S = 0.0005
 HOLD_FRACTION = 0.75
 """A partition whose whole mark is longer than this fraction of the metadata limit takes no new
 jobs: the rest is room for the jobs already taken, which still finish."""
+IN_FLIGHT_WAIT_S = 5.0
+"""A scheduled asynchronous commit waits while the previous one is unanswered (at most this
+long; the next due commit carries its offsets). Commits queued on the group coordinator's
+connection hold back the group heartbeats behind them: on a loaded cluster a consumer-protocol
+member's heartbeat then timed out, librdkafka backed it off for minutes and the member was
+fenced once its session expired. The last commit of a revoked partition and pushed marks never
+wait."""
 
 
 class Committer:
@@ -200,7 +207,14 @@ class Committer:
         if not offsets:
             return True
         if not sync:
-            self._started.append(time.monotonic())
+            now = time.monotonic()
+            if (
+                self._started
+                and not (clean or force)
+                and now - self._started[-1] < IN_FLIGHT_WAIT_S
+            ):
+                return True  # see IN_FLIGHT_WAIT_S
+            self._started.append(now)
             try:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
             except KafkaException as exc:

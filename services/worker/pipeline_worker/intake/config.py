@@ -5,6 +5,34 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline import Settings
+from pipeline._groupconfig import group_protocol, heartbeat_interval_ms
+from pipeline._settings import WorkerSettings
+
+from .groupproto import CO_PARTITIONING
+
+COOPERATIVE = "cooperative-sticky"
+"""The retry relay's classic assignor: its partitions need no co-partitioning."""
+
+
+def membership_config(
+    worker: WorkerSettings, *, classic_assignor: str, remote_assignor: str | None
+) -> dict[str, Any]:
+    """The group protocol's options. Under ``consumer`` (KIP-848) librdkafka refuses the
+    assignment strategy, the session timeout and the heartbeat interval: the broker assigns
+    (``group.remote.assignor``; None: the broker's default) and takes the timings from the
+    group's configs (:mod:`pipeline._groupconfig`). Under ``classic`` the client sets them."""
+    if group_protocol(worker) == "consumer":
+        conf: dict[str, Any] = {"group.protocol": "consumer"}
+        if remote_assignor is not None:
+            conf["group.remote.assignor"] = remote_assignor
+        return conf
+    session = worker.session_timeout_ms
+    return {
+        "group.protocol": "classic",
+        "partition.assignment.strategy": classic_assignor,
+        "session.timeout.ms": session,
+        "heartbeat.interval.ms": heartbeat_interval_ms(session),
+    }
 
 
 def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
@@ -13,17 +41,16 @@ def consumer_config(settings: Settings, group_id: str) -> dict[str, Any]:
     worker = settings.worker
     conf: dict[str, Any] = {
         "group.id": group_id,
-        # Range gives partition p of every priority topic to one member (see .groupproto).
-        "partition.assignment.strategy": "range",
+        **membership_config(
+            worker,
+            classic_assignor=CO_PARTITIONING,
+            remote_assignor=CO_PARTITIONING,
+        ),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
         "max.poll.interval.ms": worker.max_poll_interval_ms,
-        "session.timeout.ms": worker.session_timeout_ms,
-        # Members learn of a rebalance from a heartbeat response: beating every second instead
-        # of every 3 s makes each of the two rounds of a cooperative rebalance that much faster.
-        "heartbeat.interval.ms": max(100, min(1000, worker.session_timeout_ms // 3)),
         # End-of-partition events tell a burst run that a partition is drained.
         "enable.partition.eof": worker.burst,
         # Our own per-partition buffers hold the jobs waiting to run; librdkafka's prefetch only

@@ -28,6 +28,7 @@ from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedup import DedupScope
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import ConfigurationError, PipelineError
+from pipeline._groupadmin import ensure_group_configs
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import is_missing_topic
 
@@ -86,6 +87,7 @@ class ConsumerThread:
         self._metrics = metrics
         self._batch = worker.consume_batch
         self._burst = worker.burst
+        self._settings = settings
         conf = consumer_config(settings, group_id)
         problem = copartitioning_problem(conf)
         if worker.dedup_scope is DedupScope.NAMESPACE and len(topics) > 1 and problem:
@@ -172,12 +174,19 @@ class ConsumerThread:
 
     def _main(self) -> None:
         try:
+            # Under the consumer protocol the group's session timeout is a group config: set
+            # before joining, so that this member's first session has it already.
+            ensure_group_configs(self._settings)
+            rebalance = self.rebalance
             self._consumer.subscribe(
                 list(self._topics),
-                on_assign=self.rebalance.on_assign,
-                on_revoke=self.rebalance.on_revoke,
-                on_lost=self.rebalance.on_lost,
+                on_assign=rebalance.on_assign,
+                on_revoke=rebalance.on_revoke,
+                on_lost=rebalance.on_lost,
             )
+            # Under the consumer protocol a subscription to a topic that does not exist reports
+            # no error (the classic one does): ask the cluster once after the first poll.
+            self._cluster.topic_missing(time.monotonic())
             self._loop()
             self._final_commit()
         except PipelineError as exc:  # says what to do: no traceback

@@ -48,6 +48,7 @@ from pipeline._transactions import Transactions
 
 from .._metrics import WorkerMetrics
 from ..commit.moves import transactional_config
+from ..intake.config import COOPERATIVE, membership_config
 
 _log = logging.getLogger("pipeline.worker.relay")
 
@@ -82,14 +83,15 @@ class RetryRelay:
         health = BrokerHealth.of(settings.bootstrap_servers)
         consumer_conf: dict[str, Any] = {
             "group.id": retry_group(settings),
-            "partition.assignment.strategy": "cooperative-sticky",
+            # Nothing to co-partition here: the broker's default assignor (or cooperative-sticky).
+            **membership_config(
+                settings.worker, classic_assignor=COOPERATIVE, remote_assignor=None
+            ),
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": 100,
-            "session.timeout.ms": settings.worker.session_timeout_ms,
-            "heartbeat.interval.ms": max(100, min(1000, settings.worker.session_timeout_ms // 3)),
             **settings.client_config(),
             **health.callbacks("retry relay"),
         }
