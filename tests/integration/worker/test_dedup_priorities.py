@@ -89,7 +89,9 @@ def test_a_sigkill_runs_again_only_the_keys_whose_jobs_it_left_uncommitted(
     env = {"PIPELINE_WORKER__COMMIT_INTERVAL_S": "0.2"}
     workers: list[WorkerProcess] = [kit.workers.start(*args, env=env) for _ in range(2)]
     wait_joined(kit.settings, kit.offsets.group, workers, stable=False)
-    producers = _start_producers(kit, max_ms=30.0)  # jobs of 15-30 ms: many in flight
+    # Jobs of 200-400 ms: the 200 keys' first copies (the first 200 messages) take about two
+    # seconds to run on the two workers, so the kill lands while many run.
+    producers = _start_producers(kit, max_ms=400.0)
     assert wait_for(functools.partial(_keys_ran, kit, KEYS // 2), 120), "no progress"
     recent = Counter(e.pid for e in kit.recording.starts("sleepy")[-50:])
     victim = max(workers, key=lambda w: recent[w.pid])
@@ -108,7 +110,10 @@ def test_a_sigkill_runs_again_only_the_keys_whose_jobs_it_left_uncommitted(
     for n in sorted(n for n, count in runs.items() if count > 1):
         run = first[n]
         assert run.pid == victim.pid, f"key {n} ran twice but its first worker was not killed"
-        assert run.offset >= committed[run.tp], f"key {n} ran again after it was committed"
+        assert run.offset >= committed[run.tp], (
+            f"key {n} ran again after it was committed: "
+            f"{[(e.pid, e.topic, e.partition, e.offset, e.job_id) for e in starts if e.n == n]}"
+        )
     in_flight = [e for e in starts if e.pid == victim.pid and e.offset >= committed[e.tp]]
     assert in_flight, "the kill hit no job: nothing was tested"
     print(f"{sum(c > 1 for c in runs.values())} keys ran twice; {len(in_flight)} uncommitted")

@@ -6,12 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Coroutine, Sequence
+from types import SimpleNamespace
 from typing import Any
 
 from pipeline import Job, Pipeline
-from pipeline.dedup import MemoryDedupStore, PartitionTables
+from pipeline._deduptable import DedupTable
+from pipeline._registry import JobOptions
+from pipeline.dedup import KeyOutcome, MemoryDedupStore, PartitionTables
 from pipeline.testing import InMemoryTransport
 from pipeline_worker._metrics import WorkerMetrics
+from pipeline_worker._work import PartitionState
 from pipeline_worker.route.dedup import Deduplicator
 from pipeline_worker.route.policy import Record
 
@@ -104,3 +108,21 @@ def test_duplicates_are_acknowledged_without_running_and_keys_settle_with_the_of
         assert dict(dedup._metrics.deduplicated) == {("charge", "duplicate"): 2}
 
     run(main)
+
+
+def test_a_job_ending_while_its_partition_is_revoked_still_records_its_key() -> None:
+    """Its offset is committed on the way out: without the record, its key would run again."""
+    app = Pipeline(transport=InMemoryTransport())
+    store = PartitionTables(changelog=True)
+    dedup = make(store, HeldMover(), app)  # type: ignore[arg-type]
+    topic = app.topics.jobs(PRIORITIES[0])
+    state = PartitionState(topic, 0, PRIORITIES[0], 0)
+    store.install((topic, 0), DedupTable())
+    job = Job(id="job-1", type="charge", payload=b"{}", idempotency_key="k")
+    charge: Any = SimpleNamespace(name="charge", options=JobOptions())
+    assert dedup.admit(state, job, charge)
+    state.active = False  # revoking: the loop dispatches no more of it
+    [record] = dedup.settle(state, job, charge, KeyOutcome.SUCCEEDED)
+    assert record.key == b"*/k"
+    store.drop((topic, 0))  # given up: the next owner runs it again
+    assert dedup.settle(state, job, charge, KeyOutcome.SUCCEEDED) == []

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from pipeline._dedup import (
     ANY_PRIORITY,
     ChangelogRecord,
+    DedupNotLoadedError,
     DedupPolicy,
     KeyOutcome,
     Verdict,
@@ -100,16 +101,20 @@ class Deduplicator:
         """The changelog records for the end of a job that :meth:`admit` let run."""
         key = job.idempotency_key
         assert key is not None
-        if not state.active:
-            return []  # unloaded: the next owner runs it again (its offset is not committed)
-        records = self.store.settle(
-            (state.topic, state.partition),
-            key,
-            job.id,
-            outcome,
-            policy=self.policy(job_type),
-            now_ms=now_ms(),
-        )
+        # A partition being revoked still has its keys loaded while its running jobs finish
+        # (the grace period): their offsets are committed on the way out, so their records must
+        # be too, or the next owner would run those keys again.
+        try:
+            records = self.store.settle(
+                (state.topic, state.partition),
+                key,
+                job.id,
+                outcome,
+                policy=self.policy(job_type),
+                now_ms=now_ms(),
+            )
+        except DedupNotLoadedError:
+            return []  # given up: the next owner runs it again (its offset is not committed)
         return [self._record(r) for r in records]
 
     def write(
