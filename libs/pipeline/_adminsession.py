@@ -236,17 +236,7 @@ class AdminSession:
             self.result(future, "add partitions to", name)
 
     def alter(self, configs: Mapping[str, Mapping[str, str]], *, validate_only: bool) -> None:
-        resources = [
-            ConfigResource(
-                ResourceType.TOPIC,
-                name,
-                incremental_configs=[
-                    ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-                    for k, v in values.items()
-                ],
-            )
-            for name, values in configs.items()
-        ]
+        resources = config_sets(ResourceType.TOPIC, configs)
         futures = self.client.incremental_alter_configs(
             resources, request_timeout=self.remaining(), validate_only=validate_only
         )
@@ -331,3 +321,20 @@ def _ready(metadata: ClusterMetadata, name: str, partitions: int) -> bool:
     if topic is None or topic.error is not None or len(topic.partitions) < partitions:
         return False
     return all(p.leader >= 0 and p.error is None for p in topic.partitions.values())
+
+
+def config_sets(
+    kind: ResourceType, configs: Mapping[str, Mapping[str, str]]
+) -> list[ConfigResource]:
+    """Resources of ``kind`` for ``incremental_alter_configs``: set each name's values."""
+    return [
+        ConfigResource(
+            kind,
+            name,
+            incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
+                for k, v in values.items()
+            ],
+        )
+        for name, values in configs.items()
+    ]

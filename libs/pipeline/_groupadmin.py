@@ -14,14 +14,12 @@ from confluent_kafka import KafkaError
 
 # confluent-kafka's admin package does not declare its re-exports to type checkers.
 from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
-    AlterConfigOpType,
-    ConfigEntry,
     ConfigResource,
     ConfigSource,
     ResourceType,
 )
 
-from ._adminsession import AdminSession, has_code
+from ._adminsession import AdminSession, config_sets, has_code
 from ._errors import PipelineError, TopicAdminError
 from ._groupconfig import GroupConfigChange, group_configs, plan_group_configs
 from ._topicspec import GROUP_ROW, Change, ChangeAction
@@ -65,17 +63,7 @@ def _alter(
     by_group: dict[str, dict[str, str]] = {}
     for change in changes:
         by_group.setdefault(change.group, {})[change.key] = change.wanted
-    resources = [
-        ConfigResource(
-            ResourceType.GROUP,
-            group,
-            incremental_configs=[
-                ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET)
-                for k, v in values.items()
-            ],
-        )
-        for group, values in by_group.items()
-    ]
+    resources = config_sets(ResourceType.GROUP, by_group)
     futures = session.client.incremental_alter_configs(
         resources, request_timeout=session.remaining(), validate_only=validate_only
     )

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import subprocess
-import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -17,6 +16,7 @@ from ..scheduler.conftest import SchedulerFactory
 from .failure_kills import ENV as RETRY_ENV
 from .failure_kills import settings as retry_settings
 from .harness import enqueue, wait_joined
+from .keyed_producers import keys_ran, runs_by_key, start_producers
 
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
@@ -29,42 +29,15 @@ KEYS = 2000
 COPIES = 5
 PRODUCERS = 3
 
-# One producer process: enqueues copy c of key i when (i * COPIES + c) % PRODUCERS is its number;
-# its jobs take max_ms / 2 to max_ms.
-PRODUCER = """
-import sys
-from pipeline import Pipeline
-
-number, producers, keys, copies = map(int, sys.argv[1:5])
-max_ms = float(sys.argv[5])
-app = Pipeline()
-for copy in range(copies):
-    for i in range(keys):
-        if (i * copies + copy) % producers == number:
-            payload = {"n": i, "min_ms": max_ms / 2, "max_ms": max_ms}
-            app.enqueue("sleepy", payload, idempotency_key=f"order-{i}")
-app.flush(60)
-app.close(30)
-"""
-
 
 def _start_producers(kit: WorkerKit, max_ms: float) -> list[subprocess.Popen[bytes]]:
     """Three producer processes send every key COPIES times, interleaved."""
-    env = kit.workers.environment()
-    args = [str(PRODUCERS), str(KEYS), str(COPIES), str(max_ms)]
-    return [
-        subprocess.Popen([sys.executable, "-c", PRODUCER, str(n), *args], env=env)
-        for n in range(PRODUCERS)
-    ]
+    return start_producers(kit, producers=PRODUCERS, keys=KEYS, copies=COPIES, max_ms=max_ms)
 
 
 def _produce(kit: WorkerKit, max_ms: float = 2.0) -> None:
     for process in _start_producers(kit, max_ms):
         assert process.wait(120) == 0, "a producer failed"
-
-
-def _runs_by_key(kit: WorkerKit) -> Counter[int]:
-    return Counter(e.n for e in kit.recording.starts("sleepy"))
 
 
 def _busiest(kit: WorkerKit, workers: list[WorkerProcess]) -> WorkerProcess:
@@ -73,16 +46,12 @@ def _busiest(kit: WorkerKit, workers: list[WorkerProcess]) -> WorkerProcess:
     return max(workers, key=lambda w: recent[w.pid])
 
 
-def _keys_ran(kit: WorkerKit, keys: int) -> bool:
-    return len(_runs_by_key(kit)) >= keys
-
-
 def test_10000_jobs_with_2000_keys_from_3_producers_run_2000_times(kit: WorkerKit) -> None:
     worker = kit.workers.start("--concurrency", "32", env=RETRY_ENV)
     wait_joined(kit.settings, kit.offsets.group, [worker], stable=False)
     _produce(kit)
     kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=120)
-    runs = _runs_by_key(kit)
+    runs = runs_by_key(kit)
     assert sorted(runs) == list(range(KEYS)), "a key never ran"
     assert [n for n, count in runs.items() if count > 1] == []
     assert sum(runs.values()) == KEYS
@@ -101,7 +70,7 @@ def test_keys_survive_two_sigkills_and_a_takeover(kit: WorkerKit) -> None:
     # ever committed.
     committed_at_kill: dict[int, dict[TopicPartitionKey, int]] = {}
     for target in (KEYS // 3, 2 * KEYS // 3):
-        assert wait_for(functools.partial(_keys_ran, kit, target), 120), "no progress"
+        assert wait_for(functools.partial(keys_ran, kit, target), 120), "no progress"
         victim = _busiest(kit, workers)
         victim.kill()
         committed_at_kill[victim.pid] = kit.offsets.committed(kit.topics.all_jobs())

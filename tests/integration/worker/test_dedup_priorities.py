@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import subprocess
-import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
@@ -13,6 +12,7 @@ from pipeline import Priority
 from tests.waiting import wait_for
 
 from .harness import wait_joined
+from .keyed_producers import keys_ran, start_producers
 
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
@@ -23,42 +23,12 @@ KEYS = 200
 COPIES = 50
 PRODUCERS = 3
 
-# One producer process: copy c of key i goes to priority c % 4 and is sent by producer
-# (i * COPIES + c) % PRODUCERS, so every producer sends each key at every priority.
-PRODUCER = """
-import sys
-from pipeline import Pipeline, Priority
-
-number, producers, keys, copies = map(int, sys.argv[1:5])
-max_ms = float(sys.argv[5])
-priorities = list(Priority)
-app = Pipeline()
-for copy in range(copies):
-    for i in range(keys):
-        if (i * copies + copy) % producers == number:
-            payload = {"n": i, "min_ms": max_ms / 2, "max_ms": max_ms}
-            priority = priorities[copy % len(priorities)]
-            app.enqueue("sleepy", payload, idempotency_key=f"order-{i}", priority=priority)
-app.flush(60)
-app.close(30)
-"""
-
 
 def _start_producers(kit: WorkerKit, max_ms: float) -> list[subprocess.Popen[bytes]]:
-    env = kit.workers.environment()
-    args = [str(PRODUCERS), str(KEYS), str(COPIES), str(max_ms)]
-    return [
-        subprocess.Popen([sys.executable, "-c", PRODUCER, str(n), *args], env=env)
-        for n in range(PRODUCERS)
-    ]
-
-
-def _runs_by_key(kit: WorkerKit) -> Counter[int]:
-    return Counter(e.n for e in kit.recording.starts("sleepy"))
-
-
-def _keys_ran(kit: WorkerKit, keys: int) -> bool:
-    return len(_runs_by_key(kit)) >= keys
+    """Three producer processes send every key COPIES times, each at every priority."""
+    return start_producers(
+        kit, producers=PRODUCERS, keys=KEYS, copies=COPIES, max_ms=max_ms, rotate=True
+    )
 
 
 def test_one_key_enqueued_50_times_over_four_priorities_by_three_producers_runs_once(
@@ -92,7 +62,7 @@ def test_a_sigkill_runs_again_only_the_keys_whose_jobs_it_left_uncommitted(
     # Jobs of 200-400 ms: the 200 keys' first copies (the first 200 messages) take about two
     # seconds to run on the two workers, so the kill lands while many run.
     producers = _start_producers(kit, max_ms=400.0)
-    assert wait_for(functools.partial(_keys_ran, kit, KEYS // 2), 120), "no progress"
+    assert wait_for(functools.partial(keys_ran, kit, KEYS // 2), 120), "no progress"
     recent = Counter(e.pid for e in kit.recording.starts("sleepy")[-50:])
     victim = max(workers, key=lambda w: recent[w.pid])
     victim.kill()
