@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
+    from .harness import WorkerProcess
+    from .harness.runs import RunEvent, TopicPartitionKey
 
 # One producer process: sends copy c of key i when (i * copies + c) % producers is its number,
 # at the default priority or (rotate) at priority c % 4; its jobs take max_ms / 2 to max_ms.
@@ -53,3 +55,39 @@ def runs_by_key(kit: WorkerKit) -> Counter[int]:
 def keys_ran(kit: WorkerKit, keys: int) -> bool:
     """Whether at least ``keys`` distinct keys started."""
     return len(runs_by_key(kit)) >= keys
+
+
+def busiest(kit: WorkerKit, workers: list[WorkerProcess]) -> WorkerProcess:
+    """The worker that started the most jobs lately (one that owns partitions now)."""
+    recent = Counter(e.pid for e in kit.recording.starts("sleepy")[-200:])
+    return max(workers, key=lambda w: recent[w.pid])
+
+
+def assert_reruns_were_uncommitted(
+    kit: WorkerKit, keys: int, committed_at_kill: dict[int, dict[TopicPartitionKey, int]]
+) -> None:
+    """Every key ran; a key ran twice only if its first run was on a killed worker (pid ->
+    what was committed right after its kill) and not committed; and the kills hit a job."""
+    starts = sorted(kit.recording.starts("sleepy"), key=lambda e: e.time_ns)
+    runs = Counter(e.n for e in starts)
+    assert sorted(runs) == list(range(keys)), "a key never ran"
+    first: dict[int, RunEvent] = {}
+    for event in starts:
+        first.setdefault(event.n, event)
+    again = sorted(n for n, count in runs.items() if count > 1)
+    for n in again:
+        run = first[n]
+        committed = committed_at_kill.get(run.pid)
+        assert committed is not None, f"key {n} ran twice but its first worker was not killed"
+        assert run.offset >= committed[run.tp], (
+            f"key {n} ran again after it was committed: "
+            f"{[(e.pid, e.topic, e.partition, e.offset, e.job_id) for e in starts if e.n == n]}"
+        )
+    in_flight = sum(
+        1
+        for e in starts
+        if e.pid in committed_at_kill and e.offset >= committed_at_kill[e.pid][e.tp]
+    )
+    assert in_flight > 0, "the kills hit no job: nothing was tested"
+    assert len(again) <= in_flight
+    print(f"{len(again)} keys ran twice; {in_flight} jobs were not committed at the kills")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import subprocess
-from collections import Counter
 from typing import TYPE_CHECKING
 
 from confluent_kafka.admin import AdminClient
@@ -16,12 +15,18 @@ from ..scheduler.conftest import SchedulerFactory
 from .failure_kills import ENV as RETRY_ENV
 from .failure_kills import settings as retry_settings
 from .harness import enqueue, wait_joined
-from .keyed_producers import keys_ran, runs_by_key, start_producers
+from .keyed_producers import (
+    assert_reruns_were_uncommitted,
+    busiest,
+    keys_ran,
+    runs_by_key,
+    start_producers,
+)
 
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
     from .harness import WorkerProcess
-    from .harness.runs import RunEvent, TopicPartitionKey
+    from .harness.runs import TopicPartitionKey
 
 settings = retry_settings  # retry tiers of 0.5 s and 2 s
 
@@ -38,12 +43,6 @@ def _start_producers(kit: WorkerKit, max_ms: float) -> list[subprocess.Popen[byt
 def _produce(kit: WorkerKit, max_ms: float = 2.0) -> None:
     for process in _start_producers(kit, max_ms):
         assert process.wait(120) == 0, "a producer failed"
-
-
-def _busiest(kit: WorkerKit, workers: list[WorkerProcess]) -> WorkerProcess:
-    """The worker that started the most jobs lately (one that owns partitions now)."""
-    recent = Counter(e.pid for e in kit.recording.starts("sleepy")[-200:])
-    return max(workers, key=lambda w: recent[w.pid])
 
 
 def test_10000_jobs_with_2000_keys_from_3_producers_run_2000_times(kit: WorkerKit) -> None:
@@ -71,33 +70,14 @@ def test_keys_survive_two_sigkills_and_a_takeover(kit: WorkerKit) -> None:
     committed_at_kill: dict[int, dict[TopicPartitionKey, int]] = {}
     for target in (KEYS // 3, 2 * KEYS // 3):
         assert wait_for(functools.partial(keys_ran, kit, target), 120), "no progress"
-        victim = _busiest(kit, workers)
+        victim = busiest(kit, workers)
         victim.kill()
         committed_at_kill[victim.pid] = kit.offsets.committed(kit.topics.all_jobs())
         workers[workers.index(victim)] = kit.workers.start(*args, env=env)
     for process in producers:
         assert process.wait(120) == 0, "a producer failed"
     kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=180)
-    starts = sorted(kit.recording.starts("sleepy"), key=lambda e: e.time_ns)
-    runs = Counter(e.n for e in starts)
-    assert sorted(runs) == list(range(KEYS)), "a key never ran"
-    first: dict[int, RunEvent] = {}
-    for event in starts:
-        first.setdefault(event.n, event)
-    again = sorted(n for n, count in runs.items() if count > 1)
-    for n in again:
-        run = first[n]
-        committed = committed_at_kill.get(run.pid)
-        assert committed is not None, f"key {n} ran twice but its first worker was not killed"
-        assert run.offset >= committed[run.tp], f"key {n} ran again after it was committed"
-    in_flight = sum(
-        1
-        for e in starts
-        if e.pid in committed_at_kill and e.offset >= committed_at_kill[e.pid][e.tp]
-    )
-    assert in_flight > 0, "the kills hit no job: nothing was tested"
-    assert len(again) <= in_flight
-    print(f"{len(again)} keys ran twice; {in_flight} jobs were not committed at the kills")
+    assert_reruns_were_uncommitted(kit, KEYS, committed_at_kill)
 
 
 def test_a_retried_job_keeps_its_key_and_a_duplicate_after_success_is_dropped(

@@ -12,12 +12,11 @@ from pipeline import Priority
 from tests.waiting import wait_for
 
 from .harness import wait_joined
-from .keyed_producers import keys_ran, start_producers
+from .keyed_producers import assert_reruns_were_uncommitted, busiest, keys_ran, start_producers
 
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
     from .harness import WorkerProcess
-    from .harness.runs import RunEvent, TopicPartitionKey
 
 KEYS = 200
 COPIES = 50
@@ -63,27 +62,11 @@ def test_a_sigkill_runs_again_only_the_keys_whose_jobs_it_left_uncommitted(
     # seconds to run on the two workers, so the kill lands while many run.
     producers = _start_producers(kit, max_ms=400.0)
     assert wait_for(functools.partial(keys_ran, kit, KEYS // 2), 120), "no progress"
-    recent = Counter(e.pid for e in kit.recording.starts("sleepy")[-50:])
-    victim = max(workers, key=lambda w: recent[w.pid])
+    victim = busiest(kit, workers)
     victim.kill()
-    committed: dict[TopicPartitionKey, int] = kit.offsets.committed(kit.topics.all_jobs())
+    committed_at_kill = {victim.pid: kit.offsets.committed(kit.topics.all_jobs())}
     workers[workers.index(victim)] = kit.workers.start(*args, env=env)
     for process in producers:
         assert process.wait(120) == 0, "a producer failed"
     kit.offsets.wait_drained(kit.topics.all_jobs(), timeout=180)
-    starts = sorted(kit.recording.starts("sleepy"), key=lambda e: e.time_ns)
-    runs = Counter(e.n for e in starts)
-    assert sorted(runs) == list(range(KEYS)), "a key never ran"
-    first: dict[int, RunEvent] = {}
-    for event in starts:
-        first.setdefault(event.n, event)
-    for n in sorted(n for n, count in runs.items() if count > 1):
-        run = first[n]
-        assert run.pid == victim.pid, f"key {n} ran twice but its first worker was not killed"
-        assert run.offset >= committed[run.tp], (
-            f"key {n} ran again after it was committed: "
-            f"{[(e.pid, e.topic, e.partition, e.offset, e.job_id) for e in starts if e.n == n]}"
-        )
-    in_flight = [e for e in starts if e.pid == victim.pid and e.offset >= committed[e.tp]]
-    assert in_flight, "the kill hit no job: nothing was tested"
-    print(f"{sum(c > 1 for c in runs.values())} keys ran twice; {len(in_flight)} uncommitted")
+    assert_reruns_were_uncommitted(kit, KEYS, committed_at_kill)
