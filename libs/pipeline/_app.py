@@ -12,7 +12,7 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, Message
 
 from . import _exitflush
-from ._codec import JobCodec, JsonPayload
+from ._codec import JsonPayload
 from ._dedupstores import DedupStore
 from ._delivery import FailureLog, JobHandle, PipelineFailure
 from ._errors import (
@@ -36,6 +36,7 @@ from ._producer import DeliveryCallback, KafkaTransport, Transport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
 from ._route import PlainRoutes, Route, not_before_ms
+from ._schemaregistry import job_codec
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
 
@@ -72,7 +73,7 @@ class Pipeline:
         self.settings = settings if settings is not None else build_settings(**overrides)
         self.topics = TopicNames(self.settings.namespace)
         self.registry = Registry()
-        self.codec = JobCodec()
+        self.codec = job_codec(self.settings)
         self._transport = transport if transport is not None else KafkaTransport(self.settings)
         self.dedup_store = dedup_store
         """Where workers keep idempotency keys; None: the compacted ``<ns>.dedup`` topic."""
@@ -252,6 +253,8 @@ class Pipeline:
             self.flush(timeout)
         finally:
             self._transport.close()
+            if self.codec.framing is not None:
+                self.codec.framing.close()
             _exitflush.unwatch(self)
             self._watched = not self._exit_flushed
 

@@ -394,7 +394,10 @@ def _bad_marker(data: bytes) -> str:
     if data[:1] in (b"{", b"["):
         hint = "; it looks like JSON: write jobs as Avro (see docs/wire-format.md)"
     elif data[:1] == b"\x00":
-        hint = "; it looks like Confluent Schema Registry framing, which is not supported"
+        hint = (
+            "; it looks like a schema registry's wire format: set schema_registry.url to read "
+            "it (docs/schema-registry.md)"
+        )
     return (
         f"not Avro single-object encoding: starts with {bytes(data[:2]).hex(' ')}, "
         f"expected c3 01 ({len(data)} bytes){hint}"

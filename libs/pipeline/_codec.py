@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from fastavro.validation import ValidationError, validate
 
-from ._avro import SchemaSource, SchemaStore
+from ._avro import RegisteredSchema, SchemaSource, SchemaStore
 from ._avrogen import python_default
 from ._errors import ConfigurationError, DecodeError, EncodeError, PayloadValidationError
 from ._job import AttemptError, Job, PayloadEncoding, Priority
@@ -40,25 +40,46 @@ _PRIORITIES = {p.value: p for p in Priority}
 _ENCODINGS = {e.value: e for e in PayloadEncoding}
 
 
+class Framing(Protocol):
+    """Another wire format for records next to single-object encoding (a schema registry's)."""
+
+    writes: bool
+    """Whether encoding writes this format; decoding reads it whenever a value starts with 00."""
+
+    def read(self, data: bytes, reader: RegisteredSchema) -> Any: ...
+
+    def write(self, single_object: bytes, schema: RegisteredSchema) -> bytes: ...
+
+    def close(self) -> None: ...
+
+
 class RecordCodec(Generic[T]):
     """Encodes and decodes one record type of the wire contract as its current schema version.
 
     Subclasses name the record (``full_name``) and map values to and from Avro dicts.
-    Decoding reads any known writer version (schema resolution by fingerprint).
+    Decoding reads any known writer version (schema resolution by fingerprint), and with a
+    ``framing`` also values in that framing's format (see :mod:`pipeline.schemaregistry`).
     """
 
     full_name: ClassVar[str]
 
-    def __init__(self, store: SchemaStore | None = None) -> None:
+    def __init__(self, store: SchemaStore | None = None, *, framing: Framing | None = None) -> None:
         self.store = store if store is not None else SchemaStore()
         self.schema = self.store.latest(self.full_name)
+        self.framing = framing
 
     def encode(self, value: T) -> bytes:
-        return self.store.encode(self.to_record(value), self.schema)
+        data = self.store.encode(self.to_record(value), self.schema)
+        if self.framing is not None and self.framing.writes:
+            return self.framing.write(data, self.schema)
+        return data
 
     def decode(self, data: bytes) -> T:
         """Raises :class:`DecodeError` for anything that is not a valid record of this type."""
-        record = self.store.decode(data, self.schema)
+        if self.framing is not None and data[:1] == b"\x00":
+            record = self.framing.read(data, self.schema)
+        else:
+            record = self.store.decode(data, self.schema)
         try:
             return self.from_record(record)
         except DecodeError as exc:  # a nested record (the job inside a dead letter)
@@ -280,6 +301,14 @@ class AvroPayload:
         return f"AvroPayload({self.schema.full_name} v{self.schema.version})"
 
     def encode(self, job_type: str, payload: Mapping[str, Any]) -> bytes:
+        payload = self.checked(job_type, payload)
+        try:
+            return self.store.encode(payload, self.schema)
+        except EncodeError as exc:
+            raise PayloadValidationError(job_type, str(exc)) from exc
+
+    def checked(self, job_type: str, payload: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``payload`` with its defaults filled in, validated against ``schema``."""
         if not isinstance(payload, Mapping):
             raise PayloadValidationError(
                 job_type, f"payload must be a mapping, got {type(payload).__name__}"
@@ -294,10 +323,7 @@ class AvroPayload:
             raise PayloadValidationError(job_type, problems) from exc
         except Exception as exc:
             raise PayloadValidationError(job_type, f"{type(exc).__name__}: {exc}") from exc
-        try:
-            return self.store.encode(payload, self.schema)
-        except EncodeError as exc:
-            raise PayloadValidationError(job_type, str(exc)) from exc
+        return payload
 
     def _complete(self, job_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
         keys = set(payload)

@@ -22,6 +22,7 @@ from pydantic_settings import (
 from ._dedup import DedupScope
 from ._errors import ConfigurationError, SettingsError
 from ._job import Priority
+from ._registrysettings import SchemaRegistrySettings
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -336,6 +337,7 @@ class Settings(BaseSettings):
     producer: ProducerSettings = Field(default_factory=ProducerSettings)
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
 
     @classmethod
     def settings_customise_sources(

@@ -15,13 +15,14 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._codec import DeadLetterCodec, JobCodec, ScheduleCodec
+from pipeline._codec import DeadLetterCodec, ScheduleCodec
 from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._errors import DecodeError, KafkaUnavailableError
 from pipeline._job import now_ms
 from pipeline._records import DeadLetter, DeadLetterReason, Schedule
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job, publish_schedules
+from pipeline._schemaregistry import job_codec
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, deferred_group
 from pipeline._topicspec import deferred_tier_topic
@@ -73,7 +74,7 @@ class LeaderSession:
         self.cron_ready = False
         self._schedules_end = 0
         self._paused: set[Where] = set()
-        self._codec = JobCodec()
+        self._codec = job_codec(settings)
         self._dlq_codec = DeadLetterCodec(self._codec.store)
         self._schedule_codec = ScheduleCodec(self._codec.store)
         self._batch_max = sched.batch_max

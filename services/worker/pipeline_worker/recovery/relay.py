@@ -37,11 +37,12 @@ from confluent_kafka import (
 
 from pipeline import DecodeError, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._codec import DeadLetterCodec, JobCodec
+from pipeline._codec import DeadLetterCodec
 from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
 from pipeline._job import now_ms
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetter, DeadLetterReason
+from pipeline._schemaregistry import job_codec
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames, retry_group
 from pipeline._transactions import Transactions
@@ -77,7 +78,7 @@ class RetryRelay:
         self._topics = [self._names.retry(i) for i in range(len(settings.topics.retry_delays_s))]
         self._metrics = metrics
         self._on_failed = on_failed
-        self._codec = JobCodec()
+        self._codec = job_codec(settings)
         self._dlq = DeadLetterCodec(self._codec.store)
         self._namespace = settings.namespace
         health = BrokerHealth.of(settings.bootstrap_servers)

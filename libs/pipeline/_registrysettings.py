@@ -1,0 +1,37 @@
+"""Settings of the optional Confluent-compatible Schema Registry mode (``schema_registry.*``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+
+class SchemaRegistrySettings(BaseModel):
+    """Where the registry is, and whether job envelopes are written in its wire format.
+
+    With ``url`` set, every reader of jobs (worker, scheduler) also accepts envelopes in the
+    Confluent wire format (``00``, a 4-byte schema id, the Avro body), and
+    :class:`~pipeline.schemaregistry.RegistryAvroPayload` job types can reach the registry.
+    """
+
+    model_config = {"extra": "forbid"}
+
+    url: str | None = Field(
+        None,
+        description="the registry's base URL, e.g. http://registry:8081 (Apicurio: "
+        "http://registry:8080/apis/ccompat/v7); unset: the mode is off",
+    )
+    envelope: bool = Field(
+        False,
+        description="write job envelopes in the registry's wire format too (readers need "
+        "schema_registry.url then); off: single-object encoding, readable without a registry",
+    )
+    envelope_subject: str | None = Field(
+        None,
+        description="the subject the pipeline.Job schema is registered under; unset: "
+        "<namespace>.jobs-value",
+    )
+    client: dict[str, str] = Field(
+        default_factory=dict,
+        description="options for confluent-kafka's SchemaRegistryClient, e.g. "
+        "basic.auth.user.info, ssl.ca.location (passed as they are)",
+    )

@@ -1,0 +1,289 @@
+"""A Confluent-compatible Schema Registry: schemas registered and resolved by id, with caching.
+
+The registry's wire format is a zero byte, the schema id as 4 big-endian bytes, then the Avro
+binary body. :class:`SchemaRegistry` wraps confluent-kafka's ``SchemaRegistryClient`` (the REST
+API and its caches) and adds what a job system needs around it: a writer schema parsed once per
+id, an incompatible schema reported as a :class:`ConfigurationError` naming the subject, an
+unknown id as a :class:`SchemaNotFoundError` (the message is dead-lettered), and an unreachable
+registry waited out rather than turned into dead letters. :class:`EnvelopeFraming` puts job
+envelopes in that format and reads them back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+import time
+from collections.abc import Callable, Mapping
+from io import BytesIO
+from typing import TYPE_CHECKING, Any
+
+import fastavro
+
+from ._avro import HEADER_SIZE, RegisteredSchema
+from ._codec import JobCodec
+from ._errors import ConfigurationError, DecodeError, PipelineError, SchemaNotFoundError
+
+if TYPE_CHECKING:
+    from ._registrysettings import SchemaRegistrySettings
+    from ._settings import Settings
+
+__all__ = [
+    "MAGIC",
+    "EnvelopeFraming",
+    "SchemaRegistry",
+    "SchemaRegistryUnavailableError",
+    "job_codec",
+]
+
+log = logging.getLogger("pipeline.schemaregistry")
+
+MAGIC = b"\x00"
+"""The first byte of every value in the registry's wire format."""
+FRAME_SIZE = 5
+_ID = struct.Struct(">I")
+_RETRY_FIRST_S, _RETRY_MAX_S = 0.5, 10.0
+
+
+class SchemaRegistryUnavailableError(PipelineError):
+    """The schema registry did not answer (down, wrong URL, network): nothing was sent."""
+
+
+def frame(schema_id: int, body: bytes) -> bytes:
+    """A value in the registry's wire format."""
+    return MAGIC + _ID.pack(schema_id) + body
+
+
+def schema_id_of(data: bytes) -> int:
+    if len(data) < FRAME_SIZE or data[:1] != MAGIC:
+        raise DecodeError(
+            f"not in the schema registry's wire format: {len(data)} byte(s) starting with "
+            f"{bytes(data[:2]).hex(' ') or 'nothing'}, expected 00 and a 4-byte schema id",
+            bytes(data),
+        )
+    return int(_ID.unpack_from(data, 1)[0])
+
+
+class SchemaRegistry:
+    """One registry, by URL; ``client`` holds options for ``SchemaRegistryClient`` as they are.
+
+    ``wait_s`` bounds how long registering (at a producer's first write) waits for an
+    unreachable registry before it raises :class:`SchemaRegistryUnavailableError`.
+    ``read_wait_s`` bounds the lookup of a writer schema the same way; ``None`` (the default)
+    waits as long as it takes, which is what a worker wants: it pauses rather than dead-letter
+    jobs it could read a minute later.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        client: Mapping[str, str] | None = None,
+        wait_s: float | None = 10.0,
+        read_wait_s: float | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        try:
+            from confluent_kafka.schema_registry import SchemaRegistryClient
+        except ImportError as exc:  # the optional extra is not installed
+            raise ConfigurationError(
+                f"the schema registry mode needs confluent-kafka's registry client ({exc}): "
+                "pip install 'kafka-pipeline[registry]'"
+            ) from exc
+        self.url = url
+        self.wait_s = wait_s
+        self.read_wait_s = read_wait_s
+        self._sleep = sleep
+        self.client = SchemaRegistryClient({"url": url, **(client or {})})
+        self._writers: dict[int, Any] = {}
+        self._ids: dict[tuple[str, str], int] = {}
+
+    @classmethod
+    def from_settings(cls, settings: SchemaRegistrySettings, **kwargs: Any) -> SchemaRegistry:
+        if not settings.url:
+            raise ConfigurationError("schema_registry.url is not set")
+        return cls(settings.url, client=settings.client, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"SchemaRegistry({self.url!r})"
+
+    def close(self) -> None:
+        """Closes the HTTP connections; safe to call twice."""
+        self.client.close()
+
+    def __enter__(self) -> SchemaRegistry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing -------------------------------------------------------------------------
+
+    def register(self, subject: str, schema: Mapping[str, Any]) -> int:
+        """The id of ``schema`` under ``subject``, registering it (once per process) if new.
+
+        The registry applies the subject's compatibility rule; a schema it refuses raises a
+        :class:`ConfigurationError` that names the subject and the registry's reason.
+        """
+        text = json.dumps(schema, separators=(",", ":"), sort_keys=True)
+        known = self._ids.get((subject, text))
+        if known is not None:
+            return known
+        from confluent_kafka.schema_registry import Schema
+
+        try:
+            schema_id = int(
+                self._call(
+                    lambda: self.client.register_schema(subject, Schema(text, "AVRO")),
+                    self.wait_s,
+                )
+            )
+        except _registry_error() as exc:
+            status = getattr(exc, "http_status_code", None)
+            if status in (409, 422):
+                reason = getattr(exc, "error_message", str(exc))
+                raise ConfigurationError(
+                    f"the schema registry at {self.url} refused {schema.get('name')!r} under "
+                    f"subject {subject!r}: {reason} (HTTP {status}); "
+                    "evolve the schema by the subject's compatibility rule, or register it "
+                    "under a new subject"
+                ) from exc
+            raise
+        self._ids[(subject, text)] = schema_id
+        return schema_id
+
+    def compatible(self, subject: str, schema: Mapping[str, Any]) -> bool:
+        """Whether the registry would accept ``schema`` as the next version of ``subject``."""
+        from confluent_kafka.schema_registry import Schema
+
+        text = json.dumps(schema, separators=(",", ":"))
+        try:
+            return bool(
+                self._call(
+                    lambda: self.client.test_compatibility(subject, Schema(text, "AVRO")),
+                    self.wait_s,
+                )
+            )
+        except _registry_error() as exc:
+            if getattr(exc, "http_status_code", None) == 404:  # no such subject: anything goes
+                return True
+            raise
+
+    # -- reading -------------------------------------------------------------------------
+
+    def writer(self, schema_id: int) -> Any:
+        """The writer schema of ``schema_id``, parsed by fastavro; fetched once per id."""
+        parsed = self._writers.get(schema_id)
+        if parsed is not None:
+            return parsed
+        try:
+            found = self._call(lambda: self.client.get_schema(schema_id), self.read_wait_s)
+        except _registry_error() as exc:
+            if getattr(exc, "http_status_code", None) == 404:
+                raise SchemaNotFoundError(
+                    f"schema id {schema_id} is not in the schema registry at {self.url}",
+                    b"",
+                ) from exc
+            raise
+        if found.schema_type not in (None, "AVRO"):
+            raise SchemaNotFoundError(
+                f"schema id {schema_id} is a {found.schema_type} schema, not Avro", b""
+            )
+        parsed = fastavro.parse_schema(json.loads(found.schema_str))
+        self._writers[schema_id] = parsed
+        return parsed
+
+    def read(self, data: bytes, reader: RegisteredSchema) -> Any:
+        """Decodes a value in the registry's wire format as ``reader`` (Avro resolution)."""
+        schema_id = schema_id_of(data)
+        try:
+            writer = self.writer(schema_id)
+        except SchemaNotFoundError as exc:
+            raise SchemaNotFoundError(exc.reason, bytes(data)) from exc
+        buffer = BytesIO(data)
+        buffer.seek(FRAME_SIZE)
+        try:
+            record = fastavro.schemaless_reader(buffer, writer, reader.parsed)
+        except Exception as exc:
+            raise DecodeError(
+                f"cannot decode a {reader.full_name} written with registry schema id "
+                f"{schema_id}: {type(exc).__name__}: {exc}",
+                bytes(data),
+            ) from exc
+        if buffer.tell() != len(data):
+            raise DecodeError(
+                f"{len(data) - buffer.tell()} unexpected bytes after the {reader.full_name} body "
+                f"(registry schema id {schema_id})",
+                bytes(data),
+            )
+        return record
+
+    def _call(self, request: Callable[[], Any], wait_s: float | None) -> Any:
+        """``request``, retried with backoff while the registry cannot be reached."""
+        started = time.monotonic()
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                return request()
+            except _registry_error() as exc:
+                status = getattr(exc, "http_status_code", None)
+                if status is not None and 0 < status < 500:
+                    raise
+                problem: Exception = exc
+            except Exception as exc:  # connection refused, DNS, TLS, timeouts: the transport's
+                problem = exc
+            waited = time.monotonic() - started
+            if wait_s is not None and waited >= wait_s:
+                raise SchemaRegistryUnavailableError(
+                    f"the schema registry at {self.url} did not answer for {waited:.0f}s: "
+                    f"{type(problem).__name__}: {problem}"
+                ) from problem
+            log.warning(
+                "schema registry unreachable, retrying",
+                extra={"url": self.url, "retry_in_s": delay, "error": str(problem)},
+            )
+            self._sleep(delay)
+            delay = min(delay * 2, _RETRY_MAX_S)
+
+
+def _registry_error() -> type[Exception]:
+    from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+    return SchemaRegistryError
+
+
+class EnvelopeFraming:
+    """Job envelopes in the registry's wire format: read always, written when ``writes``.
+
+    Written envelopes carry the id of ``pipeline.Job`` under ``subject``, registered at the
+    first write. Any reader with the registry reads them; one without it dead-letters them.
+    """
+
+    def __init__(self, registry: SchemaRegistry, subject: str, *, writes: bool) -> None:
+        self.registry = registry
+        self.subject = subject
+        self.writes = writes
+        self._id: int | None = None
+
+    def read(self, data: bytes, reader: RegisteredSchema) -> Any:
+        return self.registry.read(data, reader)
+
+    def write(self, single_object: bytes, schema: RegisteredSchema) -> bytes:
+        """``single_object`` (as the store wrote it) with the registry's frame instead."""
+        if self._id is None:
+            self._id = self.registry.register(self.subject, schema.schema)
+        return frame(self._id, single_object[HEADER_SIZE:])
+
+    def close(self) -> None:
+        self.registry.close()
+
+
+def job_codec(settings: Settings) -> JobCodec:
+    """The job codec of these settings: with the registry's framing when a URL is set."""
+    registry_settings = settings.schema_registry
+    if not registry_settings.url:
+        return JobCodec()
+    subject = registry_settings.envelope_subject or f"{settings.namespace}.jobs-value"
+    registry = SchemaRegistry.from_settings(registry_settings)
+    return JobCodec(framing=EnvelopeFraming(registry, subject, writes=registry_settings.envelope))

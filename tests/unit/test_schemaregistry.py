@@ -1,0 +1,186 @@
+"""The schema registry mode without a registry: framing, caching, errors and waiting it out.
+
+A fake stands in for confluent-kafka's client (the real registry is in
+``tests/integration/registry``): it serves schemas by id, counts lookups, and can fail.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+from pipeline import DecodeError, Job, SchemaNotFoundError
+from pipeline._codec import JobCodec
+from pipeline._settings import Settings
+from pipeline.schemaregistry import (
+    EnvelopeFraming,
+    RegistryAvroPayload,
+    SchemaRegistry,
+    SchemaRegistryUnavailableError,
+    job_codec,
+)
+
+INVOICE = {
+    "type": "record",
+    "name": "Invoice",
+    "namespace": "acme",
+    "fields": [
+        {"name": "number", "type": "string"},
+        {"name": "note", "type": "string", "default": ""},
+    ],
+}
+
+
+@dataclass
+class _Schema:
+    schema_str: str
+    schema_type: str = "AVRO"
+
+
+@dataclass
+class FakeClient:
+    """Subjects and ids in memory; ``failures`` are raised, in order, before any answer."""
+
+    schemas: dict[int, str] = field(default_factory=dict)
+    subjects: dict[str, list[int]] = field(default_factory=dict)
+    failures: list[Exception] = field(default_factory=list)
+    lookups: int = 0
+
+    def _maybe_fail(self) -> None:
+        if self.failures:
+            raise self.failures.pop(0)
+
+    def register_schema(self, subject: str, schema: Any) -> int:
+        self._maybe_fail()
+        known = {text: schema_id for schema_id, text in self.schemas.items()}
+        schema_id = known.get(schema.schema_str, len(self.schemas) + 1)
+        self.schemas[schema_id] = schema.schema_str
+        self.subjects.setdefault(subject, []).append(schema_id)
+        return schema_id
+
+    def get_schema(self, schema_id: int) -> _Schema:
+        self.lookups += 1
+        self._maybe_fail()
+        if schema_id not in self.schemas:
+            raise SchemaRegistryError(404, 40403, "Schema not found")
+        return _Schema(self.schemas[schema_id])
+
+    def close(self) -> None:
+        pass
+
+
+def _registry(client: FakeClient, **kwargs: Any) -> tuple[SchemaRegistry, list[float]]:
+    slept: list[float] = []
+    registry = SchemaRegistry("http://registry.invalid", sleep=slept.append, **kwargs)
+    registry.client = client  # type: ignore[assignment]
+    return registry, slept
+
+
+def test_a_payload_is_framed_with_the_registered_id_and_reads_back() -> None:
+    client = FakeClient()
+    registry, _ = _registry(client)
+    payload = RegistryAvroPayload(INVOICE, registry=registry)
+    data = payload.encode("invoice", {"number": "7"})
+    assert client.subjects == {"acme.Invoice-value": [1]}
+    assert data[:5] == b"\x00\x00\x00\x00\x01"
+    assert payload.decode("invoice", data) == {"number": "7", "note": ""}
+    assert payload.decode("invoice", data) == {"number": "7", "note": ""}
+    assert client.lookups == 1, "the writer schema is fetched once per id"
+    # Single-object payloads (a producer without the registry) still read.
+    plain = payload.store.encode({"number": "8", "note": "n"}, payload.schema)
+    assert payload.decode("invoice", plain) == {"number": "8", "note": "n"}
+
+
+def test_a_payload_of_a_newer_version_resolves_into_the_readers_schema() -> None:
+    client = FakeClient()
+    registry, _ = _registry(client)
+    newer = {**INVOICE, "fields": [*INVOICE["fields"], {"name": "cents", "type": "long"}]}
+    data = RegistryAvroPayload(newer, registry=registry).encode(
+        "invoice", {"number": "1", "cents": 5}
+    )
+    reader = RegistryAvroPayload(INVOICE, registry=registry)
+    assert reader.decode("invoice", data) == {"number": "1", "note": ""}
+
+
+def test_an_unknown_id_is_a_schema_not_found_error_with_the_raw_bytes() -> None:
+    registry, _ = _registry(FakeClient())
+    payload = RegistryAvroPayload(INVOICE, registry=registry)
+    data = b"\x00\x00\x00\x30\x39\x02a\x00"
+    with pytest.raises(SchemaNotFoundError, match="schema id 12345") as caught:
+        payload.decode("invoice", data)
+    assert caught.value.raw == data
+
+
+@pytest.mark.parametrize("data", [b"\x00\x00\x01", b"\x00"])
+def test_a_truncated_frame_is_a_decode_error(data: bytes) -> None:
+    registry, _ = _registry(FakeClient())
+    with pytest.raises(DecodeError, match="4-byte schema id"):
+        RegistryAvroPayload(INVOICE, registry=registry).decode("invoice", data)
+
+
+def test_a_body_that_does_not_match_its_schema_is_a_decode_error() -> None:
+    client = FakeClient()
+    registry, _ = _registry(client)
+    payload = RegistryAvroPayload(INVOICE, registry=registry)
+    good = payload.encode("invoice", {"number": "7"})
+    with pytest.raises(DecodeError, match="unexpected bytes"):
+        payload.decode("invoice", good + b"\x00")
+
+
+def test_a_reader_waits_out_an_unreachable_registry() -> None:
+    client = FakeClient(schemas={1: json.dumps(INVOICE)})
+    client.failures = [ConnectionError("refused"), SchemaRegistryError(503, 50301, "busy")] * 3
+    registry, slept = _registry(client)
+    payload = RegistryAvroPayload(INVOICE, registry=registry)
+    assert payload.decode("invoice", b"\x00\x00\x00\x00\x01\x02a\x00") == {
+        "number": "a",
+        "note": "",
+    }
+    assert slept == [0.5, 1.0, 2.0, 4.0, 8.0, 10.0], "backoff doubling up to 10 s"
+
+
+def test_a_writer_gives_up_after_wait_s_with_a_clear_error() -> None:
+    client = FakeClient(failures=[ConnectionError("refused")] * 100)
+    registry, _ = _registry(client, wait_s=0.0)
+    with pytest.raises(SchemaRegistryUnavailableError, match="did not answer"):
+        RegistryAvroPayload(INVOICE, registry=registry).encode("invoice", {"number": "1"})
+
+
+def test_a_client_error_is_not_retried() -> None:
+    client = FakeClient(failures=[SchemaRegistryError(401, 40101, "unauthorized")])
+    registry, slept = _registry(client)
+    with pytest.raises(SchemaRegistryError):
+        RegistryAvroPayload(INVOICE, registry=registry).encode("invoice", {"number": "1"})
+    assert slept == []
+
+
+def test_envelopes_round_trip_and_plain_ones_still_read() -> None:
+    registry, _ = _registry(FakeClient())
+    writing = JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True))
+    job = Job(id="j1", type="email.send", payload=b'{"to":"a"}', headers={"k": "v"})
+    framed = writing.encode(job)
+    assert framed[:1] == b"\x00"
+    assert writing.decode(framed) == job
+    assert writing.decode(JobCodec().encode(job)) == job
+    reading = JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=False))
+    assert reading.encode(job) == JobCodec().encode(job)
+    assert reading.decode(framed) == job
+
+
+def test_without_a_url_the_codec_has_no_framing_and_refuses_framed_envelopes() -> None:
+    codec = job_codec(Settings())
+    assert codec.framing is None
+    with pytest.raises(DecodeError, match=r"schema_registry\.url"):
+        codec.decode(b"\x00\x00\x00\x00\x01\x02")
+
+
+def test_with_a_url_the_codec_reads_framed_envelopes() -> None:
+    settings = Settings(namespace="acme", schema_registry={"url": "http://registry.invalid"})
+    codec = job_codec(settings)
+    assert isinstance(codec.framing, EnvelopeFraming)
+    assert codec.framing.subject == "acme.jobs-value"
+    assert not codec.framing.writes
