@@ -7,7 +7,9 @@ A fake stands in for confluent-kafka's client (the real registry is in
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -184,3 +186,14 @@ def test_with_a_url_the_codec_reads_framed_envelopes() -> None:
     assert isinstance(codec.framing, EnvelopeFraming)
     assert codec.framing.subject == "acme.jobs-value"
     assert not codec.framing.writes
+
+
+def test_the_documents_java_is_the_tested_producers() -> None:
+    """docs/schema-registry.md shows the serializer settings the Java test producer uses."""
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "schema-registry.md").read_text(encoding="utf-8")
+    java = next((root / "tests" / "integration" / "registry" / "java").rglob("*.java"))
+    blocks = re.findall(r"```java\n(.*?)```", doc, flags=re.DOTALL)
+    assert blocks, "the document has a Java block"
+    for block in blocks:
+        assert block in java.read_text(encoding="utf-8"), "the doc's Java differs from the test's"
