@@ -188,12 +188,17 @@ def test_with_a_url_the_codec_reads_framed_envelopes() -> None:
     assert not codec.framing.writes
 
 
-def test_the_documents_java_is_the_tested_producers() -> None:
-    """docs/schema-registry.md shows the serializer settings the Java test producer uses."""
+@pytest.mark.parametrize(("language", "pattern"), [("java", "*.java"), ("go", "*.go")])
+def test_the_documents_code_is_the_tested_producers(language: str, pattern: str) -> None:
+    """docs/schema-registry.md shows code of the producers the registry tests run, verbatim
+    (a block may be indented less than in the file)."""
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "schema-registry.md").read_text(encoding="utf-8")
-    java = next((root / "tests" / "integration" / "registry" / "java").rglob("*.java"))
-    blocks = re.findall(r"```java\n(.*?)```", doc, flags=re.DOTALL)
-    assert blocks, "the document has a Java block"
+    project = root / "tests" / "integration" / "registry" / language
+    code = "".join(path.read_text(encoding="utf-8") for path in project.rglob(pattern))
+    flat = "\n".join(line.strip() for line in code.splitlines())
+    blocks = re.findall(rf"```{language}\n(.*?)```", doc, flags=re.DOTALL)
+    assert blocks, f"the document has a {language} block"
     for block in blocks:
-        assert block in java.read_text(encoding="utf-8"), "the doc's Java differs from the test's"
+        lines = "\n".join(line.strip() for line in block.strip().splitlines())
+        assert lines in flat, f"the doc's {language} differs from the test's:\n{block}"

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 JAVA_PROJECT = Path(__file__).with_name("java")
+GO_PROJECT = Path(__file__).with_name("go")
 
 
 @pytest.fixture(scope="session")
@@ -26,31 +27,43 @@ def schema_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runnin
         pytest.fail(f"could not start a schema registry for the tests: {exc}", pytrace=False)
 
 
+def _build(project: Path, sources: list[Path], output: Path, command: list[str]) -> None:
+    """Runs ``command`` in ``project`` unless ``output`` is newer than every source."""
+    newest = max(path.stat().st_mtime for path in sources)
+    if output.is_file() and output.stat().st_mtime >= newest:
+        return
+    tool = shutil.which(command[0])
+    assert tool is not None, f"{command[0]} is required (.ci/run checks for it)"
+    build = subprocess.run(
+        [tool, *command[1:]],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert build.returncode == 0, (
+        f"{project.name} did not build:\n{(build.stdout + build.stderr)[-3000:]}"
+    )
+
+
 @pytest.fixture(scope="session")
 def java_registry_producer() -> list[str]:
     """The command that runs ``RegistryProducer`` (built with Maven when its sources changed)."""
     target = JAVA_PROJECT / "target"
     jar = target / "registry-producer-1.jar"
-    classpath = target / "classpath.txt"
     sources = [JAVA_PROJECT / "pom.xml", *JAVA_PROJECT.glob("src/**/*.java")]
-    newest = max(path.stat().st_mtime for path in sources)
-    if not (jar.is_file() and classpath.is_file() and jar.stat().st_mtime >= newest):
-        mvn = shutil.which("mvn")
-        assert mvn is not None, "Maven is required (.ci/run checks for it)"
-        build = subprocess.run(
-            [mvn, "-q", "-B", "package"],
-            cwd=JAVA_PROJECT,
-            capture_output=True,
-            text=True,
-            timeout=900,
-            check=False,
-        )
-        assert build.returncode == 0, f"the Java producer did not build:\n{build.stdout[-3000:]}"
+    _build(JAVA_PROJECT, sources, jar, ["mvn", "-q", "-B", "package"])
     java = shutil.which("java")
     assert java is not None
-    return [
-        java,
-        "-cp",
-        f"{jar}:{classpath.read_text().strip()}",
-        "pipeline.interop.RegistryProducer",
-    ]
+    classpath = (target / "classpath.txt").read_text().strip()
+    return [java, "-cp", f"{jar}:{classpath}", "pipeline.interop.RegistryProducer"]
+
+
+@pytest.fixture(scope="session")
+def go_registry_producer() -> list[str]:
+    """The command that runs the Go producer (built with Go when its sources changed)."""
+    binary = GO_PROJECT / "target" / "registry-producer"
+    sources = [GO_PROJECT / "go.mod", GO_PROJECT / "go.sum", *GO_PROJECT.glob("*.go")]
+    _build(GO_PROJECT, sources, binary, ["go", "build", "-o", str(binary), "."])
+    return [str(binary)]

@@ -87,18 +87,14 @@ def _wait_for_runs(record: Path, expected: dict[str, tuple[str, dict[str, Any]]]
         assert (run["type"], run["payload"]) == expected[run["id"]], run
 
 
-def test_jobs_from_a_java_producer_using_the_registrys_serializer_run_once(
-    registry_settings: Settings,
-    schema_registry: RunningRegistry,
-    java_registry_producer: list[str],
-    worker: Path,
-) -> None:
+def _produce(command: list[str], settings: Settings, registry_url: str) -> dict[str, Any]:
+    """Runs a producer; what it printed: job id -> (type, the payload its handler must get)."""
     produced = subprocess.run(
         [
-            *java_registry_producer,
-            registry_settings.bootstrap_servers,
-            schema_registry.native_url,
-            registry_settings.namespace,
+            *command,
+            settings.bootstrap_servers,
+            registry_url,
+            settings.namespace,
             str(JOB_SCHEMA),
             str(INVOICE_SCHEMA),
             str(JOBS_PER_KIND),
@@ -113,12 +109,37 @@ def test_jobs_from_a_java_producer_using_the_registrys_serializer_run_once(
         job_type, job_id, payload = line.split(" ", 2)
         expected[job_id] = (job_type, json.loads(payload))
     assert len(expected) == 2 * JOBS_PER_KIND
+    return expected
+
+
+def _subjects(schema_registry: RunningRegistry) -> list[str]:
+    with SchemaRegistry(schema_registry.ccompat_url) as registry:
+        return list(registry.client.get_subjects())
+
+
+def test_jobs_from_a_java_producer_using_the_registrys_serializer_run_once(
+    registry_settings: Settings,
+    schema_registry: RunningRegistry,
+    java_registry_producer: list[str],
+    worker: Path,
+) -> None:
+    expected = _produce(java_registry_producer, registry_settings, schema_registry.native_url)
     # The registry holds what the Java serializer registered: the envelope under the topic's
     # subject, the payload under the record's.
-    with SchemaRegistry(schema_registry.ccompat_url) as registry:
-        subjects = registry.client.get_subjects()
+    subjects = _subjects(schema_registry)
     assert f"{registry_settings.namespace}.jobs.default-value" in subjects
     assert "acme.Invoice-value" in subjects
+    _wait_for_runs(worker, expected)
+
+
+def test_jobs_from_a_go_producer_using_franz_gos_registry_serde_run_once(
+    registry_settings: Settings,
+    schema_registry: RunningRegistry,
+    go_registry_producer: list[str],
+    worker: Path,
+) -> None:
+    expected = _produce(go_registry_producer, registry_settings, schema_registry.ccompat_url)
+    assert f"{registry_settings.namespace}.jobs.default-value" in _subjects(schema_registry)
     _wait_for_runs(worker, expected)
 
 
