@@ -8,6 +8,8 @@ import sys
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from tests.waiting import wait_for
+
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
     from .harness import WorkerProcess
@@ -57,10 +59,30 @@ def keys_ran(kit: WorkerKit, keys: int) -> bool:
     return len(runs_by_key(kit)) >= keys
 
 
-def busiest(kit: WorkerKit, workers: list[WorkerProcess]) -> WorkerProcess:
-    """The worker that started the most jobs lately (one that owns partitions now)."""
-    recent = Counter(e.pid for e in kit.recording.starts("sleepy")[-200:])
-    return max(workers, key=lambda w: recent[w.pid])
+def running(kit: WorkerKit, workers: list[WorkerProcess]) -> WorkerProcess | None:
+    """The worker running the most jobs now (started, not ended), or None if none runs one.
+
+    Killing it hits jobs that cannot have been committed; the tests wait for one, rather than
+    kill at a moment a loaded machine may make too late (every key already run and committed).
+    """
+    now = {w.pid: len(kit.recording.unfinished(w.pid)) for w in workers}
+    victim = max(workers, key=lambda w: now[w.pid])
+    return victim if now[victim.pid] else None
+
+
+def kill_one_running(kit: WorkerKit, workers: list[WorkerProcess], keys: int) -> WorkerProcess:
+    """Once ``keys`` keys started, SIGKILLs the worker running the most jobs at that moment."""
+    victim: WorkerProcess | None = None
+
+    def found() -> bool:
+        nonlocal victim
+        victim = running(kit, workers) if keys_ran(kit, keys) else None
+        return victim is not None
+
+    assert wait_for(found, 120), f"{keys} keys never started, or no job was running after"
+    assert victim is not None
+    victim.kill()
+    return victim
 
 
 def assert_reruns_were_uncommitted(

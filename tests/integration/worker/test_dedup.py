@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import subprocess
 from typing import TYPE_CHECKING
 
@@ -17,8 +16,7 @@ from .failure_kills import settings as retry_settings
 from .harness import enqueue, wait_joined
 from .keyed_producers import (
     assert_reruns_were_uncommitted,
-    busiest,
-    keys_ran,
+    kill_one_running,
     runs_by_key,
     start_producers,
 )
@@ -69,9 +67,7 @@ def test_keys_survive_two_sigkills_and_a_takeover(kit: WorkerKit) -> None:
     # ever committed.
     committed_at_kill: dict[int, dict[TopicPartitionKey, int]] = {}
     for target in (KEYS // 3, 2 * KEYS // 3):
-        assert wait_for(functools.partial(keys_ran, kit, target), 120), "no progress"
-        victim = busiest(kit, workers)
-        victim.kill()
+        victim = kill_one_running(kit, workers, target)
         committed_at_kill[victim.pid] = kit.offsets.committed(kit.topics.all_jobs())
         workers[workers.index(victim)] = kit.workers.start(*args, env=env)
     for process in producers:

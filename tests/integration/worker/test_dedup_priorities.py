@@ -3,16 +3,14 @@ enqueued 50 times over four priorities by three producers, also through a worker
 
 from __future__ import annotations
 
-import functools
 import subprocess
 from collections import Counter
 from typing import TYPE_CHECKING
 
 from pipeline import Priority
-from tests.waiting import wait_for
 
 from .harness import wait_joined
-from .keyed_producers import assert_reruns_were_uncommitted, busiest, keys_ran, start_producers
+from .keyed_producers import assert_reruns_were_uncommitted, kill_one_running, start_producers
 
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
@@ -61,9 +59,7 @@ def test_a_sigkill_runs_again_only_the_keys_whose_jobs_it_left_uncommitted(
     # Jobs of 200-400 ms: the 200 keys' first copies (the first 200 messages) take about two
     # seconds to run on the two workers, so the kill lands while many run.
     producers = _start_producers(kit, max_ms=400.0)
-    assert wait_for(functools.partial(keys_ran, kit, KEYS // 2), 120), "no progress"
-    victim = busiest(kit, workers)
-    victim.kill()
+    victim = kill_one_running(kit, workers, KEYS // 2)
     committed_at_kill = {victim.pid: kit.offsets.committed(kit.topics.all_jobs())}
     workers[workers.index(victim)] = kit.workers.start(*args, env=env)
     for process in producers:
