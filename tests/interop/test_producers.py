@@ -11,6 +11,7 @@ partition.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -125,3 +126,16 @@ def test_jobs_from_another_language_run_once_on_the_python_partitions(
     for job in jobs:
         if job["kind"] == "delayed":
             assert by_id[job["id"]]["topic"] == kit.topics.jobs("high")
+
+
+def test_the_docs_java_snippet_compiles(tmp_path: Path) -> None:
+    text = (REPO / "docs" / "wire-format.md").read_text(encoding="utf-8")
+    [snippet] = re.findall(r"```java\n(.*?)```", text, re.S)
+    source = tmp_path / "EnqueueWelcomeEmail.java"
+    source.write_text(snippet, encoding="utf-8")
+    classpath = HERE / "java" / "target" / "classpath.txt"
+    if not classpath.exists():
+        _run(["mvn", "-q", "-B", "dependency:build-classpath",
+              f"-Dmdep.outputFile={classpath}"], HERE / "java")  # fmt: skip
+    _run(["javac", "-d", str(tmp_path), "-cp", classpath.read_text().strip(), str(source)], REPO)
+    assert (tmp_path / "EnqueueWelcomeEmail.class").exists()
