@@ -24,7 +24,11 @@ if TYPE_CHECKING:
 
 TESTS = Path(__file__).parent
 # Tests under these folders get these marks (chaos runs need a broker too, hence both).
-_FOLDER_MARKS = {TESTS / "integration": ("kafka",), TESTS / "chaos": ("kafka", "chaos")}
+_FOLDER_MARKS = {
+    TESTS / "integration": ("kafka",),
+    TESTS / "interop": ("kafka",),
+    TESTS / "chaos": ("kafka", "chaos"),
+}
 _PORT_ATTEMPTS = 3
 
 
