@@ -36,3 +36,14 @@ def test_maps_and_arrays_in_blocks_with_a_byte_size_decode_to_the_same_job() -> 
     blocks = golden[:start] + sized_headers + sized_errors
     assert blocks != golden
     assert JobCodec().decode(blocks) == GOLDEN_JOB
+
+
+def test_the_docs_go_is_the_interop_producers_code() -> None:
+    """Every Go block of the page is a piece of the producer the interop test runs, verbatim."""
+    text = DOC.read_text(encoding="utf-8")
+    producer = DOC.parents[1] / "tests" / "interop" / "go" / "main.go"
+    code = producer.read_text(encoding="utf-8")
+    blocks = re.findall(r"```go\n(.*?)```", text, re.S)
+    assert len(blocks) >= 3
+    for block in blocks:
+        assert block in code, f"docs/wire-format.md has Go that the producer does not:\n{block}"
