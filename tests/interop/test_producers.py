@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pipeline import Pipeline
+from tests.builds import build, run_tool, stale
 
 from ..integration.worker.fixtures import kit, schedulers
 from ..integration.worker.harness import wait_until
@@ -39,26 +39,16 @@ COUNTS = {"immediate": 12, "keyed": 8, "idempotent": 8, "delayed": 4}
 DELAY_MS = 2000
 
 
-def _newer(output: Path, sources: list[Path]) -> bool:
-    return output.exists() and all(s.stat().st_mtime <= output.stat().st_mtime for s in sources)
-
-
-def _run(command: list[str], cwd: Path) -> str:
-    result = subprocess.run(command, cwd=cwd, capture_output=True, timeout=300, check=False)
-    assert result.returncode == 0, (command, result.stderr.decode(errors="replace")[-4000:])
-    return result.stdout.decode()
-
-
 def _java(servers: str, namespace: str) -> list[dict[str, str]]:
     project = HERE / "java"
     classpath = project / "target" / "classpath.txt"
     sources = [project / "pom.xml", *project.glob("src/**/*.java")]
-    if not _newer(project / "target" / "producer-1.jar", sources) or not classpath.exists():
-        _run(["mvn", "-q", "-B", "package", "dependency:build-classpath",
-              f"-Dmdep.outputFile={classpath}"], project)  # fmt: skip
+    if stale(project / "target" / "producer-1.jar", sources) or not classpath.exists():
+        run_tool(["mvn", "-q", "-B", "package", "dependency:build-classpath",
+                  f"-Dmdep.outputFile={classpath}"], project)  # fmt: skip
     cp = f"{project / 'target' / 'producer-1.jar'}:{classpath.read_text().strip()}"
     counts = [str(COUNTS[k]) for k in ("immediate", "keyed", "idempotent", "delayed")]
-    out = _run(["java", "-cp", cp, "interop.Producer", servers, namespace, str(SCHEMA),
+    out = run_tool(["java", "-cp", cp, "interop.Producer", servers, namespace, str(SCHEMA),
                 *counts, str(DELAY_MS)], REPO)  # fmt: skip
     rows = [line.split("\t") for line in out.splitlines()]
     return [{"id": i, "kind": kind, "key": key, "text": text} for i, kind, key, text in rows]
@@ -67,11 +57,11 @@ def _java(servers: str, namespace: str) -> list[dict[str, str]]:
 def _go(servers: str, namespace: str) -> list[dict[str, str]]:
     project = HERE / "go"
     binary = project / "build" / "producer"
-    if not _newer(binary, [project / "go.mod", project / "go.sum", *project.glob("*.go")]):
-        _run(["go", "build", "-o", str(binary), "."], project)
+    sources = [project / "go.mod", project / "go.sum", *project.rglob("*.go")]
+    build(binary, sources, ["go", "build", "-o", str(binary), "."], project)
     flags = [f"-{name}={count}" for name, count in COUNTS.items()]
     command = [str(binary), "-brokers", servers, "-namespace", namespace, "-schema", str(SCHEMA)]
-    out = _run([*command, *flags, f"-delay={DELAY_MS}ms"], REPO)
+    out = run_tool([*command, *flags, f"-delay={DELAY_MS}ms"], REPO)
     return [json.loads(line) for line in out.splitlines()]
 
 
@@ -135,7 +125,9 @@ def test_the_docs_java_snippet_compiles(tmp_path: Path) -> None:
     source.write_text(snippet, encoding="utf-8")
     classpath = HERE / "java" / "target" / "classpath.txt"
     if not classpath.exists():
-        _run(["mvn", "-q", "-B", "dependency:build-classpath",
-              f"-Dmdep.outputFile={classpath}"], HERE / "java")  # fmt: skip
-    _run(["javac", "-d", str(tmp_path), "-cp", classpath.read_text().strip(), str(source)], REPO)
+        run_tool(["mvn", "-q", "-B", "dependency:build-classpath",
+                  f"-Dmdep.outputFile={classpath}"], HERE / "java")  # fmt: skip
+    run_tool(
+        ["javac", "-d", str(tmp_path), "-cp", classpath.read_text().strip(), str(source)], REPO
+    )
     assert (tmp_path / "EnqueueWelcomeEmail.class").exists()

@@ -188,14 +188,17 @@ def test_with_a_url_the_codec_reads_framed_envelopes() -> None:
     assert not codec.framing.writes
 
 
-@pytest.mark.parametrize(("language", "pattern"), [("java", "*.java"), ("go", "*.go")])
-def test_the_documents_code_is_the_tested_producers(language: str, pattern: str) -> None:
+@pytest.mark.parametrize(
+    ("language", "project"),
+    [("java", "tests/integration/registry/java"), ("go", "tests/interop/go/registry")],
+)
+def test_the_documents_code_is_the_tested_producers(language: str, project: str) -> None:
     """docs/schema-registry.md shows code of the producers the registry tests run, verbatim
     (a block may be indented less than in the file)."""
     root = Path(__file__).resolve().parents[2]
     doc = (root / "docs" / "schema-registry.md").read_text(encoding="utf-8")
-    project = root / "tests" / "integration" / "registry" / language
-    code = "".join(path.read_text(encoding="utf-8") for path in project.rglob(pattern))
+    sources = (root / project).rglob(f"*.{language}")
+    code = "".join(path.read_text(encoding="utf-8") for path in sources)
     flat = "\n".join(line.strip() for line in code.splitlines())
     blocks = re.findall(rf"```{language}\n(.*?)```", doc, flags=re.DOTALL)
     assert blocks, f"the document has a {language} block"

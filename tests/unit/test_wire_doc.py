@@ -39,10 +39,11 @@ def test_maps_and_arrays_in_blocks_with_a_byte_size_decode_to_the_same_job() -> 
 
 
 def test_the_docs_go_is_the_interop_producers_code() -> None:
-    """Every Go block of the page is a piece of the producer the interop test runs, verbatim."""
+    """Every Go block of the page is a piece of the producer the interop test runs (its main or
+    its envelope package), verbatim."""
     text = DOC.read_text(encoding="utf-8")
-    producer = DOC.parents[1] / "tests" / "interop" / "go" / "main.go"
-    code = producer.read_text(encoding="utf-8")
+    module = DOC.parents[1] / "tests" / "interop" / "go"
+    code = "".join(path.read_text(encoding="utf-8") for path in sorted(module.rglob("*.go")))
     blocks = re.findall(r"```go\n(.*?)```", text, re.S)
     assert len(blocks) >= 3
     for block in blocks:

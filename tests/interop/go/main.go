@@ -11,70 +11,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/pipeline/interop/envelope"
 )
-
-// AttemptError is one entry of a job's attempt history (pipeline.AttemptError).
-type AttemptError struct {
-	Attempt         int32   `avro:"attempt"`
-	At              int64   `avro:"at"`
-	ErrorClass      string  `avro:"error_class"`
-	Message         string  `avro:"message"`
-	Retryable       bool    `avro:"retryable"`
-	TracebackDigest *string `avro:"traceback_digest"`
-	Worker          *string `avro:"worker"`
-}
-
-// Job is the envelope record pipeline.Job v1; nullable fields are pointers.
-type Job struct {
-	ID              string            `avro:"id"`
-	Type            string            `avro:"type"`
-	Payload         []byte            `avro:"payload"`
-	PayloadEncoding string            `avro:"payload_encoding"`
-	Priority        string            `avro:"priority"`
-	Attempt         int32             `avro:"attempt"`
-	MaxAttempts     int32             `avro:"max_attempts"`
-	CreatedAt       int64             `avro:"created_at"`
-	NotBefore       *int64            `avro:"not_before"`
-	IdempotencyKey  *string           `avro:"idempotency_key"`
-	Tenant          *string           `avro:"tenant"`
-	Headers         map[string]string `avro:"headers"`
-	Errors          []AttemptError    `avro:"errors"`
-}
-
-// Encoder writes jobs in Avro single-object encoding: C3 01, fingerprint, body.
-type Encoder struct {
-	schema avro.Schema
-	header []byte
-}
-
-// NewEncoder parses the job schema file once.
-func NewEncoder(path string) (*Encoder, error) {
-	text, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	schema, err := avro.Parse(string(text))
-	if err != nil {
-		return nil, err
-	}
-	// CRC-64-AVRO of the Parsing Canonical Form, little-endian, as the spec's header wants.
-	fingerprint, err := schema.FingerprintUsing(avro.CRC64AvroLE)
-	if err != nil {
-		return nil, err
-	}
-	return &Encoder{schema: schema, header: append([]byte{0xC3, 0x01}, fingerprint...)}, nil
-}
-
-// Encode returns the message value of job.
-func (e *Encoder) Encode(job *Job) ([]byte, error) {
-	body, err := avro.Marshal(e.schema, job)
-	if err != nil {
-		return nil, err
-	}
-	return append(append([]byte{}, e.header...), body...), nil
-}
 
 // produced is what the test reads back from stdout.
 type produced struct {
@@ -95,7 +35,7 @@ func main() {
 	delay := flag.Duration("delay", 2*time.Second, "how far in the future delayed jobs are due")
 	flag.Parse()
 
-	encoder, err := NewEncoder(*schemaPath)
+	encoder, err := envelope.NewEncoder(*schemaPath)
 	if err != nil {
 		log.Fatalf("job schema: %v", err)
 	}
@@ -125,7 +65,7 @@ func main() {
 			log.Fatalf("payload: %v", err)
 		}
 		now := time.Now().UnixMilli()
-		job := &Job{
+		job := &envelope.Job{
 			ID:              fmt.Sprintf("go-%s-%d-%d", kind, i, now),
 			Type:            "interop.echo",
 			Payload:         payload,
@@ -137,7 +77,7 @@ func main() {
 			NotBefore:       notBefore,
 			IdempotencyKey:  idempotencyKey,
 			Headers:         map[string]string{"source": "go", "greeting": "Grüße"},
-			Errors:          []AttemptError{},
+			Errors:          []envelope.AttemptError{},
 		}
 		value, err := encoder.Encode(job)
 		if err != nil {

@@ -1,4 +1,4 @@
-// A Go producer that writes jobs in the Confluent wire format with franz-go's schema registry
+// Command registry writes jobs in the Confluent wire format with franz-go's schema registry
 // client and serde (github.com/twmb/franz-go/pkg/sr) and hamba/avro. Built by the test suite.
 //
 // Arguments: bootstrap servers, the registry URL (Confluent API), namespace, the job.v1.avsc
@@ -19,35 +19,9 @@ import (
 	"github.com/hamba/avro/v2"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/sr"
+
+	"github.com/pipeline/interop/envelope"
 )
-
-// Job is pipeline.Job v1; nullable fields are pointers.
-type Job struct {
-	ID              string            `avro:"id"`
-	Type            string            `avro:"type"`
-	Payload         []byte            `avro:"payload"`
-	PayloadEncoding string            `avro:"payload_encoding"`
-	Priority        string            `avro:"priority"`
-	Attempt         int32             `avro:"attempt"`
-	MaxAttempts     int32             `avro:"max_attempts"`
-	CreatedAt       int64             `avro:"created_at"`
-	NotBefore       *int64            `avro:"not_before"`
-	IdempotencyKey  *string           `avro:"idempotency_key"`
-	Tenant          *string           `avro:"tenant"`
-	Headers         map[string]string `avro:"headers"`
-	Errors          []AttemptError    `avro:"errors"`
-}
-
-// AttemptError is pipeline.AttemptError v1 (a new job has none).
-type AttemptError struct {
-	Attempt         int32   `avro:"attempt"`
-	At              int64   `avro:"at"`
-	ErrorClass      string  `avro:"error_class"`
-	Message         string  `avro:"message"`
-	Retryable       bool    `avro:"retryable"`
-	TracebackDigest *string `avro:"traceback_digest"`
-	Worker          *string `avro:"worker"`
-}
 
 // Invoice is the acme.Invoice payload of registry.invoice jobs.
 type Invoice struct {
@@ -93,7 +67,7 @@ func main() {
 		log.Fatal(err)
 	}
 	var serde sr.Serde
-	register(ctx, client, &serde, topic+"-value", os.Args[4], Job{})
+	register(ctx, client, &serde, topic+"-value", os.Args[4], envelope.Job{})
 	register(ctx, client, &serde, "acme.Invoice-value", os.Args[5], Invoice{})
 
 	producer, err := kgo.NewClient(kgo.SeedBrokers(servers), kgo.RequiredAcks(kgo.AllISRAcks()))
@@ -102,7 +76,7 @@ func main() {
 	}
 	defer producer.Close()
 
-	send := func(job Job, shown string) {
+	send := func(job envelope.Job, shown string) {
 		value, err := serde.Encode(job)
 		if err != nil {
 			log.Fatal(err)
@@ -113,11 +87,11 @@ func main() {
 		}
 		fmt.Println(job.Type, job.ID, shown)
 	}
-	newJob := func(id, jobType, encoding string, payload []byte) Job {
-		return Job{
+	newJob := func(id, jobType, encoding string, payload []byte) envelope.Job {
+		return envelope.Job{
 			ID: id, Type: jobType, Payload: payload, PayloadEncoding: encoding,
 			Priority: "default", Attempt: 1, MaxAttempts: 5, CreatedAt: time.Now().UnixMilli(),
-			Headers: map[string]string{}, Errors: []AttemptError{},
+			Headers: map[string]string{}, Errors: []envelope.AttemptError{},
 		}
 	}
 	for i := 0; i < count; i++ {
