@@ -3,7 +3,8 @@
 Apicurio serves the Confluent Schema Registry API under ``/apis/ccompat/v7`` (what this
 library's client talks to) next to its own under ``/apis/registry/v2`` (what Apicurio's Java
 serializer talks to), with in-memory storage. The distribution is fetched once by Maven into
-``$XDG_CACHE_HOME/pipeline`` (``~/.cache``) and runs on the machine's Java 17.
+``$XDG_CACHE_HOME/pipeline`` (``~/.cache``) and runs on the machine's Java 17; it gets SIGKILL
+when the thread that started it dies, so a killed test run leaves no registry behind.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..worker.harness.processes import die_with_parent
 
 APICURIO_VERSION = "2.6.13.Final"
 _ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"
@@ -113,6 +116,7 @@ def running_registry(log_dir: Path) -> Iterator[RunningRegistry]:
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
         )
     registry = RunningRegistry(f"http://127.0.0.1:{port}", process, log)
     try:

@@ -77,7 +77,7 @@ def _worker_command() -> list[str]:
     return [sys.executable, "-m", "pipeline_worker"]
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when the thread that started it dies.
 
     So a crashed or interrupted test run never leaves worker processes behind. Linux only.
@@ -199,7 +199,7 @@ class WorkerLauncher:
                 stderr=subprocess.STDOUT,
                 env=environment,
                 cwd=REPO_ROOT,
-                preexec_fn=_die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
+                preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
             )
         worker = WorkerProcess(popen, log_path, command, client_id)
         self.started.append(worker)
