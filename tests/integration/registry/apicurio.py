@@ -15,13 +15,14 @@ import socket
 import subprocess
 import tarfile
 import tempfile
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.waiting import wait_for
 
 from ..worker.harness.processes import die_with_parent
 
@@ -120,12 +121,12 @@ def running_registry(log_dir: Path) -> Iterator[RunningRegistry]:
         )
     registry = RunningRegistry(f"http://127.0.0.1:{port}", process, log)
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _answers(f"{registry.ccompat_url}/subjects"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                tail = log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"Apicurio Registry did not start on port {port}:\n{tail}")
-            time.sleep(0.2)  # readiness of another process: nothing to wait on but its port
+        subjects = f"{registry.ccompat_url}/subjects"
+        # Until it answers, or has exited (then waiting longer is pointless).
+        wait_for(lambda: process.poll() is not None or _answers(subjects), START_TIMEOUT_S, 0.2)
+        if not _answers(subjects):
+            tail = log.read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"Apicurio Registry did not start on port {port}:\n{tail}")
         yield registry
     finally:
         process.terminate()
