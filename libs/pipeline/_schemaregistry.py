@@ -126,7 +126,7 @@ class SchemaRegistry:
         The registry applies the subject's compatibility rule; a schema it refuses raises a
         :class:`ConfigurationError` that names the subject and the registry's reason.
         """
-        text = json.dumps(schema, separators=(",", ":"), sort_keys=True)
+        text = _schema_text(schema)
         known = self._ids.get((subject, text))
         if known is not None:
             return known
@@ -157,7 +157,7 @@ class SchemaRegistry:
         """Whether the registry would accept ``schema`` as the next version of ``subject``."""
         from confluent_kafka.schema_registry import Schema
 
-        text = json.dumps(schema, separators=(",", ":"))
+        text = _schema_text(schema)
         try:
             return bool(
                 self._call(
@@ -245,6 +245,11 @@ class SchemaRegistry:
             )
             self._sleep(delay)
             delay = min(delay * 2, _RETRY_MAX_S)
+
+
+def _schema_text(schema: Mapping[str, Any]) -> str:
+    """The one JSON text of a schema this library sends (so a repeat is found in the cache)."""
+    return json.dumps(schema, separators=(",", ":"), sort_keys=True)
 
 
 def _registry_error() -> type[Exception]:
