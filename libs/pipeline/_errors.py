@@ -45,6 +45,14 @@ class UnknownJobTypeError(PipelineError, LookupError):
         self.job_type = job_type
 
 
+class ScheduleNotFoundError(PipelineError, LookupError):
+    """No schedule of that name is on ``<ns>.schedules``."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"no schedule named {name!r}; `pipeline schedules ls` lists them")
+        self.name = name
+
+
 class DecodeError(PipelineError):
     """Bytes could not be decoded as a job (or another record of the wire contract).
 

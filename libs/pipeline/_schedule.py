@@ -34,6 +34,7 @@ __all__ = [
     "FIRE_ID_NAMESPACE",
     "ScheduleRecord",
     "check_schedule",
+    "count_from",
     "decode_schedule",
     "delete_schedule",
     "due_fires",
@@ -199,6 +200,19 @@ def same_definition(a: Schedule, b: Schedule) -> bool:
     return replace(a, created_at=0) == replace(b, created_at=0)
 
 
+def count_from(schedule: Schedule, last_fire_ms: int | None) -> int:
+    """The time after which ``schedule``'s next fires are due: the later of its last fire and
+    the moment its record was written (``created_at``: when it was added, changed or resumed).
+
+    So a resumed schedule never fires for the times it was paused, whatever its missed policy,
+    and a changed one never fires for times before it existed; fires missed after that moment
+    (no scheduler ran) follow the policy.
+    """
+    if last_fire_ms is None:
+        return schedule.created_at
+    return max(last_fire_ms, schedule.created_at)
+
+
 def payload_text(schedule: Schedule) -> str:
     """The payload for display: JSON text, or ``<N bytes AVRO>``."""
     if schedule.payload_encoding.value == "JSON":
@@ -248,13 +262,19 @@ def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout:
 def publish_schedules(
     settings: Settings, schedules: list[Schedule], timeout: float = 30.0
 ) -> list[str]:
-    """Write ``schedules`` to ``<ns>.schedules``, skipping the unchanged; return names written."""
+    """Write ``schedules`` to ``<ns>.schedules``, skipping the unchanged; return names written.
+
+    A schedule paused on the topic stays paused (its definition is updated): pausing is the
+    operators' call, which only :func:`~pipeline._scheduleops.resume_schedule` undoes.
+    """
     current = read_schedules(settings, timeout=timeout) if schedules else {}
     codec = ScheduleCodec()
     stamp = now_ms()
-    changed = [
-        s for s in schedules if s.name not in current or not same_definition(s, current[s.name])
+    kept = [
+        replace(s, enabled=False) if s.name in current and not current[s.name].enabled else s
+        for s in schedules
     ]
+    changed = [s for s in kept if s.name not in current or not same_definition(s, current[s.name])]
     _write(
         settings, [(s.name, codec.encode(replace(s, created_at=stamp))) for s in changed], timeout
     )

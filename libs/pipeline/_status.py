@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ._backlog import BacklogReader, GroupMember, GroupMembers, TopicBacklog
 from ._cronexpr import next_fire_ms
 from ._cronstate import read_last_fires
-from ._schedule import read_schedules
+from ._schedule import count_from, read_schedules
 from ._topicspec import scheduler_control_topic
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def _schedules(settings: Settings, timeout: float) -> tuple[ScheduleDue, ...]:
     due = []
     for name, schedule in sorted(schedules.items()):
         last = last_fires.get(name)
-        after = last if last is not None else schedule.created_at
+        after = count_from(schedule, last)
         try:
             following: int | None = next_fire_ms(schedule.cron, schedule.timezone, after)
         except ValueError:  # read_schedules keeps only valid schedules; be safe anyway

@@ -1,4 +1,7 @@
-"""``pipeline schedules add|ls|rm``: cron schedules on the compacted ``<ns>.schedules`` topic."""
+"""``pipeline schedules add|ls|rm|pause|resume|trigger``: cron schedules on ``<ns>.schedules``.
+
+Pause, resume and trigger are :mod:`pipeline._scheduleops`, which other front ends call too.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipeline import Pipeline, Priority
-from pipeline._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
+from pipeline._deadletters import parse_when
+from pipeline._errors import (
+    ConfigurationError,
+    PayloadValidationError,
+    UnknownJobTypeError,
+)
 from pipeline._job import now_ms
 from pipeline._loader import AppLoadError, load_app
 from pipeline._records import MissedFires, Schedule
@@ -21,6 +29,7 @@ from pipeline._schedule import (
     publish_schedules,
     read_schedule_records,
 )
+from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
 
 from ._output import (
     cli_errors,
@@ -136,7 +145,7 @@ def _load(spec: str) -> Pipeline:
 @json_option
 @common_options
 def ls(as_json: bool, settings: Settings) -> None:
-    """List the schedules with their next fire times; invalid ones with the reason."""
+    """List the schedules with their next fire times; paused and invalid ones as such."""
     with cli_errors():
         table = read_schedule_records(settings)
     now = now_ms()
@@ -157,7 +166,13 @@ def ls(as_json: bool, settings: Settings) -> None:
                 s.missed if s else None,
                 f"INVALID: {record.problem}"
                 if record.problem
-                else (_when(nxt, s.timezone) if s and nxt else None),
+                else (
+                    "paused"
+                    if s and not s.enabled
+                    else _when(nxt, s.timezone)
+                    if s and nxt
+                    else None
+                ),
             )
             for record, nxt in rows
             for s in [record.schedule]
@@ -190,6 +205,7 @@ def _json_row(record: ScheduleRecord, nxt: int | None) -> dict[str, Any]:
             missed=s.missed,
             max_attempts=s.max_attempts,
             enabled=s.enabled,
+            paused=not s.enabled,
         )
     row["next_fire"] = _when(nxt, s.timezone) if s is not None and nxt is not None else None
     row["next_fire_ms"] = nxt
@@ -207,6 +223,89 @@ def rm(name: str, settings: Settings) -> None:
                 f"no schedule named {name!r}; `pipeline schedules ls` lists them"
             )
     click.echo(f"schedule {name} removed")
+
+
+@schedules.command("pause")
+@click.argument("name")
+@json_option
+@common_options
+def pause(name: str, as_json: bool, settings: Settings) -> None:
+    """Stop schedule NAME from firing until `pipeline schedules resume NAME`.
+
+    Idempotent. `schedules add` and the schedules an application publishes keep it paused.
+    """
+    with cli_errors():
+        changed = pause_schedule(settings, name)
+    _said(name, "paused", changed, as_json)
+
+
+@schedules.command("resume")
+@click.argument("name")
+@json_option
+@common_options
+def resume(name: str, as_json: bool, settings: Settings) -> None:
+    """Let paused schedule NAME fire again, from now on.
+
+    The fires whose time fell while it was paused never fire, whatever its --missed policy.
+    """
+    with cli_errors():
+        changed = resume_schedule(settings, name)
+    _said(name, "resumed", changed, as_json)
+
+
+def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    if value is None:
+        return None
+    if value.strip().isdigit():
+        return int(value)
+    try:
+        return parse_when(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}, or epoch milliseconds") from None
+
+
+@schedules.command("trigger")
+@click.argument("name")
+@click.option(
+    "--at",
+    "at_ms",
+    metavar="WHEN",
+    callback=_at,
+    default=None,
+    help="The time that names this request, in epoch milliseconds or ISO-8601 [default: now]: "
+    "triggers with the same WHEN run the job once.",
+)
+@json_option
+@common_options
+def trigger(name: str, at_ms: int | None, as_json: bool, settings: Settings) -> None:
+    """Enqueue one fire of schedule NAME now (paused or not) and print its job id.
+
+    The job is the one a fire enqueues, with the header pipeline-trigger: manual and the
+    idempotency key manual:NAME:WHEN, so repeating a trigger with the same --at runs it once.
+    """
+    with cli_errors():
+        job = trigger_schedule(settings, name, at_ms=at_ms)
+    if as_json:
+        print_json(
+            {
+                "id": job.id,
+                "schedule": name,
+                "type": job.type,
+                "priority": job.priority.value,
+                "idempotency_key": job.idempotency_key,
+            }
+        )
+    else:
+        click.echo(job.id)
+
+
+def _said(name: str, state: str, changed: bool, as_json: bool) -> None:
+    if as_json:
+        print_json({"name": name, "state": state, "changed": changed})
+    else:
+        click.echo(
+            f"schedule {name} {state}" if changed else f"schedule {name} was {state} already"
+        )
 
 
 def _when(epoch_ms: int, tz: str) -> str:

@@ -1,5 +1,8 @@
 """The cron table of the leader: schedules, their last handled fire, and what is due now.
 
+A schedule's fires count from :func:`~pipeline._schedule.count_from`: the later of its last
+fire and its record's ``created_at``, so the fires of a paused time never fire on resume.
+
 A record that cannot be fired (undecodable, an expression croniter rejects, one that never
 fires, an unknown time zone...) is logged once, kept in :attr:`CronTable.invalid` with the
 reason and skipped; every other schedule goes on. A later record or a tombstone replaces it.
@@ -16,6 +19,7 @@ from pipeline._records import Schedule
 from pipeline._schedule import (
     ScheduleRecord,
     check_schedule,
+    count_from,
     due_fires,
     fires_between,
     next_fire_ms,
@@ -92,7 +96,9 @@ class CronTable:
             self._planned.pop(name, None)
             return
         try:
-            when = next_fire_ms(schedule.cron, schedule.timezone, self._last[name])
+            when = next_fire_ms(
+                schedule.cron, schedule.timezone, count_from(schedule, self._last[name])
+            )
         except ConfigurationError as exc:  # it ran out of fires (a year field, say)
             self._skip(name, str(exc))
             return
@@ -115,7 +121,7 @@ class CronTable:
             schedule = self._schedules.get(name)
             if schedule is None or self._planned.get(name) != when:
                 continue  # removed, disabled or changed since this entry was planned
-            last = self._last[name]
+            last = count_from(schedule, self._last[name])
             try:
                 times = due_fires(
                     schedule.cron,
