@@ -18,6 +18,7 @@ from ._index import (
     LetterIndex,
     LetterPage,
     Refreshed,
+    StatusChoice,
 )
 from ._reader import (
     _Reader as _Reader,  # reads any topic to its end, committed records only
@@ -63,6 +64,7 @@ __all__ = [
     "LetterStatus",
     "Outgoing",
     "Refreshed",
+    "StatusChoice",
     "StoredLetter",
     "WriteReport",
     "actionable",

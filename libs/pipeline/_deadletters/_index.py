@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 ALL: Literal["all"] = "all"
 """``status=ALL``: every dead letter, whatever its status."""
+StatusChoice = LetterStatus | Literal["pending", "replayed", "discarded", "all"]
 _CACHED_QUERIES = 16
 
 
@@ -134,6 +135,16 @@ def _summary(letter: DeadLetter, share: _Strings) -> DeadLetter:
         raw_headers={},
         traceback=None,
     )
+
+
+def _status(status: str) -> LetterStatus | None:
+    if status == ALL:
+        return None
+    try:
+        return LetterStatus(status)
+    except ValueError:
+        known = ", ".join([*LetterStatus, ALL])
+        raise ValueError(f"unknown status {status!r}; one of {known}") from None
 
 
 class LetterIndex:
@@ -276,7 +287,7 @@ class LetterIndex:
         self,
         letter_filter: LetterFilter | None = None,
         *,
-        status: LetterStatus | Literal["all"] = LetterStatus.PENDING,
+        status: StatusChoice = LetterStatus.PENDING,
         offset: int = 0,
         limit: int = 50,
         newest_first: bool = True,
@@ -286,7 +297,7 @@ class LetterIndex:
         The letters are summaries (see :class:`LetterIndex`); :meth:`get` reads one whole."""
         if offset < 0 or limit < 0:
             raise ValueError(f"offset and limit must not be negative (got {offset}, {limit})")
-        wanted = None if status == ALL else LetterStatus(status)
+        wanted = _status(status)
         chosen = letter_filter or LetterFilter()
         with self._lock:
             matches = self._matches(chosen, wanted)
