@@ -134,28 +134,40 @@ class _Reader:
         if not assignment:
             return messages
         self.consumer.assign(assignment)
-        while ends:
-            if time.monotonic() >= self._end:
-                left = ", ".join(sorted({topic for topic, _ in ends}))
-                raise self.unavailable(f"{left} not read to the end, {len(ends)} partition(s) left")
-            # A short wait: consume() returns when it has 500 messages or the wait is over.
-            for message in self.consumer.consume(500, 0.02):
-                self._take(message, ends, messages, keep)
+        try:
+            while ends:
+                if time.monotonic() >= self._end:
+                    left = ", ".join(sorted({topic for topic, _ in ends}))
+                    raise self.unavailable(
+                        f"{left} not read to the end, {len(ends)} partition(s) left"
+                    )
+                # A short wait: consume() returns when it has 500 messages or the wait is over.
+                for message in self.consumer.consume(500, 0.02):
+                    self._take(message, ends, messages, keep)
+        finally:
+            # Stop fetching: a reader kept for another read would otherwise fetch on, and its
+            # next watermark requests would wait behind those fetches.
+            self.consumer.unassign()
         return messages
 
     def fetch(self, topic: str, partition: int, offset: int) -> Message:
         """The committed message at ``offset`` of ``topic[partition]``."""
         self.consumer.assign([TopicPartition(topic, partition, offset)])
-        while time.monotonic() < self._end:
-            for message in self.consumer.consume(1, 0.05):
-                error = message.error()
-                if error is None and message.offset() == offset:
-                    return message
-                if error is None or error.code() == KafkaError._PARTITION_EOF:
-                    raise PipelineError(f"no record at {topic}[{partition}]@{offset}")
-                if error.code() not in _UNAVAILABLE and not error.retriable():
-                    raise PipelineError(f"reading {topic} failed: {error.str()} ({error.name()})")
-        raise self.unavailable(f"{topic}[{partition}]@{offset} not read")
+        try:
+            while time.monotonic() < self._end:
+                for message in self.consumer.consume(1, 0.05):
+                    error = message.error()
+                    if error is None and message.offset() == offset:
+                        return message
+                    if error is None or error.code() == KafkaError._PARTITION_EOF:
+                        raise PipelineError(f"no record at {topic}[{partition}]@{offset}")
+                    if error.code() not in _UNAVAILABLE and not error.retriable():
+                        raise PipelineError(
+                            f"reading {topic} failed: {error.str()} ({error.name()})"
+                        )
+            raise self.unavailable(f"{topic}[{partition}]@{offset} not read")
+        finally:
+            self.consumer.unassign()
 
     def _take(
         self,
