@@ -32,7 +32,7 @@ from pipeline._dedup import (
 from pipeline._deduptable import DedupTable, restore_record
 from pipeline._job import new_job_id
 
-from .env import REPO_ROOT, machine, say
+from .env import REPO_ROOT, machine, rss_bytes, say
 from .report import Section, write_sections
 
 START_MS = 1_760_000_000_000
@@ -78,19 +78,12 @@ def _build(structure: str, keys: int) -> object:
     return table
 
 
-def _rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def _child(structure: str, keys: int) -> dict[str, float]:
     """Measure one structure in this (fresh) process."""
     gc.collect()
-    rss_before = _rss_bytes()
+    rss_before = rss_bytes()
     built = _build(structure, keys)
-    rss = _rss_bytes() - rss_before
+    rss = rss_bytes() - rss_before
     del built
     gc.collect()
     tracemalloc.start()

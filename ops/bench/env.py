@@ -101,6 +101,15 @@ def machine() -> dict[str, str]:
     }
 
 
+def rss_bytes() -> int:
+    """This process's resident set now (VmRSS), 0 where /proc does not say."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
 def _first(version: object) -> str:
     """``version()`` answers a string or a (string, int) tuple depending on the release."""
     return str(version[0] if isinstance(version, tuple) else version)

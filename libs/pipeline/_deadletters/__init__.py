@@ -3,7 +3,8 @@
 ``<ns>.dlq`` is append-only and written by workers in Kafka transactions. The modules:
 ``_state`` (what was done to each dead letter, from ``<ns>.dlq-state``), ``_reader`` (both
 topics read to their ends), ``_filters`` (which letters a command acts on), ``_replay`` (replay
-and discard, in transactions) and ``_stats`` (counts, the depth to alert on).
+and discard, in transactions), ``_stats`` (counts, the depth to alert on) and ``_index`` (both
+topics kept in memory and refreshed with what was added, for a dashboard).
 """
 
 from __future__ import annotations
@@ -11,6 +12,13 @@ from __future__ import annotations
 from ._filters import (
     LetterFilter,
     parse_when,
+)
+from ._index import (
+    ALL,
+    LetterIndex,
+    LetterPage,
+    Refreshed,
+    StatusChoice,
 )
 from ._reader import (
     _Reader as _Reader,  # reads any topic to its end, committed records only
@@ -36,6 +44,7 @@ from ._state import (
     StoredLetter,
     actionable,
     fold_states,
+    letter_order,
 )
 from ._stats import (
     DlqStats,
@@ -44,13 +53,18 @@ from ._stats import (
 )
 
 __all__ = [
+    "ALL",
     "DeadLetterNotFoundError",
     "DeadLetterSnapshot",
     "DlqStats",
     "LetterFilter",
+    "LetterIndex",
+    "LetterPage",
     "LetterState",
     "LetterStatus",
     "Outgoing",
+    "Refreshed",
+    "StatusChoice",
     "StoredLetter",
     "WriteReport",
     "actionable",
@@ -59,6 +73,7 @@ __all__ = [
     "dlq_stats",
     "dlq_transactional_id",
     "fold_states",
+    "letter_order",
     "parse_when",
     "read_dead_letters",
     "read_states",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
@@ -12,9 +12,10 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from .._clientlog import LastProblemLog
 from .._codec import DeadLetterCodec
 from .._errors import ConfigurationError, DecodeError, KafkaUnavailableError, PipelineError
+from .._records import DeadLetter
 from .._settings import Settings
 from .._topics import TopicNames
-from ._state import DeadLetterSnapshot, LetterState, StoredLetter, fold_states
+from ._state import DeadLetterSnapshot, LetterState, StoredLetter, fold_states, letter_order
 
 _log = logging.getLogger("pipeline.dlq")
 _UNAVAILABLE = frozenset(
@@ -83,36 +84,90 @@ class _Reader:
             )
         return sorted(meta.partitions)
 
+    def restart_clock(self, timeout: float) -> None:
+        """A new deadline, ``timeout`` seconds from now, and fresh topic metadata: for a
+        reader kept to read the same topics again."""
+        self.timeout = timeout
+        self._end = time.monotonic() + timeout
+        self._topics = None
+
+    def watermarks(self, *topics: str) -> dict[tuple[str, int], tuple[int, int]]:
+        """``(topic, partition) -> (low, high)`` of every partition of ``topics``; ``high``
+        is the end a read_committed reader sees (what is after it is not committed yet)."""
+        marks: dict[tuple[str, int], tuple[int, int]] = {}
+        for topic in topics:
+            for partition in self.partitions(topic):
+                try:
+                    marks[topic, partition] = self.consumer.get_watermark_offsets(
+                        TopicPartition(topic, partition), timeout=self.remaining()
+                    )
+                except KafkaException as exc:
+                    raise self.unavailable(exc.args[0].str()) from exc
+        return marks
+
     def read(
         self, *topics: str, keep: Callable[[Message], bool] | None = None
     ) -> dict[str, list[Message]]:
         """Every committed message of ``topics`` up to their ends as of this call, by topic;
         with ``keep``, only those it accepts (the others are not held in memory)."""
+        marks = self.watermarks(*topics)
+        starts = {where: low for where, (low, _) in marks.items()}
+        return self.read_ranges(topics, starts, marks, keep)
+
+    def read_ranges(
+        self,
+        topics: Iterable[str],
+        starts: Mapping[tuple[str, int], int],
+        marks: Mapping[tuple[str, int], tuple[int, int]],
+        keep: Callable[[Message], bool] | None = None,
+    ) -> dict[str, list[Message]]:
+        """The committed messages of each partition from its offset in ``starts`` to its high
+        watermark in ``marks`` (see :meth:`read`)."""
         ends: dict[tuple[str, int], int] = {}
-        starts: list[TopicPartition] = []
-        for topic in topics:
-            for partition in self.partitions(topic):
-                try:
-                    low, high = self.consumer.get_watermark_offsets(
-                        TopicPartition(topic, partition), timeout=self.remaining()
-                    )
-                except KafkaException as exc:
-                    raise self.unavailable(exc.args[0].str()) from exc
-                if high > low:
-                    ends[topic, partition] = high
-                    starts.append(TopicPartition(topic, partition, low))
+        assignment: list[TopicPartition] = []
+        for (topic, partition), start in starts.items():
+            high = marks[topic, partition][1]
+            if high > start:
+                ends[topic, partition] = high
+                assignment.append(TopicPartition(topic, partition, start))
         messages: dict[str, list[Message]] = {topic: [] for topic in topics}
-        if not starts:
+        if not assignment:
             return messages
-        self.consumer.assign(starts)
-        while ends:
-            if time.monotonic() >= self._end:
-                left = ", ".join(sorted({topic for topic, _ in ends}))
-                raise self.unavailable(f"{left} not read to the end, {len(ends)} partition(s) left")
-            # A short wait: consume() returns when it has 500 messages or the wait is over.
-            for message in self.consumer.consume(500, 0.02):
-                self._take(message, ends, messages, keep)
+        self.consumer.assign(assignment)
+        try:
+            while ends:
+                if time.monotonic() >= self._end:
+                    left = ", ".join(sorted({topic for topic, _ in ends}))
+                    raise self.unavailable(
+                        f"{left} not read to the end, {len(ends)} partition(s) left"
+                    )
+                # A short wait: consume() returns when it has 500 messages or the wait is over.
+                for message in self.consumer.consume(500, 0.02):
+                    self._take(message, ends, messages, keep)
+        finally:
+            # Stop fetching: a reader kept for another read would otherwise fetch on, and its
+            # next watermark requests would wait behind those fetches.
+            self.consumer.unassign()
         return messages
+
+    def fetch(self, topic: str, partition: int, offset: int) -> Message:
+        """The committed message at ``offset`` of ``topic[partition]``."""
+        self.consumer.assign([TopicPartition(topic, partition, offset)])
+        try:
+            while time.monotonic() < self._end:
+                for message in self.consumer.consume(1, 0.05):
+                    error = message.error()
+                    if error is None and message.offset() == offset:
+                        return message
+                    if error is None or error.code() == KafkaError._PARTITION_EOF:
+                        raise PipelineError(f"no record at {topic}[{partition}]@{offset}")
+                    if error.code() not in _UNAVAILABLE and not error.retriable():
+                        raise PipelineError(
+                            f"reading {topic} failed: {error.str()} ({error.name()})"
+                        )
+            raise self.unavailable(f"{topic}[{partition}]@{offset} not read")
+        finally:
+            self.consumer.unassign()
 
     def _take(
         self,
@@ -156,6 +211,21 @@ def _keyed(messages: Iterable[Message]) -> Iterable[tuple[str, bytes | None]]:
         yield (key.decode("utf-8", "replace") if key else "", message.value())
 
 
+def decode_letter(codec: DeadLetterCodec, message: Message) -> DeadLetter | None:
+    """The dead letter in ``message``, or None (logged) for a record that is not one."""
+    try:
+        return codec.decode(message.value() or b"")
+    except DecodeError as exc:
+        _log.info(
+            "undecodable record %s[%s]@%s: %s",
+            message.topic(),
+            message.partition(),
+            message.offset(),
+            exc.reason,
+        )
+        return None
+
+
 def read_states(settings: Settings, *, timeout: float = 30.0) -> dict[str, LetterState]:
     """The whole ``<ns>.dlq-state`` table: dead-letter id -> what was done to it."""
     topic = TopicNames(settings.namespace).dlq_state
@@ -179,22 +249,14 @@ def read_dead_letters(settings: Settings, *, timeout: float = 30.0) -> DeadLette
     seen: set[str] = set()
     undecodable = 0
     for message in read[names.dlq]:
-        try:
-            letter = codec.decode(message.value() or b"")
-        except DecodeError as exc:
+        letter = decode_letter(codec, message)
+        if letter is None:
             undecodable += 1
-            _log.info(
-                "undecodable record %s[%s]@%s: %s",
-                names.dlq,
-                message.partition(),
-                message.offset(),
-                exc.reason,
-            )
             continue
         if letter.id in seen:  # written twice (a non-transactional producer's retry)
             continue
         seen.add(letter.id)
         position = (message.partition() or 0, message.offset() or 0)
         letters.append(StoredLetter(letter, *position, states.get(letter.id)))
-    letters.sort(key=lambda s: (s.letter.dead_at, s.partition, s.offset))
+    letters.sort(key=letter_order)
     return DeadLetterSnapshot(names.dlq, letters, undecodable)

@@ -66,10 +66,14 @@ class LetterState:
         )
 
 
-def fold_states(records: Iterable[tuple[str, bytes | None]]) -> dict[str, LetterState]:
+def fold_states(
+    records: Iterable[tuple[str, bytes | None]], into: dict[str, LetterState] | None = None
+) -> dict[str, LetterState]:
     """The state table from ``(key, value)`` records in log order: the later record wins, and a
-    tombstone or a ``pending`` record puts a dead letter back to pending."""
-    states: dict[str, LetterState] = {}
+    tombstone or a ``pending`` record puts a dead letter back to pending. With ``into``, the
+    records are folded into that table (changed in place and returned): the records that came
+    after it was made."""
+    states: dict[str, LetterState] = {} if into is None else into
     for key, value in records:
         state = None
         if value is not None:
@@ -97,6 +101,11 @@ class StoredLetter:
     @property
     def status(self) -> LetterStatus:
         return LetterStatus.PENDING if self.state is None else self.state.status
+
+
+def letter_order(stored: StoredLetter) -> tuple[int, int, int]:
+    """The order dead letters are listed in, oldest first: ``dead_at``, then the position."""
+    return (stored.letter.dead_at, stored.partition, stored.offset)
 
 
 @dataclass(slots=True)
