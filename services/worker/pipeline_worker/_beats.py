@@ -110,6 +110,13 @@ class Heartbeats:
 
     async def run(self) -> None:
         """Publish at once, then every interval, until cancelled or the topic is missing."""
+        try:
+            await self._run()
+        except Exception:  # a bug here must not stop the worker: only its heartbeats
+            self.off = True
+            _log.warning("heartbeats stopped", exc_info=True)
+
+    async def _run(self) -> None:
         if not await asyncio.to_thread(self._topic_exists):
             self._turn_off()
             return

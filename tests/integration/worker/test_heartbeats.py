@@ -84,7 +84,7 @@ def test_held_jobs_show_in_flight_and_a_clean_stop_removes_the_worker(
 
 
 def test_a_missing_workers_topic_warns_once_and_the_worker_runs_on(kit: WorkerKit) -> None:
-    admin = AdminClient(kit.settings.client_config())
+    admin = AdminClient({"bootstrap.servers": kit.settings.bootstrap_servers})
     for future in admin.delete_topics([kit.topics.workers], operation_timeout=10).values():
         future.result(15)
     assert wait_for(lambda: kit.topics.workers not in admin.list_topics(timeout=10).topics, 10)
