@@ -42,7 +42,8 @@ _log = logging.getLogger("pipeline.worker.beats")
 
 SAMPLES = 10
 """In-flight samples per interval, averaged into the utilization."""
-CLOSE_TIMEOUT_S = 5.0
+CLOSE_TIMEOUT_S = 2.0
+"""How long a stop waits for the tombstone (it does not wait while Kafka is unreachable)."""
 _DEFAULT_CLIENT_ID = Settings.model_fields["client_id"].default
 _workers_in_process = itertools.count(1)
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
@@ -104,7 +105,8 @@ class Heartbeats:
         """Set once the topic turned out missing: nothing more is published."""
         conf = producer_config(settings)
         conf["linger.ms"] = 0
-        conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks("heartbeat producer"))
+        self._health = BrokerHealth.of(settings.bootstrap_servers)
+        conf.update(self._health.callbacks("heartbeat producer"))
         conf.update(settings.kafka)
         self._producer = producer_factory(conf)
 
@@ -164,7 +166,8 @@ class Heartbeats:
         """The tombstone (a clean stop), then wait a little for what is queued."""
         if not self.off and self.published:
             self._produce(None)
-        left = self._producer.flush(CLOSE_TIMEOUT_S)
+        down = self._health.unreachable_for() is not None
+        left = self._producer.flush(0 if down else CLOSE_TIMEOUT_S)
         if left:
             _log.warning("%d heartbeat record(s) not delivered at exit", left)
 
