@@ -290,9 +290,10 @@ def delete_schedule(settings: Settings, name: str, timeout: float = 30.0) -> boo
 
 
 def read_table(
-    settings: Settings, topic: str, timeout: float = 30.0
+    settings: Settings, topic: str, timeout: float = 30.0, *, missing_ok: bool = False
 ) -> list[tuple[str, bytes | None]]:
-    """Every committed message of ``topic`` from its beginning to its end, as (key, value)."""
+    """Every committed message of ``topic`` from its beginning to its end, as (key, value);
+    with ``missing_ok``, none when the topic does not exist (else that raises)."""
     import time
 
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -314,16 +315,14 @@ def read_table(
                 f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}"
             ) from exc
         meta = metadata.topics.get(topic)
+        if missing_ok and (meta is None or meta.error is not None):
+            return []
         if meta is None or meta.error is not None:
             raise KafkaUnavailableError(
                 f"topic {topic} does not exist; create the topics with `pipeline topics apply`"
             )
         tps = [TopicPartition(topic, p, -2) for p in sorted(meta.partitions)]
-        pending = set()
-        for tp in tps:
-            low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
-            if high > low:
-                pending.add(tp.partition)
+        pending = _not_empty(consumer, tps, timeout)
         records: list[tuple[str, bytes | None]] = []
         if not pending:
             return records
@@ -344,6 +343,16 @@ def read_table(
         return records
     finally:
         consumer.close()
+
+
+def _not_empty(consumer: Any, tps: list[Any], timeout: float) -> set[int]:
+    """The partitions of ``tps`` that hold messages."""
+    found = set()
+    for tp in tps:
+        low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+        if high > low:
+            found.add(tp.partition)
+    return found
 
 
 def read_schedule_records(settings: Settings, timeout: float = 30.0) -> dict[str, ScheduleRecord]:

@@ -4,14 +4,15 @@ The backlog, the oldest waiting job, the retry tiers, the deferred topics, the g
 and the dead letters pending are one :class:`~pipeline._backlog.Backlog` read (the reads the
 exporter makes, :mod:`._backlog`). On top of it ``pipeline status`` shows what only it has: the
 scheduler leader (the member of its group owning the control partition), each cron schedule's
-last and next fire and the lateness of the most overdue one, and the rates in and out, which
-need two snapshots: :func:`rates` compares them.
+last and next fire and the lateness of the most overdue one, each worker's heartbeat (jobs in
+flight, utilization: :mod:`._workerbeats`), and the rates in and out, which need two snapshots:
+:func:`rates` compares them.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ._backlog import BacklogReader, GroupMember, GroupMembers, TopicBacklog
@@ -19,6 +20,7 @@ from ._cronexpr import next_fire_ms
 from ._cronstate import read_last_fires
 from ._schedule import count_from, read_schedules
 from ._topicspec import scheduler_control_topic
+from ._workerbeats import WorkerBeat, read_worker_beats
 
 if TYPE_CHECKING:
     from ._settings import Settings
@@ -64,6 +66,13 @@ class StatusSnapshot:
     scheduler: GroupMembers
     dead_letters_pending: int
     schedules: tuple[ScheduleDue, ...]
+    worker_beats: dict[str, WorkerBeat] = field(default_factory=dict)
+    """The heartbeats on ``<ns>.workers`` by client id, stale ones included."""
+
+    def beat_of(self, member: GroupMember) -> WorkerBeat | None:
+        """The worker member's heartbeat, unless it has none or it was stale at :attr:`at`."""
+        beat = self.worker_beats.get(member.client_id)
+        return None if beat is None or beat.stale_at(self.at) else beat
 
     @property
     def leader(self) -> GroupMember | None:
@@ -143,4 +152,5 @@ def read_status(
         scheduler=backlog.groups["scheduler"],
         dead_letters_pending=backlog.dead_letters_pending,
         schedules=_schedules(settings, max(0.1, deadline - time.monotonic())),
+        worker_beats=read_worker_beats(settings, timeout=max(0.1, deadline - time.monotonic())),
     )

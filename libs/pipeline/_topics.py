@@ -56,6 +56,12 @@ class TopicNames:
     def events(self) -> str:
         return f"{self.namespace}.events"
 
+    @property
+    def workers(self) -> str:
+        """Compacted: each worker process's latest heartbeat, by its client id (a topic; the
+        workers' consumer group of the same default name is another thing)."""
+        return f"{self.namespace}.workers"
+
     def all_jobs(self) -> list[str]:
         return [self.jobs(p) for p in Priority]
 

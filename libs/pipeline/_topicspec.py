@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 HOUR_MS = 3600 * 1000
+DAY_MS = 24 * HOUR_MS
 MIN_INSYNC = "min.insync.replicas"
 GROUP_ROW = "group "
 """How a consumer group's row of an apply is named: ``group <id>`` (see ``_groupadmin``)."""
@@ -126,8 +127,24 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             log(t.events_retention_ms),
             "job lifecycle events",
         ),
+        TopicSpec(names.workers, 1, rf, _heartbeats(common), "worker heartbeats, by client id"),
     ]
     return specs
+
+
+def _heartbeats(common: Mapping[str, str]) -> dict[str, str]:
+    """``<ns>.workers``: a table that is rewritten every few seconds by every worker. Small
+    segments (1 MiB or 10 minutes) keep what a reader reads beyond the compacted keys short;
+    ``delete`` next to ``compact`` lets the last heartbeat of a worker that died without its
+    tombstone go after a day (readers call it stale long before)."""
+    return {
+        "cleanup.policy": "compact,delete",
+        "retention.ms": str(DAY_MS),
+        "segment.ms": str(10 * 60 * 1000),
+        "segment.bytes": str(1024 * 1024),
+        "min.cleanable.dirty.ratio": "0.1",
+        **common,
+    }
 
 
 # --- planning: pure, no Kafka -------------------------------------------------------------

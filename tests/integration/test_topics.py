@@ -366,10 +366,10 @@ def test_cli_apply_twice(bootstrap_servers: str, namespace: str) -> None:
     assert first.exit_code == 0, first.output
     assert f"{namespace}.jobs.high" in first.stdout
     assert "created (6 partitions, replication factor 1)" in first.stdout
-    assert first.stdout.splitlines()[-1] == "created 20 topics, changed 4 settings on 2 groups"
+    assert first.stdout.splitlines()[-1] == "created 21 topics, changed 4 settings on 2 groups"
     assert second.exit_code == 0, second.output
     assert second.stdout.splitlines()[-1] == "nothing to change"
-    assert second.stdout.count("unchanged") == 22  # 20 topics, the 2 groups of the workers
+    assert second.stdout.count("unchanged") == 23  # 21 topics, the 2 groups of the workers
 
 
 def test_cli_dry_run_and_json(bootstrap_servers: str, namespace: str) -> None:
@@ -393,7 +393,7 @@ def test_cli_describe_table(bootstrap_servers: str, namespace: str) -> None:
     options = ["--bootstrap-servers", bootstrap_servers, "--namespace", namespace]
     missing = cli("describe", *options)
     assert missing.exit_code == 0, missing.output
-    assert "20 of 20 topics are missing" in missing.stdout
+    assert "21 of 21 topics are missing" in missing.stdout
 
     assert cli("apply", *options).exit_code == 0
     present = cli("describe", *options)

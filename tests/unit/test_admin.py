@@ -67,6 +67,7 @@ def test_default_specs_cover_the_design_topic_set() -> None:
         "schedules",
         "scheduler-state",
         "events",
+        "workers",
     ]
     partitions = {name: spec.partitions for name, spec in specs.items()}
     assert partitions == {
@@ -80,6 +81,7 @@ def test_default_specs_cover_the_design_topic_set() -> None:
         "schedules": 1,
         "scheduler-state": 1,
         "events": 3,
+        "workers": 1,
     }
     assert {spec.replication_factor for spec in specs.values()} == {1}
 
@@ -98,6 +100,13 @@ def test_default_specs_retention_and_cleanup() -> None:
         assert "retention.ms" not in configs
         assert 0 < float(configs["min.cleanable.dirty.ratio"]) < 0.5
         assert int(configs["segment.ms"]) <= DAY_MS
+    # Heartbeats: a table whose dead workers' last records go after a day; small segments, so
+    # a reader reads little beyond the latest record of each worker.
+    workers = specs["workers"].configs
+    assert workers["cleanup.policy"] == "compact,delete"
+    assert workers["retention.ms"] == str(DAY_MS)
+    assert int(workers["segment.bytes"]) <= 1024 * 1024
+    assert int(workers["segment.ms"]) <= 3600_000
     for spec in specs.values():
         assert spec.configs["min.insync.replicas"] == "1"
         assert spec.configs["message.timestamp.type"] == "CreateTime"

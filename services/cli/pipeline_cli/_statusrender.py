@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from pipeline._backlog import GroupMember, GroupMembers, TopicBacklog
     from pipeline._status import StatusSnapshot
+    from pipeline._workerbeats import WorkerBeat
 
 
 def _rate_pairs(
@@ -86,6 +87,27 @@ def _group_json(group: GroupMembers) -> dict[str, Any]:
     }
 
 
+def _worker_json(snapshot: StatusSnapshot, member: GroupMember) -> dict[str, Any]:
+    """A worker member with its heartbeat's fields (``null``: no heartbeat, or a stale one)."""
+    beat = snapshot.beat_of(member)
+    return {
+        **_member_json(member),
+        "in_flight": None if beat is None else beat.in_flight,
+        "concurrency": None if beat is None else beat.concurrency,
+        "utilization": None if beat is None else beat.utilization,
+        "jobs_done": None if beat is None else beat.jobs_done,
+        "pid": None if beat is None else beat.pid,
+        "started_at": None if beat is None else when(beat.started_at_ms),
+        "heartbeat_age_s": None if beat is None else round(beat.age_s(snapshot.at), 3),
+    }
+
+
+def _busy_text(beat: WorkerBeat | None) -> tuple[str, str]:
+    if beat is None:
+        return "n/a", "n/a"
+    return f"{beat.in_flight}/{beat.concurrency}", f"{beat.utilization:.0%}"
+
+
 def status_json(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> dict[str, Any]:
     """The snapshot as JSON; rates are ``null`` without a previous snapshot to compare with."""
     pairs = _rate_pairs(snapshot, previous)
@@ -102,7 +124,10 @@ def status_json(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> di
         "priorities": lags(snapshot.priorities),
         "retry_tiers": lags(snapshot.retry_tiers),
         "deferred": lags(snapshot.deferred),
-        "workers": _group_json(snapshot.workers),
+        "workers": {
+            **_group_json(snapshot.workers),
+            "members": [_worker_json(snapshot, m) for m in snapshot.workers.members],
+        },
         "scheduler": {
             **_group_json(snapshot.scheduler),
             "leader": None if leader is None else _member_json(leader),
@@ -178,8 +203,11 @@ def print_status(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> N
     )
     if workers.members:
         print_table(
-            [[m.client_id, m.host, _partitions_text(m)] for m in workers.members],
-            ["client", "host", "partitions"],
+            [
+                [m.client_id, m.host, *_busy_text(snapshot.beat_of(m)), _partitions_text(m)]
+                for m in workers.members
+            ],
+            ["client", "host", "in flight", "busy", "partitions"],
         )
     click.echo()
     leader = snapshot.leader

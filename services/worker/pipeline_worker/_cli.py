@@ -181,7 +181,7 @@ def command(
     gc.freeze()
     gc.set_threshold(20_000, 50, 100)
     try:
-        code = Worker(app, settings).run()
+        code = Worker(app, settings, child_index=child_index).run()
     except PortInUseError as exc:
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(2)

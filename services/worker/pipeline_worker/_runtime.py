@@ -28,11 +28,13 @@ from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames, worker_group
 
 from . import _signals
+from ._beats import heartbeats_of, process_client_id
 from ._metrics import WorkerMetrics, per_second
 from ._metricsexport import Gauges, make_registry
 from ._work import PartitionState
 from .commit.moves import Mover
 from .execute.processor import Processor
+from .intake.config import consumer_config
 from .intake.consumer import ConsumerThread
 from .intake.loopside import Batch
 from .recovery.relay import RetryRelay
@@ -71,12 +73,17 @@ class Worker:
         settings: Settings | None = None,
         *,
         middleware: Sequence[JobHooks] = (),
+        child_index: int | None = None,
     ) -> None:
         self.app = app
-        self.settings = settings if settings is not None else app.settings
+        settings = settings if settings is not None else app.settings
+        own = process_client_id(settings, child_index)
+        self.settings = settings.model_copy(update={"client_id": own})
         self.middleware = tuple(middleware)
         worker = self.settings.worker
         self.group_id = worker_group(self.settings)
+        self.client_id: str = consumer_config(self.settings, self.group_id)["client.id"]
+        """This process's id at the group coordinator (``kafka`` options may set another)."""
         self.priorities: list[Priority] = list(worker.priorities)
         names = TopicNames(self.settings.namespace)
         self.topics = {names.jobs(p): (p, i) for i, p in enumerate(self.priorities)}
@@ -200,6 +207,7 @@ class Worker:
                 "policy": worker.policy,
                 "concurrency": worker.concurrency,
                 "burst": worker.burst,
+                "client_id": self.client_id,
             },
         )
         self._consumer.start()
@@ -213,11 +221,16 @@ class Worker:
             )
             relay.start()
         heartbeat = self.loop.create_task(self._heartbeat())
+        beats = heartbeats_of(self.settings, self.client_id, self.group_id, processor, self._states)
+        beating = self.loop.create_task(beats.run()) if beats is not None else None
         try:
             await self._stopped.wait()
             await self._shutdown()
         finally:
             heartbeat.cancel()
+            if beats is not None and beating is not None:
+                beating.cancel()
+                await asyncio.to_thread(beats.close)
             if relay is not None:
                 await asyncio.to_thread(relay.stop)
             if events is not None:

@@ -7,7 +7,8 @@ import urllib.request
 from collections.abc import Callable
 
 from pipeline import Pipeline
-from pipeline._settings import SchedulerSettings, Settings
+from pipeline._schedulersettings import SchedulerSettings
+from pipeline._settings import Settings
 from pipeline_scheduler import Scheduler
 from tests import waiting
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline._settings import SchedulerSettings
+from pipeline._schedulersettings import SchedulerSettings
 from pipeline_scheduler._duequeue import DueQueue
 from pipeline_scheduler._progress import PartitionProgress, SavedProgress
 from pipeline_scheduler._routing import HOLD, RELEASE, Router

@@ -1,0 +1,192 @@
+"""Worker heartbeats on ``<ns>.workers``: how busy each worker process is, read from Kafka alone.
+
+Every ``worker.heartbeat_interval_s`` a worker process writes one small JSON record keyed by
+its consumer's client id (the ``client_id`` the group coordinator reports for the member, so a
+reader joins the two), and a tombstone when it stops cleanly. The topic is compacted: reading it
+to its end gives each live worker's latest heartbeat. A heartbeat older than
+:data:`STALE_INTERVALS` of its own interval is stale (the worker died without its tombstone, or
+cannot reach Kafka). The record (version 1)::
+
+    {"v": 1, "client_id": "...", "group": "...", "host": "...", "pid": 12,
+     "started_at_ms": ..., "at_ms": ..., "interval_s": 5.0, "concurrency": 64,
+     "in_flight": 3, "utilization": 0.05, "jobs_done": 1200,
+     "partitions": [["pipeline.jobs.high", 0], ...]}
+
+Readers ignore fields they do not know and skip records they cannot read (never raising), so
+a later version may add fields without breaking them. The publisher is the worker's
+(``pipeline_worker._beats``); this module is the contract and the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ._job import now_ms
+from ._schedule import read_table
+from ._topics import TopicNames
+
+if TYPE_CHECKING:
+    from ._settings import Settings
+
+__all__ = [
+    "STALE_INTERVALS",
+    "VERSION",
+    "WorkerBeat",
+    "decode_beat",
+    "encode_beat",
+    "read_worker_beats",
+]
+
+VERSION = 1
+STALE_INTERVALS = 3
+"""A heartbeat older than this many of its worker's intervals is stale."""
+
+_log = logging.getLogger("pipeline.workerbeats")
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    """One worker process's latest heartbeat."""
+
+    client_id: str
+    group: str
+    host: str
+    pid: int
+    started_at_ms: int
+    at_ms: int
+    """When the heartbeat was written (ms since the epoch, the worker's clock)."""
+    interval_s: float
+    """The worker's ``worker.heartbeat_interval_s``: the next one is due this long after."""
+    concurrency: int
+    in_flight: int
+    utilization: float
+    """The busy share of the concurrency slots, averaged over the last interval (0..1)."""
+    jobs_done: int
+    """Offsets the process finished since it started (succeeded, retried, dead-lettered)."""
+    partitions: tuple[tuple[str, int], ...] = ()
+
+    def age_s(self, at_ms: int | None = None) -> float:
+        """Seconds between the heartbeat and ``at_ms`` (default: now); never negative."""
+        return max(0.0, ((now_ms() if at_ms is None else at_ms) - self.at_ms) / 1000)
+
+    def stale_at(self, at_ms: int | None = None) -> bool:
+        """Whether the heartbeat is older than :data:`STALE_INTERVALS` intervals at ``at_ms``."""
+        return self.age_s(at_ms) > STALE_INTERVALS * self.interval_s
+
+    @property
+    def stale(self) -> bool:
+        """:meth:`stale_at` now."""
+        return self.stale_at()
+
+
+def encode_beat(beat: WorkerBeat) -> bytes:
+    """The record's value: compact JSON of version :data:`VERSION`."""
+    record = {
+        "v": VERSION,
+        "client_id": beat.client_id,
+        "group": beat.group,
+        "host": beat.host,
+        "pid": beat.pid,
+        "started_at_ms": beat.started_at_ms,
+        "at_ms": beat.at_ms,
+        "interval_s": beat.interval_s,
+        "concurrency": beat.concurrency,
+        "in_flight": beat.in_flight,
+        "utilization": round(beat.utilization, 4),
+        "jobs_done": beat.jobs_done,
+        "partitions": [[topic, partition] for topic, partition in beat.partitions],
+    }
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+def decode_beat(key: str, value: bytes | None) -> WorkerBeat | None:
+    """The heartbeat in a record keyed ``key``; ``None`` for a tombstone or anything that is not
+    a heartbeat of version 1 or later whose ``client_id`` is its key. Never raises."""
+    if value is None:
+        return None
+    try:
+        record = json.loads(value)
+        if not isinstance(record, dict) or not _count(record.get("v")) or record["v"] < 1:
+            return None
+        beat = WorkerBeat(
+            client_id=_text(record, "client_id"),
+            group=_text(record, "group"),
+            host=_text(record, "host"),
+            pid=_int(record, "pid"),
+            started_at_ms=_int(record, "started_at_ms"),
+            at_ms=_int(record, "at_ms"),
+            interval_s=_number(record, "interval_s"),
+            concurrency=_int(record, "concurrency"),
+            in_flight=_int(record, "in_flight"),
+            utilization=_number(record, "utilization"),
+            jobs_done=_int(record, "jobs_done"),
+            partitions=_partitions(record.get("partitions", [])),
+        )
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return None
+    if beat.client_id != key or beat.interval_s <= 0:
+        return None
+    return beat
+
+
+def read_worker_beats(settings: Settings, *, timeout: float = 10.0) -> dict[str, WorkerBeat]:
+    """The latest heartbeat of each worker process on ``<ns>.workers``, by client id, stale
+    ones included (see :attr:`WorkerBeat.stale`); empty when the topic does not exist (a
+    deployment whose topics were not applied since heartbeats came). Records that are not
+    heartbeats are skipped. Raises :class:`KafkaUnavailableError` when Kafka does not answer
+    within ``timeout`` seconds."""
+    topic = TopicNames(settings.namespace).workers
+    beats: dict[str, WorkerBeat] = {}
+    for key, value in read_table(settings, topic, timeout, missing_ok=True):
+        beat = decode_beat(key, value)
+        if beat is not None:
+            beats[key] = beat
+        else:
+            if value is not None:
+                _log.debug("skipped a record of %s keyed %r: not a heartbeat", topic, key)
+            beats.pop(key, None)
+    return beats
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _int(record: dict[str, Any], name: str) -> int:
+    value = record[name]
+    if not _count(value):
+        raise ValueError(name)
+    return int(value)
+
+
+def _number(record: dict[str, Any], name: str) -> float:
+    value = record[name]
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(name)
+    if value < 0:
+        raise ValueError(name)
+    return float(value)
+
+
+def _text(record: dict[str, Any], name: str) -> str:
+    value = record[name]
+    if not isinstance(value, str):
+        raise ValueError(name)
+    return value
+
+
+def _partitions(value: Any) -> tuple[tuple[str, int], ...]:
+    if not isinstance(value, list):
+        raise ValueError("partitions")
+    found = []
+    for item in value:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+            raise ValueError("partitions")
+        if not _count(item[1]):
+            raise ValueError("partitions")
+        found.append((item[0], int(item[1])))
+    return tuple(found)
