@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
 from typing import TYPE_CHECKING
@@ -99,11 +99,19 @@ def _decode(codec: EventCodec, message: Message) -> Event | None:
         return None
 
 
-def job_history(settings: Settings, job_id: str, *, timeout: float = 30.0) -> JobHistory:
+def job_history(
+    settings: Settings,
+    job_id: str,
+    *,
+    timeout: float = 30.0,
+    letters: Callable[[str], list[StoredLetter]] | None = None,
+) -> JobHistory:
     """Everything ``<ns>.events`` and ``<ns>.dlq`` hold about job ``job_id``.
 
     Reads the whole events topic (only the job's records are kept and decoded) and the whole
     dead-letter topic: the time grows with their retained size, the memory with the job's.
+    ``letters`` (a job id to its dead letters, oldest first), when given, replaces the read of
+    the dead-letter topic: a dashboard passes its index.
     """
     topic = TopicNames(settings.namespace).events
     key = job_id.encode()
@@ -123,8 +131,11 @@ def job_history(settings: Settings, job_id: str, *, timeout: float = 30.0) -> Jo
         if event is not None and event.job_id == job_id:
             history.events.append(event)
     history.events.sort(key=lambda e: e.at)
-    snapshot = read_dead_letters(settings, timeout=timeout)
-    history.letters = [s for s in snapshot.letters if s.letter.job_id == job_id]
+    if letters is not None:
+        history.letters = letters(job_id)
+    else:
+        snapshot = read_dead_letters(settings, timeout=timeout)
+        history.letters = [s for s in snapshot.letters if s.letter.job_id == job_id]
     return history
 
 

@@ -24,6 +24,7 @@ from ._errors import ConfigurationError, SettingsError
 from ._job import Priority
 from ._registrysettings import SchemaRegistrySettings
 from ._schedulersettings import SchedulerSettings
+from ._websettings import WebSettings
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -289,6 +290,7 @@ class Settings(BaseSettings):
     worker: WorkerSettings = Field(default_factory=WorkerSettings)
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
+    web: WebSettings = Field(default_factory=WebSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -30,6 +30,7 @@ __all__ = [
     "StatusSnapshot",
     "rates",
     "read_status",
+    "topic_rates",
 ]
 
 
@@ -75,6 +76,11 @@ class StatusSnapshot:
         return None if beat is None or beat.stale_at(self.at) else beat
 
     @property
+    def topics(self) -> tuple[TopicBacklog, ...]:
+        """Every topic read: the priorities, the retry tiers, then the deferred ones."""
+        return self.priorities + self.retry_tiers + self.deferred
+
+    @property
     def leader(self) -> GroupMember | None:
         """The scheduler leader: the member of its group that owns the control partition."""
         control = scheduler_control_topic(self.namespace)
@@ -97,6 +103,19 @@ def rates(before: TopicBacklog, after: TopicBacklog, seconds: float) -> tuple[fl
     rate_in = max(0, after.end - before.end) / seconds
     rate_out = max(0, after.position - before.position) / seconds
     return rate_in, rate_out
+
+
+def topic_rates(
+    before: StatusSnapshot | None, after: StatusSnapshot
+) -> dict[str, tuple[float, float]]:
+    """By topic, the :func:`rates` in and out between two snapshots (none without ``before``)."""
+    if before is None:
+        return {}
+    seconds = (after.at - before.at) / 1000
+    earlier = {t.topic: t for t in before.topics}
+    return {
+        t.topic: rates(earlier[t.topic], t, seconds) for t in after.topics if t.topic in earlier
+    }
 
 
 def _schedules(settings: Settings, timeout: float) -> tuple[ScheduleDue, ...]:

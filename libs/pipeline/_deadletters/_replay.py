@@ -249,8 +249,11 @@ def replay_letters(
     batch_size: int = 500,
     timeout: float = 30.0,
     on_progress: Callable[[int], None] | None = None,
+    by: str | None = None,
 ) -> WriteReport:
     """Send ``letters`` back (see :func:`replay_message`) and mark them replayed.
+
+    ``by`` is who the state records and events name (default: ``user@host`` of this process).
 
     Letters already replayed or discarded (by the state read after fencing any concurrent
     command) are skipped unless ``force``. Each batch is one transaction holding the messages,
@@ -259,7 +262,7 @@ def replay_letters(
     state_topic = TopicNames(settings.namespace).dlq_state
     codec = JobCodec()
     events = EventCodec(codec.store)
-    by = _operator()
+    by = by or _operator()
     # Built before anything is written, so that a letter that cannot be replayed stops it all.
     outgoing = {
         s.letter.id: replay_message(
@@ -311,12 +314,14 @@ def discard_letters(
     batch_size: int = 500,
     timeout: float = 30.0,
     on_progress: Callable[[int], None] | None = None,
+    by: str | None = None,
 ) -> WriteReport:
     """Mark the pending ``letters`` discarded: state records and ``discarded`` events, one
-    transaction per batch. Letters already replayed or discarded are skipped."""
+    transaction per batch. Letters already replayed or discarded are skipped. ``by`` is as
+    for :func:`replay_letters`."""
     state_topic = TopicNames(settings.namespace).dlq_state
     events = EventCodec()
-    by = _operator()
+    by = by or _operator()
 
     def build(stored: StoredLetter, at: int) -> tuple[list[_Record], LetterState]:
         letter = stored.letter

@@ -6,12 +6,12 @@ import base64
 import dataclasses
 import json
 from collections import Counter
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from pipeline._deadletters import DlqStats, LetterStatus, StoredLetter, WriteReport
+from pipeline._human import PREVIEW_BYTES, bytes_text, hexdump, when
 from pipeline._job import Job, PayloadEncoding
 
 from ._output import print_json, print_table
@@ -22,14 +22,6 @@ if TYPE_CHECKING:
     from pipeline._deadletters import DeadLetterSnapshot, LetterState
 
 _ERROR_WIDTH = 48
-_PREVIEW_BYTES = 256
-
-
-def when(epoch_ms: int | None) -> str | None:
-    if epoch_ms is None:
-        return None
-    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -182,7 +174,7 @@ def show_lines(stored: StoredLetter) -> list[str]:
         ("source", _source(stored)),
         ("dlq position", f"[{stored.partition}]@{stored.offset}"),
         ("tenant", letter.tenant),
-        ("key", _bytes_text(letter.raw_key)),
+        ("key", bytes_text(letter.raw_key)),
     ]
     if job is not None:
         fields += [
@@ -200,7 +192,7 @@ def show_lines(stored: StoredLetter) -> list[str]:
     if job is not None:
         payload, payload_format = _payload(job)
         lines.append(f"payload ({job.payload_encoding.value}, {len(job.payload)} bytes):")
-        text = json.dumps(payload, indent=2) if payload_format == "json" else _hexdump(job.payload)
+        text = json.dumps(payload, indent=2) if payload_format == "json" else hexdump(job.payload)
         lines += ["  " + line for line in text.splitlines()]
         lines.append(f"attempts ({len(job.errors)} failed):" if job.errors else "attempts: none")
         for error in job.errors:
@@ -217,34 +209,12 @@ def show_lines(stored: StoredLetter) -> list[str]:
         lines += ["  " + line for line in letter.traceback.splitlines()]
     if letter.raw_value is not None:
         lines.append(f"raw value ({len(letter.raw_value)} bytes):")
-        lines += ["  " + line for line in _hexdump(letter.raw_value).splitlines()]
-        lines.append(f"  base64: {_b64(letter.raw_value[:_PREVIEW_BYTES])}")
+        lines += ["  " + line for line in hexdump(letter.raw_value).splitlines()]
+        lines.append(f"  base64: {_b64(letter.raw_value[:PREVIEW_BYTES])}")
     if letter.raw_headers:
         lines.append("raw headers:")
-        lines += [f"  {k}: {_bytes_text(v)}" for k, v in letter.raw_headers.items()]
+        lines += [f"  {k}: {bytes_text(v)}" for k, v in letter.raw_headers.items()]
     return lines
-
-
-def _bytes_text(data: bytes | None) -> str | None:
-    """Printable UTF-8 as it is, anything else as hex."""
-    if data is None:
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return f"0x{data.hex()}"
-    return text if text.isprintable() else f"0x{data.hex()}"
-
-
-def _hexdump(data: bytes) -> str:
-    lines = []
-    for at in range(0, min(len(data), _PREVIEW_BYTES), 16):
-        chunk = data[at : at + 16]
-        ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
-        lines.append(f"{at:04x}  {chunk.hex(' '):<47}  {ascii_}")
-    if len(data) > _PREVIEW_BYTES:
-        lines.append(f"... {len(data) - _PREVIEW_BYTES} more bytes")
-    return "\n".join(lines)
 
 
 def print_write(as_json: bool, verb: str, report: WriteReport) -> None:

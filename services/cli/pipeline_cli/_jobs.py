@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipeline._eventlog import EventFilter, follow_events, job_history
+from pipeline._human import when
 from pipeline._records import EventKind
 
 from ._dlqoptions import timeout_option
-from ._dlqrender import letter_json, when
+from ._dlqrender import letter_json
 from ._output import cli_errors, common_options, json_option, print_json, print_table
 
 if TYPE_CHECKING:

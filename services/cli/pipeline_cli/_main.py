@@ -14,6 +14,7 @@ from ._jobs import events, jobs
 from ._schedules import schedules
 from ._status import status
 from ._topics import topics
+from ._web import web
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -45,6 +46,7 @@ cli.add_command(status)
 cli.add_command(jobs)
 cli.add_command(events)
 cli.add_command(exporter)
+cli.add_command(web)
 
 
 def main() -> None:

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pipeline._status import rates
+from pipeline._human import age, when
+from pipeline._status import topic_rates
 
-from ._dlqrender import when
 from ._output import print_table
 
 if TYPE_CHECKING:
@@ -17,35 +17,6 @@ if TYPE_CHECKING:
     from pipeline._backlog import GroupMember, GroupMembers, TopicBacklog
     from pipeline._status import StatusSnapshot
     from pipeline._workerbeats import WorkerBeat
-
-
-def _rate_pairs(
-    snapshot: StatusSnapshot, previous: StatusSnapshot | None
-) -> dict[str, tuple[float, float]]:
-    if previous is None:
-        return {}
-    seconds = (snapshot.at - previous.at) / 1000
-    before = {
-        lag.topic: lag for lag in (*previous.priorities, *previous.retry_tiers, *previous.deferred)
-    }
-    found = {}
-    for lag in (*snapshot.priorities, *snapshot.retry_tiers, *snapshot.deferred):
-        if lag.topic in before:
-            found[lag.topic] = rates(before[lag.topic], lag, seconds)
-    return found
-
-
-def _age(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    whole = int(seconds)
-    if whole < 120:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
-    if whole < 7200:
-        return f"{whole // 60}m{whole % 60:02d}s"
-    if whole < 172800:
-        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
-    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
 
 
 def _lag_json(lag: TopicBacklog, at: int, pair: tuple[float, float] | None) -> dict[str, Any]:
@@ -110,7 +81,7 @@ def _busy_text(beat: WorkerBeat | None) -> tuple[str, str]:
 
 def status_json(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> dict[str, Any]:
     """The snapshot as JSON; rates are ``null`` without a previous snapshot to compare with."""
-    pairs = _rate_pairs(snapshot, previous)
+    pairs = topic_rates(previous, snapshot)
     at = snapshot.at
 
     def lags(items: Sequence[TopicBacklog]) -> list[dict[str, Any]]:
@@ -171,7 +142,7 @@ def _lag_rows(
                 lag.label,
                 lag.topic,
                 lag.waiting,
-                _age(lag.oldest_age_s(at)) or "-",
+                age(lag.oldest_age_s(at)) or "-",
                 "n/a" if pair is None else f"{pair[0]:.1f}",
                 "n/a" if pair is None else f"{pair[1]:.1f}",
             ]
@@ -181,7 +152,7 @@ def _lag_rows(
 
 def print_status(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> None:
     """The snapshot as tables; IN/S and OUT/S say ``n/a`` until a previous refresh exists."""
-    pairs = _rate_pairs(snapshot, previous)
+    pairs = topic_rates(previous, snapshot)
     at = snapshot.at
     click.echo(f"namespace {snapshot.namespace} at {when(at)}")
     for title, items in [
@@ -215,7 +186,7 @@ def print_status(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> N
     who = "none" if leader is None else f"{leader.client_id} on {leader.host}"
     click.echo(
         f"scheduler: leader {who}, {standbys} standby{'' if standbys == 1 else 's'}; "
-        f"cron lateness {_age(snapshot.cron_lateness_s)}"
+        f"cron lateness {age(snapshot.cron_lateness_s)}"
     )
     click.echo(f"dead letters pending: {snapshot.dead_letters_pending}")
     if snapshot.schedules:
@@ -228,7 +199,7 @@ def print_status(snapshot: StatusSnapshot, previous: StatusSnapshot | None) -> N
                     s.job_type,
                     when(s.last_fire),
                     when(s.next_fire) if s.enabled else "disabled",
-                    _age(s.overdue_s(at)) if s.overdue_s(at) else "-",
+                    age(s.overdue_s(at)) if s.overdue_s(at) else "-",
                 ]
                 for s in snapshot.schedules
             ],

@@ -1,0 +1,54 @@
+"""Times and durations as operators read them, one way for the CLI and the dashboard."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+
+def when(epoch_ms: int | None) -> str | None:
+    """Epoch milliseconds as an ISO-8601 UTC time to the second: ``2026-12-02T13:05:09Z``."""
+    if epoch_ms is None:
+        return None
+    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def age(seconds: float | None) -> str | None:
+    """A duration: ``4.2s``, ``95s``, ``12m03s``, ``5h20m``, ``3d04h`` (None stays None)."""
+    if seconds is None:
+        return None
+    whole = int(seconds)
+    if whole < 120:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{whole}s"
+    if whole < 7200:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    if whole < 172800:
+        return f"{whole // 3600}h{whole % 3600 // 60:02d}m"
+    return f"{whole // 86400}d{whole % 86400 // 3600:02d}h"
+
+
+PREVIEW_BYTES = 256
+"""How much of a binary value :func:`hexdump` shows."""
+
+
+def bytes_text(data: bytes | None) -> str | None:
+    """Printable UTF-8 as it is, anything else as hex."""
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return f"0x{data.hex()}"
+    return text if text.isprintable() else f"0x{data.hex()}"
+
+
+def hexdump(data: bytes) -> str:
+    """The first :data:`PREVIEW_BYTES` of ``data`` as offset, hex and ASCII columns."""
+    lines = []
+    for at in range(0, min(len(data), PREVIEW_BYTES), 16):
+        chunk = data[at : at + 16]
+        ascii_ = "".join(chr(b) if 32 <= b < 127 else "." for b in chunk)
+        lines.append(f"{at:04x}  {chunk.hex(' '):<47}  {ascii_}")
+    if len(data) > PREVIEW_BYTES:
+        lines.append(f"... {len(data) - PREVIEW_BYTES} more bytes")
+    return "\n".join(lines)

@@ -1,0 +1,52 @@
+"""Settings of ``pipeline web``, the dashboard (``web.*``, ``PIPELINE_WEB__*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field, SecretStr, model_validator
+
+
+class WebSettings(BaseModel):
+    """Where the dashboard listens, who may use it, and what it may change.
+
+    Without credentials it serves loopback clients only: ``pipeline web`` refuses another
+    ``host`` unless ``token`` or ``username`` and ``password`` are set. Secrets are never
+    rendered or logged.
+    """
+
+    model_config = {"extra": "forbid"}
+
+    host: str = Field("127.0.0.1", description="the address to listen on")
+    port: int = Field(8180, ge=0, le=65535, description="the port to listen on (0: any free one)")
+    token: SecretStr | None = Field(
+        None,
+        description="a bearer token: `Authorization: Bearer <token>`, or given once at /login",
+    )
+    username: str | None = Field(None, description="HTTP basic credentials: the user name")
+    password: SecretStr | None = Field(None, description="HTTP basic credentials: the password")
+    read_only: bool = Field(
+        False, description="hide every action: no replay, discard, pause, resume or trigger"
+    )
+    audit_log: Path | None = Field(
+        None,
+        description="also append every action as one JSON line to this file (they are always "
+        "logged on the pipeline.web.audit logger)",
+    )
+    refresh_s: float = Field(
+        2.0, ge=0.2, description="how often the dashboard reads the namespace's status"
+    )
+    history_s: float = Field(
+        600.0, ge=10, description="how far back the overview's charts of jobs in and out go"
+    )
+    page_size: int = Field(50, ge=1, le=1000, description="dead letters per page")
+
+    @model_validator(mode="after")
+    def _both_basic_credentials(self) -> WebSettings:
+        if (self.username is None) != (self.password is None):
+            raise ValueError("web.username and web.password go together: set both or neither")
+        return self
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.token is not None or self.username is not None

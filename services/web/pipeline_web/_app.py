@@ -1,0 +1,132 @@
+"""The dashboard as an ASGI application: :func:`create_app`.
+
+It builds the :class:`~._dashboard.Dashboard` every page uses (settings, the monitor's readings,
+the dead-letter index, the security gate, the audit log, the templates) and the routes of the
+pages: ``_overview``, ``_jobsview``, ``_letters`` and ``_schedules``. The monitor reads from the
+application's lifespan on, or from its first request when a host application does not pass
+its lifespan on; after each reading it refreshes the dead-letter index.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jinja2 import Environment, FileSystemLoader
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from pipeline._deadletters import LetterIndex
+
+from ._audit import AuditLog
+from ._dashboard import Dashboard, dashboard_of
+from ._format import FILTERS
+from ._monitor import Monitor
+from ._security import SESSION_COOKIE, Gate
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
+    from starlette.requests import Request
+
+    from pipeline import Settings
+
+_HERE = Path(__file__).parent
+
+
+class _Authenticate(BaseHTTPMiddleware):
+    async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        dashboard = dashboard_of(request)
+        dashboard.monitor.start()  # mounted in a service whose lifespan does not reach us
+        gate = dashboard.gate
+        refusal = gate.refusal(request)
+        if refusal is not None:
+            return refusal
+        request.state.who = gate.who(request)
+        response = await call_next(request)
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        return response
+
+
+async def _login_page(request: Request) -> Response:
+    dashboard = dashboard_of(request)
+    request.state.who = None
+    if request.method == "GET":
+        return dashboard.render(request, "login.html", {"next": request.query_params.get("next")})
+    form = await request.form()
+    token = form.get("token")
+    if dashboard.web.token is None or not isinstance(token, str):
+        return PlainTextResponse("this dashboard has no token login", status_code=404)
+    if not dashboard.gate.token_matches(token):
+        return dashboard.render(
+            request, "login.html", {"next": form.get("next"), "wrong": True}, status_code=401
+        )
+    target = form.get("next")
+    safe = isinstance(target, str) and target.startswith("/") and not target.startswith("//")
+    response = RedirectResponse(target if safe and isinstance(target, str) else "/", 303)
+    response.set_cookie(
+        SESSION_COOKIE, dashboard.gate.session_value(), httponly=True, samesite="strict"
+    )
+    return response
+
+
+def _healthz(request: Request) -> Response:
+    problem = dashboard_of(request).monitor.problem
+    if problem is None:
+        return PlainTextResponse("ok")
+    return PlainTextResponse(f"kafka: {problem}", status_code=503)
+
+
+def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
+    """The dashboard of ``settings.namespace``, configured by ``settings.web``.
+
+    Mount it in an ASGI service, or serve it with ``pipeline web``. It reads Kafka from a
+    background thread started with the application's lifespan; ``timeout`` bounds each read.
+    """
+    from . import _jobsview, _letters, _overview, _schedules
+
+    web = settings.web
+    environment = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=True)
+    environment.filters.update(FILTERS)
+    templates = Jinja2Templates(env=environment)
+    letters = LetterIndex(settings, timeout=timeout)
+    monitor = Monitor(
+        settings,
+        refresh_s=web.refresh_s,
+        history_s=web.history_s,
+        timeout=timeout,
+        extra=letters.refresh,
+    )
+    dashboard = Dashboard(settings, monitor, Gate(web), AuditLog(web.audit_log), templates, letters)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        monitor.start()
+        try:
+            yield
+        finally:
+            monitor.stop()
+            letters.close()
+
+    routes: list[BaseRoute] = [
+        *_overview.ROUTES,
+        *_jobsview.ROUTES,
+        *_letters.ROUTES,
+        *_schedules.ROUTES,
+        Route("/login", _login_page, methods=["GET", "POST"]),
+        Route("/healthz", _healthz),
+        Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, middleware=[Middleware(_Authenticate)], lifespan=lifespan)
+    app.state.dashboard = dashboard
+    return app

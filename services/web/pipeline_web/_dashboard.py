@@ -1,0 +1,86 @@
+"""What every page of the dashboard shares: :class:`Dashboard`, found on the application as
+``request.app.state.dashboard`` (:func:`dashboard_of`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from starlette.exceptions import HTTPException
+
+from pipeline._deadletters import LetterFilter, LetterIndex
+
+from ._security import CSRF_FIELD, csrf_matches, csrf_token, set_csrf_cookie
+
+if TYPE_CHECKING:
+    from starlette.datastructures import FormData
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.templating import Jinja2Templates
+
+    from pipeline import Settings
+    from pipeline._deadletters import StoredLetter
+    from pipeline._websettings import WebSettings
+
+    from ._audit import AuditLog
+    from ._monitor import Monitor
+    from ._security import Gate
+
+
+@dataclass
+class Dashboard:
+    """Everything the pages share."""
+
+    settings: Settings
+    monitor: Monitor
+    gate: Gate
+    audit: AuditLog
+    templates: Jinja2Templates
+    letters: LetterIndex
+
+    @property
+    def web(self) -> WebSettings:
+        return self.settings.web
+
+    def letters_of_job(self, job_id: str) -> list[StoredLetter]:
+        """The dead letters of job ``job_id`` (summaries, oldest first), from the index."""
+        matching = LetterFilter(ids=(job_id,))
+        page = self.letters.query(matching, status="all", limit=1000, newest_first=False)
+        return [s for s in page.letters if s.letter.job_id == job_id]
+
+    def render(
+        self, request: Request, template: str, context: dict[str, Any], status_code: int = 200
+    ) -> Response:
+        """A page (or, with ``?part=1``, only its live part) with what every page shows."""
+        base = {
+            "request": request,
+            "settings": self.settings,
+            "read_only": self.web.read_only,
+            "who": request.state.who,
+            "csrf_field": CSRF_FIELD,
+            "csrf": csrf_token(request),
+            "problem": self.monitor.problem,
+            "part": request.query_params.get("part") == "1",
+        }
+        response = self.templates.TemplateResponse(
+            request, template, {**base, **context}, status_code=status_code
+        )
+        set_csrf_cookie(request, response)
+        return response
+
+    async def action_form(self, request: Request) -> FormData:
+        """The form of an action POST, once it passed the read-only and CSRF checks."""
+        if self.web.read_only:
+            raise HTTPException(403, "this dashboard is read-only (web.read_only)")
+        form = await request.form()
+        submitted = form.get(CSRF_FIELD)
+        if not csrf_matches(request, submitted if isinstance(submitted, str) else None):
+            raise HTTPException(
+                403, "the form's CSRF token is missing or wrong: reload the page and try again"
+            )
+        return form
+
+
+def dashboard_of(request: Request) -> Dashboard:
+    dashboard: Dashboard = request.app.state.dashboard
+    return dashboard

@@ -1,0 +1,256 @@
+"""Dead letters (``/dead-letters``): the CLI's filters, a page of letters, a letter's detail,
+and replay or discard of one letter or of every letter the filter matches.
+
+The list and its counts come from a :class:`~pipeline._deadletters.LetterIndex` that the
+monitor refreshes in the background, so a page or a filter change never reads the whole
+``<ns>.dlq``. An action first shows how many letters it will touch and asks to confirm; the
+confirmed filter is pinned to the time of that page (``until``), so letters that die after it
+are not swept in. The action itself is the CLI's (:func:`replay_letters`,
+:func:`discard_letters`): it reads the state again after fencing any other replay, so a
+letter is replayed once however many times the form is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import RedirectResponse
+from starlette.routing import Route
+
+from pipeline._deadletters import (
+    DeadLetterNotFoundError,
+    LetterFilter,
+    LetterStatus,
+    actionable,
+    discard_letters,
+    parse_when,
+    read_dead_letters,
+    replay_letters,
+)
+from pipeline._errors import PipelineError
+from pipeline._human import bytes_text, hexdump
+from pipeline._job import PayloadEncoding, now_ms
+
+from ._dashboard import dashboard_of
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from pipeline._deadletters import StoredLetter
+    from pipeline._records import DeadLetter
+
+    from ._dashboard import Dashboard
+
+FILTER_FIELDS = ("type", "reason", "error", "tenant", "id", "since", "until")
+STATUSES = ("pending", "replayed", "discarded", "all")
+ACTIONS = ("replay", "discard")
+
+
+# --- the filter, from a query string or a form ---------------------------------------------------
+
+
+class FilterError(ValueError):
+    """A filter field the operator typed cannot be used; the message says why."""
+
+
+def _values(fields: Mapping[str, str], name: str) -> tuple[str, ...]:
+    """Comma-separated alternatives, as the CLI's repeatable options."""
+    return tuple(v.strip() for v in (fields.get(name) or "").split(",") if v.strip())
+
+
+def parse_filter(fields: Mapping[str, str], now: int | None = None) -> LetterFilter:
+    """The :class:`LetterFilter` of a query string or form; raises :class:`FilterError`."""
+    times: dict[str, int | None] = {}
+    for name in ("since", "until"):
+        text = (fields.get(name) or "").strip()
+        try:
+            times[name] = parse_when(text, now=now) if text else None
+        except ValueError as exc:
+            raise FilterError(f"{name}: {exc}") from None
+    return LetterFilter(
+        types=_values(fields, "type"),
+        reasons=_values(fields, "reason"),
+        error=(fields.get("error") or "").strip() or None,
+        tenants=_values(fields, "tenant"),
+        ids=_values(fields, "id"),
+        since=times["since"],
+        until=times["until"],
+    )
+
+
+def _status(fields: Mapping[str, str]) -> str:
+    status = fields.get("status") or "pending"
+    if status not in STATUSES:
+        raise FilterError(f"status must be one of {', '.join(STATUSES)}, got {status!r}")
+    return status
+
+
+def _query_string(fields: Mapping[str, str], **changes: object) -> str:
+    kept = {k: v for k, v in fields.items() if k in (*FILTER_FIELDS, "status") and v}
+    kept.update({k: str(v) for k, v in changes.items() if v is not None})
+    return urlencode(kept)
+
+
+# --- pages --------------------------------------------------------------------------------------
+
+
+def letters_page(request: Request) -> Response:
+    dashboard = dashboard_of(request)
+    fields = dict(request.query_params)
+    page = max(1, int(fields["page"])) if fields.get("page", "").isdigit() else 1
+    size = dashboard.web.page_size
+    context: dict[str, object] = {"page": "dead-letters", "fields": fields, "statuses": STATUSES}
+    try:
+        letter_filter = parse_filter(fields)
+        status = _status(fields)
+    except FilterError as exc:
+        context["error"] = str(exc)
+        return dashboard.render(request, "letters.html", context, status_code=400)
+    index = dashboard.letters
+    found = index.query(
+        letter_filter,
+        status="all" if status == "all" else LetterStatus(status),
+        offset=(page - 1) * size,
+        limit=size,
+    )
+    context.update(
+        status=status,
+        found=found,
+        page_number=page,
+        pages=max(1, -(-found.total // size)),
+        query=lambda **changes: _query_string(fields, **changes),
+        filter_values={k: fields[k] for k in FILTER_FIELDS if fields.get(k)},
+        filtered=not letter_filter.empty,
+    )
+    return dashboard.render(request, "letters.html", context)
+
+
+def _payload_text(letter: DeadLetter) -> str | None:
+    job = letter.job
+    if job is None:
+        return None
+    if job.payload_encoding is PayloadEncoding.JSON:
+        try:
+            return json.dumps(json.loads(job.payload), indent=2, ensure_ascii=False)
+        except ValueError:
+            pass
+    return hexdump(job.payload)
+
+
+def letter_page(request: Request) -> Response:
+    dashboard = dashboard_of(request)
+    ident = request.path_params["ident"]
+    try:
+        stored = dashboard.letters.get(ident, timeout=10.0)
+    except DeadLetterNotFoundError as exc:
+        raise HTTPException(404, str(exc)) from None
+    letter = stored.letter
+    context = {
+        "page": "dead-letters",
+        "stored": stored,
+        "letter": letter,
+        "payload": _payload_text(letter),
+        "raw_value": hexdump(letter.raw_value) if letter.raw_value is not None else None,
+        "raw_key": bytes_text(letter.raw_key),
+        "raw_headers": {k: bytes_text(v) for k, v in letter.raw_headers.items()},
+    }
+    return dashboard.render(request, "letter.html", context)
+
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+def _pinned(letter_filter: LetterFilter, at: int) -> LetterFilter:
+    """The filter limited to letters dead before ``at`` (the confirmation page's time)."""
+    until = at if letter_filter.until is None else min(letter_filter.until, at)
+    return replace(letter_filter, until=until)
+
+
+def _filter_json(letter_filter: LetterFilter) -> dict[str, object]:
+    """The criteria that are set, for the audit log."""
+    names = ("types", "reasons", "error", "since", "until", "tenants", "ids")
+    return {name: value for name in names if (value := getattr(letter_filter, name))}
+
+
+def _act(
+    dashboard: Dashboard, action: str, letter_filter: LetterFilter, who: str, reset: bool
+) -> tuple[list[StoredLetter], int]:
+    """Run ``action`` on the pending letters ``letter_filter`` matches, as the CLI does; the
+    letters acted on, and how many were skipped as already replayed or discarded."""
+    settings = dashboard.settings
+    snapshot = read_dead_letters(settings, timeout=30.0)
+    todo, skipped = actionable(snapshot.select(letter_filter))
+    if not todo:
+        return [], sum(skipped.values())
+    by = f"{who} (pipeline web)"
+    if action == "replay":
+        report = replay_letters(settings, todo, reset_attempts=reset, by=by, timeout=30.0)
+    else:
+        report = discard_letters(settings, todo, by=by, timeout=30.0)
+    return report.done, sum(skipped.values()) + sum(report.skipped.values())
+
+
+def _pin_time(fields: Mapping[str, str]) -> int:
+    text = fields.get("at", "")
+    if not text.isdigit():
+        raise HTTPException(400, f"'at' must be epoch milliseconds, got {text!r}")
+    return int(text)
+
+
+async def letters_action(request: Request) -> Response:
+    """Step one (no ``confirm``): count what the filter matches now and ask. Step two: act on
+    the pending letters matching the filter as of that count (``at``)."""
+    dashboard = dashboard_of(request)
+    action = request.path_params["action"]
+    if action not in ACTIONS:
+        raise HTTPException(404, f"no dead-letter action {action!r}")
+    form = await dashboard.action_form(request)
+    fields = {k: v for k, v in form.items() if isinstance(v, str)}
+    confirmed = fields.get("confirm") == "yes"
+    at = _pin_time(fields) if confirmed else now_ms()
+    try:
+        letter_filter = _pinned(parse_filter(fields, now=at), at)
+    except FilterError as exc:
+        raise HTTPException(400, str(exc)) from None
+    if not confirmed:
+        count = dashboard.letters.query(letter_filter, status=LetterStatus.PENDING, limit=0).total
+        context = {
+            "page": "dead-letters",
+            "action": action,
+            "count": count,
+            "at": at,
+            "fields": {k: v for k, v in fields.items() if k in FILTER_FIELDS and v},
+            "reset_attempts": fields.get("reset_attempts") == "1",
+        }
+        return dashboard.render(request, "confirm.html", context)
+    who = request.state.who
+    target = _filter_json(letter_filter)
+    reset = fields.get("reset_attempts") == "1"
+    try:
+        done, skipped = await run_in_threadpool(_act, dashboard, action, letter_filter, who, reset)
+    except PipelineError as exc:
+        dashboard.audit.record(who, f"dlq.{action}", target=target, count=0, outcome=str(exc))
+        notice = f"The {action} failed: {exc}"
+    else:
+        dashboard.audit.record(who, f"dlq.{action}", target=target, count=len(done))
+        verb = "replayed" if action == "replay" else "discarded"
+        extra = f"; {skipped} already replayed or discarded were left alone" if skipped else ""
+        notice = f"{len(done)} dead letter{'' if len(done) == 1 else 's'} {verb}{extra}."
+    await run_in_threadpool(dashboard.letters.refresh, timeout=10.0)
+    back = _query_string(fields, notice=notice)
+    return RedirectResponse(f"/dead-letters?{back}", status_code=303)
+
+
+ROUTES = [
+    Route("/dead-letters", letters_page),
+    Route("/dead-letters/{action:str}", letters_action, methods=["POST"]),
+    Route("/dead-letters/{ident:str}", letter_page),
+]

@@ -1,0 +1,146 @@
+"""The dashboard's reading of the namespace: one background thread, pages render from it.
+
+Every ``web.refresh_s`` the monitor reads one :class:`~pipeline._status.StatusSnapshot` (the
+reads ``pipeline status`` makes, on a :class:`~pipeline._backlog.BacklogReader` kept open) and
+keeps the readings of the last ``web.history_s`` seconds, so that rates in and out and the
+overview's charts come from memory: a page never waits for Kafka, whatever the backlog.
+A failed read is kept as :attr:`Monitor.problem` (shown on every page) until one succeeds.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pipeline._backlog import BacklogReader
+from pipeline._errors import PipelineError
+from pipeline._status import read_status, topic_rates
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pipeline import Settings
+    from pipeline._status import StatusSnapshot
+
+_log = logging.getLogger("pipeline.web")
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """Messages per second into a topic (end offsets) and out of it (the group's commits)."""
+
+    rate_in: float
+    rate_out: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One snapshot and, from the reading before it, the rates of each topic by name."""
+
+    snapshot: StatusSnapshot
+    rates: dict[str, Rate]
+
+    @property
+    def at(self) -> int:
+        return self.snapshot.at
+
+
+def measure(before: StatusSnapshot | None, after: StatusSnapshot) -> Reading:
+    """``after`` with the rates between the two snapshots (none for a first reading)."""
+    return Reading(after, {t: Rate(*r) for t, r in topic_rates(before, after).items()})
+
+
+class Monitor:
+    """Reads the namespace every ``refresh_s`` seconds in a daemon thread until :meth:`stop`."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        refresh_s: float,
+        history_s: float,
+        timeout: float = 10.0,
+        extra: Callable[[], object] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._refresh_s = refresh_s
+        self._timeout = timeout
+        self._extra = extra
+        self._history: deque[Reading] = deque(maxlen=max(2, round(history_s / refresh_s) + 1))
+        self._lock = threading.Lock()
+        self._read = threading.Condition(self._lock)
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pipeline-web-monitor", daemon=True)
+        self._started = False
+        self.problem: str | None = None
+        """Why the last read failed (None after a successful one)."""
+
+    def start(self) -> None:
+        """Start reading, once: later calls do nothing."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self._timeout + 5)
+
+    @property
+    def latest(self) -> Reading | None:
+        with self._lock:
+            return self._history[-1] if self._history else None
+
+    def history(self) -> list[Reading]:
+        with self._lock:
+            return list(self._history)
+
+    def wait(self, timeout: float) -> Reading | None:
+        """The latest reading, waiting up to ``timeout`` seconds for a first one."""
+        with self._read:
+            self._read.wait_for(lambda: bool(self._history) or self.problem is not None, timeout)
+            return self._history[-1] if self._history else None
+
+    def _run(self) -> None:
+        reader: BacklogReader | None = None
+        try:
+            while not self._stopping.is_set():
+                started = time.monotonic()
+                try:
+                    if reader is None:
+                        reader = BacklogReader(self._settings, timeout=self._timeout)
+                    self._take(read_status(self._settings, timeout=self._timeout, reader=reader))
+                    if self._extra is not None:
+                        self._extra()
+                except PipelineError as exc:
+                    self._fail(str(exc))
+                except Exception as exc:  # a bug must not end the readings; it is logged
+                    _log.exception("reading the namespace failed")
+                    self._fail(f"{type(exc).__name__}: {exc}")
+                elapsed = time.monotonic() - started
+                self._stopping.wait(max(0.0, self._refresh_s - elapsed))
+        finally:
+            if reader is not None:
+                reader.close()
+
+    def _take(self, snapshot: StatusSnapshot) -> None:
+        with self._read:
+            before = self._history[-1].snapshot if self._history else None
+            self._history.append(measure(before, snapshot))
+            if self.problem is not None:
+                _log.info("reading the namespace again")
+            self.problem = None
+            self._read.notify_all()
+
+    def _fail(self, problem: str) -> None:
+        with self._read:
+            if problem != self.problem:
+                _log.warning("reading the namespace failed: %s", problem)
+            self.problem = problem
+            self._read.notify_all()

@@ -1,0 +1,135 @@
+"""Schedules (``/schedules``): each cron schedule with its next fires, last fire and missed-fire
+policy; pause, resume and trigger now.
+
+The actions are the ones ``pipeline schedules pause|resume|trigger`` run. A trigger's form
+carries the time the page was rendered, which the fire's job id and idempotency key derive
+from: submitting the same form twice enqueues one job, run once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.responses import RedirectResponse
+from starlette.routing import Route
+
+from pipeline._cronexpr import next_fire_ms
+from pipeline._cronstate import read_last_fires
+from pipeline._errors import ConfigurationError, PipelineError
+from pipeline._job import now_ms
+from pipeline._schedule import payload_text, read_schedule_records
+from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
+
+from ._dashboard import dashboard_of
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from pipeline import Settings
+    from pipeline._records import Schedule
+
+NEXT_FIRES = 3
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    name: str
+    schedule: Schedule | None
+    problem: str | None
+    last_fire: int | None
+    next_fires: list[int]
+    payload: str
+
+
+def _next_fires(schedule: Schedule, after: int) -> list[int]:
+    fires: list[int] = []
+    for _ in range(NEXT_FIRES):
+        try:
+            after = next_fire_ms(schedule.cron, schedule.timezone, after)
+        except (ConfigurationError, ValueError):
+            break
+        fires.append(after)
+    return fires
+
+
+def read_rows(settings: Settings, timeout: float) -> list[ScheduleRow]:
+    """Every schedule record, valid or not, with its last fire and its next fires from now."""
+    records = read_schedule_records(settings, timeout=timeout)
+    last = read_last_fires(settings, timeout=timeout) if records else {}
+    now = now_ms()
+    rows = []
+    for name, record in sorted(records.items()):
+        schedule = record.schedule
+        rows.append(
+            ScheduleRow(
+                name,
+                schedule,
+                record.problem,
+                last.get(name),
+                _next_fires(schedule, now) if schedule and not record.problem else [],
+                payload_text(schedule) if schedule else "",
+            )
+        )
+    return rows
+
+
+def schedules_page(request: Request) -> Response:
+    dashboard = dashboard_of(request)
+    context: dict[str, object] = {"page": "schedules", "rendered_at": now_ms()}
+    try:
+        context["rows"] = read_rows(dashboard.settings, timeout=10.0)
+    except PipelineError as exc:
+        context.update(rows=[], error=str(exc))
+    return dashboard.render(request, "schedules.html", context)
+
+
+def _back(notice: str) -> RedirectResponse:
+    return RedirectResponse(f"/schedules?{urlencode({'notice': notice})}", status_code=303)
+
+
+async def schedule_action(request: Request) -> Response:
+    dashboard = dashboard_of(request)
+    form = await dashboard.action_form(request)
+    name = request.path_params["name"]
+    action = request.path_params["action"]
+    settings = dashboard.settings
+    target: dict[str, object] = {"schedule": name}
+    try:
+        if action == "pause":
+            await run_in_threadpool(pause_schedule, settings, name, timeout=10.0)
+            notice = f"Schedule {name} paused: it fires no more until resumed."
+        elif action == "resume":
+            await run_in_threadpool(resume_schedule, settings, name, timeout=10.0)
+            notice = f"Schedule {name} resumed."
+        elif action == "trigger":
+            raw_at = form.get("at")
+            try:
+                at = int(raw_at) if isinstance(raw_at, str) else now_ms()
+            except ValueError:
+                raise HTTPException(
+                    400, f"'at' must be epoch milliseconds, got {raw_at!r}"
+                ) from None
+            target["at"] = at
+            job = await run_in_threadpool(trigger_schedule, settings, name, at, timeout=10.0)
+            target["job_id"] = job.id
+            notice = f"Schedule {name} triggered: job {job.id} enqueued."
+        else:
+            raise HTTPException(404, f"no schedule action {action!r}")
+    except PipelineError as exc:
+        dashboard.audit.record(
+            request.state.who, f"schedule.{action}", target=target, count=0, outcome=str(exc)
+        )
+        return _back(f"Could not {action} {name}: {exc}")
+    dashboard.audit.record(request.state.who, f"schedule.{action}", target=target, count=1)
+    return _back(notice)
+
+
+ROUTES = [
+    Route("/schedules", schedules_page),
+    Route("/schedules/{name}/{action}", schedule_action, methods=["POST"]),
+]

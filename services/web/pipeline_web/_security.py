@@ -1,0 +1,138 @@
+"""Who may use the dashboard, and which requests may change anything.
+
+Authentication, by ``web.*`` settings:
+
+- none set: only loopback clients are served (``pipeline web`` also refuses to listen
+  elsewhere); they act as ``local``;
+- ``web.token``: ``Authorization: Bearer <token>``, or the token typed once at ``/login``,
+  which sets a session cookie holding an HMAC of the token (never the token itself);
+- ``web.username`` and ``web.password``: HTTP basic authentication.
+
+Every action is a POST carrying a CSRF token: the value of a random ``pipeline_csrf``
+cookie (``SameSite=Strict``), repeated in the form (the double-submit pattern). A POST
+whose token is missing or differs is refused with 403, and so is any POST in read-only mode.
+Secrets are compared in constant time and never rendered or logged.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import ipaddress
+import secrets
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+
+    from pipeline._websettings import WebSettings
+
+SESSION_COOKIE = "pipeline_session"
+CSRF_COOKIE = "pipeline_csrf"
+CSRF_FIELD = "csrf"
+_OPEN_PATHS = ("/login", "/static/", "/healthz")
+
+
+def is_loopback(host: str | None) -> bool:
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """The dashboard's authentication and CSRF checks for one :class:`WebSettings`."""
+
+    web: WebSettings
+
+    def session_value(self) -> str:
+        """The session cookie a correct token earns: an HMAC of the token, not the token."""
+        assert self.web.token is not None
+        key = self.web.token.get_secret_value().encode()
+        return hmac.new(key, b"pipeline-web-session", hashlib.sha256).hexdigest()
+
+    def token_matches(self, given: str) -> bool:
+        return self.web.token is not None and _same(given, self.web.token.get_secret_value())
+
+    def who(self, request: Request) -> str | None:
+        """The user a request is from, or None when it is not authenticated."""
+        web = self.web
+        client = request.client.host if request.client is not None else None
+        if not web.auth_enabled:
+            return "local" if is_loopback(client) else None
+        header = request.headers.get("authorization", "")
+        scheme, _, value = header.partition(" ")
+        if web.token is not None:
+            if scheme.lower() == "bearer" and self.token_matches(value.strip()):
+                return "token"
+            cookie = request.cookies.get(SESSION_COOKIE)
+            if cookie is not None and _same(cookie, self.session_value()):
+                return "token"
+        if web.username is not None and web.password is not None and scheme.lower() == "basic":
+            try:
+                user, _, password = base64.b64decode(value).decode().partition(":")
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            if _same(user, web.username) and _same(password, web.password.get_secret_value()):
+                return user
+        return None
+
+    def refusal(self, request: Request) -> Response | None:
+        """The response refusing ``request``, or None when it may go on."""
+        if request.url.path.startswith(_OPEN_PATHS):
+            return None
+        if self.who(request) is not None:
+            return None
+        web = self.web
+        if not web.auth_enabled:
+            return PlainTextResponse(
+                "this dashboard has no credentials set, so it serves this machine only "
+                "(set web.token, or web.username and web.password, to serve others)",
+                status_code=403,
+            )
+        if web.username is not None:
+            return PlainTextResponse(
+                "credentials required",
+                status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="pipeline", charset="UTF-8"'},
+            )
+        if request.method == "GET":
+            return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+        return PlainTextResponse("a token is required (Authorization: Bearer)", status_code=401)
+
+
+def csrf_token(request: Request) -> str:
+    """The request's CSRF token: its cookie's value, or a new one the response will set."""
+    existing = request.cookies.get(CSRF_COOKIE)
+    if existing:
+        return existing
+    token: str | None = getattr(request.state, "new_csrf", None)
+    if token is None:
+        token = secrets.token_urlsafe(32)
+        request.state.new_csrf = token
+    return token
+
+
+def set_csrf_cookie(request: Request, response: Response) -> None:
+    token: str | None = getattr(request.state, "new_csrf", None)
+    if token is not None:
+        response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict")
+
+
+def csrf_matches(request: Request, submitted: str | None) -> bool:
+    cookie = request.cookies.get(CSRF_COOKIE)
+    return bool(cookie) and submitted is not None and _same(submitted, cookie or "")

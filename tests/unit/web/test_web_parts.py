@@ -1,0 +1,172 @@
+"""The dashboard's pure parts: the security gate, the dead-letter filter form, the charts."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+from pydantic import SecretStr, ValidationError
+from starlette.requests import Request
+
+from pipeline import Settings
+from pipeline._backlog import GroupMembers, PartitionBacklog, TopicBacklog
+from pipeline._deadletters import LetterFilter
+from pipeline._status import StatusSnapshot
+from pipeline._websettings import WebSettings
+from pipeline_web._chart import HEIGHT, WIDTH, rate_chart
+from pipeline_web._letters import FilterError, parse_filter
+from pipeline_web._monitor import measure
+from pipeline_web._security import Gate, csrf_matches, is_loopback
+
+NOW = 1_800_000_000_000
+
+
+def _request(
+    path: str = "/",
+    *,
+    client: str = "127.0.0.1",
+    headers: dict[str, str] | None = None,
+    cookies: dict[str, str] | None = None,
+    method: str = "GET",
+) -> Request:
+    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    if cookies:
+        raw.append((b"cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()).encode()))
+    scope: dict[str, Any] = {
+        "type": "http",
+        "method": method,
+        "path": path,
+        "headers": raw,
+        "query_string": b"",
+        "client": (client, 50000),
+    }
+    return Request(scope)
+
+
+def _basic(user: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_without_credentials_only_loopback_clients_are_served() -> None:
+    gate = Gate(WebSettings())
+    assert gate.who(_request(client="127.0.0.1")) == "local"
+    assert gate.who(_request(client="::1")) == "local"
+    assert gate.who(_request(client="10.1.2.3")) is None
+    refusal = gate.refusal(_request(client="10.1.2.3"))
+    assert refusal is not None
+    assert refusal.status_code == 403
+    assert is_loopback("localhost")
+    assert not is_loopback("0.0.0.0")
+    assert not is_loopback(None)
+
+
+def test_a_token_is_accepted_as_a_bearer_header_or_as_the_session_cookie_it_earns() -> None:
+    gate = Gate(WebSettings(token=SecretStr("s3cret-token")))
+    assert gate.who(_request(headers={"Authorization": "Bearer s3cret-token"})) == "token"
+    assert gate.who(_request(headers={"Authorization": "Bearer wrong"})) is None
+    assert gate.who(_request()) is None  # loopback is not enough once a token is set
+    session = gate.session_value()
+    assert "s3cret-token" not in session
+    assert gate.who(_request(cookies={"pipeline_session": session})) == "token"
+    assert gate.who(_request(cookies={"pipeline_session": "forged"})) is None
+    page = gate.refusal(_request("/dead-letters"))
+    assert page is not None
+    assert page.status_code == 303
+    assert page.headers["location"] == "/login?next=/dead-letters"
+    post = gate.refusal(_request("/schedules/x/pause", method="POST"))
+    assert post is not None
+    assert post.status_code == 401
+    assert gate.refusal(_request("/login")) is None
+    assert gate.refusal(_request("/static/app.css")) is None
+
+
+def test_basic_credentials_are_checked_and_ask_the_browser_for_them() -> None:
+    gate = Gate(WebSettings(username="ops", password=SecretStr("pa55")))
+    assert gate.who(_request(headers=_basic("ops", "pa55"))) == "ops"
+    assert gate.who(_request(headers=_basic("ops", "wrong"))) is None
+    assert gate.who(_request(headers={"Authorization": "Basic !!!"})) is None
+    refusal = gate.refusal(_request())
+    assert refusal is not None
+    assert refusal.status_code == 401
+    assert refusal.headers["www-authenticate"].startswith("Basic")
+
+
+def test_basic_credentials_go_together_and_secrets_stay_out_of_the_settings_repr() -> None:
+    with pytest.raises(ValidationError, match="go together"):
+        WebSettings(username="ops")
+    settings = Settings(web={"token": "t0ps3cret", "username": "a", "password": "p4ss"})
+    assert "t0ps3cret" not in repr(settings)
+    assert "p4ss" not in repr(settings)
+    assert settings.web.auth_enabled
+
+
+def test_the_csrf_token_must_equal_the_cookie() -> None:
+    request = _request(cookies={"pipeline_csrf": "abc"})
+    assert csrf_matches(request, "abc")
+    assert not csrf_matches(request, "abd")
+    assert not csrf_matches(request, None)
+    assert not csrf_matches(_request(), "abc")
+
+
+def test_the_filter_form_reads_as_the_cli_options() -> None:
+    found = parse_filter(
+        {
+            "type": "email.*, report.build",
+            "reason": "max_attempts",
+            "error": " timeout ",
+            "tenant": "acme",
+            "since": "2h",
+            "until": "2026-01-01T00:00:00Z",
+            "id": "",
+        },
+        now=NOW,
+    )
+    assert found == LetterFilter(
+        types=("email.*", "report.build"),
+        reasons=("max_attempts",),
+        error="timeout",
+        tenants=("acme",),
+        since=NOW - 2 * 3600 * 1000,
+        until=1_767_225_600_000,
+    )
+    assert parse_filter({}).empty
+    with pytest.raises(FilterError, match="since: 'yesterday' is neither"):
+        parse_filter({"since": "yesterday"})
+
+
+def _snapshot(at: int, end: int, committed: int) -> StatusSnapshot:
+    topic = TopicBacklog(
+        "ns.jobs.high", "ns.workers", (PartitionBacklog(0, 0, end, committed, None),)
+    )
+    nobody = GroupMembers("g", "EMPTY", ())
+    return StatusSnapshot("ns", at, (topic,), (), (), nobody, nobody, 0, ())
+
+
+def test_rates_come_from_two_readings_and_draw_within_the_chart() -> None:
+    first = measure(None, _snapshot(NOW, 100, 100))
+    assert first.rates == {}
+    second = measure(first.snapshot, _snapshot(NOW + 2000, 300, 150))
+    third = measure(second.snapshot, _snapshot(NOW + 4000, 300, 300))
+    assert second.rates["ns.jobs.high"].rate_in == 100
+    assert second.rates["ns.jobs.high"].rate_out == 25
+    assert third.rates["ns.jobs.high"].rate_out == 75
+
+    chart = rate_chart([first, second, third], "ns.jobs.high")
+    assert chart.peak == 100
+    assert chart.seconds == 2
+    points = [tuple(map(float, p.split(","))) for p in chart.points_in.split()]
+    assert points[0] == (0.0, 1.0)  # the peak at the top
+    assert points[-1] == (WIDTH, HEIGHT - 1)  # no jobs in: the bottom
+    assert rate_chart([first], "ns.jobs.high").empty
+
+
+def test_pipeline_web_refuses_another_address_without_credentials() -> None:
+    from click.testing import CliRunner
+
+    from pipeline_cli._main import cli
+
+    result = CliRunner().invoke(cli, ["web", "--host", "0.0.0.0", "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert "refusing to serve 0.0.0.0 without credentials" in result.output
+    assert "PIPELINE_WEB__TOKEN" in result.output
