@@ -53,6 +53,9 @@ ALL: Literal["all"] = "all"
 """``status=ALL``: every dead letter, whatever its status."""
 StatusChoice = LetterStatus | Literal["pending", "replayed", "discarded", "all"]
 _CACHED_QUERIES = 16
+# Read-ahead of the refreshing consumer: enough to keep decoding busy. A bigger one (64 MB by
+# default) stays in the process's resident set after the first refresh, freed but not returned.
+_PREFETCH_KB = 8192
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +165,7 @@ class LetterIndex:
         self._share = _Strings()
         # Guarded by _refresh_lock: the refreshing consumer and where it is.
         self._refresh_lock = threading.Lock()
-        self._reader: _Reader | None = _Reader(settings, timeout)
+        self._reader: _Reader | None = _Reader(settings, timeout, prefetch_kb=_PREFETCH_KB)
         self._next: dict[tuple[str, int], int] = {}
         self._low: dict[int, int] = {}
         # Guarded by _fetch_lock: the consumer of get().
@@ -352,7 +355,7 @@ class LetterIndex:
             if self._closed:
                 raise PipelineError("the dead-letter index is closed")
             if self._fetcher is None:
-                self._fetcher = _Reader(self.settings, self.timeout)
+                self._fetcher = _Reader(self.settings, self.timeout, prefetch_kb=1024)
             self._fetcher.restart_clock(self.timeout if timeout is None else timeout)
             message = self._fetcher.fetch(self.topic, partition, offset)
         letter = decode_letter(self._codec, message)
