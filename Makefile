@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance
+.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ bench: setup
 bench-dedup: setup
 	$(BIN)/python -m ops.bench.dedup_memory
 	$(BIN)/python -m ops.bench.dedup_worker
+
+## bench-dlq: the dead-letter index with 100,000 dead letters: refreshes, dashboard queries, memory (~5 min)
+bench-dlq: setup
+	$(BIN)/python -m ops.bench.dlq_index --letters 100000
 
 ## bench-rebalance: a worker joins a busy group, per group protocol, on a 3-node local cluster (~10 min)
 bench-rebalance: setup

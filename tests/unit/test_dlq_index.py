@@ -126,7 +126,7 @@ class FakeLog:
 @pytest.fixture
 def log(monkeypatch: pytest.MonkeyPatch) -> FakeLog:
     fake = FakeLog()
-    monkeypatch.setattr(_index, "_Reader", lambda settings, timeout: fake)
+    monkeypatch.setattr(_index, "_Reader", lambda settings, timeout, **options: fake)
     return fake
 
 

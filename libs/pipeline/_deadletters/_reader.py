@@ -32,7 +32,11 @@ _UNAVAILABLE = frozenset(
 class _Reader:
     """One consumer and one deadline: reads whole topics, committed messages only."""
 
-    def __init__(self, settings: Settings, timeout: float) -> None:
+    def __init__(
+        self, settings: Settings, timeout: float, *, prefetch_kb: int | None = None
+    ) -> None:
+        """``prefetch_kb``: at most this much read ahead (librdkafka's default is 64 MB), for a
+        reader kept alive, whose process would keep the memory of a bigger read-ahead."""
         self.settings = settings
         self.timeout = timeout
         self._end = time.monotonic() + timeout
@@ -50,6 +54,8 @@ class _Reader:
             **settings.client_config(),
             "logger": self._log,
         }
+        if prefetch_kb is not None:
+            conf["queued.max.messages.kbytes"] = prefetch_kb
         try:
             self.consumer = Consumer(conf)
         except KafkaException as exc:
