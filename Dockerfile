@@ -1,5 +1,6 @@
 # The image that docker-compose.yml and ops/k8s/ run: the three console scripts
-# (pipeline-worker, pipeline-scheduler, pipeline) on a slim Python, as a non-root user.
+# (pipeline-worker, pipeline-scheduler, pipeline, with the dashboard's `web` extra) on a slim
+# Python, as a non-root user.
 #
 #   docker build -t kafka-pipeline .
 #   docker run --rm kafka-pipeline pipeline --help
@@ -19,7 +20,7 @@ COPY schemas/ schemas/
 COPY libs/ libs/
 COPY services/ services/
 RUN python -m venv /opt/pipeline \
-    && /opt/pipeline/bin/pip install .
+    && /opt/pipeline/bin/pip install '.[web]'
 
 # Stage 2: the runtime, without the sources or the build tools.
 FROM ${PYTHON_IMAGE}
@@ -34,8 +35,9 @@ ENV PATH=/opt/pipeline/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001
-# The metrics ports the compose file and the manifests use (PIPELINE_*__METRICS_PORT).
-EXPOSE 8000 8001
+# The metrics ports the compose file and the manifests use (PIPELINE_*__METRICS_PORT), and
+# the dashboard's (pipeline web --host 0.0.0.0, with PIPELINE_WEB__TOKEN set).
+EXPOSE 8000 8001 8180
 # No ENTRYPOINT: the command names the console script, so the process gets SIGTERM directly.
 #   pipeline-worker --app examples.app | pipeline-scheduler --app examples.app | pipeline ...
 CMD ["pipeline", "--help"]

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq
+.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq bench-web
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -66,6 +66,10 @@ bench-dedup: setup
 ## bench-dlq: the dead-letter index with 100,000 dead letters: refreshes, dashboard queries, memory (~5 min)
 bench-dlq: setup
 	$(BIN)/python -m ops.bench.dlq_index --letters 100000
+
+## bench-web: the dashboard's pages in Chromium with 100,000 dead letters against none (~5 min)
+bench-web: setup
+	$(BIN)/python -m ops.bench.web_pages --letters 100000
 
 ## bench-rebalance: a worker joins a busy group, per group protocol, on a 3-node local cluster (~10 min)
 bench-rebalance: setup

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -154,12 +154,32 @@ class Backlog:
         return 0.0 if oldest is None else max(0.0, self.read_at - oldest / 1000)
 
 
-class BacklogReader:
-    """Reads :class:`Backlog` snapshots; each :meth:`read` takes at most ``timeout`` seconds."""
+DeadLetterCounter = Callable[[float], DlqStats]
+"""Counts the dead letters within the seconds given (a :class:`BacklogReader` source)."""
 
-    def __init__(self, settings: Settings, *, timeout: float = 10.0) -> None:
+
+def _read_dead_letters(settings: Settings, timeout: float) -> DlqStats:
+    return dlq_stats(read_dead_letters(settings, timeout=timeout))
+
+
+class BacklogReader:
+    """Reads :class:`Backlog` snapshots; each :meth:`read` takes at most ``timeout`` seconds.
+
+    ``dead_letters`` counts the dead letters; by default each read reads ``<ns>.dlq`` whole
+    (seconds for a deep one). A process that keeps a
+    :class:`~pipeline._deadletters.LetterIndex` passes its counts instead.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        timeout: float = 10.0,
+        dead_letters: DeadLetterCounter | None = None,
+    ) -> None:
         self.settings = settings
         self.timeout = timeout
+        self._dead_letters = dead_letters or functools.partial(_read_dead_letters, settings)
         names = TopicNames(settings.namespace)
         self._jobs = {p.value: names.jobs(p) for p in Priority}
         self._deferred = names.deferred
@@ -217,9 +237,7 @@ class BacklogReader:
             jobs={priority: topic(name) for priority, name in self._jobs.items()},
             retries=tuple(topic(name) for name in retries),
             deferred=tuple(topic(name) for name in deferred),
-            dead_letters=dlq_stats(
-                read_dead_letters(self.settings, timeout=self._admin.remaining())
-            ),
+            dead_letters=self._dead_letters(self._admin.remaining()),
             groups=self._members(),
         )
 

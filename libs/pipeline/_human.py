@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._records import Event
 
 
 def when(epoch_ms: int | None) -> str | None:
@@ -52,3 +56,15 @@ def hexdump(data: bytes) -> str:
     if len(data) > PREVIEW_BYTES:
         lines.append(f"... {len(data) - PREVIEW_BYTES} more bytes")
     return "\n".join(lines)
+
+
+def event_detail(event: Event) -> str | None:
+    """What a lifecycle event says besides its kind: progress, duration, its detail text."""
+    parts = []
+    if event.progress is not None:
+        parts.append(f"{event.progress:.0%}")
+    if event.duration_ms is not None:
+        parts.append(f"{event.duration_ms:.0f} ms")
+    if event.detail:
+        parts.append(" ".join(event.detail.split()))
+    return ", ".join(parts) or None

@@ -356,10 +356,19 @@ def settings_error(exc: ValidationError, within: tuple[str, ...] = ()) -> Settin
         name = ".".join(loc) or "settings"
         variable = "PIPELINE_" + "__".join(loc).upper()
         where = f" (environment variable {variable})" if loc and variable in environ else ""
-        quiet = error["type"] in {"missing", "extra_forbidden"} or "password" in name
+        quiet = error["type"] in {"missing", "extra_forbidden"} or _secret_name(name)
         got = "" if quiet else f", got {error['input']!r}"
         problems.append(f"{name}{where}: {error['msg']}{got}")
     return SettingsError(
         "invalid settings: " + "; ".join(problems) + ". Fix the value (environment, config file "
         "or code) and start again"
     )
+
+
+_SECRET_WORDS = ("password", "passwd", "secret", "token", "key")
+
+
+def _secret_name(name: str) -> bool:
+    """Whether a setting's name says it holds a secret: its value is never echoed back."""
+    lowered = name.lower()
+    return any(word in lowered for word in _SECRET_WORDS)

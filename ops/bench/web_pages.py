@@ -78,13 +78,13 @@ def _indexed(driver: WebDriver, server: WebProcess, letters: int) -> bool:
 
 
 QUERIES: list[tuple[str, dict[str, str]]] = [
-        ("first screen (pending, newest first)", {}),
-        ("type wildcard `email.*`", {"type": "email.*"}),
-        ("error text `timed out`", {"error": "timed out"}),
-        ("tenant", {"tenant": "tenant-07"}),
-        ("time range (a day, a week ago)", {"since": "8d", "until": "7d"}),
-        ("reason and tenant", {"reason": "fatal_error", "tenant": "tenant-11"}),
-        ("status all, page 3", {"status": "all", "page": "3"}),
+    ("first screen (pending, newest first)", {}),
+    ("type wildcard `email.*`", {"type": "email.*"}),
+    ("error text `timed out`", {"error": "timed out"}),
+    ("tenant", {"tenant": "tenant-07"}),
+    ("time range (a day, a week ago)", {"since": "8d", "until": "7d"}),
+    ("reason and tenant", {"reason": "fatal_error", "tenant": "tenant-11"}),
+    ("status all, page 3", {"status": "all", "page": "3"}),
 ]
 """The dead-letter pages loaded, in this order: each a filter not asked before."""
 

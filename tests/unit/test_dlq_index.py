@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -424,3 +425,20 @@ def test_close_closes_both_consumers_once(log: FakeLog) -> None:
         index.refresh()
     with pytest.raises(PipelineError, match="closed"):
         index.get("dl-000")
+
+
+def test_stats_count_as_dlq_stats_of_a_full_read_does(log: FakeLog, index: LetterIndex) -> None:
+    fill(log)
+    index.refresh()
+    states = {"dl-001": "replayed", "dl-002": "discarded", "dl-005": "discarded"}
+    stats = index.stats()
+    assert stats.by_status == {"pending": 3, "replayed": 1, "discarded": 2}
+    assert stats.depth == 3
+    assert stats.undecodable == 1
+    pending = [d for d in LETTERS if d.id not in states]
+    assert dict(stats.pending_by_type) == dict(
+        Counter(d.job_type or "(unknown)" for d in pending).most_common()
+    )
+    log.add_states([discarded("dl-000")])
+    index.refresh()
+    assert index.stats().depth == 2

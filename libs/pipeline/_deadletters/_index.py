@@ -46,6 +46,7 @@ from ._state import (
     fold_states,
     letter_order,
 )
+from ._stats import DlqStats, dlq_stats
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -239,7 +240,8 @@ class LetterIndex:
                 added = self._fold(new, read[dlq_state])
                 self._undecodable += undecodable
                 self._refreshed_at = stamp
-                self._cache.clear()
+                if expired or added or read[dlq_state]:
+                    self._cache.clear()
             self._next = {where: high for where, (_, high) in marks.items()}
             return Refreshed(
                 added, len(read[dlq_state]), undecodable, expired, time.perf_counter() - began
@@ -313,6 +315,12 @@ class LetterIndex:
                 page = matches.letters[offset : offset + limit]
             letters = [replace(s) for s in page]
             return LetterPage(letters, total, dict(matches.by_status), offset, limit)
+
+    def stats(self, timeout: float | None = None) -> DlqStats:
+        """:func:`dlq_stats` of the letters held (as of the last refresh); ``timeout`` is
+        ignored (it makes this a :data:`~pipeline._backlog.DeadLetterCounter`)."""
+        with self._lock:
+            return dlq_stats(DeadLetterSnapshot(self.topic, self._letters, self._undecodable))
 
     def counts(self, letter_filter: LetterFilter | None = None) -> dict[str, int]:
         """How many letters match ``letter_filter``, by status (every status named)."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipeline._eventlog import EventFilter, follow_events, job_history
-from pipeline._human import when
+from pipeline._human import event_detail, when
 from pipeline._records import EventKind
 
 from ._dlqoptions import timeout_option
@@ -40,17 +40,6 @@ def _event_json(event: Event) -> dict[str, Any]:
     return {**dataclasses.asdict(event), "at_iso": when(event.at)}
 
 
-def _detail(event: Event) -> str | None:
-    parts = []
-    if event.progress is not None:
-        parts.append(f"{event.progress:.0%}")
-    if event.duration_ms is not None:
-        parts.append(f"{event.duration_ms:.0f} ms")
-    if event.detail:
-        parts.append(" ".join(event.detail.split()))
-    return ", ".join(parts) or None
-
-
 def _event_row(event: Event) -> list[object]:
     return [
         when(event.at),
@@ -60,7 +49,7 @@ def _event_row(event: Event) -> list[object]:
         event.attempt,
         event.priority,
         event.worker,
-        _detail(event),
+        event_detail(event),
     ]
 
 

@@ -105,7 +105,8 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
         refresh_s=web.refresh_s,
         history_s=web.history_s,
         timeout=timeout,
-        extra=letters.refresh,
+        before=letters.refresh,
+        dead_letters=letters.stats,
     )
     dashboard = Dashboard(settings, monitor, Gate(web), AuditLog(web.audit_log), templates, letters)
 

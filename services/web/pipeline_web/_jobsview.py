@@ -14,6 +14,7 @@ from starlette.routing import Route
 
 from pipeline._errors import PipelineError
 from pipeline._eventlog import job_history
+from pipeline._human import event_detail
 
 from ._dashboard import dashboard_of
 
@@ -63,10 +64,7 @@ def _letter_steps(stored: StoredLetter, with_errors: bool) -> list[Step]:
 
 def timeline(history: JobHistory) -> list[Step]:
     """The job's steps in time order; an enqueue time seen twice is shown once."""
-    steps = [
-        Step(e.at, e.kind, e.attempt, e.worker, " ".join((e.detail or "").split()) or None)
-        for e in history.events
-    ]
+    steps = [Step(e.at, e.kind, e.attempt, e.worker, event_detail(e)) for e in history.events]
     has_failures = any(e.kind == "retried" for e in history.events)
     for stored in history.letters:
         steps += _letter_steps(stored, with_errors=not has_failures)

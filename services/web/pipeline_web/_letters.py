@@ -129,6 +129,7 @@ def letters_page(request: Request) -> Response:
         query=lambda **changes: _query_string(fields, **changes),
         filter_values={k: fields[k] for k in FILTER_FIELDS if fields.get(k)},
         filtered=not letter_filter.empty,
+        indexing=index.refreshed_at is None,
     )
     return dashboard.render(request, "letters.html", context)
 
@@ -152,6 +153,8 @@ def letter_page(request: Request) -> Response:
         stored = dashboard.letters.get(ident, timeout=10.0)
     except DeadLetterNotFoundError as exc:
         raise HTTPException(404, str(exc)) from None
+    except PipelineError as exc:  # Kafka unreachable, or the letter left the topic
+        raise HTTPException(503, str(exc)) from None
     letter = stored.letter
     context = {
         "page": "dead-letters",

@@ -1,7 +1,9 @@
 """The dashboard's reading of the namespace: one background thread, pages render from it.
 
-Every ``web.refresh_s`` the monitor reads one :class:`~pipeline._status.StatusSnapshot` (the
-reads ``pipeline status`` makes, on a :class:`~pipeline._backlog.BacklogReader` kept open) and
+Every ``web.refresh_s`` the monitor runs ``before`` (the dashboard refreshes its dead-letter
+index there), then reads one :class:`~pipeline._status.StatusSnapshot` (the reads ``pipeline
+status`` makes, on a :class:`~pipeline._backlog.BacklogReader` kept open, with the dead letters
+counted by ``dead_letters``: the index's counts instead of a read of the whole topic) and
 keeps the readings of the last ``web.history_s`` seconds, so that rates in and out and the
 overview's charts come from memory: a page never waits for Kafka, whatever the backlog.
 A failed read is kept as :attr:`Monitor.problem` (shown on every page) until one succeeds.
@@ -16,7 +18,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pipeline._backlog import BacklogReader
+from pipeline._backlog import BacklogReader, DeadLetterCounter
 from pipeline._errors import PipelineError
 from pipeline._status import read_status, topic_rates
 
@@ -64,12 +66,14 @@ class Monitor:
         refresh_s: float,
         history_s: float,
         timeout: float = 10.0,
-        extra: Callable[[], object] | None = None,
+        before: Callable[[float], object] | None = None,
+        dead_letters: DeadLetterCounter | None = None,
     ) -> None:
         self._settings = settings
         self._refresh_s = refresh_s
         self._timeout = timeout
-        self._extra = extra
+        self._before = before
+        self._dead_letters = dead_letters
         self._history: deque[Reading] = deque(maxlen=max(2, round(history_s / refresh_s) + 1))
         self._lock = threading.Lock()
         self._read = threading.Condition(self._lock)
@@ -113,11 +117,13 @@ class Monitor:
             while not self._stopping.is_set():
                 started = time.monotonic()
                 try:
+                    if self._before is not None:
+                        self._before(self._timeout)
                     if reader is None:
-                        reader = BacklogReader(self._settings, timeout=self._timeout)
+                        reader = BacklogReader(
+                            self._settings, timeout=self._timeout, dead_letters=self._dead_letters
+                        )
                     self._take(read_status(self._settings, timeout=self._timeout, reader=reader))
-                    if self._extra is not None:
-                        self._extra()
                 except PipelineError as exc:
                     self._fail(str(exc))
                 except Exception as exc:  # a bug must not end the readings; it is logged
