@@ -442,3 +442,22 @@ def test_stats_count_as_dlq_stats_of_a_full_read_does(log: FakeLog, index: Lette
     log.add_states([discarded("dl-000")])
     index.refresh()
     assert index.stats().depth == 2
+
+
+def test_a_limited_refresh_reads_a_deep_topic_in_steps(log: FakeLog, index: LetterIndex) -> None:
+    fill(log)
+    assert not index.caught_up
+    index.refresh(limit=2)  # one letter from each of the two partitions
+    assert len(index) == 2
+    assert not index.caught_up
+    assert index.query(status="all", limit=10).total == 2
+    steps = 1
+    while not index.caught_up and steps < 10:
+        index.refresh(limit=2)
+        steps += 1
+    assert steps == 6  # partition 1: three letters, a junk record, a duplicate, the marker
+    assert sorted(ids(index.query(status="all", limit=10).letters)) == sorted(
+        expected(LetterFilter(), None)
+    )
+    # The states read at the first step reached letters that came later.
+    assert index.counts() == {"pending": 3, "replayed": 1, "discarded": 2}

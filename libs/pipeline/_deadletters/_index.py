@@ -152,6 +152,25 @@ def _status(status: str) -> LetterStatus | None:
         raise ValueError(f"unknown status {status!r}; one of {known}") from None
 
 
+def _bounded(
+    marks: dict[tuple[str, int], tuple[int, int]],
+    starts: dict[tuple[str, int], int],
+    topic: str,
+    limit: int | None,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """``marks`` with the high watermarks of ``topic`` lowered so that at most about ``limit``
+    of its records are read from ``starts``."""
+    if limit is None:
+        return marks
+    partitions = [where for where in marks if where[0] == topic]
+    share = max(1, -(-limit // max(1, len(partitions))))
+    bounded = dict(marks)
+    for where in partitions:
+        low, high = marks[where]
+        bounded[where] = (low, min(high, starts[where] + share))
+    return bounded
+
+
 class LetterIndex:
     """``<ns>.dlq`` with the state of each dead letter, in memory, refreshed on demand.
 
@@ -180,6 +199,7 @@ class LetterIndex:
         self._states: dict[str, LetterState] = {}
         self._undecodable = 0
         self._refreshed_at: int | None = None
+        self._caught_up = False
         self._cache: OrderedDict[tuple[LetterFilter, LetterStatus | None], _Matches] = OrderedDict()
         self._closed = False
 
@@ -198,16 +218,26 @@ class LetterIndex:
         recent), or None before the first one."""
         return self._refreshed_at
 
+    @property
+    def caught_up(self) -> bool:
+        """Whether the last refresh read to the end of the topics (not stopped by its limit)."""
+        return self._caught_up
+
     def __len__(self) -> int:
         return len(self._letters)
 
     # --- refreshing ---------------------------------------------------------------------
 
-    def refresh(self, timeout: float | None = None) -> Refreshed:
+    def refresh(self, timeout: float | None = None, *, limit: int | None = None) -> Refreshed:
         """Read the records committed since the last refresh (everything the first time) and
         fold them in. Raises :class:`KafkaUnavailableError` when Kafka does not answer within
         ``timeout`` seconds and :class:`ConfigurationError` when the topics do not exist; the
-        index is then as it was, and the next refresh reads the same records again."""
+        index is then as it was, and the next refresh reads the same records again.
+
+        ``limit`` bounds the dead letters read by this call (spread over the partitions), so
+        that a deep topic is read in steps that each fit a timeout, and queries see the
+        letters read so far; :attr:`caught_up` says whether the last refresh reached the end.
+        """
         dlq, dlq_state = self._names.dlq, self._names.dlq_state
         with self._refresh_lock:
             reader = self._open_reader()
@@ -233,7 +263,8 @@ class LetterIndex:
                     new.append(StoredLetter(_summary(letter, self._share), *position))
                 return False
 
-            read = reader.read_ranges((dlq, dlq_state), starts, marks, keep)
+            ends = _bounded(marks, starts, dlq, limit)
+            read = reader.read_ranges((dlq, dlq_state), starts, ends, keep)
             lows = {p: low for (topic, p), (low, _) in marks.items() if topic == dlq}
             with self._lock:
                 expired = self._expire(lows)
@@ -242,7 +273,8 @@ class LetterIndex:
                 self._refreshed_at = stamp
                 if expired or added or read[dlq_state]:
                     self._cache.clear()
-            self._next = {where: high for where, (_, high) in marks.items()}
+            self._next = {where: high for where, (_, high) in ends.items()}
+            self._caught_up = ends == marks
             return Refreshed(
                 added, len(read[dlq_state]), undecodable, expired, time.perf_counter() - began
             )

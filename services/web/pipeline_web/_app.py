@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from pipeline import Settings
 
 _HERE = Path(__file__).parent
+INDEX_STEP = 20_000
+"""Dead letters read into the index at most per reading: a deep ``<ns>.dlq`` is read in
+steps (the pages show what was read so far), each well within a reading's timeout."""
 
 
 class _Authenticate(BaseHTTPMiddleware):
@@ -105,7 +108,7 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
         refresh_s=web.refresh_s,
         history_s=web.history_s,
         timeout=timeout,
-        before=letters.refresh,
+        before=lambda timeout: letters.refresh(timeout, limit=INDEX_STEP),
         dead_letters=letters.stats,
     )
     dashboard = Dashboard(settings, monitor, Gate(web), AuditLog(web.audit_log), templates, letters)

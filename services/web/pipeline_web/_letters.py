@@ -129,7 +129,8 @@ def letters_page(request: Request) -> Response:
         query=lambda **changes: _query_string(fields, **changes),
         filter_values={k: fields[k] for k in FILTER_FIELDS if fields.get(k)},
         filtered=not letter_filter.empty,
-        indexing=index.refreshed_at is None,
+        indexing=not index.caught_up,
+        indexed=len(index),
     )
     return dashboard.render(request, "letters.html", context)
 
