@@ -275,8 +275,10 @@ def test_the_first_refresh_reads_everything_the_next_ones_only_what_was_added(
     log: FakeLog, index: LetterIndex
 ) -> None:
     fill(log)
+    assert (len(index), index.refreshed_at) == (0, None)
     first = index.refresh()
     assert (first.letters, first.states, first.undecodable) == (6, 3, 1)
+    assert index.refreshed_at is not None
     assert len(index) == 6  # the second copy of dl-001 is left out
     assert index.undecodable == 1
     assert log.ranges[0] == {(DLQ, 0): (0, 4), (DLQ, 1): (0, 6), (STATE, 0): (0, 4)}
