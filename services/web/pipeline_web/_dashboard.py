@@ -51,7 +51,7 @@ class Dashboard:
     def render(
         self, request: Request, template: str, context: dict[str, Any], status_code: int = 200
     ) -> Response:
-        """A page (or, with ``?part=1``, only its live part) with what every page shows."""
+        """A page, with what every page shows (the user, the CSRF token, Kafka's state)."""
         base = {
             "request": request,
             "settings": self.settings,
@@ -60,7 +60,6 @@ class Dashboard:
             "csrf_field": CSRF_FIELD,
             "csrf": csrf_token(request),
             "problem": self.monitor.problem,
-            "part": request.query_params.get("part") == "1",
         }
         response = self.templates.TemplateResponse(
             request, template, {**base, **context}, status_code=status_code

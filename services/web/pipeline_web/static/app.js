@@ -1,5 +1,5 @@
-// Live parts: an element with data-live="URL" is replaced by a fresh render of that URL every
-// few seconds (the server renders only the live part for ?part=1). Nothing else needs script.
+// Live parts: the content of an element with data-live="URL" is replaced every two seconds by
+// that of the element with the same id in a fresh render of URL. Nothing else needs script.
 "use strict";
 (function () {
   const every = 2000;
