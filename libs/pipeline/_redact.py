@@ -17,7 +17,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-__all__ = ["REDACTED", "SECRET_WORDS", "RedactedRepr", "is_secret_name", "redact", "validation_problems"]
+__all__ = [
+    "REDACTED",
+    "SECRET_WORDS",
+    "RedactedRepr",
+    "is_secret_name",
+    "redact",
+    "validation_problems",
+]
 
 REDACTED = "**********"
 """What a secret is shown as: the same stars as pydantic's ``SecretStr``."""
@@ -61,7 +68,9 @@ def redact(value: Any, name: str = "") -> Any:
     return value
 
 
-def validation_problems(exc: ValidationError, within: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def validation_problems(
+    exc: ValidationError, within: tuple[str, ...] = ()
+) -> list[tuple[str, str]]:
     """``(dotted name, "message[, got value]")`` for each error of ``exc``.
 
     The value given is repeated only where it is a plain value (a string or a number) under a

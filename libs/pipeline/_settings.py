@@ -362,4 +362,3 @@ def settings_error(exc: ValidationError, within: tuple[str, ...] = ()) -> Settin
         "invalid settings: " + "; ".join(problems) + ". Fix the value (environment, config file "
         "or code) and start again"
     )
-

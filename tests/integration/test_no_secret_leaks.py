@@ -150,9 +150,10 @@ def test_no_command_help_or_error_shows_a_secret(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     runner = CliRunner()
-    helps = [
-        (cli, [*path, "--help"]) for path, _ in leaf_commands(cli)
-    ] + [(worker_main, ["--help"]), (scheduler_main, ["--help"])]
+    helps = [(cli, [*path, "--help"]) for path, _ in leaf_commands(cli)] + [
+        (worker_main, ["--help"]),
+        (scheduler_main, ["--help"]),
+    ]
     for command, args in helps:
         result = runner.invoke(command, args, env={**environment, **GOOD_ENV})
         assert result.exit_code == 0, result.output
@@ -207,6 +208,8 @@ def test_services_their_logs_metrics_and_the_dashboard_show_no_secret(
     for name, value in {**environment, **GOOD_ENV}.items():
         monkeypatch.setenv(name, value)
     bad, good = {**environment, **BAD_ENV}, {**environment, **GOOD_ENV}
+    applied = CliRunner().invoke(cli, ["topics", "apply"])
+    assert applied.exit_code == 0, applied.output
     for service in ("pipeline_worker", "pipeline_scheduler"):
         failed = services(bad, tmp_path, "-m", service, "--app", "leakapp:app")
         assert failed.returncode == 2, failed.stderr
