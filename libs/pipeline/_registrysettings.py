@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from ._redact import RedactedRepr
 
-class SchemaRegistrySettings(BaseModel):
+
+class SchemaRegistrySettings(RedactedRepr, BaseModel):
     """Where the registry is, and whether job envelopes are written in its wire format.
 
     With ``url`` set, every reader of jobs (worker, scheduler) also accepts envelopes in the
@@ -13,7 +15,7 @@ class SchemaRegistrySettings(BaseModel):
     :class:`~pipeline.schemaregistry.RegistryAvroPayload` job types can reach the registry.
     """
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     url: str | None = Field(
         None,

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 class SchedulerSettings(BaseModel):
     """How ``pipeline-scheduler`` holds delayed jobs, fires cron schedules and elects a leader."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     horizon_s: float = Field(
         120.0, gt=0, description="jobs due within this many seconds wait in memory"

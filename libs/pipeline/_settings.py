@@ -22,6 +22,7 @@ from pydantic_settings import (
 from ._dedup import DedupScope
 from ._errors import ConfigurationError, SettingsError
 from ._job import Priority
+from ._redact import RedactedRepr, validation_problems
 from ._registrysettings import SchemaRegistrySettings
 from ._schedulersettings import SchedulerSettings
 from ._websettings import WebSettings
@@ -32,7 +33,7 @@ DAY_MS = 24 * 3600 * 1000
 class SecuritySettings(BaseModel):
     """TLS and SASL options, mapped to librdkafka's keys. Secrets are never logged."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
@@ -65,7 +66,7 @@ class SecuritySettings(BaseModel):
 class TopicSettings(BaseModel):
     """The topic layout that ``pipeline topics apply`` creates (DESIGN section 3)."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     partitions: int = Field(6, ge=1, description="partitions of each job, retry and deferred topic")
     replication_factor: int = Field(1, ge=1)
@@ -110,7 +111,7 @@ class TopicSettings(BaseModel):
 class ProducerSettings(BaseModel):
     """How jobs are produced. The producer is always idempotent with ``acks=all``."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     delivery_timeout_s: float = Field(
         30.0, gt=0, description="how long a job may wait for Kafka before enqueue fails"
@@ -137,10 +138,10 @@ class ProducerSettings(BaseModel):
     )
 
 
-class WorkerSettings(BaseModel):
+class WorkerSettings(RedactedRepr, BaseModel):
     """How ``pipeline-worker`` consumes and runs jobs (flags of the same names override these)."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     group_id: str | None = Field(None, description="consumer group; None: '<namespace>.workers'")
     priorities: list[Priority] = Field(default_factory=lambda: list(Priority))
@@ -257,7 +258,7 @@ class WorkerSettings(BaseModel):
         return self
 
 
-class Settings(BaseSettings):
+class Settings(RedactedRepr, BaseSettings):
     """Everything configurable, with defaults that run against ``pipeline dev up``."""
 
     model_config = SettingsConfigDict(
@@ -265,6 +266,7 @@ class Settings(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         validate_default=True,
+        hide_input_in_errors=True,
     )
 
     bootstrap_servers: str = "localhost:9092"
@@ -348,27 +350,15 @@ def build_settings(cls: type[Settings] | None = None, **overrides: Any) -> Setti
 def settings_error(exc: ValidationError, within: tuple[str, ...] = ()) -> SettingsError:
     """A :class:`SettingsError` naming each invalid setting, and the environment variable
     it came from when one is set; ``within`` is where the validated model sits in
-    :class:`Settings` (``("worker",)`` for :class:`WorkerSettings`)."""
+    :class:`Settings` (``("worker",)`` for :class:`WorkerSettings`). A value is repeated only
+    where it cannot be a secret (:func:`pipeline._redact.validation_problems`)."""
     environ = {name.upper() for name in os.environ}
     problems = []
-    for error in exc.errors(include_url=False):
-        loc = [*within, *(str(part) for part in error["loc"])]
-        name = ".".join(loc) or "settings"
-        variable = "PIPELINE_" + "__".join(loc).upper()
-        where = f" (environment variable {variable})" if loc and variable in environ else ""
-        quiet = error["type"] in {"missing", "extra_forbidden"} or _secret_name(name)
-        got = "" if quiet else f", got {error['input']!r}"
-        problems.append(f"{name}{where}: {error['msg']}{got}")
+    for name, problem in validation_problems(exc, within):
+        variable = "PIPELINE_" + name.replace(".", "__").upper()
+        where = f" (environment variable {variable})" if name and variable in environ else ""
+        problems.append(f"{name or 'settings'}{where}: {problem}")
     return SettingsError(
         "invalid settings: " + "; ".join(problems) + ". Fix the value (environment, config file "
         "or code) and start again"
     )
-
-
-_SECRET_WORDS = ("password", "passwd", "secret", "token", "key")
-
-
-def _secret_name(name: str) -> bool:
-    """Whether a setting's name says it holds a secret: its value is never echoed back."""
-    lowered = name.lower()
-    return any(word in lowered for word in _SECRET_WORDS)

@@ -15,7 +15,7 @@ class WebSettings(BaseModel):
     rendered or logged.
     """
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     host: str = Field("127.0.0.1", description="the address to listen on")
     port: int = Field(8180, ge=0, le=65535, description="the port to listen on (0: any free one)")
