@@ -183,12 +183,13 @@ def settings(bootstrap_servers: str, namespace: str) -> Settings:
 
 @pytest.fixture(scope="module")
 def dev_cluster_factory() -> Iterator[Callable[..., DevCluster]]:
-    """``start(nodes=3)`` starts an extra local cluster on free ports, removed after the module."""
+    """``start(nodes=3, secure=False)`` starts an extra local cluster on free ports, removed
+    after the module."""
     data_dirs: list[Path] = []
 
-    def start(nodes: int = 3, *, timeout: float = 180.0) -> DevCluster:
+    def start(nodes: int = 3, *, timeout: float = 180.0, secure: bool = False) -> DevCluster:
         data_dirs.append(Path(tempfile.mkdtemp(prefix="pipeline-test-cluster-")))
-        return start_dev_cluster(nodes, data_dirs[-1], timeout)
+        return start_dev_cluster(nodes, data_dirs[-1], timeout, secure=secure)
 
     try:
         yield start
