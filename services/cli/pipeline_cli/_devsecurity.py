@@ -1,4 +1,5 @@
-"""A secured local cluster (``pipeline dev up --secure``): its CA, certificate, admin and users.
+"""A secured local cluster (``pipeline dev up --secure``): its CA, certificates, admin password
+and broker settings.
 
 Clients reach the brokers only over ``SASL_SSL`` with ``SCRAM-SHA-512``; the brokers replicate
 over the same listener as the admin user; the controller listener is TLS with client
@@ -9,7 +10,7 @@ grant it something; the admin is a super user.
 The material lives in ``<data dir>/security/``: ``ca.pem`` (what clients trust), ``ca.key``,
 ``broker.pem`` (the brokers' key and certificate, a PEM keystore: no keytool) and
 ``admin.password`` (generated once, mode 0600). Nothing here prints the password: only the
-client settings the caller asks for hold it.
+client settings the caller asks for hold it. Users and client settings are in :mod:`._devusers`.
 """
 
 from __future__ import annotations
