@@ -2,6 +2,8 @@
 
 ``bootstrap_servers`` uses ``PIPELINE_BOOTSTRAP_SERVERS`` when set, else starts one local node on
 free ports with :func:`pipeline_cli.devbroker.up` (what ``pipeline dev up`` runs) for the session.
+``secure_cluster`` starts a secured node of its own (``pipeline dev up --secure``: TLS, SCRAM,
+ACLs) the first time a test asks for it, and ``secure_settings`` are its admin's settings.
 A broker that cannot be reached or started fails the tests that need it; they are never skipped.
 """
 
@@ -40,14 +42,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                     item.add_marker(mark)
 
 
-def start_dev_cluster(nodes: int, data_dir: Path, timeout: float = 180.0) -> DevCluster:
+def start_dev_cluster(
+    nodes: int, data_dir: Path, timeout: float = 180.0, *, secure: bool = False
+) -> DevCluster:
     """Starts a local cluster in ``data_dir`` on free ports, or fails the test with the cause."""
     from pipeline_cli import devbroker
 
     problem: devbroker.DevBrokerError | None = None
     for _ in range(_PORT_ATTEMPTS):
         try:
-            return devbroker.up(nodes, data_dir, devbroker.free_base_port(nodes), timeout=timeout)
+            port = devbroker.free_base_port(nodes)
+            return devbroker.up(nodes, data_dir, port, timeout=timeout, secure=secure)
         except devbroker.PortInUseError as exc:
             problem = exc  # a parallel test worker may take the ports after we looked: retry
         except devbroker.DevBrokerError as exc:
@@ -82,7 +87,9 @@ def _check_answers(servers: str) -> None:
     )
 
 
-def _wait_for_coordinators(servers: str, timeout: float = 90.0) -> None:
+def _wait_for_coordinators(
+    servers: str, timeout: float = 90.0, client: dict[str, str] | None = None
+) -> None:
     """Wait until the group and transaction coordinators answer.
 
     A new broker creates ``__consumer_offsets`` and ``__transaction_state`` on first use and
@@ -96,7 +103,7 @@ def _wait_for_coordinators(servers: str, timeout: float = 90.0) -> None:
     from tests.waiting import wait_for
 
     deadline = time.monotonic() + timeout
-    conf = {"bootstrap.servers": servers, "log_level": 0}
+    conf = {**(client or {}), "bootstrap.servers": servers, "log_level": 0}
     consumer = Consumer({**conf, "group.id": f"pipeline-tests-{uuid.uuid4().hex[:8]}"})
     problems: list[KafkaException] = []
 
@@ -137,6 +144,30 @@ def bootstrap_servers() -> Iterator[str]:
         _stop_dev_cluster(data_dir)
 
 
+@pytest.fixture(scope="session")
+def secure_cluster() -> Iterator[DevCluster]:
+    """A secured local node for the session (``pipeline dev up --secure``), on free ports."""
+    data_dir = Path(tempfile.mkdtemp(prefix="pipeline-test-secure-kafka-"))
+    try:
+        cluster = start_dev_cluster(1, data_dir, secure=True)
+        _wait_for_coordinators(cluster.bootstrap_servers, client=cluster.security().librdkafka())
+        yield cluster
+    finally:
+        _stop_dev_cluster(data_dir)
+
+
+@pytest.fixture
+def secure_settings(secure_cluster: DevCluster, namespace: str) -> Settings:
+    """The admin's settings for ``secure_cluster`` (a super user), in this test's namespace."""
+    from pipeline._settings import Settings
+
+    return Settings(
+        bootstrap_servers=secure_cluster.bootstrap_servers,
+        namespace=namespace,
+        security=secure_cluster.security(),
+    )
+
+
 @pytest.fixture
 def namespace() -> str:
     """A topic namespace of this test alone, so tests never see each other's topics."""
@@ -152,12 +183,13 @@ def settings(bootstrap_servers: str, namespace: str) -> Settings:
 
 @pytest.fixture(scope="module")
 def dev_cluster_factory() -> Iterator[Callable[..., DevCluster]]:
-    """``start(nodes=3)`` starts an extra local cluster on free ports, removed after the module."""
+    """``start(nodes=3, secure=False)`` starts an extra local cluster on free ports, removed
+    after the module."""
     data_dirs: list[Path] = []
 
-    def start(nodes: int = 3, *, timeout: float = 180.0) -> DevCluster:
+    def start(nodes: int = 3, *, timeout: float = 180.0, secure: bool = False) -> DevCluster:
         data_dirs.append(Path(tempfile.mkdtemp(prefix="pipeline-test-cluster-")))
-        return start_dev_cluster(nodes, data_dirs[-1], timeout)
+        return start_dev_cluster(nodes, data_dirs[-1], timeout, secure=secure)
 
     try:
         yield start

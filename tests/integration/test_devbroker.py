@@ -192,6 +192,7 @@ def test_cli_status_json_of_an_empty_dir(tmp_path: Path) -> None:
         "data_dir": str(tmp_path.resolve()),
         "bootstrap_servers": "",
         "running": False,
+        "secure": False,
         "nodes": [],
     }
 

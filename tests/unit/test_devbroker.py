@@ -212,6 +212,7 @@ def test_status_of_an_empty_dir(tmp_path: Path) -> None:
         "data_dir": str(tmp_path.resolve()),
         "bootstrap_servers": "",
         "running": False,
+        "secure": False,
         "nodes": [],
     }
 

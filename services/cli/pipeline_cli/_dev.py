@@ -1,8 +1,9 @@
-"""``pipeline dev up|down|status``: a real local Apache Kafka (KRaft) without Docker."""
+"""``pipeline dev up|down|status|env|user``: a real local Apache Kafka (KRaft) without Docker."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import shlex
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +19,13 @@ _PORTS = (
     "9094, 9096 (controllers 9093, 9095, 9097). --port shifts them all: node i uses PORT+2i "
     "and PORT+2i+1."
 )
+
+
+def _exports(env: Mapping[str, str], hide: Mapping[str, str] | None = None) -> None:
+    """``export NAME=value`` lines for a shell; ``hide`` gives shell words to print instead."""
+    for name, value in env.items():
+        word = (hide or {}).get(name) or shlex.quote(value)
+        click.echo(f"export {name}={word}")
 
 
 def _data_dir_option(command: F) -> F:
@@ -46,7 +54,11 @@ def dev() -> None:
     help="Start the local Kafka and wait until it serves; print its bootstrap servers.\n\n"
     "The last line printed is the bootstrap servers alone, so scripts can use "
     "`$(pipeline dev up | tail -1)`. A cluster that already runs is reported, not started twice; "
-    "a stopped one restarts on its data (--fresh deletes it first). " + _PORTS,
+    "a stopped one restarts on its data (--fresh deletes it first). " + _PORTS + "\n\n"
+    "--secure: clients connect with SASL_SSL and SCRAM-SHA-512 as user admin (a random password "
+    "kept in the data dir), trusting a CA generated in the data dir; an authorizer denies what "
+    "no ACL allows. The client settings are printed as `export PIPELINE_...` lines before the "
+    "bootstrap servers (the password as `$(cat FILE)`; `pipeline dev env` and --json give it).",
 )
 @click.option(
     "--nodes",
@@ -65,6 +77,13 @@ def dev() -> None:
 )
 @click.option("--fresh", is_flag=True, help="Stop the cluster and delete its data first.")
 @click.option(
+    "--secure",
+    is_flag=True,
+    default=None,
+    help="TLS, SASL/SCRAM and ACLs: clients need the printed settings "
+    "[default: what the data dir holds, else PLAINTEXT].",
+)
+@click.option(
     "--heap", default=None, help="JVM heap per node, e.g. 2G [default: 1G, 512m with 3 nodes]."
 )
 @click.option(
@@ -81,6 +100,7 @@ def up(
     data_dir: Path | None,
     base_port: int | None,
     fresh: bool,
+    secure: bool | None,
     heap: str | None,
     timeout: float,
     as_json: bool,
@@ -97,9 +117,12 @@ def up(
             timeout,
             fresh=fresh,
             progress=progress,
+            secure=secure or None,
         )
+        env = cluster.client_settings()
     if as_json:
-        print_json({**cluster.status().to_dict(), "already_running": cluster.already_running})
+        report = cluster.status().to_dict()
+        print_json({**report, "already_running": cluster.already_running, "client_settings": env})
         return
     state = "already running" if cluster.already_running else "running"
     click.echo(
@@ -107,7 +130,52 @@ def up(
         f"data in {cluster.data_dir}; stop it with `pipeline dev down`.",
         err=True,
     )
+    if cluster.secure:
+        click.echo("Client settings (the admin, a super user):", err=True)
+        hidden = f'"$(cat {shlex.quote(str(cluster.password_file))})"'
+        _exports(env, {"PIPELINE_SECURITY__SASL_PASSWORD": hidden})
     click.echo(cluster.bootstrap_servers)
+
+
+@dev.command(
+    short_help="Print the admin's client settings (PIPELINE_* variables).",
+    help="Print the client settings of the local cluster's admin as `export PIPELINE_...=...` "
+    'lines, the password of a secured cluster included: `eval "$(pipeline dev env)"`.',
+)
+@_data_dir_option
+@json_option
+def env(data_dir: Path | None, as_json: bool) -> None:
+    with cli_errors():
+        settings = devbroker.client_settings(data_dir)
+    if as_json:
+        print_json(settings)
+    else:
+        _exports(settings)
+
+
+@dev.group(help="SCRAM users of a secured local cluster (`pipeline dev up --secure`).")
+def user() -> None:
+    pass
+
+
+@user.command(
+    name="add",
+    help="Create SCRAM-SHA-512 user NAME (or set its password) and print its client settings. "
+    "It may do nothing until ACLs allow it something.",
+)
+@click.argument("name")
+@click.option("--password", default=None, help="Its password [default: a random one, printed].")
+@_data_dir_option
+@json_option
+def user_add(name: str, password: str | None, data_dir: Path | None, as_json: bool) -> None:
+    with cli_errors():
+        security = devbroker.add_user(name, password, data_dir)
+        servers = devbroker.status(data_dir).bootstrap_servers
+    settings = devbroker.client_env(servers, security)
+    if as_json:
+        print_json(settings)
+    else:
+        _exports(settings)
 
 
 @dev.command(help="Stop the brokers started in the data dir (only those processes).")
@@ -155,3 +223,5 @@ def status(data_dir: Path | None, as_json: bool) -> None:
     print_table(rows, ["node", "id", "pid", "state", "port", "controller", "log"])
     if report.running:
         click.echo(f"bootstrap servers: {report.bootstrap_servers}")
+    if report.secure:
+        click.echo("secured (SASL_SSL, SCRAM-SHA-512): `pipeline dev env` prints the settings")

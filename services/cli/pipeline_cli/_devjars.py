@@ -206,7 +206,9 @@ def _check_tool(proc: subprocess.Popen[str], what: str) -> str:
     return out
 
 
-def _format(java: str, lib: Path, nodes: Sequence[DevNode]) -> str:
+def _format(java: str, lib: Path, nodes: Sequence[DevNode], extra: Sequence[str] = ()) -> str:
+    """Formats the nodes' storage (``extra``: more ``format`` arguments, e.g. ``--add-scram``)."""
+
     def run(*args: str) -> subprocess.Popen[str]:
         command = _tool_command(java, lib, *args)
         return subprocess.Popen(
@@ -218,7 +220,7 @@ def _format(java: str, lib: Path, nodes: Sequence[DevNode]) -> str:
     # The nodes are formatted in parallel: each one is a JVM start of a few seconds.
     feature = f"transaction.version={TRANSACTION_VERSION}"
     procs = [
-        run("format", "-t", cluster_id, "-c", str(n.properties_file), "--feature", feature)
+        run("format", "-t", cluster_id, "-c", str(n.properties_file), "--feature", feature, *extra)
         for n in nodes
     ]
     for proc in procs:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._devprocs import DevNode
+from ._devsecurity import DevSecurity, write_private
 
 
 def plan_nodes(nodes: int, base_port: int, data_dir: Path) -> tuple[DevNode, ...]:
@@ -17,11 +18,14 @@ def plan_nodes(nodes: int, base_port: int, data_dir: Path) -> tuple[DevNode, ...
     )
 
 
-def node_properties(node: DevNode, cluster: Sequence[DevNode]) -> dict[str, str]:
-    """The broker configuration of ``node`` in ``cluster`` (static KRaft quorum of all nodes)."""
+def node_properties(
+    node: DevNode, cluster: Sequence[DevNode], security: DevSecurity | None = None
+) -> dict[str, str]:
+    """The broker configuration of ``node`` in ``cluster`` (static KRaft quorum of all nodes);
+    with ``security``, TLS, SCRAM and the authorizer (see :mod:`._devsecurity`)."""
     replicas = min(3, len(cluster))
     min_isr = 2 if replicas >= 3 else 1
-    return {
+    props = {
         "process.roles": "broker,controller",
         "node.id": str(node.node_id),
         "controller.quorum.voters": ",".join(
@@ -54,6 +58,9 @@ def node_properties(node: DevNode, cluster: Sequence[DevNode]) -> dict[str, str]
         # The cleaner's default 128 MB dedupe buffer is a big share of a small dev heap.
         "log.cleaner.dedupe.buffer.size": str(32 * 1024 * 1024),
     }
+    if security is not None:
+        props.update(security.broker_properties(node))
+    return props
 
 
 def _log4j2_yaml(node: DevNode) -> str:
@@ -90,10 +97,13 @@ def _log4j2_yaml(node: DevNode) -> str:
 """
 
 
-def write_node_files(node: DevNode, cluster: Sequence[DevNode]) -> None:
+def write_node_files(
+    node: DevNode, cluster: Sequence[DevNode], security: DevSecurity | None = None
+) -> None:
     node.dir.mkdir(parents=True, exist_ok=True)
-    props = node_properties(node, cluster)
+    props = node_properties(node, cluster, security)
     # Backslash is the only escape a value can need here (keys are fixed, values are paths/ports).
     text = "".join(f"{k}={v.replace(chr(92), chr(92) * 2)}\n" for k, v in props.items())
-    node.properties_file.write_text(text)
+    # Owner-only: a secured node's configuration holds the admin's password.
+    write_private(node.properties_file, text.encode())
     node.log4j_file.write_text(_log4j2_yaml(node))

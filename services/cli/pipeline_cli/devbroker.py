@@ -6,18 +6,20 @@ nodes on 9092, 9094, 9096 (controllers 9093, 9095, 9097). ``base_port`` shifts t
 (counted from 0, ``node.id`` ``i + 1``) uses ``base_port + 2*i`` and ``base_port + 2*i + 1``.
 
 A data dir holds ``cluster.json`` (what was formatted) and one ``node-<i>/`` per node with
-``node.properties``, ``log4j2.yaml``, ``kafka.pid``, ``server.log``, ``stdout.log`` and ``data/``.
+``node.properties``, ``log4j2.yaml``, ``kafka.pid``, ``server.log``, ``stdout.log`` and ``data/``;
+a secured cluster (``secure=True``: TLS, SCRAM, ACLs) also ``security/`` (see :mod:`._devsecurity`).
 
 This module is the cluster: the data dir, ``up``, ``down`` and ``status``. The nodes'
 configuration is in :mod:`._devnodes`, Java and the jars in :mod:`._devjars`, processes and
-ports in :mod:`._devprocs`; their public names are re-exported here.
+ports in :mod:`._devprocs`, the data dir's layout in :mod:`._devdata`, the secured cluster's
+certificates and broker settings in :mod:`._devsecurity` and its users in :mod:`._devusers`;
+their public names are re-exported here.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import shutil
 import time
 from collections.abc import Sequence
@@ -25,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline._settings import SecuritySettings
+
+from ._devdata import _LAYOUT_FILE, _check_ours, _Layout, _read_layout, _wipe, default_data_dir
 from ._devjars import (
     KAFKA_VERSION,
     LOG4J_SLF4J_VERSION,
@@ -58,14 +63,18 @@ from ._devprocs import (
     port_owner,
     stop_nodes,
 )
+from ._devsecurity import BROKER_CN, SECURITY_DIR, DevSecurity
+from ._devusers import add_user, client_env, security
 
 # The names this module always offered; most now live in _devnodes, _devjars and _devprocs.
 __all__ = [
+    "BROKER_CN",
     "DEFAULT_BASE_PORT",
     "KAFKA_VERSION",
     "LOG4J_SLF4J_VERSION",
     "MIN_JAVA_VERSION",
     "SCALA_VERSION",
+    "SECURITY_DIR",
     "STOP_TIMEOUT_S",
     "ClusterStatus",
     "DevBrokerError",
@@ -74,7 +83,10 @@ __all__ = [
     "NodeStatus",
     "PortInUseError",
     "Progress",
+    "add_user",
     "check_ports_free",
+    "client_env",
+    "client_settings",
     "default_cache_dir",
     "default_data_dir",
     "down",
@@ -87,23 +99,13 @@ __all__ = [
     "plan_nodes",
     "port_is_free",
     "port_owner",
+    "security",
     "status",
     "stop_nodes",
     "up",
 ]
 
 DEFAULT_BASE_PORT = 9092
-
-_LAYOUT_FILE = "cluster.json"
-
-
-def default_data_dir() -> Path:
-    """``$PIPELINE_DEV_DIR``, else ``$XDG_STATE_HOME/pipeline/dev``, else ``~/.local/state/...``."""
-    if env := os.environ.get("PIPELINE_DEV_DIR"):
-        return Path(env).expanduser()
-    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
-    return Path(state) / "pipeline" / "dev"
-
 
 # --- Clusters ----------------------------------------------------------------------------------
 
@@ -127,6 +129,7 @@ class ClusterStatus:
 
     data_dir: Path
     nodes: tuple[NodeStatus, ...]
+    secure: bool = False
 
     @property
     def running(self) -> bool:
@@ -145,6 +148,7 @@ class ClusterStatus:
             "data_dir": str(self.data_dir),
             "bootstrap_servers": self.bootstrap_servers,
             "running": self.running,
+            "secure": self.secure,
             "nodes": nodes,
         }
 
@@ -159,10 +163,31 @@ class DevCluster:
     heap: str
     cache_dir: Path | None = None
     already_running: bool = False
+    secure: bool = False
 
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(f"localhost:{n.port}" for n in self.nodes)
+
+    @property
+    def password_file(self) -> Path:
+        """The file that holds the admin's password (of a secured cluster)."""
+        return DevSecurity(self.data_dir / SECURITY_DIR).password_file
+
+    def security(self) -> SecuritySettings:
+        """The admin's client security settings (``PLAINTEXT`` for a cluster not secured)."""
+        return security(self.data_dir)
+
+    def client_settings(self) -> dict[str, str]:
+        """The admin's ``PIPELINE_*`` environment variables (see :func:`client_settings`)."""
+        return client_settings(self.data_dir)
+
+    def add_user(self, name: str, password: str | None = None) -> SecuritySettings:
+        """Creates SCRAM user ``name`` (see :func:`add_user`)."""
+        return add_user(name, password, self.data_dir)
+
+    def _client_config(self) -> dict[str, str]:
+        return self.security().librdkafka() if self.secure else {}
 
     def status(self) -> ClusterStatus:
         return status(self.data_dir)
@@ -204,8 +229,10 @@ class DevCluster:
         # Each started broker is asked itself, by a new client that knows no other broker: the
         # cluster may list a killed predecessor until its session expires. log_level 0: refused
         # connections while the JVMs boot are expected, not worth printing.
+        conf = {**self._client_config(), "log_level": "0"}
+
         def ask(node: DevNode) -> Any:
-            admin = AdminClient({"bootstrap.servers": f"localhost:{node.port}", "log_level": 0})
+            admin = AdminClient({**conf, "bootstrap.servers": f"localhost:{node.port}"})
             return admin.list_topics(timeout=2)
 
         waiting = list(started)
@@ -241,50 +268,6 @@ class DevCluster:
             time.sleep(0.2)
 
 
-@dataclass(frozen=True)
-class _Layout:
-    nodes: int
-    base_port: int
-    cluster_id: str
-    heap: str
-    kafka_version: str
-
-
-def _read_layout(data_dir: Path) -> _Layout | None:
-    try:
-        return _Layout(**json.loads((data_dir / _LAYOUT_FILE).read_text()))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError) as exc:
-        raise DevBrokerError(
-            f"{data_dir / _LAYOUT_FILE} is unreadable ({exc}); start over with --fresh"
-        ) from exc
-
-
-def _check_ours(data_dir: Path) -> None:
-    """Refuses to delete a directory that holds anything this module did not create."""
-    foreign = [
-        p.name
-        for p in data_dir.iterdir()
-        if p.name not in (_LAYOUT_FILE, _LOCK_FILE) and not p.name.startswith("node-")
-    ]
-    if foreign:
-        raise DevBrokerError(
-            f"{data_dir} is not a pipeline dev data dir (it holds {', '.join(sorted(foreign))}); "
-            "refusing to use or delete it: choose another --data-dir"
-        )
-
-
-def _wipe(data_dir: Path) -> None:
-    _check_ours(data_dir)
-    for path in data_dir.iterdir():
-        if path.name != _LOCK_FILE:
-            if path.is_dir():
-                shutil.rmtree(path)
-            else:
-                path.unlink()
-
-
 def up(
     nodes: int | None = None,
     data_dir: Path | None = None,
@@ -295,11 +278,14 @@ def up(
     fresh: bool = False,
     cache_dir: Path | None = None,
     progress: Progress = _quiet,
+    secure: bool | None = None,
 ) -> DevCluster:
     """Starts (or restarts on its data, or reports) the local cluster and waits until it serves.
 
-    ``nodes`` and ``base_port`` default to what ``data_dir`` was formatted with, else 1 and 9092;
-    ``fresh`` deletes existing data first. ``timeout`` does not count the one-time download.
+    ``nodes``, ``base_port`` and ``secure`` default to what ``data_dir`` was formatted with, else
+    1, 9092 and not secured; ``fresh`` deletes existing data first. ``timeout`` does not count
+    the one-time download. A secured cluster serves clients on ``SASL_SSL`` only; its admin's
+    settings are :meth:`DevCluster.security`.
     """
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -313,34 +299,52 @@ def up(
         if layout is not None and (
             (nodes is not None and nodes != layout.nodes)
             or (base_port is not None and base_port != layout.base_port)
+            or (secure is not None and secure != layout.secure)
         ):
+            kind = "secured " if layout.secure else ""
+            flags = " --secure" if layout.secure else ""
             raise DevBrokerError(
-                f"{data_dir} holds a {layout.nodes}-node cluster on port {layout.base_port}; "
-                f"start it with --nodes {layout.nodes} --port {layout.base_port}, use another "
-                "--data-dir, or add --fresh to delete its data"
+                f"{data_dir} holds a {kind}{layout.nodes}-node cluster on port "
+                f"{layout.base_port}; start it with --nodes {layout.nodes} --port "
+                f"{layout.base_port}{flags}, use another --data-dir, or add --fresh to delete "
+                "its data"
             )
         count = layout.nodes if layout else nodes or 1
         port = layout.base_port if layout else base_port or DEFAULT_BASE_PORT
+        secured = layout.secure if layout else bool(secure)
+        material = DevSecurity(data_dir / SECURITY_DIR) if secured else None
         if count < 1 or not 1024 <= port <= 65536 - 2 * count:
             raise DevBrokerError(f"cannot place {count} node(s) from port {port}")
         planned = plan_nodes(count, port, data_dir)
         stopped = [node for node in planned if node.pid() is None]
         if layout is not None and not stopped:
-            return DevCluster(data_dir, planned, layout.cluster_id, layout.heap, cache_dir, True)
+            return DevCluster(
+                data_dir, planned, layout.cluster_id, layout.heap, cache_dir, True, secured
+            )
         check_ports_free(stopped)
         java = find_java()
         lib = ensure_kafka(cache_dir=cache_dir, progress=progress)
         chosen_heap = heap or (layout.heap if layout else "1G" if count == 1 else "512m")
         if layout is None:
             _wipe(data_dir)  # leftovers of a format that failed half-way
+            if material is not None:
+                progress("Generating a CA, the broker certificate and the admin password...")
+                material.create()
+        if material is not None and not material.exists():
+            raise DevBrokerError(
+                f"{material.dir} lacks the secured cluster's certificates or admin password; "
+                "start over with --fresh"
+            )
         for node in planned:  # rewritten each start, so fixes to the defaults reach old data
-            write_node_files(node, planned)
+            write_node_files(node, planned, material)
         if layout is None:
             progress(f"Formatting {count} KRaft node(s) in {data_dir}...")
-            cluster_id = _format(java, lib, planned)
-            layout = _Layout(count, port, cluster_id, chosen_heap, KAFKA_VERSION)
+            cluster_id = _format(java, lib, planned, material.format_args() if material else ())
+            layout = _Layout(count, port, cluster_id, chosen_heap, KAFKA_VERSION, secured)
             (data_dir / _LAYOUT_FILE).write_text(json.dumps(dataclasses.asdict(layout), indent=2))
-        cluster = DevCluster(data_dir, planned, layout.cluster_id, chosen_heap, cache_dir)
+        cluster = DevCluster(
+            data_dir, planned, layout.cluster_id, chosen_heap, cache_dir, secure=secured
+        )
         progress(f"Starting {len(stopped)} Kafka {KAFKA_VERSION} node(s)...")
         cluster._start(stopped, timeout)
         return cluster
@@ -388,4 +392,11 @@ def status(data_dir: Path | None = None) -> ClusterStatus:
                 node.log_file,
             )
         )
-    return ClusterStatus(data_dir, tuple(rows))
+    return ClusterStatus(data_dir, tuple(rows), layout.secure)
+
+
+def client_settings(data_dir: Path | None = None) -> dict[str, str]:
+    """The ``PIPELINE_*`` environment variables of the admin's client: bootstrap servers and,
+    for a secured cluster, ``PIPELINE_SECURITY__*`` (the password too: print it only when asked)."""
+    report = status(data_dir)
+    return client_env(report.bootstrap_servers, security(report.data_dir))
