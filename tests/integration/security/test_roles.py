@@ -22,11 +22,12 @@ from pipeline._aclapply import apply_acls
 from pipeline._acls import Role, plan_acls
 from pipeline._admin import apply_topics
 from pipeline._deadletters import read_dead_letters
-from pipeline._errors import PipelineError
+from pipeline._errors import NotAuthorizedError, TopicAdminError
 from pipeline._schedule import make_schedule, publish_schedules
 from pipeline._topics import TopicNames
 from pipeline_cli import cli
 from pipeline_cli._devusers import client_env
+from tests.integration.scheduler.conftest import SchedulerFactory, scheduler_env
 from tests.integration.worker.harness import Recording, WorkerLauncher
 from tests.waiting import wait_for
 
@@ -67,16 +68,6 @@ def roles(secure_cluster: DevCluster) -> Roles:
         users[role] = superuser.model_copy(update={"security": security})
     apply_topics(users[Role.ADMIN])  # the admin role may create the topics
     return Roles(namespace, superuser, users)
-
-
-def kafka_error(exc: BaseException) -> KafkaError:
-    """The KafkaError a PipelineError was caused by (or a KafkaException carries)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, KafkaException) and isinstance(seen.args[0], KafkaError):
-            return seen.args[0]
-        seen = seen.__cause__
-    raise AssertionError(f"no KafkaError behind {exc!r}")
 
 
 def consumer_error(settings: Settings, topic: str, group: str) -> KafkaError:
@@ -125,14 +116,13 @@ def test_the_producer_enqueues_but_reads_nothing(roles: Roles) -> None:
     error = consumer_error(producer, names.jobs("default"), f"{roles.namespace}.workers")
     # Refused by its group (it has none) before the topic is even asked for.
     assert error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED, error
-    with pytest.raises(PipelineError) as caught:
+    user = producer.security.sasl_username
+    lacks = f"Kafka user {user} lacks READ on TOPIC {names.dlq} "
+    with pytest.raises(NotAuthorizedError, match=lacks):
         read_dead_letters(producer, timeout=15)
-    print("producer dlq:", caught.value)
-    with pytest.raises(PipelineError) as denied:
-        publish_schedules(
-            producer, [make_schedule("nightly", cron="0 3 * * *", job_type="noop")], timeout=15
-        )
-    print("producer schedules:", denied.value)
+    nightly = make_schedule("nightly", cron="0 3 * * *", job_type="noop")
+    with pytest.raises(NotAuthorizedError, match=f"lacks READ on TOPIC {names.schedules} "):
+        publish_schedules(producer, [nightly], timeout=15)
 
 
 def test_the_worker_runs_jobs_and_may_not_alter_topics(
@@ -146,9 +136,14 @@ def test_the_worker_runs_jobs_and_may_not_alter_topics(
     finally:
         app.close()
     assert wait_for(lambda: job_id in {e.job_id for e in recording.refresh()}, 60), worker.log()
-    with pytest.raises(PipelineError) as caught:
-        apply_topics(roles.users[Role.WORKER], timeout=15)
-    print("worker topics apply:", caught.value)
+    worker_user = roles.users[Role.WORKER]
+    refused = "Kafka refused to describe configs of topic .*TOPIC_AUTHORIZATION_FAILED"
+    with pytest.raises(TopicAdminError, match=refused):
+        apply_topics(worker_user, timeout=15)
+    nightly = make_schedule("nightly", cron="0 3 * * *", job_type="noop")
+    names = TopicNames(roles.namespace)
+    with pytest.raises(NotAuthorizedError, match=f"lacks READ on TOPIC {names.schedules} "):
+        publish_schedules(worker_user, [nightly], timeout=15)
 
 
 def test_no_role_but_the_admin_creates_topics(roles: Roles) -> None:
@@ -174,8 +169,56 @@ def test_acls_apply_twice_creates_nothing_the_second_time(roles: Roles) -> None:
     first = runner.invoke(cli, args, env=env)
     assert first.exit_code == 0, first.output
     made = json.loads(first.stdout)
-    assert made["present"] == [] and made["created"], made
+    assert made["present"] == []
+    assert made["created"], made
     second = runner.invoke(cli, args, env=env)
     assert second.exit_code == 0, second.output
     again = json.loads(second.stdout)
-    assert again["created"] == [] and again["present"] == made["created"]
+    assert again["created"] == []
+    assert again["present"] == made["created"]
+
+
+def test_the_scheduler_releases_a_delayed_job(
+    roles: Roles, workers: tuple[WorkerLauncher, Recording], tmp_path: Path
+) -> None:
+    launcher, recording = workers
+    launcher.start()
+    schedulers = SchedulerFactory(roles.users[Role.SCHEDULER], tmp_path)
+    env = {**roles.env(Role.SCHEDULER), **scheduler_env(horizon_s=2, wait_tiers_s=[1, 3])}
+    scheduler = schedulers.start(env)
+    try:
+        app = Pipeline(roles.users[Role.PRODUCER])
+        try:
+            job_id = app.enqueue("noop", {"n": 8}, delay=1, wait=True)
+        finally:
+            app.close()
+        ran = wait_for(lambda: job_id in {e.job_id for e in recording.refresh()}, 60)
+        assert ran, scheduler.output()[-3000:]
+    finally:
+        scheduler.kill()
+
+
+def test_the_operator_replays_a_dead_letter_and_reads_status(
+    roles: Roles, workers: tuple[WorkerLauncher, Recording]
+) -> None:
+    launcher, recording = workers
+    launcher.start()
+    app = Pipeline(roles.users[Role.PRODUCER])
+    try:
+        job_id = app.enqueue("doomed", {"n": 9, "fatal": True}, wait=True)
+    finally:
+        app.close()
+    operator = roles.users[Role.OPERATOR]
+
+    def dead() -> bool:
+        return job_id in {s.letter.job_id for s in read_dead_letters(operator).letters}
+
+    assert wait_for(dead, 60)
+    runner = CliRunner()
+    env = roles.env(Role.OPERATOR)
+    replayed = runner.invoke(cli, ["dlq", "replay", "--type", "doomed", "--yes", "--json"], env=env)
+    assert replayed.exit_code == 0, replayed.output
+    assert job_id in replayed.stdout
+    status = runner.invoke(cli, ["status", "--json"], env=env)
+    assert status.exit_code == 0, status.output
+    assert wait_for(lambda: recording.count("S", "doomed") >= 2, 60)
