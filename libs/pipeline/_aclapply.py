@@ -57,10 +57,10 @@ def _rule(found: AclBinding) -> AclRule | None:
         if found.permission_type != AclPermissionType.ALLOW:
             return None
         return AclRule(
-            ResourceKind(found.restype.name),
-            PatternKind(found.resource_pattern_type.name),
+            ResourceKind(_name(found.restype)),
+            PatternKind(_name(found.resource_pattern_type)),
             found.name,
-            Operation(found.operation.name),
+            Operation(_name(found.operation)),
             found.principal,
             found.host,
         )
@@ -68,14 +68,19 @@ def _rule(found: AclBinding) -> AclRule | None:
         return None
 
 
+def _name(value: object) -> str:
+    """An enum member's name (confluent-kafka types these fields as enum, str or int)."""
+    return str(getattr(value, "name", value))
+
+
 def present_acls(session: AdminSession, principal: str) -> set[AclRule]:
     """The ALLOW bindings of ``principal`` on the cluster, as rules."""
     wanted = AclBindingFilter(
         ResourceType.ANY,
-        None,
+        None,  # type: ignore[arg-type]  # None matches any name (the filter's documented use)
         ResourcePatternType.ANY,
         principal,
-        None,
+        None,  # type: ignore[arg-type]  # and any host
         AclOperation.ANY,
         AclPermissionType.ANY,
     )

@@ -84,9 +84,11 @@ class AclRule:
         return {key: str(value) for key, value in asdict(self).items()}
 
 
-def _rules(
-    principal: str, rows: list[tuple[ResourceKind, PatternKind, str, tuple[Operation, ...], str]]
-) -> list[AclRule]:
+_Row = tuple[ResourceKind, PatternKind, str, tuple[Operation, ...], str]
+"""A resource, its pattern, its name, the operations allowed on it and why."""
+
+
+def _rules(principal: str, rows: list[_Row]) -> list[AclRule]:
     found: dict[AclRule, AclRule] = {}
     for resource, pattern, name, operations, why in rows:
         for operation in operations:
@@ -112,6 +114,7 @@ def plan_acls(role: Role | str, principal: str, settings: Settings) -> list[AclR
     t = TopicNames(ns)
     jobs = f"{ns}.jobs."
     role = Role(role)
+    rows: list[_Row]
     if role is Role.PRODUCER:
         rows = [
             (_T, _PRE, jobs, (_W,), "enqueue: a ready job goes to its priority's topic"),
@@ -158,6 +161,9 @@ def plan_acls(role: Role | str, principal: str, settings: Settings) -> list[AclR
             *[(_G, _LIT, g, (_D,), "status: the workers' lag and members") for g in groups],
             (_G, _LIT, deferred_group(settings), (_D,), "status: the scheduler's progress"),
             (_G, _LIT, scheduler_group(settings), (_D,), "status: the scheduler's members"),
+            (_G, _LIT, f"{ns}.dlq-reader", (_D,), "dlq commands: their reader's coordinator"),
+            (_G, _LIT, f"{ns}.backlog-reader", (_D,), "status: its reader's coordinator"),
+            (_G, _LIT, f"{ns}.table-reader", (_D,), "schedules: their reader's coordinator"),
             (_X, _LIT, dlq_transactional_id(ns), (_W,), "dlq replay/discard transactions"),
         ]
     else:

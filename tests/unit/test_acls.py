@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -12,7 +13,7 @@ from pipeline._acls import Operation, PatternKind, ResourceKind, Role, plan_acls
 from pipeline_cli import cli
 
 
-def rules(role: Role, **settings: object) -> set[str]:
+def rules(role: Role, **settings: Any) -> set[str]:
     return {r.describe() for r in plan_acls(role, "User:u", Settings(namespace="ns", **settings))}
 
 

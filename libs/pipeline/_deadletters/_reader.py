@@ -200,6 +200,10 @@ class _Reader:
                 ends.pop(where, None)
             elif error.code() in _UNAVAILABLE or error.retriable():
                 _log.info("retrying after an error reading %s: %s", where[0], error.str())
+            elif error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                group = f"{self.settings.namespace}.dlq-reader"
+                user = self.settings.security.sasl_username
+                raise NotAuthorizedError("GROUP", group, "DESCRIBE", user)
             else:
                 raise PipelineError(f"reading {where[0]} failed: {error.str()} ({error.name()})")
             return

@@ -79,8 +79,9 @@ def consumer_error(settings: Settings, topic: str, group: str) -> KafkaError:
 
     def failed() -> bool:
         message = consumer.poll(0.2)
-        if message is not None and message.error() is not None:
-            errors.append(message.error())
+        error = message.error() if message is not None else None
+        if error is not None:
+            errors.append(error)
         return bool(errors)
 
     try:
