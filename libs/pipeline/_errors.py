@@ -77,6 +77,27 @@ class KafkaUnavailableError(PipelineError):
     """The Kafka cluster did not answer in time (broker down, wrong address, network)."""
 
 
+class NotAuthorizedError(PipelineError):
+    """Kafka's authorizer refused this client ``operation`` on a resource (no ACL allows it).
+
+    A topic the client may not describe looks missing to it, so readers that find a topic
+    missing ask again for that one topic and raise this when Kafka says why.
+    """
+
+    def __init__(self, resource: str, name: str, operation: str, user: str | None) -> None:
+        who = f"Kafka user {user}" if user else "this client"
+        principal = f"User:{user}" if user else "User:<name>"
+        super().__init__(
+            f"not authorized: {who} lacks {operation} on {resource} {name} "
+            f"({resource}_AUTHORIZATION_FAILED); allow it the ACLs of its role with "
+            f"`pipeline acls apply --role ROLE --principal {principal}` (docs/security.md)"
+        )
+        self.resource = resource
+        self.name = name
+        self.operation = operation
+        self.user = user
+
+
 class TopicMissingError(PipelineError):
     """Topics a service needs do not exist (a setup step was skipped, or a wrong namespace)."""
 

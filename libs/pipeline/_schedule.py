@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from ._codec import JsonPayload, PayloadCodec, ScheduleCodec
 from ._cronexpr import due_fires, fires_between, moment, next_fire_ms, validate_schedule
-from ._errors import ConfigurationError, DecodeError, KafkaUnavailableError
+from ._errors import ConfigurationError, DecodeError, KafkaUnavailableError, NotAuthorizedError
 from ._job import Job, Priority, now_ms
 from ._records import MissedFires, Schedule
+from ._topiccheck import not_authorized
 from ._topics import TopicNames
 
 if TYPE_CHECKING:
@@ -315,9 +316,11 @@ def read_table(
                 f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}"
             ) from exc
         meta = metadata.topics.get(topic)
-        if missing_ok and (meta is None or meta.error is not None):
-            return []
         if meta is None or meta.error is not None:
+            if not_authorized(consumer, topic, timeout):
+                raise NotAuthorizedError("TOPIC", topic, "READ", settings.security.sasl_username)
+            if missing_ok:
+                return []
             raise KafkaUnavailableError(
                 f"topic {topic} does not exist; create the topics with `pipeline topics apply`"
             )

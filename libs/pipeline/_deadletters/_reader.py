@@ -11,9 +11,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from .._clientlog import LastProblemLog
 from .._codec import DeadLetterCodec
-from .._errors import ConfigurationError, DecodeError, KafkaUnavailableError, PipelineError
+from .._errors import (
+    ConfigurationError,
+    DecodeError,
+    KafkaUnavailableError,
+    NotAuthorizedError,
+    PipelineError,
+)
 from .._records import DeadLetter
 from .._settings import Settings
+from .._topiccheck import not_authorized
 from .._topics import TopicNames
 from ._state import DeadLetterSnapshot, LetterState, StoredLetter, fold_states, letter_order
 
@@ -84,6 +91,10 @@ class _Reader:
                 raise self.unavailable(exc.args[0].str()) from exc
         meta = self._topics.get(topic)
         if meta is None or meta.error is not None:
+            if not_authorized(self.consumer, topic, self.remaining()):
+                raise NotAuthorizedError(
+                    "TOPIC", topic, "READ", self.settings.security.sasl_username
+                )
             raise ConfigurationError(
                 f"topic {topic} does not exist on {self.settings.bootstrap_servers}; create the "
                 f"topics of namespace {self.settings.namespace!r} with `pipeline topics apply`"
@@ -189,6 +200,10 @@ class _Reader:
                 ends.pop(where, None)
             elif error.code() in _UNAVAILABLE or error.retriable():
                 _log.info("retrying after an error reading %s: %s", where[0], error.str())
+            elif error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
+                group = f"{self.settings.namespace}.dlq-reader"
+                user = self.settings.security.sasl_username
+                raise NotAuthorizedError("GROUP", group, "DESCRIBE", user)
             else:
                 raise PipelineError(f"reading {where[0]} failed: {error.str()} ({error.name()})")
             return

@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from ._acls import acls
 from ._dev import dev
 from ._dlq import dlq
 from ._enqueue import enqueue
@@ -47,6 +48,7 @@ cli.add_command(jobs)
 cli.add_command(events)
 cli.add_command(exporter)
 cli.add_command(web)
+cli.add_command(acls)
 
 
 def main() -> None:

@@ -1,0 +1,65 @@
+"""The role plans of ``pipeline acls``: pure, stable, least privilege (no broker)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline import Settings
+from pipeline._acls import Operation, PatternKind, ResourceKind, Role, plan_acls
+from pipeline_cli import cli
+
+
+def rules(role: Role, **settings: Any) -> set[str]:
+    return {r.describe() for r in plan_acls(role, "User:u", Settings(namespace="ns", **settings))}
+
+
+def test_plan_json_is_stable_and_sorted() -> None:
+    args = ["acls", "plan", "--role", "worker", "--principal", "User:w", "--namespace", "ns"]
+    runs = [CliRunner().invoke(cli, [*args, "--json"]) for _ in range(2)]
+    assert [r.exit_code for r in runs] == [0, 0], runs[0].output
+    assert runs[0].stdout == runs[1].stdout
+    plan = json.loads(runs[0].stdout)
+    keys = [(p["resource"], p["pattern"], p["name"], p["operation"]) for p in plan]
+    assert keys == sorted(keys)
+    assert len(set(keys)) == len(keys)
+    assert {p["principal"] for p in plan} == {"User:w"}
+
+
+def test_the_producer_only_writes_jobs() -> None:
+    assert rules(Role.PRODUCER) == {"TOPIC ns.jobs.* WRITE", "TOPIC ns.deferred WRITE"}
+
+
+def test_the_worker_uses_its_groups_and_transactional_ids() -> None:
+    worker = rules(Role.WORKER, worker={"group_id": "fleet"})
+    assert {"GROUP fleet READ", "GROUP fleet.retry READ"} <= worker
+    assert {"TRANSACTIONAL_ID ns.worker.* WRITE", "TRANSACTIONAL_ID ns.relay.* WRITE"} <= worker
+    assert not any(r.startswith("TOPIC ns.schedules") for r in worker)
+    assert not any("CREATE" in r or "ALTER" in r.split()[-1] for r in worker)
+
+
+def test_the_scheduler_follows_its_settings() -> None:
+    scheduler = rules(Role.SCHEDULER, scheduler={"group_id": "lead", "transactional_id": "tx"})
+    assert {"GROUP lead READ", "GROUP ns.scheduler.deferred READ", "TRANSACTIONAL_ID tx WRITE"} <= (
+        scheduler
+    )
+
+
+def test_only_the_admin_creates_or_alters_topics() -> None:
+    changing = {Operation.CREATE, Operation.ALTER, Operation.ALTER_CONFIGS}
+    for role in Role:
+        plan = plan_acls(role, "User:u", Settings(namespace="ns"))
+        topics = {r.operation for r in plan if r.resource is ResourceKind.TOPIC}
+        assert bool(topics & changing) == (role is Role.ADMIN), role
+        assert all(r.pattern in PatternKind for r in plan)
+
+
+def test_a_principal_must_be_a_user() -> None:
+    with pytest.raises(ValueError, match="User:<name>"):
+        plan_acls(Role.PRODUCER, "alice", Settings())
+    result = CliRunner().invoke(cli, ["acls", "plan", "--role", "admin", "--principal", "bob"])
+    assert result.exit_code == 2
+    assert "User:<name>" in result.output
