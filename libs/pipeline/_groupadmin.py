@@ -8,6 +8,7 @@ the same, with the timings the group already has.
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from ._settings import Settings
 
 _log = logging.getLogger("pipeline.kafka.admin")
+
+VISIBLE_WAIT_S = 5.0
+"""How long an apply waits for the brokers to show the group configs it set."""
 
 ENSURE_TIMEOUT_S = 10.0
 """How long a starting worker tries to set its group's configs before it joins all the same."""
@@ -83,7 +87,18 @@ def _apply(
     changes = plan_group_configs(wanted, _read(session, wanted))
     if changes:
         _alter(session, changes, validate_only=dry_run)
+        if not dry_run:
+            _wait_visible(session, wanted)
     return changes
+
+
+def _wait_visible(session: AdminSession, wanted: Mapping[str, Mapping[str, str]]) -> None:
+    """Wait (within the session's time) until the brokers answer with the new values: a
+    broker behind the metadata log still shows the old ones, and an apply run right after
+    would then set them again."""
+    deadline = time.monotonic() + min(VISIBLE_WAIT_S, session.remaining())
+    while plan_group_configs(wanted, _read(session, wanted)) and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def apply_group_configs(
