@@ -304,6 +304,9 @@ def read_table(
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
+        # The end is known when a fetch at it comes back empty: the broker's default wait for
+        # data there (500 ms) would hold up every reading, a standby's takeover among them.
+        "fetch.wait.max.ms": 10,
         **settings.client_config(),
     }
     consumer = Consumer(conf)
