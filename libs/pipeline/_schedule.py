@@ -334,7 +334,10 @@ def read_table(
         while pending:
             if time.monotonic() > deadline:
                 raise KafkaUnavailableError(f"reading {topic} took longer than {timeout:g}s")
-            for message in consumer.consume(1000, 0.2):
+            # poll() returns at the first message (or end of partition); consume(n, 0) takes
+            # what is there. consume(n, timeout) would wait out its timeout for n messages.
+            first = consumer.poll(0.2)
+            for message in [first, *consumer.consume(1000, 0)] if first is not None else []:
                 error = message.error()
                 if error is None:
                     key = message.key()

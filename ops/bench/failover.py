@@ -41,6 +41,7 @@ from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
 from pipeline._groupconfig import heartbeat_interval_ms
 from pipeline._topics import scheduler_group
+from pipeline_scheduler._leadership import heartbeat_interval_ms as leadership_heartbeat_ms
 
 from .app import RECORD_ENV
 from .env import broker, machine, say, start_worker, stop, tail, worker_command_line
@@ -271,11 +272,11 @@ def scheduler_section(runs: list[float], command: str, kafka: str) -> Section:
         f"| {len(runs)} | {_cell(runs)} |",
         "",
         f"Defaults: `scheduler.session_timeout_ms` {sched.session_timeout_ms:,}, heartbeat "
-        f"interval {max(100, sched.session_timeout_ms // 6):,} ms. Delayed `bench.due` jobs due "
-        f"every {DUE_EVERY_MS} ms; the leader killed after {STEADY_S:g} s of releases with "
-        "the standby in the group; counted: the first job received (read_committed) that was "
-        f"due later than the kill plus `release_lead_ms` ({sched.release_lead_ms} ms), which "
-        "only the standby can have released.",
+        f"interval {leadership_heartbeat_ms(sched.session_timeout_ms):,} ms. Delayed "
+        f"`bench.due` jobs due every {DUE_EVERY_MS} ms; the leader killed after {STEADY_S:g} s "
+        "of releases with the standby in the group; counted: the first job received "
+        "(read_committed) that was due later than the kill plus `release_lead_ms` "
+        f"({sched.release_lead_ms} ms), which only the standby can have released.",
         "",
         _context(command, kafka),
     ]

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pipeline import Settings
 
     from .fixtures import WorkerKit
+    from .harness import WorkerProcess
 
 pytestmark = pytest.mark.kafka
 
@@ -172,13 +173,18 @@ def test_a_sigkilled_workers_partitions_run_again_within_15_s_with_the_default_s
     first, second = (kit.workers.start("--concurrency", "20", env=env) for _ in (1, 2))
     wait_joined(settings, kit.offsets.group, [first, second])
     topic = kit.topics.jobs(Priority.DEFAULT)
-    dead = {
-        (topic, p)
-        for p in _partitions_by_member(_describe(settings, kit.offsets.group))[first.client_id].get(
-            topic, set()
-        )
-    }
-    assert dead, "the first worker owns no partition of the default priority"
+
+    def owned(worker: WorkerProcess) -> set[tuple[str, int]]:
+        members = _partitions_by_member(_describe(settings, kit.offsets.group))
+        return {(topic, p) for p in members.get(worker.client_id, {}).get(topic, set())}
+
+    wait_until(
+        lambda: bool(owned(first)) and bool(owned(second)),
+        timeout=60,
+        what=lambda: f"both workers to own partitions: {_describe(settings, kit.offsets.group)}",
+        watch=[first, second],
+    )
+    dead = owned(first)
 
     killed_ns = time.time_ns()
     first.kill()
