@@ -305,6 +305,9 @@ def read_table(
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
         "auto.offset.reset": "earliest",
+        # The end is known when a fetch at it comes back empty: the broker's default wait for
+        # data there (500 ms) would hold up every reading, a standby's takeover among them.
+        "fetch.wait.max.ms": 10,
         **settings.client_config(),
     }
     consumer = Consumer(conf)
@@ -334,7 +337,10 @@ def read_table(
         while pending:
             if time.monotonic() > deadline:
                 raise KafkaUnavailableError(f"reading {topic} took longer than {timeout:g}s")
-            for message in consumer.consume(1000, 0.2):
+            # poll() returns at the first message (or end of partition); consume(n, 0) takes
+            # what is there. consume(n, timeout) would wait out its timeout for n messages.
+            first = consumer.poll(0.2)
+            for message in [first, *consumer.consume(1000, 0)] if first is not None else []:
                 error = message.error()
                 if error is None:
                     key = message.key()

@@ -21,7 +21,10 @@ class SchedulerSettings(BaseModel):
         "smallest must be at most half the horizon",
     )
     session_timeout_ms: int = Field(
-        6000, ge=1000, description="a standby takes over this long after the leader dies"
+        1500,
+        ge=1000,
+        description="a standby takes over this long after the leader dies; below 6000 the "
+        "brokers' group.min.session.timeout.ms must allow it (else the nearest allowed is used)",
     )
     release_lead_ms: int = Field(
         200,

@@ -179,7 +179,10 @@ class WorkerSettings(RedactedRepr, BaseModel):
     )
     max_poll_interval_ms: int = Field(300_000, ge=1)
     session_timeout_ms: int = Field(
-        45_000, ge=1, description="a dead worker's partitions move this long after it dies"
+        10_000,
+        ge=1,
+        description="a dead worker's partitions move this long after it dies; a live worker "
+        "whose heartbeats (every second, from librdkafka's own thread) stop this long loses them",
     )
     group_protocol: Literal["consumer", "classic"] = Field(
         "consumer",

@@ -12,7 +12,9 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
 * ``bench.wait`` (awaits ``ms`` milliseconds, as a handler waiting on a network call does) and
   ``bench.cpu`` (computes for ``us`` microseconds, holding the GIL) write ``<pid> <ns>`` when
   they end (the rate of several worker processes together, and each one's share).
-* ``bench.stamped`` writes ``R <pid> <ns>`` when it starts (which worker ran jobs when).
+* ``bench.stamped`` writes ``R <pid> <ns>`` when it starts (which worker ran jobs when);
+* ``bench.placed`` writes ``P <pid> <topic> <partition> <ns>`` when it starts (which worker ran
+  jobs of which partition when).
 """
 
 from __future__ import annotations
@@ -101,3 +103,9 @@ def stamped(n: int, ms: float = 0.0) -> None:
     _write(f"R {os.getpid()} {time.time_ns()}\n")
     if ms:
         time.sleep(ms / 1000)
+
+
+@app.job("bench.placed")
+def placed(n: int, ctx: JobContext) -> None:
+    """Note which process started job ``n``, from which partition, and when."""
+    _write(f"P {os.getpid()} {ctx.topic} {ctx.partition} {time.time_ns()}\n")

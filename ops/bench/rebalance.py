@@ -133,17 +133,20 @@ def _longest_gap(times: list[int], start: int, end: int) -> float:
     return max(b - a for a, b in itertools.pairwise(points)) / 1e9
 
 
-class _Stream:
+class JobStream:
     """Enqueues keyed jobs over the four priorities at a steady rate, on a thread."""
 
-    def __init__(self, settings: Settings, rate: float, job_ms: float) -> None:
+    def __init__(
+        self, settings: Settings, rate: float, job_ms: float, job_type: str = JOB_TYPE
+    ) -> None:
         self._settings = settings
+        self._job_type = job_type
         self._rate = rate
         self._payload: dict[str, float] = {"ms": job_ms} if job_ms else {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-stream", daemon=True)
 
-    def __enter__(self) -> _Stream:
+    def __enter__(self) -> JobStream:
         self._thread.start()
         return self
 
@@ -162,7 +165,10 @@ class _Stream:
                     self._stop.wait(due - time.monotonic())
                     continue
                 app.enqueue(
-                    JOB_TYPE, {"n": n, **self._payload}, priority=priorities[n % 4], key=str(n)
+                    self._job_type,
+                    {"n": n, **self._payload},
+                    priority=priorities[n % 4],
+                    key=str(n),
                 )
                 n += 1
             app.flush(30)
@@ -220,7 +226,7 @@ def one_run(
     logs = [workdir / f"{settings.namespace}.{i}.log" for i in range(3)]
     workers: list[subprocess.Popen[bytes]] = []
     try:
-        with _Stream(settings, rate, job_ms):
+        with JobStream(settings, rate, job_ms):
             workers += [start_worker(settings, WORKER_ARGS, environ, logs[i]) for i in (0, 1)]
             old = [w.pid for w in workers]
             _wait_jobs(record, old, workers)

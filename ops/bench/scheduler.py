@@ -30,8 +30,9 @@ def _now_ms() -> int:
 
 
 def _start(
-    settings: Settings, log: Path, env: dict[str, str] | None = None
+    settings: Settings, log: Path, env: dict[str, str] | None = None, *, wait: bool = True
 ) -> subprocess.Popen[bytes]:
+    """``pipeline-scheduler`` in ``settings``' namespace; with ``wait``, once it leads."""
     environ = {
         **os.environ,
         "PIPELINE_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -49,7 +50,7 @@ def _start(
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - a single prctl call
         )
     deadline = time.monotonic() + 60
-    while " leading " not in log.read_text(errors="replace"):
+    while wait and " leading " not in log.read_text(errors="replace"):
         if time.monotonic() > deadline or process.poll() is not None:
             raise RuntimeError(f"the scheduler did not take the lead:\n{tail(log)}")
         time.sleep(0.05)

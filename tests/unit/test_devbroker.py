@@ -89,6 +89,7 @@ def test_properties_of_one_node(tmp_path: Path) -> None:
     # Short worker session timeouts are group configs under the consumer group protocol: the
     # dev broker allows what the classic protocol allows (6 s), and a 1 s heartbeat.
     assert props["group.consumer.min.session.timeout.ms"] == "6000"
+    assert props["group.min.session.timeout.ms"] == "1000"
     assert props["group.consumer.min.heartbeat.interval.ms"] == "1000"
 
 

@@ -45,6 +45,8 @@ def node_properties(
         # 5 s) would refuse a short one. These are the classic protocol's bounds instead.
         "group.consumer.min.session.timeout.ms": "6000",
         "group.consumer.min.heartbeat.interval.ms": "1000",
+        # The scheduler's leadership group (classic protocol): its 1.5 s session (6 s minimum).
+        "group.min.session.timeout.ms": "1000",
         "num.partitions": "1",
         "default.replication.factor": str(replicas),
         # Few internal partitions: faster startup and group coordination on a small machine.

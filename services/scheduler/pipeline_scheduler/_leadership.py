@@ -5,6 +5,12 @@ protocol gives its only partition to exactly one live member. When that member d
 notices within ``session.timeout.ms`` and gives the partition to a standby. Nothing is ever
 written to the topic: the assignment is the lease. Safety does not rest on it alone: the
 leader's transactional producer is fenced by the next leader's ``init_transactions()``.
+
+The brokers bound the session timeout (``group.min.session.timeout.ms``, 6 s by default, and
+``group.max.session.timeout.ms``) and refuse a join outside those bounds. A scheduler whose
+``scheduler.session_timeout_ms`` they refuse warns, naming the broker setting, and joins again
+with the nearest timeout they allow (Kafka's default minimum where the bounds cannot be read),
+so a short default never leaves a namespace without a leader.
 """
 
 from __future__ import annotations
@@ -12,10 +18,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
+# confluent-kafka's admin package does not declare its re-exports to type checkers.
+from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
+    ConfigResource,
+    ResourceType,
+)
+
+from pipeline._adminsession import AdminSession
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._errors import TopicMissingError
+from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._settings import Settings
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import scheduler_group
@@ -23,33 +36,99 @@ from pipeline._topicspec import scheduler_control_topic
 
 _log = logging.getLogger("pipeline.scheduler.leadership")
 
+MIN_SESSION = "group.min.session.timeout.ms"
+MAX_SESSION = "group.max.session.timeout.ms"
+KAFKA_MIN_SESSION_MS = 6000
+"""Kafka's default ``group.min.session.timeout.ms``: the fallback where the bounds are unread."""
+
+
+def heartbeat_interval_ms(session_timeout_ms: int) -> int:
+    """Six beats per session: five can be lost before a healthy leader loses its lead, and a
+    standby learns of the rebalance that makes it leader within one."""
+    return max(100, session_timeout_ms // 6)
+
+
+def session_bounds_ms(settings: Settings) -> tuple[int, int] | None:
+    """The brokers' ``group.min/max.session.timeout.ms``; ``None`` where they cannot be read
+    (no broker answers, or no ``DESCRIBE_CONFIGS`` on the cluster)."""
+    try:
+        admin = AdminSession(settings, timeout=10)
+        broker = min(admin.metadata().brokers)
+        resource = ConfigResource(ResourceType.BROKER, str(broker))
+        futures = admin.client.describe_configs([resource], request_timeout=admin.remaining())
+        entries = admin.result(futures[resource], "describe the configs of a broker", None)
+        return int(entries[MIN_SESSION].value), int(entries[MAX_SESSION].value)
+    except (PipelineError, KafkaException, KeyError, TypeError, ValueError) as exc:
+        _log.debug("could not read the session timeout bounds: %s", exc)
+        return None
+
+
+def allowed_session_ms(asked: int, bounds: tuple[int, int] | None) -> int:
+    """The session timeout nearest ``asked`` within the brokers' ``bounds`` (min, max); where
+    they are unknown, at least Kafka's default minimum."""
+    low, high = bounds or (KAFKA_MIN_SESSION_MS, max(asked, KAFKA_MIN_SESSION_MS))
+    return min(max(asked, low), high)
+
 
 class Leadership:
     """A group member on the control topic; ``is_leader`` follows its assignment."""
 
     def __init__(self, settings: Settings) -> None:
-        session = settings.scheduler.session_timeout_ms
-        conf: dict[str, Any] = {
-            "group.id": scheduler_group(settings),
-            "session.timeout.ms": session,
-            "heartbeat.interval.ms": max(100, session // 6),
-            "partition.assignment.strategy": "cooperative-sticky",
-            "enable.auto.commit": False,
-            **settings.client_config(),
-            # Polled all the time, leader or standby: it reports the cluster's reachability.
-            **BrokerHealth.of(settings.bootstrap_servers).callbacks("leadership", stats=True),
-        }
         self.topic = scheduler_control_topic(settings.namespace)
+        self._settings = settings
         self._namespace = settings.namespace
-        self._consumer = Consumer(conf)
+        self.session_timeout_ms = settings.scheduler.session_timeout_ms
         self.is_leader = False
         self.changed = False
-        self._consumer.subscribe(
+        self._consumer = self._join()
+
+    def _join(self) -> Consumer:
+        session = self.session_timeout_ms
+        conf: dict[str, Any] = {
+            "group.id": scheduler_group(self._settings),
+            "session.timeout.ms": session,
+            "heartbeat.interval.ms": heartbeat_interval_ms(session),
+            "partition.assignment.strategy": "cooperative-sticky",
+            "enable.auto.commit": False,
+            **self._settings.client_config(),
+            # Polled all the time, leader or standby: it reports the cluster's reachability.
+            **BrokerHealth.of(self._settings.bootstrap_servers).callbacks("leadership", stats=True),
+        }
+        consumer = Consumer(conf)
+        consumer.subscribe(
             [self.topic],
             on_assign=self._on_assign,
             on_revoke=self._on_revoke,
             on_lost=self._on_lost,
         )
+        return consumer
+
+    def _rejoin_within_bounds(self) -> None:
+        """The brokers refused the session timeout: join again with one they allow."""
+        asked = self.session_timeout_ms
+        bounds = session_bounds_ms(self._settings)
+        allowed = allowed_session_ms(asked, bounds)
+        shown = (
+            f"{MIN_SESSION}={bounds[0]}, {MAX_SESSION}={bounds[1]}" if bounds else "bounds unread"
+        )
+        if allowed == asked:  # within the bounds as read: librdkafka keeps asking as it is
+            _log.debug("session timeout %d ms refused (%s)", asked, shown)
+            return
+        _log.warning(
+            "the brokers refuse scheduler.session_timeout_ms=%d (%s): joining with %d ms, so a "
+            "standby takes over about that long after the leader dies. Lower %s on the brokers, "
+            "or set scheduler.session_timeout_ms within their bounds",
+            asked,
+            shown,
+            allowed,
+            MIN_SESSION,
+        )
+        if self.is_leader:
+            self.is_leader = False
+            self.changed = True
+        self._consumer.close()
+        self.session_timeout_ms = allowed
+        self._consumer = self._join()
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if partitions and not self.is_leader:
@@ -78,6 +157,9 @@ class Leadership:
         message = self._consumer.poll(timeout)
         error = message.error() if message is not None else None
         if error is None:
+            return
+        if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+            self._rejoin_within_bounds()
             return
         if is_missing_topic(error):
             try:

@@ -28,6 +28,9 @@ from ._metrics import SchedulerMetrics
 from ._session import LeaderSession
 
 _log = logging.getLogger("pipeline.scheduler")
+STANDBY_POLL_S = 0.05
+"""A standby's wait in the leadership group's poll: the poll that serves the assignment returns
+only at its timeout, so this is how late a standby starts leading after it is assigned."""
 
 EXIT_FENCED = 3
 EXIT_SETUP = 1
@@ -111,7 +114,7 @@ class Scheduler:
                 self._last_turn = time.monotonic()
                 if not leadership.is_leader:
                     self._end_session()
-                    leadership.poll(min(wait, 0.2))
+                    leadership.poll(min(wait, STANDBY_POLL_S))
                     continue
                 if self.session is None and not self._start_session():
                     self._stop.wait(1.0)

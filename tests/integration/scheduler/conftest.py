@@ -62,7 +62,6 @@ class SchedulerFactory:
             **os.environ,
             "PIPELINE_BOOTSTRAP_SERVERS": self.settings.bootstrap_servers,
             "PIPELINE_NAMESPACE": self.settings.namespace,
-            "PIPELINE_SCHEDULER__SESSION_TIMEOUT_MS": "6000",
             **(extra_env or {}),
         }
         log = self.tmp / f"scheduler-{len(self.started)}.log"

@@ -5,11 +5,29 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
+from datetime import UTC, datetime
+
+# confluent-kafka's admin package does not declare its re-exports to type checkers.
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined, unused-ignore]
 
 from pipeline import Pipeline
 from pipeline._schedule import fire_job_id, make_schedule, publish_schedules
+from pipeline._settings import Settings
+from pipeline._topics import scheduler_group
+from tests.waiting import wait_for
 
-from .conftest import SchedulerFactory, collect, job_consumer
+from .conftest import Released, SchedulerFactory, collect, job_consumer
+
+STANDBY_BOUND_S = 3.0
+"""With the default settings a standby releases within this after the leader's SIGKILL."""
+
+
+def _members(settings: Settings) -> int:
+    """Members of the leadership group now."""
+    admin = AdminClient(dict(settings.client_config()))
+    group = scheduler_group(settings)
+    future = admin.describe_consumer_groups([group], request_timeout=10)[group]
+    return len(future.result(timeout=15).members)
 
 
 def test_standby_takes_over_a_killed_leader_without_loss_or_duplicates(
@@ -46,7 +64,7 @@ def test_standby_takes_over_a_killed_leader_without_loss_or_duplicates(
     assert max(delayed.values()) == 1
     lead = settings.scheduler.release_lead_ms  # released that early at most; workers hold them
     assert all(r.timestamp_ms >= (r.job.not_before or 0) - lead for r in everything)
-    assert took_over_ms - killed_ms < 6000 + 8000
+    assert took_over_ms - killed_ms < settings.scheduler.session_timeout_ms + 8000
     ticks = Counter(r.job.not_before for r in everything if r.job.type == "tick")
     assert max(ticks.values()) == 1, [t for t, n in ticks.items() if n > 1]
     for r in everything:
@@ -61,3 +79,38 @@ def test_standby_takes_over_a_killed_leader_without_loss_or_duplicates(
     missing = [t for t in window if t not in ticks]
     assert not missing, (missing, killed_ms, took_over_ms)
     assert any(killed_ms <= t <= took_over_ms for t in fires)
+
+
+def test_a_standby_releases_within_3_s_of_the_leaders_sigkill(
+    schedulers: SchedulerFactory,
+) -> None:
+    settings = schedulers.settings  # the default session timeout: nothing overridden
+    app = Pipeline(settings)
+    first_due = time.time() + 3
+    for i in range(1200):  # one job due every 100 ms for two minutes
+        due = datetime.fromtimestamp(first_due + i / 10, UTC)
+        app.enqueue("delayed.job", {"i": i}, run_at=due)
+    app.flush()
+    consumer = job_consumer(settings)
+    leader = schedulers.start()
+    schedulers.wait_leading(leader)
+    standby = schedulers.start()
+    released: list[Released] = []
+    try:
+        assert wait_for(lambda: _members(settings) == 2, timeout=30, interval=0.2), standby.output()
+        assert collect(consumer, 5, timeout=30), leader.output()  # the leader releases
+        killed_ms = time.time_ns() // 1_000_000
+        leader.kill()
+        # A job due later than this was released after the kill: by the standby.
+        only_standby = killed_ms + settings.scheduler.release_lead_ms
+
+        def standby_released() -> bool:
+            released.extend(collect(consumer, 10**6, timeout=0.2))
+            return any((r.job.not_before or 0) > only_standby for r in released)
+
+        assert wait_for(standby_released, timeout=30), standby.output()[-3000:]
+    finally:
+        consumer.close()
+    first = min(r.timestamp_ms for r in released if (r.job.not_before or 0) > only_standby)
+    took_s = (first - killed_ms) / 1000
+    assert took_s < STANDBY_BOUND_S, f"the standby released {took_s:.2f}s after the SIGKILL"

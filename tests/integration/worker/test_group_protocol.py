@@ -4,6 +4,7 @@ timeout that hands a dead worker's partitions over."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
@@ -30,11 +31,14 @@ if TYPE_CHECKING:
     from pipeline import Settings
 
     from .fixtures import WorkerKit
+    from .harness import WorkerProcess
 
 pytestmark = pytest.mark.kafka
 
 DEFAULT_SESSION_S = 45.0
 """The broker's default consumer.session.timeout.ms, which the group config replaces."""
+RECOVERY_BOUND_S = 15.0
+"""With the default settings a SIGKILLed worker's partitions run again within this."""
 
 
 def _admin(settings: Settings) -> AdminClient:
@@ -158,3 +162,50 @@ def test_a_session_timeout_the_broker_refuses_is_a_warning_and_the_worker_runs(
     log = worker.log()
     assert "could not set the consumer group configs for worker.session_timeout_ms=3000" in log
     assert "group.consumer.min.session.timeout.ms" in log  # what to change, named
+
+
+@pytest.mark.parametrize("protocol", ["consumer", "classic"])
+def test_a_sigkilled_workers_partitions_run_again_within_15_s_with_the_default_settings(
+    kit: WorkerKit, protocol: str
+) -> None:
+    settings = kit.settings
+    env = {"PIPELINE_WORKER__GROUP_PROTOCOL": protocol}  # nothing about timeouts
+    first, second = (kit.workers.start("--concurrency", "20", env=env) for _ in (1, 2))
+    wait_joined(settings, kit.offsets.group, [first, second])
+    topic = kit.topics.jobs(Priority.DEFAULT)
+
+    def owned(worker: WorkerProcess) -> set[tuple[str, int]]:
+        members = _partitions_by_member(_describe(settings, kit.offsets.group))
+        return {(topic, p) for p in members.get(worker.client_id, {}).get(topic, set())}
+
+    wait_until(
+        lambda: bool(owned(first)) and bool(owned(second)),
+        timeout=60,
+        what=lambda: f"both workers to own partitions: {_describe(settings, kit.offsets.group)}",
+        watch=[first, second],
+    )
+    dead = owned(first)
+
+    killed_ns = time.time_ns()
+    first.kill()
+    # Keyed, so every partition gets its share (jobs sit in the dead worker's partitions).
+    for n in range(200):
+        kit.producer.enqueue("noop", {"n": n}, priority="default", key=str(n))
+    kit.producer.flush(30)
+
+    def back() -> dict[tuple[str, int], int]:
+        """The survivor's first start on each of the dead worker's partitions since the kill."""
+        found: dict[tuple[str, int], int] = {}
+        for event in kit.recording.starts():
+            if event.pid == second.pid and event.tp in dead and event.time_ns > killed_ns:
+                found[event.tp] = min(event.time_ns, found.get(event.tp, event.time_ns))
+        return found
+
+    wait_until(
+        lambda: set(back()) == dead,
+        timeout=2 * RECOVERY_BOUND_S,
+        what=lambda: f"the survivor to run {sorted(dead)}: it ran {sorted(back())}",
+        watch=[second],
+    )
+    took_s = (max(back().values()) - killed_ns) / 1e9
+    assert took_s < RECOVERY_BOUND_S, f"{took_s:.1f}s from the SIGKILL to the last partition back"
