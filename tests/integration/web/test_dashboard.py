@@ -184,7 +184,7 @@ def test_an_operator_sees_the_backlog_looks_a_job_up_replays_letters_and_fires_a
 
     # A worker and a scheduler; jobs of two tenants that fail twice and are dead-lettered.
     worker = kit.workers.start("--concurrency", "4", env=WORKER_ENV)
-    scheduler = schedulers.start()
+    schedulers.start()
     wait_joined(kit.settings, f"{kit.settings.namespace}.workers", [worker])
     failing = {"failures": 2}
     acme = enqueue(kit.producer, "flaky", 3, fields=failing, max_attempts=2, tenant="acme")
@@ -220,7 +220,6 @@ def test_an_operator_sees_the_backlog_looks_a_job_up_replays_letters_and_fires_a
         ("local", "schedule.pause", 1),
     ], entries
     assert entries[0]["target"]["tenants"] == ["acme"]
-    assert scheduler.process.poll() is None, scheduler.output()
     assert worker.alive(), worker.log_tail()
 
 
