@@ -11,7 +11,13 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from .._clientlog import LastProblemLog
 from .._codec import DeadLetterCodec
-from .._errors import ConfigurationError, DecodeError, KafkaUnavailableError, PipelineError
+from .._errors import (
+    ConfigurationError,
+    DecodeError,
+    KafkaAuthenticationError,
+    KafkaUnavailableError,
+    PipelineError,
+)
 from .._records import DeadLetter
 from .._settings import Settings
 from .._topics import TopicNames
@@ -65,8 +71,11 @@ class _Reader:
     def remaining(self) -> float:
         return max(0.1, self._end - time.monotonic())
 
-    def unavailable(self, reason: object) -> KafkaUnavailableError:
+    def unavailable(self, reason: object) -> KafkaUnavailableError | KafkaAuthenticationError:
         self.consumer.poll(0)  # collect librdkafka's log lines: they name the actual cause
+        refused = self._log.refused(self.settings)
+        if refused is not None:
+            return refused
         if self._log.last_problem:
             reason = f"{reason}; {self._log.last_problem}"
         return KafkaUnavailableError(
