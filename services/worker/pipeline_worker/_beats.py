@@ -169,7 +169,7 @@ class Heartbeats:
         """The tombstone (a clean stop), then wait a little for what is queued."""
         if not self.off and self.published:
             self._produce(None)
-        down = self._health.unreachable_for() is not None
+        down = self._health.unreachable_for() is not None or self._health.refusal is not None
         left = self._producer.flush(0 if down else CLOSE_TIMEOUT_S)
         if left:
             _log.warning("%d heartbeat record(s) not delivered at exit", left)

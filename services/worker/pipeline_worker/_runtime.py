@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from pipeline import Pipeline, Priority, Settings
-from pipeline._authfailure import authentication_error
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import KafkaAuthenticationError, PipelineError
@@ -55,6 +54,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.worker")
 
 HEARTBEAT_S = 1.0
+REFUSED = KafkaAuthenticationError.exit_code
 
 
 class Worker:
@@ -108,8 +108,7 @@ class Worker:
     # -- public --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped; returns the exit code (0: stopped or drained, 1: failed,
-        4: Kafka refused the credentials, :attr:`KafkaAuthenticationError.exit_code`)."""
+        """Run until stopped; returns the exit code (0: stopped, drained; 1: failed; 4: refused)."""
         return asyncio.run(self._serve())
 
     def stop(self) -> None:
@@ -233,10 +232,8 @@ class Worker:
             if beats is not None and beating is not None:
                 beating.cancel()
                 await asyncio.to_thread(beats.close)
-            if relay is not None:
-                # Refused by Kafka, the relay has nothing to commit: do not wait for its close.
-                refused = self._exit_code == KafkaAuthenticationError.exit_code
-                await asyncio.to_thread(relay.stop, 0.5 if refused else 10.0)
+            if relay is not None:  # refused by Kafka, it has nothing to commit: no wait
+                await asyncio.to_thread(relay.stop, 0.5 if self._exit_code == REFUSED else 10.0)
             if events is not None:
                 await asyncio.to_thread(events.close)
             signals.remove()
@@ -266,8 +263,6 @@ class Worker:
                     processor.stuck,
                 )
                 self._fail(1)
-            if self.health.refusal is not None:
-                self._refused(authentication_error(self.settings, self.health.refusal))
             down = self.health.unreachable_for()
             stopping = self._stopped is None or self._stopped.is_set()
             if burst and not stopping and down is not None and down >= worker.unhealthy_after_s:
@@ -336,13 +331,6 @@ class Worker:
             extra["elapsed_s"] = round(elapsed, 3)
             extra["jobs_per_s"] = per_second(finished, elapsed)
         _log.info("worker stopped", extra=extra)
-
-    def _refused(self, error: KafkaAuthenticationError) -> None:
-        """Kafka refused the credentials: one line, then stop with the exit code that says so
-        (librdkafka would retry forever; a restart with the same settings cannot help)."""
-        if self._exit_code != error.exit_code:
-            _log.error("stopping: %s", error)
-            self._fail(error.exit_code)
 
     def _fail(self, code: int) -> None:
         self._exit_code = code
@@ -413,14 +401,11 @@ class Worker:
             self.loop.call_soon_threadsafe(self.on_consumer_failed, exc)
 
     def on_consumer_failed(self, exc: BaseException) -> None:
-        if isinstance(exc, KafkaAuthenticationError):
-            self._refused(exc)
-            return
         if isinstance(exc, PipelineError):  # a message that says what to do
             _log.error("stopping: %s", exc)
         else:
             _log.error("stopping: the consumer failed: %s", exc)
-        self._fail(1)
+        self._fail(REFUSED if isinstance(exc, KafkaAuthenticationError) else 1)
 
     # -- helpers -------------------------------------------------------------------------------
 
