@@ -15,7 +15,6 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 from pydantic import SecretStr
@@ -23,9 +22,6 @@ from pydantic import SecretStr
 from pipeline import KafkaAuthenticationError, KafkaUnavailableError, Pipeline, Settings
 from pipeline._admin import apply_topics
 from pipeline_cli._devsecurity import _certificates
-
-if TYPE_CHECKING:
-    from pipeline_cli.devbroker import DevCluster
 
 REPO = Path(__file__).resolve().parents[3]
 REFUSED_EXIT = 4
@@ -159,7 +155,8 @@ def assert_one_clear_line(output: str, wrong_password: str) -> None:
     lines = output.splitlines()
     clear = [line for line in lines if CLEAR_LINE in line]
     assert len(clear) == 1, output
-    assert " ERROR " in clear[0] and "stopping: " in clear[0], output
+    assert " ERROR " in clear[0], output
+    assert "stopping: " in clear[0], output
     about_it = [line for line in lines if "SASL authentication" in line]
     assert len(about_it) <= 3, output  # no flood of librdkafka's repeats
 
