@@ -85,12 +85,15 @@ class _Reader:
         )
 
     def partitions(self, topic: str) -> list[int]:
-        if self._topics is None:
+        while self._topics is None:  # in steps, to stop at a refusal of the credentials
             try:
                 # No topic argument: asking for a named topic may auto-create it on some brokers.
-                self._topics = self.consumer.list_topics(timeout=self.remaining()).topics
+                step = min(self.remaining(), 1.0)
+                self._topics = self.consumer.list_topics(timeout=step).topics
             except KafkaException as exc:
-                raise self.unavailable(exc.args[0].str()) from exc
+                self.consumer.poll(0)  # serves the log lines that may say it was refused
+                if self._log.refusal is not None or self.remaining() <= 0.1:
+                    raise self.unavailable(exc.args[0].str()) from exc
         meta = self._topics.get(topic)
         if meta is None or meta.error is not None:
             raise ConfigurationError(
