@@ -30,6 +30,9 @@ __all__ = [
 
 WAIT_STEP_S = 0.2
 """A flush waits in steps this long, to stop at a refusal of the credentials."""
+REFUSAL_FRESH_S = 30.0
+"""A refusal counts this long after librdkafka last reported it (it repeats it at each attempt,
+every second or so): a producer whose credentials are accepted later works again."""
 
 # librdkafka error codes that mean "Kafka could not be reached", as opposed to "Kafka said no".
 UNREACHABLE_CODES = frozenset(
@@ -115,6 +118,7 @@ class KafkaTransport:
         self._lock = threading.Lock()
         self._fatal: KafkaError | None = None
         self._refusal: str | None = None
+        self._refused_at = 0.0
         self._health = BrokerHealth.of(settings.bootstrap_servers)
         self._two = settings.producer.bulk_linger_ms != settings.producer.linger_ms
 
@@ -156,12 +160,17 @@ class KafkaTransport:
             self._fatal = error
 
     def _on_refused(self, text: str) -> None:
-        if self._refusal is None:
-            self._refusal = text
+        self._refusal = text
+        self._refused_at = time.monotonic()
+
+    def _refused_now(self) -> bool:
+        refused = self._refusal is not None
+        return refused and time.monotonic() - self._refused_at < REFUSAL_FRESH_S
 
     def refused(self) -> KafkaAuthenticationError | None:
-        """The error to raise when Kafka refused this producer's credentials or TLS handshake."""
-        if self._refusal is None:
+        """The error to raise when Kafka refused this producer's credentials or TLS handshake
+        (within ``REFUSAL_FRESH_S``)."""
+        if self._refusal is None or not self._refused_now():
             return None
         return authentication_error(self._settings, self._refusal)
 
@@ -247,7 +256,7 @@ class KafkaTransport:
             while True:
                 step = min(WAIT_STEP_S, max(0.0, deadline - time.monotonic()))
                 left_here = int(producer.flush(step))
-                if not left_here or self._refusal is not None or time.monotonic() >= deadline:
+                if not left_here or self._refused_now() or time.monotonic() >= deadline:
                     break
             left += left_here
         return left
