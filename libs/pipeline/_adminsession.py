@@ -3,7 +3,9 @@
 The topic operations of :mod:`pipeline._admin` are written against it: each call waits for its
 futures within what is left of the deadline, retries what is still settling after a change
 (a new partition without a leader yet, a config not visible yet), and turns librdkafka's errors
-into :class:`KafkaUnavailableError` or :class:`TopicAdminError` naming the topic.
+into :class:`KafkaUnavailableError` or :class:`TopicAdminError` naming the topic. A client
+Kafka refuses (credentials, TLS) gets :class:`KafkaAuthenticationError` as soon as librdkafka
+logs the refusal, not at the deadline.
 """
 
 from __future__ import annotations
@@ -30,7 +32,13 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
 )
 
 from ._clientlog import LastProblemLog
-from ._errors import ConfigurationError, KafkaUnavailableError, PipelineError, TopicAdminError
+from ._errors import (
+    ConfigurationError,
+    KafkaAuthenticationError,
+    KafkaUnavailableError,
+    PipelineError,
+    TopicAdminError,
+)
 from ._topicspec import MIN_INSYNC, ObservedTopic, TopicSpec, _same_value
 
 if TYPE_CHECKING:
@@ -60,6 +68,8 @@ _UNAVAILABLE_CODES = frozenset(
         KafkaError.NETWORK_EXCEPTION,
     }
 )
+REFUSAL_CHECK_S = 0.25
+"""How often a wait for an answer looks for a refusal among the client's log lines."""
 # Errors of a partition or config that is still settling after a change; worth another try.
 _TRANSIENT = (
     KafkaError.NOT_LEADER_FOR_PARTITION,
@@ -112,8 +122,11 @@ class AdminSession:
         """Give the next operation a whole ``timeout`` again (a session kept between reads)."""
         self._end = time.monotonic() + self.timeout
 
-    def unavailable(self, reason: object) -> KafkaUnavailableError:
+    def unavailable(self, reason: object) -> KafkaUnavailableError | KafkaAuthenticationError:
         self.client.poll(0)  # collect the client's log lines, which name the actual cause
+        refused = self._client_log.refused(self.settings)
+        if refused is not None:
+            return refused
         if self._client_log.last_problem:
             reason = f"{reason}; {self._client_log.last_problem}"
         return KafkaUnavailableError(
@@ -133,9 +146,23 @@ class AdminSession:
             topic, f"Kafka refused to {doing}{where}: {err.str()} ({err.name()})"
         )
 
+    def check_refused(self) -> None:
+        """Raise :class:`KafkaAuthenticationError` if Kafka refused this client."""
+        self.client.poll(0)
+        refused = self._client_log.refused(self.settings)
+        if refused is not None:
+            raise refused
+
     def result(self, future: concurrent.futures.Future[Any], doing: str, topic: str | None) -> Any:
+        end = time.monotonic() + self.remaining() + 1.0
         try:
-            return future.result(timeout=self.remaining() + 1.0)
+            while True:  # in steps, to stop at a refusal rather than at the deadline
+                try:
+                    return future.result(timeout=min(REFUSAL_CHECK_S, end - time.monotonic()))
+                except concurrent.futures.TimeoutError:
+                    self.check_refused()
+                    if time.monotonic() >= end:
+                        raise
         except concurrent.futures.TimeoutError as exc:
             raise self.unavailable(f"no answer to {doing}") from exc
         except KafkaException as exc:
@@ -168,8 +195,18 @@ class AdminSession:
 
     def metadata(self) -> ClusterMetadata:
         try:
-            # No topic argument: asking for a named topic may auto-create it on some brokers.
-            return self.client.list_topics(timeout=self.remaining())
+            while True:  # in steps, to stop at a refusal rather than at the deadline
+                step = min(self.remaining(), 1.0)
+                try:
+                    # No topic argument: asking for a named topic may auto-create it on some
+                    # brokers.
+                    return self.client.list_topics(timeout=step)
+                except KafkaException as exc:
+                    if not has_code(exc, KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
+                        raise
+                    self.check_refused()
+                    if self.remaining() <= 0.1:
+                        raise
         except KafkaException as exc:
             raise self.error(exc, "list topics", None) from exc
         finally:

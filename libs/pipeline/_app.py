@@ -32,7 +32,7 @@ from ._jobfunction import (
     Register,
 )
 from ._jobtemplate import JobTemplate
-from ._producer import DeliveryCallback, KafkaTransport, Transport
+from ._producer import DeliveryCallback, KafkaTransport, Transport, refusal_of
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
 from ._route import PlainRoutes, Route, not_before_ms
@@ -230,12 +230,16 @@ class Pipeline:
         """Wait until every enqueued job is acknowledged by Kafka.
 
         Raises :class:`KafkaUnavailableError` when jobs are still unacknowledged after
-        ``timeout`` (default: the producer's delivery timeout), and :class:`EnqueueError` for the
-        first job Kafka refused since the last flush.
+        ``timeout`` (default: the producer's delivery timeout), :class:`KafkaAuthenticationError`
+        as soon as Kafka refused the credentials, and :class:`EnqueueError` for the first job
+        Kafka refused since the last flush.
         """
         if timeout is None:
             timeout = self.settings.producer.delivery_timeout_s + 5
         remaining = self._transport.flush(timeout)
+        refused = refusal_of(self._transport)
+        if refused is not None:
+            raise refused
         if remaining:
             raise KafkaUnavailableError(
                 f"{remaining} job(s) were not acknowledged within {timeout:g}s by Kafka at "
@@ -281,13 +285,20 @@ class Pipeline:
         """The interpreter is exiting: flush, then report what never reached Kafka."""
         timeout = self.settings.producer.exit_flush_timeout_s
         remaining = self._transport.flush(timeout)
+        refused = refusal_of(self._transport)
         if remaining:
             # Purged jobs get their delivery callbacks, which name them.
             purge = getattr(self._transport, "purge", None)
             if purge is not None:
                 purge()
                 self._transport.flush(0)
-        _exitflush.report_lost(self, self._failures.take(), remaining, timeout)
+        _exitflush.report_lost(
+            self,
+            self._failures.take(),
+            remaining,
+            timeout,
+            str(refused) if refused is not None else None,
+        )
 
     # Internals ------------------------------------------------------------------------------
 

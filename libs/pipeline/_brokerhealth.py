@@ -20,6 +20,13 @@ The evidence, and why it is enough:
   the outage. A client that saw the outage itself proves the end of it as soon as it reports
   a broker up; another client's word counts only ``GRACE_S`` after the outage began, since its
   statistics may have been taken before the connections broke.
+
+A client Kafka *refuses* (bad credentials, a TLS certificate it does not trust:
+:func:`~pipeline._authfailure.is_refusal`) is not an outage: the tracker keeps the cause in
+:attr:`BrokerHealth.refusal`, tells the client's ``on_refused`` (the producer raises it) and
+logs nothing but DEBUG lines, however often librdkafka repeats it; the worker and the scheduler
+read :attr:`~BrokerHealth.refusal` and exit with one line. A broker a client reports ``UP``
+(which it is only once authenticated) clears it.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Any, ClassVar
 
 from confluent_kafka import KafkaError, Message
 
+from ._authfailure import is_refusal
 from ._clientlog import split_log_call
 from ._ratelog import RateLimitedLog
 
@@ -55,6 +63,7 @@ _AFTER = re.compile(r" \(after \d+ms in state [A-Z_]+(, \d+ identical error\(s\)
 _NUMBER = re.compile(r"\d+")
 
 ErrorCallback = Callable[[KafkaError], None]
+RefusedCallback = Callable[[str], None]
 DeliveryCallback = Callable[[KafkaError | None, Message], None]
 
 
@@ -79,6 +88,9 @@ class BrokerHealth:
         self._lines = RateLimitedLog(_log, interval_s=REPEAT_S)
         self.down = False
         """Whether Kafka is unreachable now (a plain read, for hot paths)."""
+        self.refusal: str | None = None
+        """librdkafka's text of the first refusal of a client of this process (credentials,
+        TLS), until a broker accepts one; None: none refused."""
 
     @classmethod
     def of(cls, servers: str) -> BrokerHealth:
@@ -112,17 +124,23 @@ class BrokerHealth:
     # -- librdkafka options -------------------------------------------------------------------
 
     def callbacks(
-        self, source: str, *, on_error: ErrorCallback | None = None, stats: bool = False
+        self,
+        source: str,
+        *,
+        on_error: ErrorCallback | None = None,
+        on_refused: RefusedCallback | None = None,
+        stats: bool = False,
     ) -> dict[str, Any]:
         """librdkafka options that feed this tracker from client ``source``.
 
-        Connection errors are the tracker's; other errors go to ``on_error`` (else they are
-        logged, rate-limited). ``stats``: statistics once a second, for a client polled at
-        least that often (they queue up in one that is not).
+        Connection errors and refusals are the tracker's (a refusal is also handed to
+        ``on_refused``, each time); other errors go to ``on_error`` (else they are logged,
+        rate-limited). ``stats``: statistics once a second, for a client polled at least that
+        often (they queue up in one that is not).
         """
         conf: dict[str, Any] = {
-            "error_cb": lambda error: self.on_error(source, error, on_error),
-            "logger": _TrackerLog(self, source),
+            "error_cb": lambda error: self.on_error(source, error, on_error, on_refused),
+            "logger": _TrackerLog(self, source, on_refused),
         }
         if stats:
             conf["stats_cb"] = lambda text: self.on_stats(source, text)
@@ -144,9 +162,17 @@ class BrokerHealth:
 
     # -- evidence -----------------------------------------------------------------------------
 
-    def on_error(self, source: str, error: KafkaError, then: ErrorCallback | None = None) -> None:
+    def on_error(
+        self,
+        source: str,
+        error: KafkaError,
+        then: ErrorCallback | None = None,
+        on_refused: RefusedCallback | None = None,
+    ) -> None:
         code = error.code()
-        if code == KafkaError._ALL_BROKERS_DOWN:
+        if is_refusal(code, error.str()):
+            self.refused(source, error.str(), on_refused)
+        elif code == KafkaError._ALL_BROKERS_DOWN:
             self.unreachable(source, self._problem(source) or error.str())
         elif code in _CONNECTION_CODES:
             self._note_problem(source, error.str())
@@ -162,7 +188,16 @@ class BrokerHealth:
         except (ValueError, AttributeError):
             return
         if any(isinstance(b, dict) and b.get("state") == "UP" for b in brokers.values()):
+            self.refusal = None  # UP: authenticated
             self.reachable(source)
+
+    def refused(self, source: str, text: str, then: RefusedCallback | None = None) -> None:
+        """Kafka refused client ``source`` (``text``: librdkafka's words); not an outage."""
+        if self.refusal is None:
+            self.refusal = text
+        _log.debug("%s refused: %s", source, text)
+        if then is not None:
+            then(text)
 
     def _problem(self, source: str) -> str:
         """The last connection problem of ``source``, else of any client."""
@@ -185,6 +220,8 @@ class BrokerHealth:
                 # A client polled now and then (a producer between two moves) may report an
                 # outage long over; the clients that watch the cluster all the time tell.
                 return
+            if self.refusal is not None:
+                return  # all brokers "down" because they refused this client: not an outage
             self._saw_outage.add(source)
             if self._since is not None:
                 return
@@ -225,8 +262,18 @@ class BrokerHealth:
             extra={"client": source},
         )
 
-    def log_line(self, source: str, level: int, facility: str, text: str) -> None:
+    def log_line(
+        self,
+        source: str,
+        level: int,
+        facility: str,
+        text: str,
+        on_refused: RefusedCallback | None = None,
+    ) -> None:
         """One of librdkafka's own log lines (``text`` without its thread prefix)."""
+        if level >= logging.WARNING and is_refusal(None, text):
+            self.refused(source, text, on_refused)
+            return
         if facility in _CONNECTION_FACILITIES or level < logging.WARNING:
             if facility == "FAIL":
                 self._note_problem(source, text)
@@ -239,13 +286,16 @@ class BrokerHealth:
 class _TrackerLog:
     """The ``logger`` of a client of :class:`BrokerHealth`: each librdkafka line to the tracker."""
 
-    def __init__(self, health: BrokerHealth, source: str) -> None:
+    def __init__(
+        self, health: BrokerHealth, source: str, on_refused: RefusedCallback | None = None
+    ) -> None:
         self._health = health
         self._source = source
+        self._on_refused = on_refused
 
     def log(self, level: int, fmt: str, *args: object) -> None:
         facility, text = split_log_call(fmt, args)
-        self._health.log_line(self._source, level, facility, text)
+        self._health.log_line(self._source, level, facility, text, self._on_refused)
 
 
 def _plain(text: str) -> str:

@@ -4,14 +4,22 @@ confluent-kafka calls ``logger.log(level, "%s [%s] %s", facility, client_name, t
 ``text`` starts with librdkafka's thread (``[thrd:host:9092/bootstrap]: ``).
 :func:`split_log_call` turns such a call into ``(facility, text)`` without the thread; the
 adapters built on it are :class:`LastProblemLog` here (admin and dead-letter clients: lines at
-DEBUG, the last problem kept to explain a failure) and the broker-health tracker's own, which
-feeds every line to :class:`~pipeline._brokerhealth.BrokerHealth`.
+DEBUG, the last problem kept to explain a failure, a refusal of the credentials kept to raise
+:class:`~pipeline.KafkaAuthenticationError` instead) and the broker-health tracker's own,
+which feeds every line to :class:`~pipeline._brokerhealth.BrokerHealth`.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from typing import TYPE_CHECKING
+
+from ._authfailure import authentication_error, is_refusal
+
+if TYPE_CHECKING:
+    from ._errors import KafkaAuthenticationError
+    from ._settings import Settings
 
 __all__ = ["LastProblemLog", "split_log_call"]
 
@@ -36,9 +44,17 @@ class LastProblemLog:
 
     def __init__(self) -> None:
         self.last_problem: str | None = None
+        self.refusal: str | None = None
+        """The first line that says Kafka refused the client (credentials, TLS), if any."""
 
     def log(self, level: int, fmt: str, *args: object) -> None:
         facility, text = split_log_call(fmt, args)
         if level >= logging.WARNING:
             self.last_problem = text
+            if self.refusal is None and is_refusal(None, text):
+                self.refusal = text
         _log.debug("%s %s", facility, text)
+
+    def refused(self, settings: Settings) -> KafkaAuthenticationError | None:
+        """The error to raise when Kafka refused the client, else None."""
+        return authentication_error(settings, self.refusal) if self.refusal else None

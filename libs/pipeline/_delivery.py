@@ -10,7 +10,7 @@ from confluent_kafka import KafkaError, Message
 
 from ._codec import JobCodec
 from ._errors import DecodeError, EnqueueError, KafkaUnavailableError
-from ._producer import UNREACHABLE_CODES, Transport
+from ._producer import UNREACHABLE_CODES, Transport, refusal_of
 from ._settings import Settings
 
 _MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
@@ -123,7 +123,8 @@ class JobHandle:
         return self._done.is_set()
 
     def wait(self, timeout: float | None = None) -> JobHandle:
-        """Block until Kafka acknowledged the job; raise if it refused or did not answer."""
+        """Block until Kafka acknowledged the job; raise if it refused the job or the
+        credentials (:class:`KafkaAuthenticationError`, at once) or did not answer."""
         if timeout is None:
             timeout = self._settings.producer.delivery_timeout_s + 5
         deadline = time.monotonic() + timeout
@@ -135,6 +136,9 @@ class JobHandle:
                     f"{self._settings.bootstrap_servers}; is it running?"
                 )
             self._transport.poll(min(remaining, 0.1))
+            refused = refusal_of(self._transport)
+            if refused is not None:
+                raise refused
         failure = self._failure
         if failure is not None:
             if self._failures is not None:

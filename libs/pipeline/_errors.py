@@ -98,6 +98,22 @@ class NotAuthorizedError(PipelineError):
         self.user = user
 
 
+class KafkaAuthenticationError(PipelineError):
+    """Kafka refused this client as it connected: the SASL credentials (user name, password,
+    mechanism) or the TLS handshake (the CA, a client certificate). Not an outage: retrying
+    with the same settings cannot succeed, so clients stop at the first refusal instead of
+    waiting for a timeout. The message names the mechanism and the user (never the password)
+    and what to check; the services and commands exit with :attr:`exit_code`.
+    """
+
+    exit_code = 4
+    """The exit code of ``pipeline``, ``pipeline-worker`` and ``pipeline-scheduler`` for it."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class TopicMissingError(PipelineError):
     """Topics a service needs do not exist (a setup step was skipped, or a wrong namespace)."""
 

@@ -66,21 +66,27 @@ def report_lost(
     failures: Sequence[PipelineFailure],
     unacknowledged: int,
     timeout: float,
+    refused: str | None = None,
 ) -> None:
-    """Log, at ERROR, the jobs that never reached Kafka (nothing when there are none)."""
+    """Log, at ERROR, the jobs that never reached Kafka (nothing when there are none);
+    ``refused``: why, when Kafka refused the producer's credentials."""
     if not failures and not unacknowledged:
         return
     count = max(len(failures), unacknowledged)
     ids = [f.job_id for f in failures[:_MAX_IDS]]
     more = f" and {len(failures) - _MAX_IDS} more" if len(failures) > _MAX_IDS else ""
-    reasons = sorted({f.reason for f in failures})
+    reasons = [refused] if refused else sorted({f.reason for f in failures})
     _log.error(
         "%d enqueued job(s) never reached Kafka at %s and are lost (%s%s); job ids: %s%s. "
         "Call app.flush() before exiting: it waits and raises what failed "
         "(see docs/operations.md, 'Enqueued jobs at exit')",
         count,
         app.settings.bootstrap_servers,
-        f"still unacknowledged {timeout:g}s after exit began" if unacknowledged else "refused",
+        "not sent"
+        if refused
+        else f"still unacknowledged {timeout:g}s after exit began"
+        if unacknowledged
+        else "refused",
         f": {'; '.join(reasons[:3])}" if reasons else "",
         ", ".join(ids) if ids else "unknown",
         more,

@@ -21,7 +21,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
 )
 
 from ._adminsession import AdminSession, config_sets, has_code
-from ._errors import PipelineError, TopicAdminError
+from ._errors import KafkaAuthenticationError, PipelineError, TopicAdminError
 from ._groupconfig import GroupConfigChange, group_configs, plan_group_configs
 from ._topicspec import GROUP_ROW, Change, ChangeAction
 
@@ -139,6 +139,8 @@ def ensure_group_configs(settings: Settings, timeout: float = ENSURE_TIMEOUT_S) 
     """What a worker does before it joins: set its groups' configs, or warn why it could not."""
     try:
         changes = apply_group_configs(settings, timeout=timeout)
+    except KafkaAuthenticationError:
+        raise  # the worker cannot join either: it stops with this
     except PipelineError as exc:
         _log.warning(
             "could not set the consumer group configs for worker.session_timeout_ms=%d: %s. "

@@ -1,7 +1,9 @@
 """A thin wrapper around confluent-kafka's Producer: safe defaults, created lazily, clear errors.
 
 It is wrapped, not subclassed, so that the rest of the package depends on four methods only and
-tests can swap it for an in-memory transport.
+tests can swap it for an in-memory transport. A producer Kafka refuses (credentials, TLS:
+:mod:`._authfailure`) raises :class:`KafkaAuthenticationError` from the next call, and its
+waits stop at the refusal instead of at ``delivery.timeout.ms``.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from ._authfailure import authentication_error
 from ._brokerhealth import BrokerHealth, DeliveryCallback
-from ._errors import KafkaUnavailableError, PipelineError
+from ._errors import KafkaAuthenticationError, KafkaUnavailableError, PipelineError
 from ._settings import Settings
 
 __all__ = [
@@ -22,7 +25,14 @@ __all__ = [
     "KafkaTransport",
     "Transport",
     "producer_config",
+    "refusal_of",
 ]
+
+WAIT_STEP_S = 0.2
+"""A flush waits in steps this long, to stop at a refusal of the credentials."""
+REFUSAL_FRESH_S = 30.0
+"""A refusal counts this long after librdkafka last reported it (it repeats it at each attempt,
+every second or so): a producer whose credentials are accepted later works again."""
 
 # librdkafka error codes that mean "Kafka could not be reached", as opposed to "Kafka said no".
 UNREACHABLE_CODES = frozenset(
@@ -40,7 +50,9 @@ class Transport(Protocol):
     """What the application needs from a producer; the in-memory broker implements it too.
 
     A transport may also have ``purge()``: drop what is still queued, each with a failed
-    delivery callback, so that the exit report names the jobs it loses.
+    delivery callback, so that the exit report names the jobs it loses; and ``refused()``:
+    the :class:`KafkaAuthenticationError` to raise once Kafka refused it (see
+    :func:`refusal_of`).
     """
 
     def produce(
@@ -52,6 +64,12 @@ class Transport(Protocol):
     def flush(self, timeout: float) -> int: ...
 
     def close(self) -> None: ...
+
+
+def refusal_of(transport: Transport) -> KafkaAuthenticationError | None:
+    """The error to raise when Kafka refused ``transport``'s credentials (None: it did not)."""
+    refused = getattr(transport, "refused", None)
+    return refused() if refused is not None else None
 
 
 def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]:
@@ -99,6 +117,8 @@ class KafkaTransport:
         self._bulk: Producer | None = None
         self._lock = threading.Lock()
         self._fatal: KafkaError | None = None
+        self._refusal: str | None = None
+        self._refused_at = 0.0
         self._health = BrokerHealth.of(settings.bootstrap_servers)
         self._two = settings.producer.bulk_linger_ms != settings.producer.linger_ms
 
@@ -112,7 +132,11 @@ class KafkaTransport:
                     conf = producer_config(self._settings, bulk=bulk)
                     # librdkafka's errors and log lines go to the cluster's health tracker
                     # (logging, one line per outage), not straight to stderr.
-                    conf.update(self._health.callbacks("producer", on_error=self._on_error))
+                    conf.update(
+                        self._health.callbacks(
+                            "producer", on_error=self._on_error, on_refused=self._on_refused
+                        )
+                    )
                     producer = Producer(conf)
                     if bulk:
                         self._bulk = producer
@@ -135,12 +159,33 @@ class KafkaTransport:
         if error.fatal():
             self._fatal = error
 
+    def _on_refused(self, text: str) -> None:
+        self._refusal = text
+        self._refused_at = time.monotonic()
+
+    def _refused_now(self) -> bool:
+        refused = self._refusal is not None
+        return refused and time.monotonic() - self._refused_at < REFUSAL_FRESH_S
+
+    def refused(self) -> KafkaAuthenticationError | None:
+        """The error to raise when Kafka refused this producer's credentials or TLS handshake
+        (within ``REFUSAL_FRESH_S``)."""
+        if self._refusal is None or not self._refused_now():
+            return None
+        return authentication_error(self._settings, self._refusal)
+
+    def _check(self) -> None:
+        if self._fatal is not None:
+            raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        refused = self.refused()
+        if refused is not None:
+            raise refused
+
     def produce(
         self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
     ) -> None:
         producer = self._get()
-        if self._fatal is not None:
-            raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        self._check()
         self._after_the_other(False, key)
         if self._health.down:  # an acknowledgement now tells that Kafka is back
             on_delivery = self._health.watch_delivery("producer", on_delivery)
@@ -157,8 +202,7 @@ class KafkaTransport:
     ) -> None:
         """:meth:`produce` each of ``values``, with the checks made once for all of them."""
         producer = self._get(bulk=True)
-        if self._fatal is not None:
-            raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
+        self._check()
         self._after_the_other(True, key)
         if self._health.down:
             on_delivery = self._health.watch_delivery("producer", on_delivery)
@@ -183,6 +227,7 @@ class KafkaTransport:
         deadline = time.monotonic() + self._settings.producer.delivery_timeout_s
         while True:
             producer.poll(0.05)
+            self._check()
             try:
                 producer.produce(topic, value, key, on_delivery=on_delivery)
             except BufferError:
@@ -203,11 +248,18 @@ class KafkaTransport:
         return served + int(producers[0].poll(timeout))
 
     def flush(self, timeout: float) -> int:
+        """Wait up to ``timeout`` for every queued job's acknowledgement; return how many are
+        left (at once when Kafka refused the producer: :meth:`refused` says why)."""
         deadline = time.monotonic() + timeout
-        return sum(
-            int(producer.flush(max(0.0, deadline - time.monotonic())))
-            for producer in self._producers()
-        )
+        left = 0
+        for producer in self._producers():
+            while True:
+                step = min(WAIT_STEP_S, max(0.0, deadline - time.monotonic()))
+                left_here = int(producer.flush(step))
+                if not left_here or self._refused_now() or time.monotonic() >= deadline:
+                    break
+            left += left_here
+        return left
 
     def purge(self) -> None:
         """Drop the jobs still queued or in flight; their delivery callbacks report the loss."""

@@ -111,9 +111,36 @@ def test_other_errors_go_to_the_clients_callback(health: BrokerHealth) -> None:
     conf = health.callbacks("consumer", on_error=seen.append)
     conf["error_cb"](transport())
     conf["error_cb"](all_down())
-    auth = KafkaError(KafkaError._AUTHENTICATION, "SASL authentication failed")
-    conf["error_cb"](auth)
-    assert seen == [auth]
+    denied = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed")
+    conf["error_cb"](denied)
+    assert seen == [denied]
+
+
+SASL_REFUSED = (
+    "sasl_ssl://localhost:9/bootstrap: SASL authentication error: Authentication failed "
+    "during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512 "
+    "(after 312ms in state AUTH_REQ)"
+)
+
+
+def test_a_refusal_is_not_an_outage_and_is_told_to_the_client(
+    health: BrokerHealth, caplog: pytest.LogCaptureFixture
+) -> None:
+    refused: list[str] = []
+    others: list[KafkaError] = []
+    conf = health.callbacks("producer", on_error=others.append, on_refused=refused.append)
+    with caplog.at_level(logging.DEBUG, logger="pipeline.kafka"):
+        for _ in range(50):  # librdkafka repeats it every few hundred ms
+            conf["logger"].log(logging.ERROR, "%s [%s] %s", "FAIL", "p#1", SASL_REFUSED)
+            conf["error_cb"](KafkaError(KafkaError._AUTHENTICATION, SASL_REFUSED))
+        conf["error_cb"](all_down())
+    assert health.refusal == SASL_REFUSED
+    assert refused == [SASL_REFUSED] * 100
+    assert others == []
+    assert health.unreachable_for() is None  # "all brokers down" because they refused
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    health.on_stats("producer", '{"brokers": {"b": {"state": "UP"}}}')
+    assert health.refusal is None
 
 
 def test_repeated_librdkafka_lines_are_logged_once_a_minute(

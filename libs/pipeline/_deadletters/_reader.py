@@ -14,6 +14,7 @@ from .._codec import DeadLetterCodec
 from .._errors import (
     ConfigurationError,
     DecodeError,
+    KafkaAuthenticationError,
     KafkaUnavailableError,
     NotAuthorizedError,
     PipelineError,
@@ -72,8 +73,11 @@ class _Reader:
     def remaining(self) -> float:
         return max(0.1, self._end - time.monotonic())
 
-    def unavailable(self, reason: object) -> KafkaUnavailableError:
+    def unavailable(self, reason: object) -> KafkaUnavailableError | KafkaAuthenticationError:
         self.consumer.poll(0)  # collect librdkafka's log lines: they name the actual cause
+        refused = self._log.refused(self.settings)
+        if refused is not None:
+            return refused
         if self._log.last_problem:
             reason = f"{reason}; {self._log.last_problem}"
         return KafkaUnavailableError(
@@ -83,12 +87,15 @@ class _Reader:
         )
 
     def partitions(self, topic: str) -> list[int]:
-        if self._topics is None:
+        while self._topics is None:  # in steps, to stop at a refusal of the credentials
             try:
                 # No topic argument: asking for a named topic may auto-create it on some brokers.
-                self._topics = self.consumer.list_topics(timeout=self.remaining()).topics
+                step = min(self.remaining(), 1.0)
+                self._topics = self.consumer.list_topics(timeout=step).topics
             except KafkaException as exc:
-                raise self.unavailable(exc.args[0].str()) from exc
+                self.consumer.poll(0)  # serves the log lines that may say it was refused
+                if self._log.refusal is not None or self.remaining() <= 0.1:
+                    raise self.unavailable(exc.args[0].str()) from exc
         meta = self._topics.get(topic)
         if meta is None or meta.error is not None:
             if not_authorized(self.consumer, topic, self.remaining()):

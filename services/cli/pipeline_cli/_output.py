@@ -17,6 +17,7 @@ import click
 from pydantic import ValidationError
 
 from pipeline._errors import (
+    KafkaAuthenticationError,
     PayloadValidationError,
     PipelineError,
     SettingsError,
@@ -57,10 +58,18 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
+class RefusedFailure(click.ClickException):
+    """``Error: <message>`` and exit code 4: Kafka refused the credentials or the TLS handshake
+    (:class:`KafkaAuthenticationError`), which no retry of the same command fixes."""
+
+    exit_code = KafkaAuthenticationError.exit_code
+
+
 @contextmanager
 def cli_errors() -> Iterator[None]:
     """Turn a :class:`PipelineError` into ``Error: <message>`` on stderr: exit code 2 for a
-    usage mistake (:data:`USAGE_ERRORS`), 1 for anything else (Kafka unreachable or refusing).
+    usage mistake (:data:`USAGE_ERRORS`), 4 when Kafka refused the credentials, 1 for anything
+    else (Kafka unreachable or refusing a request).
 
     Use it as a context manager or as a decorator (``@cli_errors()``) under the click ones.
     """
@@ -68,6 +77,8 @@ def cli_errors() -> Iterator[None]:
         yield
     except USAGE_ERRORS as exc:
         raise UsageFailure(str(exc)) from exc
+    except KafkaAuthenticationError as exc:
+        raise RefusedFailure(str(exc)) from exc
     except PipelineError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -12,8 +12,10 @@ from types import FrameType
 from confluent_kafka import KafkaException
 
 from pipeline import Pipeline, Settings
+from pipeline._authfailure import authentication_error
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import (
+    KafkaAuthenticationError,
     KafkaUnavailableError,
     PipelineError,
     TopicMissingError,
@@ -35,6 +37,8 @@ only at its timeout, so this is how late a standby starts leading after it is as
 EXIT_FENCED = 3
 EXIT_SETUP = 1
 """The namespace's topics do not exist."""
+EXIT_REFUSED = KafkaAuthenticationError.exit_code
+"""Kafka refused the credentials (or the TLS handshake)."""
 
 
 class Scheduler:
@@ -90,13 +94,16 @@ class Scheduler:
         """Healthy while the loop turns and Kafka was not unreachable for ``unhealthy_after_s``."""
         stalled = time.monotonic() - self._last_turn > 30
         role = "leader" if self.is_leader else "standby"
+        if self.broker.refusal is not None:
+            return False, f"{role}: {authentication_error(self.settings, self.broker.refusal)}"
         down = self.broker.unreachable_for()
         if down is not None and down >= self.settings.scheduler.unhealthy_after_s:
             return False, f"{role}: {self.broker.describe()}"
         return (not stalled, f"{role}{' (stalled)' if stalled else ''}")
 
     def run(self) -> int:
-        """Run until stopped; return the exit code (3 when fenced by another leader)."""
+        """Run until stopped; return the exit code (3 when fenced by another leader, 4 when
+        Kafka refused the credentials)."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -112,6 +119,8 @@ class Scheduler:
         try:
             while not self._stop.is_set():
                 self._last_turn = time.monotonic()
+                if self.broker.refusal is not None:
+                    raise authentication_error(self.settings, self.broker.refusal)
                 if not leadership.is_leader:
                     self._end_session()
                     leadership.poll(min(wait, STANDBY_POLL_S))
@@ -136,6 +145,10 @@ class Scheduler:
         except TopicMissingError as exc:
             _log.error("stopping: %s", exc)
             code = EXIT_SETUP
+        except KafkaAuthenticationError as exc:
+            # Not an outage: librdkafka would retry forever, and a restart cannot help either.
+            _log.error("stopping: %s", exc)
+            code = EXIT_REFUSED
         finally:
             self._end_session()
             leadership.close()
@@ -150,6 +163,9 @@ class Scheduler:
         try:
             session.start()
         except TransactionFencedError:
+            session.close()
+            raise
+        except KafkaAuthenticationError:
             session.close()
             raise
         except (PipelineError, KafkaException) as exc:

@@ -21,6 +21,7 @@ import itertools
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,8 @@ SAMPLES = 10
 """In-flight samples per interval, averaged into the utilization."""
 CLOSE_TIMEOUT_S = 2.0
 """How long a stop waits for the tombstone (it does not wait while Kafka is unreachable)."""
+TOPIC_CHECK_S = 10.0
+"""How long the first look for the heartbeat topic may take before heartbeats start anyway."""
 _DEFAULT_CLIENT_ID = Settings.model_fields["client_id"].default
 _workers_in_process = itertools.count(1)
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
@@ -166,7 +169,7 @@ class Heartbeats:
         """The tombstone (a clean stop), then wait a little for what is queued."""
         if not self.off and self.published:
             self._produce(None)
-        down = self._health.unreachable_for() is not None
+        down = self._health.unreachable_for() is not None or self._health.refusal is not None
         left = self._producer.flush(0 if down else CLOSE_TIMEOUT_S)
         if left:
             _log.warning("%d heartbeat record(s) not delivered at exit", left)
@@ -184,11 +187,16 @@ class Heartbeats:
             self._turn_off()
 
     def _topic_exists(self) -> bool:
-        try:
-            # No topic argument: asking for a named topic may auto-create it on some brokers.
-            topics = self._producer.list_topics(timeout=10.0).topics
-        except KafkaException:
-            return True  # unknown yet: the delivery reports will tell
+        deadline = time.monotonic() + TOPIC_CHECK_S
+        while True:  # in steps: a worker Kafka refused stops at once, without waiting for this
+            try:
+                # No topic argument: asking for a named topic may auto-create it on some brokers.
+                topics = self._producer.list_topics(timeout=1.0).topics
+                break
+            except KafkaException:
+                self._producer.poll(0)  # its error callbacks tell the tracker of a refusal
+                if self._health.refusal is not None or time.monotonic() >= deadline:
+                    return True  # unknown yet: the delivery reports will tell
         meta = topics.get(self.topic)
         return meta is not None and meta.error is None
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from pipeline import Pipeline, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
-from pipeline._errors import PipelineError
+from pipeline._errors import KafkaAuthenticationError, PipelineError
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames, worker_group
 
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.worker")
 
 HEARTBEAT_S = 1.0
+REFUSED = KafkaAuthenticationError.exit_code
 
 
 class Worker:
@@ -107,7 +108,7 @@ class Worker:
     # -- public --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped; returns the exit code (0: stopped or drained, 1: failed)."""
+        """Run until stopped; returns the exit code (0: stopped, drained; 1: failed; 4: refused)."""
         return asyncio.run(self._serve())
 
     def stop(self) -> None:
@@ -231,8 +232,8 @@ class Worker:
             if beats is not None and beating is not None:
                 beating.cancel()
                 await asyncio.to_thread(beats.close)
-            if relay is not None:
-                await asyncio.to_thread(relay.stop)
+            if relay is not None:  # refused by Kafka, it has nothing to commit: no wait
+                await asyncio.to_thread(relay.stop, 0.5 if self._exit_code == REFUSED else 10.0)
             if events is not None:
                 await asyncio.to_thread(events.close)
             signals.remove()
@@ -404,7 +405,7 @@ class Worker:
             _log.error("stopping: %s", exc)
         else:
             _log.error("stopping: the consumer failed: %s", exc)
-        self._fail(1)
+        self._fail(REFUSED if isinstance(exc, KafkaAuthenticationError) else 1)
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -6,6 +6,8 @@ code other than 0, or a signal) is restarted after a backoff that doubles per qu
 1 s up to 30 s. SIGTERM/SIGINT to the parent are forwarded to every child; the parent exits
 once all children have. Children run in their own process group, so a Ctrl-C in a terminal
 reaches them once (through the parent), not twice (which would make them exit at once).
+A child that exits 4 (Kafka refused the credentials) is not restarted: its siblings have the
+same settings, and the parent exits 4 too once they have, for the orchestrator to show.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pipeline._errors import KafkaAuthenticationError
+
 _log = logging.getLogger("pipeline.worker.supervisor")
 
 BACKOFF_MIN_S = 1.0
@@ -28,6 +32,7 @@ BACKOFF_MAX_S = 30.0
 STABLE_AFTER_S = 60.0
 """A child that ran this long before dying restarts after the shortest backoff again."""
 CHECK_INTERVAL_S = 0.2
+REFUSED = KafkaAuthenticationError.exit_code
 
 # Click parameter name -> command-line flag, to pass the parent's options to its children.
 FLAGS = {
@@ -106,6 +111,8 @@ class Supervisor:
                 signal.signal(sig, handler)
         codes = [c.exit_code for c in self._children]
         _log.info("all worker processes exited", extra={"exit_codes": codes})
+        if REFUSED in codes:
+            return REFUSED
         return 0 if all(code == 0 for code in codes) else 1
 
     def _start(self, child: _Child) -> None:
@@ -129,8 +136,8 @@ class Supervisor:
                 continue
             child.process = None
             child.exit_code = code
-            if code == 0 or self._stopping:
-                child.done = True
+            if code in (0, REFUSED) or self._stopping:
+                child.done = True  # a restart with the same credentials is refused again
                 continue
             if now - child.started >= STABLE_AFTER_S:
                 child.failures = 0

@@ -24,6 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from pipeline import Priority, Settings
+from pipeline._authfailure import authentication_error
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedup import DedupScope
 from pipeline._dedupstores import DedupStore
@@ -239,6 +240,8 @@ class ConsumerThread:
 
     def _chores(self, now: float, *, idle: bool) -> None:
         """What the thread does besides polling; ``idle``: the last poll came back empty."""
+        if self.health.refusal is not None:  # credentials refused: no retry helps, stop
+            raise authentication_error(self._settings, self.health.refusal)
         cluster = self._cluster
         committer = self._committer
         # Requests that block for their timeout while Kafka is unreachable wait for it.
