@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 from typing import Any
 
 import pytest
@@ -26,10 +27,14 @@ class FakeProducer:
         self.produced: list[tuple[str, bytes | None, bytes]] = []
         self.callbacks: list[Any] = []
         self.topics = topics
+        self.three = threading.Event()
+        """Set once three records were produced."""
 
     def produce(self, topic: str, value: bytes | None, key: bytes, on_delivery: Any) -> None:
         self.produced.append((topic, value, key))
         self.callbacks.append(on_delivery)
+        if len(self.produced) >= 3:
+            self.three.set()
 
     def poll(self, timeout: float = 0) -> int:
         return 0
@@ -60,8 +65,7 @@ def test_it_publishes_at_once_and_every_interval_then_a_tombstone() -> None:
 
     async def run() -> None:
         task = asyncio.create_task(beats.run())
-        while len(producer.produced) < 3:
-            await asyncio.sleep(0.01)
+        assert await asyncio.to_thread(producer.three.wait, 10)
         task.cancel()
 
     asyncio.run(run())
