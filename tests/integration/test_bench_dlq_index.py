@@ -3,33 +3,25 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .benchruns import REPO_ROOT, run_benchmark
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_the_dlq_index_benchmark_reports_every_step(bootstrap_servers: str, tmp_path: Path) -> None:
     published = REPO_ROOT / "docs" / "benchmarks.md"
     before = published.read_bytes() if published.exists() else None
-    output = tmp_path / "benchmarks.md"
-    output.write_text("# Benchmarks\n\nA header.\n\n## Another section\n\nKept.\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "ops.bench.dlq_index", "--letters", "2000", "--output", str(output)],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PIPELINE_BOOTSTRAP_SERVERS": bootstrap_servers},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    text = run_benchmark(
+        "ops.bench.dlq_index",
+        "--letters",
+        "2000",
+        bootstrap_servers=bootstrap_servers,
+        output=tmp_path / "benchmarks.md",
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    text = output.read_text()
-    assert text.startswith("# Benchmarks\n\nA header.\n")
-    assert "## Another section\n\nKept." in text
     assert "## Dead-letter index" in text
     assert "`python -m ops.bench.dlq_index --letters 2000`" in text
     steps = dict(

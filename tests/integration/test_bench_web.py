@@ -3,30 +3,23 @@ reports every page (a smoke run: no timing is asserted)."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from .benchruns import run_benchmark
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def test_the_dashboard_benchmark_times_every_page(bootstrap_servers: str, tmp_path: Path) -> None:
-    output = tmp_path / "benchmarks.md"
-    output.write_text("# Benchmarks\n\n## Another section\n\nKept.\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "ops.bench.web_pages", "--letters", "500", "--output", str(output)],
-        cwd=REPO_ROOT,
-        env={**os.environ, "PIPELINE_BOOTSTRAP_SERVERS": bootstrap_servers},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    text = run_benchmark(
+        "ops.bench.web_pages",
+        "--letters",
+        "500",
+        bootstrap_servers=bootstrap_servers,
+        output=tmp_path / "benchmarks.md",
     )
-    assert result.returncode == 0, result.stderr[-4000:]
-    text = output.read_text()
-    assert "## Another section\n\nKept." in text
     assert "## Dashboard" in text
     assert "`python -m ops.bench.web_pages --letters 500`" in text
     rows = re.findall(r"^\| ((?:overview|dead letters:)[^|]*?) \| ([\d.]+) \|", text, re.M)
