@@ -29,7 +29,8 @@ REPO = Path(__file__).resolve().parents[1]
 _URL = re.compile(r"dashboard of namespace .* at (http://\S+)")
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn``: the child gets SIGKILL when the thread that started it dies (Linux)."""
     if not sys.platform.startswith("linux"):
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
@@ -95,6 +96,6 @@ def spawn_web(
             stderr=subprocess.STDOUT,
             env=environment,
             cwd=REPO,
-            preexec_fn=_die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
         )
     return WebProcess(process, log)

@@ -20,7 +20,6 @@ import time
 import tracemalloc
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
 from pipeline._dedup import (
     DedupPolicy,
@@ -33,7 +32,7 @@ from pipeline._deduptable import DedupTable, restore_record
 from pipeline._job import new_job_id
 
 from .env import REPO_ROOT, machine, rss_bytes, say
-from .report import Section, write_sections
+from .report import Section, add_output_option, write_sections
 
 START_MS = 1_760_000_000_000
 HOUR_MS = 3_600_000
@@ -162,12 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.dedup_memory", description=__doc__)
     parser.add_argument("--keys", type=int, default=1_000_000, help="keys per structure")
     parser.add_argument("--child", choices=STRUCTURES, help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=REPO_ROOT / "docs" / "benchmarks.md",
-        help="the results file whose section this replaces (default: docs/benchmarks.md)",
-    )
+    add_output_option(parser)
     args = parser.parse_args(argv)
     keys: int = args.keys
     if args.child:

@@ -28,8 +28,8 @@ from pathlib import Path
 from pipeline import Pipeline, Settings
 
 from .app import EXPECTED_ENV, RECORD_ENV
-from .env import REPO_ROOT, broker, fresh_namespace, say, start_worker, tail, worker_command_line
-from .report import Section, goal_line, write_sections
+from .env import broker, fresh_namespace, say, start_worker, tail, worker_command_line
+from .report import Section, add_output_option, goal_line, write_sections
 
 JOB_TYPE = "bench.noop"
 ARGS = ["--burst", "--priorities", "default"]
@@ -143,12 +143,7 @@ def run(bootstrap_servers: str, jobs: int, workdir: Path) -> Section:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.dedup_worker", description=__doc__)
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs, each with its own key")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=REPO_ROOT / "docs" / "benchmarks.md",
-        help="the results file whose section this replaces (default: docs/benchmarks.md)",
-    )
+    add_output_option(parser)
     args = parser.parse_args(argv)
     with broker() as found, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as workdir:
         section = run(found.bootstrap_servers, args.jobs, Path(workdir))

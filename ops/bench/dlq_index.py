@@ -31,7 +31,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
-from pathlib import Path
 from typing import TypeVar
 
 from pipeline import Settings
@@ -47,7 +46,7 @@ from pipeline._job import now_ms
 
 from .dlq_letters import DAY_MS, PAYLOAD_BYTES, TRACEBACK_BYTES, fill_dead_letters
 from .env import REPO_ROOT, broker, fresh_namespace, machine, rss_bytes, say
-from .report import Section, goal_line, write_sections
+from .report import Section, add_output_option, goal_line, write_sections
 
 _T = TypeVar("_T")
 TITLE = "Dead-letter index"
@@ -232,12 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.dlq_index", description=__doc__)
     parser.add_argument("--letters", type=int, default=100_000, help="dead letters to index")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=REPO_ROOT / "docs" / "benchmarks.md",
-        help="the results file whose section this replaces (default: docs/benchmarks.md)",
-    )
+    add_output_option(parser)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(asdict(measure(Settings(), args.letters))))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import platform
 import signal
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import confluent_kafka
 
+from ops.webproc import die_with_parent
 from pipeline import Settings
 from pipeline._admin import apply_topics
 
@@ -122,12 +122,6 @@ def _worker_command() -> list[str]:
     return [sys.executable, "-m", "pipeline_worker"]
 
 
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL when the benchmark dies, so no worker outlives it (Linux)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def start_worker(
     settings: Settings, args: list[str], env: Mapping[str, str], log: Path
 ) -> subprocess.Popen[bytes]:
@@ -147,7 +141,7 @@ def start_worker(
             stderr=subprocess.STDOUT,
             env=environ,
             cwd=REPO_ROOT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - a single prctl call
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
         )
 
 

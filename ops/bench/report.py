@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import dataclass, field
 from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md"
 
 
 @dataclass(frozen=True)
@@ -107,3 +110,13 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
         return float("nan")
     rank = max(1, round(fraction * len(sorted_values) + 0.5))
     return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+def add_output_option(parser: argparse.ArgumentParser) -> None:
+    """``--output FILE``: the results file whose section a benchmark replaces."""
+    parser.add_argument(
+        "--output",
+        type=Path,
+        default=RESULTS,
+        help="the results file whose section this replaces (default: docs/benchmarks.md)",
+    )

@@ -17,11 +17,12 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
+from ops.webproc import die_with_parent
 from pipeline import JobCodec, Pipeline, Settings
 from pipeline._topics import TopicNames
 
 from .app import RECORD_ENV
-from .env import REPO_ROOT, _die_with_parent, fresh_namespace, say, start_worker, stop, tail
+from .env import REPO_ROOT, fresh_namespace, say, start_worker, stop, tail
 from .report import Section
 
 
@@ -47,7 +48,7 @@ def _start(
             stderr=subprocess.STDOUT,
             env=environ,
             cwd=REPO_ROOT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - a single prctl call
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
         )
     deadline = time.monotonic() + 60
     while wait and " leading " not in log.read_text(errors="replace"):

@@ -27,8 +27,8 @@ from ops.browser import headless_chromium
 from ops.webproc import WebProcess, spawn_web
 
 from .dlq_letters import fill_dead_letters
-from .env import REPO_ROOT, broker, fresh_namespace, machine, say
-from .report import Section, goal_line, write_sections
+from .env import broker, fresh_namespace, machine, say
+from .report import Section, add_output_option, goal_line, write_sections
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -182,12 +182,7 @@ def section(letters: int, indexed_s: float, got: PageTimes, baseline: PageTimes)
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.web_pages", description=__doc__)
     parser.add_argument("--letters", type=int, default=100_000, help="dead letters to write")
-    parser.add_argument(
-        "--output",
-        type=Path,
-        default=REPO_ROOT / "docs" / "benchmarks.md",
-        help="the results file whose section this replaces (default: docs/benchmarks.md)",
-    )
+    add_output_option(parser)
     args = parser.parse_args(argv)
     with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-web-") as work:
         result = run(kafka.bootstrap_servers, args.letters, Path(work))
