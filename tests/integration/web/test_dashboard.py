@@ -133,6 +133,16 @@ def _replay_one_tenant(
     assert {j: runs[j] for j in other} == dict.fromkeys(other, 2)
     assert not kit.recording.finished_ids.intersection(other)
 
+    # A pending letter's page: its payload, both attempts' errors, its traceback.
+    browser.get(server.url + f"dead-letters/{other[0]}")
+    assert wait_for(lambda: _text(browser, "#letter-status").startswith("pending"), 30)
+    assert '"failures": 2' in _text(browser, "#payload")
+    attempts = _text(browser, "table.attempts")
+    assert "attempt 1 fails on purpose" in attempts
+    assert "attempt 2 fails on purpose" in attempts
+    assert "RuntimeError" in _text(browser, "#traceback")
+    screenshot(browser, "dead-letter")
+
 
 def _fire_a_schedule(kit: WorkerKit, server: WebProcess, browser: WebDriver) -> None:
     """Trigger now runs one job; the same form sent again enqueues a duplicate the workers
