@@ -16,8 +16,9 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from fastavro.validation import ValidationError, validate
 
-from ._avro import RegisteredSchema, SchemaSource, SchemaStore
+from ._avro import SchemaStore
 from ._avrogen import python_default
+from ._avroschema import RegisteredSchema, SchemaSource
 from ._errors import ConfigurationError, DecodeError, EncodeError, PayloadValidationError
 from ._job import AttemptError, Job, PayloadEncoding, Priority
 from ._jsonpayload import JsonPayload

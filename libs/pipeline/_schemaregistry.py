@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 
-from ._avro import HEADER_SIZE, RegisteredSchema
+from ._avro import HEADER_SIZE
+from ._avroschema import RegisteredSchema
 from ._codec import JobCodec
 from ._errors import ConfigurationError, DecodeError, PipelineError, SchemaNotFoundError
 

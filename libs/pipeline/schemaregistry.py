@@ -24,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._avro import HEADER_SIZE, SchemaSource, SchemaStore
+from ._avro import HEADER_SIZE, SchemaStore
+from ._avroschema import SchemaSource
 from ._codec import AvroPayload
 from ._errors import DecodeError
 from ._schemaregistry import (

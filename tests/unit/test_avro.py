@@ -13,10 +13,9 @@ from pipeline._avro import (
     HEADER_SIZE,
     MARKER,
     SchemaStore,
-    canonical_form,
     default_schema_directory,
-    fingerprint,
 )
+from pipeline._avroschema import canonical_form, fingerprint
 from pipeline._errors import ConfigurationError, DecodeError, EncodeError, SchemaNotFoundError
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

@@ -6,12 +6,9 @@ with 100,000 dead letters. :class:`LetterIndex` reads each record once: the firs
 (it keeps its consumer and its positions), and folds them in with :func:`fold_states`.
 :meth:`~LetterIndex.query` filters with :class:`LetterFilter` and pages in memory.
 
-It keeps a *summary* of each dead letter, not the whole one: the letter without its payload,
-raw bytes, headers and traceback, with their repeated strings shared: about 1.7 KB each,
-against about 10 KB for the whole letters that ``read_dead_letters`` holds (docs/benchmarks.md
-has the figures). Summaries carry every field the
-filters and a listing need, the attempt history included. :meth:`~LetterIndex.get` reads one
-whole letter back from ``<ns>.dlq`` by its position.
+It keeps a *summary* of each dead letter (see :mod:`._summary`), about 1.7 KB against about
+10 KB for the whole letters that ``read_dead_letters`` holds (docs/benchmarks.md has the
+figures). :meth:`~LetterIndex.get` reads one whole letter back from ``<ns>.dlq`` by its position.
 
 Threads: one thread refreshes (say, every second, in the background) while any number of
 request threads call :meth:`~LetterIndex.query`, :meth:`~LetterIndex.counts`,
@@ -33,7 +30,6 @@ from typing import TYPE_CHECKING, Literal
 from .._codec import DeadLetterCodec
 from .._errors import PipelineError
 from .._job import now_ms
-from .._records import DeadLetter
 from .._settings import Settings
 from .._topics import TopicNames
 from ._filters import LetterFilter
@@ -47,6 +43,7 @@ from ._state import (
     letter_order,
 )
 from ._stats import DlqStats, dlq_stats
+from ._summary import SharedStrings, summary_of
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -92,56 +89,6 @@ class _Matches:
     by_status: dict[str, int] = field(default_factory=dict)
 
 
-class _Strings:
-    """One copy of each repeated string (job types, error classes, messages, topics...)."""
-
-    def __init__(self) -> None:
-        self._seen: dict[str, str] = {}
-
-    def __call__(self, text: str | None) -> str | None:
-        return None if text is None else self._seen.setdefault(text, text)
-
-    def clear(self) -> None:
-        self._seen.clear()
-
-
-def _summary(letter: DeadLetter, share: _Strings) -> DeadLetter:
-    """``letter`` without its payload, raw bytes, headers and traceback, its strings shared."""
-    job = letter.job
-    if job is not None:
-        job = replace(
-            job,
-            type=share(job.type) or "",
-            payload=b"",
-            headers={},
-            tenant=share(job.tenant),
-            errors=[
-                replace(
-                    error,
-                    error_class=share(error.error_class) or "",
-                    message=share(error.message) or "",
-                    traceback_digest=share(error.traceback_digest),
-                    worker=share(error.worker),
-                )
-                for error in job.errors
-            ],
-        )
-    return replace(
-        letter,
-        job=job,
-        job_type=share(letter.job_type),
-        reason=share(letter.reason) or "",
-        message=share(letter.message) or "",
-        error_class=share(letter.error_class),
-        source_topic=share(letter.source_topic) or "",
-        tenant=share(letter.tenant),
-        raw_value=None,
-        raw_key=None,
-        raw_headers={},
-        traceback=None,
-    )
-
-
 def _status(status: str) -> LetterStatus | None:
     if status == ALL:
         return None
@@ -183,7 +130,7 @@ class LetterIndex:
         self.timeout = timeout
         self._names = TopicNames(settings.namespace)
         self._codec = DeadLetterCodec()
-        self._share = _Strings()
+        self._share = SharedStrings()
         # Guarded by _refresh_lock: the refreshing consumer and where it is.
         self._refresh_lock = threading.Lock()
         self._reader: _Reader | None = _Reader(settings, timeout, prefetch_kb=_PREFETCH_KB)
@@ -260,7 +207,7 @@ class LetterIndex:
                     undecodable += 1
                 else:
                     position = (message.partition() or 0, message.offset() or 0)
-                    new.append(StoredLetter(_summary(letter, self._share), *position))
+                    new.append(StoredLetter(summary_of(letter, self._share), *position))
                 return False
 
             ends = _bounded(marks, starts, dlq, limit)
