@@ -130,8 +130,12 @@ def plan_acls(role: Role | str, principal: str, settings: Settings) -> list[AclR
             (_T, _LIT, t.dedup, (_R, _W), "idempotency keys: written, restored at assignment"),
             (_T, _LIT, t.workers, (_W,), "the process's heartbeats"),
             (_G, _LIT, worker_group(settings), (_R,), "the workers' group, offsets in txns"),
-            (_G, _LIT, worker_group(settings), (Operation.DESCRIBE_CONFIGS,), "its timings"),
+            *[
+                (_G, _LIT, g, (Operation.DESCRIBE_CONFIGS,), "its timings, checked at start")
+                for g in (worker_group(settings), retry_group(settings))
+            ],
             (_G, _LIT, retry_group(settings), (_R,), "the retry relay's group"),
+            (_G, _LIT, f"{t.dedup}.restore", (_D,), "restoring keys: their reader's coordinator"),
             (_X, _PRE, f"{ns}.worker.", (_W,), "the moves producer, one id per process"),
             (_X, _PRE, f"{ns}.relay.", (_W,), "the retry relay's producer, one id per process"),
         ]
@@ -147,6 +151,13 @@ def plan_acls(role: Role | str, principal: str, settings: Settings) -> list[AclR
             (_T, _LIT, scheduler_control_topic(ns), (_R,), "leadership (one member leads)"),
             (_G, _LIT, scheduler_group(settings), (_R,), "the leadership group"),
             (_G, _LIT, deferred_group(settings), (_R,), "the leader's deferred consumer"),
+            (
+                _G,
+                _LIT,
+                f"{ns}.table-reader",
+                (_D,),
+                "schedules from code: their reader's coordinator",
+            ),
             (_X, _LIT, txn, (_W,), "the leader's transactions (fencing of a former leader)"),
         ]
     elif role is Role.OPERATOR:

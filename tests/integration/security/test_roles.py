@@ -8,6 +8,8 @@ checks that it does its job and is refused, with an error naming what is missing
 from __future__ import annotations
 
 import json
+import re
+import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,6 +23,7 @@ from pipeline import Pipeline, Settings
 from pipeline._aclapply import apply_acls
 from pipeline._acls import Role, plan_acls
 from pipeline._admin import apply_topics
+from pipeline._codec import JobCodec
 from pipeline._deadletters import read_dead_letters
 from pipeline._errors import NotAuthorizedError, TopicAdminError
 from pipeline._schedule import make_schedule, publish_schedules
@@ -38,6 +41,11 @@ if TYPE_CHECKING:
     from pipeline_cli.devbroker import DevCluster
 
 
+CRON_APP = "tests.integration.scheduler.cronapp:app"
+RETRY_DELAYS_S = [0.5, 2.0]
+"""Retry tiers short enough for the recording app's retries (0.5 s, then 1 s) to use them."""
+
+
 @dataclass(frozen=True)
 class Roles:
     namespace: str
@@ -49,6 +57,7 @@ class Roles:
         return {
             **client_env(settings.bootstrap_servers, settings.security),
             "PIPELINE_NAMESPACE": self.namespace,
+            "PIPELINE_TOPICS__RETRY_DELAYS_S": json.dumps(RETRY_DELAYS_S),
         }
 
 
@@ -59,6 +68,7 @@ def roles(secure_cluster: DevCluster) -> Roles:
         bootstrap_servers=secure_cluster.bootstrap_servers,
         namespace=namespace,
         security=secure_cluster.security(),
+        topics={"retry_delays_s": RETRY_DELAYS_S},
     )
     users: dict[Role, Settings] = {}
     for role in Role:
@@ -90,6 +100,11 @@ def consumer_error(settings: Settings, topic: str, group: str) -> KafkaError:
     finally:
         consumer.close()
     return errors[0]
+
+
+def started(recording: Recording, job_id: str) -> bool:
+    recording.refresh()
+    return job_id in recording.start_counts
 
 
 @pytest.fixture
@@ -136,7 +151,7 @@ def test_the_worker_runs_jobs_and_may_not_alter_topics(
         job_id = app.enqueue("noop", {"n": 7}, wait=True)
     finally:
         app.close()
-    assert wait_for(lambda: job_id in {e.job_id for e in recording.refresh()}, 60), worker.log()
+    assert wait_for(lambda: started(recording, job_id), 60), worker.log()
     worker_user = roles.users[Role.WORKER]
     refused = "Kafka refused to describe configs of topic .*TOPIC_AUTHORIZATION_FAILED"
     with pytest.raises(TopicAdminError, match=refused):
@@ -186,17 +201,47 @@ def test_the_scheduler_releases_a_delayed_job(
     launcher.start()
     schedulers = SchedulerFactory(roles.users[Role.SCHEDULER], tmp_path)
     env = {**roles.env(Role.SCHEDULER), **scheduler_env(horizon_s=2, wait_tiers_s=[1, 3])}
-    scheduler = schedulers.start(env)
+    # With an app whose schedule is declared in code: the leader publishes it, then fires it.
+    scheduler = schedulers.start(env, app=CRON_APP)
     try:
         app = Pipeline(roles.users[Role.PRODUCER])
         try:
             job_id = app.enqueue("noop", {"n": 8}, delay=1, wait=True)
         finally:
             app.close()
-        ran = wait_for(lambda: job_id in {e.job_id for e in recording.refresh()}, 60)
+        ran = wait_for(lambda: started(recording, job_id), 60)
         assert ran, scheduler.output()[-3000:]
+        fired = job_arrives(roles.superuser, "cron.declared", 60)
+        assert fired, scheduler.output()[-3000:]
+        assert "AUTHORIZATION" not in scheduler.output()
     finally:
         scheduler.kill()
+
+
+def job_arrives(settings: Settings, job_type: str, timeout: float) -> bool:
+    """Whether a job of ``job_type`` reaches a priority topic within ``timeout`` seconds."""
+    consumer = Consumer(
+        {
+            **settings.client_config(),
+            "group.id": f"{settings.namespace}.test-reader",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    codec = JobCodec()
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.subscribe(TopicNames(settings.namespace).all_jobs())
+        while time.monotonic() < deadline:
+            for message in consumer.consume(500, 0.5):
+                if (
+                    message.error() is None
+                    and codec.decode(message.value() or b"").type == job_type
+                ):
+                    return True
+        return False
+    finally:
+        consumer.close()
 
 
 def test_the_operator_replays_a_dead_letter_and_reads_status(
@@ -223,3 +268,74 @@ def test_the_operator_replays_a_dead_letter_and_reads_status(
     status = runner.invoke(cli, ["status", "--json"], env=env)
     assert status.exit_code == 0, status.output
     assert wait_for(lambda: recording.count("S", "doomed") >= 2, 60)
+
+
+def test_the_worker_retries_and_restores_its_idempotency_keys(
+    roles: Roles, workers: tuple[WorkerLauncher, Recording]
+) -> None:
+    # The retry relay (its own group and transactional producer) and the dedup changelog (written
+    # in the worker's transaction, read back by the next owner) run as the worker role too.
+    launcher, recording = workers
+    first = launcher.start()
+    app = Pipeline(roles.users[Role.PRODUCER])
+    try:
+        flaky = app.enqueue("flaky", {"n": 10, "failures": 1}, wait=True)
+        keyed = app.enqueue("noop", {"n": 11}, idempotency_key="order-11", wait=True)
+
+        def finished() -> bool:
+            recording.refresh()
+            return {flaky, keyed} <= recording.finished_ids
+
+        assert wait_for(finished, 60), first.log_tail()
+        assert [e.kind for e in recording.events if e.job_id == flaky] == ["S", "F", "S", "E"]
+        first.terminate()
+        assert first.wait(timeout=60) == 0, first.log_tail()
+
+        second = launcher.start()
+        again = app.enqueue("noop", {"n": 12}, idempotency_key="order-11", wait=True)
+        marker = app.enqueue("noop", {"n": 13}, key="order-11", wait=True)
+    finally:
+        app.close()
+    assert wait_for(lambda: started(recording, marker), 60), second.log_tail()
+    assert not started(recording, again), "a restored key ran again"
+    assert "AUTHORIZATION" not in first.log() + second.log()
+
+
+def test_the_operator_serves_the_dashboard(
+    roles: Roles, workers: tuple[WorkerLauncher, Recording]
+) -> None:
+    from starlette.testclient import TestClient
+
+    from pipeline_web import create_app
+
+    launcher, _ = workers
+    launcher.start()
+    app = Pipeline(roles.users[Role.PRODUCER])
+    try:
+        job_id = app.enqueue("doomed", {"n": 14, "fatal": True}, wait=True)
+    finally:
+        app.close()
+    operator = roles.users[Role.OPERATOR]
+    loopback = ("127.0.0.1", 50000)  # no credentials set: the dashboard serves this machine only
+    with TestClient(create_app(operator), base_url="http://127.0.0.1", client=loopback) as client:
+        pages: list[str] = []
+
+        def listed() -> bool:
+            page = client.get("/dead-letters", params={"type": "doomed"})
+            assert page.status_code == 200, page.text
+            pages.append(page.text)
+            return "job 14 cannot succeed" in page.text  # the letter's error
+
+        assert wait_for(listed, 60), pages[-1]
+
+        def counted() -> bool:  # the overview's reading: backlogs, groups, workers, letters
+            page = client.get("/")
+            assert "Kafka could not be read" not in page.text, page.text
+            pending = re.search(r'id="dead-letters-pending">([0-9,]+)<', page.text)
+            return pending is not None and int(pending[1].replace(",", "")) >= 1
+
+        assert wait_for(counted, 60)
+        for path in ("/workers", "/schedules", f"/jobs?id={job_id}"):
+            page = client.get(path)
+            assert page.status_code == 200, (path, page.text)
+            assert "Kafka could not be read" not in page.text, (path, page.text)
