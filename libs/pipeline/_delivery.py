@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, Message
 
 from ._codec import JobCodec
-from ._errors import DecodeError, EnqueueError, KafkaUnavailableError
+from ._errors import DecodeError, EnqueueError, KafkaUnavailableError, not_authorized
 from ._producer import UNREACHABLE_CODES, Transport, refusal_of
 from ._settings import Settings
 
@@ -47,6 +47,9 @@ class PipelineFailure:
                 f"topic {self.topic} does not exist; create the topics with "
                 "`pipeline topics apply`",
             )
+        if self.code == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+            user = settings.security.sasl_username
+            return EnqueueError(self.job_id, not_authorized("TOPIC", self.topic, "WRITE", user))
         return EnqueueError(self.job_id, self.reason)
 
 

@@ -77,6 +77,17 @@ class KafkaUnavailableError(PipelineError):
     """The Kafka cluster did not answer in time (broker down, wrong address, network)."""
 
 
+def not_authorized(resource: str, name: str, operation: str, user: str | None) -> str:
+    """What to say when Kafka's authorizer refused ``user`` ``operation`` on a resource."""
+    who = f"Kafka user {user}" if user else "this client"
+    principal = f"User:{user}" if user else "User:<name>"
+    return (
+        f"not authorized: {who} lacks {operation} on {resource} {name} "
+        f"({resource}_AUTHORIZATION_FAILED); allow it the ACLs of its role with "
+        f"`pipeline acls apply --role ROLE --principal {principal}` (docs/security.md)"
+    )
+
+
 class NotAuthorizedError(PipelineError):
     """Kafka's authorizer refused this client ``operation`` on a resource (no ACL allows it).
 
@@ -85,13 +96,7 @@ class NotAuthorizedError(PipelineError):
     """
 
     def __init__(self, resource: str, name: str, operation: str, user: str | None) -> None:
-        who = f"Kafka user {user}" if user else "this client"
-        principal = f"User:{user}" if user else "User:<name>"
-        super().__init__(
-            f"not authorized: {who} lacks {operation} on {resource} {name} "
-            f"({resource}_AUTHORIZATION_FAILED); allow it the ACLs of its role with "
-            f"`pipeline acls apply --role ROLE --principal {principal}` (docs/security.md)"
-        )
+        super().__init__(not_authorized(resource, name, operation, user))
         self.resource = resource
         self.name = name
         self.operation = operation

@@ -25,7 +25,7 @@ from pipeline._acls import Role, plan_acls
 from pipeline._admin import apply_topics
 from pipeline._codec import JobCodec
 from pipeline._deadletters import read_dead_letters
-from pipeline._errors import NotAuthorizedError, TopicAdminError
+from pipeline._errors import EnqueueError, NotAuthorizedError, TopicAdminError
 from pipeline._schedule import make_schedule, publish_schedules
 from pipeline._topics import TopicNames
 from pipeline_cli import cli
@@ -139,6 +139,18 @@ def test_the_producer_enqueues_but_reads_nothing(roles: Roles) -> None:
     nightly = make_schedule("nightly", cron="0 3 * * *", job_type="noop")
     with pytest.raises(NotAuthorizedError, match=f"lacks READ on TOPIC {names.schedules} "):
         publish_schedules(producer, [nightly], timeout=15)
+
+
+def test_a_refused_write_names_the_missing_acl(roles: Roles, secure_cluster: DevCluster) -> None:
+    name = f"{roles.namespace}-nobody"
+    nobody = roles.superuser.model_copy(update={"security": secure_cluster.add_user(name)})
+    app = Pipeline(nobody)
+    try:
+        topic = TopicNames(roles.namespace).jobs("default")
+        with pytest.raises(EnqueueError, match=f"Kafka user {name} lacks WRITE on TOPIC {topic} "):
+            app.enqueue("noop", {"n": 3}, wait=True)
+    finally:
+        app.close()
 
 
 def test_the_worker_runs_jobs_and_may_not_alter_topics(
