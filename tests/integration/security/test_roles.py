@@ -351,3 +351,31 @@ def test_the_operator_serves_the_dashboard(
             page = client.get(path)
             assert page.status_code == 200, (path, page.text)
             assert "Kafka could not be read" not in page.text, (path, page.text)
+
+
+def test_a_worker_refused_its_restore_stops_naming_the_acl(
+    roles: Roles, secure_cluster: DevCluster, workers: tuple[WorkerLauncher, Recording]
+) -> None:
+    launcher, recording = workers
+    first = launcher.start()
+    app = Pipeline(roles.users[Role.PRODUCER])
+    try:
+        keyed = app.enqueue("noop", {"n": 15}, idempotency_key="order-15", wait=True)
+    finally:
+        app.close()
+    assert wait_for(lambda: started(recording, keyed), 60), first.log_tail()
+    first.terminate()
+    assert first.wait(timeout=60) == 0, first.log_tail()
+
+    name = f"{roles.namespace}-norestore"
+    security = secure_cluster.add_user(name)
+    restore_group = f"{TopicNames(roles.namespace).dedup}.restore"
+    rules = plan_acls(Role.WORKER, f"User:{name}", roles.superuser)
+    apply_acls(roles.superuser, [rule for rule in rules if rule.name != restore_group])
+    env = client_env(roles.superuser.bootstrap_servers, security)
+    second = launcher.start(env=env)
+    code = second.wait(timeout=90)
+    assert code != 0, second.log_tail()
+    lacks = f"Kafka user {name} lacks DESCRIBE on GROUP {restore_group} "
+    assert lacks in second.log(), second.log_tail()
+    assert second.log().count("could not restore the idempotency keys") == 0, second.log_tail()

@@ -28,7 +28,7 @@ from pipeline._ratelog import RateLimitedLog
 
 from ..commit.marks import CommitMark
 from ..commit.offsetmap import Skips
-from ..route.changelog import ChangelogMissingError
+from ..route.changelog import ChangelogSetupError
 
 if TYPE_CHECKING:
     from .._work import PartitionState
@@ -122,8 +122,8 @@ class Assignment:
             return False
         try:
             dedup.load([(s.topic, s.partition) for s in states])
-        except ChangelogMissingError:
-            raise  # nothing to wait for: the worker stops and says what to create
+        except ChangelogSetupError:
+            raise  # nothing to wait for: the worker stops and says what to create or allow
         except Exception as exc:
             _log.warning("could not restore the idempotency keys, retrying in 1s: %s", exc)
             self._keys_retry_at = time.monotonic() + KEYS_RETRY_S

@@ -34,7 +34,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from pipeline._dedup import DedupScope, Where
 from pipeline._dedupstores import PartitionTables
 from pipeline._deduptable import DedupTable, restore_record
-from pipeline._errors import ConfigurationError, PipelineError
+from pipeline._errors import ConfigurationError, PipelineError, not_authorized
 from pipeline._job import now_ms
 
 _log = logging.getLogger("pipeline.worker.dedup")
@@ -49,8 +49,9 @@ class DedupRestoreError(PipelineError):
     """The deduplication state of a partition could not be read from its changelog."""
 
 
-class ChangelogMissingError(DedupRestoreError):
-    """The changelog topic (or a partition of it) does not exist: a setup error, not an outage."""
+class ChangelogSetupError(DedupRestoreError):
+    """The changelog topic (or a partition of it) does not exist, or this client may not read
+    it: a setup error, not an outage, so waiting does not help."""
 
 
 class DedupRestoreTimeoutError(DedupRestoreError, TimeoutError):
@@ -108,7 +109,8 @@ class KafkaDedupStore(PartitionTables):
                 tables[where] = of_number[label]
         if by_number:
             timeout = self._timeout_s if timeout_s is None else timeout_s
-            restore = _Restore(self.changelog, by_number, timeout, self._clock)
+            user = self._conf.get("sasl.username")
+            restore = _Restore(self.changelog, by_number, timeout, self._clock, user=user)
             log_end = self._consumer_factory({**self.restore_conf(), **_LOG_END})
             reader = self._consumer_factory(self.restore_conf())
             restore.run(reader, log_end)
@@ -152,6 +154,8 @@ class _Restore:
         by_number: dict[int, dict[str, DedupTable]],
         timeout: float,
         clock: Callable[[], int],
+        *,
+        user: str | None = None,
     ) -> None:
         self.topic = topic
         self.by_number = by_number
@@ -163,6 +167,8 @@ class _Restore:
         self.read: dict[int, int] = {}
         self.malformed = 0
         self.first_malformed = ""
+        self.user = user
+        """The SASL user reading, named when Kafka refuses it."""
 
     def run(self, consumer: Consumer, log_end: Consumer) -> None:
         """Read with ``consumer`` into the tables, to the ends ``log_end`` (a read_uncommitted
@@ -269,7 +275,11 @@ class _Restore:
                 "; the changelog topic needs as many partitions as the job topics: "
                 "create it with `pipeline topics apply`"
             )
-        kind = ChangelogMissingError if hint else DedupRestoreError
+        elif error.code() in _NOT_AUTHORIZED:
+            group = error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+            resource, name = ("GROUP", f"{self.topic}.restore") if group else ("TOPIC", self.topic)
+            hint = f"; {not_authorized(resource, name, 'DESCRIBE' if group else 'READ', self.user)}"
+        kind = ChangelogSetupError if hint else DedupRestoreError
         return kind(
             f"reading {where} to restore deduplication state failed: "
             f"{error.str()} ({error.name()}){hint}"
@@ -309,6 +319,9 @@ _TRANSIENT = frozenset(
     }
 )
 
+_NOT_AUTHORIZED = frozenset(
+    {KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED}
+)
 _MISSING = frozenset(
     {
         KafkaError.UNKNOWN_TOPIC_OR_PART,
