@@ -319,7 +319,7 @@ class Processor:
             self.in_flight -= 1
             state = work.state
             state.in_flight -= 1
-            if work.limit is not None or self._key_ordering:
+            if work.limit is not None or work.tenant_limit is not None or self._key_ordering:
                 self.dispatcher.release(work)
             state.commit_offset = state.tracker.finish(work.offset)  # type: ignore[assignment]
             self.finished += 1
