@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 
 import pytest
 from pydantic import ValidationError
 
-from pipeline import Job, JobType
+from pipeline import Job, JobType, Pipeline
 from pipeline._settings import Settings, WorkerSettings
 from pipeline._tenantsettings import TenantSettings
+from pipeline.testing import InMemoryTransport
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
 from pipeline_worker._metricsexport import make_registry
 from pipeline_worker._work import PartitionState, Work
@@ -19,7 +21,7 @@ from pipeline_worker.dispatch.limits import TypeLimit, fleet_cap_share
 from pipeline_worker.dispatch.tenants import TenantTable
 
 from ..metrics_exported import gauges
-from .support import FakeTimers, noop, state
+from .support import FakeTimers, Harness, noop, state
 
 JOB_TYPE = JobType("t", noop)
 
@@ -323,3 +325,44 @@ def test_the_tenant_label_has_only_the_named_tenants_and_other() -> None:
         if sample.name.endswith("_total")
     }
     assert started == {"acme": 5.0, "other": 200.0}
+
+
+def test_a_tenant_cap_holds_on_the_worker_and_its_slots_come_back_on_plain_successes() -> None:
+    async def main() -> None:
+        app = Pipeline(transport=InMemoryTransport())
+        running: Counter[str] = Counter()
+        most: Counter[str] = Counter()
+        gate = asyncio.Event()
+        full = asyncio.Event()
+
+        @app.job("hold")
+        async def hold(who: str) -> None:
+            running[who] += 1
+            most[who] = max(most[who], running[who])
+            if running.total() == 7:
+                full.set()
+            await gate.wait()
+            running[who] -= 1
+
+        # No middleware: successes take the processor's inlined path, which must free the
+        # tenant's slot as the dispatcher's release does.
+        h = Harness(app, plain=True, tenants={"named": {"acme": {"concurrency": 2}}})
+        h.processor.set_share({"t": 1}, {"t": 1})
+        h.feed(
+            *(h.message("hold", {"who": "acme"}, tenant="acme") for _ in range(10)),
+            *(h.message("hold", {"who": "rest"}, tenant="someone") for _ in range(5)),
+        )
+        await full.wait()  # 2 of acme's and the 5 others
+        assert most == {"acme": 2, "rest": 5}
+        gate.set()
+        while h.processor.finished < 15:
+            await asyncio.sleep(0.01)
+        assert most["acme"] == 2
+        assert h.partition.commit_offset == 15
+        limit = h.processor.tenants.entries["acme"].limit
+        assert limit is not None
+        assert limit.running == 0
+        assert h.metrics.tenants["acme"].started == 10
+        assert h.metrics.tenants["other"].started == 5
+
+    asyncio.run(asyncio.wait_for(main(), 20))
