@@ -366,3 +366,19 @@ def test_a_tenant_cap_holds_on_the_worker_and_its_slots_come_back_on_plain_succe
         assert h.metrics.tenants["other"].started == 5
 
     asyncio.run(asyncio.wait_for(main(), 20))
+
+
+def test_the_commit_point_never_passes_a_job_fairness_left_for_later() -> None:
+    queue = FairQueue(equal, key_ordering=False)
+    feed = Feed()
+    p = state()
+    queue.extend(feed.many(p, "A", 300))
+    queue.extend(feed.many(p, "B", 30))  # offsets 300-329, started among A's first ones
+    finished: set[int] = set()
+    while queue:
+        for work in queue.take(7):
+            commit = p.tracker.finish(work.offset)
+            finished.add(work.offset)
+            unfinished = min(set(range(330)) - finished, default=330)
+            assert commit == unfinished, f"commit point {commit}, lowest unfinished {unfinished}"
+    assert p.tracker.watermark == 330
