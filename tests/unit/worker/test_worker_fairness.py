@@ -15,7 +15,7 @@ from pipeline.testing import InMemoryTransport
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
 from pipeline_worker._metricsexport import make_registry
 from pipeline_worker._work import PartitionState, Work
-from pipeline_worker.dispatch.dispatcher import Dispatcher, StrictPolicy
+from pipeline_worker.dispatch.dispatcher import Dispatcher, StrictPolicy, WeightedPolicy
 from pipeline_worker.dispatch.fair import FairQueue
 from pipeline_worker.dispatch.limits import TypeLimit, fleet_cap_share
 from pipeline_worker.dispatch.tenants import TenantTable
@@ -382,3 +382,29 @@ def test_the_commit_point_never_passes_a_job_fairness_left_for_later() -> None:
             unfinished = min(set(range(330)) - finished, default=330)
             assert commit == unfinished, f"commit point {commit}, lowest unfinished {unfinished}"
     assert p.tracker.watermark == 330
+
+
+def test_priorities_keep_their_weights_and_tenants_share_inside_each() -> None:
+    timers = FakeTimers()
+    d = Dispatcher(
+        4,
+        WeightedPolicy([10, 5, 3, 1]),
+        key_ordering=False,
+        clock=timers.clock,
+        schedule=timers.schedule,
+        on_ready=lambda: None,
+        fairness=equal,
+    )
+    feed = Feed()
+    critical, high = state(0), state(1)
+    d.queues[0].extend(feed.many(critical, "A", 3000))
+    d.queues[0].extend(feed.many(critical, "B", 200))
+    d.queues[1].extend(feed.many(high, "A", 3000))
+    taken: list[Work] = []
+    while len(taken) < 600:
+        taken.extend(d.pop_many(64))
+    by_priority = Counter(w.state.pidx for w in taken)
+    assert abs(by_priority[0] - 2 * by_priority[1]) <= 10  # 10:5 while both have jobs
+    in_critical = [w for w in taken if w.state.pidx == 0]
+    b_share = sum(1 for w in in_critical if w.job.tenant == "B") / len(in_critical)
+    assert 0.45 <= b_share <= 0.55  # B's 200 jobs get half of critical's starts

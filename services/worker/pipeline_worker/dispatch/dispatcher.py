@@ -43,7 +43,7 @@ class StrictPolicy:
 
     __slots__ = ()
 
-    def pick(self, queues: Sequence[Sized]) -> int:
+    def pick(self, queues: Sequence[object]) -> int:
         for index, queue in enumerate(queues):
             if queue:
                 return index
@@ -67,7 +67,7 @@ class WeightedPolicy:
         self._weights = list(weights)
         self._credit = [0] * len(weights)
 
-    def pick(self, queues: Sequence[Sized]) -> int:
+    def pick(self, queues: Sequence[object]) -> int:
         credit = self._credit
         weights = self._weights
         best = -1
@@ -113,6 +113,7 @@ class Dispatcher:
             if fairness is None
             else [FairQueue(fairness, key_ordering=key_ordering) for _ in range(queues)]
         )
+        self._fair = fairness is not None
         self.admitted: deque[Work] = deque()
         self._policy = policy
         self._key_ordering = key_ordering
@@ -172,6 +173,8 @@ class Dispatcher:
                 if (work.limit is None and work.tenant_limit is None) or self._enter(work):
                     taken.append(work)
             return taken
+        if self._fair:
+            return self._take_fair_picks(taken, limit)
         pick = self._policy.pick
         while len(taken) < limit:
             index = pick(queues)
@@ -187,6 +190,32 @@ class Dispatcher:
             for work in queue.take(limit - len(taken)):
                 if (work.limit is None and work.tenant_limit is None) or self._enter(work):
                     taken.append(work)
+        return taken
+
+    def _take_fair_picks(self, taken: list[Work], limit: int) -> list[Work]:
+        """Several priorities have jobs: the policy picks over the queues' sizes, then each
+        fair queue gives its share in one call (the shares are the policy's; within one call
+        the jobs come grouped by priority rather than interleaved)."""
+        queues = self.queues
+        pick = self._policy.pick
+        while len(taken) < limit:
+            remaining = [len(queue) for queue in queues]
+            counts = [0] * len(queues)
+            for _ in range(limit - len(taken)):
+                index = pick(remaining)
+                if index < 0:
+                    break
+                remaining[index] -= 1
+                counts[index] += 1
+            if not any(counts):
+                break
+            for index, count in enumerate(counts):
+                if count:
+                    fair = queues[index]
+                    assert isinstance(fair, FairQueue)
+                    for work in fair.take(count):
+                        if (work.limit is None and work.tenant_limit is None) or self._enter(work):
+                            taken.append(work)
         return taken
 
     def release(self, work: Work) -> None:
