@@ -49,6 +49,28 @@ def test_a_flood_of_one_tenant_does_not_hold_back_a_later_tenant(
         assert flood_started >= FLOOD // 2, f"read order, yet B ended after {flood_started} of A"
 
 
+def test_jobs_of_one_key_keep_their_order_when_their_tenants_differ(kit: WorkerKit) -> None:
+    # Each key's jobs alternate between tenants A and B, behind a flood of A's: B's lane is
+    # short and A's long, so B's turns would start a key's odd jobs before its even ones.
+    flood = enqueue(kit.producer, "sleepy_async", 1000, first=10_000, fields=JOB, tenant="A")
+    keys = [f"key-{i}" for i in range(10)]
+    ids = [
+        kit.producer.enqueue(
+            "ordered", {"n": n, "max_ms": 3.0}, key=key, tenant="AB"[n % 2], priority="default"
+        )
+        for n in range(30)
+        for key in keys
+    ]
+    kit.producer.flush(60)
+    worker = kit.workers.start("--key-ordering", "--concurrency", "20", "--burst")
+    assert worker.wait(timeout=120) == 0, worker.log_tail()
+    assert check_ran(kit.recording, flood + ids, exactly_once=True) == []
+    for key in keys:
+        events = [e for e in kit.recording.events if e.key == key]
+        assert "".join(e.kind for e in events) == "SE" * 30, f"{key}: runs overlapped"
+        assert [e.n for e in events if e.kind == "S"] == list(range(30)), f"{key}: out of order"
+
+
 CAP = 12
 """Fleet-wide: 6 partitions split 3/3 or 4/2 give shares that add up to 12 (6+6 or 8+4)."""
 RATE = 150.0
