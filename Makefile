@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq bench-web bench-failover
+.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq bench-web bench-failover bench-tenants
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,10 @@ bench-web: setup
 ## bench-rebalance: a worker joins a busy group, per group protocol, on a 3-node local cluster (~10 min)
 bench-rebalance: setup
 	$(BIN)/python -m ops.bench.rebalance --runs 7 --output docs/benchmarks.md
+
+## bench-tenants: tenant A enqueues 100,000 jobs, then B 1,000: B's waits in read order and with fairness (~3 min)
+bench-tenants: setup
+	$(BIN)/python -m ops.bench.tenants --output docs/benchmarks.md
 
 ## bench-failover: a worker, then the scheduler leader, SIGKILLed: how long until their work runs again (~8 min)
 bench-failover: setup

@@ -25,6 +25,7 @@ from ._job import Priority
 from ._redact import RedactedRepr, validation_problems
 from ._registrysettings import SchemaRegistrySettings
 from ._schedulersettings import SchedulerSettings
+from ._tenantsettings import TenantSettings
 from ._websettings import WebSettings
 
 DAY_MS = 24 * 3600 * 1000
@@ -235,6 +236,10 @@ class WorkerSettings(RedactedRepr, BaseModel):
         ge=0,
         description="publish this process's in-flight jobs and utilization on <ns>.workers "
         "this often (pipeline status shows them); 0: never",
+    )
+    tenants: TenantSettings = Field(
+        default_factory=TenantSettings,
+        description="fair dispatch across tenants, and per-tenant weights and limits",
     )
 
     @field_validator("priorities")

@@ -14,7 +14,9 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
   they end (the rate of several worker processes together, and each one's share).
 * ``bench.stamped`` writes ``R <pid> <ns>`` when it starts (which worker ran jobs when);
 * ``bench.placed`` writes ``P <pid> <topic> <partition> <ns>`` when it starts (which worker ran
-  jobs of which partition when).
+  jobs of which partition when);
+* ``bench.tenant`` writes ``<tenant> <ns> <start ns - enqueue ns>`` when it starts, then awaits
+  ``ms`` milliseconds (whose jobs waited how long behind whose).
 """
 
 from __future__ import annotations
@@ -109,3 +111,12 @@ def stamped(n: int, ms: float = 0.0) -> None:
 def placed(n: int, ctx: JobContext) -> None:
     """Note which process started job ``n``, from which partition, and when."""
     _write(f"P {os.getpid()} {ctx.topic} {ctx.partition} {time.time_ns()}\n")
+
+
+@app.job("bench.tenant")
+async def tenant(n: int, ctx: JobContext, ms: float = 0.0) -> None:
+    """Note the job's tenant, when it started and how long after its enqueue; await ``ms``."""
+    now = time.time_ns()
+    _write(f"{ctx.tenant or '-'} {now} {now - ctx.job.created_at * 1_000_000}\n")
+    if ms:
+        await asyncio.sleep(ms / 1000)

@@ -115,6 +115,7 @@ def busy_registries() -> dict[str, CollectorRegistry]:
     worker.count_move("email.send", dead=True, reason="exhausted")
     worker.count(worker.relayed, "ns.retry.0")
     worker.count_dedup("email.send", "duplicate")
+    worker.tenant_stats("acme").wait.observe(0.1)
     scheduler = SchedulerMetrics()
     scheduler.tier_moves.labels(tier="ns.deferred.0").inc()
     scheduler.cron_fires.labels(schedule="nightly").inc()

@@ -85,11 +85,25 @@ class TypeStats:
         self.latency = Histogram(LATENCY_BUCKETS)
 
 
+class TenantStats:
+    """Counters of one tenant named in the settings, or of all the others (``other``)."""
+
+    __slots__ = ("started", "tenant", "wait")
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+        self.started = 0
+        self.wait = Histogram(LATENCY_BUCKETS)
+        """Seconds from due (created, or not_before) to start, as ``TypeStats.latency``."""
+
+
 @dataclass(eq=False)
 class WorkerMetrics:
     """Everything the worker counts; the runtime writes, :class:`WorkerCollector` reads."""
 
     stats: dict[tuple[str, str], TypeStats] = field(default_factory=dict)
+    tenants: dict[str, TenantStats] = field(default_factory=dict)
+    """By tenant label: the tenants named in the settings and ``other`` (none if none are)."""
     undecodable: dict[str, int] = field(default_factory=dict)
     """By reason: ``decode_error`` or ``unknown_type``."""
     duplicates: int = 0
@@ -143,6 +157,12 @@ class WorkerMetrics:
         stats = self.stats.get(key)
         if stats is None:
             stats = self.stats[key] = TypeStats(job_type, priority)
+        return stats
+
+    def tenant_stats(self, tenant: str) -> TenantStats:
+        stats = self.tenants.get(tenant)
+        if stats is None:
+            stats = self.tenants[tenant] = TenantStats(tenant)
         return stats
 
     def count_dedup(self, job_type: str, verdict: str) -> None:

@@ -91,10 +91,30 @@ class WorkerCollector(Collector):
             "Middleware hooks that raised (logged; a failed outcome hook keeps the offset open).",
             value=m.hook_failures,
         )
+        yield from self._tenants(m)
         yield from self._moves(m)
         yield from self._poison(m)
         yield from self._consumer(m)
         yield from self._gauges()
+
+    def _tenants(self, m: WorkerMetrics) -> Iterator[Metric]:
+        """By tenant: those named in ``worker.tenants.named``, the rest as ``other`` (no
+        samples when none are named), so the label's values are bounded by the settings."""
+        started = CounterMetricFamily(
+            "pipeline_tenant_jobs_started",
+            "Jobs whose handler was called, by tenant (unnamed tenants: other).",
+            labels=["tenant"],
+        )
+        wait = HistogramMetricFamily(
+            "pipeline_tenant_job_queue_latency_seconds",
+            "Enqueue (or not_before) to handler start, by tenant (unnamed tenants: other).",
+            labels=["tenant"],
+        )
+        for name, stats in sorted(m.tenants.items()):
+            started.add_metric([name], stats.started)
+            wait.add_metric([name], stats.wait.buckets(), stats.wait.sum)
+        yield started
+        yield wait
 
     def _poison(self, m: WorkerMetrics) -> Iterator[Metric]:
         yield CounterMetricFamily(

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pipeline import Job, JobType, Priority
     from pipeline._context import JobContext
 
-    from ._metrics import TypeStats
+    from ._metrics import TenantStats, TypeStats
     from .dispatch.limits import TypeLimit
 
 
@@ -121,6 +121,8 @@ class Work:
         "state",
         "stats",
         "suspended",
+        "tenant_limit",
+        "tenant_stats",
         "timer",
     )
 
@@ -141,6 +143,10 @@ class Work:
         self.job_type = job_type
         self.limit = limit
         self.stats = stats
+        self.tenant_limit: TypeLimit[Work] | None = None
+        """Its tenant's cap and rate, when the settings give the tenant any."""
+        self.tenant_stats: TenantStats | None = None
+        """Its tenant's counters, when the settings name tenants."""
         self.kwargs: dict[str, Any] | None = None
         self.ctx: JobContext | None = None
         self.context: Context | None = None

@@ -91,6 +91,7 @@ class JsonJobCodec:
                 "payload": job.payload.decode(),
                 "attempt": job.attempt,
                 "idempotency_key": job.idempotency_key,
+                "tenant": job.tenant,
             }
         ).encode()
 
@@ -105,6 +106,7 @@ class JsonJobCodec:
                 payload=raw["payload"].encode(),
                 attempt=raw["attempt"],
                 idempotency_key=raw.get("idempotency_key"),
+                tenant=raw.get("tenant"),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"not a job: {exc}", bytes(data)) from exc
@@ -145,8 +147,11 @@ class Harness:
         middleware: Sequence[Middleware] = (),
         router: Any = None,
         dedup: Any = None,
+        plain: bool = False,
         **worker: Any,
     ) -> None:
+        """``plain``: no middleware at all, not even the recorder (the inlined success path);
+        wait on ``processor.finished`` then."""
         self.app = app
         app.codec = JsonJobCodec()  # type: ignore[assignment]
         self.recorder = Recorder()
@@ -158,7 +163,7 @@ class Harness:
             topics={p: app.topics.jobs(p) for p in PRIORITIES},
             loop=asyncio.get_running_loop(),
             metrics=self.metrics,
-            middleware=[self.recorder, *middleware],
+            middleware=[] if plain else [self.recorder, *middleware],
             context=contextvars.copy_context(),
             router=router,
             dedup=dedup,
@@ -174,12 +179,18 @@ class Harness:
         key: bytes | None = None,
         value: bytes | None = None,
         offset: int | None = None,
+        tenant: str | None = None,
     ) -> Message:
         if offset is None:
             offset = self._next
         self._next = max(self._next, offset + 1)
         if value is None:
-            job = Job(id=f"job-{offset}", type=job_type, payload=json.dumps(payload or {}).encode())
+            job = Job(
+                id=f"job-{offset}",
+                type=job_type,
+                payload=json.dumps(payload or {}).encode(),
+                tenant=tenant,
+            )
             value = self.app.codec.encode(job)
         return Message(topic=self.partition.topic, partition=0, offset=offset, key=key, value=value)
 

@@ -1,21 +1,25 @@
-"""Which buffered job runs next: the priority policy, per-key ordering and per-type limits.
+"""Which buffered job runs next: the priority policy, per-key ordering and the limits.
 
 Jobs wait in one queue per priority. :meth:`Dispatcher.pop` picks a queue by the policy
 (``strict``: the first non-empty queue in priority order; ``weighted``: smooth weighted
 round-robin over the non-empty queues, so a low priority is never starved), then checks the
-job's limits. A job that cannot start yet is set aside, never spun on: behind the running job of
-its key (per-key ordering), or in its type's limit (concurrency cap or rate limit). When the
-blocking job finishes (:meth:`Dispatcher.release`) or the rate allows (a timer), the job set
-aside moves to the ``admitted`` queue, which :meth:`pop` serves first.
+job's limits. Inside a queue, jobs leave in the order they were read, or, with tenant fairness,
+by deficit round robin over their tenants (:mod:`.fair`). A job that cannot start yet is set
+aside, never spun on: behind the running job of its key (per-key ordering), or in its tenant's
+limit, then its type's (concurrency cap or rate limit; a job waiting in its type's limit holds
+its tenant's slot). When the blocking job finishes (:meth:`Dispatcher.release`) or the rate
+allows (a timer), the job set aside moves on to the ``admitted`` queue, which :meth:`pop`
+serves first.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence, Sized
+from typing import Literal, Protocol
 
 from .._work import PartitionState, Work
+from .fair import FairQueue, Weight
 from .limits import TypeLimit
 
 Policy = Literal["strict", "weighted"]
@@ -24,12 +28,22 @@ Schedule = Callable[[float, Callable[[], None]], object]
 """``schedule(delay_seconds, callback)``: run ``callback`` on the dispatcher's thread later."""
 
 
+class WorkQueue(Sized, Protocol):
+    """A priority's queue: a plain deque, or a :class:`~.fair.FairQueue`."""
+
+    def append(self, work: Work, /) -> None: ...
+
+    def extend(self, works: Iterable[Work], /) -> None: ...
+
+    def popleft(self) -> Work: ...
+
+
 class StrictPolicy:
     """Always the first non-empty queue: lower priorities wait until higher ones are empty."""
 
     __slots__ = ()
 
-    def pick(self, queues: Sequence[deque[Work]]) -> int:
+    def pick(self, queues: Sequence[object]) -> int:
         for index, queue in enumerate(queues):
             if queue:
                 return index
@@ -53,7 +67,7 @@ class WeightedPolicy:
         self._weights = list(weights)
         self._credit = [0] * len(weights)
 
-    def pick(self, queues: Sequence[deque[Work]]) -> int:
+    def pick(self, queues: Sequence[object]) -> int:
         credit = self._credit
         weights = self._weights
         best = -1
@@ -90,8 +104,16 @@ class Dispatcher:
         clock: Clock,
         schedule: Schedule,
         on_ready: Callable[[], None],
+        fairness: Weight | None = None,
     ) -> None:
-        self.queues: list[deque[Work]] = [deque() for _ in range(queues)]
+        """``fairness``: the weight of a tenant, to share each priority among tenants (None:
+        each queue is served in the order jobs were read)."""
+        self.queues: list[WorkQueue] = (
+            [deque() for _ in range(queues)]
+            if fairness is None
+            else [FairQueue(fairness, key_ordering=key_ordering) for _ in range(queues)]
+        )
+        self._fair = fairness is not None
         self.admitted: deque[Work] = deque()
         self._policy = policy
         self._key_ordering = key_ordering
@@ -123,8 +145,7 @@ class Dispatcher:
                         successors.append(work)
                     continue
                 keys[key] = None
-            limit = work.limit
-            if limit is None or self._admit(limit, work):
+            if (work.limit is None and work.tenant_limit is None) or self._enter(work):
                 return work
 
     def pop_many(self, limit: int) -> list[Work]:
@@ -145,26 +166,66 @@ class Dispatcher:
         if len(nonempty) == 1:
             # One priority has jobs: no choice to make, take them in order.
             queue = nonempty[0]
+            if isinstance(queue, FairQueue):
+                return self._take_fair(queue, taken, limit)
             while queue and len(taken) < limit:
                 work = queue.popleft()
-                type_limit = work.limit
-                if type_limit is None or self._admit(type_limit, work):
+                if (work.limit is None and work.tenant_limit is None) or self._enter(work):
                     taken.append(work)
             return taken
+        if self._fair:
+            return self._take_fair_picks(taken, limit)
         pick = self._policy.pick
         while len(taken) < limit:
             index = pick(queues)
             if index < 0:
                 break
             work = queues[index].popleft()
-            type_limit = work.limit
-            if type_limit is None or self._admit(type_limit, work):
+            if (work.limit is None and work.tenant_limit is None) or self._enter(work):
                 taken.append(work)
         return taken
 
+    def _take_fair(self, queue: FairQueue, taken: list[Work], limit: int) -> list[Work]:
+        while queue and len(taken) < limit:
+            for work in queue.take(limit - len(taken)):
+                if (work.limit is None and work.tenant_limit is None) or self._enter(work):
+                    taken.append(work)
+        return taken
+
+    def _take_fair_picks(self, taken: list[Work], limit: int) -> list[Work]:
+        """Several priorities have jobs: the policy picks over the queues' sizes, then each
+        fair queue gives its share in one call (the shares are the policy's; within one call
+        the jobs come grouped by priority rather than interleaved)."""
+        queues = self.queues
+        pick = self._policy.pick
+        while len(taken) < limit:
+            remaining = [len(queue) for queue in queues]
+            counts = [0] * len(queues)
+            for _ in range(limit - len(taken)):
+                index = pick(remaining)
+                if index < 0:
+                    break
+                remaining[index] -= 1
+                counts[index] += 1
+            if not any(counts):
+                break
+            for index, count in enumerate(counts):
+                if count:
+                    fair = queues[index]
+                    assert isinstance(fair, FairQueue)
+                    for work in fair.take(count):
+                        if (work.limit is None and work.tenant_limit is None) or self._enter(work):
+                            taken.append(work)
+        return taken
+
     def release(self, work: Work) -> None:
-        """``work`` finished (or was dropped after admission): free its limit slot and key."""
+        """``work`` finished (or was dropped after admission): free its limit slots and key."""
         limit = work.limit
+        if limit is not None:
+            limit.release()
+            if limit.waiting:
+                self._drain(limit)
+        limit = work.tenant_limit
         if limit is not None:
             limit.release()
             if limit.waiting:
@@ -177,10 +238,20 @@ class Dispatcher:
                 successor = successors.popleft()
                 if not successors:
                     keys[key] = None
-                if successor.limit is None or self._admit(successor.limit, successor):
+                if (successor.limit is None and successor.tenant_limit is None) or self._enter(
+                    successor
+                ):
                     self.admitted.append(successor)
             else:
                 keys.pop(key, None)
+
+    def _enter(self, work: Work) -> bool:
+        """Reserve ``work``'s tenant slot, then its type slot; False: it waits in one of them."""
+        tenant = work.tenant_limit
+        if tenant is not None and not self._admit(tenant, work):
+            return False
+        limit = work.limit
+        return limit is None or self._admit(limit, work)
 
     def _admit(self, limit: TypeLimit[Work], work: Work) -> bool:
         # A limit with jobs waiting admits in arrival order: newcomers queue behind them.
@@ -196,7 +267,15 @@ class Dispatcher:
         waiting = limit.waiting
         moved = False
         while waiting and limit.try_admit(now):
-            self.admitted.append(waiting.popleft())
+            work = waiting.popleft()
+            type_limit = work.limit
+            if (
+                limit is work.tenant_limit
+                and type_limit is not None
+                and not self._admit(type_limit, work)
+            ):
+                continue  # on to wait in its type's limit, holding the tenant's slot
+            self.admitted.append(work)
             moved = True
         if waiting:
             self._arm(limit)
@@ -244,9 +323,14 @@ class Dispatcher:
         for work in _remove(self.admitted, condemned):
             if work.limit is not None:
                 work.limit.release()
+            if work.tenant_limit is not None:
+                work.tenant_limit.release()
             dropped.append(work)
         for limit in self._limits:
-            dropped.extend(_remove(limit.waiting, condemned))
+            for work in _remove(limit.waiting, condemned):
+                if limit is work.limit and work.tenant_limit is not None:
+                    work.tenant_limit.release()  # it held its tenant's slot
+                dropped.append(work)
         for state in doomed:
             for successors in state.keys.values():
                 if successors:
@@ -255,8 +339,11 @@ class Dispatcher:
         return dropped
 
 
-def _remove(queue: deque[Work], condemned: Callable[[Work], bool]) -> list[Work]:
+def _remove(queue: WorkQueue, condemned: Callable[[Work], bool]) -> list[Work]:
     """Take the condemned jobs out of ``queue`` (keeping the order of the others)."""
+    if isinstance(queue, FairQueue):
+        return queue.remove_where(condemned)
+    assert isinstance(queue, deque)
     removed = [w for w in queue if condemned(w)]
     if removed:
         kept = [w for w in queue if not condemned(w)]

@@ -1,11 +1,13 @@
-"""Per-type limits: a concurrency cap and a fleet-wide rate limit, behind one admission gate.
+"""Per-type and per-tenant limits: a concurrency cap and a fleet-wide rate limit, behind one
+admission gate.
 
 The rate limit of a job type (``JobOptions.rate_limit``, runs per second) holds across every
 worker of the group. Workers do not talk to each other, so each takes the share of the rate that
 matches its share of the partitions: ``rate * owned / total``, recomputed on every assignment
 change. This is exact when the type's jobs are spread evenly over the partitions (unkeyed jobs
 are) and approximate otherwise (a hot key concentrates jobs on one partition, whose owner then
-runs them at its share only).
+runs them at its share only). A tenant's cap is fleet-wide too (:func:`fleet_cap_share`);
+a type's cap is per worker.
 """
 
 from __future__ import annotations
@@ -28,6 +30,17 @@ def fleet_share(rate: float, owned: int, total: int) -> float:
     if total == 0 or owned == 0:
         return 0.0
     return rate * min(owned, total) / total
+
+
+def fleet_cap_share(cap: int, owned: int, total: int) -> int:
+    """This worker's part of a fleet-wide concurrency ``cap``: its share of the ``total``
+    partitions, rounded down so the fleet never exceeds the cap, but at least 1 while it owns
+    any (a cap smaller than the number of workers owning partitions is exceeded so)."""
+    if cap < 0 or owned < 0 or total < 0:
+        raise ValueError(f"negative cap or partition count: {cap}, {owned}, {total}")
+    if total == 0 or owned == 0:
+        return 0
+    return max(1, cap * min(owned, total) // total)
 
 
 class TokenBucket:
@@ -86,11 +99,30 @@ class TypeLimit(Generic[Waiting]):
     queues, so a capped type never blocks the others.
     """
 
-    __slots__ = ("bucket", "cap", "name", "rate_limit", "running", "timer_armed", "waiting")
+    __slots__ = (
+        "bucket",
+        "cap",
+        "fleet_cap",
+        "name",
+        "rate_limit",
+        "running",
+        "timer_armed",
+        "waiting",
+    )
 
-    def __init__(self, name: str, *, cap: int | None, rate_limit: float | None, now: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        cap: int | None,
+        rate_limit: float | None,
+        now: float,
+        fleet_cap: bool = False,
+    ) -> None:
         self.name = name
         self.cap = cap
+        self.fleet_cap = cap if fleet_cap else None
+        """The cap holds fleet-wide (``cap`` is then this worker's share of it)."""
         self.rate_limit = rate_limit
         self.bucket = TokenBucket(0.0, now) if rate_limit is not None else None
         self.running = 0
@@ -115,7 +147,9 @@ class TypeLimit(Generic[Waiting]):
         return self.cap is not None and self.running >= self.cap
 
     def set_share(self, owned: int, total: int, now: float) -> None:
-        """Apply this worker's share of the fleet-wide rate limit."""
+        """Apply this worker's share of the fleet-wide rate limit (and cap, if fleet-wide)."""
+        if self.fleet_cap is not None:
+            self.cap = fleet_cap_share(self.fleet_cap, owned, total)
         if self.bucket is not None and self.rate_limit is not None:
             self.bucket.set_rate(fleet_share(self.rate_limit, owned, total), now)
 

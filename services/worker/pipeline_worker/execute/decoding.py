@@ -9,7 +9,6 @@ starts what it queued).
 
 from __future__ import annotations
 
-from collections import deque
 from typing import TYPE_CHECKING
 
 from .._work import PartitionState, Work
@@ -22,7 +21,9 @@ if TYPE_CHECKING:
     from pipeline import Pipeline
 
     from .._metrics import WorkerMetrics
+    from ..dispatch.dispatcher import WorkQueue
     from ..dispatch.jobtypes import TypeTable
+    from ..dispatch.tenants import TenantTable
     from ..route.dedup import Deduplicator
 
 
@@ -34,7 +35,8 @@ class BatchDecoder:
         *,
         app: Pipeline,
         types: TypeTable,
-        queues: list[deque[Work]],
+        queues: list[WorkQueue],
+        tenants: TenantTable,
         endings: Endings,
         metrics: WorkerMetrics,
         dedup: Deduplicator | None,
@@ -42,6 +44,7 @@ class BatchDecoder:
         self._app = app
         self._types = types
         self._queues = queues
+        self._tenants = tenants
         self._endings = endings
         self._metrics = metrics
         self._dedup = dedup
@@ -54,6 +57,7 @@ class BatchDecoder:
         dedup = self._dedup
         endings = self._endings
         queues = self._queues
+        tenants = self._tenants.active
         for state, messages in batch:
             if not state.active:
                 continue
@@ -62,6 +66,7 @@ class BatchDecoder:
             queue = queues[state.pidx]
             pidx = state.pidx
             skips = state.skips
+            queued: list[Work] = []
             for msg in messages:
                 offset: int = msg.offset()  # type: ignore[assignment]
                 if offset < expected:
@@ -97,9 +102,14 @@ class BatchDecoder:
                     state.taken += 1
                     endings.done(state, offset, True)
                     continue
-                queue.append(Work(state, offset, msg.key(), job, entry.job_type, entry.limit,
-                                  entry.stats[pidx]))  # fmt: skip
+                work = Work(state, offset, msg.key(), job, entry.job_type, entry.limit,
+                            entry.stats[pidx])  # fmt: skip
+                queued.append(work)
             state.expected = expected
+            if queued:
+                if tenants:
+                    self._tenants.tag(queued)
+                queue.extend(queued)  # one call per partition, none per job
 
     def poison(self, state: PartitionState, msg: Message, error: BaseException) -> None:
         """Dead-letter, without running it, a message that killed its worker process every time

@@ -34,6 +34,7 @@ from .._work import IdleWaiters, PartitionState, Work
 from ..dispatch.dispatcher import Dispatcher, make_policy
 from ..dispatch.holds import Holds
 from ..dispatch.jobtypes import TypeTable
+from ..dispatch.tenants import TenantTable
 from ..route.endings import Endings
 from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
@@ -89,6 +90,7 @@ class Processor:
         self._plain = not middleware
         """No middleware: successes skip building an Outcome."""
         weights = [worker.weights[list(Priority).index(p)] for p in priorities]
+        self.tenants = TenantTable(worker.tenants, metrics)
         self.dispatcher = Dispatcher(
             len(priorities),
             make_policy(worker.policy, weights),
@@ -96,6 +98,7 @@ class Processor:
             clock=time.monotonic,
             schedule=loop.call_later,
             on_ready=self.pump,
+            fairness=self.tenants.weight if worker.tenants.fairness else None,
         )
         self._runners, self._pool, self._chain = executors(
             app.middleware, loop, worker.threads or worker.concurrency, context, self
@@ -131,6 +134,7 @@ class Processor:
             app=app,
             types=self.types,
             queues=self.dispatcher.queues,
+            tenants=self.tenants,
             endings=self._endings,
             metrics=metrics,
             dedup=dedup,
@@ -161,9 +165,10 @@ class Processor:
         self.pump()
 
     def set_share(self, owned: Mapping[str, int], partitions: Mapping[str, int]) -> None:
-        """The assignment changed: rate limits take this worker's new share of the fleet's."""
+        """The assignment changed: limits take this worker's new share of the fleet's."""
         self.types.set_share(owned, partitions)
-        self.dispatcher.refresh_limits(self.types.limits)
+        self.tenants.set_share(owned, partitions)
+        self.dispatcher.refresh_limits((*self.types.limits, *self.tenants.limits))
 
     # -- starting ------------------------------------------------------------------------------
 
@@ -229,7 +234,12 @@ class Processor:
         if self._events is not None:
             self._events.started(job)
         queued_ms = wall_ms - (job.not_before or job.created_at)
-        stats.latency.observe(queued_ms * 0.001 if queued_ms > 0 else 0.0)
+        queued_s = queued_ms * 0.001 if queued_ms > 0 else 0.0
+        stats.latency.observe(queued_s)
+        tenant = work.tenant_stats
+        if tenant is not None:
+            tenant.started += 1
+            tenant.wait.observe(queued_s)
         work.started = now
         job_type = work.job_type
         entry = self.types.entries[job.type]
@@ -309,7 +319,7 @@ class Processor:
             self.in_flight -= 1
             state = work.state
             state.in_flight -= 1
-            if work.limit is not None or self._key_ordering:
+            if work.limit is not None or work.tenant_limit is not None or self._key_ordering:
                 self.dispatcher.release(work)
             state.commit_offset = state.tracker.finish(work.offset)  # type: ignore[assignment]
             self.finished += 1
