@@ -15,6 +15,7 @@ import pytest
 
 from tests.faults.cluster import active_controller, coordinator, wait_in_sync
 from tests.faults.fixtures import fault_run, host_network, hosted_cluster
+from tests.faults.run import WORKER_HOSTS
 from tests.integration.worker.harness import wait_until
 
 if TYPE_CHECKING:
@@ -52,17 +53,20 @@ def test_a_broker_sigkilled_twice_coordinator_then_controller(
     run.start()
     killed = []
     for role in ("group coordinator", "active controller"):
-        if role == "group coordinator":
-            node_id = coordinator(run.settings, run.group)
-        else:
-            node_id = active_controller(hosted_cluster)
-        killed.append(f"{role} node {node_id}")
+        roles = {
+            "group coordinator": coordinator(run.settings, run.group),
+            "active controller": active_controller(hosted_cluster),
+        }
+        node_id = roles[role]
+        killed.append(
+            f"node {node_id} ({' and '.join(r for r, n in roles.items() if n == node_id)})"
+        )
         hosted_cluster.stop_node(node_id - 1, hard=True)
         run.wait_running()  # two of three replicas keep taking and serving jobs
         hosted_cluster.start_node(node_id - 1)
         wait_in_sync(run.settings)
         run.wait_running()
-    counts = run.finish("SIGKILL + restart: " + ", then ".join(killed))
+    counts = run.finish("SIGKILL + restart of " + ", then ".join(killed))
     check(run, counts)
 
 
@@ -90,23 +94,48 @@ def test_all_three_brokers_sigkilled_and_restarted(
     check(run, run.finish("SIGKILL of all three nodes, then all restarted"))
 
 
+def hold(run: FaultRun, seconds: float) -> None:
+    """A fault lasts a fixed time; the workers must stay up through it."""
+    end = time.monotonic() + seconds
+    wait_until(
+        lambda: time.monotonic() >= end,
+        timeout=seconds + 5,
+        what="the fault's time to pass",
+        watch=run.workers,
+        interval=0.5,
+    )
+
+
 def test_the_coordinator_cut_off_from_the_clients_for_30_s(
     run: FaultRun, hosted_cluster: DevCluster, host_network: HostNetwork
 ) -> None:
     run.start()
     node_id = coordinator(run.settings, run.group)
     port = hosted_cluster.nodes[node_id - 1].port
-    host_network.cut(port)
-    # The fault lasts a fixed time; the workers must stay up through it.
-    end = time.monotonic() + CUT_OFF_S
-    wait_until(
-        lambda: time.monotonic() >= end,
-        timeout=CUT_OFF_S + 5,
-        what="the cut-off to end",
-        watch=run.workers,
-        interval=0.5,
-    )
+    host_network.cut(port)  # from the producer's and both workers' hosts, not from the brokers
+    hold(run, CUT_OFF_S)
     host_network.heal(port)
     run.wait_running()
     counts = run.finish(f"node {node_id} (group coordinator) cut off from all clients for 30 s")
     check(run, counts)
+
+
+def test_a_worker_host_cut_off_from_the_cluster_for_30_s(
+    run: FaultRun, hosted_cluster: DevCluster, host_network: HostNetwork
+) -> None:
+    run.start()
+    ports = [node.port for node in hosted_cluster.nodes]
+    host, (isolated, other) = WORKER_HOSTS[0], run.workers
+    for port in ports:
+        host_network.cut(port, [host])
+    cut_ns = time.time_ns()
+    hold(run, CUT_OFF_S)  # the other worker takes over the cut-off one's partitions
+    for port in ports:
+        host_network.heal(port, [host])
+    healed_ns = time.time_ns()
+    # Runs that had started may still write their lines in the first moments of the cut.
+    assert run.runs_of(isolated, cut_ns + 2_000_000_000, healed_ns) == 0
+    assert run.runs_of(other, cut_ns + 15_000_000_000, healed_ns) > 0
+    run.wait_ran_on(isolated)  # back in the group, with partitions of its own
+    run.wait_running()
+    check(run, run.finish(f"worker host {host} cut off from all three brokers for 30 s"))

@@ -81,7 +81,5 @@ def fault_run(
         run.close()
         launcher.stop_all()
         if network is not None:
-            for node in cluster.nodes:
-                if node.port in network.cuts:
-                    network.heal(node.port)
+            network.heal_all()
         cluster.start_nodes(range(len(cluster.nodes)))

@@ -4,8 +4,9 @@ The brokers listen on one address of this namespace (on ``lo``, a /32 of a priva
 per run); each host is a namespace (``ip netns``) with one veth pair: its end has the host's
 address and a default route to the other end, here. A host reaches the brokers' address like a
 remote machine, and only that: nothing is forwarded anywhere else. :meth:`HostNetwork.cut` drops
-one broker's traffic inside every host namespace (``iptables``), so that broker is cut off from
-the clients while it still replicates with the other brokers.
+one broker's traffic inside the host namespaces (``iptables``, both ways): cut from every host,
+that broker is cut off from the clients while it still replicates with the other brokers; every
+broker cut from one host cuts that host off from the cluster.
 
 Every name carries a token of the run, so parallel runs do not collide, and :meth:`close`
 removes all of it (the namespaces take their veth ends and rules with them).
@@ -64,11 +65,11 @@ class HostNetwork:
     addresses: dict[str, str] = field(default_factory=dict)
     """Each host's own address."""
     _made: list[tuple[str, ...]] = field(default_factory=list)
-    _cuts: set[int] = field(default_factory=set)
+    _cuts: set[tuple[str, int]] = field(default_factory=set)
 
     @property
-    def cuts(self) -> frozenset[int]:
-        """The broker ports cut off now."""
+    def cuts(self) -> frozenset[tuple[str, int]]:
+        """The (host, broker port) pairs cut off now."""
         return frozenset(self._cuts)
 
     def namespace(self, host: str) -> str:
@@ -114,19 +115,23 @@ class HostNetwork:
             ["INPUT", "-s", broker, "-p", "tcp", "--sport", str(port), "-j", "DROP"],
         ]
 
-    def cut(self, port: int) -> None:
-        """Drop every packet between the hosts and the broker on ``port`` (both ways)."""
-        for host in self.hosts:
+    def cut(self, port: int, hosts: Sequence[str] | None = None) -> None:
+        """Drop every packet between ``hosts`` (default: all) and the broker on ``port``."""
+        for host in self.hosts if hosts is None else hosts:
             for rule in self._rules(port):
                 _run(*self.prefix(host), "iptables", "-w", "-A", *rule)
-        self._cuts.add(port)
+            self._cuts.add((host, port))
 
-    def heal(self, port: int) -> None:
+    def heal(self, port: int, hosts: Sequence[str] | None = None) -> None:
         """Undo :meth:`cut`."""
-        for host in self.hosts:
+        for host in self.hosts if hosts is None else hosts:
             for rule in self._rules(port):
                 _run(*self.prefix(host), "iptables", "-w", "-D", *rule)
-        self._cuts.discard(port)
+            self._cuts.discard((host, port))
+
+    def heal_all(self) -> None:
+        for host, port in sorted(self._cuts):
+            self.heal(port, [host])
 
     def close(self) -> list[str]:
         """Remove everything :meth:`create` made, newest first; returns what could not be."""

@@ -153,6 +153,27 @@ class FaultRun:
             interval=0.2,
         )
 
+    def runs_of(self, worker: WorkerProcess, since_ns: int, until_ns: int | None = None) -> int:
+        """How many runs ``worker`` started between ``since_ns`` and ``until_ns`` (wall clock)."""
+        return sum(
+            1
+            for event in self.recording.starts()
+            if event.pid == worker.pid
+            and event.time_ns >= since_ns
+            and (until_ns is None or event.time_ns <= until_ns)
+        )
+
+    def wait_ran_on(self, worker: WorkerProcess, jobs: int = 20, timeout: float = 120) -> None:
+        """Wait until ``worker`` started ``jobs`` runs from now (it has partitions again)."""
+        since = time.time_ns()
+        wait_until(
+            lambda: self.runs_of(worker, since) >= jobs,
+            timeout=timeout,
+            what=f"{jobs} runs on worker pid {worker.pid}\n{worker.log_tail()}",
+            watch=self.workers,
+            interval=0.2,
+        )
+
     def producer_output(self) -> str:
         text = self._producer_out.read_text(errors="replace") if self._producer_out.exists() else ""
         return f"--- producer output ---\n{text[-3000:]}"
