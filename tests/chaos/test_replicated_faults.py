@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.faults.cluster import active_controller, coordinator, wait_in_sync
+from tests.faults.cluster import active_controller, coordinator, out_of_sync, wait_in_sync
 from tests.faults.fixtures import fault_run, host_network, hosted_cluster
 from tests.faults.run import WORKER_HOSTS
 from tests.integration.worker.harness import wait_until
@@ -114,6 +114,8 @@ def test_the_coordinator_cut_off_from_the_clients_for_30_s(
     port = hosted_cluster.nodes[node_id - 1].port
     host_network.cut(port)  # from the producer's and both workers' hosts, not from the brokers
     hold(run, CUT_OFF_S)
+    # Not a broker partition: the node still replicates, every replica stayed in sync.
+    assert out_of_sync(run.settings) == []
     host_network.heal(port)
     run.wait_running()
     counts = run.finish(f"node {node_id} (group coordinator) cut off from all clients for 30 s")

@@ -3,6 +3,7 @@ cluster, and per test a :class:`~tests.faults.run.FaultRun` in a namespace of it
 
 from __future__ import annotations
 
+import gc
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +13,7 @@ import pytest
 from pipeline import Settings
 from tests.conftest import _stop_dev_cluster, _wait_for_coordinators, start_dev_cluster
 from tests.integration.worker.harness import Recording, WorkerLauncher
+from tests.integration.worker.harness.kafka import drop_admins
 
 from .cluster import REPLICATED_TOPICS
 from .netns import HostNetwork, NetworkSetupError
@@ -46,6 +48,10 @@ def _cluster(host: str | None) -> Iterator[DevCluster]:
         _wait_for_coordinators(cluster.bootstrap_servers)
         yield cluster
     finally:
+        # No client of this process may go on calling the cluster's address once it is gone
+        # (an address of the test hosts' block would then be routed off this machine).
+        drop_admins()
+        gc.collect()
         _stop_dev_cluster(data_dir)
 
 

@@ -85,6 +85,9 @@ class HostNetwork:
         block = _free_block()
         base = block.network_address
         self.broker_address = str(base + 1)
+        # Whatever in the block is not a host or the brokers' address stays on this machine.
+        _run("ip", "route", "add", "unreachable", str(block))
+        self._made.append(("ip", "route", "del", "unreachable", str(block)))
         _run("ip", "addr", "add", f"{self.broker_address}/32", "dev", "lo")
         self._made.append(("ip", "addr", "del", f"{self.broker_address}/32", "dev", "lo"))
         for number, host in enumerate(self.hosts, start=1):
