@@ -3,9 +3,10 @@
 ``python -m tests.faults.produce LOG RATE`` sends ``noop`` jobs (payload ``{"n": i}``) at
 ``RATE`` per second, in turn to each priority, until SIGTERM; then it stops sending and waits
 for the answers to the jobs still in flight (the producer's delivery timeout at most). ``LOG``
-gets one line per job as its answer comes: ``A <job id>`` acknowledged, ``F <job id>`` refused or
-timed out, and at exit ``U <job id>`` for a job never answered. Kafka settings come from the
-environment (``PIPELINE_*``), so the process can run on another host (network namespace).
+gets one line per job as its answer comes: ``A <job id>`` acknowledged, ``F <job id> <error>``
+refused or timed out, and at exit ``U <job id>`` for a job never answered. Kafka settings come
+from the environment (``PIPELINE_*``), so the process can run on another host (a network
+namespace).
 """
 
 from __future__ import annotations
@@ -36,8 +37,15 @@ def _settle(pending: list[JobHandle], log: TextIO) -> list[JobHandle]:
     for handle in pending:
         if not handle.done():
             waiting.append(handle)
+        elif handle.offset is not None:
+            log.write(f"A {handle.job_id}\n")
         else:
-            log.write(f"{'A' if handle.offset is not None else 'F'} {handle.job_id}\n")
+            reason = "no error given"
+            try:
+                handle.wait(0)  # raises what Kafka answered
+            except PipelineError as exc:
+                reason = " ".join(str(exc).split())
+            log.write(f"F {handle.job_id} {reason}\n")
     log.flush()
     return waiting
 

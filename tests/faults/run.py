@@ -64,7 +64,7 @@ def read_answers(log: Path) -> tuple[list[str], list[str]]:
     acknowledged: list[str] = []
     other: list[str] = []
     for line in log.read_text().splitlines():
-        kind, job_id = line.split(" ")
+        kind, job_id, *_ = line.split(" ", 2)
         (acknowledged if kind == "A" else other).append(job_id)
     return acknowledged, other
 
