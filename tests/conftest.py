@@ -43,16 +43,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def start_dev_cluster(
-    nodes: int, data_dir: Path, timeout: float = 180.0, *, secure: bool = False
+    nodes: int,
+    data_dir: Path,
+    timeout: float = 180.0,
+    *,
+    secure: bool = False,
+    host: str | None = None,
 ) -> DevCluster:
-    """Starts a local cluster in ``data_dir`` on free ports, or fails the test with the cause."""
+    """Starts a local cluster in ``data_dir`` on free ports (brokers on ``host``, default
+    localhost), or fails the test with the cause."""
     from pipeline_cli import devbroker
 
     problem: devbroker.DevBrokerError | None = None
     for _ in range(_PORT_ATTEMPTS):
         try:
             port = devbroker.free_base_port(nodes)
-            return devbroker.up(nodes, data_dir, port, timeout=timeout, secure=secure)
+            return devbroker.up(nodes, data_dir, port, timeout=timeout, secure=secure, host=host)
         except devbroker.PortInUseError as exc:
             problem = exc  # a parallel test worker may take the ports after we looked: retry
         except devbroker.DevBrokerError as exc:

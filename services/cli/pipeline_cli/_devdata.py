@@ -32,6 +32,7 @@ class _Layout:
     heap: str
     kafka_version: str
     secure: bool = False
+    host: str = "localhost"
 
 
 def _read_layout(data_dir: Path) -> _Layout | None:

@@ -10,10 +10,13 @@ from ._devprocs import DevNode
 from ._devsecurity import DevSecurity, write_private
 
 
-def plan_nodes(nodes: int, base_port: int, data_dir: Path) -> tuple[DevNode, ...]:
-    """The nodes of a cluster: node ``i`` uses ``base_port + 2*i`` and ``base_port + 2*i + 1``."""
+def plan_nodes(
+    nodes: int, base_port: int, data_dir: Path, host: str = "localhost"
+) -> tuple[DevNode, ...]:
+    """The nodes of a cluster: node ``i`` uses ``base_port + 2*i`` and ``base_port + 2*i + 1``;
+    brokers listen on ``host`` (controllers always on localhost)."""
     return tuple(
-        DevNode(i, base_port + 2 * i, base_port + 2 * i + 1, data_dir / f"node-{i}")
+        DevNode(i, base_port + 2 * i, base_port + 2 * i + 1, data_dir / f"node-{i}", host)
         for i in range(nodes)
     )
 
@@ -31,9 +34,8 @@ def node_properties(
         "controller.quorum.voters": ",".join(
             f"{n.node_id}@localhost:{n.controller_port}" for n in cluster
         ),
-        "listeners": f"PLAINTEXT://localhost:{node.port},CONTROLLER://localhost:"
-        f"{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://localhost:{node.port}",
+        "listeners": f"PLAINTEXT://{node.address},CONTROLLER://localhost:{node.controller_port}",
+        "advertised.listeners": f"PLAINTEXT://{node.address}",
         "controller.listener.names": "CONTROLLER",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "PLAINTEXT",

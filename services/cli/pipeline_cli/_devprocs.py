@@ -78,10 +78,17 @@ class DevNode:
     port: int
     controller_port: int
     dir: Path
+    host: str = "localhost"
+    """The address clients and the other brokers reach this node's broker on."""
 
     @property
     def node_id(self) -> int:
         return self.index + 1
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the broker."""
+        return f"{self.host}:{self.port}"
 
     @property
     def properties_file(self) -> Path:
@@ -244,13 +251,13 @@ def _exited_message(node: DevNode) -> str:
 # --- Ports -------------------------------------------------------------------------------------
 
 
-def port_is_free(port: int) -> bool:
-    """Whether a server could listen on ``localhost:port`` now (what Kafka will try)."""
+def port_is_free(port: int, address: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``address:port`` now (what Kafka will try)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         # Like the JVM's server sockets: a closed connection in TIME_WAIT does not block the port.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            sock.bind(("127.0.0.1", port))
+            sock.bind((address, port))
         except OSError:
             return False
     return True
@@ -288,8 +295,12 @@ def port_owner(port: int) -> str | None:
 def check_ports_free(nodes: Sequence[DevNode]) -> None:
     """Raises :class:`DevBrokerError` naming the first port of ``nodes`` already in use."""
     for node in nodes:
-        for port, role in ((node.port, "broker"), (node.controller_port, "controller")):
-            if port_is_free(port):
+        broker = "127.0.0.1" if node.host == "localhost" else node.host
+        for port, role, address in (
+            (node.port, "broker", broker),
+            (node.controller_port, "controller", "127.0.0.1"),
+        ):
+            if port_is_free(port, address):
                 continue
             owner = port_owner(port)
             raise PortInUseError(

@@ -64,6 +64,7 @@ from ._devprocs import (
     stop_nodes,
 )
 from ._devsecurity import BROKER_CN, SECURITY_DIR, DevSecurity
+from ._devstatus import ClusterStatus, NodeStatus, status
 from ._devusers import add_user, client_env, security
 
 # The names this module always offered; most now live in _devnodes, _devjars and _devprocs.
@@ -110,49 +111,6 @@ DEFAULT_BASE_PORT = 9092
 # --- Clusters ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class NodeStatus:
-    """What ``pipeline dev status`` shows for one node."""
-
-    index: int
-    node_id: int
-    pid: int | None
-    alive: bool
-    port: int
-    controller_port: int
-    log_file: Path
-
-
-@dataclass(frozen=True)
-class ClusterStatus:
-    """The nodes formatted in a data dir and whether each one runs."""
-
-    data_dir: Path
-    nodes: tuple[NodeStatus, ...]
-    secure: bool = False
-
-    @property
-    def running(self) -> bool:
-        return bool(self.nodes) and all(n.alive for n in self.nodes)
-
-    @property
-    def bootstrap_servers(self) -> str:
-        return ",".join(f"localhost:{n.port}" for n in self.nodes)
-
-    def to_dict(self) -> dict[str, Any]:
-        nodes = [
-            {k: str(v) if isinstance(v, Path) else v for k, v in dataclasses.asdict(n).items()}
-            for n in self.nodes
-        ]
-        return {
-            "data_dir": str(self.data_dir),
-            "bootstrap_servers": self.bootstrap_servers,
-            "running": self.running,
-            "secure": self.secure,
-            "nodes": nodes,
-        }
-
-
 @dataclass
 class DevCluster:
     """A local Kafka cluster started by :func:`up`, with hooks for fault-injection tests."""
@@ -167,7 +125,7 @@ class DevCluster:
 
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"localhost:{n.port}" for n in self.nodes)
+        return ",".join(n.address for n in self.nodes)
 
     @property
     def password_file(self) -> Path:
@@ -206,9 +164,15 @@ class DevCluster:
 
     def start_node(self, index: int, *, timeout: float = 120.0) -> int:
         """Restarts node ``index`` on its data and waits until it is back in the metadata."""
-        node = self.nodes[index]
-        pid = node.pid()
-        return pid if pid is not None else self._start([node], timeout)[0]
+        return self.start_nodes([index], timeout=timeout)[0]
+
+    def start_nodes(self, indexes: Sequence[int], *, timeout: float = 120.0) -> list[int]:
+        """Restarts the nodes ``indexes`` at once (a quorum of them, if all were stopped) and
+        waits until each is back in the metadata; returns their pids in that order."""
+        nodes = [self.nodes[i] for i in indexes]
+        stopped = [node for node in nodes if node.pid() is None]
+        started = dict(zip(stopped, self._start(stopped, timeout), strict=True)) if stopped else {}
+        return [started.get(node) or node.pid() or 0 for node in nodes]
 
     def _start(self, nodes: Sequence[DevNode], timeout: float) -> list[int]:
         check_ports_free(nodes)
@@ -232,7 +196,7 @@ class DevCluster:
         conf = {**self._client_config(), "log_level": "0"}
 
         def ask(node: DevNode) -> Any:
-            admin = AdminClient({**conf, "bootstrap.servers": f"localhost:{node.port}"})
+            admin = AdminClient({**conf, "bootstrap.servers": node.address})
             return admin.list_topics(timeout=2)
 
         waiting = list(started)
@@ -279,13 +243,15 @@ def up(
     cache_dir: Path | None = None,
     progress: Progress = _quiet,
     secure: bool | None = None,
+    host: str | None = None,
 ) -> DevCluster:
     """Starts (or restarts on its data, or reports) the local cluster and waits until it serves.
 
     ``nodes``, ``base_port`` and ``secure`` default to what ``data_dir`` was formatted with, else
     1, 9092 and not secured; ``fresh`` deletes existing data first. ``timeout`` does not count
     the one-time download. A secured cluster serves clients on ``SASL_SSL`` only; its admin's
-    settings are :meth:`DevCluster.security`.
+    settings are :meth:`DevCluster.security`. ``host`` (default ``localhost``) is the address the
+    brokers listen on and advertise, e.g. a local address that other network namespaces reach.
     """
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -293,29 +259,33 @@ def up(
         layout = _read_layout(data_dir)
         if fresh:
             if layout is not None:
-                stop_nodes(plan_nodes(layout.nodes, layout.base_port, data_dir))
+                stop_nodes(plan_nodes(layout.nodes, layout.base_port, data_dir, layout.host))
             _wipe(data_dir)
             layout = None
         if layout is not None and (
             (nodes is not None and nodes != layout.nodes)
             or (base_port is not None and base_port != layout.base_port)
             or (secure is not None and secure != layout.secure)
+            or (host is not None and host != layout.host)
         ):
             kind = "secured " if layout.secure else ""
             flags = " --secure" if layout.secure else ""
             raise DevBrokerError(
                 f"{data_dir} holds a {kind}{layout.nodes}-node cluster on port "
-                f"{layout.base_port}; start it with --nodes {layout.nodes} --port "
+                f"{layout.base_port} ({layout.host}); start it with --nodes {layout.nodes} --port "
                 f"{layout.base_port}{flags}, use another --data-dir, or add --fresh to delete "
                 "its data"
             )
         count = layout.nodes if layout else nodes or 1
         port = layout.base_port if layout else base_port or DEFAULT_BASE_PORT
         secured = layout.secure if layout else bool(secure)
+        address = layout.host if layout else host or "localhost"
+        if secured and address != "localhost":
+            raise DevBrokerError("a secured cluster listens on localhost only")
         material = DevSecurity(data_dir / SECURITY_DIR) if secured else None
         if count < 1 or not 1024 <= port <= 65536 - 2 * count:
             raise DevBrokerError(f"cannot place {count} node(s) from port {port}")
-        planned = plan_nodes(count, port, data_dir)
+        planned = plan_nodes(count, port, data_dir, address)
         stopped = [node for node in planned if node.pid() is None]
         if layout is not None and not stopped:
             return DevCluster(
@@ -340,7 +310,7 @@ def up(
         if layout is None:
             progress(f"Formatting {count} KRaft node(s) in {data_dir}...")
             cluster_id = _format(java, lib, planned, material.format_args() if material else ())
-            layout = _Layout(count, port, cluster_id, chosen_heap, KAFKA_VERSION, secured)
+            layout = _Layout(count, port, cluster_id, chosen_heap, KAFKA_VERSION, secured, address)
             (data_dir / _LAYOUT_FILE).write_text(json.dumps(dataclasses.asdict(layout), indent=2))
         cluster = DevCluster(
             data_dir, planned, layout.cluster_id, chosen_heap, cache_dir, secure=secured
@@ -364,35 +334,12 @@ def down(
         layout = _read_layout(data_dir)
         stopped: list[int] = []
         if layout is not None:
-            planned = plan_nodes(layout.nodes, layout.base_port, data_dir)
+            planned = plan_nodes(layout.nodes, layout.base_port, data_dir, layout.host)
             stopped = stop_nodes(planned, timeout=timeout)
         if purge:
             _check_ours(data_dir)
             shutil.rmtree(data_dir)
         return stopped
-
-
-def status(data_dir: Path | None = None) -> ClusterStatus:
-    """Each node of the cluster in ``data_dir``: pid, whether it runs, ports and log file."""
-    data_dir = (data_dir or default_data_dir()).expanduser().resolve()
-    layout = _read_layout(data_dir) if data_dir.is_dir() else None
-    if layout is None:
-        return ClusterStatus(data_dir, ())
-    rows = []
-    for node in plan_nodes(layout.nodes, layout.base_port, data_dir):
-        pid = node.pid()
-        rows.append(
-            NodeStatus(
-                node.index,
-                node.node_id,
-                pid,
-                pid is not None,
-                node.port,
-                node.controller_port,
-                node.log_file,
-            )
-        )
-    return ClusterStatus(data_dir, tuple(rows), layout.secure)
 
 
 def client_settings(data_dir: Path | None = None) -> dict[str, str]:

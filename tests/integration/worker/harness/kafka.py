@@ -217,6 +217,12 @@ def _admin(config: frozenset[tuple[str, str]]) -> AdminClient:
     return AdminClient(conf)
 
 
+def drop_admins() -> None:
+    """Drops the admin clients :func:`describe_group` keeps, so none outlives its cluster (a
+    client of a cluster that is gone keeps reconnecting to its addresses)."""
+    _admin.cache_clear()
+
+
 def describe_group(settings: Settings, group: str) -> GroupSnapshot:
     admin = _admin(frozenset(settings.client_config().items()))
     futures = admin.describe_consumer_groups([group], request_timeout=10)

@@ -180,14 +180,17 @@ class WorkerLauncher:
         env.update(extra or {})
         return env
 
-    def start(self, *args: str, env: Mapping[str, str] | None = None) -> WorkerProcess:
-        """Start ``pipeline-worker --app <recording app> *args``.
+    def start(
+        self, *args: str, env: Mapping[str, str] | None = None, prefix: Sequence[str] = ()
+    ) -> WorkerProcess:
+        """Start ``pipeline-worker --app <recording app> *args`` (after ``prefix``, e.g.
+        ``ip netns exec <namespace>``, which must exec the worker in the same process).
 
         Each worker gets its own Kafka client id (``worker-<n>``), so the group's member list
         tells which worker is a member.
         """
         number = len(self.started) + 1
-        command = [*_worker_command(), "--app", self.app, *args]
+        command = [*prefix, *_worker_command(), "--app", self.app, *args]
         log_path = self.log_dir / f"worker-{number}.log"
         client_id = f"worker-{number}"
         environment = self.environment({"PIPELINE_CLIENT_ID": client_id, **(env or {})})
