@@ -125,7 +125,8 @@ class PostgresServer:
 
 
 def start_postgres(base: Path, timeout: float = 60.0) -> PostgresServer:
-    """A new cluster in ``base`` (created; it should be empty), serving on a free port."""
+    """A new cluster in ``base`` (empty or missing; as root, its parent must be one the server's
+    user can traverse, e.g. ``tempfile.mkdtemp()`` itself), serving on a free port."""
     bindir = find_bindir()
     user = _server_user()
     data, sockets, log = base / "data", base / "sockets", base / "postgres.log"
