@@ -60,14 +60,16 @@ class Dialect:
     def fetch(self, table: str) -> str:
         return f"SELECT id, topic, key, value FROM {table} ORDER BY id LIMIT {self.placeholder}"
 
-    def delete(self, cursor: Any, table: str, ids: list[int]) -> None:
-        """Delete the rows ``ids`` (one statement with an array on PostgreSQL, a statement per
-        row on SQLite, which runs in-process: no round trip to save)."""
+    def delete(self, cursor: Any, table: str, ids: list[int]) -> int:
+        """Delete the rows ``ids``; how many there were (one statement with an array on
+        PostgreSQL, a statement per row on SQLite, which runs in-process: no round trip to
+        save)."""
         p = self.placeholder
         if self.name == "postgresql":
             cursor.execute(f"DELETE FROM {table} WHERE id = ANY({p})", (ids,))
         else:
             cursor.executemany(f"DELETE FROM {table} WHERE id = {p}", [(i,) for i in ids])
+        return int(cursor.rowcount)
 
     def pending(self, table: str) -> str:
         return f"SELECT count(*), min(created_at_ms) FROM {table}"

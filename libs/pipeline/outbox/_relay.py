@@ -10,10 +10,11 @@ One relay per table is active (:mod:`._lock`); the others wait as standbys. The 
 A row is deleted only after Kafka committed the transaction that holds it. A relay killed in
 step 2 leaves an open transaction that the next active relay's registration of the same
 transactional id aborts: workers read committed records only, so nothing of it is ever seen
-and the rows are published again. A relay killed between 2 and 3 (between two commits) leaves
-rows already in Kafka: they are published again and the workers drop the copy by its
-idempotency key (every outbox job has one; see docs/outbox.md). The registration also fences an
-old active relay that lost its lock without noticing: its next commit fails.
+and the rows are published again. A relay killed between 2 and 3 (between the two commits)
+leaves rows already in Kafka: the transaction of step 2 also committed the ids of its rows
+(:mod:`._progress`), and the next active relay deletes them before it reads, so they are not
+published twice. The registration also fences an old active relay that lost its lock without
+noticing: its next commit fails.
 
 While Kafka does not answer, the batch is retried (a warning each time, the rows stay); while
 the database does not answer, the relay gives up being active and tries again as a standby.
@@ -42,6 +43,7 @@ from .._settings import Settings
 from .._transactions import Transactions
 from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
+from ._progress import RelayProgress, fitting
 from ._writer import create_table
 
 __all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
@@ -118,10 +120,10 @@ class OutboxRelay:
                 self._run_active(stop)
             except TransactionFencedError as exc:
                 _log.error("%s; back to standby", exc)
-            except (ConfigurationError, KafkaException):
+            except ConfigurationError:
                 raise
-            except Exception as exc:  # the database failed under us
-                _log.warning("the database failed (%s); no longer active, trying again", exc)
+            except Exception as exc:  # the database (or Kafka) failed under us
+                _log.warning("%s; no longer active, trying again", exc)
                 stop.wait(options.standby_retry_s)
             finally:
                 self.active.clear()
@@ -132,6 +134,8 @@ class OutboxRelay:
     def _run_active(self, stop: threading.Event) -> None:
         options, settings = self.options, self.settings
         connection, dialect = connect(self.dsn)
+        txn: Transactions | None = None
+        progress: RelayProgress | None = None
         try:
             create_table(connection, options.table)
             txn = self._transactions()
@@ -141,6 +145,10 @@ class OutboxRelay:
                 settings.bootstrap_servers,
             )
             if not txn.init_until(_saying_kafka_is_away(stop, settings.bootstrap_servers)):
+                return
+            group = relay_transactional_id(settings.namespace, options.table)
+            progress = RelayProgress(settings, group)
+            if not self._recover(connection, dialect, progress, stop):
                 return
             self.active.set()
             checked = time.monotonic()
@@ -155,29 +163,69 @@ class OutboxRelay:
                 if not rows:
                     stop.wait(options.poll_interval_s)
                     continue
-                if not self._publish(txn, rows):
+                rows = rows[: fitting(rows, progress.limit)]  # their ids fit the offset metadata
+                if not self._publish(txn, rows, progress):
                     stop.wait(options.retry_s)
                     continue
-                cursor = connection.cursor()
-                try:
-                    dialect.delete(cursor, options.table, [row[0] for row in rows])
-                finally:
-                    cursor.close()
-                connection.commit()
+                self._delete(connection, dialect, [row[0] for row in rows])
                 self.relayed += len(rows)
-            txn.close()
         finally:
+            if txn is not None:
+                txn.close()
+            if progress is not None:
+                progress.close()
             connection.close()
 
-    def _publish(self, txn: Transactions, rows: list[OutboxRow]) -> bool:
-        """One Kafka transaction with ``rows`` in order; False: Kafka did not take it (logged)."""
+    def _recover(
+        self, connection: Any, dialect: Dialect, progress: RelayProgress, stop: threading.Event
+    ) -> bool:
+        """Delete the rows of the last batch Kafka committed, should they still be there (the
+        relay before stopped between Kafka's commit and the database's). False: stopped first."""
+        while not stop.is_set():
+            try:
+                ids = progress.last_committed(timeout=10.0)
+            except KafkaException as exc:
+                _log.warning(
+                    "cannot read the last committed batch of %s from Kafka (%s); trying again",
+                    self.options.table,
+                    exc.args[0] if exc.args else exc,
+                )
+                stop.wait(self.options.retry_s)
+                continue
+            deleted = self._delete(connection, dialect, ids) if ids else 0
+            if deleted:
+                _log.warning(
+                    "%d rows of the last batch Kafka committed (ids %d to %d) were still in %s "
+                    "(the relay before stopped between Kafka's commit and the database's): "
+                    "deleted, not published again",
+                    deleted,
+                    ids[0],
+                    ids[-1],
+                    self.options.table,
+                )
+            return True
+        return False
+
+    def _delete(self, connection: Any, dialect: Dialect, ids: list[int]) -> int:
+        """Delete rows ``ids`` and commit; how many there were."""
+        cursor = connection.cursor()
+        try:
+            deleted = dialect.delete(cursor, self.options.table, ids)
+        finally:
+            cursor.close()
+        connection.commit()
+        return deleted
+
+    def _publish(self, txn: Transactions, rows: list[OutboxRow], progress: RelayProgress) -> bool:
+        """One Kafka transaction with ``rows`` in order, and their ids in the relay group's
+        offset; False: Kafka did not take it (logged)."""
 
         def write(txn: Transactions) -> None:
             for _, topic, key, value in rows:
                 txn.produce(topic, value, key)
 
         try:
-            txn.run(write)
+            txn.run(write, progress.offsets(rows), progress.group_metadata)
         except (KafkaUnavailableError, TransactionAbortedError) as exc:
             _log.warning(
                 "Kafka did not take %d outbox rows from id %d (%s); they stay in %s, "

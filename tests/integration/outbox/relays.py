@@ -5,11 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+
 from pipeline.outbox import connect, create_table, outbox_status
+from tests.waiting import wait_for
 
 from ..worker.harness import REPO_ROOT, WorkerProcess
 from ..worker.harness.processes import die_with_parent
@@ -112,3 +116,36 @@ def write_orders(
     finally:
         connection.close()
     return written
+
+
+def read_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[Message]:
+    """Every committed record of ``topic`` now: read from the start to the last stable offset of
+    each partition (so a test sees duplicates too, without waiting for anything to arrive)."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"{settings.namespace}.read-{uuid.uuid4().hex[:6]}",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+        }
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        ends = {}
+        for partition in partitions:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            ends[partition] = high
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        records: list[Message] = []
+
+        def done() -> bool:
+            for message in consumer.consume(1000, timeout=0.1):
+                if message.error() is None:
+                    records.append(message)
+            positions = consumer.position([TopicPartition(topic, p) for p in partitions])
+            return all(tp.offset >= ends[tp.partition] for tp in positions if ends[tp.partition])
+
+        assert wait_for(done, timeout, interval=0), f"could not read {topic} to its end"
+        return records
+    finally:
+        consumer.close()

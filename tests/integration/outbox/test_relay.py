@@ -7,19 +7,26 @@ when Kafka was down while the jobs were committed.
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
+import threading
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from confluent_kafka import Consumer
 
 from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
+from pipeline.outbox import OutboxRelay, RelayOptions
+from pipeline.outbox._dialect import Dialect
 from tests.conftest import start_dev_cluster
 from tests.waiting import wait_for
 
 from ..worker.harness import Recording, WorkerLauncher, check_ran, wait_until
-from .relays import RelayLauncher, pending, write_orders
+from .relays import RelayLauncher, pending, read_topic, write_orders
 
 RELAY_TIMEOUT_S = 120.0
 
@@ -179,3 +186,40 @@ def test_a_relay_started_before_its_table_creates_it(
     relay = relays.start(sqlite_dsn)
     wait_until(lambda: "active" in relay.log(), timeout=60, what="the relay to be active")
     assert pending(sqlite_dsn) == 0
+
+
+class _StopsAfterKafka(OutboxRelay):
+    """A relay that fails once right after Kafka committed a batch, before its delete: as a
+    relay killed between the two commits, with its successor in the same process."""
+
+    failed = False
+
+    def _delete(self, connection: Any, dialect: Dialect, ids: list[int]) -> int:
+        if self.active.is_set() and not self.failed:
+            self.failed = True
+            raise RuntimeError("stopped between Kafka's commit and the database's")
+        return super()._delete(connection, dialect, ids)
+
+
+def test_a_batch_kafka_committed_is_not_published_again_after_a_crash_before_its_delete(
+    outbox_dsn: str, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    apply_topics(settings)
+    written = write_orders(Pipeline(settings), outbox_dsn, 500, rollback_every=10**6)
+    relay = _StopsAfterKafka(settings, outbox_dsn, RelayOptions(batch_size=100, retry_s=0.1))
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"):
+        thread.start()
+        try:
+            assert wait_for(lambda: pending(outbox_dsn) == 0, RELAY_TIMEOUT_S)
+        finally:
+            stop.set()
+            thread.join(60)
+    assert relay.failed
+    codec = Pipeline(settings).codec
+    records = read_topic(settings, f"{settings.namespace}.jobs.default")
+    published = Counter(codec.decode(record.value() or b"").id for record in records)
+    assert sorted(published) == sorted(written.committed)
+    assert set(published.values()) == {1}, "a batch was published twice"
+    assert "100 rows of the last batch Kafka committed" in caplog.text
