@@ -187,7 +187,7 @@ def run(bootstrap_servers: str, description: str, jobs: int, batch_size: int) ->
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.outbox", description=__doc__)
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs per measurement")
-    parser.add_argument("--batch-size", type=int, default=1000, help="the relay's batch size")
+    parser.add_argument("--batch-size", type=int, default=5000, help="the relay's batch size")
     add_output_option(parser)
     args = parser.parse_args(argv)
     with broker() as kafka:

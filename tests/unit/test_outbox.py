@@ -223,3 +223,18 @@ def test_a_batch_is_cut_to_the_ids_that_fit_the_offset_metadata() -> None:
 def test_bad_id_ranges_are_refused() -> None:
     with pytest.raises(ValueError, match="range"):
         decode_ids("9-3")
+
+
+def test_enqueue_many_adds_a_row_per_payload_in_order(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    outbox = app.outbox(connection)
+    ids = outbox.enqueue_many("typed", ({"count": n} for n in range(20)), priority="low")
+    with pytest.raises(PayloadValidationError):
+        outbox.enqueue_many("typed", [{"count": 1}, {"count": "x"}])
+    connection.commit()
+    found = rows(database)
+    assert [row[4] for row in found] == ids
+    assert {row[1] for row in found} == {f"{NAMESPACE}.jobs.low"}
+    assert [json.loads(JobCodec().decode(row[3]).payload)["count"] for row in found] == list(
+        range(20)
+    )

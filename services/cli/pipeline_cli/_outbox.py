@@ -50,7 +50,7 @@ def outbox() -> None:
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    default=1000,
+    default=5000,
     show_default=True,
     help="Rows per read, per Kafka transaction and per delete.",
 )
