@@ -29,9 +29,10 @@ def test_the_outbox_benchmark_reports_both_databases(
     assert "## Transactional outbox" in text
     lines = re.findall(r"^\| (.+?) \| 2,000 \| ([\d.]+) \| ([\d,]+) \| (\w+%?) \|", text, re.M)
     labels = [label for label, *_ in lines]
-    assert len(lines) == 5, text
+    assert len(lines) == 7, text
     assert labels[0].startswith("`app.enqueue`")
-    assert [label.split(":")[0] for label in labels[1:]] == ["PostgreSQL"] * 2 + ["SQLite"] * 2
+    assert [label.split(":")[0] for label in labels[1:]] == ["PostgreSQL"] * 3 + ["SQLite"] * 3
+    assert sum("rows relayed" in label for label in labels) == 2
     assert lines[0][3] == "baseline"
     assert all(ratio.endswith("%") for *_, ratio in lines[1:])
     assert "`python -m ops.bench.outbox --jobs 2000 --batch-size 100`" in text

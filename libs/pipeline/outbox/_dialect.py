@@ -13,12 +13,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import ConfigurationError
+from .._errors import ConfigurationError, PipelineError
 
 __all__ = [
     "DEFAULT_TABLE",
     "POSTGRES",
     "SQLITE",
+    "DatabaseUnavailableError",
     "Dialect",
     "OutboxRow",
     "connect",
@@ -31,6 +32,10 @@ _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0
 
 OutboxRow = tuple[int, str, bytes | None, bytes]
 """(id, topic, key, value) of one row, as the relay reads it."""
+
+
+class DatabaseUnavailableError(PipelineError):
+    """The outbox's database did not accept a connection (down, unreachable, refused login)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +139,8 @@ def connect(dsn: str) -> tuple[Any, Dialect]:
             ) from None
         try:
             return psycopg.connect(dsn), POSTGRES
-        except psycopg.Error as exc:
-            raise ConfigurationError(f"cannot connect to PostgreSQL: {exc}") from exc
+        except psycopg.Error as exc:  # the server may come back: not a configuration error
+            raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
     scheme = dsn.partition(":")[0]  # not the whole DSN: it may hold a password
     raise ConfigurationError(
         f"unknown outbox DSN scheme {scheme!r}: use postgresql://user@host:port/db "

@@ -51,6 +51,8 @@ __all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
 _log = logging.getLogger("pipeline.outbox")
 _LOCK_CHECK_S = 1.0
 """How often the active relay checks that it still holds its lock."""
+_CLIENT = "outbox relay"
+"""The relay's producer, in the health tracker's lines."""
 _AWAY_LOG_S = 30.0
 """How often a relay waiting for Kafka to answer says so."""
 
@@ -98,15 +100,19 @@ class OutboxRelay:
         """Be a standby until the lock is free, then publish; until ``stop`` is set."""
         options = self.options
         waiting = False
+        lock_failed_logged = -_AWAY_LOG_S
         while not stop.is_set():
             try:
                 got = self._lock.try_acquire()
             except ConfigurationError:
                 raise
             except Exception as exc:  # any driver's error: the database is away
-                _log.warning("cannot take the relay lock: %s; trying again", exc)
+                if time.monotonic() - lock_failed_logged >= _AWAY_LOG_S:
+                    lock_failed_logged = time.monotonic()
+                    _log.warning("cannot take the relay lock (%s); trying again", exc)
                 stop.wait(options.standby_retry_s)
                 continue
+            lock_failed_logged = -_AWAY_LOG_S
             if not got:
                 if not waiting:
                     _log.info(
@@ -145,13 +151,15 @@ class OutboxRelay:
                 options.table,
                 settings.bootstrap_servers,
             )
-            if not txn.init_until(_saying_kafka_is_away(stop, settings.bootstrap_servers)):
+            waiting = _saying_kafka_is_away(stop, settings.bootstrap_servers, txn.producer.poll)
+            if not txn.init_until(waiting):
                 return
             group = relay_transactional_id(settings.namespace, options.table)
             progress = RelayProgress(settings, group)
             if not self._recover(connection, dialect, progress, stop):
                 return
             self.active.set()
+            health = BrokerHealth.of(settings.bootstrap_servers)
             checked = time.monotonic()
             while not stop.is_set():
                 if time.monotonic() - checked >= _LOCK_CHECK_S:
@@ -168,6 +176,7 @@ class OutboxRelay:
                 if not self._publish(txn, rows, progress):
                     stop.wait(options.retry_s)
                     continue
+                health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
                 self._delete(connection, dialect, [row[0] for row in rows])
                 self.relayed += len(rows)
         finally:
@@ -252,7 +261,7 @@ class OutboxRelay:
         )
         # librdkafka's errors and log lines go to the cluster's health tracker: one line when
         # Kafka becomes unreachable, one when it is back.
-        conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks("outbox relay"))
+        conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks(_CLIENT))
         try:
             producer = Producer(conf)
         except KafkaException as exc:
@@ -265,15 +274,19 @@ class OutboxRelay:
         )
 
 
-def _saying_kafka_is_away(stop: threading.Event, servers: str) -> Callable[[], bool]:
+def _saying_kafka_is_away(
+    stop: threading.Event, servers: str, poll: Callable[[float], object]
+) -> Callable[[], bool]:
     """``stop.is_set``, for :meth:`Transactions.init_until`, which calls it before each try
     to register the transactional id: from the second on, Kafka did not answer; say so at
-    once, then every :data:`_AWAY_LOG_S` seconds."""
+    once, then every :data:`_AWAY_LOG_S` seconds. Each call also serves the producer's
+    callbacks (``poll``), so that its health lines come while the outage lasts."""
     tries = 0
     logged = 0.0
 
     def stopped() -> bool:
         nonlocal tries, logged
+        poll(0)
         tries += 1
         if tries > 1 and time.monotonic() - logged >= _AWAY_LOG_S:
             logged = time.monotonic()

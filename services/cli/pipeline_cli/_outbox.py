@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from pipeline._errors import ConfigurationError
+from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._logfmt import configure_logging
 
 from ._output import UsageFailure, cli_errors, common_options, json_option, print_json, print_table
@@ -92,6 +92,8 @@ def init(dsn: str, table: str) -> None:
         connection, _ = connect(dsn)
         try:
             create_table(connection, table)
+        except Exception as exc:  # the driver's error: no permission, a bad schema
+            raise click.ClickException(f"cannot create outbox table {table}: {exc}") from exc
         finally:
             connection.close()
     click.echo(f"outbox table {table} is ready")
@@ -107,7 +109,7 @@ def status(dsn: str, table: str, as_json: bool) -> None:
     with cli_errors(), _usage_errors():
         try:
             found = outbox_status(dsn, table)
-        except ConfigurationError:
+        except PipelineError:
             raise
         except Exception as exc:  # the driver's error: no such table, no database
             raise click.ClickException(f"cannot read outbox table {table}: {exc}") from exc
