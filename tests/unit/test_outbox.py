@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from pipeline import Pipeline, Settings
 from pipeline._codec import JobCodec
 from pipeline._errors import ConfigurationError, PayloadValidationError
-from pipeline.outbox import FileLock, create_table, outbox_status
+from pipeline.outbox import create_table, outbox_status
 from pipeline.outbox._dialect import dialect_of, sqlite_path
-from pipeline.outbox._lock import lock_key
+from pipeline.outbox._lock import FileLock, lock_key
 from pipeline.outbox._progress import MARK, decode_ids, encode_ids, fitting
 from pipeline_cli._main import cli
 

@@ -7,26 +7,20 @@ exists if and only if that transaction commits. ``pipeline outbox relay --dsn ..
 has them. See docs/outbox.md.
 """
 
-from ._dialect import DEFAULT_TABLE, connect
-from ._lock import AdvisoryLock, FileLock, RelayLock, lock_for
+from ._dialect import DEFAULT_TABLE, DatabaseUnavailableError, connect
 from ._relay import OutboxRelay, RelayOptions, relay_transactional_id
 from ._status import OutboxStatus, outbox_status
-from ._writer import Outbox, OutboxJob, create_table, outbox_route
+from ._writer import Outbox, create_table
 
 __all__ = [
     "DEFAULT_TABLE",
-    "AdvisoryLock",
-    "FileLock",
+    "DatabaseUnavailableError",
     "Outbox",
-    "OutboxJob",
     "OutboxRelay",
     "OutboxStatus",
-    "RelayLock",
     "RelayOptions",
     "connect",
     "create_table",
-    "lock_for",
-    "outbox_route",
     "outbox_status",
     "relay_transactional_id",
 ]
