@@ -16,7 +16,7 @@ from pipeline._errors import ConfigurationError, PayloadValidationError
 from pipeline.outbox import create_table, outbox_status
 from pipeline.outbox._dialect import dialect_of, sqlite_path
 from pipeline.outbox._lock import FileLock, lock_key
-from pipeline.outbox._progress import MARK, decode_ids, encode_ids, fitting
+from pipeline.outbox._progress import decode_ids, encode_ids
 from pipeline_cli._main import cli
 
 NAMESPACE = "unit"
@@ -208,16 +208,6 @@ def test_cli_status_of_a_missing_table_fails(database: Path) -> None:
 def test_batch_ids_travel_as_ranges(ids: list[int], text: str) -> None:
     assert encode_ids(ids) == text
     assert decode_ids(text) == ids
-
-
-def test_a_batch_is_cut_to_the_ids_that_fit_the_offset_metadata() -> None:
-    contiguous = [(i, "t", None, b"") for i in range(1, 1001)]
-    assert fitting(contiguous, 100) == 1000
-    scattered = [(i, "t", None, b"") for i in range(1, 2001, 2)]
-    cut = fitting(scattered, 200)
-    assert 0 < cut < 1000
-    assert len(MARK + encode_ids([row[0] for row in scattered[:cut]])) <= 200
-    assert fitting(scattered[:1], 1) == 1  # one row always goes
 
 
 def test_bad_id_ranges_are_refused() -> None:

@@ -11,10 +11,10 @@ A row is deleted only after Kafka committed the transaction that holds it. A rel
 step 2 leaves an open transaction that the next active relay's registration of the same
 transactional id aborts: workers read committed records only, so nothing of it is ever seen
 and the rows are published again. A relay killed between 2 and 3 (between the two commits)
-leaves rows already in Kafka: the transaction of step 2 also committed the ids of its rows
-(:mod:`._progress`), and the next active relay deletes them before it reads, so they are not
-published twice. The registration also fences an old active relay that lost its lock without
-noticing: its next commit fails.
+leaves rows already in Kafka: the transaction of step 2 also wrote the ids of its rows to the
+relay's own topic (:mod:`._progress`), and the next active relay deletes them before it reads,
+so they are not published twice. The registration also fences an old active relay that lost
+its lock without noticing: its next commit fails.
 
 While Kafka does not answer, the batch is retried (a warning each time, the rows stay); while
 the database does not answer, the relay gives up being active and tries again as a standby.
@@ -43,7 +43,8 @@ from .._settings import Settings
 from .._transactions import Transactions
 from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
-from ._progress import RelayProgress, fitting
+from ._progress import RelayProgress
+from ._stall import StallWatch
 from ._writer import create_table
 
 __all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
@@ -143,6 +144,7 @@ class OutboxRelay:
         connection, dialect = connect(self.dsn)
         txn: Transactions | None = None
         progress: RelayProgress | None = None
+        stall = StallWatch(options.table)
         try:
             create_table(connection, options.table)
             txn = self._transactions()
@@ -154,8 +156,7 @@ class OutboxRelay:
             waiting = _saying_kafka_is_away(stop, settings.bootstrap_servers, txn.producer.poll)
             if not txn.init_until(waiting):
                 return
-            group = relay_transactional_id(settings.namespace, options.table)
-            progress = RelayProgress(settings, group)
+            progress = RelayProgress(settings, options.table)
             if not self._recover(connection, dialect, progress, stop):
                 return
             self.active.set()
@@ -172,8 +173,12 @@ class OutboxRelay:
                 if not rows:
                     stop.wait(options.poll_interval_s)
                     continue
-                rows = rows[: fitting(rows, progress.limit)]  # their ids fit the offset metadata
-                if not self._publish(txn, rows, progress):
+                stall.begin(len(rows), rows[0][0])
+                try:
+                    published = self._publish(txn, rows, progress)
+                finally:
+                    stall.end()
+                if not published:
                     stop.wait(options.retry_s)
                     continue
                 health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
@@ -184,6 +189,7 @@ class OutboxRelay:
                 txn.close()
             if progress is not None:
                 progress.close()
+            stall.close()
             connection.close()
 
     def _recover(
@@ -193,6 +199,7 @@ class OutboxRelay:
         relay before stopped between Kafka's commit and the database's). False: stopped first."""
         while not stop.is_set():
             try:
+                progress.ensure_topic(timeout=10.0)
                 ids = progress.last_committed(timeout=10.0)
             except KafkaException as exc:
                 _log.warning(
@@ -227,15 +234,16 @@ class OutboxRelay:
         return deleted
 
     def _publish(self, txn: Transactions, rows: list[OutboxRow], progress: RelayProgress) -> bool:
-        """One Kafka transaction with ``rows`` in order, and their ids in the relay group's
-        offset; False: Kafka did not take it (logged)."""
+        """One Kafka transaction with ``rows`` in order, then the record of their ids;
+        False: Kafka did not take it (logged)."""
 
         def write(txn: Transactions) -> None:
             for _, topic, key, value in rows:
                 txn.produce(topic, value, key)
+            txn.produce(progress.topic, progress.value(rows), progress.key)
 
         try:
-            txn.run(write, progress.offsets(rows), progress.group_metadata)
+            txn.run(write)
         except (KafkaUnavailableError, TransactionAbortedError) as exc:
             _log.warning(
                 "Kafka did not take %d outbox rows from id %d (%s); they stay in %s, "

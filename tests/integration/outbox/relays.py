@@ -88,9 +88,11 @@ def write_orders(
     rollback_every: int = 5,
     job_type: str = "noop",
     key_of: Any = None,
+    start: int = 0,
 ) -> Written:
-    """``count`` jobs, each with an order row, in transactions of ``per_transaction``; every
-    ``rollback_every``-th transaction is rolled back (its orders and jobs with it)."""
+    """``count`` jobs (``n`` from ``start`` on), each with an order row, in transactions of
+    ``per_transaction``; every ``rollback_every``-th transaction is rolled back (its orders and
+    jobs with it)."""
     connection, _ = connect(dsn)
     written = Written()
     try:
@@ -100,13 +102,13 @@ def write_orders(
         connection.commit()
         placeholder = "?" if dsn.startswith("sqlite:") else "%s"
         outbox = app.outbox(connection)
-        for first in range(0, count, per_transaction):
+        for first in range(start, start + count, per_transaction):
             ids = []
-            for n in range(first, min(first + per_transaction, count)):
+            for n in range(first, min(first + per_transaction, start + count)):
                 cursor.execute(f"INSERT INTO orders (n) VALUES ({placeholder})", (n,))
                 options = {} if key_of is None else {"key": key_of(n)}
                 ids.append(outbox.enqueue(job_type, {"n": n}, **options))
-            if (first // per_transaction) % rollback_every == rollback_every - 1:
+            if ((first - start) // per_transaction) % rollback_every == rollback_every - 1:
                 connection.rollback()
                 written.rolled_back.extend(ids)
             else:

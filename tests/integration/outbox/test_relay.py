@@ -13,7 +13,7 @@ import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer
@@ -28,66 +28,20 @@ from tests.waiting import wait_for
 from ..worker.harness import Recording, WorkerLauncher, check_ran, wait_until
 from .relays import RelayLauncher, pending, read_topic, write_orders
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pipeline_cli.devbroker import DevCluster
+
 RELAY_TIMEOUT_S = 120.0
 
 
-def test_jobs_committed_while_kafka_is_down_run_once_across_a_relay_crash(
-    postgres_dsn: str, namespace: str, tmp_path: Path
-) -> None:
+@pytest.fixture(scope="module")
+def stoppable_kafka() -> Iterator[DevCluster]:
+    """A broker of this module's own, which its tests stop and start (left running)."""
     data_dir = Path(tempfile.mkdtemp(prefix="pipeline-test-outbox-kafka-"))
     try:
-        cluster = start_dev_cluster(1, data_dir)
-        settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
-        apply_topics(settings)
-        cluster.stop_node(0)
-
-        # Kafka is down: the service commits its orders and their jobs all the same.
-        written = write_orders(Pipeline(settings), postgres_dsn, 10_000)
-        assert (len(written.committed), len(written.rolled_back)) == (8_000, 2_000)
-        assert pending(postgres_dsn) == 8_000
-
-        relays = RelayLauncher(settings, tmp_path)
-        workers = WorkerLauncher(settings, tmp_path / "runs.log", tmp_path)
-        try:
-            first = relays.start(postgres_dsn, "--batch-size", "200")
-            wait_until(
-                lambda: "unreachable" in first.log(),
-                timeout=60,
-                what="the relay to say that Kafka is unreachable",
-                watch=[first],
-            )
-            assert pending(postgres_dsn) == 8_000  # nothing is lost while it waits
-            cluster.start_node(0)
-            workers.start()
-
-            # SIGKILL the relay while it publishes: some rows are out, others not yet.
-            assert wait_for(lambda: pending(postgres_dsn) < 6_000, 90, interval=0.01), (
-                first.log_tail()
-            )
-            first.kill()
-            left = pending(postgres_dsn)
-            assert 0 < left < 6_000, "the relay had published everything before it was killed"
-
-            second = relays.start(postgres_dsn, "--batch-size", "200")
-            wait_until(
-                lambda: pending(postgres_dsn) == 0,
-                timeout=RELAY_TIMEOUT_S,
-                what="the restarted relay to publish the rest",
-                watch=[second],
-            )
-            recording = Recording(tmp_path / "runs.log")
-            wait_until(
-                lambda: recording.all_finished(written.committed),
-                timeout=RELAY_TIMEOUT_S,
-                what=lambda: f"{len(recording.finished_ids)} of 8000 jobs to finish",
-                watch=workers.started,
-            )
-            # check_ran also reports any run of a job nobody committed (a rolled-back one).
-            assert check_ran(recording, written.committed, exactly_once=True) == []
-            assert not set(written.rolled_back) & set(recording.run_counts())
-        finally:
-            relays.stop_all()
-            workers.stop_all()
+        yield start_dev_cluster(1, data_dir)
     finally:
         cluster_down(data_dir)
 
@@ -99,6 +53,100 @@ def cluster_down(data_dir: Path) -> None:
         devbroker.down(data_dir, timeout=30)
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_jobs_committed_while_kafka_is_down_run_once_across_a_relay_crash(
+    stoppable_kafka: DevCluster, postgres_dsn: str, namespace: str, tmp_path: Path
+) -> None:
+    cluster = stoppable_kafka
+    cluster.start_node(0)  # should a test before have left it stopped
+    settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
+    apply_topics(settings)
+    cluster.stop_node(0)
+
+    # Kafka is down: the service commits its orders and their jobs all the same.
+    written = write_orders(Pipeline(settings), postgres_dsn, 10_000)
+    assert (len(written.committed), len(written.rolled_back)) == (8_000, 2_000)
+    assert pending(postgres_dsn) == 8_000
+
+    relays = RelayLauncher(settings, tmp_path)
+    workers = WorkerLauncher(settings, tmp_path / "runs.log", tmp_path)
+    try:
+        first = relays.start(postgres_dsn, "--batch-size", "200")
+        wait_until(
+            lambda: "unreachable" in first.log(),
+            timeout=60,
+            what="the relay to say that Kafka is unreachable",
+            watch=[first],
+        )
+        assert pending(postgres_dsn) == 8_000  # nothing is lost while it waits
+        cluster.start_node(0)
+        workers.start()
+
+        # SIGKILL the relay while it publishes: some rows are out, others not yet.
+        assert wait_for(lambda: pending(postgres_dsn) < 6_000, 90, interval=0.01), first.log_tail()
+        first.kill()
+        left = pending(postgres_dsn)
+        assert 0 < left < 6_000, "the relay had published everything before it was killed"
+
+        second = relays.start(postgres_dsn, "--batch-size", "200")
+        wait_until(
+            lambda: pending(postgres_dsn) == 0,
+            timeout=RELAY_TIMEOUT_S,
+            what="the restarted relay to publish the rest",
+            watch=[second],
+        )
+        recording = Recording(tmp_path / "runs.log")
+        wait_until(
+            lambda: recording.all_finished(written.committed),
+            timeout=RELAY_TIMEOUT_S,
+            what=lambda: f"{len(recording.finished_ids)} of 8000 jobs to finish",
+            watch=workers.started,
+        )
+        # check_ran also reports any run of a job nobody committed (a rolled-back one).
+        assert check_ran(recording, written.committed, exactly_once=True) == []
+        assert not set(written.rolled_back) & set(recording.run_counts())
+    finally:
+        relays.stop_all()
+        workers.stop_all()
+
+
+def test_kafka_stopping_while_the_relay_publishes_loses_and_doubles_nothing(
+    stoppable_kafka: DevCluster, sqlite_dsn: str, namespace: str, tmp_path: Path
+) -> None:
+    cluster = stoppable_kafka
+    cluster.start_node(0)  # should a test before have left it stopped
+    settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
+    apply_topics(settings)
+    app = Pipeline(settings)
+    written = write_orders(app, sqlite_dsn, 4_000)
+    relays = RelayLauncher(settings, tmp_path)
+    try:
+        relay = relays.start(sqlite_dsn, "--batch-size", "50")
+        assert wait_for(lambda: pending(sqlite_dsn) < 2_800, 90, interval=0.01), relay.log_tail()
+        cluster.stop_node(0)
+        more = write_orders(app, sqlite_dsn, 1_000, start=4_000)  # while Kafka is down
+        wait_until(
+            lambda: "Kafka has not taken the batch" in relay.log(),
+            timeout=60,
+            what="the relay to say that Kafka holds up a batch",
+            watch=[relay],
+        )
+        assert pending(sqlite_dsn) > 0
+        cluster.start_node(0)
+        wait_until(
+            lambda: pending(sqlite_dsn) == 0,
+            timeout=RELAY_TIMEOUT_S,
+            what="the relay to publish the rest once Kafka is back",
+            watch=[relay],
+        )
+    finally:
+        relays.stop_all()
+    # What the topic holds, read to its end: every committed job once, nothing else.
+    records = read_topic(settings, f"{settings.namespace}.jobs.default")
+    published = Counter(app.codec.decode(record.value() or b"").id for record in records)
+    assert sorted(published) == sorted(written.committed + more.committed)
+    assert set(published.values()) == {1}, "a row was published twice"
 
 
 def test_a_standby_takes_over_from_a_killed_relay(
