@@ -91,3 +91,8 @@ dev-down: setup
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
+
+## bench-outbox: outbox rows relayed per second from PostgreSQL and SQLite, against enqueue (~3 min)
+.PHONY: bench-outbox
+bench-outbox: setup
+	$(BIN)/python -m ops.bench.outbox --jobs 100000 --output docs/benchmarks.md

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
@@ -12,7 +11,6 @@ from typing import Any, cast
 from confluent_kafka import KafkaError, Message
 
 from . import _exitflush
-from ._codec import JsonPayload
 from ._dedupstores import DedupStore
 from ._delivery import FailureLog, JobHandle, PipelineFailure
 from ._errors import (
@@ -30,23 +28,23 @@ from ._jobfunction import (
     EnqueueOptions,
     JobFunction,
     Register,
+    takes_ctx_first,
 )
 from ._jobtemplate import JobTemplate
 from ._producer import DeliveryCallback, KafkaTransport, Transport, refusal_of
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
-from ._route import PlainRoutes, Route, not_before_ms
+from ._route import PlainRoutes, Route, resolve_route
 from ._schemaregistry import job_codec
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
+from .outbox._dialect import DEFAULT_TABLE
+from .outbox._writer import Outbox, OutboxJob, outbox_route
 
 __all__ = ["BoundEnqueue", "EnqueueOptions", "JobFunction", "JobHandle", "Pipeline"]
 
 _log = logging.getLogger("pipeline.producer")
-_JSON = JsonPayload()
 _NO_OPTIONS = EnqueueOptions()
-_TYPE_DEFAULTS = JobOptions()
-"""The options of a job type nobody registered in this process (made once: it is frozen)."""
 
 
 class Pipeline:
@@ -123,7 +121,7 @@ class Pipeline:
             job_name = name or f"{func.__module__}.{func.__qualname__}"
             job_type = JobType(job_name, func, job_options)
             self.registry.add(job_type)
-            if _takes_ctx_first(func):
+            if takes_ctx_first(func):
                 return ContextJobFunction(self, job_type, func)
             return JobFunction(self, job_type, func)
 
@@ -226,6 +224,14 @@ class Pipeline:
                 produce_many(topic, values, key, on_delivery)
         return ids
 
+    def outbox(self, connection: Any, *, table: str = DEFAULT_TABLE) -> Outbox:
+        """Enqueue jobs in ``connection``'s open transaction (a ``sqlite3`` or ``psycopg`` one).
+
+        The :class:`pipeline.outbox.Outbox` adds each job to the outbox ``table``: it exists
+        once the caller commits, and ``pipeline outbox relay`` publishes it (docs/outbox.md).
+        """
+        return Outbox(connection, self._outboxed, table=table)
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every enqueued job is acknowledged by Kafka.
 
@@ -317,46 +323,19 @@ class Pipeline:
         """The route of ``opts``; ``added``: headers under the call's own (e.g. trace context)."""
         self._watch()
         registered = self.registry.find(job_type)
-        type_options = registered.options if registered is not None else _TYPE_DEFAULTS
-        priority = (
-            Priority.parse(opts.priority) if opts.priority is not None else type_options.priority
+        return resolve_route(
+            self.settings, self.topics, job_type, opts, registered=registered, added=added
         )
-        max_attempts = next(
-            value
-            for value in (
-                opts.max_attempts,
-                type_options.max_attempts,
-                self.settings.producer.default_max_attempts,
-            )
-            if value is not None
-        )
-        if max_attempts < 1:
-            raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
-        not_before = not_before_ms(opts.delay, opts.run_at)
-        topic = (
-            self.topics.deferred
-            if not_before is not None and not_before > now_ms()
-            else self.topics.jobs(priority)
-        )
-        # The partition key: the idempotency key when present (every duplicate then lands on
-        # one partition), else the explicit key, else none (librdkafka spreads the jobs).
-        key_source = opts.idempotency_key if opts.idempotency_key is not None else opts.key
-        key = key_source.encode() if isinstance(key_source, str) else key_source
-        codec = type_options.payload or _JSON
-        return Route(
-            job_type=job_type,
-            registered=registered,
-            payload_codec=codec,
-            check=registered.encoded_check(codec) if registered is not None else None,
-            topic=topic,
-            key=key,
-            priority=priority,
-            max_attempts=max_attempts,
-            not_before=not_before,
-            idempotency_key=opts.idempotency_key,
-            tenant=opts.tenant,
-            headers={**(added or {}), **(opts.headers or {})},
-        )
+
+    def _outboxed(
+        self, job_type: str, payload: Mapping[str, Any] | None, options: dict[str, Any]
+    ) -> OutboxJob:
+        """What :meth:`enqueue` would send, with an idempotency key for sure (the outbox's)."""
+        route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
+        job_id = new_job_id()
+        route = outbox_route(route, job_id)
+        value = self.codec.encode(route.job(job_id, self._payload_bytes(route, payload or {})))
+        return OutboxJob(job_id, route.topic, route.key, value)
 
     def _send(
         self,
@@ -415,11 +394,3 @@ def _produce_each(
 ) -> None:
     for value in values:
         produce(topic, value, key, on_delivery)
-
-
-def _takes_ctx_first(func: Callable[..., Any]) -> bool:
-    try:
-        first = next(iter(inspect.signature(func).parameters), None)
-    except (TypeError, ValueError):
-        return False
-    return first == "ctx"

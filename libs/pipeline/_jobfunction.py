@@ -8,6 +8,7 @@ only the ``pipeline.mypy`` plugin drops it (``Concatenate`` removes leading para
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -124,3 +125,12 @@ class BoundEnqueue(Generic[P]):
 
     def enqueue_many(self, payloads: Iterable[Mapping[str, Any]]) -> list[str]:
         return self.app.enqueue_many(self.job_type, payloads, **self.options)
+
+
+def takes_ctx_first(func: Callable[..., Any]) -> bool:
+    """Whether ``func``'s first parameter is ``ctx`` (the job context, not a payload field)."""
+    try:
+        first = next(iter(inspect.signature(func).parameters), None)
+    except (TypeError, ValueError):
+        return False
+    return first == "ctx"

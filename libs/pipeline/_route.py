@@ -7,14 +7,20 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._codec import JobCodec, PayloadCodec
+from ._codec import JobCodec, JsonPayload, PayloadCodec
 from ._errors import ConfigurationError
-from ._job import Job, Priority, due_at_ms, due_in_ms, new_job_id
+from ._job import Job, Priority, due_at_ms, due_in_ms, new_job_id, now_ms
+from ._jobfunction import EnqueueOptions
 from ._jobtemplate import JobTemplate
-from ._registry import JobType
+from ._registry import JobOptions, JobType
+from ._settings import Settings
+from ._topics import TopicNames
 
 _MAX_PLAIN = 1024
 """Job types whose plain route :class:`PlainRoutes` keeps (past that it starts over)."""
+_JSON = JsonPayload()
+_TYPE_DEFAULTS = JobOptions()
+"""The options of a job type nobody registered in this process (made once: it is frozen)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,57 @@ def not_before_ms(delay: float | timedelta | None, run_at: datetime | None) -> i
             raise ConfigurationError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
         return due_at_ms(run_at)
     return None
+
+
+def resolve_route(
+    settings: Settings,
+    topics: TopicNames,
+    job_type: str,
+    opts: EnqueueOptions,
+    *,
+    registered: JobType | None,
+    added: Mapping[str, str] | None,
+) -> Route:
+    """The route of ``opts`` for ``job_type`` (``registered``: its handler's type, if any);
+    ``added``: headers under the call's own (e.g. trace context)."""
+    type_options = registered.options if registered is not None else _TYPE_DEFAULTS
+    priority = Priority.parse(opts.priority) if opts.priority is not None else type_options.priority
+    max_attempts = next(
+        value
+        for value in (
+            opts.max_attempts,
+            type_options.max_attempts,
+            settings.producer.default_max_attempts,
+        )
+        if value is not None
+    )
+    if max_attempts < 1:
+        raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
+    not_before = not_before_ms(opts.delay, opts.run_at)
+    topic = (
+        topics.deferred
+        if not_before is not None and not_before > now_ms()
+        else topics.jobs(priority)
+    )
+    # The partition key: the idempotency key when present (every duplicate then lands on
+    # one partition), else the explicit key, else none (librdkafka spreads the jobs).
+    key_source = opts.idempotency_key if opts.idempotency_key is not None else opts.key
+    key = key_source.encode() if isinstance(key_source, str) else key_source
+    codec = type_options.payload or _JSON
+    return Route(
+        job_type=job_type,
+        registered=registered,
+        payload_codec=codec,
+        check=registered.encoded_check(codec) if registered is not None else None,
+        topic=topic,
+        key=key,
+        priority=priority,
+        max_attempts=max_attempts,
+        not_before=not_before,
+        idempotency_key=opts.idempotency_key,
+        tenant=opts.tenant,
+        headers={**(added or {}), **(opts.headers or {})},
+    )
 
 
 class PlainRoutes:

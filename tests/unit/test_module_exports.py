@@ -1,4 +1,5 @@
-"""The public surfaces of ``pipeline.testing`` and ``pipeline.dedup`` are their ``__all__``: pinned.
+"""The public surfaces of ``pipeline.testing``, ``pipeline.dedup`` and ``pipeline.outbox`` are their
+``__all__``: pinned.
 
 A change here is a change to the contract other people build against (DESIGN section 9): add
 names deliberately, and never remove or rename one without a deprecation in the changelog.
@@ -15,6 +16,7 @@ import pytest
 
 import pipeline
 import pipeline.dedup
+import pipeline.outbox
 import pipeline.testing
 
 TESTING = {
@@ -43,7 +45,20 @@ DEDUP = {
     "Verdict",
 }
 
-MODULES = [(pipeline.testing, TESTING), (pipeline.dedup, DEDUP)]
+OUTBOX = {
+    "DEFAULT_TABLE",
+    "DatabaseUnavailableError",
+    "Outbox",
+    "OutboxRelay",
+    "OutboxStatus",
+    "RelayOptions",
+    "connect",
+    "create_table",
+    "outbox_status",
+    "relay_transactional_id",
+}
+
+MODULES = [(pipeline.testing, TESTING), (pipeline.dedup, DEDUP), (pipeline.outbox, OUTBOX)]
 IDS = [module.__name__ for module, _ in MODULES]
 
 

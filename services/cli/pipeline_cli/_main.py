@@ -12,6 +12,7 @@ from ._dlq import dlq
 from ._enqueue import enqueue
 from ._exporter import exporter
 from ._jobs import events, jobs
+from ._outbox import outbox
 from ._schedules import schedules
 from ._status import status
 from ._topics import topics
@@ -49,6 +50,7 @@ cli.add_command(events)
 cli.add_command(exporter)
 cli.add_command(web)
 cli.add_command(acls)
+cli.add_command(outbox)
 
 
 def main() -> None:

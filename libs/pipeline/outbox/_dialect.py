@@ -1,0 +1,148 @@
+"""The outbox table in each database it supports: its DDL and the few statements on it.
+
+Plain DB-API (PEP 249): the writer takes the connection the service already has (``sqlite3`` or
+``psycopg``), so the outbox row is one more statement in the service's own transaction; the relay
+opens its own. Two dialects differ in the placeholder, the id column and the delete.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .._errors import ConfigurationError, PipelineError
+
+__all__ = [
+    "DEFAULT_TABLE",
+    "POSTGRES",
+    "SQLITE",
+    "DatabaseUnavailableError",
+    "Dialect",
+    "OutboxRow",
+    "connect",
+    "dialect_of",
+    "sqlite_path",
+]
+
+DEFAULT_TABLE = "pipeline_outbox"
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?").fullmatch
+
+OutboxRow = tuple[int, str, bytes | None, bytes]
+"""(id, topic, key, value) of one row, as the relay reads it."""
+
+
+class DatabaseUnavailableError(PipelineError):
+    """The outbox's database did not accept a connection (down, unreachable, refused login)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """The SQL of the outbox table in one database."""
+
+    name: str
+    placeholder: str
+    id_column: str
+    blob: str
+
+    def create(self, table: str) -> str:
+        table = checked_table(table)
+        return (
+            f"CREATE TABLE IF NOT EXISTS {table} ("
+            f"id {self.id_column}, topic TEXT NOT NULL, key {self.blob}, "
+            f"value {self.blob} NOT NULL, job_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL)"
+        )
+
+    def insert(self, table: str) -> str:
+        p = self.placeholder
+        return (
+            f"INSERT INTO {table} (topic, key, value, job_id, created_at_ms) "
+            f"VALUES ({p}, {p}, {p}, {p}, {p})"
+        )
+
+    def fetch(self, table: str) -> str:
+        return f"SELECT id, topic, key, value FROM {table} ORDER BY id LIMIT {self.placeholder}"
+
+    def delete(self, cursor: Any, table: str, ids: list[int]) -> int:
+        """Delete the rows ``ids``; how many there were (one statement with an array on
+        PostgreSQL, a statement per row on SQLite, which runs in-process: no round trip to
+        save)."""
+        p = self.placeholder
+        if self.name == "postgresql":
+            cursor.execute(f"DELETE FROM {table} WHERE id = ANY({p})", (ids,))
+        else:
+            cursor.executemany(f"DELETE FROM {table} WHERE id = {p}", [(i,) for i in ids])
+        return int(cursor.rowcount)
+
+    def pending(self, table: str) -> str:
+        return f"SELECT count(*), min(created_at_ms) FROM {table}"
+
+
+POSTGRES = Dialect("postgresql", "%s", "BIGSERIAL PRIMARY KEY", "BYTEA")
+# AUTOINCREMENT: an id is never used twice, even after the rows with the highest were deleted.
+SQLITE = Dialect("sqlite", "?", "INTEGER PRIMARY KEY AUTOINCREMENT", "BLOB")
+
+
+def checked_table(table: str) -> str:
+    """``table`` if it is a plain (optionally schema-qualified) SQL name; it goes into SQL text."""
+    if not _TABLE_NAME(table):
+        raise ConfigurationError(
+            f"outbox table name {table!r} must be letters, digits and underscores "
+            "(optionally schema.table)"
+        )
+    return table
+
+
+def dialect_of(connection: Any) -> Dialect:
+    """The dialect of a DB-API connection: ``sqlite3`` or ``psycopg`` (version 3)."""
+    module = type(connection).__module__.partition(".")[0]
+    if module == "sqlite3":
+        return SQLITE
+    if module == "psycopg":
+        return POSTGRES
+    raise ConfigurationError(
+        f"the outbox works on a sqlite3 or psycopg (3) connection, got {type(connection)!r}"
+    )
+
+
+def sqlite_path(dsn: str) -> Path | None:
+    """The database file of a ``sqlite:///path`` DSN (SQLAlchemy's form: ``sqlite:////abs``
+    for an absolute path); None when ``dsn`` is not a SQLite one."""
+    if not dsn.startswith("sqlite:"):
+        return None
+    rest = dsn.removeprefix("sqlite:")
+    if not rest.startswith("///") or len(rest) == 3:
+        raise ConfigurationError(
+            f"a SQLite outbox DSN is sqlite:///relative/path.db or sqlite:////absolute/path.db, "
+            f"got {dsn!r}"
+        )
+    return Path(rest[3:])
+
+
+def connect(dsn: str) -> tuple[Any, Dialect]:
+    """A new connection to ``dsn`` (``postgresql://...`` or ``sqlite:///path``) and its dialect."""
+    path = sqlite_path(dsn)
+    if path is not None:
+        # WAL: the relay's reads and deletes do not block the service's writers (nor the
+        # reverse) but for the moment of a commit; busy writers are waited for, 30 s at most.
+        connection = sqlite3.connect(path, timeout=30.0)
+        connection.execute("PRAGMA journal_mode=WAL")
+        return connection, SQLITE
+    if dsn.startswith(("postgresql://", "postgres://")) or "=" in dsn:
+        try:
+            import psycopg
+        except ImportError:
+            raise ConfigurationError(
+                "the PostgreSQL outbox needs psycopg: pip install 'kafka-pipeline[outbox]'"
+            ) from None
+        try:
+            return psycopg.connect(dsn), POSTGRES
+        except psycopg.Error as exc:  # the server may come back: not a configuration error
+            raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
+    scheme = dsn.partition(":")[0]  # not the whole DSN: it may hold a password
+    raise ConfigurationError(
+        f"unknown outbox DSN scheme {scheme!r}: use postgresql://user@host:port/db "
+        "or sqlite:///path.db"
+    )

@@ -1,0 +1,156 @@
+"""Which rows the relay's last committed Kafka transaction held, kept in Kafka by that transaction.
+
+Each batch's transaction ends with one record on the relay's own compacted topic
+``<ns>.outbox-relay.<table>`` (one partition, created by the relay), keyed by the table, whose
+value lists the ids of the batch's rows as ranges (``outbox-relay/1:17-512,530-1017``). Kafka
+commits that record with the batch or not at all. A relay that becomes active reads the last
+committed one back once it has registered the transactional id (which aborted whatever its
+predecessor left open) and deletes those ids: rows of a batch Kafka committed but whose delete
+never happened (a relay killed between the two commits) are not published a second time.
+
+A record, not an offset committed with the transaction (``send_offsets_to_transaction``): that
+call can block past its timeout, for good, when the broker it cached as the group coordinator
+went away (librdkafka issues 5456 and 5511), which a broker restart in the middle of a batch
+did to the relay.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .._settings import Settings
+from ._dialect import OutboxRow
+
+__all__ = ["MARK", "RelayProgress", "decode_ids", "encode_ids", "progress_topic"]
+
+MARK = "outbox-relay/1:"
+"""What the metadata of a relay's offset starts with (the format's version)."""
+
+
+def encode_ids(ids: list[int]) -> str:
+    """``ids`` (ascending) as ranges: ``[1, 2, 3, 7, 9, 10]`` -> ``1-3,7,9-10``."""
+    parts: list[str] = []
+    start = previous = None
+    for current in ids:
+        if previous is not None and current == previous + 1:
+            previous = current
+            continue
+        if start is not None:
+            parts.append(_range(start, previous))
+        start = previous = current
+    if start is not None:
+        parts.append(_range(start, previous))
+    return ",".join(parts)
+
+
+def _range(start: int, end: int | None) -> str:
+    return str(start) if end is None or end == start else f"{start}-{end}"
+
+
+def decode_ids(text: str) -> list[int]:
+    """The ids of :func:`encode_ids`'s ranges; ValueError on anything else."""
+    ids: list[int] = []
+    for part in filter(None, text.split(",")):
+        first, dash, last = part.partition("-")
+        start, end = int(first), int(last) if dash else int(first)
+        if end < start:
+            raise ValueError(f"bad id range {part!r}")
+        ids.extend(range(start, end + 1))
+    return ids
+
+
+def progress_topic(namespace: str, table: str) -> str:
+    """The relay's own topic for ``table``: ``<ns>.outbox-relay.<table>``."""
+    return f"{namespace}.outbox-relay.{table}"
+
+
+class RelayProgress:
+    """The relay's progress record: written with each batch, read back when a relay takes over."""
+
+    def __init__(self, settings: Settings, table: str) -> None:
+        self.settings = settings
+        self.topic = progress_topic(settings.namespace, table)
+        self.key = table.encode()
+        self._consumer = Consumer(
+            {
+                **settings.client_config(),
+                "group.id": self.topic,  # never joined nor committed: reads by assignment
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "log_level": 0,
+            }
+        )
+
+    def ensure_topic(self, timeout: float) -> None:
+        """Create the topic unless it exists (compacted: one live record per table)."""
+        t = self.settings.topics
+        spec = NewTopic(
+            self.topic,
+            num_partitions=1,
+            replication_factor=t.replication_factor,
+            config={
+                "cleanup.policy": "compact",
+                "segment.ms": str(3_600_000),
+                "min.cleanable.dirty.ratio": "0.1",
+                "min.insync.replicas": str(t.effective_min_insync_replicas),
+            },
+        )
+        admin = AdminClient({**self.settings.client_config(), "log_level": 0})
+        future = admin.create_topics([spec], request_timeout=timeout)[self.topic]
+        try:
+            future.result(timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+
+    def value(self, rows: Sequence[OutboxRow]) -> bytes:
+        """The record of the batch of ``rows``."""
+        return (MARK + encode_ids([row[0] for row in rows])).encode()
+
+    def last_committed(self, timeout: float) -> list[int]:
+        """The row ids of the last batch a relay of this table committed ([]: none yet).
+
+        Reads back from the end of the topic, a window at a time. Raises
+        :class:`KafkaException` when Kafka does not answer within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        partition = TopicPartition(self.topic, 0)
+        low, end = self._consumer.get_watermark_offsets(partition, timeout=timeout)
+        window = 16
+        while end > low:
+            start = max(low, end - window)
+            found = self._read(start, end, deadline)
+            if found is not None:
+                return decode_ids(found.removeprefix(MARK))
+            end, window = start, window * 4
+        return []
+
+    def _read(self, start: int, end: int, deadline: float) -> str | None:
+        """The value of the last record for this table in offsets ``[start, end)``."""
+        consumer = self._consumer
+        consumer.assign([TopicPartition(self.topic, 0, start)])
+        last: str | None = None
+        try:
+            while True:
+                for message in consumer.consume(500, timeout=0.2):
+                    if message.error() is not None:
+                        raise KafkaException(message.error())
+                    value = message.value() or b""
+                    ours = (message.offset() or 0) < end and message.key() == self.key
+                    if ours and value.startswith(MARK.encode()):
+                        last = value.decode()
+                [position] = consumer.position([TopicPartition(self.topic, 0)])
+                if position.offset >= end:
+                    return last
+                if time.monotonic() > deadline:
+                    raise KafkaException(
+                        KafkaError(KafkaError._TIMED_OUT, f"reading {self.topic} timed out")
+                    )
+        finally:
+            consumer.unassign()
+
+    def close(self) -> None:
+        self._consumer.close()

@@ -1,0 +1,321 @@
+"""The relay: committed outbox rows to Kafka in id order, deleted once Kafka has them.
+
+One relay per table is active (:mod:`._lock`); the others wait as standbys. The active one:
+
+1. reads up to ``batch_size`` rows in id order (a short read transaction);
+2. produces them, in that order, in one Kafka transaction of an idempotent, transactional
+   producer (``transactional.id`` ``<ns>.outbox-relay.<table>``) and commits it;
+3. deletes those rows and commits the database transaction; then reads the next batch.
+
+A row is deleted only after Kafka committed the transaction that holds it. A relay killed in
+step 2 leaves an open transaction that the next active relay's registration of the same
+transactional id aborts: workers read committed records only, so nothing of it is ever seen
+and the rows are published again. A relay killed between 2 and 3 (between the two commits)
+leaves rows already in Kafka: the transaction of step 2 also wrote the ids of its rows to the
+relay's own topic (:mod:`._progress`), and the next active relay deletes them before it reads,
+so they are not published twice. The registration also fences an old active relay that lost
+its lock without noticing: its next commit fails.
+
+While Kafka does not answer, the batch is retried (a warning each time, the rows stay); while
+the database does not answer, the relay gives up being active and tries again as a standby.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import KafkaException, Producer
+
+from .._brokerhealth import BrokerHealth
+from .._errors import (
+    ConfigurationError,
+    KafkaUnavailableError,
+    TransactionAbortedError,
+    TransactionFencedError,
+)
+from .._producer import producer_config
+from .._settings import Settings
+from .._transactions import Transactions
+from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
+from ._lock import RelayLock, lock_for
+from ._progress import RelayProgress
+from ._stall import StallWatch
+from ._writer import create_table
+
+__all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
+
+_log = logging.getLogger("pipeline.outbox")
+_LOCK_CHECK_S = 1.0
+"""How often the active relay checks that it still holds its lock."""
+_CLIENT = "outbox relay"
+"""The relay's producer, in the health tracker's lines."""
+_AWAY_LOG_S = 30.0
+"""How often a relay waiting for Kafka to answer says so."""
+
+
+@dataclass(frozen=True, slots=True)
+class RelayOptions:
+    """How a relay reads its table."""
+
+    table: str = DEFAULT_TABLE
+    batch_size: int = 5000
+    """Rows per read, per Kafka transaction and per delete (a transaction costs tens of
+    milliseconds whatever its size: docs/benchmarks.md, "Transactional outbox")."""
+    poll_interval_s: float = 0.1
+    """How long an active relay waits before it reads an empty table again."""
+    standby_retry_s: float = 1.0
+    """How often a standby tries to take the lock."""
+    retry_s: float = 2.0
+    """How long the relay waits before it tries again a batch Kafka did not take."""
+
+    def __post_init__(self) -> None:
+        checked_table(self.table)
+        if self.batch_size < 1:
+            raise ConfigurationError(f"batch_size must be at least 1, got {self.batch_size}")
+
+
+def relay_transactional_id(namespace: str, table: str) -> str:
+    """The transactional id of the relays of ``table``: ``<ns>.outbox-relay.<table>``."""
+    return f"{namespace}.outbox-relay.{table}"
+
+
+class OutboxRelay:
+    """Publishes the rows of one outbox table; :meth:`run` until ``stop`` is set."""
+
+    def __init__(self, settings: Settings, dsn: str, options: RelayOptions | None = None) -> None:
+        self.settings = settings
+        self.dsn = dsn
+        self.options = options or RelayOptions()
+        self.relayed = 0
+        """Rows published and deleted by this relay so far."""
+        self.active = threading.Event()
+        """Set while this relay holds the lock and publishes."""
+        self._lock: RelayLock = lock_for(dsn, self.options.table)
+
+    def run(self, stop: threading.Event) -> None:
+        """Be a standby until the lock is free, then publish; until ``stop`` is set."""
+        options = self.options
+        waiting = False
+        lock_failed_logged = -_AWAY_LOG_S
+        while not stop.is_set():
+            try:
+                got = self._lock.try_acquire()
+            except ConfigurationError:
+                raise
+            except Exception as exc:  # any driver's error: the database is away
+                if time.monotonic() - lock_failed_logged >= _AWAY_LOG_S:
+                    lock_failed_logged = time.monotonic()
+                    _log.warning("cannot take the relay lock (%s); trying again", exc)
+                stop.wait(options.standby_retry_s)
+                continue
+            lock_failed_logged = -_AWAY_LOG_S
+            if not got:
+                if not waiting:
+                    _log.info(
+                        "standby: another relay of table %s is active; waiting for its lock",
+                        options.table,
+                    )
+                    waiting = True
+                stop.wait(options.standby_retry_s)
+                continue
+            waiting = False
+            try:
+                self._run_active(stop)
+            except TransactionFencedError as exc:
+                _log.error("%s; back to standby", exc)
+            except ConfigurationError:
+                raise
+            except Exception as exc:  # the database (or Kafka) failed under us
+                _log.warning("%s; no longer active, trying again", exc)
+                stop.wait(options.standby_retry_s)
+            finally:
+                self.active.clear()
+                self._lock.release()
+
+    # -- the active relay -------------------------------------------------------------------------
+
+    def _run_active(self, stop: threading.Event) -> None:
+        options, settings = self.options, self.settings
+        connection, dialect = connect(self.dsn)
+        txn: Transactions | None = None
+        progress: RelayProgress | None = None
+        stall = StallWatch(options.table)
+        try:
+            create_table(connection, options.table)
+            txn = self._transactions()
+            _log.info(
+                "active: publishing the rows of %s to Kafka at %s",
+                options.table,
+                settings.bootstrap_servers,
+            )
+            waiting = _saying_kafka_is_away(stop, settings.bootstrap_servers, txn.producer.poll)
+            if not txn.init_until(waiting):
+                return
+            progress = RelayProgress(settings, options.table)
+            if not self._recover(connection, dialect, progress, stop):
+                return
+            self.active.set()
+            health = BrokerHealth.of(settings.bootstrap_servers)
+            checked = time.monotonic()
+            while not stop.is_set():
+                if time.monotonic() - checked >= _LOCK_CHECK_S:
+                    if not self._lock.held():
+                        _log.warning("lost the relay lock of %s; back to standby", options.table)
+                        return
+                    checked = time.monotonic()
+                txn.producer.poll(0)  # serves librdkafka's callbacks: its errors, health lines
+                rows = _fetch(connection, dialect, options.table, options.batch_size)
+                if not rows:
+                    stop.wait(options.poll_interval_s)
+                    continue
+                stall.begin(len(rows), rows[0][0])
+                try:
+                    published = self._publish(txn, rows, progress)
+                finally:
+                    stall.end()
+                if not published:
+                    stop.wait(options.retry_s)
+                    continue
+                health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
+                self._delete(connection, dialect, [row[0] for row in rows])
+                self.relayed += len(rows)
+        finally:
+            if txn is not None:
+                txn.close()
+            if progress is not None:
+                progress.close()
+            stall.close()
+            connection.close()
+
+    def _recover(
+        self, connection: Any, dialect: Dialect, progress: RelayProgress, stop: threading.Event
+    ) -> bool:
+        """Delete the rows of the last batch Kafka committed, should they still be there (the
+        relay before stopped between Kafka's commit and the database's). False: stopped first."""
+        while not stop.is_set():
+            try:
+                progress.ensure_topic(timeout=10.0)
+                ids = progress.last_committed(timeout=10.0)
+            except KafkaException as exc:
+                _log.warning(
+                    "cannot read the last committed batch of %s from Kafka (%s); trying again",
+                    self.options.table,
+                    exc.args[0] if exc.args else exc,
+                )
+                stop.wait(self.options.retry_s)
+                continue
+            deleted = self._delete(connection, dialect, ids) if ids else 0
+            if deleted:
+                _log.warning(
+                    "%d rows of the last batch Kafka committed (ids %d to %d) were still in %s "
+                    "(the relay before stopped between Kafka's commit and the database's): "
+                    "deleted, not published again",
+                    deleted,
+                    ids[0],
+                    ids[-1],
+                    self.options.table,
+                )
+            return True
+        return False
+
+    def _delete(self, connection: Any, dialect: Dialect, ids: list[int]) -> int:
+        """Delete rows ``ids`` and commit; how many there were."""
+        cursor = connection.cursor()
+        try:
+            deleted = dialect.delete(cursor, self.options.table, ids)
+        finally:
+            cursor.close()
+        connection.commit()
+        return deleted
+
+    def _publish(self, txn: Transactions, rows: list[OutboxRow], progress: RelayProgress) -> bool:
+        """One Kafka transaction with ``rows`` in order, then the record of their ids;
+        False: Kafka did not take it (logged)."""
+
+        def write(txn: Transactions) -> None:
+            for _, topic, key, value in rows:
+                txn.produce(topic, value, key)
+            txn.produce(progress.topic, progress.value(rows), progress.key)
+
+        try:
+            txn.run(write)
+        except (KafkaUnavailableError, TransactionAbortedError) as exc:
+            _log.warning(
+                "Kafka did not take %d outbox rows from id %d (%s); they stay in %s, "
+                "retrying in %gs",
+                len(rows),
+                rows[0][0],
+                exc,
+                self.options.table,
+                self.options.retry_s,
+            )
+            return False
+        return True
+
+    def _transactions(self) -> Transactions:
+        settings, table = self.settings, self.options.table
+        txn_id = relay_transactional_id(settings.namespace, table)
+        conf = producer_config(settings, bulk=True)
+        conf.update(
+            {
+                "transactional.id": txn_id,
+                "transaction.timeout.ms": max(60_000, conf["delivery.timeout.ms"]),
+            }
+        )
+        # librdkafka's errors and log lines go to the cluster's health tracker: one line when
+        # Kafka becomes unreachable, one when it is back.
+        conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks(_CLIENT))
+        try:
+            producer = Producer(conf)
+        except KafkaException as exc:
+            raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+        return Transactions(
+            producer,
+            name=f"the outbox relay of {table} (transactional id {txn_id})",
+            when_fenced="another relay of this table became active",
+            timeout_s=10.0,
+        )
+
+
+def _saying_kafka_is_away(
+    stop: threading.Event, servers: str, poll: Callable[[float], object]
+) -> Callable[[], bool]:
+    """``stop.is_set``, for :meth:`Transactions.init_until`, which calls it before each try
+    to register the transactional id: from the second on, Kafka did not answer; say so at
+    once, then every :data:`_AWAY_LOG_S` seconds. Each call also serves the producer's
+    callbacks (``poll``), so that its health lines come while the outage lasts."""
+    tries = 0
+    logged = 0.0
+
+    def stopped() -> bool:
+        nonlocal tries, logged
+        poll(0)
+        tries += 1
+        if tries > 1 and time.monotonic() - logged >= _AWAY_LOG_S:
+            logged = time.monotonic()
+            _log.warning(
+                "Kafka at %s is unreachable: the rows wait in the table until it answers",
+                servers,
+            )
+        return stop.is_set()
+
+    return stopped
+
+
+def _fetch(connection: Any, dialect: Dialect, table: str, limit: int) -> list[OutboxRow]:
+    cursor = connection.cursor()
+    try:
+        cursor.execute(dialect.fetch(table), (limit,))
+        rows = [
+            (row[0], row[1], bytes(row[2]) if row[2] is not None else None, bytes(row[3]))
+            for row in cursor.fetchall()
+        ]
+    finally:
+        cursor.close()
+    connection.commit()  # ends the read transaction: no snapshot held between batches
+    return rows

@@ -1,0 +1,117 @@
+"""The writing side of the outbox: a job becomes a row of the service's own transaction.
+
+The job is validated and encoded exactly as :meth:`pipeline.Pipeline.enqueue` would (same codec,
+same topic, same partition key), and the row holds the Kafka message to be: topic, key, value.
+The relay moves those bytes and nothing else, so what reaches Kafka is what ``enqueue`` would
+have sent when the row was written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._job import now_ms
+from .._route import Route
+from ._dialect import DEFAULT_TABLE, Dialect, checked_table, dialect_of
+
+__all__ = ["Outbox", "OutboxJob", "create_table", "outbox_route"]
+
+OUTBOX_KEY_PREFIX = "outbox:"
+"""The idempotency key of an outbox job enqueued without one: ``outbox:<job id>``."""
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxJob:
+    """One encoded job, as the outbox row keeps it."""
+
+    job_id: str
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+Encode = Callable[[str, Mapping[str, Any] | None, dict[str, Any]], OutboxJob]
+"""(job type, payload, enqueue options) -> the encoded job (the application's encoder)."""
+
+
+def outbox_route(route: Route, job_id: str) -> Route:
+    """``route`` with an idempotency key for sure: the caller's, else ``outbox:<job id>``.
+
+    A row the relay publishes twice (it died after Kafka took the row, before it deleted it) is
+    then a duplicate the workers drop. A job with neither key gets the new idempotency key as its
+    partition key too, so both copies land on one partition, whose owner decides; an explicit
+    ``key`` stays the partition key (its jobs keep their order).
+    """
+    if route.idempotency_key is not None:
+        return route
+    idempotency_key = f"{OUTBOX_KEY_PREFIX}{job_id}"
+    key = route.key if route.key is not None else idempotency_key.encode()
+    return dataclasses.replace(route, idempotency_key=idempotency_key, key=key)
+
+
+def create_table(connection: Any, table: str = DEFAULT_TABLE) -> None:
+    """Create the outbox table in ``connection``'s database if it does not exist, and commit.
+
+    The relay does this when it starts too; call it (or run the DDL of docs/outbox.md in a
+    migration) before the first write.
+    """
+    dialect = dialect_of(connection)
+    cursor = connection.cursor()
+    try:
+        cursor.execute(dialect.create(table))
+    finally:
+        cursor.close()
+    connection.commit()
+
+
+class Outbox:
+    """Enqueues jobs as rows of the outbox table, in ``connection``'s current transaction.
+
+    Made by :meth:`pipeline.Pipeline.outbox`. Nothing is committed here: the rows commit (or roll
+    back) with the caller's transaction, and ``pipeline outbox relay`` publishes what committed.
+    """
+
+    __slots__ = ("_connection", "_dialect", "_encode", "_insert", "table")
+
+    def __init__(self, connection: Any, encode: Encode, *, table: str = DEFAULT_TABLE) -> None:
+        self._connection = connection
+        self._dialect: Dialect = dialect_of(connection)
+        self._encode = encode
+        self.table = checked_table(table)
+        self._insert = self._dialect.insert(self.table)
+
+    def enqueue(
+        self, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
+    ) -> str:
+        """Validate and encode one job as ``app.enqueue`` would, add its row; return its id.
+
+        Options are :meth:`pipeline.Pipeline.enqueue`'s (``priority``, ``delay``, ``run_at``,
+        ``key``, ``idempotency_key``, ``tenant``, ``headers``, ``max_attempts``).
+        """
+        job = self._encode(job_type, payload, options)
+        cursor = self._connection.cursor()
+        try:
+            cursor.execute(self._insert, (job.topic, job.key, job.value, job.job_id, now_ms()))
+        finally:
+            cursor.close()
+        return job.job_id
+
+    def enqueue_many(
+        self, job_type: str, payloads: Iterable[Mapping[str, Any]], **options: Any
+    ) -> list[str]:
+        """:meth:`enqueue` each of ``payloads`` with the same options, in one ``executemany``
+        (one round trip on PostgreSQL, with psycopg's pipeline mode); their ids in order.
+        Nothing is inserted when one payload fails validation."""
+        jobs = [self._encode(job_type, payload, options) for payload in payloads]
+        at = now_ms()
+        cursor = self._connection.cursor()
+        try:
+            cursor.executemany(
+                self._insert, [(job.topic, job.key, job.value, job.job_id, at) for job in jobs]
+            )
+        finally:
+            cursor.close()
+        return [job.job_id for job in jobs]

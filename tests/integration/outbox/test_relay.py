@@ -1,0 +1,273 @@
+"""The outbox end to end: business transactions, relays, a real Kafka and real workers.
+
+Every committed job runs once, no rolled-back one ever runs, whatever happens to the relay
+(SIGKILLed in the middle of publishing, then restarted; or its standby taking over) and even
+when Kafka was down while the jobs were committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from confluent_kafka import Consumer
+
+from pipeline import Pipeline, Settings
+from pipeline._admin import apply_topics
+from pipeline.outbox import OutboxRelay, RelayOptions
+from pipeline.outbox._dialect import Dialect
+from tests.conftest import start_dev_cluster
+from tests.waiting import wait_for
+
+from ..worker.harness import Recording, WorkerLauncher, check_ran, wait_until
+from .relays import RelayLauncher, pending, read_topic, write_orders
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from pipeline_cli.devbroker import DevCluster
+
+RELAY_TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def stoppable_kafka() -> Iterator[DevCluster]:
+    """A broker of this module's own, which its tests stop and start (left running)."""
+    data_dir = Path(tempfile.mkdtemp(prefix="pipeline-test-outbox-kafka-"))
+    try:
+        yield start_dev_cluster(1, data_dir)
+    finally:
+        cluster_down(data_dir)
+
+
+def cluster_down(data_dir: Path) -> None:
+    from pipeline_cli import devbroker
+
+    try:
+        devbroker.down(data_dir, timeout=30)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def test_jobs_committed_while_kafka_is_down_run_once_across_a_relay_crash(
+    stoppable_kafka: DevCluster, postgres_dsn: str, namespace: str, tmp_path: Path
+) -> None:
+    cluster = stoppable_kafka
+    cluster.start_node(0)  # should a test before have left it stopped
+    settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
+    apply_topics(settings)
+    cluster.stop_node(0)
+
+    # Kafka is down: the service commits its orders and their jobs all the same.
+    written = write_orders(Pipeline(settings), postgres_dsn, 10_000)
+    assert (len(written.committed), len(written.rolled_back)) == (8_000, 2_000)
+    assert pending(postgres_dsn) == 8_000
+
+    relays = RelayLauncher(settings, tmp_path)
+    workers = WorkerLauncher(settings, tmp_path / "runs.log", tmp_path)
+    try:
+        first = relays.start(postgres_dsn, "--batch-size", "200")
+        wait_until(
+            lambda: "unreachable" in first.log(),
+            timeout=60,
+            what="the relay to say that Kafka is unreachable",
+            watch=[first],
+        )
+        assert pending(postgres_dsn) == 8_000  # nothing is lost while it waits
+        cluster.start_node(0)
+        workers.start()
+
+        # SIGKILL the relay while it publishes: some rows are out, others not yet.
+        assert wait_for(lambda: pending(postgres_dsn) < 6_000, 90, interval=0.01), first.log_tail()
+        first.kill()
+        left = pending(postgres_dsn)
+        assert 0 < left < 6_000, "the relay had published everything before it was killed"
+
+        second = relays.start(postgres_dsn, "--batch-size", "200")
+        wait_until(
+            lambda: pending(postgres_dsn) == 0,
+            timeout=RELAY_TIMEOUT_S,
+            what="the restarted relay to publish the rest",
+            watch=[second],
+        )
+        recording = Recording(tmp_path / "runs.log")
+        wait_until(
+            lambda: recording.all_finished(written.committed),
+            timeout=RELAY_TIMEOUT_S,
+            what=lambda: f"{len(recording.finished_ids)} of 8000 jobs to finish",
+            watch=workers.started,
+        )
+        # check_ran also reports any run of a job nobody committed (a rolled-back one).
+        assert check_ran(recording, written.committed, exactly_once=True) == []
+        assert not set(written.rolled_back) & set(recording.run_counts())
+    finally:
+        relays.stop_all()
+        workers.stop_all()
+
+
+def test_kafka_stopping_while_the_relay_publishes_loses_and_doubles_nothing(
+    stoppable_kafka: DevCluster, sqlite_dsn: str, namespace: str, tmp_path: Path
+) -> None:
+    cluster = stoppable_kafka
+    cluster.start_node(0)  # should a test before have left it stopped
+    settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
+    apply_topics(settings)
+    app = Pipeline(settings)
+    written = write_orders(app, sqlite_dsn, 4_000)
+    relays = RelayLauncher(settings, tmp_path)
+    try:
+        relay = relays.start(sqlite_dsn, "--batch-size", "50")
+        assert wait_for(lambda: pending(sqlite_dsn) < 2_800, 90, interval=0.01), relay.log_tail()
+        cluster.stop_node(0)
+        more = write_orders(app, sqlite_dsn, 1_000, start=4_000)  # while Kafka is down
+        wait_until(
+            lambda: "Kafka has not taken the batch" in relay.log(),
+            timeout=60,
+            what="the relay to say that Kafka holds up a batch",
+            watch=[relay],
+        )
+        assert pending(sqlite_dsn) > 0
+        cluster.start_node(0)
+        wait_until(
+            lambda: pending(sqlite_dsn) == 0,
+            timeout=RELAY_TIMEOUT_S,
+            what="the relay to publish the rest once Kafka is back",
+            watch=[relay],
+        )
+    finally:
+        relays.stop_all()
+    # What the topic holds, read to its end: every committed job once, nothing else.
+    records = read_topic(settings, f"{settings.namespace}.jobs.default")
+    published = Counter(app.codec.decode(record.value() or b"").id for record in records)
+    assert sorted(published) == sorted(written.committed + more.committed)
+    assert set(published.values()) == {1}, "a row was published twice"
+
+
+def test_a_standby_takes_over_from_a_killed_relay(
+    outbox_dsn: str, settings: Settings, relays: RelayLauncher, tmp_path: Path
+) -> None:
+    apply_topics(settings)
+    active = relays.start(outbox_dsn, "--batch-size", "100")
+    wait_until(lambda: "active" in active.log(), timeout=60, what="the first relay to be active")
+    standby = relays.start(outbox_dsn, "--batch-size", "100")
+    wait_until(
+        lambda: "standby" in standby.log(), timeout=60, what="the second relay to wait as standby"
+    )
+    workers = WorkerLauncher(settings, tmp_path / "runs.log", tmp_path)
+    recording = Recording(tmp_path / "runs.log")
+    try:
+        workers.start()
+        written = write_orders(Pipeline(settings), outbox_dsn, 3_000)
+        assert wait_for(lambda: len(recording.run_counts()) >= 300, 90, interval=0.01)
+        active.kill()
+        wait_until(
+            lambda: "active" in standby.log(),
+            timeout=60,
+            what="the standby to become active",
+            watch=[standby],
+        )
+        wait_until(
+            lambda: pending(outbox_dsn) == 0,
+            timeout=RELAY_TIMEOUT_S,
+            what="the standby to publish the rest",
+            watch=[standby],
+        )
+        wait_until(
+            lambda: recording.all_finished(written.committed),
+            timeout=RELAY_TIMEOUT_S,
+            what=lambda: f"{len(recording.finished_ids)} of {len(written.committed)} to finish",
+            watch=workers.started,
+        )
+        assert check_ran(recording, written.committed, exactly_once=True) == []
+    finally:
+        workers.stop_all()
+
+
+def test_a_keys_jobs_reach_kafka_in_the_order_they_were_committed(
+    outbox_dsn: str, settings: Settings, relays: RelayLauncher
+) -> None:
+    apply_topics(settings)
+    written = write_orders(
+        Pipeline(settings), outbox_dsn, 2_000, rollback_every=4, key_of=lambda n: f"k{n % 7}"
+    )
+    relays.start(outbox_dsn, "--batch-size", "64")
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"{settings.namespace}.order-check",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    codec = Pipeline(settings).codec
+    seen: dict[bytes, list[str]] = {}
+    try:
+        consumer.subscribe([f"{settings.namespace}.jobs.default"])
+        want = len(written.committed)
+
+        def read() -> bool:
+            for message in consumer.consume(500, timeout=0.2):
+                if message.error() is None:
+                    key = message.key() or b""
+                    seen.setdefault(key, []).append(codec.decode(message.value() or b"").id)
+            return sum(map(len, seen.values())) >= want
+
+        assert wait_for(read, RELAY_TIMEOUT_S, interval=0)
+    finally:
+        consumer.close()
+    committed = set(written.committed)
+    for key, ids in seen.items():
+        of_key = set(ids)
+        assert ids == [i for i in written.committed if i in of_key], f"key {key!r} out of order"
+    assert set().union(*map(set, seen.values())) == committed
+
+
+def test_a_relay_started_before_its_table_creates_it(
+    sqlite_dsn: str, settings: Settings, relays: RelayLauncher
+) -> None:
+    relay = relays.start(sqlite_dsn)
+    wait_until(lambda: "active" in relay.log(), timeout=60, what="the relay to be active")
+    assert pending(sqlite_dsn) == 0
+
+
+class _StopsAfterKafka(OutboxRelay):
+    """A relay that fails once right after Kafka committed a batch, before its delete: as a
+    relay killed between the two commits, with its successor in the same process."""
+
+    failed = False
+
+    def _delete(self, connection: Any, dialect: Dialect, ids: list[int]) -> int:
+        if self.active.is_set() and not self.failed:
+            self.failed = True
+            raise RuntimeError("stopped between Kafka's commit and the database's")
+        return super()._delete(connection, dialect, ids)
+
+
+def test_a_batch_kafka_committed_is_not_published_again_after_a_crash_before_its_delete(
+    outbox_dsn: str, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    apply_topics(settings)
+    written = write_orders(Pipeline(settings), outbox_dsn, 500, rollback_every=10**6)
+    relay = _StopsAfterKafka(settings, outbox_dsn, RelayOptions(batch_size=100, retry_s=0.1))
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"):
+        thread.start()
+        try:
+            assert wait_for(lambda: pending(outbox_dsn) == 0, RELAY_TIMEOUT_S)
+        finally:
+            stop.set()
+            thread.join(60)
+    assert relay.failed
+    codec = Pipeline(settings).codec
+    records = read_topic(settings, f"{settings.namespace}.jobs.default")
+    published = Counter(codec.decode(record.value() or b"").id for record in records)
+    assert sorted(published) == sorted(written.committed)
+    assert set(published.values()) == {1}, "a batch was published twice"
+    assert "100 rows of the last batch Kafka committed" in caplog.text

@@ -1,0 +1,230 @@
+"""The outbox's writing side, table, lock and CLI errors, on real SQLite files (no broker)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline import Pipeline, Settings
+from pipeline._codec import JobCodec
+from pipeline._errors import ConfigurationError, PayloadValidationError
+from pipeline.outbox import create_table, outbox_status
+from pipeline.outbox._dialect import dialect_of, sqlite_path
+from pipeline.outbox._lock import FileLock, lock_key
+from pipeline.outbox._progress import decode_ids, encode_ids
+from pipeline_cli._main import cli
+
+NAMESPACE = "unit"
+
+
+@pytest.fixture
+def app() -> Pipeline:
+    app = Pipeline(Settings(bootstrap_servers="127.0.0.1:1", namespace=NAMESPACE))
+
+    @app.job("typed")
+    def typed(count: int) -> None: ...
+
+    return app
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Path:
+    path = tmp_path / "service.db"
+    with sqlite3.connect(path) as connection:
+        create_table(connection)
+    return path
+
+
+def rows(path: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(path) as connection:
+        return connection.execute(
+            "SELECT id, topic, key, value, job_id FROM pipeline_outbox ORDER BY id"
+        ).fetchall()
+
+
+def test_a_committed_row_holds_what_enqueue_would_send(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    connection.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    connection.execute("INSERT INTO orders VALUES (1)")
+    job_id = app.outbox(connection).enqueue("email.send", {"to": "a@b.c"}, priority="high")
+    assert rows(database) == []  # not committed yet: nobody else sees it
+    connection.commit()
+    [(_, topic, key, value, stored_id)] = rows(database)
+    assert (topic, stored_id) == (f"{NAMESPACE}.jobs.high", job_id)
+    job = JobCodec().decode(value)
+    assert (job.id, job.type, json.loads(job.payload)) == (job_id, "email.send", {"to": "a@b.c"})
+    # Without a key of its own a job gets the outbox's, as idempotency and partition key.
+    assert job.idempotency_key == f"outbox:{job_id}"
+    assert key == job.idempotency_key.encode()
+
+
+def test_a_rolled_back_transaction_leaves_no_job(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    app.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
+    connection.rollback()
+    assert rows(database) == []
+
+
+def test_keys_given_are_kept(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    outbox = app.outbox(connection)
+    keyed = outbox.enqueue("email.send", {}, key="customer-7")
+    unique = outbox.enqueue("email.send", {}, idempotency_key="order-9", key="customer-7")
+    connection.commit()
+    (_, _, key1, value1, _), (_, _, key2, value2, _) = rows(database)
+    # An explicit key stays the partition key (its jobs keep their order).
+    assert (key1, JobCodec().decode(value1).idempotency_key) == (b"customer-7", f"outbox:{keyed}")
+    assert (key2, JobCodec().decode(value2).idempotency_key) == (b"order-9", "order-9")
+    assert unique != keyed
+
+
+def test_a_delayed_job_goes_to_the_deferred_topic(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    app.outbox(connection).enqueue("email.send", {}, delay=60)
+    connection.commit()
+    [(_, topic, _, value, _)] = rows(database)
+    assert topic == f"{NAMESPACE}.deferred"
+    assert JobCodec().decode(value).not_before is not None
+
+
+def test_an_invalid_payload_raises_and_adds_no_row(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    with pytest.raises(PayloadValidationError):
+        app.outbox(connection).enqueue("typed", {"count": "many"})
+    connection.commit()
+    assert rows(database) == []
+
+
+def test_rows_are_in_the_order_they_were_written(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    outbox = app.outbox(connection)
+    ids = [outbox.enqueue("typed", {"count": n}) for n in range(50)]
+    connection.commit()
+    assert [row[4] for row in rows(database)] == ids
+
+
+def test_unsupported_connections_and_bad_names_are_refused(app: Pipeline, database: Path) -> None:
+    with pytest.raises(ConfigurationError, match="sqlite3 or psycopg"):
+        app.outbox(object())
+    with pytest.raises(ConfigurationError, match="table name"):
+        app.outbox(sqlite3.connect(database), table="jobs; DROP TABLE orders")
+    assert dialect_of(sqlite3.connect(database)).name == "sqlite"
+
+
+@pytest.mark.parametrize(
+    ("dsn", "path"),
+    [
+        ("sqlite:///relative/app.db", Path("relative/app.db")),
+        ("sqlite:////var/lib/app.db", Path("/var/lib/app.db")),
+        ("postgresql://u@h/db", None),
+    ],
+)
+def test_sqlite_dsns(dsn: str, path: Path | None) -> None:
+    assert sqlite_path(dsn) == path
+
+
+def test_a_malformed_sqlite_dsn_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="sqlite:///"):
+        sqlite_path("sqlite://app.db")
+
+
+def test_one_file_lock_holder_at_a_time(database: Path) -> None:
+    first, second = FileLock(database, "pipeline_outbox"), FileLock(database, "pipeline_outbox")
+    other_table = FileLock(database, "other_outbox")
+    assert first.try_acquire()
+    assert first.held()
+    assert not second.try_acquire()
+    assert other_table.try_acquire()
+    first.release()
+    assert not first.held()
+    assert second.try_acquire()
+
+
+def test_advisory_lock_keys_are_stable_and_positive() -> None:
+    assert lock_key("pipeline_outbox") == lock_key("pipeline_outbox")
+    assert lock_key("pipeline_outbox") != lock_key("other")
+    assert 0 < lock_key("pipeline_outbox") < 2**63
+
+
+def test_status_counts_the_waiting_rows(app: Pipeline, database: Path) -> None:
+    assert outbox_status(f"sqlite:///{database}").pending == 0
+    connection = sqlite3.connect(database)
+    app.outbox(connection).enqueue("typed", {"count": 1})
+    connection.commit()
+    status = outbox_status(f"sqlite:///{database}")
+    assert status.pending == 1
+    assert status.oldest_age_s is not None
+    assert status.oldest_age_s >= 0
+
+
+def test_cli_status_and_init(database: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["outbox", "status", "--dsn", f"sqlite:///{database}"])
+    assert result.exit_code == 0, result.output
+    assert "pipeline_outbox" in result.output
+    fresh = tmp_path / "fresh.db"
+    result = CliRunner().invoke(cli, ["outbox", "init", "--dsn", f"sqlite:///{fresh}"])
+    assert result.exit_code == 0, result.output
+    result = CliRunner().invoke(cli, ["outbox", "status", "--dsn", f"sqlite:///{fresh}", "--json"])
+    assert json.loads(result.output)["pending"] == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["outbox", "status", "--dsn", "mysql://user:secret@host/db"],
+        ["outbox", "init", "--dsn", "sqlite://nowhere"],
+        ["outbox", "status", "--dsn", "sqlite:///x.db", "--table", "a b"],
+        ["outbox", "relay"],
+    ],
+)
+def test_cli_usage_errors_exit_2(args: list[str]) -> None:
+    result = CliRunner(env={"PIPELINE_OUTBOX_DSN": None}).invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert "Error" in result.output
+    assert "secret" not in result.output
+
+
+def test_cli_status_of_a_missing_table_fails(database: Path) -> None:
+    args = ["outbox", "status", "--dsn", f"sqlite:///{database}", "--table", "nothing_here"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert "cannot read outbox table nothing_here" in result.output
+
+
+@pytest.mark.parametrize(
+    ("ids", "text"),
+    [
+        ([], ""),
+        ([5], "5"),
+        ([1, 2, 3, 7, 9, 10], "1-3,7,9-10"),
+        (list(range(100, 1100)), "100-1099"),
+    ],
+)
+def test_batch_ids_travel_as_ranges(ids: list[int], text: str) -> None:
+    assert encode_ids(ids) == text
+    assert decode_ids(text) == ids
+
+
+def test_bad_id_ranges_are_refused() -> None:
+    with pytest.raises(ValueError, match="range"):
+        decode_ids("9-3")
+
+
+def test_enqueue_many_adds_a_row_per_payload_in_order(app: Pipeline, database: Path) -> None:
+    connection = sqlite3.connect(database)
+    outbox = app.outbox(connection)
+    ids = outbox.enqueue_many("typed", ({"count": n} for n in range(20)), priority="low")
+    with pytest.raises(PayloadValidationError):
+        outbox.enqueue_many("typed", [{"count": 1}, {"count": "x"}])
+    connection.commit()
+    found = rows(database)
+    assert [row[4] for row in found] == ids
+    assert {row[1] for row in found} == {f"{NAMESPACE}.jobs.low"}
+    assert [json.loads(JobCodec().decode(row[3]).payload)["count"] for row in found] == list(
+        range(20)
+    )
