@@ -90,7 +90,8 @@ def _look_a_job_up(server: WebProcess, browser: WebDriver, job_id: str) -> None:
     browser.get(server.url + "jobs")
     browser.find_element(By.ID, "job-id").send_keys(job_id)
     browser.find_element(By.CSS_SELECTOR, "form.lookup button").click()
-    assert wait_for(lambda: _shows(browser, "#job-state", "dead (pending)"), 30)
+    shown = wait_for(lambda: _shows(browser, "#job-state", "dead (pending)"), 30)
+    assert shown, browser.find_element(By.TAG_NAME, "body").text
     steps = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "ol.timeline .what")]
     assert steps.count("retried") == 1, steps
     assert steps.count("started") == 2, steps
