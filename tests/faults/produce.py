@@ -50,11 +50,12 @@ def _settle(pending: list[JobHandle], log: TextIO) -> list[JobHandle]:
     return waiting
 
 
-def _serve(pending: Iterable[JobHandle], seconds: float) -> None:
-    """Serves delivery callbacks for ``seconds`` (through the oldest unanswered job's wait)."""
+def _serve(pending: Iterable[JobHandle], seconds: float, stopping: threading.Event) -> None:
+    """Serves delivery callbacks for ``seconds`` (through the oldest unanswered job's wait),
+    or, with every job answered, waits as long for ``stopping``."""
     first = next((h for h in pending if not h.done()), None)
     if first is None:
-        time.sleep(max(0.0, seconds))
+        stopping.wait(max(0.0, seconds))
         return
     with contextlib.suppress(PipelineError):  # not answered yet, or refused: _settle tells
         first.wait(max(0.001, seconds))
@@ -80,10 +81,10 @@ def run(log_path: Path, rate: float) -> int:
                 sent += 1
             if now - scanned >= _SCAN_S:
                 pending, scanned = _settle(pending, log), now
-            _serve(pending, began + due / rate - time.monotonic())
+            _serve(pending, began + due / rate - time.monotonic(), stopping)
         deadline = time.monotonic() + settings.producer.delivery_timeout_s + 10
         while pending and time.monotonic() < deadline:
-            _serve(pending, _SCAN_S)
+            _serve(pending, _SCAN_S, stopping)
             pending = _settle(pending, log)
         for handle in pending:
             log.write(f"U {handle.job_id}\n")
