@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
     from pipeline import Settings
 
@@ -35,6 +35,23 @@ def die_with_parent() -> Callable[[], None] | None:
         return None
     prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
     return lambda: prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+def start_logged(
+    command: Sequence[str], log: Path, env: Mapping[str, str], cwd: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``command`` with its stdout and stderr in ``log``, no stdin, dying with its
+    parent thread (:func:`die_with_parent`): how ops and the tests start the project's processes."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            list(command),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
+        )
 
 
 @dataclass
@@ -88,14 +105,4 @@ def spawn_web(
         **(env or {}),
     }
     command = [str(Path(sys.executable).with_name("pipeline")), "web", "--port", "0", *args]
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=environment,
-            cwd=REPO,
-            preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
-        )
-    return WebProcess(process, log)
+    return WebProcess(start_logged(command, log, environment, REPO), log)

@@ -11,11 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ops.webproc import die_with_parent
+
 from pipeline import Priority
 from pipeline._admin import apply_topics
 from pipeline._topics import TopicNames, worker_group
 from tests.integration.worker.harness import REPO_ROOT, WorkerProcess, wait_joined, wait_until
-from tests.integration.worker.harness.processes import die_with_parent
 from tests.integration.worker.scenarios import FAST_FAILOVER
 from tests.waiting import wait_for
 

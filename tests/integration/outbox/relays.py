@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -11,12 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
+from ops.webproc import start_logged
 
 from pipeline.outbox import connect, create_table, outbox_status
 from tests.waiting import wait_for
 
 from ..worker.harness import REPO_ROOT, WorkerProcess
-from ..worker.harness.processes import die_with_parent
 
 if TYPE_CHECKING:
     from pipeline import Pipeline, Settings
@@ -52,16 +51,7 @@ class RelayLauncher:
             "PYTHONUNBUFFERED": "1",
         }
         log_path = self.log_dir / f"relay-{number}.log"
-        with log_path.open("wb") as log:
-            popen = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                cwd=REPO_ROOT,
-                preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
-            )
+        popen = start_logged(command, log_path, env, REPO_ROOT)
         relay = WorkerProcess(popen, log_path, command, f"relay-{number}")
         self.started.append(relay)
         return relay

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.waiting import wait_for
+from ops.webproc import die_with_parent
 
-from ..worker.harness.processes import die_with_parent
+from tests.waiting import wait_for
 
 APICURIO_VERSION = "2.6.13.Final"
 _ARTIFACT = f"io.apicurio:apicurio-registry-app:{APICURIO_VERSION}:tar.gz:all"

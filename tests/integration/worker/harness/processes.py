@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -11,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from ops.webproc import start_logged
 
 from ..apps.recording import RECORD_ENV
 
@@ -75,22 +76,6 @@ def _worker_command() -> list[str]:
     if script.exists():
         return [str(script)]
     return [sys.executable, "-m", "pipeline_worker"]
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that makes the child get SIGKILL when the thread that started it dies.
-
-    So a crashed or interrupted test run never leaves worker processes behind. Linux only.
-    """
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
-    pr_set_pdeathsig = 1
-
-    def set_death_signal() -> None:
-        prctl(pr_set_pdeathsig, signal.SIGKILL)
-
-    return set_death_signal
 
 
 class WorkerProcess:
@@ -194,16 +179,7 @@ class WorkerLauncher:
         log_path = self.log_dir / f"worker-{number}.log"
         client_id = f"worker-{number}"
         environment = self.environment({"PIPELINE_CLIENT_ID": client_id, **(env or {})})
-        with log_path.open("wb") as log:
-            popen = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=environment,
-                cwd=REPO_ROOT,
-                preexec_fn=die_with_parent(),  # noqa: PLW1509 - only prctl, resolved before fork
-            )
+        popen = start_logged(command, log_path, environment, REPO_ROOT)
         worker = WorkerProcess(popen, log_path, command, client_id)
         self.started.append(worker)
         return worker
