@@ -718,6 +718,10 @@ def test_load_sets_what_a_restore_depends_on_over_the_given_options() -> None:
     assert conf["enable.auto.commit"] is False
     assert conf["enable.partition.eof"] is True
     assert conf["group.id"] == "ns.dedup.restore"
+    # Its fetch bounds keep librdkafka's queue small; past them, librdkafka's default pause
+    # before the next fetch (1 s) tripled the restore of a million keys.
+    assert conf["queued.max.messages.kbytes"] <= 4 * 1024
+    assert conf["fetch.queue.backoff.ms"] <= 10
 
 
 def test_load_of_empty_changelog_partitions_reads_nothing() -> None:

@@ -133,6 +133,10 @@ class KafkaDedupStore(PartitionTables):
             "fetch.max.bytes": 4 * 1024 * 1024,
             "queued.max.messages.kbytes": 4 * 1024,
             "queued.min.messages": 10_000,
+            # Once a partition's queue is past those bounds librdkafka waits this long before
+            # its next fetch: its default of 1 s made the fetch of a million keys take 14 s
+            # where 10 ms take 5 s, for the same memory.
+            "fetch.queue.backoff.ms": 10,
             **self._conf,
             "group.id": f"{self.changelog}.restore",  # required; never joined or committed
             "enable.auto.commit": False,
@@ -301,9 +305,9 @@ _LOG_END = {"isolation.level": "read_uncommitted"}
 """What the end query's consumer sees differently: the log end offset, open transactions in."""
 
 WATERMARK_TRY_S = 5.0
+"""How long one watermark request may wait before it is asked again (within the deadline)."""
 MISSING_GRACE_S = 3.0
 """How long a changelog partition may be unknown (fresh metadata) before it counts as missing."""
-"""How long one watermark request may wait before it is asked again (within the deadline)."""
 
 _TRANSIENT = frozenset(
     {
