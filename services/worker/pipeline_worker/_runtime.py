@@ -1,4 +1,5 @@
-"""The composition root: the Worker wires the stages together and runs their lifecycle.
+"""The composition root: the Worker runs the stages that :mod:`._assembly` wires, and their
+lifecycle.
 
 Two threads do the work. The consumer thread owns the Kafka consumer (:mod:`.intake`); the
 event loop thread (the one calling :meth:`Worker.run`) decodes, dispatches and finishes jobs
@@ -11,10 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Sequence
@@ -22,28 +20,23 @@ from typing import TYPE_CHECKING
 
 from pipeline import Pipeline, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._dedupstores import DedupStore
 from pipeline._errors import KafkaAuthenticationError, PipelineError
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames, worker_group
 
 from . import _signals
+from ._assembly import assemble
 from ._beats import heartbeats_of, process_client_id
 from ._metrics import WorkerMetrics, per_second
 from ._metricsexport import Gauges, make_registry
 from ._work import PartitionState
-from .commit.moves import Mover
 from .execute.processor import Processor
 from .intake.config import consumer_config
 from .intake.consumer import ConsumerThread
 from .intake.loopside import Batch
 from .recovery.relay import RetryRelay
-from .route.changelog import KafkaDedupStore
 from .route.dedup import Deduplicator
-from .route.events import EventStream
 from .route.outcome import JobHooks, PartitionRef
-from .route.policy import FailurePolicy
-from .route.router import FailureRouter
 
 if TYPE_CHECKING:
     from confluent_kafka import Message
@@ -152,38 +145,19 @@ class Worker:
             return 0
         worker = self.settings.worker
         settings = self.settings
-        mover = Mover(settings, self.loop)
-        events = EventStream(settings, self.app.codec) if settings.events == "all" else None
-        policy = FailurePolicy(
-            settings.namespace,
-            settings.topics.retry_delays_s,
-            codec=self.app.codec,
-            worker=f"{socket.gethostname()}:{os.getpid()}",
-            events=settings.events != "off",
-        )
-        store = self._dedup_store()
-        dedup = Deduplicator(
-            store,
-            changelog=TopicNames(settings.namespace).dedup,
-            topics={p: topic for topic, (p, _) in self.topics.items()},
-            mover=mover,
-            metrics=self.metrics,
-            default_ttl_s=worker.dedup_ttl_s,
-        )
-        self._dedup = dedup
-        self._processor = Processor(
-            app=self.app,
-            worker=worker,
+        stages = assemble(
+            self.app,
+            settings,
             priorities=self.priorities,
             topics={p: topic for topic, (p, _) in self.topics.items()},
             loop=self.loop,
             metrics=self.metrics,
             middleware=self.middleware,
-            context=contextvars.copy_context(),
-            router=FailureRouter(policy, mover, self.metrics),
-            events=events,
-            dedup=dedup,
+            health=self.health,
         )
+        mover, events, store = stages.mover, stages.events, stages.store
+        self._dedup = stages.dedup
+        self._processor = stages.processor
         processor = self._processor
         server = self._start_http(processor)
         self._consumer = ConsumerThread(
@@ -249,7 +223,7 @@ class Worker:
             self._loop_beat = time.monotonic()
             processor = self._processor
             if self._dedup is not None:
-                self._expire_keys(self._dedup)
+                self._dedup.expire()
             if (
                 burst
                 and processor is not None
@@ -269,28 +243,6 @@ class Worker:
                 _log.error("burst: giving up: %s", self.health.describe())
                 self._fail(1)
             await asyncio.sleep(HEARTBEAT_S)
-
-    def _dedup_store(self) -> DedupStore:
-        """The application's own store (``Pipeline(dedup_store=...)``), else the Kafka one."""
-        store = self.app.dedup_store
-        if store is not None:
-            return store
-        settings = self.settings
-        return KafkaDedupStore(
-            TopicNames(settings.namespace).dedup,
-            {**settings.client_config(), **self.health.callbacks("dedup restore")},
-            scope=settings.worker.dedup_scope,
-            restore_timeout_s=settings.worker.dedup_restore_timeout_s,
-        )
-
-    def _expire_keys(self, dedup: Deduplicator) -> None:
-        try:
-            self.metrics.dedup_expired += dedup.expire()
-        except Exception as exc:
-            _log.warning("could not expire idempotency keys: %s", exc)
-        size = getattr(dedup.store, "size", None)
-        if isinstance(size, int):
-            self.metrics.dedup_keys = size
 
     async def _shutdown(self) -> None:
         """Stop intake, let running jobs finish (bounded), commit, leave the group."""

@@ -144,14 +144,23 @@ class Deduplicator:
         for where, (records, dones) in writes.items():
             self._mover.submit(where, -1, records, functools.partial(_tell, dones), move=False)
 
-    def expire(self) -> int:
-        """Drop the keys whose time is over and write their tombstones; how many there were."""
-        records = self.store.expire(now_ms())
+    def expire(self) -> None:
+        """Drop the keys whose time is over and write their tombstones, counting both the
+        expired keys and those held. A store that fails is logged, and asked again next time."""
+        metrics = self._metrics
+        try:
+            records = self.store.expire(now_ms())
+        except Exception as exc:
+            _log.warning("could not expire idempotency keys: %s", exc)
+            records = ()
         for record in records:
             where = self._where(record)
             if where is not None:
                 self._mover.submit(where, -1, [self._record(record)], _ignore, move=False)
-        return len(records)
+        metrics.dedup_expired += len(records)
+        size = getattr(self.store, "size", None)
+        if isinstance(size, int):
+            metrics.dedup_keys = size
 
     def _record(self, record: ChangelogRecord) -> Record:
         return Record(self._changelog, record.value, record.key, None, record.partition)
