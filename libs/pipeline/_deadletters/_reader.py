@@ -59,6 +59,9 @@ class _Reader:
             # The end of a transactional partition is a commit marker, seen as EOF only by the
             # next fetch: do not let the broker hold that fetch for the default 500 ms.
             "fetch.wait.max.ms": 20,
+            # A partition whose read-ahead is full is fetched again this soon after it drains
+            # (librdkafka's default waits 1 s, which a reader going to the end only waits out).
+            "fetch.queue.backoff.ms": 10,
             **settings.client_config(),
             "logger": self._log,
         }
