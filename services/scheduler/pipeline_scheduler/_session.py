@@ -332,8 +332,15 @@ class LeaderSession:
         _log.warning("undecodable deferred message dead-lettered", extra={"reason": exc.reason})
 
     def _commit(self) -> None:
+        now = now_ms()
+        offsets_due = bool(self._unsent) and now - self._offsets_sent_ms >= OFFSETS_INTERVAL_MS
         if not self.txn.open:
-            return
+            if not offsets_due:
+                return
+            # Nothing else to commit, but offsets the last transactions left unsent: without
+            # this they waited for the next release or move (a minute, with only far jobs),
+            # and the deferred group's lag stayed up meanwhile.
+            self.txn.begin()
         offsets = []
         state_topic = self.names.scheduler_state
         for where, progress in self.progress.items():
@@ -347,7 +354,6 @@ class LeaderSession:
         # Sending offsets costs a round trip to the group coordinator (about 100 ms on a busy
         # single node), and the progress records above already make the transaction exact, so
         # offsets ride along about once a second (they spare a new leader re-reading).
-        now = now_ms()
         if self._unsent and now - self._offsets_sent_ms >= OFFSETS_INTERVAL_MS:
             offsets = [TopicPartition(t, p, w) for (t, p), w in self._unsent.items()]
             self._unsent.clear()
