@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
@@ -14,16 +13,4 @@ def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.
         if time.monotonic() >= deadline:
             return False
         time.sleep(interval)
-    return True
-
-
-async def wait_for_async(
-    condition: Callable[[], bool], timeout: float, interval: float = 0.01
-) -> bool:
-    """:func:`wait_for` on an event loop: the loop keeps running between the looks."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        await asyncio.sleep(interval)
     return True
