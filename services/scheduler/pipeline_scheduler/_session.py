@@ -333,9 +333,8 @@ class LeaderSession:
 
     def _commit(self) -> None:
         now = now_ms()
-        offsets_due = bool(self._unsent) and now - self._offsets_sent_ms >= OFFSETS_INTERVAL_MS
         if not self.txn.open:
-            if not offsets_due:
+            if not self._offsets_due(now):
                 return
             # Nothing else to commit, but offsets the last transactions left unsent: without
             # this they waited for the next release or move (a minute, with only far jobs),
@@ -354,7 +353,7 @@ class LeaderSession:
         # Sending offsets costs a round trip to the group coordinator (about 100 ms on a busy
         # single node), and the progress records above already make the transaction exact, so
         # offsets ride along about once a second (they spare a new leader re-reading).
-        if self._unsent and now - self._offsets_sent_ms >= OFFSETS_INTERVAL_MS:
+        if self._offsets_due(now):
             offsets = [TopicPartition(t, p, w) for (t, p), w in self._unsent.items()]
             self._unsent.clear()
             self._offsets_sent_ms = now
@@ -363,6 +362,10 @@ class LeaderSession:
         for progress in self.progress.values():
             progress.dirty = False
         self.metrics.transactions.inc()
+
+    def _offsets_due(self, now: int) -> bool:
+        """Whether offsets wait to be sent and the last were sent long enough ago."""
+        return bool(self._unsent) and now - self._offsets_sent_ms >= OFFSETS_INTERVAL_MS
 
     # --- read-outs -------------------------------------------------------------------------
 
