@@ -69,10 +69,16 @@ def report_lost(
     refused: str | None = None,
 ) -> None:
     """Log, at ERROR, the jobs that never reached Kafka (nothing when there are none);
-    ``refused``: why, when Kafka refused the producer's credentials."""
+    ``unacknowledged``: what the exit flush left queued, ``refused``: why, when Kafka refused
+    the producer's credentials.
+
+    Once the queue is purged, each lost job has a failure naming it, and their number is the
+    count told: librdkafka's queue length also counts its pending events (a broker-down error
+    not yet served), so it can exceed the jobs by one or two.
+    """
     if not failures and not unacknowledged:
         return
-    count = max(len(failures), unacknowledged)
+    count = len(failures) or unacknowledged
     ids = [f.job_id for f in failures[:_MAX_IDS]]
     more = f" and {len(failures) - _MAX_IDS} more" if len(failures) > _MAX_IDS else ""
     reasons = [refused] if refused else sorted({f.reason for f in failures})

@@ -7,7 +7,8 @@ import logging
 import pytest
 from confluent_kafka import KafkaError
 
-from pipeline import EnqueueError, Pipeline, Settings
+from pipeline import EnqueueError, Pipeline, Settings, _exitflush
+from pipeline._delivery import PipelineFailure
 from pipeline.testing import InMemoryTransport
 
 REFUSED = KafkaError.TOPIC_AUTHORIZATION_FAILED
@@ -81,3 +82,17 @@ def test_a_with_block_lets_the_body_error_through_and_logs_the_lost_jobs(
     [record] = caplog.records
     assert job_id in record.getMessage()
     assert "while leaving the with block on ValueError" in record.getMessage()
+
+
+def test_the_count_is_the_purged_jobs_not_the_queue_length_that_also_counts_events(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """librdkafka's queue length counts pending events (a broker-down error) with messages:
+    the jobs lost are the ones the purge named, however many more the queue held."""
+    app = _app()
+    failures = [PipelineFailure(f"job-{n}", "acme.jobs.default", -152, "purged") for n in range(2)]
+    with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        _exitflush.report_lost(app, failures, unacknowledged=3, timeout=0.5)
+    [record] = caplog.records
+    assert record.getMessage().startswith("2 enqueued job(s) never reached Kafka")
+    assert "still unacknowledged 0.5s after exit began" in record.getMessage()
