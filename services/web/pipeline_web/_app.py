@@ -25,7 +25,7 @@ from starlette.templating import Jinja2Templates
 from pipeline._deadletters import LetterIndex
 
 from ._audit import AuditLog
-from ._dashboard import Dashboard, dashboard_of
+from ._dashboard import Dashboard, dashboard_of, read_new_letters
 from ._format import FILTERS
 from ._monitor import Monitor
 from ._security import SESSION_COOKIE, Gate
@@ -38,9 +38,6 @@ if TYPE_CHECKING:
     from pipeline import Settings
 
 _HERE = Path(__file__).parent
-INDEX_STEP = 20_000
-"""Dead letters read into the index at most per reading: a deep ``<ns>.dlq`` is read in
-steps (the pages show what was read so far), each well within a reading's timeout."""
 
 
 class _Authenticate(BaseHTTPMiddleware):
@@ -108,7 +105,7 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
         refresh_s=web.refresh_s,
         history_s=web.history_s,
         timeout=timeout,
-        before=lambda timeout: letters.refresh(timeout, limit=INDEX_STEP),
+        before=lambda timeout: read_new_letters(letters, timeout),
         dead_letters=letters.stats,
     )
     dashboard = Dashboard(settings, monitor, Gate(web), AuditLog(web.audit_log), templates, letters)

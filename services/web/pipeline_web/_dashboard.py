@@ -26,6 +26,16 @@ if TYPE_CHECKING:
     from ._monitor import Monitor
     from ._security import Gate
 
+INDEX_STEP = 20_000
+"""Dead letters read into the index at most per reading: a deep ``<ns>.dlq`` is read in
+steps (the pages show what was read so far), each well within a reading's timeout."""
+
+
+def read_new_letters(letters: LetterIndex, timeout: float) -> None:
+    """Fold into ``letters`` the dead letters and states written since its last reading (one
+    step of a deep topic at most); raises what :meth:`LetterIndex.refresh` raises."""
+    letters.refresh(timeout, limit=INDEX_STEP)
+
 
 @dataclass
 class Dashboard:
@@ -42,8 +52,13 @@ class Dashboard:
     def web(self) -> WebSettings:
         return self.settings.web
 
-    def letters_of_job(self, job_id: str) -> list[StoredLetter]:
-        """The dead letters of job ``job_id`` (summaries, oldest first), from the index."""
+    def read_new_letters(self, timeout: float) -> None:
+        read_new_letters(self.letters, timeout)
+
+    def letters_of_job(self, job_id: str, timeout: float) -> list[StoredLetter]:
+        """The dead letters of job ``job_id`` (summaries, oldest first), from the index read
+        up to now first: a job dead-lettered a moment ago shows its letter."""
+        self.read_new_letters(timeout)
         matching = LetterFilter(ids=(job_id,))
         page = self.letters.query(matching, status="all", limit=1000, newest_first=False)
         return [s for s in page.letters if s.letter.job_id == job_id]

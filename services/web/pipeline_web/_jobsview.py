@@ -79,7 +79,10 @@ def job_page(request: Request) -> Response:
     if job_id:
         try:
             history = job_history(
-                dashboard.settings, job_id, timeout=10.0, letters=dashboard.letters_of_job
+                dashboard.settings,
+                job_id,
+                timeout=10.0,
+                letters=lambda job: dashboard.letters_of_job(job, timeout=10.0),
             )
         except PipelineError as exc:
             context["error"] = str(exc)

@@ -248,7 +248,7 @@ async def letters_action(request: Request) -> Response:
         verb = "replayed" if action == "replay" else "discarded"
         extra = f"; {skipped} already replayed or discarded were left alone" if skipped else ""
         notice = f"{len(done)} dead letter{'' if len(done) == 1 else 's'} {verb}{extra}."
-    await run_in_threadpool(dashboard.letters.refresh, timeout=10.0)
+    await run_in_threadpool(dashboard.read_new_letters, 10.0)
     back = _query_string(fields, notice=notice)
     return RedirectResponse(f"/dead-letters?{back}", status_code=303)
 

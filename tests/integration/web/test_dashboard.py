@@ -12,12 +12,14 @@ import pytest
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 
+from pipeline._admin import apply_topics
 from pipeline._deadletters import LetterStatus, read_dead_letters
 from pipeline._eventlog import job_history
 from pipeline._schedule import make_schedule, publish_schedules
 from pipeline._scheduleops import trigger_idempotency_key
 from tests.waiting import wait_for
 
+from ..test_dlq_cli import email_letter, write_letters
 from ..worker.fixtures import with_retry_tiers
 from ..worker.harness import enqueue, wait_joined
 from .client import browser_cookies, request
@@ -232,6 +234,22 @@ def test_an_operator_sees_the_backlog_looks_a_job_up_replays_letters_and_fires_a
     ], entries
     assert entries[0]["target"]["tenants"] == ["acme"]
     assert worker.alive(), worker.log_tail()
+
+
+def test_a_job_page_shows_a_letter_written_since_the_last_background_reading(
+    settings: Settings, web: WebFactory
+) -> None:
+    """The job page reads what was dead-lettered since the index's last reading: with
+    readings an hour apart, a letter written after the first one is shown at once."""
+    apply_topics(settings)
+    server = web.start(env={"PIPELINE_WEB__REFRESH_S": "3600"})
+    first_read = 'id="dead-letters-pending">0</span>'
+    assert wait_for(lambda: first_read in request(server.url).body, 30), server.output()
+    letter = email_letter(settings, 1)
+    write_letters(settings, [letter])
+    page = request(server.url + f"jobs?id={letter.job_id}")
+    assert page.status == 200, page.body
+    assert "dead-lettered (max_attempts)" in page.body, page.body
 
 
 def test_an_action_without_its_csrf_token_is_refused(
