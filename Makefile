@@ -19,9 +19,12 @@ setup: $(BIN)/pipeline
 run: setup
 	$(BIN)/python -m examples.run
 
-## test: the default suite (unit + integration against a real local Kafka, with short chaos smoke)
+## test: the default suite (unit + integration against a real local Kafka, with short chaos smoke),
+## in TEST_WORKERS processes (pytest-xdist; a test file stays on one), each with its own Kafka node
+TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/pytest -m "not chaos and not image and not containers" -q --durations=25
+	$(BIN)/pytest -m "not chaos and not image and not containers" -q --durations=25 \
+		-n $(TEST_WORKERS) --dist loadfile
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -m "not image and not containers" -q

@@ -1,7 +1,8 @@
 """Fixtures of the whole suite: a real Kafka for the tests that ask for one, started lazily.
 
 ``bootstrap_servers`` uses ``PIPELINE_BOOTSTRAP_SERVERS`` when set, else starts one local node on
-free ports with :func:`pipeline_cli.devbroker.up` (what ``pipeline dev up`` runs) for the session.
+free ports with :func:`pipeline_cli.devbroker.up` (what ``pipeline dev up`` runs) for the session
+(under pytest-xdist, a session is one worker process: each has its own node).
 ``secure_cluster`` starts a secured node of its own (``pipeline dev up --secure``: TLS, SCRAM,
 ACLs) the first time a test asks for it, and ``secure_settings`` are its admin's settings.
 A broker that cannot be reached or started fails the tests that need it; they are never skipped.
