@@ -493,3 +493,43 @@ def test_the_chores_wait_at_most_chores_s_while_batches_keep_coming(
     assert hands_between[:-1], "the chores ran only when the batches stopped"
     per_chores = round(CHORES_S / 0.001)
     assert all(count <= per_chores for count in hands_between)
+
+
+def handed_offsets(side: FakeSide) -> list[tuple[int, list[int]]]:
+    return [(s.partition, [m.offset() for m in g]) for batch in side.batches for s, g in batch]
+
+
+def test_messages_delivered_before_a_partition_is_read_back_wait_until_it_is(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """librdkafka can deliver a few messages it fetched between an assignment and the pause
+    that follows it: they reach the loop only once the partition's commit mark is read (its
+    keys restored, its mark secured), and before anything fetched after its resume."""
+    thread, fake, side = consumer_thread(loop, kafka_consumer={"group.protocol": "classic"})
+    thread.rebalance.on_assign(fake, [TopicPartition(TOPIC, 0)])  # type: ignore[arg-type]
+    [state] = thread.states.values()
+    assert fake.paused == {(TOPIC, 0)}
+    thread._hand(messages(0, 0, 3))
+    flush(loop)
+    assert side.batches == []
+    assert (state.handed, state.handed_next) == (0, -1)  # nothing to commit past them
+    thread._chores(0.0, idle=True)  # reads the mark back and resumes the partition
+    thread._hand(messages(0, 3, 1))
+    flush(loop)
+    assert fake.paused == set()
+    assert handed_offsets(side) == [(0, [0, 1, 2]), (0, [3])]
+    assert (state.handed, state.handed_next) == (4, 4)
+
+
+def test_messages_held_for_a_partition_revoked_before_it_was_read_back_are_dropped(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, side = consumer_thread(loop, kafka_consumer={"group.protocol": "classic"})
+    both = [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)]
+    thread.rebalance.on_assign(fake, both)  # type: ignore[arg-type]
+    thread._hand(messages(0, 0, 2) + messages(1, 0, 2))
+    thread.rebalance.on_revoke(fake, both)  # type: ignore[arg-type]
+    thread.rebalance.on_assign(fake, [TopicPartition(TOPIC, 1)])  # type: ignore[arg-type]
+    thread._chores(0.0, idle=True)
+    flush(loop)
+    assert side.batches == [], "what the next owner of partition 0 runs, and 1 is fetched anew"

@@ -12,6 +12,11 @@ its commit mark is read (offsets a previous owner finished or moved, which the l
 whether that owner died: see :mod:`..recovery.poison`), its idempotency keys are restored, and
 our own mark is committed (``dirty``: an owner is running it) so that whoever comes after a
 crash of ours can tell. Whatever fails is tried again after the next poll.
+
+A partition is paused in the rebalance callback, right after it is assigned, and yet librdkafka
+can deliver a few messages it fetched in between (seen under load: a job run before its keys
+were restored). Those are held here (:meth:`Assignment.hold`) and handed, in order, once the
+partition is read back, before anything it fetches after its resume.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 
 from pipeline._dedupstores import DedupStore
 from pipeline._ratelog import RateLimitedLog
@@ -64,6 +69,8 @@ class Assignment:
         self._dedup = dedup
         self._unmarked: list[PartitionState] = []
         """Assigned partitions, paused until their commit marks are read."""
+        self._early: dict[PartitionState, list[Message]] = {}
+        """Messages delivered for partitions of :attr:`_unmarked` (see :meth:`hold`)."""
         self._keys_retry_at = 0.0
         self._errors = RateLimitedLog(_log, interval_s=10.0)
 
@@ -78,19 +85,33 @@ class Assignment:
     def discard(self, states: Sequence[PartitionState]) -> None:
         """Partitions revoked or lost before they were read back."""
         self._unmarked = [s for s in self._unmarked if s not in states]
+        for state in states:
+            self._early.pop(state, None)
 
-    def load(self, *, resume: bool) -> None:
+    def hold(self, state: PartitionState, group: list[Message]) -> bool:
+        """Whether ``group`` (consumed messages of ``state``, in order) is held because the
+        partition is not read back yet; :meth:`load` gives it back once it is."""
+        if state not in self._unmarked:
+            return False
+        self._early.setdefault(state, []).extend(group)
+        return True
+
+    def load(self, *, resume: bool) -> list[Message]:
         """Read the marks and keys of the pending partitions, secure them, let them fetch
-        (``resume`` False: intake has stopped, they stay paused).
+        (``resume`` False: intake has stopped, they stay paused). Returns the messages held
+        for the partitions now read back (none if intake has stopped): to hand before any
+        other of theirs.
 
         A partition whose mark was read is never read again (it may be ours by then).
         """
         states = [s for s in self._unmarked if (s.topic, s.partition) in self._states]
+        for gone in [s for s in self._early if s not in states]:
+            del self._early[gone]
         self._unmarked = []
         if self._slots is not None:
             states, self._unmarked = self._slots.split(states)
         if not states:
-            return
+            return []
         fresh = [s for s in states if not self._poison.planned(s)]
         try:
             if fresh:
@@ -103,17 +124,20 @@ class Assignment:
         except KafkaException as exc:
             self._errors.warning("marks", "could not read committed offsets, retrying: %s", exc)
             self._unmarked += states
-            return
+            return []
         if self._dedup is not None and not self._load_keys(self._dedup, states):
             self._unmarked += states
-            return
+            return []
         if not self._poison.secure(states):
             self._unmarked += states  # usually a rebalance in progress: after the next poll
-            return
-        if resume:
-            for state in states:
-                state.paused = False
-            self._consumer.resume([TopicPartition(s.topic, s.partition) for s in states])
+            return []
+        early = [m for s in states for m in self._early.pop(s, ())]
+        if not resume:
+            return []  # not run: their offsets are not committed, the next owner reads them
+        for state in states:
+            state.paused = False
+        self._consumer.resume([TopicPartition(s.topic, s.partition) for s in states])
+        return early
 
     def _load_keys(self, dedup: DedupStore, states: list[PartitionState]) -> bool:
         """Restore the idempotency keys of newly assigned partitions; False: try again later."""

@@ -253,7 +253,9 @@ class ConsumerThread:
             if committer.in_transaction:
                 committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
             if not committer.in_transaction:
-                self.assignment.load(resume=not self.intake_stopped)
+                early = self.assignment.load(resume=not self.intake_stopped)
+                if early:
+                    self._hand(early)
         if self._flow.paused and not self.intake_stopped:
             self._flow.resume_drained()
         self._drain_moves()
@@ -326,6 +328,9 @@ class ConsumerThread:
                 group = []
                 batch.append((state, group))
             group.append(msg)
+        assignment = self.assignment
+        if assignment.pending:  # not read back yet: held until it is
+            batch = [(s, g) for s, g in batch if not assignment.hold(s, g)]
         if not batch:
             return
         for state, group in batch:
