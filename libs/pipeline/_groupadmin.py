@@ -32,8 +32,10 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.kafka.admin")
 
-VISIBLE_WAIT_S = 5.0
+VISIBLE_WAIT_S = 15.0
 """How long an apply waits for the brokers to show the group configs it set."""
+VISIBLE_READS = 3
+"""Reads in a row that must show them: each read may be answered by another broker."""
 
 ENSURE_TIMEOUT_S = 10.0
 """How long a starting worker tries to set its group's configs before it joins all the same."""
@@ -95,10 +97,14 @@ def _apply(
 def _wait_visible(session: AdminSession, wanted: Mapping[str, Mapping[str, str]]) -> None:
     """Wait (within the session's time) until the brokers answer with the new values: a
     broker behind the metadata log still shows the old ones, and an apply run right after
-    would then set them again."""
+    would then set them again. Any broker may answer a read, so one read that shows them
+    is not enough: :data:`VISIBLE_READS` in a row must."""
     deadline = time.monotonic() + min(VISIBLE_WAIT_S, session.remaining())
-    while plan_group_configs(wanted, _read(session, wanted)) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    seen = 0
+    while seen < VISIBLE_READS and time.monotonic() < deadline:
+        seen = 0 if plan_group_configs(wanted, _read(session, wanted)) else seen + 1
+        if seen < VISIBLE_READS:
+            time.sleep(0.1)
 
 
 def apply_group_configs(
