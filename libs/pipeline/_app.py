@@ -292,18 +292,18 @@ class Pipeline:
         timeout = self.settings.producer.exit_flush_timeout_s
         remaining = self._transport.flush(timeout)
         refused = refusal_of(self._transport)
-        if remaining:
+        purge = getattr(self._transport, "purge", None) if remaining else None
+        if purge is not None:
             # Purged jobs get their delivery callbacks, which name them.
-            purge = getattr(self._transport, "purge", None)
-            if purge is not None:
-                purge()
-                self._transport.flush(0)
+            purge()
+            self._transport.flush(0)
         _exitflush.report_lost(
             self,
             self._failures.take(),
             remaining,
             timeout,
             str(refused) if refused is not None else None,
+            purged=purge is not None,
         )
 
     # Internals ------------------------------------------------------------------------------

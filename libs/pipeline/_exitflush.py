@@ -67,18 +67,21 @@ def report_lost(
     unacknowledged: int,
     timeout: float,
     refused: str | None = None,
+    *,
+    purged: bool = False,
 ) -> None:
     """Log, at ERROR, the jobs that never reached Kafka (nothing when there are none);
     ``unacknowledged``: what the exit flush left queued, ``refused``: why, when Kafka refused
-    the producer's credentials.
+    the producer's credentials, ``purged``: whether that queue was purged since.
 
     Once the queue is purged, each lost job has a failure naming it, and their number is the
     count told: librdkafka's queue length also counts its pending events (a broker-down error
-    not yet served), so it can exceed the jobs by one or two.
+    not yet served), so it can exceed the jobs by one or two. Unpurged, the queue length is
+    all there is to count what is still queued.
     """
     if not failures and not unacknowledged:
         return
-    count = len(failures) or unacknowledged
+    count = len(failures) if purged and failures else max(len(failures), unacknowledged)
     ids = [f.job_id for f in failures[:_MAX_IDS]]
     more = f" and {len(failures) - _MAX_IDS} more" if len(failures) > _MAX_IDS else ""
     reasons = [refused] if refused else sorted({f.reason for f in failures})

@@ -92,7 +92,10 @@ def test_the_count_is_the_purged_jobs_not_the_queue_length_that_also_counts_even
     app = _app()
     failures = [PipelineFailure(f"job-{n}", "acme.jobs.default", -152, "purged") for n in range(2)]
     with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        _exitflush.report_lost(app, failures, unacknowledged=3, timeout=0.5, purged=True)
+        # Without a purge, what is still queued is named by nothing but the queue length.
         _exitflush.report_lost(app, failures, unacknowledged=3, timeout=0.5)
-    [record] = caplog.records
-    assert record.getMessage().startswith("2 enqueued job(s) never reached Kafka")
-    assert "still unacknowledged 0.5s after exit began" in record.getMessage()
+    purged, unpurged = caplog.records
+    assert purged.getMessage().startswith("2 enqueued job(s) never reached Kafka")
+    assert "still unacknowledged 0.5s after exit began" in purged.getMessage()
+    assert unpurged.getMessage().startswith("3 enqueued job(s) never reached Kafka")
