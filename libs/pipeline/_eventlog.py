@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
+from functools import partial
 from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
@@ -85,6 +86,28 @@ class JobHistory:
         return states.get(last.kind, last.kind)
 
 
+_STEPS: dict[str, int] = {
+    EventKind.STARTED: 0,
+    EventKind.PROGRESS: 1,
+    EventKind.DEDUPLICATED: 2,
+    EventKind.SUCCEEDED: 2,
+    EventKind.RETRIED: 2,
+    EventKind.DEAD: 2,
+    EventKind.REPLAYED: 3,
+    EventKind.DISCARDED: 3,
+}
+
+
+def in_time_order(events: list[Event]) -> list[Event]:
+    """``events`` by time, then by attempt, then by their step within an attempt.
+
+    Timestamps are in milliseconds and a job that fails at once starts and ends in the same
+    one; its events are not in that order on the topic either, since ``started`` comes from
+    a best-effort producer and ``dead`` from the move's transaction.
+    """
+    return sorted(events, key=lambda e: (e.at, e.attempt, _STEPS.get(e.kind, 2)))
+
+
 def _decode(codec: EventCodec, message: Message) -> Event | None:
     try:
         return codec.decode(message.value() or b"")
@@ -125,12 +148,8 @@ def job_history(
 
     with TopicReader(settings, timeout) as reader:
         messages = reader.read(topic, keep=of_job)[topic]
-    history = JobHistory(job_id, scanned=scanned)
-    for message in messages:
-        event = _decode(codec, message)
-        if event is not None and event.job_id == job_id:
-            history.events.append(event)
-    history.events.sort(key=lambda e: e.at)
+    events = [e for e in map(partial(_decode, codec), messages) if e and e.job_id == job_id]
+    history = JobHistory(job_id, in_time_order(events), scanned=scanned)
     if letters is not None:
         history.letters = letters(job_id)
     else:

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from pipeline._backlog import GroupMember, GroupMembers, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import LetterState, LetterStatus, StoredLetter
-from pipeline._eventlog import EventFilter, JobHistory
+from pipeline._eventlog import EventFilter, JobHistory, in_time_order
 from pipeline._records import DeadLetter, Event
 from pipeline._status import ScheduleDue, StatusSnapshot, rates
 from pipeline_cli._main import cli
@@ -143,8 +143,10 @@ def test_the_table_shows_backlog_age_workers_scheduler_and_schedules(
     assert "disabled" in out
 
 
-def event(kind: str, at: int, job_type: str = "email.send") -> Event:
-    return Event(job_id="j1", job_type=job_type, kind=kind, attempt=1, priority="default", at=at)
+def event(kind: str, at: int, job_type: str = "email.send", attempt: int = 1) -> Event:
+    return Event(
+        job_id="j1", job_type=job_type, kind=kind, attempt=attempt, priority="default", at=at
+    )
 
 
 def test_event_filter_matches_types_kinds_and_jobs() -> None:
@@ -153,6 +155,30 @@ def test_event_filter_matches_types_kinds_and_jobs() -> None:
     assert not EventFilter(kinds=["dead"]).matches(event("started", 1))
     assert not EventFilter(types=["sms.*"]).matches(event("started", 1))
     assert not EventFilter(job_ids=["j2"]).matches(event("started", 1))
+
+
+def test_events_of_one_millisecond_keep_the_order_they_happened_in() -> None:
+    # As read from the topic: the move's transaction wrote "dead" before the best-effort
+    # producer wrote "started", both stamped in the same millisecond.
+    read = [
+        event("dead", 7, attempt=2),
+        event("started", 7, attempt=2),
+        event("retried", 5, attempt=1),
+        event("started", 5, attempt=1),
+        event("replayed", 7, attempt=2),
+    ]
+    ordered = in_time_order(read)
+    assert [(e.kind, e.attempt) for e in ordered] == [
+        ("started", 1),
+        ("retried", 1),
+        ("started", 2),
+        ("dead", 2),
+        ("replayed", 2),
+    ]
+    letter = DeadLetter(
+        reason="fatal_error", message="no", source_topic="t", source_partition=0, source_offset=0
+    )
+    assert JobHistory("j1", ordered[:4], [StoredLetter(letter, 0, 0)]).state == "dead (pending)"
 
 
 def test_a_job_history_says_where_the_job_is() -> None:
