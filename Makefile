@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq bench-web bench-failover bench-tenants
+.PHONY: setup run test test-slow test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq bench-web bench-failover bench-tenants
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,13 +19,18 @@ setup: $(BIN)/pipeline
 run: setup
 	$(BIN)/python -m examples.run
 
-## test: the default suite (unit + integration against a real local Kafka, with short chaos smoke),
-## in one process; TEST_WORKERS=2 runs it in two (pytest-xdist; a test file stays on one), each
-## with its own Kafka node: faster, but on 2 cores some fault tests then meet more load than they allow
+## test: the default suite (unit + integration against a real local Kafka, with a short scenario
+## of each slow kind), in one process; TEST_WORKERS=2 runs it in two (pytest-xdist; a test file
+## stays on one), each with its own Kafka node: faster, but on 2 cores some fault tests then meet
+## more load than they allow
 TEST_WORKERS ?= 0
 test: setup
-	$(BIN)/pytest -m "not chaos and not image and not containers" -q --durations=25 \
+	$(BIN)/pytest -m "not slow and not chaos and not image and not containers" -q --durations=25 \
 		-n $(TEST_WORKERS) --dist loadfile
+
+## test-slow: the long scenarios left out of make test: more SIGKILLs, clusters, scale, real cron fires (~9 min)
+test-slow: setup
+	$(BIN)/pytest -m "slow and not chaos" -q --durations=10
 
 test-unit: setup
 	$(BIN)/pytest tests/unit -m "not image and not containers" -q

@@ -68,11 +68,11 @@ def start_dev_cluster(
     pytest.fail(f"could not start a local Kafka for the tests: {problem}", pytrace=False)
 
 
-def _stop_dev_cluster(data_dir: Path) -> None:
+def stop_dev_cluster(data_dir: Path) -> None:
     from pipeline_cli import devbroker
 
     try:
-        devbroker.down(data_dir, timeout=30)
+        devbroker.down(data_dir, timeout=30, hard=True)  # its data is deleted: no clean shutdown
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
@@ -148,7 +148,7 @@ def bootstrap_servers() -> Iterator[str]:
         _wait_for_coordinators(servers)
         yield servers
     finally:
-        _stop_dev_cluster(data_dir)
+        stop_dev_cluster(data_dir)
 
 
 @pytest.fixture(scope="session")
@@ -160,7 +160,7 @@ def secure_cluster() -> Iterator[DevCluster]:
         _wait_for_coordinators(cluster.bootstrap_servers, client=cluster.security().librdkafka())
         yield cluster
     finally:
-        _stop_dev_cluster(data_dir)
+        stop_dev_cluster(data_dir)
 
 
 @pytest.fixture
@@ -202,4 +202,4 @@ def dev_cluster_factory() -> Iterator[Callable[..., DevCluster]]:
         yield start
     finally:
         for data_dir in data_dirs:
-            _stop_dev_cluster(data_dir)
+            stop_dev_cluster(data_dir)

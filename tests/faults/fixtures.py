@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pipeline import Settings
-from tests.conftest import _stop_dev_cluster, _wait_for_coordinators, start_dev_cluster
+from tests.conftest import _wait_for_coordinators, start_dev_cluster, stop_dev_cluster
 from tests.integration.worker.harness import Recording, WorkerLauncher
 from tests.integration.worker.harness.kafka import drop_admins
 
@@ -52,7 +52,7 @@ def _cluster(host: str | None) -> Iterator[DevCluster]:
         # (an address of the test hosts' block would then be routed off this machine).
         drop_admins()
         gc.collect()
-        _stop_dev_cluster(data_dir)
+        stop_dev_cluster(data_dir)
 
 
 @pytest.fixture(scope="module")

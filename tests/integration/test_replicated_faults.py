@@ -26,6 +26,7 @@ def run(local_cluster: DevCluster, namespace: str, tmp_path: Path) -> Iterator[F
     yield from fault_run(local_cluster, namespace, tmp_path, None)
 
 
+@pytest.mark.slow
 def test_the_coordinator_sigkilled_and_restarted_loses_no_acknowledged_job(
     run: FaultRun, local_cluster: DevCluster
 ) -> None:

@@ -131,7 +131,8 @@ def test_stale_pid_file_never_signals_another_process(
     assert not node.pid_file.exists()
 
 
-def test_down_stops_a_process_that_is_the_node(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("hard", "signalled"), [(False, -15), (True, -9)], ids=["clean", "hard"])
+def test_down_stops_a_process_that_is_the_node(tmp_path: Path, hard: bool, signalled: int) -> None:
     # A stand-in with the command line of a broker: argv[0] named java, kafka.Kafka, the file.
     java = tmp_path / "bin" / "java"
     java.parent.mkdir()
@@ -146,8 +147,9 @@ def test_down_stops_a_process_that_is_the_node(tmp_path: Path) -> None:
         assert node.pid() == fake.pid
         assert devbroker.status(tmp_path).running
 
-        assert devbroker.down(tmp_path, timeout=10) == [fake.pid]
-        assert fake.wait(timeout=10) == -15  # SIGTERM first: Kafka's clean shutdown
+        assert devbroker.down(tmp_path, timeout=10, hard=hard) == [fake.pid]
+        # SIGTERM, Kafka's clean shutdown, unless hard: SIGKILL at once
+        assert fake.wait(timeout=10) == signalled
         assert not node.pid_file.exists()
     finally:
         fake.kill()

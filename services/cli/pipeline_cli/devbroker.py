@@ -321,11 +321,16 @@ def up(
 
 
 def down(
-    data_dir: Path | None = None, *, purge: bool = False, timeout: float = STOP_TIMEOUT_S
+    data_dir: Path | None = None,
+    *,
+    purge: bool = False,
+    timeout: float = STOP_TIMEOUT_S,
+    hard: bool = False,
 ) -> list[int]:
     """Stops the brokers started in ``data_dir`` (only those) and returns their pids.
 
     ``purge`` also deletes the data dir, if it holds nothing but what :func:`up` created.
+    ``hard`` kills them (SIGKILL) instead of a clean shutdown: for data that is thrown away.
     """
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     if not data_dir.is_dir():
@@ -335,7 +340,7 @@ def down(
         stopped: list[int] = []
         if layout is not None:
             planned = plan_nodes(layout.nodes, layout.base_port, data_dir, layout.host)
-            stopped = stop_nodes(planned, timeout=timeout)
+            stopped = stop_nodes(planned, hard=hard, timeout=timeout)
         if purge:
             _check_ours(data_dir)
             shutil.rmtree(data_dir)

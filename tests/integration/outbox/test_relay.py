@@ -8,7 +8,6 @@ when Kafka was down while the jobs were committed.
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import threading
 from collections import Counter
@@ -22,7 +21,7 @@ from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
 from pipeline.outbox import OutboxRelay, RelayOptions
 from pipeline.outbox._dialect import Dialect
-from tests.conftest import start_dev_cluster
+from tests.conftest import start_dev_cluster, stop_dev_cluster
 from tests.waiting import wait_for
 
 from ..worker.harness import Recording, WorkerLauncher, check_ran, wait_until
@@ -43,18 +42,10 @@ def stoppable_kafka() -> Iterator[DevCluster]:
     try:
         yield start_dev_cluster(1, data_dir)
     finally:
-        cluster_down(data_dir)
+        stop_dev_cluster(data_dir)
 
 
-def cluster_down(data_dir: Path) -> None:
-    from pipeline_cli import devbroker
-
-    try:
-        devbroker.down(data_dir, timeout=30)
-    finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
+@pytest.mark.slow
 def test_jobs_committed_while_kafka_is_down_run_once_across_a_relay_crash(
     stoppable_kafka: DevCluster, postgres_dsn: str, namespace: str, tmp_path: Path
 ) -> None:
@@ -111,6 +102,7 @@ def test_jobs_committed_while_kafka_is_down_run_once_across_a_relay_crash(
         workers.stop_all()
 
 
+@pytest.mark.slow
 def test_kafka_stopping_while_the_relay_publishes_loses_and_doubles_nothing(
     stoppable_kafka: DevCluster, sqlite_dsn: str, namespace: str, tmp_path: Path
 ) -> None:

@@ -117,6 +117,7 @@ def _subjects(schema_registry: RunningRegistry) -> list[str]:
         return list(registry.client.get_subjects())
 
 
+@pytest.mark.slow
 def test_jobs_from_a_java_producer_using_the_registrys_serializer_run_once(
     registry_settings: Settings,
     schema_registry: RunningRegistry,
@@ -132,6 +133,7 @@ def test_jobs_from_a_java_producer_using_the_registrys_serializer_run_once(
     _wait_for_runs(worker, expected)
 
 
+@pytest.mark.slow
 def test_jobs_from_a_go_producer_using_franz_gos_registry_serde_run_once(
     registry_settings: Settings,
     schema_registry: RunningRegistry,

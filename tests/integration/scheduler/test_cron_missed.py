@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+import pytest
+
 from pipeline._schedule import fires_between, make_schedule, publish_schedules
 
 from .conftest import Released, SchedulerFactory, collect, job_consumer, scheduler_env
@@ -19,6 +21,7 @@ def by_schedule(released: list[Released]) -> dict[str, list[int]]:
     return {name: sorted(times) for name, times in fires.items()}
 
 
+@pytest.mark.slow
 def test_missed_fire_policies(schedulers: SchedulerFactory) -> None:
     settings = schedulers.settings
     publish_schedules(

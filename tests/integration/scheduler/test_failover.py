@@ -7,6 +7,8 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 
+import pytest
+
 # confluent-kafka's admin package does not declare its re-exports to type checkers.
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined, unused-ignore]
 
@@ -30,6 +32,7 @@ def _members(settings: Settings) -> int:
     return len(future.result(timeout=15).members)
 
 
+@pytest.mark.slow
 def test_standby_takes_over_a_killed_leader_without_loss_or_duplicates(
     schedulers: SchedulerFactory,
 ) -> None:

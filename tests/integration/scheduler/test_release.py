@@ -6,11 +6,14 @@ import random
 import time
 from collections import Counter
 
+import pytest
+
 from pipeline import Pipeline
 
 from .conftest import SchedulerFactory, collect, job_consumer, scheduler_env
 
 
+@pytest.mark.slow
 def test_ten_thousand_jobs_are_released_once_and_never_before_their_lead(
     schedulers: SchedulerFactory,
 ) -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from pipeline_cli.devbroker import DevCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 
 def test_three_secured_nodes_replicate_and_share_users(

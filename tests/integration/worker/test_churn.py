@@ -12,7 +12,7 @@ from .scenarios import run_churn
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_two_then_three_workers_joining_and_leaving_lose_and_repeat_nothing(

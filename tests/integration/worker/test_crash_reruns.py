@@ -44,6 +44,7 @@ def test_a_sigkill_behind_a_long_job_reruns_the_long_job_and_not_the_short_ones(
     run_behind_a_long_job(kit, gates, kill)
 
 
+@pytest.mark.slow
 def test_a_sigkill_during_a_rebalance_behind_a_long_job_reruns_none_of_the_short_ones(
     kit: WorkerKit, gates: Gates
 ) -> None:

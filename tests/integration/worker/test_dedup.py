@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from typing import TYPE_CHECKING
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from pipeline._deadletters import _Reader
@@ -54,6 +55,7 @@ def test_10000_jobs_with_2000_keys_from_3_producers_run_2000_times(kit: WorkerKi
     assert sum(runs.values()) == KEYS
 
 
+@pytest.mark.slow
 def test_keys_survive_two_sigkills_and_a_takeover(kit: WorkerKit) -> None:
     """A second worker takes over the partitions of one killed twice: no key runs again once
     its job was committed, and the keys that run twice are at most the jobs in flight (started,

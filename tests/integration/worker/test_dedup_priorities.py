@@ -7,6 +7,8 @@ import subprocess
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import pytest
+
 from pipeline import Priority
 
 from .harness import wait_joined
@@ -47,6 +49,7 @@ def test_one_key_enqueued_50_times_over_four_priorities_by_three_producers_runs_
     assert written == sent, "the copies did not land on their priorities"
 
 
+@pytest.mark.slow
 def test_a_sigkill_runs_again_only_the_keys_whose_jobs_it_left_uncommitted(
     kit: WorkerKit,
 ) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import pytest
+
 from .failure_kills import run_failing_jobs_through_kills
 from .failure_kills import settings as failure_settings
 
@@ -14,5 +16,6 @@ if TYPE_CHECKING:
 settings = failure_settings  # retry tiers of 0.5 s and 2 s for every test here
 
 
+@pytest.mark.slow
 def test_two_sigkills_move_every_one_of_600_failing_jobs_once(kit: WorkerKit) -> None:
     run_failing_jobs_through_kills(kit, jobs=600, kills=2)

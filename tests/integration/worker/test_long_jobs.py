@@ -15,7 +15,7 @@ from .harness.metrics import free_port, scrape, total
 if TYPE_CHECKING:
     from .fixtures import WorkerKit
 
-pytestmark = pytest.mark.kafka
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 MAX_POLL_INTERVAL_MS = 6000  # the broker's minimum session timeout, and librdkafka wants >= it
 LONG_JOB_S = 3 * MAX_POLL_INTERVAL_MS / 1000

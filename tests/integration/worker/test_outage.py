@@ -72,6 +72,7 @@ def test_an_unreachable_broker_is_one_log_line_and_healthz_503(
     assert len(lines) <= 5, worker.log_tail()
 
 
+@pytest.mark.slow
 def test_burst_gives_up_on_an_unreachable_broker_with_the_cause(
     namespace: str, launch: Callable[[Settings], tuple[WorkerLauncher, Recording]]
 ) -> None:
@@ -105,6 +106,7 @@ def test_a_namespace_without_topics_names_the_topic_and_the_fix(
     assert "Traceback" not in log
 
 
+@pytest.mark.slow
 def test_healthz_follows_the_broker_down_and_back(
     namespace: str,
     launch: Callable[[Settings], tuple[WorkerLauncher, Recording]],

@@ -120,6 +120,7 @@ def _drained(kit: WorkerKit) -> bool:
     return not kit.offsets.lag(kit.topics.all_jobs())
 
 
+@pytest.mark.slow
 def test_a_job_on_another_partition_is_not_struck_by_a_poison_pill_that_ran_beside_it(
     kit: WorkerKit,
 ) -> None:
@@ -165,6 +166,7 @@ def test_a_job_on_another_partition_is_not_struck_by_a_poison_pill_that_ran_besi
     assert len([w for w in workers if w.returncode not in (0, None)]) == 1 + DELIVERIES
 
 
+@pytest.mark.slow
 def test_two_poison_pills_on_two_partitions_are_both_dead_lettered_and_the_rest_runs(
     kit: WorkerKit,
 ) -> None:
