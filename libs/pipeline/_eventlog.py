@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from fnmatch import fnmatchcase
-from functools import partial
 from typing import TYPE_CHECKING
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
@@ -148,7 +147,11 @@ def job_history(
 
     with TopicReader(settings, timeout) as reader:
         messages = reader.read(topic, keep=of_job)[topic]
-    events = [e for e in map(partial(_decode, codec), messages) if e and e.job_id == job_id]
+    events = []
+    for message in messages:
+        event = _decode(codec, message)
+        if event is not None and event.job_id == job_id:
+            events.append(event)
     history = JobHistory(job_id, in_time_order(events), scanned=scanned)
     if letters is not None:
         history.letters = letters(job_id)
