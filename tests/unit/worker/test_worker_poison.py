@@ -515,6 +515,21 @@ def test_a_new_owner_commits_its_mark_synchronously_before_fetching() -> None:
     assert side.handed == list(range(12))
 
 
+def test_a_lease_half_used_grows_in_the_next_scheduled_commit_without_one_of_its_own() -> None:
+    thread, fake, side, _ = take_over(None, 50, poison_deliveries=3, consume_batch=5)
+    thread._hand(messages(0, 6))  # the lease covers offsets below 10: more than half used
+    assert side.handed == list(range(6))
+    thread._poison.step()
+    assert len(fake.commits) == 1  # only the new owner's mark: no commit pushed for the lease
+    thread._committer.commit(thread.states.values(), 0.0)  # the next scheduled one
+    asynchronous, scheduled = fake.commits[-1]
+    assert asynchronous
+    assert scheduled.high == 6 + 10  # it carries the longer lease
+    thread._committer.on_commit(None, [fake.marks[(TOPIC, 0)]])
+    thread._hand(messages(6, 10))
+    assert side.handed == list(range(16))  # none waited
+
+
 def test_after_a_crash_the_suspects_run_in_windows_each_behind_a_synchronous_commit() -> None:
     previous = CommitMark(3, dirty=True, high=9, strikes=1)
     thread, fake, side, state = take_over(previous, 50, poison_deliveries=3)

@@ -6,9 +6,11 @@ committed offsets (:class:`..commit.marks.CommitMark`), so it survives the crash
 **Promise before handing.** Every commit of a partition says ``dirty`` (an owner is running it)
 and ``high``: no offset at or above ``high`` was handed to the event loop. The consumer thread
 keeps that promise: it hands the loop only offsets below the ``high`` of a commit Kafka has
-acknowledged (a *lease*), and asks for more (an asynchronous commit with a higher ``high``)
-when half of the lease is used, so a running worker rarely waits for it. Whatever killed an
-owner was among the offsets from its committed offset ``W`` up to that ``high``.
+acknowledged (a *lease*), and promises more (a higher ``high``) when half of the lease is used.
+The next scheduled commit carries the new promise (every ``commit_interval_s``, much less than
+half a lease of messages at any rate); a commit of its own is pushed only when messages wait
+beyond the lease, so a running worker rarely waits for it. Whatever killed an owner was among
+the offsets from its committed offset ``W`` up to that ``high``.
 
 **Takeover.** A new owner reads ``(W, mark)`` and commits its own mark at once, before fetching.
 If the previous mark is dirty, its owner died (or was cut off) without a clean hand-over: the
@@ -44,9 +46,10 @@ job that kills its worker can strike an innocent job at most once, in its first,
 run; ``poison_deliveries`` such jobs in a row must come at the same moments to dead-letter one
 innocent job, hence the default of 3.
 
-**Cost.** In normal operation, one extra asynchronous commit per ``lease / 2`` messages of a
-partition. After a crash, one synchronous commit per window of the quarantined range, and the
-windows run one after the other.
+**Cost.** In normal operation, a longer mark in the scheduled commits, and a pushed commit
+only when a partition's messages outrun them (a whole lease within one commit interval, or a
+commit left unanswered). After a crash, one synchronous commit per window of the quarantined
+range, and the windows run one after the other.
 
 :mod:`.quarantine` (takeover plans, quarantine steps) and :mod:`.guard` (one partition's
 intake and marks) are pure; :class:`PoisonWatch` is the consumer thread's glue.
@@ -236,8 +239,8 @@ class PoisonWatch:
                 continue
             if guard.quarantine is not None and not self._quarantine(state, guard):
                 continue
-            if guard.extend():
-                renew.append(state)
+            if guard.extend() and guard.withheld:
+                renew.append(state)  # else the next scheduled commit carries the promise
             released = guard.release()
             if released:
                 ready.append((state, released))
