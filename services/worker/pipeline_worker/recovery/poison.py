@@ -7,9 +7,10 @@ committed offsets (:class:`..commit.marks.CommitMark`), so it survives the crash
 and ``high``: no offset at or above ``high`` was handed to the event loop. The consumer thread
 keeps that promise: it hands the loop only offsets below the ``high`` of a commit Kafka has
 acknowledged (a *lease*), and promises more (a higher ``high``) when half of the lease is used.
-The next scheduled commit carries the new promise (every ``commit_interval_s``, much less than
-half a lease of messages at any rate); a commit of its own is pushed only when messages wait
-beyond the lease, so a running worker rarely waits for it. Whatever killed an owner was among
+The next scheduled commit carries the new promise (every ``commit_interval_s``: at the default
+50 ms and a lease of two ``consume_batch``, a partition would have to run 20,000 jobs/s to use
+half a lease between two); a commit of its own is pushed only when messages wait beyond the
+lease, so a running worker rarely waits for it. Whatever killed an owner was among
 the offsets from its committed offset ``W`` up to that ``high``.
 
 **Takeover.** A new owner reads ``(W, mark)`` and commits its own mark at once, before fetching.
