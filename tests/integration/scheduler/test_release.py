@@ -43,6 +43,7 @@ def test_ten_thousand_jobs_are_released_once_and_never_before_their_lead(
         assert r.topic == settings.namespace + ".jobs.default"
 
 
+@pytest.mark.slow
 def test_far_jobs_travel_through_wait_tiers_and_are_released_on_time(
     schedulers: SchedulerFactory,
 ) -> None:

@@ -76,6 +76,7 @@ CAP = 12
 RATE = 150.0
 
 
+@pytest.mark.slow
 def test_a_tenants_cap_and_rate_hold_within_10_percent_across_two_workers(
     kit: WorkerKit,
 ) -> None:
