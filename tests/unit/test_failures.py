@@ -39,7 +39,11 @@ TYPE = JobType(
 
 
 def job(attempt: int = 1, max_attempts: int = 3) -> Job:
-    return Job(id="j", type="pay", payload=b"{}", attempt=attempt, max_attempts=max_attempts)
+    # A fixed created_at: two jobs made a millisecond apart would not compare equal.
+    return Job(
+        id="j", type="pay", payload=b"{}", attempt=attempt, max_attempts=max_attempts,
+        created_at=NOW - 1000,
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
