@@ -102,6 +102,9 @@ class PartitionTables:
         self._holders: dict[Slot, set[Where]] = {}
         self._create = create
         self._changelog = changelog
+        self._places: dict[Where, tuple[DedupTable, str, int]] = {}
+        """Partition -> (its table, its slot): worked out once, not for every key (a check
+        and a settle per keyed job); forgotten whenever a table is installed or dropped."""
 
     @property
     def size(self) -> int:
@@ -125,14 +128,24 @@ class PartitionTables:
             table = self._tables[slot] = DedupTable()
         return table
 
+    def _place(self, where: Where) -> tuple[DedupTable, str, int]:
+        """(table, slot priority, slot partition) of ``where``, as :meth:`table` finds it."""
+        place = self._places.get(where)
+        if place is None:
+            label, partition = self.slot(where)
+            place = self._places[where] = (self.table(where), label, partition)
+        return place
+
     def install(self, where: Where, table: DedupTable) -> None:
         """Make ``table`` the table of ``where``'s slot (and of the partitions holding it)."""
+        self._places.clear()
         slot = self.slot(where)
         self._tables[slot] = table
         self._holders.setdefault(slot, set()).add(where)
 
     def join(self, where: Where) -> bool:
         """Let ``where`` share the table its slot has already; False when it has none."""
+        self._places.clear()
         slot = self.slot(where)
         if slot not in self._tables:
             return False
@@ -141,6 +154,7 @@ class PartitionTables:
 
     def drop(self, where: Where) -> None:
         """``where`` is given up; its slot's table goes once no installed partition holds it."""
+        self._places.clear()
         slot = self.slot(where)
         holders = self._holders.get(slot)
         if holders is not None:
@@ -153,7 +167,7 @@ class PartitionTables:
     def check(
         self, where: Where, key: str, job_id: str, *, policy: DedupPolicy, now_ms: int
     ) -> Verdict:
-        return self.table(where).check(key, job_id, now_ms, policy.ttl_ms)
+        return self._place(where)[0].check(key, job_id, now_ms, policy.ttl_ms)
 
     def settle(
         self,
@@ -165,10 +179,10 @@ class PartitionTables:
         policy: DedupPolicy,
         now_ms: int,
     ) -> Sequence[ChangelogRecord]:
-        value = self.table(where).settle(key, job_id, outcome, policy, now_ms)
+        table, label, partition = self._place(where)
+        value = table.settle(key, job_id, outcome, policy, now_ms)
         if value is UNCHANGED or not self._changelog:
             return ()
-        label, partition = self.slot(where)
         return (ChangelogRecord(partition, changelog_key(label, key), value),)
 
     def expire(self, now_ms: int) -> Sequence[ChangelogRecord]:

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -63,11 +63,13 @@ from ._errors import (
     TransactionFencedError,
 )
 
-__all__ = ["Headers", "TransactionalProducer", "Transactions"]
+__all__ = ["Headers", "Message", "TransactionalProducer", "Transactions"]
 
 _log = logging.getLogger("pipeline.transactions")
 
 Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
+Message = tuple[str, bytes | None, bytes | None, Headers, int | None]
+"""What :meth:`Transactions.produce_all` writes: (topic, value, key, headers, partition)."""
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
@@ -190,6 +192,21 @@ class Transactions:
                         self.producer.poll(0.01)
             except KafkaException as exc:
                 self._failed(exc, f"write to {topic}", attempt)
+
+    def produce_all(self, messages: Iterable[Message]) -> None:
+        """:meth:`produce` each of ``messages``, ``(topic, value, key, headers, partition)``
+        (``partition`` None: the partitioner picks), opening the transaction once for all of
+        them. A message the producer refuses goes through :meth:`produce`, with its retries."""
+        self.begin()
+        produce = self.producer.produce
+        for topic, value, key, headers, partition in messages:
+            try:
+                if partition is None:
+                    produce(topic, value, key, headers=headers)
+                else:
+                    produce(topic, value, key, partition, headers=headers)
+            except (BufferError, KafkaException):
+                self.produce(topic, value, key, headers=headers, partition=partition)
 
     def commit(self, offsets: Sequence[TopicPartition] = (), group_metadata: Any = None) -> None:
         """Commit the open transaction with the consumed ``offsets`` of the consumer whose

@@ -520,6 +520,23 @@ def test_under_the_namespace_scope_partition_p_of_every_priority_shares_one_tabl
         tables.table(high)
 
 
+def test_checks_see_the_table_installed_last_and_none_once_it_is_dropped() -> None:
+    """The tables remember which table a partition's checks use: a table installed again (a
+    new restore) or dropped must not leave them on the old one."""
+    tables = PartitionTables()
+    tables.install(HIGH_0, DedupTable())
+    assert tables.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=0) is Verdict.RUN
+    assert tables.check(HIGH_0, "k", JOB_B, policy=COMPLETE, now_ms=0) is Verdict.DUPLICATE
+    tables.install(HIGH_0, DedupTable())  # restored afresh: the claim is not in it
+    assert tables.check(HIGH_0, "k", JOB_B, policy=COMPLETE, now_ms=0) is Verdict.RUN
+    assert tables.settle(HIGH_0, "k", JOB_B, KeyOutcome.SUCCEEDED, policy=COMPLETE, now_ms=1)
+    tables.drop(HIGH_0)
+    with pytest.raises(DedupNotLoadedError):
+        tables.check(HIGH_0, "k", JOB_A, policy=COMPLETE, now_ms=2)
+    with pytest.raises(DedupNotLoadedError):
+        tables.settle(HIGH_0, "k", JOB_B, KeyOutcome.SUCCEEDED, policy=COMPLETE, now_ms=2)
+
+
 def test_restore_record_reads_the_records_of_either_scope() -> None:
     shared = DedupTable()
     assert restore_record({"*": shared}, b"*/k", encode_entry(JOB_A, False, 9_000), 1_000)

@@ -19,7 +19,7 @@ from pipeline._errors import (
     TransactionError,
     TransactionFencedError,
 )
-from pipeline._transactions import Headers, Transactions
+from pipeline._transactions import Headers, Message, Transactions
 
 STEPS = ("begin_transaction", "produce", "send_offsets_to_transaction", "commit_transaction")
 OFFSETS = [TopicPartition("ns.retry.0", 0, 42)]
@@ -63,6 +63,8 @@ class FakeProducer:
         self.committed: list[list[tuple[str, bytes | None]]] = []
         self.sent_offsets: list[tuple[list[TopicPartition], Any]] = []
         self._txn: list[tuple[str, bytes | None]] = []
+        self.produced: list[tuple[str, bytes | None, bytes | None, int, Headers]] = []
+        """Every message produce() took, with its key, partition and headers."""
 
     def failing(self, step: str, *errors: BaseException) -> FakeProducer:
         self.fail.setdefault(step, deque()).extend(errors)
@@ -92,6 +94,7 @@ class FakeProducer:
     ) -> None:
         self._call("produce")
         self._txn.append((topic, value))
+        self.produced.append((topic, value, key, partition, headers))
 
     def send_offsets_to_transaction(
         self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
@@ -272,6 +275,39 @@ def test_a_full_local_queue_waits_for_room() -> None:
     txn.run(write_two)
     assert producer.calls.count("produce") == 4
     assert len(producer.committed[0]) == 2
+
+
+MESSAGES: list[Message] = [
+    ("ns.dedup", b"a", b"k1", None, None),
+    ("ns.dedup", None, b"k2", [("h", b"1")], 3),
+]
+
+
+def test_produce_all_opens_one_transaction_for_every_message() -> None:
+    producer = FakeProducer()
+    txn, _ = transactions(producer)
+    txn.produce_all(MESSAGES)
+    txn.commit(OFFSETS, "group-metadata")
+    assert producer.calls[:3] == ["begin_transaction", "produce", "produce"]
+    # No partition: the partitioner's (-1); a partition and headers are passed on.
+    assert producer.produced == [
+        ("ns.dedup", b"a", b"k1", -1, None),
+        ("ns.dedup", None, b"k2", 3, [("h", b"1")]),
+    ]
+    assert producer.committed == [[("ns.dedup", b"a"), ("ns.dedup", None)]]
+
+
+def test_a_message_produce_all_cannot_write_at_once_goes_through_the_retries() -> None:
+    # The first message: the local queue is full, then Kafka does not answer, then it is
+    # written; the second goes on as usual. Nothing is lost or written twice.
+    producer = FakeProducer().failing("produce", BufferError(), retriable())
+    txn, pauses = transactions(producer)
+    txn.produce_all(MESSAGES)
+    txn.commit(OFFSETS, "group-metadata")
+    assert producer.calls.count("produce") == 4
+    assert producer.calls.count("begin_transaction") == 1
+    assert pauses == [0.1]
+    assert producer.committed == [[("ns.dedup", b"a"), ("ns.dedup", None)]]
 
 
 def test_a_failing_abort_is_retried_then_left_to_the_broker(

@@ -197,7 +197,7 @@ class Mover:
         if not self.initialized:
             self.init()
         try:
-            self._produce(self._txn, pending.records)
+            self._txn.produce_all(pending.records)
         except _NOT_COMMITTED as exc:
             _log.warning("transaction aborted, writing its moves again: %s", exc)
             self._rewrite(owned, pending.records)
@@ -281,23 +281,11 @@ class Mover:
         def write(txn: Transactions) -> None:
             for moves in kept.values():
                 for pending in moves:
-                    self._produce(txn, pending.records)
-            self._produce(txn, then)
+                    txn.produce_all(pending.records)
+            txn.produce_all(then)
             txn.producer.poll(0)
 
         self._txn.rewrite(write)
-
-    @staticmethod
-    def _produce(txn: Transactions, records: Sequence[Record]) -> None:
-        produce = txn.produce
-        for record in records:
-            produce(
-                record.topic,
-                record.value,
-                record.key,
-                headers=record.headers,
-                partition=record.partition,
-            )
 
     def _resolve(self, pending: _Pending, done: bool) -> None:
         """``pending.done(done)`` on the loop, with the others of this drain (:meth:`_tell`)."""

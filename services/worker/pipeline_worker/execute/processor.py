@@ -303,12 +303,8 @@ class Processor:
         """A handler returned (``error`` None) or raised. The caller pumps afterwards."""
         if work.finished:
             return  # failed at its deadline already; the late result is discarded
-        if (
-            error is None
-            and self._plain
-            and (self._dedup is None or work.job.idempotency_key is None)
-        ):
-            # The common case, inlined: a success with no middleware to tell, no key to settle.
+        if error is None and self._plain:
+            # The common case, inlined: a success with no middleware to tell.
             work.finished = True
             if work.timer is not None:
                 work.timer.cancel()
@@ -316,6 +312,9 @@ class Processor:
             stats = work.stats
             stats.succeeded += 1
             stats.duration.observe(ended - work.started)
+            if self._dedup is not None and work.job.idempotency_key is not None:
+                self._endings.key_succeeded(work)  # settled in the offset's transaction
+                return
             self.in_flight -= 1
             state = work.state
             state.in_flight -= 1
@@ -374,12 +373,12 @@ class Processor:
     def release(self, work: Work) -> None:
         self.dispatcher.release(work)
 
-    def offset_ended(self, state: PartitionState, *, finished: bool) -> None:
+    def offset_ended(self, state: PartitionState, *, finished: bool, count: int = 1) -> None:
         if finished:
-            self.finished += 1
+            self.finished += count
             self.last_end = time.monotonic()
         else:
-            self.stuck += 1
+            self.stuck += count
         if self.idle.waiting and state.in_flight == 0:
             self.idle.wake()
 

@@ -47,6 +47,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.worker.dedup")
 
 Where = tuple[str, int]
+Written = Callable[["PartitionState", list[int], bool], None]
+"""Told, on the loop, whether the key records of a partition's offsets are in the transaction."""
 
 
 class Deduplicator:
@@ -69,8 +71,9 @@ class Deduplicator:
         self._metrics = metrics
         self._default_ttl_s = default_ttl_s
         self._policies: dict[str, DedupPolicy] = {}
-        self._writes: dict[Where, tuple[list[Record], list[Callable[[bool], None]]]] = {}
-        """Records written in this turn of the loop, with their ``done`` callbacks, by partition."""
+        self._writes: dict[PartitionState, tuple[list[Record], list[int], Written]] = {}
+        """Records written in this turn of the loop, with their offsets and the callback for
+        them, by partition."""
 
     def policy(self, job_type: JobType) -> DedupPolicy:
         policy = self._policies.get(job_type.name)
@@ -83,12 +86,9 @@ class Deduplicator:
         """Whether a job with an idempotency key runs; False: acknowledge it without running."""
         key = job.idempotency_key
         assert key is not None
+        policy = self._policies.get(job_type.name) or self.policy(job_type)
         verdict = self.store.check(
-            (state.topic, state.partition),
-            key,
-            job.id,
-            policy=self.policy(job_type),
-            now_ms=now_ms(),
+            (state.topic, state.partition), key, job.id, policy=policy, now_ms=now_ms()
         )
         if verdict is Verdict.RUN or verdict is Verdict.RETRY:
             return True
@@ -104,45 +104,44 @@ class Deduplicator:
         # A partition being revoked still has its keys loaded while its running jobs finish
         # (the grace period): their offsets are committed on the way out, so their records must
         # be too, or the next owner would run those keys again.
+        policy = self._policies.get(job_type.name) or self.policy(job_type)
         try:
             records = self.store.settle(
-                (state.topic, state.partition),
-                key,
-                job.id,
-                outcome,
-                policy=self.policy(job_type),
-                now_ms=now_ms(),
+                (state.topic, state.partition), key, job.id, outcome, policy=policy, now_ms=now_ms()
             )
         except DedupNotLoadedError:
             return []  # given up: the next owner runs it again (its offset is not committed)
-        return [self._record(r) for r in records]
+        return list(map(self._record, records))  # no comprehension frame: one call a record
 
     def write(
         self,
         state: PartitionState,
         offset: int,
         records: Sequence[Record],
-        done: Callable[[bool], None],
+        done: Written,
     ) -> None:
-        """Put ``records`` in the open transaction; ``done`` as for a move (the offset stays).
+        """Put ``records`` in the open transaction; ``done(state, offsets, written)`` as for a
+        move (the offset stays), once for the offsets of ``state`` written in this turn.
 
         Submitted to the mover at the end of this turn of the loop, with the other records of
         the partition written in it (on the loop thread, like every call here)."""
         writes = self._writes
         if not writes:
             asyncio.get_running_loop().call_soon(self._submit)
-        where = (state.topic, state.partition)
-        held = writes.get(where)
+        held = writes.get(state)
         if held is None:
-            writes[where] = (list(records), [done])
+            writes[state] = (list(records), [offset], done)
         else:
             held[0].extend(records)
-            held[1].append(done)
+            held[1].append(offset)
 
     def _submit(self) -> None:
         writes, self._writes = self._writes, {}
-        for where, (records, dones) in writes.items():
-            self._mover.submit(where, -1, records, functools.partial(_tell, dones), move=False)
+        for state, (records, offsets, done) in writes.items():
+            where = (state.topic, state.partition)
+            self._mover.submit(
+                where, -1, records, functools.partial(done, state, offsets), move=False
+            )
 
     def expire(self) -> None:
         """Drop the keys whose time is over and write their tombstones, counting both the
@@ -175,11 +174,6 @@ class Deduplicator:
             priority = next(iter(self._topics), priority)
         topic = self._topics.get(priority)
         return (topic, record.partition) if topic is not None else None
-
-
-def _tell(dones: list[Callable[[bool], None]], done: bool) -> None:
-    for each in dones:
-        each(done)
 
 
 def _ignore(done: bool) -> None:

@@ -43,8 +43,9 @@ class JobSlots(Protocol):
     def release(self, work: Work) -> None:
         """A job that took no slot ends: give back its type limit and key only."""
 
-    def offset_ended(self, state: PartitionState, *, finished: bool) -> None:
-        """Count an offset that ended (``finished`` False: kept unfinished by a failed hook)."""
+    def offset_ended(self, state: PartitionState, *, finished: bool, count: int = 1) -> None:
+        """Count ``count`` offsets that ended (``finished`` False: kept unfinished by a failed
+        hook, or given up with their partition)."""
 
 
 class Endings:
@@ -129,19 +130,29 @@ class Endings:
                 keys = functools.partial(self.moved_key, dedup, work)
             router.route(failure, lambda moved: self._moved(work, moved), keys)
             return
-        if dedup is not None:
-            succeeded = kind is OutcomeKind.SUCCEEDED
-            records = self._settle_key(
-                dedup, work, KeyOutcome.SUCCEEDED if succeeded else KeyOutcome.DEAD
-            )
-            if records:
-                # The slot is free now; the offset finishes once its key's record is in the
-                # open transaction (the consumer thread writes it within a poll or so).
-                self.free(work)
-                state, offset = work.state, work.offset
-                dedup.write(state, offset, records, lambda ok: self.done(state, offset, ok))
-                return
+        if dedup is not None and self._write_key(dedup, work, kind is OutcomeKind.SUCCEEDED):
+            return
         self._resolve(work, done)
+
+    def key_succeeded(self, work: Work) -> None:
+        """A job with an idempotency key succeeded, with no middleware to tell (the processor
+        counted it): its key is settled in the transaction that commits its offset."""
+        assert self._dedup is not None
+        if not self._write_key(self._dedup, work, True):
+            self._resolve(work, True)
+
+    def _write_key(self, dedup: Deduplicator, work: Work, succeeded: bool) -> bool:
+        """Settle the key of a job that ended (succeeded, else dead) and free its slot; its
+        offset finishes once the key's record is in the open transaction (the consumer thread
+        writes it within a poll or so). False: no record to write, nothing done."""
+        records = self._settle_key(
+            dedup, work, KeyOutcome.SUCCEEDED if succeeded else KeyOutcome.DEAD
+        )
+        if not records:
+            return False
+        self.free(work)
+        dedup.write(work.state, work.offset, records, self.done_all)
+        return True
 
     def admit(
         self, dedup: Deduplicator, state: PartitionState, job: Job, job_type: JobType
@@ -199,6 +210,15 @@ class Endings:
         if done:
             state.commit_offset = state.tracker.finish(offset)  # type: ignore[assignment]
         self._slots.offset_ended(state, finished=done)
+
+    def done_all(self, state: PartitionState, offsets: list[int], done: bool) -> None:
+        """:meth:`done` for each of ``offsets`` (the keyed jobs of one write), in one call."""
+        if done:
+            finish = state.tracker.finish
+            for offset in offsets:
+                point = finish(offset)
+            state.commit_offset = point  # type: ignore[assignment]
+        self._slots.offset_ended(state, finished=done, count=len(offsets))
 
     def defer(self, work: Work) -> None:
         """Move a job far ahead of its ``not_before`` to ``<ns>.deferred`` (see

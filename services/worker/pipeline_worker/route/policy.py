@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from pipeline import Job
 from pipeline._codec import DeadLetterCodec, EventCodec, JobCodec
@@ -43,9 +43,12 @@ Headers = list[tuple[str, str | bytes | None]] | None
 DEFERRED = -1
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One message to write as part of a move (``value`` None: a tombstone)."""
+class Record(NamedTuple):
+    """One message to write as part of a move (``value`` None: a tombstone).
+
+    A named tuple, not a frozen dataclass: one is made for every keyed job, and a tuple is made
+    in a third of the time. Its fields are in the order :meth:`pipeline._transactions.
+    Transactions.produce_all` takes."""
 
     topic: str
     value: bytes | None
