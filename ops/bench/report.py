@@ -112,6 +112,22 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
+def without_output(args: list[str]) -> list[str]:
+    """The arguments as given, less ``--output FILE`` (a path of the machine that ran it)."""
+    kept: list[str] = []
+    skip = False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        if arg == "--output":
+            skip = True
+            continue
+        if not arg.startswith("--output="):
+            kept.append(arg)
+    return kept
+
+
 def add_output_option(parser: argparse.ArgumentParser) -> None:
     """``--output FILE``: the results file whose section a benchmark replaces."""
     parser.add_argument(

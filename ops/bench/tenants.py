@@ -25,7 +25,7 @@ from pipeline._settings import WorkerSettings
 
 from .app import RECORD_ENV
 from .env import broker, fresh_namespace, machine, say, start_worker, stop, tail
-from .report import Section, add_output_option, percentile, write_sections
+from .report import Section, add_output_option, percentile, without_output, write_sections
 
 JOB_TYPE = "bench.tenant"
 CHUNK = 50_000
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         Variant("fair, wide look-ahead", True, args.wide_buffer),
     ]
     given = argv if argv is not None else sys.argv[1:]
-    command = " ".join(["python -m ops.bench.tenants", *_without_output(given)])
+    command = " ".join(["python -m ops.bench.tenants", *without_output(given)])
     partitions = Settings().topics.partitions
     results = []
     with broker() as kafka, tempfile.TemporaryDirectory(prefix="bench-tenants-") as workdir:
@@ -221,22 +221,6 @@ def main(argv: list[str] | None = None) -> int:
     write_sections(args.output, [result])
     print(result.markdown())
     return 0
-
-
-def _without_output(args: list[str]) -> list[str]:
-    """The arguments as given, less ``--output FILE`` (a path of the machine that ran it)."""
-    kept: list[str] = []
-    skip = False
-    for arg in args:
-        if skip:
-            skip = False
-            continue
-        if arg == "--output":
-            skip = True
-            continue
-        if not arg.startswith("--output="):
-            kept.append(arg)
-    return kept
 
 
 if __name__ == "__main__":

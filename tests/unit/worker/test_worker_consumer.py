@@ -181,6 +181,11 @@ def test_the_consumer_settings_follow_the_design() -> None:
     assert conf["auto.offset.reset"] == "earliest"
     assert conf["fetch.min.bytes"] == "7"
     assert conf["socket.nagle.disable"] is True  # fetches and commits go out at once
+    # Pausing a full partition throws its prefetch away: the prefetch stays far below the
+    # buffer it feeds, and a fetch far below librdkafka's 1 MiB a partition.
+    assert conf["queued.min.messages"] * 10 <= Settings().worker.buffer_size
+    assert conf["max.partition.fetch.bytes"] <= 64 * 1024
+    assert conf["fetch.queue.backoff.ms"] <= 10  # else a small prefetch waits 1 s per refill
     override = Settings(worker={"kafka_consumer": {"isolation.level": "read_uncommitted"}})
     assert consumer_config(override, "g")["isolation.level"] == "read_uncommitted"
 

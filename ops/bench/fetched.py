@@ -1,0 +1,213 @@
+"""What a draining worker fetches: bytes and messages its consumer received from Kafka, against
+a plain consumer reading the same topic once, with the worker's prefetch settings and with the
+ones it had before (librdkafka's 1 MiB a partition a fetch, 2,000 messages kept queued).
+
+A worker pauses a partition whose buffer is full, and librdkafka throws away what it had
+fetched for a paused partition and not yet delivered; a backlog pauses every partition again and
+again, so what is thrown away is fetched again. The counts are librdkafka's own statistics
+(``rxbytes`` of every broker connection, ``rxmsgs`` of the job topic's partitions), read in the
+worker process by a hook this module installs when it runs the worker (``worker`` mode).
+
+``python -m ops.bench.fetched [--jobs N] [--rounds N] [--output FILE]``: a broker is started
+unless ``PIPELINE_BOOTSTRAP_SERVERS`` is set; the section replaces its namesake in
+docs/benchmarks.md (or ``--output``) and is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from pipeline import Settings
+
+from .app import EXPECTED_ENV, RECORD_ENV
+from .drain import ARGS, _fill
+from .env import REPO_ROOT, broker, fresh_namespace, machine, say, tail, worker_command_line
+from .report import Section, add_output_option, without_output, write_sections
+
+STATS_ENV = "BENCH_FETCH_STATS"
+BEFORE = {"queued.min.messages": "2000", "max.partition.fetch.bytes": "1048576"}
+"""The prefetch the worker's consumer had before: ``queued.min.messages`` = ``buffer_size``
+(2,000) and librdkafka's default ``max.partition.fetch.bytes``."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    rxbytes: int
+    rxmsgs: int
+    rate: float
+    """Jobs a second, first to last job (0 for the plain consumer)."""
+
+
+def _totals(text: str, topic_part: str) -> tuple[int, int]:
+    stats: dict[str, Any] = json.loads(text)
+    rxbytes = sum(b.get("rxbytes", 0) for b in stats.get("brokers", {}).values())
+    rxmsgs = sum(
+        p.get("rxmsgs", 0)
+        for t in stats.get("topics", {}).values()
+        if topic_part in t.get("topic", "")
+        for p in t.get("partitions", {}).values()
+        if p.get("partition", -1) >= 0
+    )
+    return rxbytes, rxmsgs
+
+
+def _plain(settings: Settings, jobs: int) -> Fetched:
+    """One plain consumer reading every job once: the bytes the topic costs to read."""
+    seen: dict[str, tuple[int, int]] = {}
+    consumer = Consumer(
+        {
+            **settings.client_config(),
+            "group.id": f"{settings.namespace}.plain-{uuid.uuid4().hex[:8]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "statistics.interval.ms": 100,
+            "stats_cb": lambda text: seen.update(last=_totals(text, ".jobs.")),
+        }
+    )
+    consumer.subscribe([f"{settings.namespace}.jobs.default"])
+    count = 0
+    deadline = time.monotonic() + 300
+    while count < jobs and time.monotonic() < deadline:
+        count += sum(1 for m in consumer.consume(1000, 1.0) if m.error() is None)
+    until = time.monotonic() + 0.5  # one more statistics callback after the last message
+    while time.monotonic() < until:
+        consumer.poll(0.1)
+    consumer.close()
+    rxbytes, rxmsgs = seen.get("last", (0, 0))
+    return Fetched(rxbytes, rxmsgs, 0.0)
+
+
+def _worker(settings: Settings, jobs: int, group: str, conf: dict[str, str], work: Path) -> Fetched:
+    record, stats, log = work / "record", work / "stats", work / "worker.log"
+    for path in (record, stats):
+        path.unlink(missing_ok=True)
+    environ = {
+        **os.environ,
+        "PIPELINE_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "PIPELINE_NAMESPACE": settings.namespace,
+        "PIPELINE_WORKER__KAFKA_CONSUMER": json.dumps(conf),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        RECORD_ENV: str(record),
+        EXPECTED_ENV: str(jobs),
+        STATS_ENV: str(stats),
+    }
+    command = [sys.executable, "-m", "ops.bench.fetched", "worker", *ARGS, "--group", group]
+    with log.open("wb") as out:
+        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=environ)
+    if code != 0 or not stats.exists():
+        raise RuntimeError(f"the worker exited with {code}:\n{tail(log)}")
+    marks = dict(line.split() for line in record.read_text().splitlines())
+    rxbytes, rxmsgs = json.loads(stats.read_text())
+    return Fetched(rxbytes, rxmsgs, jobs / ((int(marks["last"]) - int(marks["first"])) / 1e9))
+
+
+def _run_worker(argv: list[str]) -> None:
+    """``worker`` mode: pipeline-worker with librdkafka's statistics of its consumer written to
+    ``$BENCH_FETCH_STATS`` every 100 ms (the last write stands)."""
+    from pipeline import _brokerhealth
+    from pipeline_worker import main as worker_main
+
+    out = Path(os.environ[STATS_ENV])
+    _brokerhealth.STATS_INTERVAL_MS = 100
+    on_stats = _brokerhealth.BrokerHealth.on_stats
+
+    def hooked(self: _brokerhealth.BrokerHealth, source: str, text: str) -> None:
+        if source == "consumer":
+            out.write_text(json.dumps(_totals(text, ".jobs.")))
+        on_stats(self, source, text)
+
+    _brokerhealth.BrokerHealth.on_stats = hooked  # type: ignore[method-assign]
+    sys.argv = ["pipeline-worker", "--app", "ops.bench.app:app", *argv]
+    worker_main()
+
+
+def _mb(n: float) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+TITLE = "What a draining worker fetches"
+
+
+def section(
+    jobs: int, plain: Fetched, rows: dict[str, list[Fetched]], command: str, kafka: str
+) -> Section:
+    """The report: the plain consumer's figures, then each prefetch's medians."""
+    lines = [
+        "| reader | received | vs the plain consumer | messages fetched | per job | jobs/s |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| plain consumer, every job once | {_mb(plain.rxbytes)} | baseline "
+        f"| {plain.rxmsgs:,} | {plain.rxmsgs / jobs:.1f} | |",
+    ]
+    for name, label in (("before", "worker, prefetch before"), ("now", "worker, prefetch now")):
+        runs = rows[name]
+        rx = statistics.median(r.rxbytes for r in runs)
+        msgs = statistics.median(r.rxmsgs for r in runs)
+        rates = ", ".join(f"{r.rate:,.0f}" for r in runs)
+        lines.append(
+            f"| {label} | {_mb(rx)} | {rx / plain.rxbytes:.1f}x | {msgs:,.0f} "
+            f"| {msgs / jobs:.1f} | {statistics.median(r.rate for r in runs):,.0f} ({rates}) |"
+        )
+    facts = machine()
+    rounds = len(rows["now"])
+    description = (
+        f"{jobs:,} pre-filled no-op jobs in one topic of 6 partitions, drained {rounds} time(s) "
+        f"each by `{worker_command_line(ARGS)}` with the prefetch it had before "
+        f"(`{json.dumps(BEFORE)}`) and with the current one, alternating, each in a new group; "
+        "medians of the drains (jobs/s: the median, then every drain in order)."
+    )
+    lines += [
+        "",
+        f"Command: `{command}`; date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: "
+        f"{facts['nproc']} cores, {facts['CPU']}; Python {facts['Python']}, librdkafka "
+        f"{facts['librdkafka']}; Kafka: {kafka}.",
+    ]
+    return Section(TITLE, description, extra=lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["worker"]:
+        _run_worker(given[1:])
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m ops.bench.fetched", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=300_000, help="jobs per drain (300,000)")
+    parser.add_argument("--rounds", type=int, default=4, help="drains of each setting (4)")
+    add_output_option(parser)
+    args = parser.parse_args(given)
+    command = " ".join(["python -m ops.bench.fetched", *without_output(given)])
+    rows: dict[str, list[Fetched]] = {"before": [], "now": []}
+    with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
+        settings = fresh_namespace(kafka.bootstrap_servers, "fetched")
+        say(f"fetched: filling {settings.namespace}.jobs.default with {args.jobs:,} no-op jobs")
+        _fill(settings, args.jobs)
+        plain = _plain(settings, args.jobs)
+        for n in range(1, args.rounds + 1):
+            order = [("before", BEFORE), ("now", {})]
+            for name, conf in order if n % 2 else reversed(order):
+                say(f"fetched: round {n}/{args.rounds}: the worker, prefetch {name}")
+                group = f"{settings.namespace}.workers-{name}-{n}"
+                rows[name].append(_worker(settings, args.jobs, group, conf, Path(tmp)))
+        description = kafka.description
+    result = section(args.jobs, plain, rows, command, description)
+    write_sections(args.output, [result])
+    print(result.markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
