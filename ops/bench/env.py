@@ -145,6 +145,62 @@ def start_worker(
         )
 
 
+HOOK_OUT_ENV = "BENCH_HOOK_OUT"
+"""Where a hooked worker (see :func:`hooked_drain`) writes what its hook measured."""
+
+
+def hooked_drain(
+    settings: Settings,
+    jobs: int,
+    module: str,
+    args: list[str],
+    *,
+    env: Mapping[str, str],
+    work: Path,
+) -> tuple[float, str]:
+    """Drain ``jobs`` pre-filled ``bench.noop`` jobs with ``python -m module worker *args``: a
+    benchmark module whose ``worker`` mode installs a hook in the worker's code, runs
+    ``pipeline-worker --app ops.bench.app:app *args`` in-process and has the hook write to
+    ``$BENCH_HOOK_OUT``. Returns (first-to-last jobs/s, what the hook wrote)."""
+    from .app import EXPECTED_ENV, RECORD_ENV
+
+    record, out, log = work / "record", work / "hook-out", work / "worker.log"
+    for path in (record, out):
+        path.unlink(missing_ok=True)
+    environ = {
+        **os.environ,
+        "PIPELINE_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
+        "PIPELINE_NAMESPACE": settings.namespace,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+        RECORD_ENV: str(record),
+        EXPECTED_ENV: str(jobs),
+        HOOK_OUT_ENV: str(out),
+        **env,
+    }
+    with log.open("wb") as stdout:
+        code = subprocess.call(
+            [sys.executable, "-m", module, "worker", *args],
+            stdout=stdout,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            cwd=REPO_ROOT,
+            preexec_fn=die_with_parent(),
+        )
+    if code != 0 or not out.exists():
+        raise RuntimeError(f"the worker exited with {code}:\n{tail(log)}")
+    marks = dict(line.split() for line in record.read_text().splitlines())
+    rate = jobs / ((int(marks["last"]) - int(marks["first"])) / 1e9)
+    return rate, out.read_text()
+
+
+def run_worker_here(args: list[str]) -> None:
+    """``pipeline-worker --app ops.bench.app:app *args`` in this process (a hooked worker)."""
+    from pipeline_worker import main as worker_main
+
+    sys.argv = ["pipeline-worker", "--app", APP, *args]
+    worker_main()
+
+
 def worker_command_line(args: list[str]) -> str:
     """The worker command as a reader would type it (no machine paths)."""
     return " ".join(["pipeline-worker", "--app", APP, *args])

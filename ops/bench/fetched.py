@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,12 +32,19 @@ from confluent_kafka import Consumer
 
 from pipeline import Settings
 
-from .app import EXPECTED_ENV, RECORD_ENV
 from .drain import ARGS, _fill
-from .env import REPO_ROOT, broker, fresh_namespace, machine, say, tail, worker_command_line
+from .env import (
+    HOOK_OUT_ENV,
+    broker,
+    fresh_namespace,
+    hooked_drain,
+    machine,
+    run_worker_here,
+    say,
+    worker_command_line,
+)
 from .report import Section, add_output_option, without_output, write_sections
 
-STATS_ENV = "BENCH_FETCH_STATS"
 BEFORE = {"queued.min.messages": "2000", "max.partition.fetch.bytes": "1048576"}
 """The prefetch the worker's consumer had before: ``queued.min.messages`` = ``buffer_size``
 (2,000) and librdkafka's default ``max.partition.fetch.bytes``."""
@@ -93,36 +99,19 @@ def _plain(settings: Settings, jobs: int) -> Fetched:
 
 
 def _worker(settings: Settings, jobs: int, group: str, conf: dict[str, str], work: Path) -> Fetched:
-    record, stats, log = work / "record", work / "stats", work / "worker.log"
-    for path in (record, stats):
-        path.unlink(missing_ok=True)
-    environ = {
-        **os.environ,
-        "PIPELINE_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "PIPELINE_NAMESPACE": settings.namespace,
-        "PIPELINE_WORKER__KAFKA_CONSUMER": json.dumps(conf),
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        RECORD_ENV: str(record),
-        EXPECTED_ENV: str(jobs),
-        STATS_ENV: str(stats),
-    }
-    command = [sys.executable, "-m", "ops.bench.fetched", "worker", *ARGS, "--group", group]
-    with log.open("wb") as out:
-        code = subprocess.call(command, stdout=out, stderr=subprocess.STDOUT, env=environ)
-    if code != 0 or not stats.exists():
-        raise RuntimeError(f"the worker exited with {code}:\n{tail(log)}")
-    marks = dict(line.split() for line in record.read_text().splitlines())
-    rxbytes, rxmsgs = json.loads(stats.read_text())
-    return Fetched(rxbytes, rxmsgs, jobs / ((int(marks["last"]) - int(marks["first"])) / 1e9))
+    env = {"PIPELINE_WORKER__KAFKA_CONSUMER": json.dumps(conf)}
+    args = [*ARGS, "--group", group]
+    rate, out = hooked_drain(settings, jobs, "ops.bench.fetched", args, env=env, work=work)
+    rxbytes, rxmsgs = json.loads(out)
+    return Fetched(rxbytes, rxmsgs, rate)
 
 
 def _run_worker(argv: list[str]) -> None:
-    """``worker`` mode: pipeline-worker with librdkafka's statistics of its consumer written to
-    ``$BENCH_FETCH_STATS`` every 100 ms (the last write stands)."""
+    """``worker`` mode: the worker, with librdkafka's statistics of its consumer written to
+    ``$BENCH_HOOK_OUT`` every 100 ms (the last write stands)."""
     from pipeline import _brokerhealth
-    from pipeline_worker import main as worker_main
 
-    out = Path(os.environ[STATS_ENV])
+    out = Path(os.environ[HOOK_OUT_ENV])
     _brokerhealth.STATS_INTERVAL_MS = 100
     on_stats = _brokerhealth.BrokerHealth.on_stats
 
@@ -132,8 +121,7 @@ def _run_worker(argv: list[str]) -> None:
         on_stats(self, source, text)
 
     _brokerhealth.BrokerHealth.on_stats = hooked  # type: ignore[method-assign]
-    sys.argv = ["pipeline-worker", "--app", "ops.bench.app:app", *argv]
-    worker_main()
+    run_worker_here(argv)
 
 
 def _mb(n: float) -> str:
