@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .drain import ARGS, _fill
+from .drain import ARGS, _fill, _raw_consume
 from .env import (
     HOOK_OUT_ENV,
     broker,
@@ -43,11 +43,14 @@ from .env import (
 from .report import Section, add_output_option, without_output, write_sections
 
 TITLE = "Where a drained job's time goes"
-STEPS = ("wall", "loop", "pool", "consumer", "librdkafka", "idle", "handoffs")
-"""Per job, in µs: the drain's wall time; the CPU time of the event loop's thread, the pool
-thread, the consumer thread and librdkafka's threads; the wall time no Python thread used (the
-GIL free: everyone waiting); and the two hand-offs of a loop turn (medians), shared out over its
-jobs."""
+STEPS = (
+    "wall", "loop", "batches", "turns", "pool", "consumer", "librdkafka", "idle", "handoffs",
+)  # fmt: skip
+"""Per job, in µs: the drain's wall time; the CPU time of the event loop's thread, and of it
+what its consumed batches (decoding, starting the first jobs) and its turns (finishing jobs,
+starting the next) took; the CPU time of the pool thread, the consumer thread and librdkafka's
+threads; the wall time no Python thread used (the GIL free: everyone waiting); and the two
+hand-offs of a loop turn (medians), shared out over its jobs."""
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,11 @@ def _cpu_by_thread() -> dict[str, float]:
 def summarize(
     turns: list[tuple[float, float, float, float, int]],
     snaps: list[tuple[float, int, dict[str, float]]],
+    inside: dict[str, float],
 ) -> dict[str, float]:
-    """Per job, between the snapshots taken at 20% and 80% of the drain: wall time and each
-    thread's CPU time; and the loop's turns: jobs a turn and the hand-offs' medians."""
+    """Per job, between the snapshots taken at 20% and 80% of the drain: wall time, each
+    thread's CPU time and the loop's CPU time ``inside`` its two callbacks (``batches``,
+    ``turns``); and the loop's turns: jobs a turn and the hand-offs' medians."""
     (t0, done0, cpu0), (t1, done1, cpu1) = snaps
     jobs = done1 - done0
     per_job = {name: (cpu1.get(name, 0.0) - cpu0.get(name, 0.0)) / jobs for name in cpu1}
@@ -95,6 +100,8 @@ def summarize(
     return {
         "wall": (t1 - t0) / jobs,
         "loop": per_job.get("MainThread", 0.0),
+        "batches": inside["batches"] / jobs,
+        "turns": inside["turns"] / jobs,
         "pool": per_job.get("pool", 0.0),
         "consumer": per_job.get("pipeline-consumer", 0.0),
         "librdkafka": per_job.get("librdkafka", 0.0),
@@ -117,20 +124,32 @@ def _run_worker(argv: list[str]) -> None:
     marks = [jobs // 5, jobs * 4 // 5]
     turns: list[tuple[float, float, float, float, int]] = []
     snaps: list[tuple[float, int, dict[str, float]]] = []
-    complete_batch = Processor.complete_batch
+    inside = {"batches": 0.0, "turns": 0.0}
+    """The loop's CPU time in its two callbacks, between the snapshots."""
+    complete_batch, on_batch = Processor.complete_batch, Processor.on_batch
+    cpu = time.thread_time
 
     def timed_turn(self: Processor, batch: list[Any]) -> None:
-        began = time.monotonic()
+        began, began_cpu = time.monotonic(), cpu()
         first = min(work.started for work, *_ in batch)
         last = max(ended for _, _, ended, _ in batch)
         complete_batch(self, batch)
         turns.append((first, last, began, time.monotonic(), len(batch)))
+        if len(snaps) == 1:
+            inside["turns"] += cpu() - began_cpu
         if marks and self.finished >= marks[0]:
             marks.pop(0)
             snaps.append((time.monotonic(), self.finished, _cpu_by_thread()))
 
+    def timed_batch(self: Processor, batch: list[Any]) -> None:
+        began_cpu = cpu()
+        on_batch(self, batch)
+        if len(snaps) == 1:
+            inside["batches"] += cpu() - began_cpu
+
     Processor.complete_batch = timed_turn  # type: ignore[method-assign]
-    atexit.register(lambda: out.write_text(json.dumps(summarize(turns, snaps))))
+    Processor.on_batch = timed_batch  # type: ignore[method-assign]
+    atexit.register(lambda: out.write_text(json.dumps(summarize(turns, snaps, inside))))
     run_worker_here(argv)
 
 
@@ -142,11 +161,14 @@ def _drain(settings: Any, jobs: int, concurrency: int, group: str, work: Path) -
     return Cycles(rate, summary["per_turn"], {step: summary[step] * 1e6 for step in STEPS})
 
 
-def section(jobs: int, runs: dict[int, list[Cycles]], command: str, kafka: str) -> Section:
+def section(
+    jobs: int, runs: dict[int, list[Cycles]], decoding: list[float], command: str, kafka: str
+) -> Section:
+    """The report; ``decoding``: µs a job of the raw consume loop decoding every job."""
     lines = [
-        "| concurrency | jobs/s | jobs a turn | wall | event loop | pool thread "
-        "| consumer thread | librdkafka | no Python thread | of which hand-offs |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| concurrency | jobs/s | jobs a turn | wall | event loop | loop: batches | loop: turns "
+        "| pool thread | consumer thread | librdkafka | no Python thread | hand-offs |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for concurrency, cycles in runs.items():
         rate = statistics.median(c.rate for c in cycles)
@@ -162,13 +184,20 @@ def section(jobs: int, runs: dict[int, list[Cycles]], command: str, kafka: str) 
         f"{jobs:,} pre-filled no-op jobs in one topic of 6 partitions, drained {rounds} time(s) "
         f"at each `concurrency` (`PIPELINE_WORKER__CONCURRENCY`), alternating, by "
         f"`{worker_command_line(ARGS)}` with a hook in its event loop. Per job, between 20% and "
-        "80% of each drain: the wall time, the CPU time of each thread (`/proc/self/task`), the "
+        "80% of each drain: the wall time, the CPU time of each thread (`/proc/self/task`), "
+        "and of the loop's what its consumed batches (decoding, bookkeeping, starting the first "
+        "jobs) and its turns (finishing jobs, starting the next) took (`time.thread_time`); the "
         "wall time that no Python thread used (the GIL free while every thread waited), and of "
         "that the two hand-offs of each turn of the loop (the pool's last completion to the "
         "loop's turn, the turn's end to the pool's next job; medians, shared out over the jobs of "
         "a turn); the median of the drains."
     )
+    floor = statistics.median(decoding)
     lines += [
+        "",
+        f"In the same run the raw consume loop decoding every job (`JobCodec.decode`, as in the "
+        f"drain section) took {floor:.2f} µs a job (median of {len(decoding)}): a worker at 50% "
+        f"of its rate would take {2 * floor:.2f} µs a job.",
         "",
         f"Command: `{command}`; date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: "
         f"{facts['nproc']} cores, {facts['CPU']}; Python {facts['Python']}, librdkafka "
@@ -192,18 +221,23 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(given)
     command = " ".join(["python -m ops.bench.cycles", *without_output(given)])
     runs: dict[int, list[Cycles]] = {c: [] for c in args.concurrency}
+    decoding: list[float] = []
     with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
         settings = fresh_namespace(kafka.bootstrap_servers, "cycles")
         say(f"cycles: filling {settings.namespace}.jobs.default with {args.jobs:,} no-op jobs")
         _fill(settings, args.jobs)
+        topic = f"{settings.namespace}.jobs.default"
         for n in range(1, args.rounds + 1):
+            say(f"cycles: round {n}/{args.rounds}: the raw consume loop decoding every job")
+            _wall, span = _raw_consume(settings, topic, args.jobs, decode=True)
+            decoding.append(span / args.jobs * 1e6)
             order = args.concurrency if n % 2 else list(reversed(args.concurrency))
             for concurrency in order:
                 say(f"cycles: round {n}/{args.rounds}: concurrency {concurrency}")
                 group = f"{settings.namespace}.workers-{concurrency}-{n}"
                 runs[concurrency].append(_drain(settings, args.jobs, concurrency, group, Path(tmp)))
         description = kafka.description
-    result = section(args.jobs, runs, command, description)
+    result = section(args.jobs, runs, decoding, command, description)
     write_sections(args.output, [result])
     print(result.markdown())
     return 0

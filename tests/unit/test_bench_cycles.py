@@ -20,10 +20,12 @@ def test_per_job_figures_come_from_the_window_between_the_snapshots() -> None:
         (0.090, 640 + 80 * 64, {"MainThread": 1.0 + 0.040, "pool": 0.5 + 0.020,
                                 "pipeline-consumer": 0.1 + 0.005, "librdkafka": 0.002}),
     ]  # fmt: skip
-    figures = summarize(turns, snaps)
+    figures = summarize(turns, snaps, {"batches": 0.030, "turns": 0.008})
     jobs = 80 * 64
     assert figures["wall"] == pytest.approx(0.080 / jobs)
     assert figures["loop"] == pytest.approx(0.040 / jobs)
+    assert figures["batches"] == pytest.approx(0.030 / jobs)
+    assert figures["turns"] == pytest.approx(0.008 / jobs)
     assert figures["pool"] == pytest.approx(0.020 / jobs)
     assert figures["consumer"] == pytest.approx(0.005 / jobs)
     assert figures["librdkafka"] == pytest.approx(0.002 / jobs)
