@@ -6,10 +6,14 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+import pytest
+
 from .benchruns import run_benchmark
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+pytestmark = pytest.mark.slow  # four drains and a fill: make test-slow runs it
 
 
 def test_the_fetch_benchmark_reports_what_each_reader_received(
