@@ -8,9 +8,9 @@ never stops; a paused partition simply delivers nothing, so a slow job never del
 librdkafka facts this relies on. A paused partition's prefetched messages are purged, and
 ``resume`` fetches again from the position, which is one past the last *delivered* message:
 what was handed over is never fetched again and nothing is skipped (the loop still drops an
-offset delivered twice). What was purged is fetched again, which is why the consumer's prefetch
-is small (:data:`.config.PREFETCH_BYTES`). A partition keeps its pause flag across a revoke and a later
-assignment, so the consumer resumes every partition it is assigned.
+offset delivered twice). What was purged is fetched again, which is why the consumer's
+prefetch is small (:data:`.config.PREFETCH_BYTES`). A partition keeps its pause flag across a
+revoke and a later assignment, so the consumer resumes every partition it is assigned.
 """
 
 from __future__ import annotations
