@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from .drain import ARGS, Run, _fill, _median_run, _rates, _worker_drain
-from .env import broker, fresh_namespace, machine, say, worker_command_line
+from .env import broker, footer, fresh_namespace, say, worker_command_line
 
 GOAL = 0.05
 """The most throughput an interval may cost against the longest one."""
@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
             commit_every=args.commit_every,
         )
         broker_description = kafka.description
-    facts = machine()
     every = f"{args.commit_every:,}" if args.commit_every is not None else "5,000 (default)"
     lines = [
         *table(args.jobs, runs),
@@ -116,10 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Worker: `{worker_command_line(ARGS)}` with `PIPELINE_WORKER__COMMIT_INTERVAL_S` set, "
         f"`commit_every` {every}, other settings default; {args.jobs:,} jobs, "
         f"{args.repeats} drain(s) per interval.",
-        f"Command: `{command}`; date: {started:%Y-%m-%d %H:%M} UTC; machine: {facts['nproc']} "
-        f"cores (nproc), {facts['RAM']} RAM, {facts['CPU']}, {facts['OS']}; Python "
-        f"{facts['Python']}, confluent-kafka {facts['confluent-kafka']} (librdkafka "
-        f"{facts['librdkafka']}); Kafka: {broker_description}.",
+        footer(command, broker_description, started),
     ]
     print("\n".join(lines))
     return 0

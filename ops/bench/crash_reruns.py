@@ -22,7 +22,15 @@ from pathlib import Path
 from pipeline import Pipeline, Priority, Settings
 
 from .app import RECORD_ENV
-from .env import broker, fresh_namespace, machine, say, start_worker, tail, worker_command_line
+from .env import (
+    broker,
+    footer,
+    fresh_namespace,
+    say,
+    start_worker,
+    tail,
+    worker_command_line,
+)
 
 JOB_TYPE = "bench.counted"
 FAILOVER = {"PIPELINE_WORKER__SESSION_TIMEOUT_MS": "6000"}
@@ -156,13 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             interval_s=args.commit_interval,
         )
         broker_description = kafka.description
-    facts = machine()
-    lines.append(
-        f"Command: `{command}`; date: {started:%Y-%m-%d %H:%M} UTC; machine: {facts['nproc']} "
-        f"cores (nproc), {facts['RAM']} RAM, {facts['CPU']}, {facts['OS']}; Python "
-        f"{facts['Python']}, confluent-kafka {facts['confluent-kafka']} (librdkafka "
-        f"{facts['librdkafka']}); Kafka: {broker_description}."
-    )
+    lines.append(footer(command, broker_description, started))
     print("\n".join(lines))
     return 0
 

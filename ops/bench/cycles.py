@@ -15,32 +15,28 @@ namesake in docs/benchmarks.md (or ``--output``) and is printed.
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import itertools
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .drain import ARGS, _fill, _raw_consume
+from .drain import ARGS, _raw_consume, filled
 from .env import (
     HOOK_OUT_ENV,
-    broker,
-    fresh_namespace,
+    footer,
     hooked_drain,
-    machine,
+    hooked_parser,
     run_worker_here,
     say,
     worker_command_line,
 )
-from .report import Section, add_output_option, without_output, write_sections
+from .report import Section, without_output, write_sections
 
 TITLE = "Where a drained job's time goes"
 STEPS = (
@@ -178,7 +174,6 @@ def section(
             f"| {concurrency} | {rate:,.0f} | {statistics.median(c.per_turn for c in cycles):.0f} "
             f"| {cells} |"
         )
-    facts = machine()
     rounds = len(next(iter(runs.values())))
     description = (
         f"{jobs:,} pre-filled no-op jobs in one topic of 6 partitions, drained {rounds} time(s) "
@@ -199,9 +194,7 @@ def section(
         f"drain section) took {floor:.2f} µs a job (median of {len(decoding)}): a worker at 50% "
         f"of its rate would take {2 * floor:.2f} µs a job.",
         "",
-        f"Command: `{command}`; date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: "
-        f"{facts['nproc']} cores, {facts['CPU']}; Python {facts['Python']}, librdkafka "
-        f"{facts['librdkafka']}; Kafka: {kafka}.",
+        footer(command, kafka),
     ]
     return Section(TITLE, description, extra=lines)
 
@@ -211,21 +204,15 @@ def main(argv: list[str] | None = None) -> int:
     if given[:1] == ["worker"]:
         _run_worker(given[1:])
         return 0
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.cycles", description=__doc__)
-    parser.add_argument("--jobs", type=int, default=300_000, help="jobs per drain (300,000)")
+    parser = hooked_parser("python -m ops.bench.cycles", __doc__, rounds=3)
     parser.add_argument(
         "--concurrency", type=int, nargs="+", default=[64, 256], help="settings (64 256)"
     )
-    parser.add_argument("--rounds", type=int, default=3, help="drains at each setting (3)")
-    add_output_option(parser)
     args = parser.parse_args(given)
     command = " ".join(["python -m ops.bench.cycles", *without_output(given)])
     runs: dict[int, list[Cycles]] = {c: [] for c in args.concurrency}
     decoding: list[float] = []
-    with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
-        settings = fresh_namespace(kafka.bootstrap_servers, "cycles")
-        say(f"cycles: filling {settings.namespace}.jobs.default with {args.jobs:,} no-op jobs")
-        _fill(settings, args.jobs)
+    with filled("cycles", args.jobs) as (kafka, settings, tmp):
         topic = f"{settings.namespace}.jobs.default"
         for n in range(1, args.rounds + 1):
             say(f"cycles: round {n}/{args.rounds}: the raw consume loop decoding every job")
@@ -235,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             for concurrency in order:
                 say(f"cycles: round {n}/{args.rounds}: concurrency {concurrency}")
                 group = f"{settings.namespace}.workers-{concurrency}-{n}"
-                runs[concurrency].append(_drain(settings, args.jobs, concurrency, group, Path(tmp)))
+                runs[concurrency].append(_drain(settings, args.jobs, concurrency, group, tmp))
         description = kafka.description
     result = section(args.jobs, runs, decoding, command, description)
     write_sections(args.output, [result])

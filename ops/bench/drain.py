@@ -26,11 +26,20 @@ from pipeline._codec import JobCodec
 
 from .app import EXPECTED_ENV, RECORD_ENV
 from .baseline import DEFAULT_REF, Baseline, BaselineError, baseline_tree
-from .env import broker, fresh_namespace, machine, say, start_worker, tail, worker_command_line
+from .env import (
+    Broker,
+    broker,
+    footer,
+    fresh_namespace,
+    say,
+    start_worker,
+    tail,
+    worker_command_line,
+)
 from .report import Measurement, Section, goal_line
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
 
 JOB_TYPE = "bench.noop"
 ARGS = ["--burst", "--priorities", "default"]
@@ -43,6 +52,17 @@ def _fill(settings: Settings, jobs: int) -> None:
         for start in range(0, jobs, 50_000):
             app.enqueue_many(JOB_TYPE, ({"n": i} for i in range(start, min(jobs, start + 50_000))))
             app.flush(120)
+
+
+@contextlib.contextmanager
+def filled(label: str, jobs: int) -> Iterator[tuple[Broker, Settings, Path]]:
+    """A broker (see :func:`.env.broker`), a new namespace ``label`` whose ``jobs.default`` holds
+    ``jobs`` no-op jobs, and a temporary directory: what a benchmark of drains starts from."""
+    with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
+        settings = fresh_namespace(kafka.bootstrap_servers, label)
+        say(f"{label}: filling {settings.namespace}.jobs.default with {jobs:,} no-op jobs")
+        _fill(settings, jobs)
+        yield kafka, settings, Path(tmp)
 
 
 def _raw_consume(settings: Settings, topic: str, jobs: int, *, decode: bool) -> Run:
@@ -270,13 +290,9 @@ def main(argv: list[str] | None = None) -> int:
     ):
         section = run(kafka.bootstrap_servers, args.jobs, Path(tmp), args.repeats, baseline)
         broker_description = kafka.description
-    facts = machine()
     section.extra += [
         "",
-        f"Command: `{command}`; date: {started:%Y-%m-%d %H:%M} UTC; machine: {facts['nproc']} "
-        f"cores (nproc), {facts['RAM']} RAM, {facts['CPU']}, {facts['OS']}; Python "
-        f"{facts['Python']}, confluent-kafka {facts['confluent-kafka']} (librdkafka "
-        f"{facts['librdkafka']}); Kafka: {broker_description}.",
+        footer(command, broker_description, started),
     ]
     print(section.markdown())
     return 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import platform
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,12 +195,38 @@ def hooked_drain(
     return rate, out.read_text()
 
 
+def hooked_parser(prog: str, doc: str | None, rounds: int) -> argparse.ArgumentParser:
+    """The options of a benchmark of hooked drains: ``--jobs``, ``--rounds``, ``--output``."""
+    from .report import add_output_option
+
+    parser = argparse.ArgumentParser(prog=prog, description=doc)
+    parser.add_argument("--jobs", type=int, default=300_000, help="jobs per drain (300,000)")
+    parser.add_argument(
+        "--rounds", type=int, default=rounds, help=f"drains of each setting ({rounds})"
+    )
+    add_output_option(parser)
+    return parser
+
+
 def run_worker_here(args: list[str]) -> None:
     """``pipeline-worker --app ops.bench.app:app *args`` in this process (a hooked worker)."""
     from pipeline_worker import main as worker_main
 
     sys.argv = ["pipeline-worker", "--app", APP, *args]
     worker_main()
+
+
+def footer(command: str, kafka: str, started: datetime | None = None) -> str:
+    """The line under a benchmark's results: its command, when it started (default: now), the
+    machine, the client library and the broker."""
+    facts = machine()
+    when = started if started is not None else datetime.now(UTC)
+    return (
+        f"Command: `{command}`; date: {when:%Y-%m-%d %H:%M} UTC; machine: {facts['nproc']} "
+        f"cores (nproc), {facts['RAM']} RAM, {facts['CPU']}, {facts['OS']}; Python "
+        f"{facts['Python']}, confluent-kafka {facts['confluent-kafka']} (librdkafka "
+        f"{facts['librdkafka']}); Kafka: {kafka}."
+    )
 
 
 def worker_command_line(args: list[str]) -> str:

@@ -44,7 +44,7 @@ from pipeline._topics import scheduler_group
 from pipeline_scheduler._leadership import heartbeat_interval_ms as leadership_heartbeat_ms
 
 from .app import RECORD_ENV
-from .env import broker, machine, say, start_worker, stop, tail, worker_command_line
+from .env import broker, footer, say, start_worker, stop, tail, worker_command_line
 from .rebalance import JobStream
 from .report import Section, replace_sections
 from .scheduler import _consumer, _read
@@ -218,16 +218,6 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} | {max(values):.2f}"
 
 
-def _context(command: str, kafka: str) -> str:
-    facts = machine()
-    return (
-        f"Command: `{command}`; date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Machine: "
-        f"{facts['nproc']} cores (nproc), {facts['RAM']} RAM, {facts['CPU']}, {facts['OS']}; "
-        f"Python {facts['Python']}, confluent-kafka {facts['confluent-kafka']} (librdkafka "
-        f"{facts['librdkafka']}); Kafka: {kafka}."
-    )
-
-
 def worker_section(
     results: dict[str, list[WorkerRun]], command: str, rate: float, kafka: str
 ) -> Section:
@@ -252,7 +242,7 @@ def worker_section(
         f"{rate:g} jobs/s over the four priorities (6 partitions each), no-ops; killed after "
         f"both ran jobs of every partition and {STEADY_S:g} s of steady running.",
         "",
-        _context(command, kafka),
+        footer(command, kafka),
     ]
     return Section(
         WORKER_TITLE,
@@ -278,7 +268,7 @@ def scheduler_section(runs: list[float], command: str, kafka: str) -> Section:
         "(read_committed) that was due later than the kill plus `release_lead_ms` "
         f"({sched.release_lead_ms} ms), which only the standby can have released.",
         "",
-        _context(command, kafka),
+        footer(command, kafka),
     ]
     return Section(
         SCHEDULER_TITLE,

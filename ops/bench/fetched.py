@@ -15,16 +15,13 @@ docs/benchmarks.md (or ``--output``) and is printed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +29,17 @@ from confluent_kafka import Consumer
 
 from pipeline import Settings
 
-from .drain import ARGS, _fill
+from .drain import ARGS, filled
 from .env import (
     HOOK_OUT_ENV,
-    broker,
-    fresh_namespace,
+    footer,
     hooked_drain,
-    machine,
+    hooked_parser,
     run_worker_here,
     say,
     worker_command_line,
 )
-from .report import Section, add_output_option, without_output, write_sections
+from .report import Section, without_output, write_sections
 
 BEFORE = {"queued.min.messages": "2000", "max.partition.fetch.bytes": "1048576"}
 """The prefetch the worker's consumer had before: ``queued.min.messages`` = ``buffer_size``
@@ -150,7 +146,6 @@ def section(
             f"| {label} | {_mb(rx)} | {rx / plain.rxbytes:.1f}x | {msgs:,.0f} "
             f"| {msgs / jobs:.1f} | {statistics.median(r.rate for r in runs):,.0f} ({rates}) |"
         )
-    facts = machine()
     rounds = len(rows["now"])
     description = (
         f"{jobs:,} pre-filled no-op jobs in one topic of 6 partitions, drained {rounds} time(s) "
@@ -160,9 +155,7 @@ def section(
     )
     lines += [
         "",
-        f"Command: `{command}`; date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: "
-        f"{facts['nproc']} cores, {facts['CPU']}; Python {facts['Python']}, librdkafka "
-        f"{facts['librdkafka']}; Kafka: {kafka}.",
+        footer(command, kafka),
     ]
     return Section(TITLE, description, extra=lines)
 
@@ -172,24 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     if given[:1] == ["worker"]:
         _run_worker(given[1:])
         return 0
-    parser = argparse.ArgumentParser(prog="python -m ops.bench.fetched", description=__doc__)
-    parser.add_argument("--jobs", type=int, default=300_000, help="jobs per drain (300,000)")
-    parser.add_argument("--rounds", type=int, default=4, help="drains of each setting (4)")
-    add_output_option(parser)
+    parser = hooked_parser("python -m ops.bench.fetched", __doc__, rounds=4)
     args = parser.parse_args(given)
     command = " ".join(["python -m ops.bench.fetched", *without_output(given)])
     rows: dict[str, list[Fetched]] = {"before": [], "now": []}
-    with broker() as kafka, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp:
-        settings = fresh_namespace(kafka.bootstrap_servers, "fetched")
-        say(f"fetched: filling {settings.namespace}.jobs.default with {args.jobs:,} no-op jobs")
-        _fill(settings, args.jobs)
+    with filled("fetched", args.jobs) as (kafka, settings, tmp):
         plain = _plain(settings, args.jobs)
         for n in range(1, args.rounds + 1):
             order = [("before", BEFORE), ("now", {})]
             for name, conf in order if n % 2 else reversed(order):
                 say(f"fetched: round {n}/{args.rounds}: the worker, prefetch {name}")
                 group = f"{settings.namespace}.workers-{name}-{n}"
-                rows[name].append(_worker(settings, args.jobs, group, conf, Path(tmp)))
+                rows[name].append(_worker(settings, args.jobs, group, conf, tmp))
         description = kafka.description
     result = section(args.jobs, plain, rows, command, description)
     write_sections(args.output, [result])
