@@ -21,16 +21,16 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .drain import ARGS, _raw_consume, filled
+from .drain import ARGS, _raw_consume, filled, hooked_drain
 from .env import (
     HOOK_OUT_ENV,
     footer,
-    hooked_drain,
     hooked_parser,
     run_worker_here,
     say,
@@ -60,8 +60,6 @@ class Cycles:
 def _cpu_by_thread() -> dict[str, float]:
     """CPU seconds so far of each thread of this process: Python threads by name, librdkafka's
     threads together as ``librdkafka``."""
-    import threading
-
     names = {t.native_id: t.name for t in threading.enumerate()}
     tick = os.sysconf("SC_CLK_TCK")
     cpu: dict[str, float] = {}

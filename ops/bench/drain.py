@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer
 
@@ -27,6 +27,7 @@ from pipeline._codec import JobCodec
 from .app import EXPECTED_ENV, RECORD_ENV
 from .baseline import DEFAULT_REF, Baseline, BaselineError, baseline_tree
 from .env import (
+    HOOK_OUT_ENV,
     Broker,
     broker,
     footer,
@@ -65,14 +66,26 @@ def filled(label: str, jobs: int) -> Iterator[tuple[Broker, Settings, Path]]:
         yield kafka, settings, Path(tmp)
 
 
-def _raw_consume(settings: Settings, topic: str, jobs: int, *, decode: bool) -> Run:
-    """Consume ``jobs`` messages in a new group; return (wall seconds, first-to-last seconds)."""
+def _raw_consume(
+    settings: Settings,
+    topic: str,
+    jobs: int,
+    *,
+    decode: bool,
+    conf: Mapping[str, Any] | None = None,
+    settle_s: float = 0.0,
+) -> Run:
+    """Consume ``jobs`` messages in a new group; return (wall seconds, first-to-last seconds).
+
+    ``conf``: more consumer options (callbacks included); ``settle_s``: keep polling this long
+    after the last message, for the callbacks still due (not counted in either time)."""
     consumer = Consumer(
         {
             **settings.client_config(),
             "group.id": f"{settings.namespace}.raw-{uuid.uuid4().hex[:8]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            **(conf or {}),
         }
     )
     codec = JobCodec()
@@ -92,20 +105,30 @@ def _raw_consume(settings: Settings, topic: str, jobs: int, *, decode: bool) -> 
         if time.perf_counter() - began > 600:
             raise RuntimeError(f"raw consumer saw only {seen} of {jobs} messages in 600 s")
     last = time.perf_counter()
+    while time.perf_counter() < last + settle_s:
+        consumer.poll(0.1)
+    settled = time.perf_counter() - last
     consumer.commit(asynchronous=False)
     consumer.close()
-    return time.perf_counter() - began, last - first
+    return time.perf_counter() - began - settled, last - first
 
 
 def _worker_drain(
-    settings: Settings, jobs: int, args: list[str], workdir: Path, env: Mapping[str, str]
+    settings: Settings,
+    jobs: int,
+    args: list[str],
+    workdir: Path,
+    env: Mapping[str, str],
+    *,
+    hook: str | None = None,
 ) -> Run:
-    """Run ``pipeline-worker --burst``; return (start-to-exit, first-to-last job) seconds."""
+    """Run ``pipeline-worker --burst`` (through ``hook``, see :func:`.env.start_worker`);
+    return (start-to-exit, first-to-last job) seconds."""
     record, log = workdir / "drain.record", workdir / "drain-worker.log"
     record.unlink(missing_ok=True)
     began = time.time_ns()
     environ = {RECORD_ENV: str(record), EXPECTED_ENV: str(jobs), **env}
-    process = start_worker(settings, args, environ, log)
+    process = start_worker(settings, args, environ, log, hook=hook)
     code = process.wait(900)
     ended = time.time_ns()
     if code != 0:
@@ -114,6 +137,28 @@ def _worker_drain(
     if "first" not in marks or "last" not in marks:
         raise RuntimeError(f"the worker did not run all {jobs} jobs (marks {marks}):\n{tail(log)}")
     return (ended - began) / 1e9, (int(marks["last"]) - int(marks["first"])) / 1e9
+
+
+def hooked_drain(
+    settings: Settings,
+    jobs: int,
+    hook: str,
+    args: list[str],
+    *,
+    env: Mapping[str, str],
+    work: Path,
+) -> tuple[float, str]:
+    """Drain ``jobs`` pre-filled no-op jobs with the worker run through ``hook`` (see
+    :func:`.env.start_worker`); return (first-to-last jobs/s, what the hook wrote to
+    ``$BENCH_HOOK_OUT``)."""
+    out = work / "hook-out"
+    out.unlink(missing_ok=True)
+    _wall, span = _worker_drain(
+        settings, jobs, args, work, {HOOK_OUT_ENV: str(out), **env}, hook=hook
+    )
+    if not out.exists():
+        raise RuntimeError(f"the worker run through {hook} wrote nothing to {HOOK_OUT_ENV}")
+    return jobs / span, out.read_text()
 
 
 def _median_run(runs: list[Run]) -> Run:

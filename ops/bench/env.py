@@ -125,9 +125,17 @@ def _worker_command() -> list[str]:
 
 
 def start_worker(
-    settings: Settings, args: list[str], env: Mapping[str, str], log: Path
+    settings: Settings,
+    args: list[str],
+    env: Mapping[str, str],
+    log: Path,
+    *,
+    hook: str | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``pipeline-worker --app ops.bench.app:app *args`` in the benchmark's namespace."""
+    """``pipeline-worker --app ops.bench.app:app *args`` in the benchmark's namespace; with
+    ``hook``, ``python -m hook worker --app ...`` instead: a benchmark module whose ``worker``
+    mode installs a hook in the worker's code, then runs it in-process (:func:`run_worker_here`)."""
+    command = _worker_command() if hook is None else [sys.executable, "-m", hook, "worker"]
     environ = {
         **os.environ,
         "PIPELINE_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
@@ -137,7 +145,7 @@ def start_worker(
     }
     with log.open("wb") as out:
         return subprocess.Popen(
-            [*_worker_command(), "--app", APP, *args],
+            [*command, "--app", APP, *args],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -148,51 +156,7 @@ def start_worker(
 
 
 HOOK_OUT_ENV = "BENCH_HOOK_OUT"
-"""Where a hooked worker (see :func:`hooked_drain`) writes what its hook measured."""
-
-
-def hooked_drain(
-    settings: Settings,
-    jobs: int,
-    module: str,
-    args: list[str],
-    *,
-    env: Mapping[str, str],
-    work: Path,
-) -> tuple[float, str]:
-    """Drain ``jobs`` pre-filled ``bench.noop`` jobs with ``python -m module worker *args``: a
-    benchmark module whose ``worker`` mode installs a hook in the worker's code, runs
-    ``pipeline-worker --app ops.bench.app:app *args`` in-process and has the hook write to
-    ``$BENCH_HOOK_OUT``. Returns (first-to-last jobs/s, what the hook wrote)."""
-    from .app import EXPECTED_ENV, RECORD_ENV
-
-    record, out, log = work / "record", work / "hook-out", work / "worker.log"
-    for path in (record, out):
-        path.unlink(missing_ok=True)
-    environ = {
-        **os.environ,
-        "PIPELINE_BOOTSTRAP_SERVERS": settings.bootstrap_servers,
-        "PIPELINE_NAMESPACE": settings.namespace,
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
-        RECORD_ENV: str(record),
-        EXPECTED_ENV: str(jobs),
-        HOOK_OUT_ENV: str(out),
-        **env,
-    }
-    with log.open("wb") as stdout:
-        code = subprocess.call(
-            [sys.executable, "-m", module, "worker", *args],
-            stdout=stdout,
-            stderr=subprocess.STDOUT,
-            env=environ,
-            cwd=REPO_ROOT,
-            preexec_fn=die_with_parent(),
-        )
-    if code != 0 or not out.exists():
-        raise RuntimeError(f"the worker exited with {code}:\n{tail(log)}")
-    marks = dict(line.split() for line in record.read_text().splitlines())
-    rate = jobs / ((int(marks["last"]) - int(marks["first"])) / 1e9)
-    return rate, out.read_text()
+"""Where a hooked worker (see :func:`start_worker`) writes what its hook measured."""
 
 
 def hooked_parser(prog: str, doc: str | None, rounds: int) -> argparse.ArgumentParser:
@@ -209,10 +173,10 @@ def hooked_parser(prog: str, doc: str | None, rounds: int) -> argparse.ArgumentP
 
 
 def run_worker_here(args: list[str]) -> None:
-    """``pipeline-worker --app ops.bench.app:app *args`` in this process (a hooked worker)."""
+    """``pipeline-worker *args`` in this process: a hooked worker's (see :func:`start_worker`)."""
     from pipeline_worker import main as worker_main
 
-    sys.argv = ["pipeline-worker", "--app", APP, *args]
+    sys.argv = ["pipeline-worker", *args]
     worker_main()
 
 

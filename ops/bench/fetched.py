@@ -19,21 +19,16 @@ import json
 import os
 import statistics
 import sys
-import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import Consumer
-
 from pipeline import Settings
 
-from .drain import ARGS, filled
+from .drain import ARGS, _raw_consume, filled, hooked_drain
 from .env import (
     HOOK_OUT_ENV,
     footer,
-    hooked_drain,
     hooked_parser,
     run_worker_here,
     say,
@@ -70,26 +65,14 @@ def _totals(text: str, topic_part: str) -> tuple[int, int]:
 def _plain(settings: Settings, jobs: int) -> Fetched:
     """One plain consumer reading every job once: the bytes the topic costs to read."""
     seen: dict[str, tuple[int, int]] = {}
-    consumer = Consumer(
-        {
-            **settings.client_config(),
-            "group.id": f"{settings.namespace}.plain-{uuid.uuid4().hex[:8]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "statistics.interval.ms": 100,
-            "stats_cb": lambda text: seen.update(last=_totals(text, ".jobs.")),
-        }
-    )
-    consumer.subscribe([f"{settings.namespace}.jobs.default"])
-    count = 0
-    deadline = time.monotonic() + 300
-    while count < jobs and time.monotonic() < deadline:
-        count += sum(1 for m in consumer.consume(1000, 1.0) if m.error() is None)
-    until = time.monotonic() + 0.5  # one more statistics callback after the last message
-    while time.monotonic() < until:
-        consumer.poll(0.1)
-    consumer.close()
+    stats = {
+        "isolation.level": "read_committed",
+        "statistics.interval.ms": 100,
+        "stats_cb": lambda text: seen.update(last=_totals(text, ".jobs.")),
+    }
+    topic = f"{settings.namespace}.jobs.default"
+    # Polling on after the last message serves one more statistics callback.
+    _raw_consume(settings, topic, jobs, decode=False, conf=stats, settle_s=0.5)
     rxbytes, rxmsgs = seen.get("last", (0, 0))
     return Fetched(rxbytes, rxmsgs, 0.0)
 
