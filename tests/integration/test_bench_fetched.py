@@ -13,7 +13,7 @@ from .benchruns import run_benchmark
 if TYPE_CHECKING:
     from pathlib import Path
 
-pytestmark = pytest.mark.slow  # four drains and a fill: make test-slow runs it
+pytestmark = pytest.mark.slow  # a fill, a plain read and two drains: make test-slow runs it
 
 
 def test_the_fetch_benchmark_reports_what_each_reader_received(
