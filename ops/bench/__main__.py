@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         if "latency" in wanted:
             rate, seconds = (500.0, 2.0) if quick else (2000.0, 10.0)
             rate = args.latency_rate or rate
-            sections.append(latency.run(kafka.bootstrap_servers, rate, seconds, workdir))
+            warm_up_s = 0.5 if quick else latency.BROKER_WARM_UP_S
+            sections.append(latency.run(kafka.bootstrap_servers, rate, seconds, workdir, warm_up_s))
         if "scheduler" in wanted:
             sections.append(scheduler.run(kafka.bootstrap_servers, quick, workdir))
         if "processes" in wanted:
