@@ -15,6 +15,7 @@ from pipeline import Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit import committer as committer_module
+from pipeline_worker.commit.marks import CommitMark
 from pipeline_worker.intake import consumer as consumer_module
 from pipeline_worker.intake.config import consumer_config
 from pipeline_worker.intake.consumer import CHORES_S, ConsumerThread
@@ -30,6 +31,8 @@ class FakeConsumer:
         self.paused: set[tuple[str, int]] = set()
         self.positions: dict[tuple[str, int], int] = {}
         self.commits: list[tuple[bool, list[tuple[str, int, int]]]] = []
+        self.sent: list[list[TopicPartition]] = []
+        """What each commit sent, metadata included."""
         self.unassigned: list[tuple[str, int]] = []
         self.assignments: list[list[tuple[str, int]]] = []
         """Whole assignments (an eager rebalance)."""
@@ -55,6 +58,7 @@ class FakeConsumer:
 
     def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
         self.commits.append((asynchronous, [(tp.topic, tp.partition, tp.offset) for tp in offsets]))
+        self.sent.append(offsets)
         for tp in offsets:
             self.group_committed[(tp.topic, tp.partition)] = tp.offset
         return offsets
@@ -304,6 +308,30 @@ def test_a_scheduled_commit_waits_while_the_previous_one_is_unanswered(
     committer._started[-1] -= committer_module.IN_FLIGHT_WAIT_S  # unanswered for too long
     committer.commit(thread.states.values(), 4.0)
     assert fake.commits[-1] == (True, [(TOPIC, 0, 9)])
+
+
+def test_offsets_finished_while_a_commit_waited_go_with_the_next_one(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, fake, _ = consumer_thread(loop)
+    (state,) = own(thread, 0)
+    committer = thread._committer
+    for offset in range(20):
+        state.tracker.add(offset)
+
+    def finish(offsets: range) -> None:
+        for offset in offsets:
+            state.commit_offset = state.tracker.finish(offset)
+
+    finish(range(1, 6))  # offset 0 runs on: the commit point stays at 0
+    committer.commit(thread.states.values(), 0.0)
+    finish(range(6, 15))
+    committer.commit(thread.states.values(), 1.0)  # waits: the first one is unanswered
+    assert len(fake.sent) == 1
+    committer.on_commit(None, fake.sent[0])
+    committer.commit(thread.states.values(), 2.0)
+    [tp] = fake.sent[-1]
+    assert CommitMark.decode(tp.offset, tp.metadata).finished == ((1, 15),)
 
 
 def test_commits_are_due_by_time_or_by_count(loop: asyncio.AbstractEventLoop) -> None:

@@ -203,17 +203,20 @@ class Committer:
         mover = self._mover
         if mover is not None and mover.open:
             return self._commit_transaction(states, clean=clean, force=force)
+        now = time.monotonic()
+        if (
+            not sync
+            and self._started
+            and not (clean or force)
+            and now - self._started[-1] < IN_FLIGHT_WAIT_S
+        ):
+            # See IN_FLIGHT_WAIT_S. Decided before the marks are made: making one records its
+            # finished map and its lease as sent, and this commit is not.
+            return True
         offsets = self.offsets(states, clean=clean, force=force)
         if not offsets:
             return True
         if not sync:
-            now = time.monotonic()
-            if (
-                self._started
-                and not (clean or force)
-                and now - self._started[-1] < IN_FLIGHT_WAIT_S
-            ):
-                return True  # see IN_FLIGHT_WAIT_S
             self._started.append(now)
             try:
                 self._consumer.commit(offsets=offsets, asynchronous=True)
