@@ -321,7 +321,9 @@ def test_offsets_finished_while_a_commit_waited_go_with_the_next_one(
 
     def finish(offsets: range) -> None:
         for offset in offsets:
-            state.commit_offset = state.tracker.finish(offset)
+            watermark = state.tracker.finish(offset)
+            assert watermark is not None  # offsets were added
+            state.commit_offset = watermark
 
     finish(range(1, 6))  # offset 0 runs on: the commit point stays at 0
     committer.commit(thread.states.values(), 0.0)

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
+    OFFSET_BEGINNING,
     OFFSET_INVALID,
     Consumer,
     KafkaError,
@@ -332,9 +333,15 @@ class RetryRelay:
         committed = self._consumer.committed(owned, timeout=TIMEOUT_S)
         self._consumer.resume(owned)
         for tp in committed:
+            where = (tp.topic, tp.partition)
             if tp.offset != OFFSET_INVALID and tp.offset >= 0:
                 self._consumer.seek(tp)
-                self._next[(tp.topic, tp.partition)] = tp.offset
+                self._next[where] = tp.offset
+            else:
+                # Nothing committed yet: the aborted forwards were the first read, from the
+                # start of the partition (auto.offset.reset=earliest); read them from there.
+                self._consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
+                self._next[where] = -1
 
     # -- rebalances ----------------------------------------------------------------------------
 

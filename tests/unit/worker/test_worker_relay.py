@@ -1,0 +1,141 @@
+"""The retry relay's reading of its tiers against a fake consumer and transactional producer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, Message, TopicPartition
+
+from pipeline import Job, Settings
+from pipeline_worker._metrics import WorkerMetrics
+from pipeline_worker.recovery import relay as relay_module
+from tests.unit.test_transactions import FakeProducer, abortable
+
+TIER = "acme.retry.0"
+
+
+class FakeConsumer:
+    """One consumer of the retry tiers: a log per partition, a position, committed offsets."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.log: dict[tuple[str, int], list[Message]] = {}
+        self.position_of: dict[tuple[str, int], int] = {}
+        self.group_committed: dict[tuple[str, int], int] = {}
+        self.paused: set[tuple[str, int]] = set()
+
+    def consume(self, n: int, timeout: float) -> list[Message]:
+        out: list[Message] = []
+        for where, messages in self.log.items():
+            at = self.position_of.get(where, 0)
+            while where not in self.paused and at < len(messages) and len(out) < n:
+                out.append(messages[at])
+                at += 1
+            self.position_of[where] = at
+        return out
+
+    def committed(self, tps: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        return [
+            TopicPartition(
+                tp.topic,
+                tp.partition,
+                self.group_committed.get((tp.topic, tp.partition), OFFSET_INVALID),
+            )
+            for tp in tps
+        ]
+
+    def seek(self, tp: TopicPartition) -> None:
+        self.position_of[(tp.topic, tp.partition)] = (
+            0 if tp.offset == OFFSET_BEGINNING else tp.offset
+        )
+
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, self.position_of.get((tp.topic, tp.partition), -1)
+            )
+            for tp in tps
+        ]
+
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
+        for tp in offsets:
+            self.group_committed[(tp.topic, tp.partition)] = tp.offset
+
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.paused |= {(tp.topic, tp.partition) for tp in tps}
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.paused -= {(tp.topic, tp.partition) for tp in tps}
+
+    def consumer_group_metadata(self) -> object:
+        return object()
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+
+class CommittingProducer(FakeProducer):
+    """A transactional producer whose committed offsets land in the consumer's group."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.group: FakeConsumer | None = None
+        self._offsets: list[TopicPartition] = []
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
+    ) -> None:
+        super().send_offsets_to_transaction(positions, group_metadata, timeout)
+        self._offsets = positions
+
+    def commit_transaction(self, timeout: float = -1, /) -> None:
+        super().commit_transaction(timeout)
+        assert self.group is not None
+        self.group.commit(offsets=self._offsets)
+
+
+Relay = tuple[relay_module.RetryRelay, FakeConsumer, CommittingProducer]
+
+
+@pytest.fixture
+def fakes(monkeypatch: pytest.MonkeyPatch) -> Relay:
+    producer = CommittingProducer()
+    monkeypatch.setattr(relay_module, "Consumer", FakeConsumer)
+    monkeypatch.setattr(relay_module, "Producer", lambda conf: producer)
+    relay = relay_module.RetryRelay(
+        Settings(namespace="acme"), "acme.workers", WorkerMetrics(), on_failed=print
+    )
+    consumer: FakeConsumer = relay._consumer  # type: ignore[assignment]
+    producer.group = consumer
+    return relay, consumer, producer
+
+
+def test_jobs_of_an_aborted_transaction_are_forwarded_again_on_a_tier_never_committed(
+    fakes: Relay,
+) -> None:
+    relay, consumer, producer = fakes
+    codec = relay._codec
+    consumer.log[(TIER, 0)] = [
+        Message(
+            topic=TIER,
+            partition=0,
+            offset=offset,
+            value=codec.encode(Job(id=f"job-{offset}", type="t", payload=b"{}")),
+        )
+        for offset in range(3)
+    ]
+    relay._on_assign(consumer, [TopicPartition(TIER, 0)])  # type: ignore[arg-type]
+    producer.failing("send_offsets_to_transaction", abortable())
+    relay._turn()  # the three jobs forwarded in one transaction...
+    relay._commit()  # ...which Kafka aborts: nothing of it is visible
+    assert producer.committed == []
+    for _ in range(2):
+        relay._turn()
+        relay._commit()
+    [forwarded] = producer.committed
+    assert [codec.decode(value or b"").id for _, value in forwarded] == [
+        "job-0",
+        "job-1",
+        "job-2",
+    ]
+    assert consumer.group_committed[(TIER, 0)] == 3
