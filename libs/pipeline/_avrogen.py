@@ -76,6 +76,15 @@ def _read_long(data: bytes, pos: int) -> tuple[int, int]:
     return (n >> 1) ^ -(n & 1), pos
 
 
+def _read_int(data: bytes, pos: int) -> tuple[int, int]:
+    """An Avro int: a varint in 32 bits (Java's readers refuse others; a value read past them
+    could never be written again, so a job carrying one could not be retried or moved)."""
+    n, pos = _read_long(data, pos)
+    if not _INT_MIN <= n <= _INT_MAX:
+        raise ValueError(f"{n} does not fit an Avro int (32 bits)")
+    return n, pos
+
+
 def _eof(needed: int, pos: int, size: int) -> EOFError:
     return EOFError(f"needs {needed} bytes at offset {pos}, only {size - pos} left")
 
@@ -93,6 +102,7 @@ _GLOBALS: dict[str, Any] = {
     "_long": encode_long,
     "_int": _int,
     "_read_long": _read_long,
+    "_read_int": _read_int,
     "_eof": _eof,
     "_bad_size": _bad_size,
     "_bad_index": _bad_index,
@@ -118,15 +128,16 @@ def compile_schema(parsed: Any) -> Compiled | None:
     return Compiled(write=namespace["write"], read=namespace["read"])
 
 
-def _varint(target: str) -> list[str]:
-    """Lines that read a zig-zag varint at ``p`` into ``target`` (one-byte values inline)."""
+def _varint(target: str, reader: str = "_read_long") -> list[str]:
+    """Lines that read a zig-zag varint at ``p`` into ``target`` (one-byte values inline, the
+    others through ``reader``: ``_read_long``, or ``_read_int`` for a 32-bit int)."""
     return [
         "c = buf[p]",
         "if c < 128:",
         f"    {target} = (c >> 1) ^ -(c & 1)",
         "    p += 1",
         "else:",
-        f"    {target}, p = _read_long(buf, p)",
+        f"    {target}, p = {reader}(buf, p)",
     ]
 
 
@@ -153,7 +164,7 @@ _READ_PRIMITIVE: dict[str, list[str]] = {
     "null": ["{r} = None"],
     # Like fastavro, any non-zero byte is true.
     "boolean": ["{r} = buf[p] != 0", "p += 1"],
-    "int": _varint("{r}"),
+    "int": _varint("{r}", "_read_int"),
     "long": _varint("{r}"),
     "float": ["{r} = _unpack_f(buf, p)[0]", "p += 4"],
     "double": ["{r} = _unpack_d(buf, p)[0]", "p += 8"],

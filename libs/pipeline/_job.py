@@ -32,6 +32,23 @@ def due_in_ms(seconds: float) -> int:
     return -(-(time.time_ns() + math.ceil(seconds * 1e9)) // 1_000_000)
 
 
+MAX_DELAY_S = 1e12
+"""The longest delay a job may ask for (about 31,700 years): its due time must fit the wire's
+64-bit milliseconds with room to spare, and a float beyond it has lost its milliseconds."""
+
+
+def delay_s(seconds: float, what: str) -> float:
+    """``seconds`` if it is a delay a job can carry, else :class:`ValueError` naming ``what``
+    (NaN and infinities included: they would fail later, where the job could not be moved)."""
+    if seconds < 0:
+        raise ValueError(f"{what} must not be negative, got {seconds:g}s")
+    if not math.isfinite(seconds) or seconds > MAX_DELAY_S:
+        raise ValueError(
+            f"{what} must be a finite number of seconds up to {MAX_DELAY_S:g}, got {seconds}"
+        )
+    return seconds
+
+
 def due_at_ms(moment: datetime) -> int:
     """A time zone aware ``moment`` in the wire's milliseconds, rounded up (see
     :func:`due_in_ms`); exact, where ``timestamp()`` would go through a float."""

@@ -90,7 +90,7 @@ class JsonPayload:
             # (big integers included); it refuses NaN, Infinity, 1e400 and lone surrogate
             # escapes, which json.loads reads, so those go through the json module below.
             value = _fast_decode(data)
-        except _FAST_DECODE_ERRORS:
+        except (*_FAST_DECODE_ERRORS, RecursionError):
             value = _decode_with_json(job_type, data)
         if not isinstance(value, dict):
             raise DecodeError(
@@ -108,6 +108,8 @@ def _encode_with_json(job_type: str, obj: dict[str, Any]) -> bytes:
             raise PayloadValidationError(job_type, f"payload key {key!r} is not a string")
     try:
         return _json_encode(obj).encode("utf-8")
+    except RecursionError as exc:
+        raise PayloadValidationError(job_type, "the payload is nested too deeply") from exc
     except (TypeError, ValueError) as exc:
         problem = _json_problem(obj, "") or str(exc)
         raise PayloadValidationError(job_type, problem) from exc
@@ -128,6 +130,10 @@ def _decode_with_json(job_type: str, data: bytes) -> Any:
     except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise DecodeError(
             f"payload of job type {job_type!r} is not UTF-8 JSON: {exc}", bytes(data)
+        ) from exc
+    except RecursionError as exc:  # a worker must dead-letter it, not crash on it
+        raise DecodeError(
+            f"payload of job type {job_type!r} is nested too deeply to decode", bytes(data)
         ) from exc
     return value
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ._errors import ConfigurationError, PipelineError
-from ._job import due_at_ms
+from ._job import delay_s, due_at_ms
 
 
 class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(after=30)`)
@@ -34,8 +34,11 @@ class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(af
             raise ConfigurationError("Retry takes after= or at=, not both")
         if isinstance(after, timedelta):
             after = after.total_seconds()
-        if after is not None and after < 0:
-            raise ConfigurationError(f"Retry(after=...) must not be negative, got {after}")
+        if after is not None:
+            try:
+                after = delay_s(float(after), "Retry(after=...)")
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
         if at is not None and at.tzinfo is None:
             raise ConfigurationError("Retry(at=...) needs a time zone aware datetime")
         super().__init__(message or _describe(after, at))

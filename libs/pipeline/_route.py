@@ -9,7 +9,7 @@ from typing import Any
 
 from ._codec import JobCodec, JsonPayload, PayloadCodec
 from ._errors import ConfigurationError
-from ._job import Job, Priority, due_at_ms, due_in_ms, new_job_id, now_ms
+from ._job import Job, Priority, delay_s, due_at_ms, due_in_ms, new_job_id, now_ms
 from ._jobfunction import EnqueueOptions
 from ._jobtemplate import JobTemplate
 from ._registry import JobOptions, JobType
@@ -63,9 +63,10 @@ def not_before_ms(delay: float | timedelta | None, run_at: datetime | None) -> i
         raise ConfigurationError("give either delay or run_at, not both")
     if delay is not None:
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
-        if seconds < 0:
-            raise ConfigurationError(f"delay must not be negative, got {seconds:g}s")
-        return due_in_ms(seconds)
+        try:
+            return due_in_ms(delay_s(seconds, "delay"))
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from None
     if run_at is not None:
         if run_at.tzinfo is None:
             raise ConfigurationError("run_at must be timezone-aware (e.g. datetime.now(UTC))")

@@ -164,6 +164,16 @@ def test_delay_and_run_at_go_to_the_deferred_topic(
     assert len(transport.jobs("acme.jobs.default")) == 1
 
 
+@pytest.mark.parametrize("delay", [-1.0, float("nan"), float("inf"), 1e17])
+def test_a_delay_no_job_could_carry_is_refused_at_enqueue(
+    app: Pipeline, transport: InMemoryTransport, delay: float
+) -> None:
+    with pytest.raises(ConfigurationError, match="delay must"):
+        app.enqueue("t", {}, delay=delay)
+    app.flush()
+    assert transport.messages == []
+
+
 def test_a_due_time_is_never_before_the_delay_or_run_at_asked_for(
     app: Pipeline, transport: InMemoryTransport
 ) -> None:

@@ -277,6 +277,16 @@ def test_enum_and_union_indexes_are_checked() -> None:
         compiled.read(b"\x00\x04", 0)
 
 
+@pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40])
+def test_an_int_outside_32_bits_is_refused(value: int) -> None:
+    # Read, it could never be written again: a job carrying one could not be retried or moved.
+    schema = {"type": "record", "name": "I", "fields": [{"name": "i", "type": "int"}]}
+    _, compiled = _store_entry(schema)
+    assert compiled.read(_avrogen.encode_long(2**31 - 1), 0) == ({"i": 2**31 - 1}, 5)
+    with pytest.raises(ValueError, match="does not fit an Avro int"):
+        compiled.read(_avrogen.encode_long(value), 0)
+
+
 @pytest.mark.parametrize("body", [b"\xff" * 9 + b"\x7f", b"\xfe" + b"\xff" * 8 + b"\x01"])
 def test_ten_byte_varints_wrap_to_64_bits_like_fastavro(body: bytes) -> None:
     schema = {"type": "record", "name": "L", "fields": [{"name": "l", "type": "long"}]}

@@ -134,3 +134,19 @@ def test_decode_of_a_memoryview_keeps_the_raw_bytes_in_the_error() -> None:
     with pytest.raises(DecodeError, match="not UTF-8 JSON") as info:
         CODEC.decode("t", memoryview(b'{"a":'))  # type: ignore[arg-type]
     assert info.value.raw == b'{"a":'
+
+
+def test_a_payload_nested_too_deeply_is_a_decode_error_not_a_crash() -> None:
+    # json.loads raises RecursionError here: a worker would have let it escape its batch.
+    deep = b'{"a":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with pytest.raises(DecodeError, match="nested too deeply") as raised:
+        CODEC.decode("t", deep)
+    assert raised.value.raw == deep
+
+
+def test_encoding_a_payload_nested_too_deeply_is_a_validation_error() -> None:
+    value: list[Any] = []
+    for _ in range(5000):
+        value = [value]
+    with pytest.raises(PayloadValidationError, match="nested too deeply"):
+        CODEC.encode("t", {"a": value})

@@ -35,6 +35,13 @@ def test_retry_rejects_contradictions() -> None:
         Retry(after=-1)
 
 
+@pytest.mark.parametrize("after", [float("nan"), float("inf"), 1e17])
+def test_retry_refuses_a_time_the_job_could_not_carry(after: float) -> None:
+    # Accepted, it failed later, while the worker built the job's move: the offset stuck.
+    with pytest.raises(ConfigurationError, match="finite number of seconds"):
+        Retry(after=after)
+
+
 def test_backoff_grows_by_its_factor_up_to_the_cap() -> None:
     backoff = Backoff(base_s=2, factor=3, cap_s=50, jitter=0)
     assert [backoff.delay_s(n) for n in range(1, 6)] == [2, 6, 18, 50, 50]
