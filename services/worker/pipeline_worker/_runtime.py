@@ -339,6 +339,8 @@ class Worker:
                 sum(s.in_flight for s in states),
                 extra={"grace_s": grace},
             )
+        for state in states:
+            state.released = True  # jobs still running were given up: see PartitionState
         _log.debug("revoked partitions released", extra={"dropped_buffered": dropped})
         refs = [PartitionRef(s.topic, s.partition) for s in states]
         self._call_hooks("on_partitions_revoked", self, refs, lost=lost)

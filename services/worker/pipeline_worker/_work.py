@@ -47,6 +47,7 @@ class PartitionState:
         "paused",
         "pidx",
         "priority",
+        "released",
         "skips",
         "started_next",
         "taken",
@@ -62,6 +63,10 @@ class PartitionState:
         """Index of the priority in the worker's priority order (its dispatcher queue)."""
         self.active = True
         """False once revoked or lost (loop thread writes)."""
+        self.released = False
+        """True once the revocation is over (its grace period waited for the running jobs):
+        a job of this partition that ends later was given up, and the partition's next owner,
+        perhaps this worker again, runs it again. Loop thread."""
         # Consumer thread writes: messages handed to the loop, one past the last handed offset,
         # and whether the partition is paused. Loop thread writes: messages taken out of the
         # buffer (started, skipped or dropped), so handed - taken is what the buffer holds.

@@ -608,3 +608,34 @@ def test_a_slot_freed_by_a_move_starts_the_next_queued_job() -> None:
         assert h.processor.in_flight == 0
 
     run(main)
+
+
+def test_a_job_given_up_at_revocation_is_not_moved_when_it_fails_later() -> None:
+    """Its partition may be this worker's again by then: a move would land in the next
+    assignment, which runs the job again and moves it a second time."""
+
+    async def main() -> None:
+        app = make_app()
+        release = threading.Event()
+
+        @app.job("slow_failure")
+        def slow_failure() -> None:
+            release.wait(10)
+            raise RuntimeError("downstream down")
+
+        router = HeldRouter()
+        h = Harness(app, router=router, concurrency=2)
+        h.feed(h.message("slow_failure"))
+        state = h.partition
+        await until(lambda: state.in_flight == 1, router.changed, timeout=1.0)
+        state.active = False  # the revocation, as the worker's revoke() does it...
+        assert not await h.processor.wait_idle([state], 0.05)
+        state.released = True  # ...and the grace period over: the job was given up
+        release.set()
+        await h.processor.wait_idle([state], 5.0)
+        assert router.routed == []
+        assert state.in_flight == 0
+        assert h.processor.in_flight == 0
+        assert state.commit_offset == -1  # unfinished: the next owner runs it again
+
+    run(main)

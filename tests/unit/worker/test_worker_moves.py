@@ -140,6 +140,31 @@ def test_a_lost_partition_s_moves_are_taken_out_of_the_open_transaction(
     assert producer.committed == [[("acme.dlq", b"0@3")]]
 
 
+def test_moves_queued_for_a_partition_given_up_are_not_written_when_it_comes_back(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # A move submitted for the assignment that ends, not drained before the partition was given
+    # up: drained after the same worker got the partition again, it would go into the new
+    # assignment, which runs the job again and moves it a second time.
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    done: list[int] = []
+    refused: list[int] = []
+    mover.submit(
+        WHERE,
+        3,
+        [Record("acme.dlq", b"0@3", None)],
+        lambda ok: (done if ok else refused).append(3),
+    )
+    submit(mover, OTHER, 5, done)
+    mover.forget([WHERE])
+    assert mover.drain(owned, lambda w: 0)  # WHERE is owned again
+    _run_ready(loop)
+    assert (done, refused) == ([5], [3])
+    assert mover.commit(offsets(OTHER), META, owned)
+    assert producer.committed == [[("acme.dlq", b"1@5")]]
+
+
 def test_a_fenced_producer_stops_the_worker_with_one_error_that_says_what_to_do(
     loop: asyncio.AbstractEventLoop,
 ) -> None:

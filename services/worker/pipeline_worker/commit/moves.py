@@ -254,6 +254,16 @@ class Mover:
                 self.moved.pop(where, None)
                 for pending in self._waiting.pop(where, ()):
                     self._resolve(pending, False)
+            # Moves submitted for the assignment that ends here and not drained yet: a drain
+            # after the partition came back would write them into the next one. The loop may
+            # append meanwhile (only moves of partitions still owned): one turn of the queue.
+            queue = self._queue
+            for _ in range(len(queue)):
+                pending = queue.popleft()
+                if pending.where in gone:
+                    self._resolve(pending, False)
+                else:
+                    queue.append(pending)
         finally:
             self._tell()
         if self.open and gone & set(self._in_txn):

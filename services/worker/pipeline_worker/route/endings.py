@@ -110,6 +110,11 @@ class Endings:
     ) -> None:
         """The outcome hooks are through: a failure is moved before its offset is finished,
         the key of a job that carries one is settled in the same transaction as its offset."""
+        if work.state.released:
+            # Given up when its partition was revoked: moving it or settling its key now could
+            # land in the partition's next assignment, which runs the job again.
+            self._resolve(work, False)
+            return
         router = self._router
         dedup = self._dedup if done and work.job.idempotency_key is not None else None
         if done and router is not None and kind is not OutcomeKind.SUCCEEDED:
