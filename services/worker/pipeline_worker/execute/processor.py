@@ -189,6 +189,8 @@ class Processor:
             while True:
                 free = self._concurrency - self.in_flight
                 if free <= 0:
+                    if ready:
+                        self._start_commit_points()
                     break
                 if ready:
                     # Held jobs whose time came while every slot was taken go first.
@@ -211,6 +213,18 @@ class Processor:
         finally:
             self._pumping = False
 
+    def _start_commit_points(self) -> None:
+        """Start the held jobs that are due and at their partition's commit point, over the
+        concurrency (see :func:`_at_commit_point`); the others wait on for a slot."""
+        ready = self._ready
+        starting = [work for work in ready if _at_commit_point(work)]
+        if starting:
+            waiting = [work for work in ready if not _at_commit_point(work)]
+            ready.clear()
+            ready.extend(waiting)
+            for work in starting:
+                self._begin(work, time.monotonic(), time.time() * 1000.0)
+
     def _held_due(self, work: Work) -> None:
         state = work.state
         if self.stopping or not state.active:
@@ -220,7 +234,7 @@ class Processor:
             if self.idle.waiting and state.in_flight == 0:
                 self.idle.wake()
             return
-        if self.in_flight < self._concurrency:
+        if self.in_flight < self._concurrency or _at_commit_point(work):
             self._begin(work, time.monotonic(), time.time() * 1000.0)
         else:
             self._ready.append(work)
@@ -390,3 +404,12 @@ class Processor:
         """Stop the executors (threads still inside a job are left to finish on their own)."""
         self._pool.close()
         await self._runners.close()
+
+
+def _at_commit_point(work: Work) -> bool:
+    """Whether ``work`` is its partition's lowest unfinished offset. Such a job starts even when
+    every slot is taken: the slots may all be held by failed jobs whose moves wait for the
+    commit point to pass (a partition keeps a bounded number of moves above it, see
+    :class:`..commit.moves.Mover`), and only this job can make it pass. At most one job a
+    partition runs over the concurrency so."""
+    return work.state.tracker.watermark == work.offset

@@ -15,10 +15,11 @@ full batch and ruin latency). After handing a batch it polls again at once (``CH
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
@@ -363,10 +364,7 @@ class ConsumerThread:
         if mover is None:
             return
         states = self.states
-        mover.drain(
-            lambda where: where in states,
-            lambda where: states[where].commit_offset if where in states else -1,
-        )
+        mover.drain(lambda where: where in states, functools.partial(_commit_point, states))
 
     def _update_share(self) -> None:
         """Tell the loop how many partitions of each topic it owns, of how many in all."""
@@ -401,3 +399,11 @@ class ConsumerThread:
             self.stop_requested = True
             return
         self._errors.warning("client", "Kafka client error: %s", error.str())
+
+
+def _commit_point(states: Mapping[tuple[str, int], PartitionState], where: tuple[str, int]) -> int:
+    """Where ``where``'s commit point is now (-1: not ours): the loop's, or until the loop has
+    finished a job of this assignment, the committed offset it started from (moves restored
+    from the previous owner's mark are above that one)."""
+    state = states.get(where)
+    return -1 if state is None else max(state.commit_offset, state.committed)
