@@ -201,11 +201,12 @@ class _Generator:
         if isinstance(schema, str) and schema not in _PRIMITIVES:
             if schema not in self.named:
                 raise Unsupported(f"unknown named type {schema}")
-            return self.named[schema]
-        if isinstance(schema, dict) and schema.get("type") in _PRIMITIVES:
-            if "logicalType" in schema:
+            schema = self.named[schema]
+        if isinstance(schema, dict):
+            if "logicalType" in schema:  # on a primitive or a named type (a decimal's fixed)
                 raise Unsupported("logical types are left to fastavro")
-            return schema["type"]
+            if schema.get("type") in _PRIMITIVES:
+                return schema["type"]
         return schema
 
     def enter(self, schema: Any) -> None:

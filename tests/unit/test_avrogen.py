@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -224,14 +225,56 @@ def test_bad_values_raise(field: str, value: Any, message: str | None) -> None:
             "name": "Logical",
             "fields": [{"name": "d", "type": {"type": "int", "logicalType": "date"}}],
         },
+        {
+            "type": "record",
+            "name": "Price",
+            "fields": [
+                {
+                    "name": "amount",
+                    "type": {
+                        "type": "fixed",
+                        "name": "Money",
+                        "size": 8,
+                        "logicalType": "decimal",
+                        "precision": 18,
+                        "scale": 2,
+                    },
+                },
+                {"name": "again", "type": "Money"},
+            ],
+        },
     ],
-    ids=["union", "recursive", "array-of-null", "logical"],
+    ids=["union", "recursive", "array-of-null", "logical", "logical-on-a-named-type"],
 )
 def test_unsupported_schemas_are_left_to_fastavro(schema: dict[str, Any]) -> None:
     assert compile_schema(fastavro.parse_schema(schema, named_schemas={})) is None
     store = SchemaStore.empty(logical_types=True)
     entry = store.register(schema)
     assert entry.compiled is None
+
+
+def test_a_decimal_on_a_fixed_type_round_trips_as_a_decimal() -> None:
+    schema = {
+        "type": "record",
+        "name": "Price",
+        "fields": [
+            {
+                "name": "amount",
+                "type": {
+                    "type": "fixed",
+                    "name": "Money",
+                    "size": 8,
+                    "logicalType": "decimal",
+                    "precision": 18,
+                    "scale": 2,
+                },
+            }
+        ],
+    }
+    store = SchemaStore.empty(logical_types=True)
+    entry = store.register(schema)
+    value = {"amount": Decimal("12.34")}
+    assert store.decode(store.encode(value, entry)) == value
 
 
 def test_fastavro_fallback_still_round_trips() -> None:
