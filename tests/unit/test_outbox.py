@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +16,16 @@ from pipeline import Pipeline, Settings
 from pipeline._codec import JobCodec
 from pipeline._errors import ConfigurationError, PayloadValidationError
 from pipeline.outbox import create_table, outbox_status
-from pipeline.outbox._dialect import dialect_of, sqlite_path
+from pipeline.outbox._dialect import SQLITE, dialect_of, sqlite_path
 from pipeline.outbox._lock import FileLock, lock_key
-from pipeline.outbox._progress import decode_ids, encode_ids
+from pipeline.outbox._progress import (
+    CommittedBatch,
+    RelayProgress,
+    decode_ids,
+    encode_ids,
+    parse_record,
+)
+from pipeline.outbox._relay import OutboxRelay, _fetch
 from pipeline_cli._main import cli
 
 NAMESPACE = "unit"
@@ -228,3 +237,59 @@ def test_enqueue_many_adds_a_row_per_payload_in_order(app: Pipeline, database: P
     assert [json.loads(JobCodec().decode(row[3]).payload)["count"] for row in found] == list(
         range(20)
     )
+
+
+class _LastBatch:
+    """What the progress topic holds: the record of one committed batch."""
+
+    def __init__(self, record: bytes) -> None:
+        self.record = record
+
+    def ensure_topic(self, timeout: float) -> None: ...
+
+    def last_committed(self, timeout: float) -> CommittedBatch:
+        return parse_record(self.record.decode())
+
+
+def _recover(app: Pipeline, database: Path, record: bytes) -> None:
+    relay = OutboxRelay(app.settings, f"sqlite:///{database}")
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        done = relay._recover(connection, SQLITE, _LastBatch(record), threading.Event())  # type: ignore[arg-type]
+    assert done
+
+
+def _record_of(database: Path, ids: list[int]) -> bytes:
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        fetched = _fetch(connection, SQLITE, "pipeline_outbox", 100)
+    progress = RelayProgress.__new__(RelayProgress)  # only its value(): no Kafka client
+    return progress.value([row for row in fetched if row[0] in ids])
+
+
+def test_a_relay_taking_over_deletes_the_rows_of_the_last_committed_batch(
+    app: Pipeline, database: Path
+) -> None:
+    with contextlib.closing(sqlite3.connect(database)) as connection, connection:
+        app.outbox(connection).enqueue_many("typed", ({"count": n} for n in range(5)))
+    _recover(app, database, _record_of(database, [1, 2, 3]))
+    assert [row[0] for row in rows(database)] == [4, 5]
+
+
+def test_rows_that_only_share_the_ids_of_the_last_committed_batch_are_kept(
+    app: Pipeline, database: Path, tmp_path: Path
+) -> None:
+    # Another database (or this one, restored from a backup) committed a batch with ids 1-3:
+    # the rows under those ids here hold other jobs, never published.
+    other = tmp_path / "other.db"
+    for path in (database, other):
+        with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+            create_table(connection)
+            app.outbox(connection).enqueue_many("typed", ({"count": n} for n in range(5)))
+    _recover(app, database, _record_of(other, [1, 2, 3]))
+    assert [row[0] for row in rows(database)] == [1, 2, 3, 4, 5]
+
+
+def test_a_record_of_the_first_format_still_deletes_its_ids(app: Pipeline, database: Path) -> None:
+    with contextlib.closing(sqlite3.connect(database)) as connection, connection:
+        app.outbox(connection).enqueue_many("typed", ({"count": n} for n in range(5)))
+    _recover(app, database, b"outbox-relay/1:1-2")
+    assert [row[0] for row in rows(database)] == [3, 4, 5]

@@ -30,8 +30,8 @@ __all__ = [
 DEFAULT_TABLE = "pipeline_outbox"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?").fullmatch
 
-OutboxRow = tuple[int, str, bytes | None, bytes]
-"""(id, topic, key, value) of one row, as the relay reads it."""
+OutboxRow = tuple[int, str, bytes | None, bytes, str]
+"""(id, topic, key, value, job_id) of one row, as the relay reads it."""
 
 
 class DatabaseUnavailableError(PipelineError):
@@ -63,7 +63,15 @@ class Dialect:
         )
 
     def fetch(self, table: str) -> str:
-        return f"SELECT id, topic, key, value FROM {table} ORDER BY id LIMIT {self.placeholder}"
+        return (
+            f"SELECT id, topic, key, value, job_id FROM {table} ORDER BY id "
+            f"LIMIT {self.placeholder}"
+        )
+
+    def jobs_between(self, table: str) -> str:
+        """The (id, job_id) of the rows whose ids are between two bounds, in id order."""
+        p = self.placeholder
+        return f"SELECT id, job_id FROM {table} WHERE id BETWEEN {p} AND {p} ORDER BY id"
 
     def delete(self, cursor: Any, table: str, ids: list[int]) -> int:
         """Delete the rows ``ids``; how many there were (one statement with an array on

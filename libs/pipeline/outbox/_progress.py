@@ -2,11 +2,15 @@
 
 Each batch's transaction ends with one record on the relay's own compacted topic
 ``<ns>.outbox-relay.<table>`` (one partition, created by the relay), keyed by the table, whose
-value lists the ids of the batch's rows as ranges (``outbox-relay/1:17-512,530-1017``). Kafka
-commits that record with the batch or not at all. A relay that becomes active reads the last
-committed one back once it has registered the transactional id (which aborted whatever its
-predecessor left open) and deletes those ids: rows of a batch Kafka committed but whose delete
-never happened (a relay killed between the two commits) are not published a second time.
+value lists the ids of the batch's rows as ranges and a digest of their job ids
+(``outbox-relay/2:17-512,530-1017;<digest>``). Kafka commits that record with the batch or not
+at all. A relay that becomes active reads the last committed one back once it has registered
+the transactional id (which aborted whatever its predecessor left open) and deletes those rows
+if they are still there, all of them, holding the same jobs: rows of a batch Kafka committed but
+whose delete never happened (a relay killed between the two commits) are not published a second
+time. Rows that only share the ids (a database restored from a backup, or another database
+whose relay wrote to the same topic) are left alone: the digest differs. Records of the first
+format (``outbox-relay/1:``, ids only) are read as before, by ids alone.
 
 A record, not an offset committed with the transaction (``send_offsets_to_transaction``): that
 call can block past its timeout, for good, when the broker it cached as the group coordinator
@@ -16,8 +20,10 @@ did to the relay.
 
 from __future__ import annotations
 
+import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -25,10 +31,35 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from .._settings import Settings
 from ._dialect import OutboxRow
 
-__all__ = ["MARK", "RelayProgress", "decode_ids", "encode_ids", "progress_topic"]
+__all__ = [
+    "MARK",
+    "CommittedBatch",
+    "RelayProgress",
+    "batch_digest",
+    "decode_ids",
+    "encode_ids",
+    "progress_topic",
+]
 
-MARK = "outbox-relay/1:"
-"""What the metadata of a relay's offset starts with (the format's version)."""
+MARK = "outbox-relay/2:"
+"""What a progress record starts with (the format's version)."""
+_MARK_IDS_ONLY = "outbox-relay/1:"
+"""The first format: the ids alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedBatch:
+    """The rows of the last batch a relay committed to Kafka: their ids, and the digest of
+    their (id, job id) pairs (None in a record of the first format)."""
+
+    ids: list[int]
+    digest: str | None
+
+
+def batch_digest(rows: Iterable[tuple[int, str]]) -> str:
+    """A digest of (id, job id) pairs in id order: the same rows give the same digest."""
+    text = "".join(f"{row_id} {job_id}\n" for row_id, job_id in rows)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def encode_ids(ids: list[int]) -> str:
@@ -108,11 +139,12 @@ class RelayProgress:
                 raise
 
     def value(self, rows: Sequence[OutboxRow]) -> bytes:
-        """The record of the batch of ``rows``."""
-        return (MARK + encode_ids([row[0] for row in rows])).encode()
+        """The record of the batch of ``rows`` (in id order)."""
+        ids = encode_ids([row[0] for row in rows])
+        return f"{MARK}{ids};{batch_digest((row[0], row[4]) for row in rows)}".encode()
 
-    def last_committed(self, timeout: float) -> list[int]:
-        """The row ids of the last batch a relay of this table committed ([]: none yet).
+    def last_committed(self, timeout: float) -> CommittedBatch:
+        """The rows of the last batch a relay of this table committed (no ids: none yet).
 
         Reads back from the end of the topic, a window at a time. Raises
         :class:`KafkaException` when Kafka does not answer within ``timeout``."""
@@ -124,9 +156,9 @@ class RelayProgress:
             start = max(low, end - window)
             found = self._read(start, end, deadline)
             if found is not None:
-                return decode_ids(found.removeprefix(MARK))
+                return parse_record(found)
             end, window = start, window * 4
-        return []
+        return CommittedBatch([], None)
 
     def _read(self, start: int, end: int, deadline: float) -> str | None:
         """The value of the last record for this table in offsets ``[start, end)``."""
@@ -140,7 +172,7 @@ class RelayProgress:
                         raise KafkaException(message.error())
                     value = message.value() or b""
                     ours = (message.offset() or 0) < end and message.key() == self.key
-                    if ours and value.startswith(MARK.encode()):
+                    if ours and value.startswith((MARK.encode(), _MARK_IDS_ONLY.encode())):
                         last = value.decode()
                 [position] = consumer.position([TopicPartition(self.topic, 0)])
                 if position.offset >= end:
@@ -154,3 +186,13 @@ class RelayProgress:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def parse_record(text: str) -> CommittedBatch:
+    """The batch a progress record names; ValueError if it is not one."""
+    if text.startswith(_MARK_IDS_ONLY):
+        return CommittedBatch(decode_ids(text.removeprefix(_MARK_IDS_ONLY)), None)
+    ids, semicolon, digest = text.removeprefix(MARK).partition(";")
+    if not text.startswith(MARK) or not semicolon or not digest:
+        raise ValueError(f"not an outbox relay progress record: {text[:80]!r}")
+    return CommittedBatch(decode_ids(ids), digest)

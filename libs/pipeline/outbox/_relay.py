@@ -43,7 +43,7 @@ from .._settings import Settings
 from .._transactions import Transactions
 from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
-from ._progress import RelayProgress
+from ._progress import CommittedBatch, RelayProgress, batch_digest
 from ._stall import StallWatch
 from ._writer import create_table
 
@@ -200,7 +200,7 @@ class OutboxRelay:
         while not stop.is_set():
             try:
                 progress.ensure_topic(timeout=10.0)
-                ids = progress.last_committed(timeout=10.0)
+                batch = progress.last_committed(timeout=10.0)
             except KafkaException as exc:
                 _log.warning(
                     "cannot read the last committed batch of %s from Kafka (%s); trying again",
@@ -209,6 +209,7 @@ class OutboxRelay:
                 )
                 stop.wait(self.options.retry_s)
                 continue
+            ids = self._still_there(connection, dialect, batch)
             deleted = self._delete(connection, dialect, ids) if ids else 0
             if deleted:
                 _log.warning(
@@ -222,6 +223,33 @@ class OutboxRelay:
                 )
             return True
         return False
+
+    def _still_there(self, connection: Any, dialect: Dialect, batch: CommittedBatch) -> list[int]:
+        """The ids of ``batch`` to delete: all of them if its rows are all still in the table,
+        holding the jobs it published; none otherwise (deleted already, or other rows under the
+        same ids: a restored database, another database writing to the same progress topic)."""
+        ids = batch.ids
+        if not ids or batch.digest is None:
+            return ids  # a record of the first format: ids alone
+        wanted = set(ids)
+        cursor = connection.cursor()
+        try:
+            cursor.execute(dialect.jobs_between(self.options.table), (ids[0], ids[-1]))
+            found = [(row[0], row[1]) for row in cursor.fetchall() if row[0] in wanted]
+        finally:
+            cursor.close()
+        connection.commit()
+        if found and (len(found) != len(ids) or batch_digest(found) != batch.digest):
+            _log.warning(
+                "rows with the ids of the last batch Kafka committed (%d to %d) are in %s, but "
+                "not the rows it held (a database restored from a backup, or another one whose "
+                "relay uses the same table name in this namespace?): left to be published",
+                ids[0],
+                ids[-1],
+                self.options.table,
+            )
+            return []
+        return ids if found else []
 
     def _delete(self, connection: Any, dialect: Dialect, ids: list[int]) -> int:
         """Delete rows ``ids`` and commit; how many there were."""
@@ -238,7 +266,7 @@ class OutboxRelay:
         False: Kafka did not take it (logged)."""
 
         def write(txn: Transactions) -> None:
-            for _, topic, key, value in rows:
+            for _, topic, key, value, _job_id in rows:
                 txn.produce(topic, value, key)
             txn.produce(progress.topic, progress.value(rows), progress.key)
 
@@ -312,7 +340,7 @@ def _fetch(connection: Any, dialect: Dialect, table: str, limit: int) -> list[Ou
     try:
         cursor.execute(dialect.fetch(table), (limit,))
         rows = [
-            (row[0], row[1], bytes(row[2]) if row[2] is not None else None, bytes(row[3]))
+            (row[0], row[1], bytes(row[2]) if row[2] is not None else None, bytes(row[3]), row[4])
             for row in cursor.fetchall()
         ]
     finally:
