@@ -73,6 +73,10 @@ class FakeConsumer:
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
         pass
 
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            self.log.pop((tp.topic, tp.partition), None)
+
 
 class CommittingProducer(FakeProducer):
     """A transactional producer whose committed offsets land in the consumer's group."""
@@ -139,3 +143,38 @@ def test_jobs_of_an_aborted_transaction_are_forwarded_again_on_a_tier_never_comm
         "job-2",
     ]
     assert consumer.group_committed[(TIER, 0)] == 3
+
+
+def test_an_abort_in_a_revocation_reads_again_after_the_callback(fakes: Relay) -> None:
+    # The revocation commits what was forwarded; Kafka aborts it. Asking for the committed
+    # offsets (a blocking call) inside the rebalance callback would break the client.
+    relay, consumer, producer = fakes
+    codec = relay._codec
+    for partition in (0, 1):
+        consumer.log[(TIER, partition)] = [
+            Message(
+                topic=TIER,
+                partition=partition,
+                offset=0,
+                value=codec.encode(Job(id=f"job-{partition}", type="t", payload=b"{}")),
+            )
+        ]
+    relay._on_assign(consumer, [TopicPartition(TIER, 0), TopicPartition(TIER, 1)])  # type: ignore[arg-type]
+    relay._turn()
+    producer.failing("send_offsets_to_transaction", abortable())
+    asked: list[int] = []
+    committed = consumer.committed
+
+    def counted(tps: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        asked.append(len(tps))
+        return committed(tps, timeout)
+
+    consumer.committed = counted  # type: ignore[method-assign]
+    relay._on_revoke(consumer, [TopicPartition(TIER, 1)])  # type: ignore[arg-type]
+    assert asked == []
+    for _ in range(2):
+        relay._turn()
+        relay._commit()
+    assert asked == [1]  # partition 0, read again after the poll
+    [forwarded] = producer.committed
+    assert [codec.decode(value or b"").id for _, value in forwarded] == ["job-0"]

@@ -315,7 +315,12 @@ class RetryRelay:
     def _aborted(self, exc: TransactionAbortedError) -> None:
         _log.warning("retry relay transaction aborted, reading again: %s", exc)
         self._txn_started = None
-        self._rewind()
+        # Forget the forwards now; read them again after the next poll, not here: this may be
+        # a rebalance callback (the commit of a revocation), where a blocking consumer call
+        # (the rewind asks for the committed offsets) breaks the client's per-thread state.
+        self._dirty.clear()
+        self._parked.clear()
+        self._rewind_due = True
 
     def _abort(self) -> None:
         if self._txn_started is None:
