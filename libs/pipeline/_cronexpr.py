@@ -9,6 +9,7 @@ which makes it invalid where a schedule is written and skipped where one is read
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -28,6 +29,8 @@ __all__ = [
     "validate_schedule",
 ]
 
+_RANDOM = re.compile(r"R(\(.*\))?(/.*)?", re.IGNORECASE).fullmatch
+"""A field part of croniter's random form: ``R``, ``R(0-10)``, ``R/5``."""
 MAX_YEARS_BETWEEN_FIRES = 10
 """How far ahead a next fire is searched for (a February 29th is at most 8 years away)."""
 
@@ -49,6 +52,13 @@ def validate_schedule(cron: str, tz: str = "UTC", missed: str = MissedFires.SKIP
         raise ConfigurationError(
             f"invalid cron expression {cron!r}: give five fields (minute hour day month weekday)"
             " or six with seconds last, e.g. '*/5 * * * *' or '* * * * * */10'"
+        )
+    if any(_RANDOM(part) for field in cron.split() for part in field.split(",")):
+        # croniter draws the value again for every evaluation: the leader's fire times, and
+        # with them the fire ids that make a fire happen once, would change from call to call.
+        raise ConfigurationError(
+            f"cron expression {cron!r} asks for a random value (R): a schedule must fire at "
+            "times every scheduler agrees on; pick the value yourself"
         )
     if missed not in {m.value for m in MissedFires}:
         raise ConfigurationError(f"missed must be one of skip, once, all; got {missed!r}")

@@ -34,6 +34,10 @@ def raw(name: str = "x", cron: str = EVERY_10S, tz: str = "UTC", **fields: Any) 
         ("* * * * *", "America", "unknown time zone"),  # a directory of the tz database
         ("* * * * *", "x" * 300, "unknown time zone"),  # a name too long for a file
         ("* * * * *", "", "unknown time zone"),
+        # croniter draws a random value at every evaluation: fire times nobody agrees on.
+        ("R * * * *", "UTC", "random value"),
+        ("0 R(1-5) * * *", "UTC", "random value"),
+        ("0 0 * * R", "UTC", "random value"),
     ],
 )
 def test_a_schedule_that_cannot_fire_is_refused(cron: str, tz: str, error: str) -> None:
