@@ -35,6 +35,12 @@ class SchedulerSettings(BaseModel):
     )
     batch_max: int = Field(5000, ge=1, description="releases per transaction at most")
     max_wait_s: float = Field(0.5, gt=0, description="longest sleep between two loop turns")
+    partitions_check_s: float = Field(
+        30.0,
+        gt=0,
+        description="how often the leader asks whether its topics gained partitions (a new "
+        "term then reads them)",
+    )
     misfire_grace_s: float = Field(
         60.0, ge=0, description="a cron fire this late is late, not missed: it always fires"
     )

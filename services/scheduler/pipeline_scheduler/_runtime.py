@@ -129,15 +129,7 @@ class Scheduler:
                     self._stop.wait(1.0)
                     leadership.poll(0)
                     continue
-                assert self.session is not None
-                try:
-                    self.session.step()
-                except (TransactionError, KafkaUnavailableError) as exc:
-                    # Aborted, or not committed in time: nothing of it is visible, so the next
-                    # term starts again from what Kafka committed.
-                    _log.warning("transaction not committed: rewinding", extra={"error": str(exc)})
-                    self.metrics.aborts.inc()
-                    self._end_session()
+                self._step()
                 leadership.poll(0)
         except TransactionFencedError as exc:
             _log.error("fenced by another scheduler: exiting", extra={"error": str(exc)})
@@ -156,6 +148,22 @@ class Scheduler:
                 server.close()
             _log.info("scheduler stopped")
         return code
+
+    def _step(self) -> None:
+        """One step of the term, which ends when its transaction is not committed (nothing of
+        it is visible: the next term starts again from what Kafka committed) or its topics
+        gained partitions (what is open is aborted and read again by the next term)."""
+        session = self.session
+        assert session is not None
+        try:
+            session.step()
+        except (TransactionError, KafkaUnavailableError) as exc:
+            _log.warning("transaction not committed: rewinding", extra={"error": str(exc)})
+            self.metrics.aborts.inc()
+            self._end_session()
+            return
+        if session.partitions_changed():
+            self._end_session()
 
     def _start_session(self) -> bool:
         registry = self.app.registry if self.app is not None else None

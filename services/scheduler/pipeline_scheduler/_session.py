@@ -31,6 +31,7 @@ from pipeline._transactions import Headers
 from ._cron import CronTable
 from ._duequeue import DueQueue
 from ._metrics import SchedulerMetrics
+from ._partitions import PartitionWatch
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router
 from ._state import load_state, progress_key
@@ -82,6 +83,7 @@ class LeaderSession:
         self._default_attempts = settings.producer.default_max_attempts
         self.txn = leader_transactions(settings)
         self._consumer: Consumer | None = None
+        self._watch: PartitionWatch | None = None
         self._unsent: dict[Where, int] = {}
         self._offsets_sent_ms = 0
 
@@ -119,6 +121,10 @@ class LeaderSession:
                 )
             if topic != self.names.schedules:
                 wanted.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
+        self._watch = PartitionWatch(
+            {t: len(metadata.topics[t].partitions) for t in sources},
+            every_s=self.settings.scheduler.partitions_check_s,
+        )
         assignment = []
         for tp in consumer.committed(wanted, timeout=30):
             committed = tp.offset if tp.offset >= 0 else None
@@ -165,6 +171,12 @@ class LeaderSession:
                     self.router.tier_due(self._tier_index[where[0]], parked[0].timestamp()[1])
                 )
         return min(wakes) if wakes else None
+
+    def partitions_changed(self) -> bool:
+        """Whether a topic of the term gained partitions (see :mod:`._partitions`): the term
+        must end, and the next one reads them all."""
+        watch, consumer = self._watch, self._consumer
+        return watch is not None and consumer is not None and watch.changed(consumer.list_topics)
 
     def step(self) -> None:
         consumer = self._consumer

@@ -7,8 +7,12 @@ import time
 from collections import Counter
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewPartitions
 
-from pipeline import Pipeline
+from pipeline import Job, JobCodec, Pipeline
+from pipeline._job import new_job_id, now_ms
+from pipeline._topics import TopicNames
 
 from .conftest import SchedulerFactory, collect, job_consumer, scheduler_env
 
@@ -77,3 +81,29 @@ def test_far_jobs_travel_through_wait_tiers_and_are_released_on_time(
     assert len(late) > 1000
     assert late[len(late) // 2] < 250, late
     assert late[int(len(late) * 0.99)] < 1000, late[-20:]
+
+
+def test_a_partition_added_to_the_deferred_topic_is_read_by_the_leader(
+    schedulers: SchedulerFactory,
+) -> None:
+    """A leader assigns itself the partitions there are when its term begins; one added later
+    (`pipeline topics apply` with more partitions) is read once the leader has seen it."""
+    settings = schedulers.settings
+    scheduler = schedulers.start(scheduler_env(partitions_check_s=0.5))
+    schedulers.wait_leading(scheduler)
+    deferred = TopicNames(settings.namespace).deferred
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    before = len(admin.list_topics(deferred, timeout=10).topics[deferred].partitions)
+    admin.create_partitions([NewPartitions(deferred, before + 1)])[deferred].result(30)
+    # A delayed job written straight to the new partition, as a producer's partitioner may.
+    job = Job(id=new_job_id(), type="t", payload=b"{}", not_before=now_ms() + 1000)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer.produce(deferred, JobCodec().encode(job), partition=before)
+    assert producer.flush(30) == 0
+    consumer = job_consumer(settings)
+    try:
+        released = collect(consumer, 1, timeout=60)
+    finally:
+        consumer.close()
+    assert [r.job.id for r in released] == [job.id], scheduler.output()[-3000:]
+    assert "starting a new term" in scheduler.output()

@@ -31,9 +31,10 @@ class FakeLeadership:
         pass
 
 
-def run_with(monkeypatch: pytest.MonkeyPatch, error: Exception) -> tuple[int, list[str]]:
-    """Run a scheduler whose first session's first step raises ``error``; the second session's
-    first step stops the scheduler. Returns the exit code and what the sessions saw."""
+def run_with(monkeypatch: pytest.MonkeyPatch, error: Exception | None) -> tuple[int, list[str]]:
+    """Run a scheduler whose first session's first step raises ``error`` (None: the step goes
+    well, and then its topics have gained partitions); the second session's first step stops
+    the scheduler. Returns the exit code and what the sessions saw."""
     seen: list[str] = []
     scheduler = Scheduler(Settings(bootstrap_servers="localhost:1"))
 
@@ -49,10 +50,14 @@ def run_with(monkeypatch: pytest.MonkeyPatch, error: Exception) -> tuple[int, li
             seen.append(f"start {self.number}")
 
         def step(self) -> None:
-            if self.number == 1:
+            if self.number == 1 and error is not None:
                 raise error
             seen.append(f"step {self.number}")
-            scheduler.stop()
+            if self.number > 1:
+                scheduler.stop()
+
+        def partitions_changed(self) -> bool:
+            return self.number == 1
 
         def close(self) -> None:
             seen.append(f"close {self.number}")
@@ -75,6 +80,14 @@ def test_a_transaction_not_committed_rewinds_to_a_new_term(
     code, seen = run_with(monkeypatch, error)
     assert code == 0
     assert seen == ["start 1", "close 1", "start 2", "step 2", "close 2"]
+
+
+def test_topics_that_gained_partitions_end_the_term_and_a_new_one_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    code, seen = run_with(monkeypatch, None)
+    assert code == 0
+    assert seen == ["start 1", "step 1", "close 1", "start 2", "step 2", "close 2"]
 
 
 def test_a_fenced_producer_stops_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
