@@ -6,7 +6,9 @@ none of those twice after a failover, each transaction also writes this partitio
 ``<ns>.scheduler-state``: the watermark ``w``, the position ``p`` (every offset below it was
 processed) and the held offsets ``h``. A new leader reading from ``w`` skips every offset below
 ``p`` that is not in ``h``: those were released or moved already, in committed transactions.
-The record is as large as the held set, which the horizon bounds.
+The held offsets travel as runs of consecutive offsets (a gap, then a length), so a burst of
+jobs due together costs a few bytes, not a few per job (a record must stay under Kafka's message
+size: half a million offsets held one by one did not).
 """
 
 from __future__ import annotations
@@ -27,23 +29,41 @@ class SavedProgress:
     held: tuple[int, ...]
 
     def encode(self) -> bytes:
-        deltas = []
-        previous = self.watermark
+        """Version 2: ``r`` holds, for each run of consecutive held offsets, its distance from
+        the end of the one before (from the watermark for the first) and its length."""
+        runs: list[int] = []
+        end = self.watermark  # one past the previous run
+        start = previous = None
         for offset in self.held:
-            deltas.append(offset - previous)
-            previous = offset
-        record = {"v": 1, "w": self.watermark, "p": self.position, "h": deltas}
+            if previous is not None and offset == previous + 1:
+                previous = offset
+                continue
+            if start is not None and previous is not None:
+                runs += [start - end, previous - start + 1]
+                end = previous + 1
+            start = previous = offset
+        if start is not None and previous is not None:
+            runs += [start - end, previous - start + 1]
+        record = {"v": 2, "w": self.watermark, "p": self.position, "r": runs}
         return json.dumps(record, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes) -> SavedProgress:
         record = json.loads(data)
-        held = []
-        offset = int(record["w"])
-        for delta in record["h"]:
-            offset += int(delta)
-            held.append(offset)
-        return cls(int(record["w"]), int(record["p"]), tuple(held))
+        watermark = int(record["w"])
+        held: list[int] = []
+        if "r" in record:
+            end, runs = watermark, record["r"]
+            for gap, length in zip(runs[::2], runs[1::2], strict=True):
+                start = end + int(gap)
+                end = start + int(length)
+                held.extend(range(start, end))
+        else:  # version 1: each held offset's distance from the one before
+            offset = watermark
+            for delta in record["h"]:
+                offset += int(delta)
+                held.append(offset)
+        return cls(watermark, int(record["p"]), tuple(held))
 
 
 class PartitionProgress:
