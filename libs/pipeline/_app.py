@@ -39,7 +39,7 @@ from ._schemaregistry import job_codec
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
 from .outbox._dialect import DEFAULT_TABLE
-from .outbox._writer import Outbox, OutboxJob, outbox_route
+from .outbox._writer import MESSAGE_MAX_BYTES, Outbox, OutboxJob, outbox_route
 
 __all__ = ["BoundEnqueue", "EnqueueOptions", "JobFunction", "JobHandle", "Pipeline"]
 
@@ -230,7 +230,8 @@ class Pipeline:
         The :class:`pipeline.outbox.Outbox` adds each job to the outbox ``table``: it exists
         once the caller commits, and ``pipeline outbox relay`` publishes it (docs/outbox.md).
         """
-        return Outbox(connection, self._outboxed, table=table)
+        max_bytes = int(self.settings.kafka.get("message.max.bytes", MESSAGE_MAX_BYTES))
+        return Outbox(connection, self._outboxed, table=table, max_bytes=max_bytes)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every enqueued job is acknowledged by Kafka.

@@ -38,6 +38,9 @@ def app() -> Pipeline:
     @app.job("typed")
     def typed(count: int) -> None: ...
 
+    @app.job("typed_text")
+    def typed_text(text: str) -> None: ...
+
     return app
 
 
@@ -293,3 +296,30 @@ def test_a_record_of_the_first_format_still_deletes_its_ids(app: Pipeline, datab
         app.outbox(connection).enqueue_many("typed", ({"count": n} for n in range(5)))
     _recover(app, database, b"outbox-relay/1:1-2")
     assert [row[0] for row in rows(database)] == [3, 4, 5]
+
+
+def test_a_job_larger_than_kafka_takes_is_refused_and_adds_no_row(
+    app: Pipeline, database: Path
+) -> None:
+    # Written, it would stay at the head of the table for good: every row behind it would wait.
+    big = "x" * 1_000_000
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        outbox = app.outbox(connection)
+        with pytest.raises(PayloadValidationError, match=r"message\.max\.bytes"):
+            outbox.enqueue("typed_text", {"text": big})
+        with pytest.raises(PayloadValidationError, match=r"message\.max\.bytes"):
+            outbox.enqueue_many("typed_text", [{"text": "small"}, {"text": big}])
+        outbox.enqueue("typed_text", {"text": "x" * 900_000})  # under the limit
+        connection.commit()
+    assert len(rows(database)) == 1
+    allowing = Pipeline(
+        Settings(
+            bootstrap_servers="127.0.0.1:1",
+            namespace=NAMESPACE,
+            kafka={"message.max.bytes": "2000000"},
+        )
+    )
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        allowing.outbox(connection).enqueue("typed_text", {"text": big})
+        connection.commit()
+    assert len(rows(database)) == 2

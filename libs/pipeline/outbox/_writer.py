@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._errors import PayloadValidationError
 from .._job import now_ms
 from .._route import Route
 from ._dialect import DEFAULT_TABLE, Dialect, checked_table, dialect_of
@@ -32,6 +33,11 @@ class OutboxJob:
     key: bytes | None
     value: bytes
 
+
+MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's ``message.max.bytes`` unless the settings' ``kafka`` options change it."""
+MESSAGE_OVERHEAD_BYTES = 512
+"""What a record adds to its key and value (its headers, lengths, timestamp), generously."""
 
 Encode = Callable[[str, Mapping[str, Any] | None, dict[str, Any]], OutboxJob]
 """(job type, payload, enqueue options) -> the encoded job (the application's encoder)."""
@@ -74,14 +80,38 @@ class Outbox:
     back) with the caller's transaction, and ``pipeline outbox relay`` publishes what committed.
     """
 
-    __slots__ = ("_connection", "_dialect", "_encode", "_insert", "table")
+    __slots__ = ("_connection", "_dialect", "_encode", "_insert", "_max_bytes", "table")
 
-    def __init__(self, connection: Any, encode: Encode, *, table: str = DEFAULT_TABLE) -> None:
+    def __init__(
+        self,
+        connection: Any,
+        encode: Encode,
+        *,
+        table: str = DEFAULT_TABLE,
+        max_bytes: int = MESSAGE_MAX_BYTES,
+    ) -> None:
         self._connection = connection
         self._dialect: Dialect = dialect_of(connection)
         self._encode = encode
         self.table = checked_table(table)
         self._insert = self._dialect.insert(self.table)
+        self._max_bytes = max_bytes
+        """The largest message the relay's producer sends (its ``message.max.bytes``)."""
+
+    def _job(self, job_type: str, payload: Mapping[str, Any] | None, options: Any) -> OutboxJob:
+        """The encoded job, if the relay will be able to send it. A row Kafka refuses would
+        stay at the head of the table, and every row behind it would wait: it is refused here,
+        in the caller's transaction, as ``enqueue`` would have been refused by the producer."""
+        job = self._encode(job_type, payload, options)
+        size = len(job.value) + len(job.key or b"") + MESSAGE_OVERHEAD_BYTES
+        if size > self._max_bytes:
+            raise PayloadValidationError(
+                job_type,
+                f"the job takes about {size:,} bytes as a Kafka message, more than the "
+                f"{self._max_bytes:,} the producer sends (message.max.bytes): keep large data "
+                "elsewhere and pass a reference",
+            )
+        return job
 
     def enqueue(
         self, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
@@ -91,7 +121,7 @@ class Outbox:
         Options are :meth:`pipeline.Pipeline.enqueue`'s (``priority``, ``delay``, ``run_at``,
         ``key``, ``idempotency_key``, ``tenant``, ``headers``, ``max_attempts``).
         """
-        job = self._encode(job_type, payload, options)
+        job = self._job(job_type, payload, options)
         cursor = self._connection.cursor()
         try:
             cursor.execute(self._insert, (job.topic, job.key, job.value, job.job_id, now_ms()))
@@ -105,7 +135,7 @@ class Outbox:
         """:meth:`enqueue` each of ``payloads`` with the same options, in one ``executemany``
         (one round trip on PostgreSQL, with psycopg's pipeline mode); their ids in order.
         Nothing is inserted when one payload fails validation."""
-        jobs = [self._encode(job_type, payload, options) for payload in payloads]
+        jobs = [self._job(job_type, payload, options) for payload in payloads]
         at = now_ms()
         cursor = self._connection.cursor()
         try:
