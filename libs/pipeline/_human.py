@@ -13,7 +13,12 @@ def when(epoch_ms: int | None) -> str | None:
     """Epoch milliseconds as an ISO-8601 UTC time to the second: ``2026-12-02T13:05:09Z``."""
     if epoch_ms is None:
         return None
-    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    try:
+        moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):
+        # Past the years a datetime holds (a producer that wrote microseconds, say): the
+        # number as it is, rather than no answer at all.
+        return f"{epoch_ms} ms since the epoch (out of range)"
     return moment.isoformat(timespec="seconds").replace("+00:00", "Z")
 
 

@@ -6,6 +6,7 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
+from click.testing import CliRunner
 
 from pipeline import Settings
 from pipeline._codec import JobCodec
@@ -26,8 +27,10 @@ from pipeline._deadletters import (
     replay_message,
 )
 from pipeline._errors import PipelineError
+from pipeline._human import when
 from pipeline._job import AttemptError, Job, Priority
 from pipeline._records import DeadLetter
+from pipeline_cli._main import cli
 
 NOW = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 HOUR = 3_600_000
@@ -211,6 +214,7 @@ def test_tenant_and_id_filters() -> None:
     assert LetterFilter(ids=("nope", "job-1")).matches(mine)  # job id
     assert not LetterFilter(ids=("dl-2",)).matches(mine)
     assert LetterFilter(ids=("dl-raw",)).matches(raw_letter())
+    assert not LetterFilter(ids=("",)).matches(raw_letter())  # it has no job id, not an empty one
 
 
 def test_every_criterion_must_hold() -> None:
@@ -278,6 +282,9 @@ def test_replay_message_of_raw_bytes_is_byte_for_byte() -> None:
     assert (out.key, out.value, out.job) == (b"k1", b"\x00\x01not avro", None)
     assert out.headers == [("h", b"v"), ("empty", b"")]
     assert replay_message(raw, "ns", to_topic="ns.jobs.default").topic == "ns.jobs.default"
+    # An empty topic asked for is not "no topic asked for": the producer refuses it, loudly.
+    assert replay_message(raw, "ns", to_topic="").topic == ""
+    assert replay_message(letter(), "ns", to_topic="").topic == ""
 
 
 def test_a_letter_with_nothing_in_it_cannot_be_replayed() -> None:
@@ -409,3 +416,25 @@ def test_the_dead_letter_reader_fetches_again_soon_after_its_read_ahead_drains(
     [conf] = confs
     assert conf["fetch.queue.backoff.ms"] <= 10  # type: ignore[operator]
     assert conf["queued.max.messages.kbytes"] == 1024
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["dlq", "discard", "--error", "", "--yes"],  # it would have matched every letter
+        ["dlq", "discard", "--id", " ", "--yes"],
+        ["dlq", "ls", "--type", "email.send", "--type", ""],
+        ["dlq", "replay", "--tenant", "", "--yes"],
+        ["dlq", "replay", "--to-topic", "", "--yes"],  # it was taken as no topic at all
+    ],
+)
+def test_an_empty_filter_or_topic_is_a_usage_error(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, [*args, "--bootstrap-servers", "127.0.0.1:1"])
+    assert result.exit_code == 2, result.output
+    assert "must not be empty" in result.output
+
+
+def test_a_time_out_of_range_is_shown_as_its_number() -> None:
+    # A producer that wrote microseconds where milliseconds belong: year 57971.
+    assert when(1_767_225_600_000_000) == "1767225600000000 ms since the epoch (out of range)"
+    assert when(NOW) == "2026-01-01T00:00:00Z"

@@ -60,7 +60,7 @@ class LetterFilter:
 
     def matches(self, letter: DeadLetter) -> bool:
         return (
-            (not self.ids or letter.id in self.ids or (letter.job_id or "") in self.ids)
+            (not self.ids or letter.id in self.ids or letter.job_id in self.ids)
             and (not self.types or _type_matches(letter.job_type, self.types))
             and (not self.reasons or letter.reason.lower() in {r.lower() for r in self.reasons})
             and (not self.tenants or letter.tenant in self.tenants)

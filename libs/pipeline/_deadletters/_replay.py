@@ -83,12 +83,11 @@ def replay_message(
                 f"dead letter {letter.id} holds neither a job nor the raw message: "
                 "there is nothing to replay; discard it"
             )
-        return Outgoing(
-            to_topic or letter.source_topic, letter.raw_key, letter.raw_value, headers, None
-        )
+        topic = to_topic if to_topic is not None else letter.source_topic
+        return Outgoing(topic, letter.raw_key, letter.raw_value, headers, None)
     job = replay_job(letter.job, reset_attempts=reset_attempts, priority=priority)
     key = letter.raw_key if job.idempotency_key is None else job.idempotency_key.encode()
-    topic = to_topic or TopicNames(namespace).jobs(job.priority)
+    topic = to_topic if to_topic is not None else TopicNames(namespace).jobs(job.priority)
     return Outgoing(topic, key, (codec or JobCodec()).encode(job), headers, job)
 
 

@@ -25,7 +25,7 @@ from pipeline._deadletters import (
     replay_message,
 )
 
-from ._dlqoptions import filter_options, timeout_option, yes_option
+from ._dlqoptions import filter_options, not_empty, timeout_option, yes_option
 from ._dlqrender import (
     COLUMNS,
     letter_json,
@@ -170,6 +170,7 @@ def _confirm(question: str, yes: bool) -> None:
     "--to-topic",
     metavar="TOPIC",
     default=None,
+    callback=not_empty,
     help="Send everything to TOPIC instead of NAMESPACE.jobs.<priority> "
     "(or, for an undecodable message, the topic it came from).",
 )

@@ -13,6 +13,15 @@ from pipeline._deadletters import LetterFilter, parse_when
 T = TypeVar("T")
 
 
+def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A value given, but empty, is a mistake: it would match everything (``--error ""``, the
+    text found in every message) or be taken as not given (``--to-topic ""``)."""
+    values = value if isinstance(value, tuple) else (value,)
+    if any(v is not None and not v.strip() for v in values):
+        raise click.BadParameter("must not be empty")
+    return value
+
+
 def _moment(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     if value is None:
         return None
@@ -56,12 +65,14 @@ def filter_options(command: Callable[..., T]) -> Callable[..., T]:
             "types",
             multiple=True,
             metavar="TYPE",
+            callback=not_empty,
             help="Job type; shell wildcards match too (email.*). Repeatable.",
         ),
         click.option(
             "--reason",
             "reasons",
             multiple=True,
+            callback=not_empty,
             help="Why it was dead-lettered: max_attempts, fatal_error, timeout, decode_error, "
             "unknown_type, validation_error, poison_pill. Repeatable.",
         ),
@@ -70,6 +81,7 @@ def filter_options(command: Callable[..., T]) -> Callable[..., T]:
             "error_text",
             metavar="TEXT",
             default=None,
+            callback=not_empty,
             help="Text in the error class or message of the dead letter or any of its "
             "attempts (case-insensitive).",
         ),
@@ -86,9 +98,16 @@ def filter_options(command: Callable[..., T]) -> Callable[..., T]:
             callback=_moment,
             help="Dead-lettered before WHEN (same forms as --since).",
         ),
-        click.option("--tenant", "tenants", multiple=True, help="Tenant. Repeatable."),
         click.option(
-            "--id", "ids", multiple=True, metavar="ID", help="Dead-letter id or job id. Repeatable."
+            "--tenant", "tenants", multiple=True, callback=not_empty, help="Tenant. Repeatable."
+        ),
+        click.option(
+            "--id",
+            "ids",
+            multiple=True,
+            metavar="ID",
+            callback=not_empty,
+            help="Dead-letter id or job id. Repeatable.",
         ),
     ]
     decorated: Callable[..., T] = wrapper
