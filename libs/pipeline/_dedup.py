@@ -39,7 +39,6 @@ never run again for a duplicate: the next owner restores its entry before readin
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
@@ -114,6 +113,12 @@ class KeyOutcome(Enum):
     """Dead-lettered."""
 
 
+TTL_MAX_S = 1000 * 365.25 * 86400
+"""The longest ``ttl_s`` (a thousand years): an expiry must fit a table's entry."""
+EXPIRY_MAX_MS = 2**61 - 1
+"""The largest expiry a table's entry holds (61 bits of milliseconds, about 73 million years)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DedupPolicy:
     """The deduplication of one job type: its mode and how long a key is held."""
@@ -131,9 +136,10 @@ class DedupPolicy:
             raise ConfigurationError(
                 f"unknown deduplication mode {self.mode!r}; use one of: {modes}"
             ) from None
-        if not 0 < self.ttl_s < math.inf:
+        if not 0 < self.ttl_s <= TTL_MAX_S:
             raise ConfigurationError(
-                f"deduplication ttl_s must be positive and finite, got {self.ttl_s}"
+                f"deduplication ttl_s must be positive and finite, at most {TTL_MAX_S:g} s (a "
+                f"thousand years), got {self.ttl_s}"
             )
         object.__setattr__(self, "ttl_ms", max(1, round(self.ttl_s * 1000)))
 
@@ -225,7 +231,7 @@ def decode_entry(raw: bytes) -> Entry:
     """The entry of a changelog value; ValueError on anything that is not one."""
     try:
         record = json.loads(raw.decode())  # decoding first: twice as fast as json.loads(bytes)
-    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError are
         raise ValueError(f"changelog value is not JSON: {raw[:64]!r}") from exc
     if not isinstance(record, dict):
         raise ValueError(f"changelog value is not a JSON object: {raw[:64]!r}")
@@ -237,4 +243,13 @@ def decode_entry(raw: bytes) -> Entry:
         or type(expires) is not int
     ):
         raise ValueError(f"changelog value lacks a valid j, c or x: {raw[:64]!r}")
+    check_expiry(expires)
     return Entry(job_id, bool(completed), expires)
+
+
+def check_expiry(expires_at_ms: int) -> int:
+    """``expires_at_ms`` if a table can hold it (within :data:`EXPIRY_MAX_MS` of the epoch),
+    else ValueError: a record from another writer, or corrupted."""
+    if not -EXPIRY_MAX_MS <= expires_at_ms <= EXPIRY_MAX_MS:
+        raise ValueError(f"changelog value has an expiry out of range: {expires_at_ms}")
+    return expires_at_ms

@@ -20,6 +20,7 @@ from ._dedup import (
     KeyOutcome,
     Settled,
     Verdict,
+    check_expiry,
     decode_entry,
     encode_entry,
     split_changelog_key,
@@ -174,7 +175,7 @@ class DedupTable:
             self.put(key, decode_entry(raw), now_ms)
             return
         hex_id, completed, expires_text = match.groups()
-        expires = int(expires_text)
+        expires = check_expiry(int(expires_text))
         entries = self._entries
         value = entries.get(key)
         if expires <= now_ms:

@@ -58,7 +58,7 @@ def test_policy_takes_a_mode_by_name() -> None:
     assert DedupPolicy(ttl_s=1.5).ttl_ms == 1500
 
 
-@pytest.mark.parametrize("ttl_s", [0, -1, float("nan"), float("inf")])
+@pytest.mark.parametrize("ttl_s", [0, -1, float("nan"), float("inf"), 1e16])
 def test_policy_refuses_a_ttl_that_is_not_positive_and_finite(ttl_s: float) -> None:
     with pytest.raises(ConfigurationError, match="ttl_s must be positive and finite"):
         DedupPolicy(ttl_s=ttl_s)
@@ -441,6 +441,8 @@ def test_restore_of_a_changelog_value_is_put_of_its_decoded_entry(raw: bytes) ->
         b'{"j":"a","c":1,"x":"5"}',
         b'{"j":"a","c":1,"x":5.5}',
         b'{"j":"a","c":1,"x":false}',
+        b'{"j":"a","c":1,"x":2305843009213693952}',  # past what an entry holds (2**61)
+        b'{"j":"a","c":1,"x":' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # too deep for json
     ],
 )
 def test_decode_entry_refuses_what_is_not_an_entry(raw: bytes) -> None:
@@ -466,6 +468,11 @@ def test_restore_record_folds_into_the_table_of_its_priority() -> None:
         restore_record(tables, None, None, 1_000)
     with pytest.raises(ValueError, match="changelog value"):
         restore_record(tables, b"low/k", b"{}", 1_000)
+    # A value as the worker writes them, but for its expiry: refused (the restore counts and
+    # skips it) rather than an error that stopped every partition of the load.
+    past = b'{"j":"' + JOB_A.encode() + b'","c":1,"x":2305843009213693952}'
+    with pytest.raises(ValueError, match="out of range"):
+        restore_record(tables, b"low/k", past, 1_000)
 
 
 # --- stores --------------------------------------------------------------------------------
