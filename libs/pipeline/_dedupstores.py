@@ -188,7 +188,7 @@ class PartitionTables:
     def expire(self, now_ms: int) -> Sequence[ChangelogRecord]:
         records: list[ChangelogRecord] = []
         for (label, partition), table in list(self._tables.items()):  # a copy: load may add
-            expired = table.expire(now_ms)
+            expired = table.expire(now_ms) + table.take_stale()
             if self._changelog:
                 records += [
                     ChangelogRecord(partition, changelog_key(label, k), None) for k in expired

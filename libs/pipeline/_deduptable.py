@@ -90,13 +90,16 @@ class DedupTable:
     expires_at_ms`` and counts as absent from then on, before :meth:`expire` removes it.
     """
 
-    __slots__ = ("_buckets", "_due", "_entries")
+    __slots__ = ("_buckets", "_due", "_entries", "_stale")
 
     def __init__(self) -> None:
         self._entries: dict[str, bytes] = {}
         self._buckets: dict[int, list[str]] = {}
         self._due: list[int] = []
         """A heap of the keys of ``_buckets``."""
+        self._stale: list[str] = []
+        """Keys whose record had expired when it was restored: dropped, but the compacted
+        changelog keeps such a record until a tombstone replaces it (see :meth:`take_stale`)."""
 
     def __len__(self) -> int:
         """Entries held, counting expired ones that :meth:`expire` has not removed yet."""
@@ -159,6 +162,7 @@ class DedupTable:
         if entry.expires_at_ms <= now_ms:
             if value is not None:
                 del self._entries[key]
+            self._stale.append(key)
             return
         packed = _pack(entry.job_id, entry.completed, entry.expires_at_ms)
         self._store(key, packed, entry.expires_at_ms, before)
@@ -181,6 +185,7 @@ class DedupTable:
         if expires <= now_ms:
             if value is not None:
                 del entries[key]
+            self._stale.append(key)
             return
         before = None if value is None else _HEADER.unpack_from(value)[0] >> 2
         header = expires << 2 | _HEX_ID | (completed == b"1")
@@ -189,6 +194,14 @@ class DedupTable:
     def remove(self, key: str) -> bool:
         """Forget ``key``; False if it was not held."""
         return self._entries.pop(key, None) is not None
+
+    def take_stale(self) -> list[str]:
+        """The keys restored expired since the last call and not held now (a later record or
+        a new claim holds the others): their changelog records need a tombstone, or every
+        restore after would read them again, for good."""
+        stale, self._stale = self._stale, []
+        entries = self._entries
+        return [key for key in dict.fromkeys(stale) if key not in entries]
 
     def expire(self, now_ms: int) -> list[str]:
         """Remove every entry expired at ``now_ms`` and return their keys."""

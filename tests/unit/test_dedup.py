@@ -733,6 +733,24 @@ def test_load_restores_committed_live_keys_of_the_loaded_priorities(
     )
 
 
+def test_a_record_restored_expired_gets_its_tombstone_at_the_next_expiry() -> None:
+    # Dropped from memory, its record stayed in the compacted changelog for good: every
+    # restore after read it again, and every handover added the keys it let expire.
+    consumer = FakeConsumer({})
+    consumer.add(0, b"high/expired", encode_entry(JOB_A, True, NOW))
+    consumer.add(0, b"high/expired-then-live", encode_entry(JOB_A, True, NOW))
+    consumer.add(0, b"high/expired-then-live", live(JOB_B))
+    consumer.add(0, b"high/expired-then-claimed", encode_entry(JOB_A, True, NOW))
+    store = kafka_store(consumer)
+    store.load([HIGH_0])
+    assert store.check(HIGH_0, "expired-then-claimed", JOB_B, policy=COMPLETE, now_ms=NOW) is (
+        Verdict.RUN
+    )
+    records = store.expire(NOW + 1)
+    assert [(r.key, r.value) for r in records] == [(b"high/expired", None)]
+    assert store.expire(NOW + 2) == []  # once
+
+
 def test_load_sets_what_a_restore_depends_on_over_the_given_options() -> None:
     consumer = FakeConsumer({})
     kafka_store(consumer).load([HIGH_0])
