@@ -121,6 +121,7 @@ class Work:
         "kwargs",
         "limit",
         "offset",
+        "pooled",
         "runner",
         "started",
         "state",
@@ -163,6 +164,17 @@ class Work:
         self.suspended = False
         self.expired = False
         self.finished = False
+        self.pooled = False
+        """Handed to the thread pool and not back from it yet."""
+
+    @property
+    def at_commit_point(self) -> bool:
+        """Whether this job is its partition's lowest unfinished offset. Such a job starts even
+        when every slot is taken: the slots may all be held by failed jobs whose moves wait for
+        the commit point to pass (a partition keeps a bounded number of moves above it, see
+        :class:`.commit.moves.Mover`), and only this job can make it pass. At most one job a
+        partition runs over the concurrency so."""
+        return self.state.tracker.watermark == self.offset
 
     def __repr__(self) -> str:
         where = f"{self.state.topic}[{self.state.partition}]@{self.offset}"

@@ -267,6 +267,26 @@ def test_dropping_admitted_jobs_gives_their_gate_slot_back() -> None:
     assert limit.running == 0
 
 
+def test_a_slot_given_back_by_a_drop_admits_a_job_of_another_partition_waiting_for_it() -> None:
+    # Nothing else would: a job waiting on a cap has no timer, and no job of the capped type
+    # may be running to release one.
+    d = dispatcher()
+    jobs = Jobs()
+    limit = TypeLimit[Work]("capped", cap=1, rate_limit=None, now=0.0)
+    gone, kept = state(0, partition=0), state(0, partition=1)
+    first = jobs.work(gone, "capped", limit=limit)
+    admitted = jobs.work(gone, "capped", limit=limit)
+    waiting = jobs.work(kept, "capped", limit=limit)
+    for work in (first, admitted, waiting):
+        enqueue(d, work)
+    assert d.pop() is first
+    assert d.pop() is None  # the other two wait in the limit
+    d.release(first)  # the next is admitted (holds the slot), not started
+    assert d.admitted == deque([admitted])
+    assert d.drop([gone]) == [admitted]
+    assert d.pop() is waiting
+
+
 def test_taking_many_at_once_keeps_the_weighted_shares() -> None:
     d = dispatcher(WeightedPolicy([10, 5, 3, 1]))
     jobs = Jobs()

@@ -639,3 +639,137 @@ def test_a_job_given_up_at_revocation_is_not_moved_when_it_fails_later() -> None
         assert state.commit_offset == -1  # unfinished: the next owner runs it again
 
     run(main)
+
+
+def test_a_payload_codec_that_fails_otherwise_than_told_fails_its_job_and_nothing_else() -> None:
+    """Its KeyError escaped the start of jobs: the jobs taken with it never started, their
+    slots stayed taken and the partition stopped."""
+
+    async def main() -> None:
+        app = make_app()
+        ran: list[int] = []
+
+        @app.job("t")
+        def t(n: int) -> None:
+            if n == 1:
+                raise AssertionError("never run: its payload cannot be read")
+            ran.append(n)
+
+        entry_load = None
+
+        def load(payload: bytes) -> dict[str, Any]:
+            if b'"n": 1' in payload:
+                raise KeyError("codec bug")
+            assert entry_load is not None
+            return entry_load(payload)
+
+        h = Harness(app, concurrency=1)
+        entry = h.processor.types.find("t")
+        assert entry is not None
+        entry_load, entry.load = entry.load, load
+        h.feed(*(h.message("t", {"n": n}) for n in range(4)))
+        outcomes = await h.recorder.wait_for(4)
+        assert [(o.offset, o.kind) for o in outcomes] == [
+            (0, OutcomeKind.SUCCEEDED),
+            (1, OutcomeKind.FAILED),
+            (2, OutcomeKind.SUCCEEDED),
+            (3, OutcomeKind.SUCCEEDED),
+        ]
+        assert "payload codec of 't' failed: KeyError" in str(outcomes[1].error)
+        assert ran == [0, 2, 3]
+        assert h.partition.commit_offset == 4
+
+    run(main)
+
+
+def test_a_plain_function_past_its_time_limit_keeps_its_key_until_its_thread_is_back() -> None:
+    """Its slot is free at the deadline, but a key's jobs never run at the same time, nor more
+    of a type than its cap: the next job of the key waits for the thread."""
+
+    async def main() -> None:
+        app = make_app()
+        running: set[int] = set()
+        overlaps: list[tuple[int, set[int]]] = []
+        started: list[int] = []
+        lock = threading.Lock()
+        release = threading.Event()
+
+        @app.job("slow", time_limit=0.05, concurrency=1)
+        def slow(i: int) -> None:
+            with lock:
+                if running:
+                    overlaps.append((i, set(running)))
+                running.add(i)
+                started.append(i)
+            release.wait(5)
+            with lock:
+                running.discard(i)
+
+        h = Harness(app, concurrency=4, threads=2, key_ordering=True)
+        h.feed(*(h.message("slow", {"i": i}, key=b"k") for i in range(3)))
+        timed_out = await h.recorder.wait_for(1)
+        assert timed_out[0].kind is OutcomeKind.TIMED_OUT
+        # Job 0's slot was freed at its deadline, and the jobs after it were pumped then: job 1
+        # waits for the key (with it free, it would be on the second thread by now).
+        assert h.processor.in_flight == 0
+        release.set()
+        outcomes = await h.recorder.wait_for(3)
+        assert [o.kind for o in outcomes] == [
+            OutcomeKind.TIMED_OUT,
+            OutcomeKind.SUCCEEDED,
+            OutcomeKind.SUCCEEDED,
+        ]
+        assert started == [0, 1, 2]
+        assert overlaps == []
+
+    run(main)
+
+
+def test_a_plain_function_past_its_time_limit_before_a_thread_took_it_is_not_run() -> None:
+    async def main() -> None:
+        app = make_app()
+        started: list[int] = []
+        release = threading.Event()
+
+        @app.job("slow", time_limit=0.05)
+        def slow(i: int) -> None:
+            started.append(i)
+            release.wait(5)
+
+        h = Harness(app, concurrency=2, threads=1)
+        h.feed(*(h.message("slow", {"i": i}) for i in range(2)))
+        outcomes = await h.recorder.wait_for(2)
+        assert [o.kind for o in outcomes] == [OutcomeKind.TIMED_OUT] * 2
+        release.set()
+        await h.processor.close()
+        for thread in h.processor._pool._threads:
+            thread.join(5)
+        assert started == [0]  # job 1 was failed at its deadline, waiting for the thread
+
+    run(main)
+
+
+def test_closing_ends_a_runner_whose_job_cleans_up_after_its_time_limit() -> None:
+    """The runner took back every cancel after a job past its time limit, close()'s too: it
+    went on idling, and the worker's shutdown waited for it for good."""
+
+    async def main() -> None:
+        app = make_app()
+        cleaning = asyncio.Event()
+
+        @app.job("stubborn", time_limit=0.05)
+        async def stubborn() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                cleaning.set()
+                await asyncio.sleep(10)  # a long cleanup, cancelled by the shutdown
+                raise
+
+        h = Harness(app)
+        h.feed(h.message("stubborn"))
+        await asyncio.wait_for(cleaning.wait(), 5)
+        h.processor.stopping = True
+        await asyncio.wait_for(h.processor.close(), 5)
+
+    run(main)

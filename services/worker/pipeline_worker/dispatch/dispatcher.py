@@ -318,19 +318,24 @@ class Dispatcher:
             return work.state in doomed
 
         dropped: list[Work] = []
+        freed: set[TypeLimit[Work]] = set()
         for queue in self.queues:
             dropped.extend(_remove(queue, condemned))
         for work in _remove(self.admitted, condemned):
-            if work.limit is not None:
-                work.limit.release()
-            if work.tenant_limit is not None:
-                work.tenant_limit.release()
+            for limit in (work.limit, work.tenant_limit):
+                if limit is not None:
+                    limit.release()
+                    freed.add(limit)
             dropped.append(work)
         for limit in self._limits:
             for work in _remove(limit.waiting, condemned):
                 if limit is work.limit and work.tenant_limit is not None:
                     work.tenant_limit.release()  # it held its tenant's slot
+                    freed.add(work.tenant_limit)
                 dropped.append(work)
+        for limit in freed:
+            if limit.waiting:
+                self._drain(limit)  # jobs of other partitions waited for these slots
         for state in doomed:
             for successors in state.keys.values():
                 if successors:

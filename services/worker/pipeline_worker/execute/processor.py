@@ -215,11 +215,11 @@ class Processor:
 
     def _start_commit_points(self) -> None:
         """Start the held jobs that are due and at their partition's commit point, over the
-        concurrency (see :func:`_at_commit_point`); the others wait on for a slot."""
+        concurrency (see :attr:`Work.at_commit_point`); the others wait on for a slot."""
         ready = self._ready
-        starting = [work for work in ready if _at_commit_point(work)]
+        starting = [work for work in ready if work.at_commit_point]
         if starting:
-            waiting = [work for work in ready if not _at_commit_point(work)]
+            waiting = [work for work in ready if not work.at_commit_point]
             ready.clear()
             ready.extend(waiting)
             for work in starting:
@@ -234,7 +234,7 @@ class Processor:
             if self.idle.waiting and state.in_flight == 0:
                 self.idle.wake()
             return
-        if self.in_flight < self._concurrency or _at_commit_point(work):
+        if self.in_flight < self._concurrency or work.at_commit_point:
             self._begin(work, time.monotonic(), time.time() * 1000.0)
         else:
             self._ready.append(work)
@@ -263,6 +263,10 @@ class Processor:
         except (DecodeError, PayloadValidationError) as exc:
             self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
+        except Exception as exc:  # a payload codec's or validator's own bug: the job fails
+            reason = f"the payload codec of {job.type!r} failed: {type(exc).__name__}: {exc}"
+            self._endings.finish(work, OutcomeKind.FAILED, DecodeError(reason, job.payload), 0.0)
+            return
         limit = entry.time_limit
         chain = self._chain
         if job_type.wants_ctx or chain is not None:
@@ -285,6 +289,7 @@ class Processor:
         else:
             if limit is not None:
                 work.timer = self._loop.call_later(limit, self._expire, work)
+            work.pooled = True
             self._pool.submit(work)
 
     def on_suspend(self, work: Work) -> None:
@@ -316,7 +321,12 @@ class Processor:
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None:
         """A handler returned (``error`` None) or raised. The caller pumps afterwards."""
         if work.finished:
-            return  # failed at its deadline already; the late result is discarded
+            # Failed at its deadline already; the late result is discarded. Its thread is back
+            # only now: so are its key and its type's and tenant's slots (see free_slot).
+            if work.pooled:
+                work.pooled = False
+                self.dispatcher.release(work)
+            return
         if error is None and self._plain:
             # The common case, inlined: a success with no middleware to tell.
             work.finished = True
@@ -382,6 +392,12 @@ class Processor:
 
     def free_slot(self, work: Work) -> None:
         self.in_flight -= 1
+        if work.pooled and work.expired:
+            # Its thread still runs the handler: the concurrency slot is free (a thread that
+            # never returns must not take one for good), but not its key, nor its type's and
+            # tenant's slots, until the thread is back (complete): no two runs of one key, nor
+            # more of a type than its cap, at the same time.
+            return
         self.dispatcher.release(work)
 
     def release(self, work: Work) -> None:
@@ -404,12 +420,3 @@ class Processor:
         """Stop the executors (threads still inside a job are left to finish on their own)."""
         self._pool.close()
         await self._runners.close()
-
-
-def _at_commit_point(work: Work) -> bool:
-    """Whether ``work`` is its partition's lowest unfinished offset. Such a job starts even when
-    every slot is taken: the slots may all be held by failed jobs whose moves wait for the
-    commit point to pass (a partition keeps a bounded number of moves above it, see
-    :class:`..commit.moves.Mover`), and only this job can make it pass. At most one job a
-    partition runs over the concurrency so."""
-    return work.state.tracker.watermark == work.offset

@@ -102,6 +102,7 @@ class AsyncRunners:
         self._idle: deque[asyncio.Future[None]] = deque()
         self._draining = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False
 
     def submit(self, work: Work) -> None:
         """Queue a job whose ``kwargs`` are ready; a runner picks it up soon (same loop turn)."""
@@ -140,7 +141,7 @@ class AsyncRunners:
                     )
                     await _drive(coro, base.copy(), self._suspended, work)
                 except asyncio.CancelledError as exc:
-                    if task.cancelling() and not work.expired:
+                    if self._closing or (task.cancelling() and not work.expired):
                         raise  # the runner itself is being cancelled (shutdown)
                     error = exc  # the time limit, or the handler's own CancelledError
                 except BaseException as exc:
@@ -150,7 +151,8 @@ class AsyncRunners:
                     self._draining += 1
                 if work.expired:
                     # Cancelled by the time limit: the job was failed at its deadline already.
-                    while task.cancelling():
+                    # (Not a cancel of close(): that one ends the runner, at its next await.)
+                    while task.cancelling() and not self._closing:
                         task.uncancel()
                 else:
                     on_done(work, error, time.monotonic())
@@ -179,6 +181,7 @@ class AsyncRunners:
 
     async def close(self) -> None:
         """Cancel every runner (idle ones and those stuck in jobs past their deadline)."""
+        self._closing = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -257,12 +260,13 @@ class ThreadPool:
             taken[index] += 1
             error: BaseException | None = None
             result: Any = None
-            work.started = time.monotonic()
-            try:
-                context = work.context if work.context is not None else base.copy()
-                result = context.run(work.job_type.handler, **(work.kwargs or {}))
-            except BaseException as exc:
-                error = exc
+            if not work.finished:  # else failed at its deadline while it waited: not run
+                work.started = time.monotonic()
+                try:
+                    context = work.context if work.context is not None else base.copy()
+                    result = context.run(work.job_type.handler, **(work.kwargs or {}))
+                except BaseException as exc:
+                    error = exc
             done.append((work, error, time.monotonic(), result))
             # One wake-up per batch: later completions find _scheduled set and ride along.
             if not self._scheduled:
