@@ -19,6 +19,7 @@ from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import EventCodec, JobCodec
 from pipeline._job import now_ms
 from pipeline._producer import producer_config
+from pipeline._ratelog import RateLimitedLog
 from pipeline._records import Event, EventKind
 from pipeline._topics import TopicNames
 
@@ -45,6 +46,7 @@ class EventStream:
         self._topic = TopicNames(settings.namespace).events
         self._codec = EventCodec(codec.store)
         self._worker = f"{socket.gethostname()}:{os.getpid()}"
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
         self.dropped = 0
 
     def started(self, job: Job) -> None:
@@ -77,6 +79,9 @@ class EventStream:
             self._producer.produce(self._topic, self._codec.encode(event), job.id.encode())
         except BufferError:
             self.dropped += 1
+        except Exception as exc:  # best effort: an event is never worth a job (nor a batch)
+            self.dropped += 1
+            self._errors.warning("event", "a lifecycle event was not sent: %s", exc)
         self._producer.poll(0)
 
     def close(self, timeout: float = 5.0) -> None:
