@@ -206,6 +206,27 @@ def test_bad_values_raise(field: str, value: Any, message: str | None) -> None:
         _write(compiled, {**record, field: value})
 
 
+PRICE: dict[str, Any] = {
+    "type": "record",
+    "name": "Price",
+    "fields": [
+        {
+            "name": "amount",
+            "type": {
+                "type": "fixed",
+                "name": "Money",
+                "size": 8,
+                "logicalType": "decimal",
+                "precision": 18,
+                "scale": 2,
+            },
+        },
+        {"name": "again", "type": "Money"},
+    ],
+}
+"""A logical type on a named type, used twice."""
+
+
 @pytest.mark.parametrize(
     "schema",
     [
@@ -225,24 +246,7 @@ def test_bad_values_raise(field: str, value: Any, message: str | None) -> None:
             "name": "Logical",
             "fields": [{"name": "d", "type": {"type": "int", "logicalType": "date"}}],
         },
-        {
-            "type": "record",
-            "name": "Price",
-            "fields": [
-                {
-                    "name": "amount",
-                    "type": {
-                        "type": "fixed",
-                        "name": "Money",
-                        "size": 8,
-                        "logicalType": "decimal",
-                        "precision": 18,
-                        "scale": 2,
-                    },
-                },
-                {"name": "again", "type": "Money"},
-            ],
-        },
+        PRICE,
     ],
     ids=["union", "recursive", "array-of-null", "logical", "logical-on-a-named-type"],
 )
@@ -254,26 +258,9 @@ def test_unsupported_schemas_are_left_to_fastavro(schema: dict[str, Any]) -> Non
 
 
 def test_a_decimal_on_a_fixed_type_round_trips_as_a_decimal() -> None:
-    schema = {
-        "type": "record",
-        "name": "Price",
-        "fields": [
-            {
-                "name": "amount",
-                "type": {
-                    "type": "fixed",
-                    "name": "Money",
-                    "size": 8,
-                    "logicalType": "decimal",
-                    "precision": 18,
-                    "scale": 2,
-                },
-            }
-        ],
-    }
     store = SchemaStore.empty(logical_types=True)
-    entry = store.register(schema)
-    value = {"amount": Decimal("12.34")}
+    entry = store.register(PRICE)
+    value = {"amount": Decimal("12.34"), "again": Decimal("-0.01")}
     assert store.decode(store.encode(value, entry)) == value
 
 
