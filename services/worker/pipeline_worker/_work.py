@@ -121,7 +121,6 @@ class Work:
         "kwargs",
         "limit",
         "offset",
-        "pooled",
         "runner",
         "started",
         "state",
@@ -164,8 +163,6 @@ class Work:
         self.suspended = False
         self.expired = False
         self.finished = False
-        self.pooled = False
-        """Handed to the thread pool and not back from it yet."""
 
     @property
     def at_commit_point(self) -> bool:

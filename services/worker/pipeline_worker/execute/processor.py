@@ -289,7 +289,6 @@ class Processor:
         else:
             if limit is not None:
                 work.timer = self._loop.call_later(limit, self._expire, work)
-            work.pooled = True
             self._pool.submit(work)
 
     def on_suspend(self, work: Work) -> None:
@@ -323,8 +322,7 @@ class Processor:
         if work.finished:
             # Failed at its deadline already; the late result is discarded. Its thread is back
             # only now: so are its key and its type's and tenant's slots (see free_slot).
-            if work.pooled:
-                work.pooled = False
+            if work.expired and self._pooled(work):
                 self.dispatcher.release(work)
             return
         if error is None and self._plain:
@@ -390,9 +388,13 @@ class Processor:
 
     # -- the endings' calls (JobSlots) ---------------------------------------------------------
 
+    def _pooled(self, work: Work) -> bool:
+        """Whether ``work`` runs on a pool thread (else on a runner: see :meth:`_begin`)."""
+        return self._chain is None and not work.job_type.is_async
+
     def free_slot(self, work: Work) -> None:
         self.in_flight -= 1
-        if work.pooled and work.expired:
+        if work.expired and self._pooled(work):
             # Its thread still runs the handler: the concurrency slot is free (a thread that
             # never returns must not take one for good), but not its key, nor its type's and
             # tenant's slots, until the thread is back (complete): no two runs of one key, nor
