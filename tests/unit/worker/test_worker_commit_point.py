@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+from typing import Any
 
 from confluent_kafka import Message
 
@@ -13,6 +14,7 @@ from pipeline._job import now_ms
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit.moves import Mover
+from pipeline_worker.commit.offsets import OffsetTracker
 from pipeline_worker.execute.processor import Processor
 from pipeline_worker.intake.consumer import _commit_point
 from pipeline_worker.route.policy import FailurePolicy
@@ -21,6 +23,21 @@ from pipeline_worker.route.router import FailureRouter
 from ..test_transactions import FakeProducer
 
 PRIORITIES = list(Priority)
+
+
+class SignallingTracker(OffsetTracker):
+    """An offset tracker that sets ``changed`` whenever an offset finishes."""
+
+    __slots__ = ("changed",)
+
+    def __init__(self, changed: asyncio.Event) -> None:
+        super().__init__()
+        self.changed = changed
+
+    def finish(self, offset: int) -> int | None:
+        watermark = super().finish(offset)
+        self.changed.set()
+        return watermark
 
 
 def test_a_held_job_at_the_commit_point_runs_while_moves_above_it_hold_every_slot() -> None:
@@ -65,16 +82,29 @@ def test_a_held_job_at_the_commit_point_runs_while_moves_above_it_hold_every_slo
             Message(topic=topic, partition=0, offset=n, value=app.codec.encode(job))
             for n, job in enumerate(jobs)
         ]
+        # The consumer thread's part: write the moves that have room and commit, each time a
+        # move is submitted or an offset finishes (which may move the commit point).
+        changed = asyncio.Event()
+        state.tracker = SignallingTracker(changed)
+        submit = mover.submit
+
+        def submitting(*args: Any, **kwargs: Any) -> None:
+            submit(*args, **kwargs)
+            changed.set()
+
+        mover.submit = submitting  # type: ignore[method-assign]
         state.handed += len(messages)
         processor.on_batch([(state, messages)])
-        # The consumer thread's part: write the moves that have room, commit now and then.
-        for turn in range(5000):
-            if ran.is_set() and state.commit_offset == len(messages):
-                break
+        deadline = loop.time() + 10
+        while not (ran.is_set() and state.commit_offset == len(messages)):
+            changed.clear()
             mover.drain(lambda where: True, lambda where: state.commit_offset)
-            if mover.open and turn % 5 == 0:
+            if mover.open:
                 mover.commit([], None, lambda where: True)
-            await asyncio.sleep(0.002)
+            try:
+                await asyncio.wait_for(changed.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                break  # nothing moves any more
         assert ran.is_set(), "the held job at the commit point never got a slot"
         assert state.commit_offset == len(messages)
         assert processor.in_flight == 0

@@ -760,10 +760,10 @@ def test_closing_ends_a_runner_whose_job_cleans_up_after_its_time_limit() -> Non
         @app.job("stubborn", time_limit=0.05)
         async def stubborn() -> None:
             try:
-                await asyncio.sleep(10)
+                await asyncio.Event().wait()  # a reply that never comes
             except asyncio.CancelledError:
                 cleaning.set()
-                await asyncio.sleep(10)  # a long cleanup, cancelled by the shutdown
+                await asyncio.Event().wait()  # a cleanup only the shutdown's cancel ends
                 raise
 
         h = Harness(app)

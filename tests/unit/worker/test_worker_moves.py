@@ -34,14 +34,24 @@ def mover_on(producer: FakeProducer, loop: asyncio.AbstractEventLoop) -> Mover:
     return Mover(Settings(namespace="acme"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
 
 
-def submit(mover: Mover, where: tuple[str, int], offset: int, done: list[int]) -> None:
+def submit(
+    mover: Mover,
+    where: tuple[str, int],
+    offset: int,
+    done: list[int],
+    refused: list[int] | None = None,
+) -> None:
+    """Submit a move of ``offset``; once resolved, it lands in ``done`` (written) or in
+    ``refused`` (given up)."""
     record = Record("acme.dlq", f"{where[1]}@{offset}".encode(), None)
-    mover.submit(where, offset, [record], functools.partial(_done, done, offset))
+    mover.submit(where, offset, [record], functools.partial(_done, done, refused, offset))
 
 
-def _done(done: list[int], offset: int, ok: bool) -> None:
+def _done(done: list[int], refused: list[int] | None, offset: int, ok: bool) -> None:
     if ok:
         done.append(offset)
+    elif refused is not None:
+        refused.append(offset)
 
 
 def _run_ready(loop: asyncio.AbstractEventLoop) -> None:
@@ -150,13 +160,8 @@ def test_moves_queued_for_a_partition_given_up_are_not_written_when_it_comes_bac
     mover = mover_on(producer, loop)
     done: list[int] = []
     refused: list[int] = []
-    mover.submit(
-        WHERE,
-        3,
-        [Record("acme.dlq", b"0@3", None)],
-        lambda ok: (done if ok else refused).append(3),
-    )
-    submit(mover, OTHER, 5, done)
+    submit(mover, WHERE, 3, done, refused)
+    submit(mover, OTHER, 5, done, refused)
     mover.forget([WHERE])
     assert mover.drain(owned, lambda w: 0)  # WHERE is owned again
     _run_ready(loop)
