@@ -556,6 +556,26 @@ def test_messages_delivered_before_a_partition_is_read_back_wait_until_it_is(
     assert (state.handed, state.handed_next) == (4, 4)
 
 
+def test_the_end_of_a_partition_seen_while_it_was_read_back_stands_when_its_held_messages_go(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The messages held until a partition is read back came before its end-of-partition event:
+    handing them later must not make the partition look undrained (a burst run would wait for
+    an event that librdkafka does not send twice)."""
+    thread, fake, side = consumer_thread(
+        loop, burst=True, kafka_consumer={"group.protocol": "classic"}
+    )
+    thread.rebalance.on_assign(fake, [TopicPartition(TOPIC, 0)])  # type: ignore[arg-type]
+    [state] = thread.states.values()
+    eof = Message(topic=TOPIC, partition=0, offset=3, error=KafkaError(KafkaError._PARTITION_EOF))
+    thread._hand([*messages(0, 0, 3), eof])
+    assert state.at_end
+    thread._chores(0.0, idle=True)  # reads the mark back and hands the held messages
+    flush(loop)
+    assert handed_offsets(side) == [(0, [0, 1, 2])]
+    assert state.at_end
+
+
 def test_messages_held_for_a_partition_revoked_before_it_was_read_back_are_dropped(
     loop: asyncio.AbstractEventLoop,
 ) -> None:

@@ -256,7 +256,7 @@ class ConsumerThread:
             if not committer.in_transaction:
                 early = self.assignment.load(resume=not self.intake_stopped)
                 if early:
-                    self._hand(early)
+                    self._hand(early, held=True)
         if self._flow.paused and not self.intake_stopped:
             self._flow.resume_drained()
         self._drain_moves()
@@ -307,9 +307,12 @@ class ConsumerThread:
                 if msg is not None:
                     self._hand([msg])  # counted as handed: never committed past by position
 
-    def _hand(self, messages: list[Message]) -> None:
+    def _hand(self, messages: list[Message], *, held: bool = False) -> None:
         """Group a batch by partition, count it into the buffers, pause full ones, hand it over
-        (but for what poison-pill detection withholds for now: it is counted all the same)."""
+        (but for what poison-pill detection withholds for now: it is counted all the same).
+
+        ``held``: messages consumed earlier and held until their partition was read back; an
+        end-of-partition event that came after them still stands."""
         states = self.states
         batch: Batch = []
         state: PartitionState | None = None
@@ -325,7 +328,8 @@ class ConsumerThread:
                 state = states.get((topic, partition))  # type: ignore[arg-type]
                 if state is None:
                     continue  # not ours any more (cannot happen after incremental_unassign)
-                state.at_end = False
+                if not held:
+                    state.at_end = False
                 group = []
                 batch.append((state, group))
             group.append(msg)
