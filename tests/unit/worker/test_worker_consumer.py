@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -16,9 +17,13 @@ from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit import committer as committer_module
 from pipeline_worker.commit.marks import CommitMark
+from pipeline_worker.commit.moves import Mover
 from pipeline_worker.intake import consumer as consumer_module
 from pipeline_worker.intake.config import consumer_config
 from pipeline_worker.intake.consumer import CHORES_S, ConsumerThread
+from pipeline_worker.route.policy import Record
+
+from ..test_transactions import FakeProducer
 
 TOPIC = "ns.jobs.default"
 
@@ -133,7 +138,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 
 def consumer_thread(
-    loop: asyncio.AbstractEventLoop, **worker: Any
+    loop: asyncio.AbstractEventLoop, *, mover: Mover | None = None, **worker: Any
 ) -> tuple[ConsumerThread, FakeConsumer, FakeSide]:
     settings = Settings(namespace="ns", worker=worker)
     side = FakeSide(loop)
@@ -149,6 +154,7 @@ def consumer_thread(
         topics={TOPIC: (Priority.DEFAULT, 0)},
         side=side,
         metrics=WorkerMetrics(),
+        mover=mover,
         consumer_factory=factory,  # type: ignore[arg-type]
     )
     return thread, made[0], side
@@ -310,6 +316,33 @@ def test_a_scheduled_commit_waits_while_the_previous_one_is_unanswered(
     assert fake.commits[-1] == (True, [(TOPIC, 0, 9)])
 
 
+def test_a_transaction_opens_only_once_the_asynchronous_commit_before_it_is_answered(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """An asynchronous commit still on its way could reach the group coordinator after the
+    offsets of a transaction begun meanwhile, and put back a mark without its moves."""
+    producer = FakeProducer()
+    mover = Mover(Settings(namespace="ns"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
+    thread, fake, _ = consumer_thread(loop, mover=mover)
+    [state] = own(thread, 0)
+    thread._hand(messages(0, 0, 4))
+    state.commit_offset = 2
+    committer = thread._committer
+    committer.commit(thread.states.values(), time.monotonic())
+    assert [asynchronous for asynchronous, _ in fake.commits] == [True]
+    written: list[bool] = []
+    mover.submit((TOPIC, 0), 3, [Record("ns.dlq", b"3", None)], written.append)
+    thread._chores(time.monotonic(), idle=True)
+    assert "begin_transaction" not in producer.calls
+    assert not mover.open
+    committer.on_commit(None, fake.sent[0])  # Kafka answers the commit
+    thread._chores(time.monotonic(), idle=True)
+    assert mover.open
+    assert producer.calls.count("begin_transaction") == 1
+    flush(loop)
+    assert written == [True]
+
+
 def test_offsets_finished_while_a_commit_waited_go_with_the_next_one(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
@@ -345,7 +378,9 @@ def test_commits_are_due_by_time_or_by_count(loop: asyncio.AbstractEventLoop) ->
     assert committer.due(12.0, finished=0)
 
 
-INCREMENTAL = {"kafka_consumer": {"partition.assignment.strategy": "cooperative-sticky"}}
+INCREMENTAL: dict[str, Any] = {
+    "kafka_consumer": {"partition.assignment.strategy": "cooperative-sticky"}
+}
 
 
 def test_a_revoked_partition_is_committed_synchronously_once_its_jobs_are_done(

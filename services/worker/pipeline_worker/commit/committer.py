@@ -105,6 +105,16 @@ class Committer:
         """Whether the mover's transaction is open (records of ours not committed yet)."""
         return self._mover is not None and self._mover.open
 
+    def awaiting(self, now: float) -> bool:
+        """Whether an asynchronous commit is unanswered (since less than ``IN_FLIGHT_WAIT_S``).
+
+        A transaction must not open meanwhile: its offsets reach the group coordinator over the
+        producer's connection, and that commit, still on its way over the consumer's, could
+        land after them and put back an older mark, one without the transaction's moves (their
+        jobs would run again after a crash). While a transaction is open every commit goes
+        with it, so once this is answered the two cannot cross."""
+        return bool(self._started) and now - self._started[0] < IN_FLIGHT_WAIT_S
+
     def due(self, now: float, finished: int) -> bool:
         """Whether the interval passed or ``commit_every`` jobs finished since the last commit."""
         return now >= self._next or finished - self._finished_at_last >= self._every

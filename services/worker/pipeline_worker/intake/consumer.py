@@ -259,7 +259,8 @@ class ConsumerThread:
                     self._hand(early, held=True)
         if self._flow.paused and not self.intake_stopped:
             self._flow.resume_drained()
-        self._drain_moves()
+        if committer.in_transaction or not committer.awaiting(now):
+            self._drain_moves()  # else the transaction opens once that commit is answered
         self._poison.step(stopped=self.intake_stopped)
         if committer.due(now, self._side.finished_jobs):
             committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
