@@ -549,6 +549,29 @@ def test_a_rate_limit_takes_the_share_of_its_priority_topic() -> None:
     run(main)
 
 
+def test_a_worker_owning_none_of_a_types_topic_takes_its_share_of_every_topic() -> None:
+    """Its jobs of that type were enqueued at another priority: a share of 0 would hold them
+    (and their partition's commit point) for good."""
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("limited", rate_limit=60.0, priority="high")
+        async def limited() -> None:
+            return None
+
+        h = Harness(app, priorities=["high", "default"])
+        high, default = app.topics.jobs("high"), app.topics.jobs("default")
+        h.feed(h.message("limited"))
+        await h.recorder.wait_for(1)
+        h.processor.set_share({high: 0, default: 3}, {high: 1, default: 6})
+        limit = h.processor.types.entries["limited"].limit
+        assert limit is not None
+        assert limit.rate == pytest.approx(60.0 * 3 / 7)
+
+    run(main)
+
+
 class HeldRouter:
     """Moves failures like the real mover (settled later, from the loop), but only when the
     test says so: the batch that freed a handler has been pumped long before."""

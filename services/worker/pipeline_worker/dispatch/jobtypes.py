@@ -94,9 +94,12 @@ class TypeTable:
         """(owned, total) partitions that carry ``job_type``: those of its priority's topic.
 
         A type's jobs go to the topic of its declared priority unless an enqueue overrides it;
-        if this worker does not consume that topic, all consumed topics count.
+        if this worker consumes none of that topic's partitions, all consumed topics count:
+        the jobs it meets were enqueued at another priority, and a share of 0 would hold them
+        (and their partitions' commit points) for good. The fleet may then run the type a
+        little over its rate, by that share at most.
         """
         topic = self._topic_of.get(job_type.options.priority)
-        if topic is not None and self._partitions.get(topic):
-            return self._owned.get(topic, 0), self._partitions[topic]
+        if topic is not None and self._partitions.get(topic) and self._owned.get(topic):
+            return self._owned[topic], self._partitions[topic]
         return sum(self._owned.values()), sum(self._partitions.values())
