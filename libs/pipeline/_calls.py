@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._errors import PayloadValidationError
+from ._errors import DecodeError, PayloadValidationError
 from ._interceptors import CallNext, Interceptor, JobCall
 
 if TYPE_CHECKING:
@@ -40,6 +40,13 @@ def handler_kwargs(job_type: JobType, call: JobCall) -> dict[str, Any]:
     if job_type.wants_ctx:
         kwargs["ctx"] = call.ctx
     return kwargs
+
+
+def codec_failure(job_type: str, exc: Exception, payload: bytes) -> DecodeError:
+    """The :class:`DecodeError` a job fails with when its payload codec or validator raised
+    something else than a ``DecodeError`` or ``PayloadValidationError`` (a bug of its own)."""
+    reason = f"the payload codec of {job_type!r} failed: {type(exc).__name__}: {exc}"
+    return DecodeError(reason, payload)
 
 
 def is_call_error(exc: BaseException) -> bool:

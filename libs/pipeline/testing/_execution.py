@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._calls import call_error, compose, handler_kwargs, start_coroutine
+from .._calls import call_error, codec_failure, compose, handler_kwargs, start_coroutine
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._failures import failed_job, judge_failure
@@ -43,6 +43,8 @@ T = TypeVar("T")
 WORKER = "pipeline.testing"
 """The worker name a failed attempt's history records."""
 _JSON = JsonPayload()
+_RAISED_BY = "raised by job "
+"""How ``fail_fast``'s note on a raised error begins."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +91,10 @@ def execute(
         done = JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
         return Execution(done)
     if fail_fast and job_type is not None and not isinstance(error, Retry):
-        error.add_note(f"raised by job {job.id} ({job.type}, attempt {job.attempt})")
+        notes = getattr(error, "__notes__", None)
+        if notes:  # one exception object raised by several runs names only the last one
+            notes[:] = [note for note in notes if not note.startswith(_RAISED_BY)]
+        error.add_note(f"{_RAISED_BY}{job.id} ({job.type}, attempt {job.attempt})")
         raise error
     verdict = judge_failure(job, job_type, error, wall, rand)
     if verdict.reason is not None:
@@ -118,6 +123,8 @@ def _run(
         kwargs = job_type.load_payload(codec, job.payload)
     except (DecodeError, PayloadValidationError) as exc:
         return exc, None
+    except Exception as exc:  # the codec's or validator's own bug: the job fails, as in a worker
+        return codec_failure(job.type, exc, job.payload), None
     limit = job_type.options.time_limit
     ctx = JobContext(
         job,
@@ -144,7 +151,9 @@ def _run(
 
     try:
         return None, _on_a_loop(run, loop)
-    except (Exception, asyncio.CancelledError) as exc:
+    except KeyboardInterrupt:
+        raise  # the test run is being interrupted
+    except BaseException as exc:  # as the worker: SystemExit from a handler fails its job
         return exc, None
 
 
@@ -155,24 +164,28 @@ def _innermost(job_type: JobType) -> CallNext:
         kwargs = handler_kwargs(job_type, call)
         if job_type.is_async:
             return await start_coroutine(job_type, kwargs)
-        return await _in_thread(job_type.name, job_type.handler, kwargs)
+        error, result = await _in_thread(job_type.name, job_type.handler, kwargs)
+        if error is not None:
+            # Raised here, not through the future: a future refuses a StopIteration (this
+            # coroutine turns one into a RuntimeError, as any coroutine does; so does the worker).
+            raise error
+        return result
 
     return innermost
 
 
-def _in_thread(name: str, func: Callable[..., T], kwargs: dict[str, Any]) -> asyncio.Future[T]:
-    """``func(**kwargs)`` on a daemon thread (left to finish alone if its time limit passed)."""
+def _in_thread(
+    name: str, func: Callable[..., Any], kwargs: dict[str, Any]
+) -> asyncio.Future[tuple[BaseException | None, Any]]:
+    """``func(**kwargs)`` on a daemon thread (left to finish alone if its time limit passed):
+    (what it raised, or None; what it returned)."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
+    future: asyncio.Future[tuple[BaseException | None, Any]] = loop.create_future()
     context = contextvars.copy_context()
 
     def settle(error: BaseException | None, result: Any) -> None:
-        if future.done():
-            return  # cancelled at the time limit
-        if error is None:
-            future.set_result(result)
-        else:
-            future.set_exception(error)
+        if not future.done():  # else cancelled at the time limit
+            future.set_result((error, result))
 
     def main() -> None:
         error: BaseException | None = None
@@ -196,9 +209,15 @@ def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.Runner 
     def run() -> T:
         return loop.run(main()) if loop is not None else asyncio.run(main())
 
+    return off_the_loop(run)
+
+
+def off_the_loop(call: Callable[[], T]) -> T:
+    """``call()``, on a helper thread when this thread runs an event loop (an async test):
+    what runs or closes a loop of its own cannot run inside another."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return run()
+        return call()
     with ThreadPoolExecutor(1, thread_name_prefix="pipeline-testing") as pool:
-        return pool.submit(run).result()
+        return pool.submit(call).result()

@@ -38,6 +38,8 @@ class JobResult:
     """``RETRY``: seconds from the start of this run to :attr:`retry_at_ms`."""
     reason: DeadLetterReason | None = None
     """``DEAD``: the reason the worker writes on the dead letter (``max_attempts``...)."""
+    enqueued: tuple[Job, ...] = ()
+    """``run_job``: the jobs the run enqueued (kept in the test, never sent), in order."""
 
     @property
     def job_type(self) -> str | None:

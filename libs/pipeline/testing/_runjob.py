@@ -57,7 +57,15 @@ def run_job(
     options = {"key": key, "headers": headers, **options}
     message = _produce(app, job_type, payload or {}, attempt=attempt, clock=clock, options=options)
     on = clock.now_ms if clock is not None else None
-    return execute(app, message, clock=on, rand=rand or random.Random(0)).result
+    # What the handler enqueues stays in the test, as under the stub worker: never to Kafka.
+    children = InMemoryTransport()
+    saved, app._transport = app._transport, children
+    try:
+        result = execute(app, message, clock=on, rand=rand or random.Random(0)).result
+    finally:
+        children.flush(0)  # acknowledged: the application waits for none of them at exit
+        app._transport = saved
+    return replace(result, enqueued=tuple(app.codec.decode(m.value) for m in children.messages))
 
 
 def _produce(

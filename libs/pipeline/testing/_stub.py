@@ -28,7 +28,7 @@ from .._dedupstores import MemoryDedupStore
 from .._errors import ConfigurationError, DecodeError
 from .._job import Priority, now_ms
 from ._clock import FakeClock
-from ._execution import execute
+from ._execution import execute, off_the_loop
 from ._results import JobResult, JobStatus
 from ._transport import InMemoryTransport, SentMessage
 
@@ -158,7 +158,7 @@ class StubWorker:
             self.app._transport = self._saved
             self._saved = None
         if self._loop is not None:
-            self._loop.close()
+            off_the_loop(self._loop.close)  # from an async test too
             self._loop = None
 
     def __enter__(self) -> StubWorker:

@@ -91,5 +91,7 @@ class InMemoryTransport:
         self.poll()
 
     def jobs(self, topic: str) -> list[Job]:
-        """The acknowledged jobs of ``topic``, decoded, in produce order."""
+        """The jobs produced to ``topic``, decoded, in produce order (acknowledging those not
+        acknowledged yet, as a poll would)."""
+        self.poll()
         return [self._codec.decode(m.value) for m in self.messages if m.topic == topic]

@@ -16,11 +16,14 @@ from pipeline import (
     Backoff,
     CallNext,
     ConfigurationError,
+    DecodeError,
     Interceptor,
     JobCall,
     JobContext,
+    JsonPayload,
     PayloadValidationError,
     Pipeline,
+    Priority,
     Retry,
     Settings,
     TimeLimitError,
@@ -32,6 +35,7 @@ from pipeline.testing import (
     InMemoryTransport,
     JobStatus,
     run_job,
+    stub_worker,
 )
 
 
@@ -338,3 +342,95 @@ def test_max_attempts_of_the_enqueue_and_of_the_type_both_hold() -> None:
 
     assert run_job(app, "few", attempt=2).reason == DeadLetterReason.MAX_ATTEMPTS
     assert run_job(app, "few", attempt=1, max_attempts=1).reason == DeadLetterReason.MAX_ATTEMPTS
+
+
+def test_a_plain_function_raising_stop_iteration_is_retried_not_hung() -> None:
+    """A future cannot carry a StopIteration: the run waited for it for good."""
+    app = make_app()
+
+    @app.job("exhausted")
+    def exhausted() -> None:
+        next(iter([]))
+
+    async def main() -> Any:
+        return await asyncio.wait_for(asyncio.to_thread(run_job, app, "exhausted"), 10)
+
+    result = asyncio.run(main())
+    assert result.status is JobStatus.RETRY
+    assert isinstance(result.error, RuntimeError)
+    assert isinstance(result.error.__cause__, StopIteration)
+
+
+def test_a_handler_raising_system_exit_fails_its_job_as_in_the_worker() -> None:
+    app = make_app()
+
+    @app.job("quits")
+    def quits() -> None:
+        raise SystemExit(3)
+
+    @app.job("aquits")
+    async def aquits() -> None:
+        raise SystemExit(4)
+
+    for name in ("quits", "aquits"):
+        result = run_job(app, name)
+        assert result.status is JobStatus.RETRY
+        assert isinstance(result.error, SystemExit)
+
+
+def test_a_payload_codec_failing_with_its_own_error_dead_letters_the_job() -> None:
+    app = make_app()
+
+    class Buggy(JsonPayload):
+        def decode(self, job_type: str, data: bytes) -> dict[str, Any]:
+            raise KeyError("missing")
+
+    @app.job("buggy", payload=Buggy())
+    def buggy(n) -> None:  # type: ignore[no-untyped-def]  # unannotated: the codec decodes
+        return None
+
+    result = run_job(app, "buggy", {"n": 1})
+    assert result.status is JobStatus.DEAD
+    assert isinstance(result.error, DecodeError)
+    assert "KeyError" in str(result.error)
+
+
+def test_jobs_a_handler_enqueues_stay_in_the_test_and_are_listed() -> None:
+    """Never to the application's own transport (Kafka here: nothing listens on port 9)."""
+    app = Pipeline(Settings(namespace="acme", bootstrap_servers="127.0.0.1:9"))
+    own = app._transport
+
+    @app.job("child")
+    def child(n: int) -> None:
+        return None
+
+    @app.job("parent")
+    def parent(n: int) -> None:
+        app.enqueue("child", {"n": n + 1}, priority="high")
+
+    try:
+        result = run_job(app, "parent", {"n": 1})
+        assert result.status is JobStatus.SUCCEEDED
+        assert [(j.type, j.payload, j.priority) for j in result.enqueued] == [
+            ("child", b'{"n":2}', Priority.HIGH)
+        ]
+        assert app._transport is own
+        app.flush(0)  # raises if a job of the run waited for Kafka
+    finally:
+        app.close()
+
+
+def test_fail_fast_names_only_the_last_job_on_an_exception_raised_again() -> None:
+    app = make_app()
+    shared = ValueError("always the same object")
+
+    @app.job("same")
+    def same() -> None:
+        raise shared
+
+    with stub_worker(app, fail_fast=True) as worker:
+        for _ in range(3):
+            app.enqueue("same", {})
+            with pytest.raises(ValueError, match="always the same object"):
+                worker.drain()
+    assert len(shared.__notes__) == 1

@@ -360,3 +360,30 @@ def test_a_key_lands_on_the_partition_the_app_s_topics_give_it(partitions: int) 
         worker.drain()
     assert seen == {key.encode(): partition_for(key.encode(), partitions) for key in keys}
     assert max(seen.values()) < partitions
+
+
+def test_a_stub_worker_block_can_be_left_inside_an_async_test() -> None:
+    app = make_app()
+    own = app._transport
+    ran: list[int] = []
+
+    @app.job("note")
+    async def note(n: int) -> None:
+        ran.append(n)
+
+    async def main() -> None:
+        with stub_worker(app) as worker:
+            app.enqueue("note", {"n": 1})
+            worker.drain()
+
+    asyncio.run(main())
+    assert ran == [1]
+    assert app._transport is own
+
+
+def test_the_in_memory_transport_lists_jobs_not_acknowledged_yet() -> None:
+    transport = InMemoryTransport()
+    app = Pipeline(Settings(namespace="acme"), transport=transport)
+    app.enqueue("email.send", {"to": "a@b.c"})  # no flush: the producer polls every 1,000
+    [job] = transport.jobs(app.topics.jobs("default"))
+    assert job.type == "email.send"

@@ -362,6 +362,34 @@ def test_arguments_that_do_not_fit_still_fail_as_payload_errors_inside_a_chain()
     run(main)
 
 
+def test_a_plain_function_raising_stop_iteration_inside_a_chain_fails_like_any_error() -> None:
+    """A future cannot carry a StopIteration: the job hung (and the jobs that ended in the same
+    batch with it were never resolved)."""
+
+    async def main() -> None:
+        app = make_app(Named("outer", []))
+
+        @app.job("exhausted")
+        def exhausted() -> None:
+            next(iter([]))
+
+        @app.job("fine")
+        def fine() -> None:
+            return None
+
+        h = Harness(app, concurrency=4)
+        h.feed(h.message("exhausted"), h.message("fine"), h.message("fine"))
+        outcomes = await h.recorder.wait_for(3)
+        failed = [o for o in outcomes if o.kind is OutcomeKind.FAILED]
+        assert [o.job.type for o in failed if o.job is not None] == ["exhausted"]
+        assert isinstance(failed[0].error, RuntimeError)
+        assert isinstance(failed[0].error.__cause__, StopIteration)
+        assert decide(failed[0])[2] == "retry.0"
+        assert h.partition.commit_offset == 3
+
+    run(main)
+
+
 def test_a_context_handler_gets_the_same_context_as_the_chain() -> None:
     seen: list[bool] = []
 

@@ -38,7 +38,7 @@ class Chain:
         self._loop = loop
         self.submit: Callable[[Work], None] = _no_pool
         """Hands a plain-function job to the thread pool (set once the pool exists)."""
-        self._waiting: dict[Work, asyncio.Future[Any]] = {}
+        self._waiting: dict[Work, asyncio.Future[tuple[BaseException | None, Any]]] = {}
         """Plain-function jobs on the pool, by their work, and the future their chain awaits."""
         self._call = compose(interceptors, self._innermost)
 
@@ -58,14 +58,19 @@ class Chain:
         work.kwargs = kwargs
         work.context = contextvars.copy_context()
         started = work.started
-        future = self._loop.create_future()
+        future: asyncio.Future[tuple[BaseException | None, Any]] = self._loop.create_future()
         self._waiting[work] = future
         self.submit(work)
         try:
-            return await future
+            error, result = await future
         finally:
             self._waiting.pop(work, None)
             work.started = started  # the job started with its chain, not with its thread
+        if error is not None:
+            # Raised here, not through the future: a future refuses a StopIteration (this
+            # coroutine turns one into a RuntimeError, as any coroutine does).
+            raise call_error(work.job.type, error)
+        return result
 
     def resolve(self, batch: list[Completion]) -> None:
         """Plain functions ran on the pool: their chains carry on with the result or error."""
@@ -74,10 +79,7 @@ class Chain:
             future = waiting.pop(work, None)
             if future is None or future.done():
                 continue  # its chain was cancelled at the time limit
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(call_error(work.job.type, error))
+            future.set_result((error, result))
 
 
 class JobEnds(Protocol):

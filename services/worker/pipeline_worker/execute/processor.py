@@ -25,7 +25,7 @@ from pipeline import (
     Priority,
     TimeLimitError,
 )
-from pipeline._calls import call_error
+from pipeline._calls import call_error, codec_failure
 from pipeline._context import JobContext
 from pipeline._ratelog import RateLimitedLog
 
@@ -264,8 +264,8 @@ class Processor:
             self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
         except Exception as exc:  # a payload codec's or validator's own bug: the job fails
-            reason = f"the payload codec of {job.type!r} failed: {type(exc).__name__}: {exc}"
-            self._endings.finish(work, OutcomeKind.FAILED, DecodeError(reason, job.payload), 0.0)
+            error = codec_failure(job.type, exc, job.payload)
+            self._endings.finish(work, OutcomeKind.FAILED, error, 0.0)
             return
         limit = entry.time_limit
         chain = self._chain
