@@ -85,6 +85,13 @@ def resolve_route(
 ) -> Route:
     """The route of ``opts`` for ``job_type`` (``registered``: its handler's type, if any);
     ``added``: headers under the call's own (e.g. trace context)."""
+    if not job_type.strip():
+        raise ConfigurationError("a job type must not be empty or blank")
+    if opts.idempotency_key is not None and not opts.idempotency_key.strip():
+        # Most likely an unset variable: every such job would be a duplicate of the first.
+        raise ConfigurationError(
+            "an idempotency key must not be empty or blank (pass None for a job without one)"
+        )
     type_options = registered.options if registered is not None else _TYPE_DEFAULTS
     priority = Priority.parse(opts.priority) if opts.priority is not None else type_options.priority
     max_attempts = next(

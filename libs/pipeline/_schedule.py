@@ -160,6 +160,8 @@ def check_schedule(schedule: Schedule, now: int | None = None) -> None:
     name = schedule.name
     if not name or "\x00" in name:
         raise ConfigurationError(f"invalid schedule name {name!r}")
+    if not schedule.job_type.strip():
+        raise ConfigurationError(f"schedule {name!r} has an empty job type")
     validate_schedule(schedule.cron, schedule.timezone, schedule.missed)
     moment(schedule.created_at)  # where a new schedule's fires count from
     if schedule.max_attempts is not None and schedule.max_attempts < 1:

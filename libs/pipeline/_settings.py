@@ -8,6 +8,7 @@ variables (nested fields with ``__``, e.g. ``PIPELINE_TOPICS__PARTITIONS=12``), 
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -314,7 +315,7 @@ class Settings(RedactedRepr, BaseSettings):
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         config_file = os.environ.get("PIPELINE_CONFIG_FILE")
         if config_file:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(config_file)))
+            sources.append(_toml_source(settings_cls, Path(config_file)))
         return tuple(sources)
 
     @classmethod
@@ -343,6 +344,20 @@ class Settings(RedactedRepr, BaseSettings):
     @property
     def priorities(self) -> tuple[Priority, ...]:
         return tuple(Priority)
+
+
+def _toml_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSettingsSource:
+    """The settings of the TOML file at ``path``. A path that names no file is an error, not an
+    empty file (pydantic skips it): a typo would otherwise run with the defaults, in the
+    default namespace."""
+    if not path.is_file():
+        raise ConfigurationError(
+            f"config file {path} (PIPELINE_CONFIG_FILE) does not exist or is not a file"
+        )
+    try:
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as exc:
+        raise ConfigurationError(f"config file {path} cannot be read as TOML: {exc}") from None
 
 
 def build_settings(cls: type[Settings] | None = None, **overrides: Any) -> Settings:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from confluent_kafka import KafkaError
 
 from pipeline import (
@@ -24,6 +25,7 @@ from pipeline import (
 from pipeline._codec import JobCodec
 from pipeline._job import Job, due_at_ms, due_in_ms, now_ms
 from pipeline.testing import InMemoryTransport
+from pipeline_cli import cli
 
 
 @pytest.fixture
@@ -122,6 +124,27 @@ def test_invalid_payloads_raise_and_send_nothing(
 ) -> None:
     with pytest.raises(PayloadValidationError, match=message):
         app.enqueue("x", payload)  # type: ignore[arg-type]
+    app.flush()
+    assert transport.messages == []
+
+
+@pytest.mark.parametrize(
+    ("job_type", "options", "message"),
+    [
+        ("", {}, "job type must not be empty"),
+        ("  ", {}, "job type must not be empty"),
+        ("t", {"idempotency_key": ""}, "idempotency key must not be empty"),
+        ("t", {"idempotency_key": " "}, "idempotency key must not be empty"),
+    ],
+)
+def test_a_blank_job_type_or_idempotency_key_is_refused_and_nothing_is_sent(
+    app: Pipeline, transport: InMemoryTransport, job_type: str, options: Any, message: str
+) -> None:
+    """An unset variable passed as a key would make every job but the first a duplicate."""
+    with pytest.raises(ConfigurationError, match=message):
+        app.enqueue(job_type, {}, **options)
+    with pytest.raises(ConfigurationError, match=message):
+        app.enqueue_many(job_type, [{}], **options)
     app.flush()
     assert transport.messages == []
 
@@ -431,3 +454,11 @@ def test_a_type_registered_after_its_first_enqueue_is_sent_with_its_options(
         2,
     )
     assert json.loads(after.payload) == {"report_id": 2}
+
+
+def test_the_enqueue_command_refuses_a_blank_idempotency_key_as_a_usage_error() -> None:
+    result = CliRunner().invoke(
+        cli, ["enqueue", "t", "--payload", "{}", "--idempotency-key", "", "--timeout", "1"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "idempotency key must not be empty" in result.output

@@ -8,11 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from pydantic import ValidationError
 
 from pipeline import ConfigurationError, Pipeline, Settings
 from pipeline._job import Priority
 from pipeline._settings import build_settings
+from pipeline_cli import cli
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +79,32 @@ def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_missing_config_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="does not exist"):
         Settings.from_file(tmp_path / "nope.toml")
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        (None, "does not exist or is not a file"),  # a typo in the path
+        (b"namespace = \n", "cannot be read as TOML"),
+        (b"\xff\xfe", "cannot be read as TOML"),
+    ],
+)
+def test_a_config_file_named_by_the_environment_must_be_readable_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: bytes | None, error: str
+) -> None:
+    """Skipped silently, a wrong path ran every command with the defaults (the namespace
+    ``pipeline`` included); bad TOML gave a traceback."""
+    config = tmp_path / "pipeline.toml"
+    if content is not None:
+        config.write_bytes(content)
+    monkeypatch.setenv("PIPELINE_CONFIG_FILE", str(config))
+    with pytest.raises(ConfigurationError, match=error):
+        Settings()
+    result = CliRunner().invoke(
+        cli, ["acls", "plan", "--role", "producer", "--principal", "User:x"]
+    )
+    assert result.exit_code == 2, result.output
+    assert error in result.output
 
 
 def test_security_maps_to_librdkafka_and_hides_secrets() -> None:

@@ -17,10 +17,10 @@ import click
 from pydantic import ValidationError
 
 from pipeline._errors import (
+    ConfigurationError,
     KafkaAuthenticationError,
     PayloadValidationError,
     PipelineError,
-    SettingsError,
     UnknownJobTypeError,
 )
 from pipeline._settings import Settings, settings_error
@@ -44,7 +44,7 @@ __all__ = [
 
 
 USAGE_ERRORS: tuple[type[PipelineError], ...] = (
-    SettingsError,
+    ConfigurationError,  # settings, options or arguments that cannot be used (SettingsError...)
     PayloadValidationError,
     UnknownJobTypeError,
 )

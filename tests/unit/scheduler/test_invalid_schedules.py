@@ -67,6 +67,11 @@ def test_bad_options_are_refused() -> None:
         make_schedule("", cron=EVERY_10S, job_type="t")
 
 
+def test_a_blank_job_type_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="empty job type"):
+        check_schedule(Schedule(name="x", cron=EVERY_10S, job_type=" ", payload=b"{}"))
+
+
 def test_app_schedule_checks_the_payload_against_a_registered_handler() -> None:
     app = Pipeline(Settings(namespace="unit"))
 
