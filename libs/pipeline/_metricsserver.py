@@ -49,7 +49,11 @@ class MetricsServer:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUseError(port) from exc
-            raise
+            # A port below 1024 without the right to bind it, an address not of this host...
+            raise ConfigurationError(
+                f"cannot serve on port {port}: {exc.strerror or exc}; choose another with "
+                "--metrics-port (or the metrics_port setting; 0 takes any free port)"
+            ) from exc
         self._server.daemon_threads = True
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(

@@ -9,10 +9,9 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from pipeline import Pipeline, Settings
+from pipeline import ConfigurationError, Pipeline, Settings
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
-from pipeline._metricsserver import PortInUseError
 from pipeline._settings import settings_error
 
 
@@ -71,7 +70,7 @@ def main(
 
     try:
         code = Scheduler(settings, app).run()
-    except PortInUseError as exc:
+    except ConfigurationError as exc:  # the metrics port cannot be served, say
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(2)
     ctx.exit(code)

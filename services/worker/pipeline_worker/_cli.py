@@ -11,10 +11,9 @@ from typing import Any
 import click
 from pydantic import ValidationError
 
-from pipeline import Pipeline, Priority, Settings
+from pipeline import ConfigurationError, Pipeline, Priority, Settings
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
-from pipeline._metricsserver import PortInUseError
 from pipeline._settings import WorkerSettings, settings_error
 
 from . import _signals
@@ -182,7 +181,7 @@ def command(
     gc.set_threshold(20_000, 50, 100)
     try:
         code = Worker(app, settings, child_index=child_index).run()
-    except PortInUseError as exc:
+    except ConfigurationError as exc:  # the metrics port cannot be served, say
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(2)
     ctx.exit(code)

@@ -1,10 +1,22 @@
-"""SIGTERM/SIGINT: before the event loop handles them (start-up, the final exit), and on it.
+"""SIGTERM/SIGINT, from the first import to the last line of the process.
 
 An orchestrator may stop a worker at any moment, also while the interpreter still imports the
-application. The command installs these handlers first thing: a signal then means "do not
-start" (exit 0, nothing was consumed), and a second one exits at once, as later on. While the
-worker runs, :class:`LoopSignals` handles them on the event loop: the first stops gracefully,
-a second exits at once without committing.
+application. The command installs the handler first thing (:func:`catch_early`): a signal then
+means "do not start" (exit 0, nothing was consumed). While the worker runs, :class:`LoopSignals`
+turns the first signal into a graceful stop on the event loop. At any time, a second signal
+exits at once without committing.
+
+One handler, a plain ``signal.signal`` one, for the whole life of the process, so that:
+
+* a second signal works while the event loop is blocked (a handler that sleeps, a long sync
+  call on the loop): Python runs the handler as soon as the main thread runs bytecode again,
+  a sleep included, where a handler of the loop would wait for the loop;
+* the count survives the phases: a signal during the final exit, after the loop's part is
+  over, is still a second one;
+* the same stop request delivered twice is one: a service manager (systemd's default
+  ``KillMode=control-group``) signals every process of the unit, and a ``--processes``
+  supervisor forwards its own copy to each child. A signal within
+  :data:`REPEAT_WINDOW_S` of the first counts as that first one.
 """
 
 from __future__ import annotations
@@ -14,46 +26,60 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import FrameType
+from typing import Any
 
 EXIT_INTERRUPTED = 130
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REPEAT_WINDOW_S = 1.0
+"""A signal this soon after the first is the same stop request, delivered twice."""
 
 _log = logging.getLogger("pipeline.worker")
 
-_received: list[int] = []
-_installed: list[bool] = []
+
+class _Stops:
+    """What the process was told so far (main thread: signal handlers run there)."""
+
+    first: signal.Signals | None = None
+    first_at = 0.0
+    on_first: Callable[[signal.Signals], None] | None = None
+    """Set while the event loop runs: hands the first signal to it."""
+    clock: Callable[[], float] = time.monotonic
+    exit: Callable[[int], Any] = os._exit
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    _received.append(signum)
-    if len(_received) > 1:
-        os._exit(EXIT_INTERRUPTED)
+    sig = signal.Signals(signum)
+    now = _Stops.clock()
+    if _Stops.first is None:
+        _Stops.first, _Stops.first_at = sig, now
+        if _Stops.on_first is not None:
+            _Stops.on_first(sig)
+        return
+    if now - _Stops.first_at < REPEAT_WINDOW_S:
+        return  # the first request again (see the module docstring)
+    _log.warning("%s received again: exiting now without committing", sig.name)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    _Stops.exit(EXIT_INTERRUPTED)
 
 
 def catch_early() -> None:
     """Record SIGTERM/SIGINT instead of dying of them (main thread only)."""
     for sig in SIGNALS:
         signal.signal(sig, _on_signal)
-    _installed.append(True)
-
-
-def restore() -> None:
-    """After the event loop's handlers are gone: record again, if :func:`catch_early` ran."""
-    if _installed:
-        for sig in SIGNALS:
-            signal.signal(sig, _on_signal)
 
 
 def received() -> bool:
-    """Whether a stop signal arrived while only these handlers were installed."""
-    return bool(_received)
+    """Whether a stop signal arrived."""
+    return _Stops.first is not None
 
 
 class LoopSignals:
-    """SIGTERM/SIGINT on the event loop while the worker runs (main thread only: a worker
-    embedded in another thread is stopped by its host)."""
+    """The first SIGTERM/SIGINT stops the worker gracefully on its event loop (main thread
+    only: a worker embedded in another thread is stopped by its host)."""
 
     def __init__(
         self, loop: asyncio.AbstractEventLoop, stop: Callable[[], None], timeout_s: float
@@ -61,32 +87,37 @@ class LoopSignals:
         self._loop = loop
         self._stop = stop
         self._timeout_s = timeout_s
-        self._count = 0
         self._on = threading.current_thread() is threading.main_thread()
+        self._before: dict[signal.Signals, Any] = {}
 
     def install(self) -> None:
-        if self._on:
-            for sig in SIGNALS:
-                self._loop.add_signal_handler(sig, self._on_signal, sig)
-
-    def remove(self) -> None:
         if not self._on:
             return
         for sig in SIGNALS:
-            self._loop.remove_signal_handler(sig)
-        restore()  # a signal while exiting must not kill the process with it
+            self._before[sig] = signal.signal(sig, _on_signal)
+        _Stops.on_first = self._on_first
+        if _Stops.first is not None:  # came after the start-up's look, before this
+            self._on_first(_Stops.first)
 
-    def _on_signal(self, sig: signal.Signals) -> None:
-        self._count += 1
-        if self._count == 1:
-            _log.info(
-                "%s received: stopping gracefully (a second signal exits at once)",
-                sig.name,
-                extra={"timeout_s": self._timeout_s},
-            )
-            self._stop()
+    def remove(self) -> None:
+        """The loop's part is over: a first signal from now on is only recorded, a second
+        one still exits at once. Handlers that were there before :meth:`install` come back
+        (a worker run by a host that did not call :func:`catch_early`)."""
+        if not self._on:
             return
-        _log.warning("%s received again: exiting now without committing", sig.name)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        os._exit(EXIT_INTERRUPTED)
+        _Stops.on_first = None
+        for sig, before in self._before.items():
+            if before is not _on_signal:
+                signal.signal(sig, before)
+
+    def _on_first(self, sig: signal.Signals) -> None:
+        # In the signal handler: only hand over (the log line and the stop run on the loop).
+        self._loop.call_soon_threadsafe(self._stopping, sig)
+
+    def _stopping(self, sig: signal.Signals) -> None:
+        _log.info(
+            "%s received: stopping gracefully (a second signal exits at once)",
+            sig.name,
+            extra={"timeout_s": self._timeout_s},
+        )
+        self._stop()

@@ -33,6 +33,10 @@ STABLE_AFTER_S = 60.0
 """A child that ran this long before dying restarts after the shortest backoff again."""
 CHECK_INTERVAL_S = 0.2
 REFUSED = KafkaAuthenticationError.exit_code
+USAGE = 2
+"""A child's exit code for settings it cannot run with (a metrics port it cannot serve...)."""
+FINAL = (0, REFUSED, USAGE)
+"""Exit codes a restart would only repeat: the child stays down."""
 
 # Click parameter name -> command-line flag, to pass the parent's options to its children.
 FLAGS = {
@@ -111,8 +115,9 @@ class Supervisor:
                 signal.signal(sig, handler)
         codes = [c.exit_code for c in self._children]
         _log.info("all worker processes exited", extra={"exit_codes": codes})
-        if REFUSED in codes:
-            return REFUSED
+        for final in (REFUSED, USAGE):
+            if final in codes:
+                return final
         return 0 if all(code == 0 for code in codes) else 1
 
     def _start(self, child: _Child) -> None:
@@ -136,8 +141,8 @@ class Supervisor:
                 continue
             child.process = None
             child.exit_code = code
-            if code in (0, REFUSED) or self._stopping:
-                child.done = True  # a restart with the same credentials is refused again
+            if code in FINAL or self._stopping:
+                child.done = True  # a restart with the same credentials or settings fails again
                 continue
             if now - child.started >= STABLE_AFTER_S:
                 child.failures = 0

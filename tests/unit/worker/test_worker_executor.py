@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -768,6 +769,34 @@ def test_a_plain_function_past_its_time_limit_before_a_thread_took_it_is_not_run
         for thread in h.processor._pool._threads:
             thread.join(5)
         assert started == [0]  # job 1 was failed at its deadline, waiting for the thread
+
+    run(main)
+
+
+def test_closing_leaves_behind_a_job_that_ignores_its_cancellation() -> None:
+    """close() waited for it without a bound: the worker's shutdown hung for good."""
+
+    async def main() -> None:
+        app = make_app()
+        started = asyncio.Event()
+        released = asyncio.Event()
+
+        @app.job("deaf")
+        async def deaf() -> None:
+            started.set()
+            for _ in range(2):  # not for ever: a failing test must not hang the run
+                with contextlib.suppress(asyncio.CancelledError):
+                    await released.wait()
+                    return
+            await released.wait()
+
+        h = Harness(app)
+        h.feed(h.message("deaf"))
+        await asyncio.wait_for(started.wait(), 5)
+        h.processor.stopping = True
+        closing = asyncio.create_task(h.processor._runners.close(timeout_s=0.01))
+        await asyncio.wait_for(closing, 5)
+        released.set()  # let it end, so that the loop closes clean
 
     run(main)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import logging
 import threading
 import time
 import types
@@ -32,11 +33,16 @@ from typing import Any
 
 from .._work import Work
 
+_log = logging.getLogger("pipeline.worker")
+
 GROW_AFTER_S = 0.02
 """How long a job may wait in the queue, untaken, before the pool grows.
 
 Several GIL switch intervals (5 ms each): threads that merely wait for the GIL while the event
 loop decodes a batch get it back well within this, and take every queued short job."""
+
+CLOSE_WAIT_S = 5.0
+"""How long closing waits for coroutine jobs to take their cancellation."""
 
 Completion = tuple[Work, BaseException | None, float, Any]
 """A finished job, its error (``None``: it succeeded), when it ended (``time.monotonic``) and
@@ -179,14 +185,23 @@ class AsyncRunners:
         if work.runner is not None:
             work.runner.cancel()
 
-    async def close(self) -> None:
-        """Cancel every runner (idle ones and those stuck in jobs past their deadline)."""
+    async def close(self, timeout_s: float = CLOSE_WAIT_S) -> None:
+        """Cancel every runner (idle ones and those stuck in jobs past their deadline); wait
+        up to ``timeout_s`` for them. A job that ignores its cancellation (it catches
+        ``CancelledError`` and carries on) is left behind: the worker exits all the same."""
         self._closing = True
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        _, stuck = await asyncio.wait(tasks, timeout=timeout_s)
+        if stuck:
+            _log.warning(
+                "%d job(s) ignored their cancellation for %gs: left running as the worker exits",
+                len(stuck),
+                timeout_s,
+            )
 
 
 class ThreadPool:

@@ -1,0 +1,27 @@
+"""The /metrics and /healthz server: a port it cannot serve is a clear settings error."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from prometheus_client.registry import CollectorRegistry
+
+from pipeline import ConfigurationError
+from pipeline._metricsserver import MetricsServer, PortInUseError
+
+
+def healthy() -> tuple[bool, str]:
+    return True, "ok"
+
+
+def test_a_port_in_use_and_an_address_it_cannot_bind_are_settings_errors() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(PortInUseError, match=f"port {port} is in use"):
+            MetricsServer(CollectorRegistry(), healthy, port, host="127.0.0.1")
+    # An address of no interface of this host (TEST-NET-1): a traceback before.
+    with pytest.raises(ConfigurationError, match="cannot serve on port 0"):
+        MetricsServer(CollectorRegistry(), healthy, 0, host="192.0.2.1")
