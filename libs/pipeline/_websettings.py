@@ -10,15 +10,21 @@ from pydantic import BaseModel, Field, SecretStr, model_validator
 class WebSettings(BaseModel):
     """Where the dashboard listens, who may use it, and what it may change.
 
-    Without credentials it serves loopback clients only: ``pipeline web`` refuses another
-    ``host`` unless ``token`` or ``username`` and ``password`` are set. Secrets are never
-    rendered or logged.
+    Without credentials it serves loopback clients only, asking for it by a loopback name or
+    one of ``allowed_hosts``: ``pipeline web`` refuses another ``host`` unless ``token`` or
+    ``username`` and ``password`` are set. Secrets are never rendered or logged.
     """
 
     model_config = {"extra": "forbid", "hide_input_in_errors": True}
 
     host: str = Field("127.0.0.1", description="the address to listen on")
     port: int = Field(8180, ge=0, le=65535, description="the port to listen on (0: any free one)")
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="without credentials, host names the dashboard also answers to (the Host "
+        "header) besides localhost and loopback addresses; any other is refused, so that a web "
+        "page cannot reach the dashboard by rebinding its own name to 127.0.0.1",
+    )
     token: SecretStr | None = Field(
         None,
         description="a bearer token: `Authorization: Bearer <token>`, or given once at /login",

@@ -12,10 +12,14 @@ if TYPE_CHECKING:
 
 
 def stamp(ms: int | None) -> str:
-    """Epoch milliseconds as UTC, to the millisecond: ``2026-12-02 13:05:09.123``."""
+    """Epoch milliseconds as UTC, to the millisecond: ``2026-12-02 13:05:09.123``; a time no
+    datetime holds (a producer that wrote microseconds, say) as its number."""
     if ms is None:
         return "-"
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (ValueError, OverflowError, OSError):  # the record is foreign; the page still shows
+        return str(ms)
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{moment.microsecond // 1000:03d}"
 
 

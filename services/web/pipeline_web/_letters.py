@@ -5,14 +5,16 @@ The list and its counts come from a :class:`~pipeline._deadletters.LetterIndex` 
 monitor refreshes in the background, so a page or a filter change never reads the whole
 ``<ns>.dlq``. An action first shows how many letters it will touch and asks to confirm; the
 confirmed filter is pinned to the time of that page (``until``), so letters that die after it
-are not swept in. The action itself is the CLI's (:func:`replay_letters`,
-:func:`discard_letters`): it reads the state again after fencing any other replay, so a
-letter is replayed once however many times the form is sent.
+are not swept in; a filter of ids alone (a letter's own Replay or Discard) is not, as it names
+its letters, and a worker's clock may run ahead of ours. The action itself is the CLI's
+(:func:`replay_letters`, :func:`discard_letters`): it reads the state again after fencing any
+other replay, so a letter is replayed once however many times the form is sent.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
@@ -49,6 +51,8 @@ if TYPE_CHECKING:
 
     from ._dashboard import Dashboard
 
+_log = logging.getLogger("pipeline.web")
+
 FILTER_FIELDS = ("type", "reason", "error", "tenant", "id", "since", "until")
 STATUSES = ("pending", "replayed", "discarded", "all")
 ACTIONS = ("replay", "discard")
@@ -75,6 +79,8 @@ def parse_filter(fields: Mapping[str, str], now: int | None = None) -> LetterFil
             times[name] = parse_when(text, now=now) if text else None
         except ValueError as exc:
             raise FilterError(f"{name}: {exc}") from None
+        except OverflowError:  # a duration of 400 digits, say
+            raise FilterError(f"{name}: {text!r} is out of range") from None
     return LetterFilter(
         types=_values(fields, "type"),
         reasons=_values(fields, "reason"),
@@ -84,6 +90,22 @@ def parse_filter(fields: Mapping[str, str], now: int | None = None) -> LetterFil
         since=times["since"],
         until=times["until"],
     )
+
+
+def _whole_number(text: str) -> int | None:
+    """``text`` as a non-negative integer, or None: ASCII digits only (``str.isdigit`` also
+    takes ``²``, which ``int`` refuses), and few enough that ``int`` takes them."""
+    if not (text.isascii() and text.isdigit()) or len(text) > 20:
+        return None
+    return int(text)
+
+
+def _page_number(fields: Mapping[str, str]) -> int:
+    text = fields.get("page") or "1"
+    number = _whole_number(text)
+    if number is None:
+        raise FilterError(f"page must be a page number, got {text!r}")
+    return max(1, number)
 
 
 def _status(fields: Mapping[str, str]) -> str:
@@ -105,10 +127,10 @@ def _query_string(fields: Mapping[str, str], **changes: object) -> str:
 def letters_page(request: Request) -> Response:
     dashboard = dashboard_of(request)
     fields = dict(request.query_params)
-    page = max(1, int(fields["page"])) if fields.get("page", "").isdigit() else 1
     size = dashboard.web.page_size
     context: dict[str, object] = {"page": "dead-letters", "fields": fields, "statuses": STATUSES}
     try:
+        page = _page_number(fields)
         letter_filter = parse_filter(fields)
         status = _status(fields)
     except FilterError as exc:
@@ -178,6 +200,12 @@ def _pinned(letter_filter: LetterFilter, at: int) -> LetterFilter:
     return replace(letter_filter, until=until)
 
 
+def _names_letters(letter_filter: LetterFilter) -> bool:
+    """Whether the filter is ids alone: pinning it adds nothing but the risk of missing a
+    letter whose worker's clock runs ahead of the dashboard's."""
+    return bool(letter_filter.ids) and letter_filter == LetterFilter(ids=letter_filter.ids)
+
+
 def _filter_json(letter_filter: LetterFilter) -> dict[str, object]:
     """The criteria that are set, for the audit log."""
     names = ("types", "reasons", "error", "since", "until", "tenants", "ids")
@@ -204,9 +232,23 @@ def _act(
 
 def _pin_time(fields: Mapping[str, str]) -> int:
     text = fields.get("at", "")
-    if not text.isdigit():
+    at = _whole_number(text)
+    if at is None:
         raise HTTPException(400, f"'at' must be epoch milliseconds, got {text!r}")
-    return int(text)
+    return at
+
+
+async def _refresh_after(dashboard: Dashboard) -> str | None:
+    """Read the action's own records into the index, so that the list shows them; why that
+    failed, if it did: the action ran all the same, and the answer must say what it did."""
+    try:
+        await run_in_threadpool(dashboard.read_new_letters, 10.0)
+    except PipelineError as exc:
+        return str(exc)
+    except Exception as exc:  # a bug must not hide the action's outcome; it is logged
+        _log.exception("refreshing the dead letters after an action failed")
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 async def letters_action(request: Request) -> Response:
@@ -221,16 +263,23 @@ async def letters_action(request: Request) -> Response:
     confirmed = fields.get("confirm") == "yes"
     at = _pin_time(fields) if confirmed else now_ms()
     try:
-        letter_filter = _pinned(parse_filter(fields, now=at), at)
+        letter_filter = parse_filter(fields, now=at)
     except FilterError as exc:
         raise HTTPException(400, str(exc)) from None
+    pinned = not _names_letters(letter_filter)
+    if pinned:
+        letter_filter = _pinned(letter_filter, at)
     if not confirmed:
-        count = dashboard.letters.query(letter_filter, status=LetterStatus.PENDING, limit=0).total
+        # A new filter scans the whole index: off the event loop, which serves every page.
+        found = await run_in_threadpool(
+            dashboard.letters.query, letter_filter, status=LetterStatus.PENDING, limit=0
+        )
         context = {
             "page": "dead-letters",
             "action": action,
-            "count": count,
+            "count": found.total,
             "at": at,
+            "pinned": pinned,
             "fields": {k: v for k, v in fields.items() if k in FILTER_FIELDS and v},
             "reset_attempts": fields.get("reset_attempts") == "1",
         }
@@ -248,7 +297,8 @@ async def letters_action(request: Request) -> Response:
         verb = "replayed" if action == "replay" else "discarded"
         extra = f"; {skipped} already replayed or discarded were left alone" if skipped else ""
         notice = f"{len(done)} dead letter{'' if len(done) == 1 else 's'} {verb}{extra}."
-    await run_in_threadpool(dashboard.read_new_letters, 10.0)
+    if (problem := await _refresh_after(dashboard)) is not None:
+        notice = f"{notice} (list not refreshed: {problem})"
     back = _query_string(fields, notice=notice)
     return RedirectResponse(f"/dead-letters?{back}", status_code=303)
 

@@ -7,6 +7,8 @@ counted by ``dead_letters``: the index's counts instead of a read of the whole t
 keeps the readings of the last ``web.history_s`` seconds, so that rates in and out and the
 overview's charts come from memory: a page never waits for Kafka, whatever the backlog.
 A failed read is kept as :attr:`Monitor.problem` (shown on every page) until one succeeds.
+A failing ``before`` is logged, and the status is read all the same: the overview, the
+backlog and ``/healthz`` do not depend on the dead-letter index.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class Monitor:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pipeline-web-monitor", daemon=True)
         self._started = False
+        self._before_problem: str | None = None
         self.problem: str | None = None
         """Why the last read failed (None after a successful one)."""
 
@@ -116,9 +119,8 @@ class Monitor:
         try:
             while not self._stopping.is_set():
                 started = time.monotonic()
+                self._run_before()
                 try:
-                    if self._before is not None:
-                        self._before(self._timeout)
                     if reader is None:
                         reader = BacklogReader(
                             self._settings, timeout=self._timeout, dead_letters=self._dead_letters
@@ -134,6 +136,22 @@ class Monitor:
         finally:
             if reader is not None:
                 reader.close()
+
+    def _run_before(self) -> None:
+        """Run ``before``; a failure is logged once until it changes, never fatal."""
+        if self._before is None:
+            return
+        problem: str | None = None
+        try:
+            self._before(self._timeout)
+        except PipelineError as exc:
+            problem = str(exc)
+            if problem != self._before_problem:
+                _log.warning("refreshing the dead letters failed: %s", problem)
+        except Exception as exc:  # a bug must not end the readings; it is logged
+            problem = f"{type(exc).__name__}: {exc}"
+            _log.exception("refreshing the dead letters failed")
+        self._before_problem = problem
 
     def _take(self, snapshot: StatusSnapshot) -> None:
         with self._read:

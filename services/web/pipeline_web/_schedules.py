@@ -131,5 +131,6 @@ async def schedule_action(request: Request) -> Response:
 
 ROUTES = [
     Route("/schedules", schedules_page),
-    Route("/schedules/{name}/{action}", schedule_action, methods=["POST"]),
+    # A schedule's name may hold "/" (the form's URL keeps it): the action is the last segment.
+    Route("/schedules/{name:path}/{action}", schedule_action, methods=["POST"]),
 ]

@@ -3,7 +3,10 @@
 Authentication, by ``web.*`` settings:
 
 - none set: only loopback clients are served (``pipeline web`` also refuses to listen
-  elsewhere); they act as ``local``;
+  elsewhere); they act as ``local``. A request must also name the dashboard (its ``Host``)
+  by a loopback name or one of ``web.allowed_hosts``, or it is refused with 400: a browser
+  names the site of the page it runs, so a site whose name an attacker rebinds to 127.0.0.1
+  (DNS rebinding) does not reach the dashboard;
 - ``web.token``: ``Authorization: Bearer <token>``, or the token typed once at ``/login``,
   which sets a session cookie holding an HMAC of the token (never the token itself);
 - ``web.username`` and ``web.password``: HTTP basic authentication.
@@ -17,13 +20,13 @@ Secrets are compared in constant time and never rendered or logged.
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import hmac
 import ipaddress
 import secrets
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
@@ -49,6 +52,16 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
+def host_name(header: str | None) -> str | None:
+    """The name of a ``Host`` header, lowercased, without its port: ``[::1]:8180`` is ``::1``."""
+    if not header:
+        return None
+    if header.startswith("["):
+        name, bracket, _ = header[1:].partition("]")
+        return name.lower() if bracket else None
+    return header.rpartition(":")[0].lower() if ":" in header else header.lower()
+
+
 def _same(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
 
@@ -68,12 +81,17 @@ class Gate:
     def token_matches(self, given: str) -> bool:
         return self.web.token is not None and _same(given, self.web.token.get_secret_value())
 
+    def host_allowed(self, request: Request) -> bool:
+        """Whether ``request`` names the dashboard by a loopback name or an allowed one."""
+        name = host_name(request.headers.get("host"))
+        return is_loopback(name) or name in {h.lower() for h in self.web.allowed_hosts}
+
     def who(self, request: Request) -> str | None:
         """The user a request is from, or None when it is not authenticated."""
         web = self.web
-        client = request.client.host if request.client is not None else None
         if not web.auth_enabled:
-            return "local" if is_loopback(client) else None
+            local = is_loopback(_client(request)) and self.host_allowed(request)
+            return "local" if local else None
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
         if web.token is not None:
@@ -85,7 +103,7 @@ class Gate:
         if web.username is not None and web.password is not None and scheme.lower() == "basic":
             try:
                 user, _, password = base64.b64decode(value).decode().partition(":")
-            except (binascii.Error, UnicodeDecodeError):
+            except ValueError:  # not base64 (or not ASCII at all), or not UTF-8
                 return None
             if _same(user, web.username) and _same(password, web.password.get_secret_value()):
                 return user
@@ -93,17 +111,11 @@ class Gate:
 
     def refusal(self, request: Request) -> Response | None:
         """The response refusing ``request``, or None when it may go on."""
-        if request.url.path.startswith(_OPEN_PATHS):
-            return None
-        if self.who(request) is not None:
-            return None
         web = self.web
         if not web.auth_enabled:
-            return PlainTextResponse(
-                "this dashboard has no credentials set, so it serves this machine only "
-                "(set web.token, or web.username and web.password, to serve others)",
-                status_code=403,
-            )
+            return self._local_refusal(request)
+        if request.url.path.startswith(_OPEN_PATHS) or self.who(request) is not None:
+            return None
         if web.username is not None:
             return PlainTextResponse(
                 "credentials required",
@@ -111,8 +123,36 @@ class Gate:
                 headers={"WWW-Authenticate": 'Basic realm="pipeline", charset="UTF-8"'},
             )
         if request.method == "GET":
-            return RedirectResponse(f"/login?next={request.url.path}", status_code=303)
+            return RedirectResponse(f"/login?next={_here(request)}", status_code=303)
         return PlainTextResponse("a token is required (Authorization: Bearer)", status_code=401)
+
+    def _local_refusal(self, request: Request) -> Response | None:
+        """Without credentials: loopback clients only (the open paths excepted), and on every
+        path only by a name of this machine, which a rebound site name is not."""
+        if not request.url.path.startswith(_OPEN_PATHS) and not is_loopback(_client(request)):
+            return PlainTextResponse(
+                "this dashboard has no credentials set, so it serves this machine only "
+                "(set web.token, or web.username and web.password, to serve others)",
+                status_code=403,
+            )
+        if not self.host_allowed(request):
+            return PlainTextResponse(
+                "this dashboard has no credentials set, so it answers only to localhost and "
+                "loopback addresses: open it as http://127.0.0.1:<port>/, or add the host name "
+                "to web.allowed_hosts",
+                status_code=400,
+            )
+        return None
+
+
+def _client(request: Request) -> str | None:
+    return request.client.host if request.client is not None else None
+
+
+def _here(request: Request) -> str:
+    """The path and query of ``request``, quoted to travel as one query parameter."""
+    query = request.url.query
+    return quote(f"{request.url.path}?{query}" if query else request.url.path, safe="/")
 
 
 def csrf_token(request: Request) -> str:

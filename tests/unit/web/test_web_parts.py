@@ -15,6 +15,7 @@ from pipeline._deadletters import LetterFilter
 from pipeline._status import StatusSnapshot
 from pipeline._websettings import WebSettings
 from pipeline_web._chart import HEIGHT, WIDTH, rate_chart
+from pipeline_web._format import stamp
 from pipeline_web._letters import FilterError, parse_filter
 from pipeline_web._monitor import measure
 from pipeline_web._security import Gate, csrf_matches, is_loopback
@@ -29,8 +30,10 @@ def _request(
     headers: dict[str, str] | None = None,
     cookies: dict[str, str] | None = None,
     method: str = "GET",
+    query: str = "",
 ) -> Request:
-    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    given = {"host": "127.0.0.1:8180", **{k.lower(): v for k, v in (headers or {}).items()}}
+    raw = [(k.encode(), v.encode()) for k, v in given.items()]
     if cookies:
         raw.append((b"cookie", "; ".join(f"{k}={v}" for k, v in cookies.items()).encode()))
     scope: dict[str, Any] = {
@@ -38,7 +41,7 @@ def _request(
         "method": method,
         "path": path,
         "headers": raw,
-        "query_string": b"",
+        "query_string": query.encode(),
         "client": (client, 50000),
     }
     return Request(scope)
@@ -61,6 +64,39 @@ def test_without_credentials_only_loopback_clients_are_served() -> None:
     assert not is_loopback(None)
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost:8180", "LocalHost", "[::1]:9000"])
+def test_without_credentials_loopback_host_names_are_served(host: str) -> None:
+    gate = Gate(WebSettings())
+    request = _request("/dead-letters", headers={"Host": host})
+    assert gate.refusal(request) is None
+    assert gate.who(request) == "local"
+
+
+@pytest.mark.parametrize("host", ["attacker.example:8180", "127.0.0.1.attacker.example", ""])
+def test_without_credentials_another_host_name_is_refused_against_dns_rebinding(
+    host: str,
+) -> None:
+    # A page of attacker.example whose name now resolves to 127.0.0.1 reaches us from
+    # loopback, but its requests still name attacker.example.
+    gate = Gate(WebSettings())
+    for path in ("/dead-letters", "/healthz", "/login"):
+        request = _request(path, headers={"Host": host})
+        refusal = gate.refusal(request)
+        assert refusal is not None
+        assert refusal.status_code == 400
+        assert b"web.allowed_hosts" in refusal.body
+        assert gate.who(request) is None
+
+
+def test_host_names_can_be_allowed_and_credentials_make_any_host_name_fine() -> None:
+    allowed = Gate(WebSettings(allowed_hosts=["dash.internal"]))
+    assert allowed.refusal(_request(headers={"Host": "DASH.internal:8180"})) is None
+    assert allowed.refusal(_request(headers={"Host": "other.internal"})) is not None
+    with_token = Gate(WebSettings(token=SecretStr("t")))
+    request = _request(headers={"Host": "dash.example.com", "Authorization": "Bearer t"})
+    assert with_token.refusal(request) is None
+
+
 def test_a_token_is_accepted_as_a_bearer_header_or_as_the_session_cookie_it_earns() -> None:
     gate = Gate(WebSettings(token=SecretStr("s3cret-token")))
     assert gate.who(_request(headers={"Authorization": "Bearer s3cret-token"})) == "token"
@@ -74,6 +110,9 @@ def test_a_token_is_accepted_as_a_bearer_header_or_as_the_session_cookie_it_earn
     assert page is not None
     assert page.status_code == 303
     assert page.headers["location"] == "/login?next=/dead-letters"
+    filtered = gate.refusal(_request("/dead-letters", query="type=a.b&status=all"))
+    assert filtered is not None
+    assert filtered.headers["location"] == "/login?next=/dead-letters%3Ftype%3Da.b%26status%3Dall"
     post = gate.refusal(_request("/schedules/x/pause", method="POST"))
     assert post is not None
     assert post.status_code == 401
@@ -86,6 +125,7 @@ def test_basic_credentials_are_checked_and_ask_the_browser_for_them() -> None:
     assert gate.who(_request(headers=_basic("ops", "pa55"))) == "ops"
     assert gate.who(_request(headers=_basic("ops", "wrong"))) is None
     assert gate.who(_request(headers={"Authorization": "Basic !!!"})) is None
+    assert gate.who(_request(headers={"Authorization": "Basic \u00e9"})) is None  # not ASCII
     refusal = gate.refusal(_request())
     assert refusal is not None
     assert refusal.status_code == 401
@@ -133,6 +173,20 @@ def test_the_filter_form_reads_as_the_cli_options() -> None:
     assert parse_filter({}).empty
     with pytest.raises(FilterError, match="since: 'yesterday' is neither"):
         parse_filter({"since": "yesterday"})
+
+
+def test_a_time_out_of_range_is_written_as_its_number() -> None:
+    assert stamp(1_767_225_600_123) == "2026-01-01 00:00:00.123"
+    assert stamp(NOW * 1000) == str(NOW * 1000)  # a producer that wrote microseconds
+    assert stamp(-(10**20)) == str(-(10**20))
+    assert stamp(None) == "-"
+
+
+def test_times_out_of_range_are_filter_errors() -> None:
+    with pytest.raises(FilterError, match=r"since: .* out of range"):
+        parse_filter({"since": "9" * 400 + "s"}, now=NOW)
+    with pytest.raises(FilterError, match=r"until: .* out of range"):
+        parse_filter({"until": "9" * 400 + "w"}, now=NOW)
 
 
 def _snapshot(at: int, end: int, committed: int) -> StatusSnapshot:
