@@ -57,7 +57,7 @@ def assemble(
     """The stages of a worker of ``app`` on ``topics`` (priority -> topic name)."""
     worker = settings.worker
     mover = Mover(settings, loop)
-    events = EventStream(settings, app.codec) if settings.events == "all" else None
+    events = EventStream(settings, app.codec, metrics) if settings.events == "all" else None
     policy = FailurePolicy(
         settings.namespace,
         settings.topics.retry_delays_s,

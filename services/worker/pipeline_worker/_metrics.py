@@ -131,6 +131,8 @@ class WorkerMetrics:
     """Commits whose finished-offset map was cut short to fit (the jobs above the cut would
     run again after a crash)."""
     transactions: int = 0
+    events_dropped: int = 0
+    """Lifecycle events of level ``all`` dropped or not delivered (best effort)."""
     relayed: dict[str, int] = field(default_factory=dict)
     """Retried jobs the retry relay returned to their priority topic, by tier topic."""
     poison_pills: int = 0

@@ -184,6 +184,11 @@ class WorkerCollector(Collector):
             value=m.map_cut,
         )
         yield CounterMetricFamily(
+            "pipeline_events_dropped",
+            "Lifecycle events (events = all) dropped or not delivered: they are best effort.",
+            value=m.events_dropped,
+        )
+        yield CounterMetricFamily(
             "pipeline_move_transactions",
             "Kafka transactions committed with moves and their offsets.",
             value=m.transactions,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import random
 from datetime import UTC, datetime
@@ -104,6 +105,16 @@ def raised(error: BaseException) -> BaseException:
 )  # fmt: skip
 def test_a_delay_goes_to_the_largest_tier_not_above_it(delay_ms: int, tier: int) -> None:
     assert policy().tier_for(delay_ms) == tier
+
+
+def test_a_job_of_a_type_nobody_handles_is_counted_under_no_type_of_its_own() -> None:
+    """Its type is whatever the message says: as a metric label it would grow for ever."""
+    stranger = dataclasses.replace(job(), type="anything-at-all-7f3a")
+    move = policy().decide(
+        failure(None, stranger, kind=OutcomeKind.UNKNOWN_TYPE, job_type=None), NOW
+    )
+    assert (move.dead, move.reason, move.job_type) == (True, "unknown_type", "?")
+    assert policy().decide(failure(raised(DeclinedError())), NOW).job_type == "pay"
 
 
 def test_a_transient_error_is_retried_after_the_backoff_with_its_error_in_the_history() -> None:

@@ -3,7 +3,8 @@
 Failures (retried, dead) travel in the move's transaction (:mod:`.policy`), whatever the
 level short of ``off``. The events here are one or two per job, so they cost throughput and are
 off unless ``events = "all"``; they are produced without a transaction, best effort: when the
-producer's queue is full, an event is dropped and counted rather than slowing jobs down.
+producer's queue is full, an event is dropped rather than slowing jobs down. Dropped events,
+and events Kafka did not take, are counted (``pipeline_events_dropped_total``) and logged.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import os
 import socket
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import EventCodec, JobCodec
@@ -31,13 +32,15 @@ if TYPE_CHECKING:
     from pipeline import Job, Settings
     from pipeline._context import JobContext
 
+    from .._metrics import WorkerMetrics
+
 _log = logging.getLogger("pipeline.worker.events")
 
 
 class EventStream:
     """Writes started, succeeded and progress events; see the module docstring."""
 
-    def __init__(self, settings: Settings, codec: JobCodec) -> None:
+    def __init__(self, settings: Settings, codec: JobCodec, metrics: WorkerMetrics) -> None:
         conf: dict[str, Any] = producer_config(settings)
         conf["linger.ms"] = 20
         conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks("events producer"))
@@ -47,7 +50,7 @@ class EventStream:
         self._codec = EventCodec(codec.store)
         self._worker = f"{socket.gethostname()}:{os.getpid()}"
         self._errors = RateLimitedLog(_log, interval_s=10.0)
-        self.dropped = 0
+        self._metrics = metrics
 
     def started(self, job: Job) -> None:
         self._emit(job, EventKind.STARTED)
@@ -76,13 +79,20 @@ class EventStream:
             **fields,
         )
         try:
-            self._producer.produce(self._topic, self._codec.encode(event), job.id.encode())
+            self._producer.produce(
+                self._topic, self._codec.encode(event), job.id.encode(), on_delivery=self._sent
+            )
         except BufferError:
-            self.dropped += 1
+            self._metrics.events_dropped += 1
         except Exception as exc:  # best effort: an event is never worth a job (nor a batch)
-            self.dropped += 1
+            self._metrics.events_dropped += 1
             self._errors.warning("event", "a lifecycle event was not sent: %s", exc)
         self._producer.poll(0)
+
+    def _sent(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:  # not delivered in time (Kafka unreachable), or refused
+            self._metrics.events_dropped += 1
+            self._errors.warning("delivery", "a lifecycle event was not delivered: %s", error)
 
     def close(self, timeout: float = 5.0) -> None:
         left = self._producer.flush(timeout)

@@ -168,8 +168,10 @@ class FailurePolicy:
         records = [Record(self.names.dlq, self._dlq.encode(letter), failure.key)]
         if job is not None:
             self._event(records, job, EventKind.DEAD, failure, letter.message, now_ms)
-        job_type = job.type if job is not None else "?"
-        return Move(records, True, reason, job_type)
+        # The metric's label: a type the application registers, else "?" (the type named by
+        # a message no handler knows is anyone's string: as a label it would grow for ever).
+        known = job is not None and reason is not DeadLetterReason.UNKNOWN_TYPE
+        return Move(records, True, reason, job.type if known and job is not None else "?")
 
     def _event(
         self,
