@@ -13,7 +13,15 @@ import click
 from pipeline._aclapply import apply_acls
 from pipeline._acls import Role, plan_acls
 
-from ._output import cli_errors, common_options, json_option, print_json, print_table
+from ._output import (
+    REQUEST_MAX_S,
+    Seconds,
+    cli_errors,
+    common_options,
+    json_option,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -81,7 +89,7 @@ def plan(settings: Settings, role: str, principal: str, as_json: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Show what would be created; create nothing.")
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=REQUEST_MAX_S),
     default=30.0,
     show_default=True,
     help="Seconds the whole operation may take before it fails as unreachable.",

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from . import devbroker
-from ._output import cli_errors, json_option, print_json, print_table
+from ._output import REQUEST_MAX_S, Seconds, cli_errors, json_option, print_json, print_table
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,7 +88,7 @@ def dev() -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=1),
+    type=Seconds(min=1, max=REQUEST_MAX_S),
     default=120.0,
     show_default=True,
     help="Seconds to wait for the brokers to answer (the one-time download is not counted).",

@@ -10,6 +10,8 @@ import click
 
 from pipeline._deadletters import LetterFilter, parse_when
 
+from ._output import REQUEST_MAX_S, Seconds
+
 T = TypeVar("T")
 
 
@@ -119,7 +121,7 @@ def filter_options(command: Callable[..., T]) -> Callable[..., T]:
 def timeout_option(command: Callable[..., T]) -> Callable[..., T]:
     return click.option(
         "--timeout",
-        type=click.FloatRange(min=0.1),
+        type=Seconds(min=0.1, max=REQUEST_MAX_S),
         default=30.0,
         show_default=True,
         help="Seconds Kafka may take to answer before the command fails as unreachable.",

@@ -9,6 +9,8 @@ import click
 from pipeline import Pipeline, Priority
 
 from ._output import (
+    REQUEST_MAX_S,
+    Seconds,
     UsageFailure,
     cli_errors,
     common_options,
@@ -60,7 +62,7 @@ def _parse_header(
 )
 @click.option(
     "--delay",
-    type=click.FloatRange(min=0),
+    type=Seconds(min=0),
     default=None,
     help="Seconds to wait before the job may run (sent through the deferred topic).",
 )
@@ -88,7 +90,7 @@ def _parse_header(
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=REQUEST_MAX_S),
     default=None,
     help="Seconds to wait for Kafka's acknowledgement [default: the producer's delivery timeout].",
 )

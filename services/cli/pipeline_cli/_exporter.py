@@ -25,7 +25,7 @@ from pipeline._errors import PipelineError
 from pipeline._logfmt import configure_logging
 from pipeline._metricsserver import MetricsServer, add_process_metrics
 
-from ._output import cli_errors, common_options
+from ._output import INTERVAL_MAX_S, REQUEST_MAX_S, Seconds, cli_errors, common_options
 
 if TYPE_CHECKING:
     from pipeline import Settings
@@ -235,14 +235,14 @@ class Exporter:
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=INTERVAL_MAX_S),
     default=15.0,
     show_default=True,
     help="Seconds between reads of the backlog from Kafka.",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.5),
+    type=Seconds(min=0.5, max=REQUEST_MAX_S),
     default=10.0,
     show_default=True,
     help="Seconds one read may take before it counts as failed.",

@@ -18,7 +18,15 @@ from pipeline._records import EventKind
 
 from ._dlqoptions import timeout_option
 from ._dlqrender import letter_json
-from ._output import cli_errors, common_options, json_option, print_json, print_table
+from ._output import (
+    INTERVAL_MAX_S,
+    Seconds,
+    cli_errors,
+    common_options,
+    json_option,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from pipeline import Settings
@@ -142,7 +150,7 @@ def events() -> None:
 )
 @click.option(
     "--until-idle",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=INTERVAL_MAX_S),
     default=None,
     metavar="SECONDS",
     help="Stop once no event has arrived for SECONDS.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -114,6 +115,11 @@ def load_app_option(spec: str | None) -> Pipeline | None:
         return load_app(spec)
     except AppLoadError as exc:
         raise click.BadParameter(str(exc), param_hint="'--app'") from None
+    except Exception as exc:  # the application's own import failed: say what it raised
+        raise click.BadParameter(
+            f"importing the application failed: {type(exc).__name__}: {exc}",
+            param_hint="'--app'",
+        ) from exc
 
 
 def common_options(command: Callable[..., T]) -> Callable[..., T]:
@@ -157,6 +163,38 @@ def common_options(command: Callable[..., T]) -> Callable[..., T]:
         return command(*args, settings=settings, **kwargs)
 
     return wrapper
+
+
+REQUEST_MAX_S = 3600.0
+"""The longest wait librdkafka takes for a request (its timeouts are at most an hour)."""
+INTERVAL_MAX_S = 86_400.0
+"""The longest interval between two reads (``--watch``, ``--interval``): a day."""
+
+
+class Seconds(click.FloatRange):
+    """A duration option: a finite number of seconds within its range (``FloatRange`` lets
+    ``inf`` and ``nan`` through when there is no maximum, and ``nan`` through always)."""
+
+    name = "number of seconds"
+
+    def __init__(self, min: float, max: float | None = None) -> None:
+        super().__init__(min=min, max=max)
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context) -> str:
+        return "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not math.isfinite(float_or_zero(value)):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+def float_or_zero(text: str) -> float:
+    """``float(text)``, or 0 when it is no number at all (click then says so itself)."""
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
 
 
 def json_option(command: F) -> F:

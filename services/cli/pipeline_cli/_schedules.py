@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pipeline import Pipeline, Priority
+from pipeline import Priority
 from pipeline._deadletters import parse_when
 from pipeline._errors import (
     ConfigurationError,
@@ -18,7 +18,6 @@ from pipeline._errors import (
     UnknownJobTypeError,
 )
 from pipeline._job import now_ms
-from pipeline._loader import AppLoadError, load_app
 from pipeline._records import MissedFires, Schedule
 from pipeline._schedule import (
     ScheduleRecord,
@@ -36,6 +35,7 @@ from ._output import (
     common_options,
     json_object,
     json_option,
+    load_app_option,
     print_json,
     print_table,
 )
@@ -115,7 +115,8 @@ def add(
     }
     try:
         if app_spec is not None:
-            app = _load(app_spec)
+            app = load_app_option(app_spec)
+            assert app is not None  # a spec was given
             app.registry.get(job_type)  # the type must be known
             schedule = app.schedule(name, cron=cron, job_type=job_type, **options)
         else:
@@ -127,18 +128,6 @@ def add(
         first = next_fire_ms(cron, tz, now_ms())
     state = "saved" if written else "unchanged"
     click.echo(f"schedule {name} {state}; next fire {_when(first, tz)}")
-
-
-def _load(spec: str) -> Pipeline:
-    try:
-        return load_app(spec)
-    except AppLoadError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--app'") from exc
-    except Exception as exc:  # the application's own import failed: say what it raised
-        raise click.BadParameter(
-            f"importing the application failed: {type(exc).__name__}: {exc}",
-            param_hint="'--app'",
-        ) from exc
 
 
 @schedules.command("ls")

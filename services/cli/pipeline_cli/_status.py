@@ -17,7 +17,7 @@ from pipeline._backlog import BacklogReader
 from pipeline._status import read_status
 
 from ._dlqoptions import timeout_option
-from ._output import cli_errors, common_options, json_option, print_json
+from ._output import INTERVAL_MAX_S, Seconds, cli_errors, common_options, json_option, print_json
 from ._statusrender import print_status, status_json
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     "--watch",
     "-w",
     "interval",
-    type=click.FloatRange(min=0.5),
+    type=Seconds(min=0.5, max=INTERVAL_MAX_S),
     default=None,
     is_flag=False,
     flag_value=2.0,

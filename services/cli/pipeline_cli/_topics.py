@@ -14,7 +14,15 @@ from pipeline._admin import (
     plan_topic,
 )
 
-from ._output import cli_errors, common_options, json_option, print_json, print_table
+from ._output import (
+    REQUEST_MAX_S,
+    Seconds,
+    cli_errors,
+    common_options,
+    json_option,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -28,7 +36,7 @@ _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
 def _timeout_option(command: Callable[..., Any]) -> Callable[..., Any]:
     return click.option(
         "--timeout",
-        type=click.FloatRange(min=0.1),
+        type=Seconds(min=0.1, max=REQUEST_MAX_S),
         default=30.0,
         show_default=True,
         help="Seconds the whole operation may take before it fails as unreachable.",

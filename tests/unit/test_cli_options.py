@@ -1,0 +1,46 @@
+"""Option values the CLI refuses up front (exit code 2, what is wrong), before any Kafka call."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from pipeline_cli import cli
+
+NOWHERE = {"PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        # librdkafka takes at most an hour: a longer wait gave a traceback.
+        (["topics", "describe", "--timeout", "4000"], "not in the range"),
+        (["dlq", "stats", "--timeout", "1e9"], "not in the range"),
+        # inf and nan passed click's FloatRange: tracebacks, or a read of Kafka without pause.
+        (["enqueue", "a.b", "--timeout", "inf"], "not a finite number of seconds"),
+        (["enqueue", "a.b", "--delay", "nan"], "not a finite number of seconds"),
+        (["status", "--watch", "inf"], "not a finite number of seconds"),
+        (["exporter", "--interval", "nan"], "not a finite number of seconds"),
+        (["topics", "describe", "--timeout", "soon"], "not a valid number of seconds"),
+    ],
+)
+def test_a_duration_must_be_a_finite_number_of_seconds_in_range(
+    args: list[str], error: str
+) -> None:
+    result = CliRunner().invoke(cli, args, env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert error in result.output
+
+
+def test_an_app_whose_import_fails_is_a_usage_error_that_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_app_mod.py").write_text("import a_module_nobody_installed\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(
+        cli, ["enqueue", "a.b", "--app", "broken_app_mod", "--payload", "{}"], env=NOWHERE
+    )
+    assert result.exit_code == 2, result.output
+    assert "importing the application failed: ModuleNotFoundError" in result.output
