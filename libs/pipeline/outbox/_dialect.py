@@ -22,8 +22,11 @@ __all__ = [
     "DatabaseUnavailableError",
     "Dialect",
     "OutboxRow",
+    "check_schema",
     "connect",
     "dialect_of",
+    "no_database",
+    "relay_table",
     "sqlite_path",
 ]
 
@@ -54,6 +57,17 @@ class Dialect:
             f"id {self.id_column}, topic TEXT NOT NULL, key {self.blob}, "
             f"value {self.blob} NOT NULL, job_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL)"
         )
+
+    def has_table(self, cursor: Any, table: str) -> bool:
+        """Whether ``table`` exists (on PostgreSQL, found as the statements on it will be)."""
+        if self.name == "postgresql":
+            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", (table,))
+        else:
+            schema, _, name = table.rpartition(".")
+            cursor.execute(
+                "SELECT count(*) > 0 FROM pragma_table_info(?, ?)", (name, schema or "main")
+            )
+        return bool(cursor.fetchone()[0])
 
     def insert(self, table: str) -> str:
         p = self.placeholder
@@ -104,15 +118,64 @@ def checked_table(table: str) -> str:
 
 
 def dialect_of(connection: Any) -> Dialect:
-    """The dialect of a DB-API connection: ``sqlite3`` or ``psycopg`` (version 3)."""
-    module = type(connection).__module__.partition(".")[0]
-    if module == "sqlite3":
+    """The dialect of a DB-API connection: ``sqlite3``, or ``psycopg`` (version 3) synchronous."""
+    if isinstance(connection, sqlite3.Connection):
         return SQLITE
-    if module == "psycopg":
-        return POSTGRES
+    if type(connection).__module__.partition(".")[0] == "psycopg":
+        import psycopg  # there: the connection is one of its
+
+        if isinstance(connection, psycopg.Connection):
+            return POSTGRES
+        # An AsyncConnection's execute() returns a coroutine that nobody here awaits: enqueue
+        # would return a job id and no row would ever be written.
+        raise ConfigurationError(
+            f"the outbox needs a synchronous psycopg connection, got {type(connection)!r}: "
+            "pass one made by psycopg.connect(...) (from async code, run the transaction on it "
+            "in a thread, e.g. asyncio.to_thread)"
+        )
     raise ConfigurationError(
         f"the outbox works on a sqlite3 or psycopg (3) connection, got {type(connection)!r}"
     )
+
+
+def relay_table(table: str, dialect: Dialect) -> str:
+    """``table`` if it is the one spelling of its table a relay takes (its lock, transactional
+    id and progress topic are made of the name: two spellings of one table would be two active
+    relays): lower-case, and on SQLite without a schema (the relay's connection has ``main``
+    only). PostgreSQL's schema is checked on the server: :func:`check_schema`."""
+    checked_table(table)
+    _, dot, name = table.rpartition(".")
+    if dialect is SQLITE and dot:
+        raise ConfigurationError(
+            f"a SQLite outbox table is named without a schema: use {name.lower()!r}, not {table!r}"
+        )
+    if table != table.lower():
+        raise ConfigurationError(
+            f"the relay's outbox table name must be lower-case: use {table.lower()!r}, not "
+            f"{table!r} (the database reads both as one table, the relay would not)"
+        )
+    return table
+
+
+_SCHEMA_OF_PLAIN_NAME = (
+    "SELECT coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n "
+    "ON n.oid = c.relnamespace WHERE c.oid = to_regclass(%s)), current_schema())"
+)
+"""The schema a table named without one is in (existing), or would be created in."""
+
+
+def check_schema(connection: Any, table: str) -> None:
+    """Refuse ``schema.table`` on PostgreSQL when plain ``table`` is that same table: a
+    relay's table is schema-qualified only when it has to be."""
+    schema, dot, name = table.rpartition(".")
+    if not dot:
+        return
+    row = connection.execute(_SCHEMA_OF_PLAIN_NAME, (name,)).fetchone()
+    if row is not None and row[0] == schema:
+        raise ConfigurationError(
+            f"{table!r} is the outbox table {name!r} of this database connection (its schema "
+            f"is the one {name!r} names): use {name!r}, the one spelling relays take"
+        )
 
 
 def sqlite_path(dsn: str) -> Path | None:
@@ -129,15 +192,15 @@ def sqlite_path(dsn: str) -> Path | None:
     return Path(rest[3:])
 
 
-def connect(dsn: str) -> tuple[Any, Dialect]:
-    """A new connection to ``dsn`` (``postgresql://...`` or ``sqlite:///path``) and its dialect."""
+def connect(dsn: str, *, create: bool = True, **params: Any) -> tuple[Any, Dialect]:
+    """A new connection to ``dsn`` (``postgresql://...`` or ``sqlite:///path``) and its dialect.
+
+    ``create=False``: a SQLite database must exist already (a mistyped path is an error, not a
+    new, empty database that a relay would watch for good). ``params``: libpq connection
+    parameters added to a PostgreSQL DSN."""
     path = sqlite_path(dsn)
     if path is not None:
-        # WAL: the relay's reads and deletes do not block the service's writers (nor the
-        # reverse) but for the moment of a commit; busy writers are waited for, 30 s at most.
-        connection = sqlite3.connect(path, timeout=30.0)
-        connection.execute("PRAGMA journal_mode=WAL")
-        return connection, SQLITE
+        return _open_sqlite(path, create), SQLITE
     if dsn.startswith(("postgresql://", "postgres://")) or "=" in dsn:
         try:
             import psycopg
@@ -146,7 +209,7 @@ def connect(dsn: str) -> tuple[Any, Dialect]:
                 "the PostgreSQL outbox needs psycopg: pip install 'kafka-pipeline[outbox]'"
             ) from None
         try:
-            return psycopg.connect(dsn), POSTGRES
+            return psycopg.connect(dsn, **params), POSTGRES
         except psycopg.Error as exc:  # the server may come back: not a configuration error
             raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
     scheme = dsn.partition(":")[0]  # not the whole DSN: it may hold a password
@@ -154,3 +217,32 @@ def connect(dsn: str) -> tuple[Any, Dialect]:
         f"unknown outbox DSN scheme {scheme!r}: use postgresql://user@host:port/db "
         "or sqlite:///path.db"
     )
+
+
+def no_database(path: Path) -> ConfigurationError:
+    """The error of a SQLite database that should be there and is not."""
+    return ConfigurationError(
+        f"no SQLite database at {path}: check the DSN "
+        "(pipeline outbox init creates the database and its table)"
+    )
+
+
+def _open_sqlite(path: Path, create: bool) -> sqlite3.Connection:
+    mode = "rwc" if create else "rw"
+    try:
+        connection = sqlite3.connect(
+            f"{path.absolute().as_uri()}?mode={mode}", uri=True, timeout=30.0
+        )
+    except sqlite3.OperationalError as exc:
+        if create:
+            raise ConfigurationError(
+                f"cannot create SQLite database {path}: {exc} (does its directory exist, "
+                "and may this user write there?)"
+            ) from exc
+        if not path.exists():
+            raise no_database(path) from exc
+        raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc
+    # WAL: the relay's reads and deletes do not block the service's writers (nor the
+    # reverse) but for the moment of a commit; busy writers are waited for, 30 s at most.
+    connection.execute("PRAGMA journal_mode=WAL")
+    return connection

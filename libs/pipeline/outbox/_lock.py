@@ -2,7 +2,8 @@
 
 - PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on a connection of its
   own. The server releases it when that session ends, which a killed relay's closed socket does
-  at once (or TCP keepalives, when the host vanished).
+  at once, and TCP keepalives within about 30 s when the host vanished (the session sets the
+  server's side of them: a server's defaults wait two hours).
 - SQLite: the database is a file on one host, so the lock is an ``flock`` on a file beside it
   (``<db>.<table>.relay-lock``). The kernel releases it when the holder's process exits, however
   it exits.
@@ -21,9 +22,15 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from ._dialect import connect, sqlite_path
+from ._dialect import POSTGRES, SQLITE, check_schema, connect, no_database, relay_table, sqlite_path
 
 __all__ = ["AdvisoryLock", "FileLock", "RelayLock", "lock_for"]
+
+KEEPALIVES = {"idle": 10, "interval": 5, "count": 4}
+"""TCP keepalives of the lock's session, both ends: a peer silent for ``idle`` seconds is probed
+``count`` times ``interval`` seconds apart, then the connection is dropped (30 s)."""
+_USER_TIMEOUT_MS = 30_000
+"""The same bound while data sent waits for an acknowledgement (keepalives do not probe then)."""
 
 
 class RelayLock(Protocol):
@@ -51,13 +58,13 @@ class AdvisoryLock:
 
     def __init__(self, dsn: str, table: str) -> None:
         self._dsn = dsn
+        self._table = relay_table(table, POSTGRES)
         self._key = lock_key(table)
         self._connection: Any = None
 
     def try_acquire(self) -> bool:
         if self._connection is None:
-            self._connection, _ = connect(self._dsn)
-            self._connection.autocommit = True
+            self._connection = self._connect()
         try:
             row = self._connection.execute("SELECT pg_try_advisory_lock(%s)", (self._key,))
             got = bool(row.fetchone()[0])
@@ -65,6 +72,23 @@ class AdvisoryLock:
             self._drop()
             raise
         return got
+
+    def _connect(self) -> Any:
+        """The lock's session, after the check that its table's name is the one spelling of it
+        (the key is made of the name: another spelling would be another lock)."""
+        keepalives: dict[str, Any] = {f"keepalives_{k}": v for k, v in KEEPALIVES.items()}
+        connection, _ = connect(self._dsn, keepalives=1, **keepalives)
+        connection.autocommit = True
+        try:
+            check_schema(connection, self._table)
+            # The server's end of the socket is the one whose death frees the lock.
+            for name, value in KEEPALIVES.items():
+                connection.execute(f"SET tcp_keepalives_{name} = {int(value)}")
+            connection.execute(f"SET tcp_user_timeout = {_USER_TIMEOUT_MS}")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
 
     def held(self) -> bool:
         if self._connection is None:
@@ -96,12 +120,15 @@ class FileLock:
     """An exclusive ``flock`` on ``<database file>.<table>.relay-lock``."""
 
     def __init__(self, database: Path, table: str) -> None:
-        self.path = database.with_name(f"{database.name}.{table}.relay-lock")
+        self.database = database
+        self.path = database.with_name(f"{database.name}.{relay_table(table, SQLITE)}.relay-lock")
         self._fd: int | None = None
 
     def try_acquire(self) -> bool:
         if self._fd is not None:
             return True
+        if not self.database.exists():  # a mistyped path: no lock file beside nothing
+            raise no_database(self.database)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

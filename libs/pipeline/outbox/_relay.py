@@ -141,7 +141,7 @@ class OutboxRelay:
 
     def _run_active(self, stop: threading.Event) -> None:
         options, settings = self.options, self.settings
-        connection, dialect = connect(self.dsn)
+        connection, dialect = connect(self.dsn, create=False)
         txn: Transactions | None = None
         progress: RelayProgress | None = None
         stall = StallWatch(options.table)

@@ -26,7 +26,7 @@ class OutboxStatus:
 def outbox_status(dsn: str, table: str = DEFAULT_TABLE) -> OutboxStatus:
     """The rows waiting in ``table`` of the database at ``dsn``."""
     checked_table(table)
-    connection, dialect = connect(dsn)
+    connection, dialect = connect(dsn, create=False)  # a mistyped path: an error
     try:
         cursor = connection.cursor()
         cursor.execute(dialect.pending(table))

@@ -59,7 +59,8 @@ def outbox_route(route: Route, job_id: str) -> Route:
 
 
 def create_table(connection: Any, table: str = DEFAULT_TABLE) -> None:
-    """Create the outbox table in ``connection``'s database if it does not exist, and commit.
+    """Create the outbox table in ``connection``'s database if it does not exist, and commit
+    (no right to create is needed when it exists).
 
     The relay does this when it starts too; call it (or run the DDL of docs/outbox.md in a
     migration) before the first write.
@@ -67,7 +68,10 @@ def create_table(connection: Any, table: str = DEFAULT_TABLE) -> None:
     dialect = dialect_of(connection)
     cursor = connection.cursor()
     try:
-        cursor.execute(dialect.create(table))
+        # Only when missing: PostgreSQL wants the right to create in the schema even for a
+        # CREATE TABLE IF NOT EXISTS that creates nothing, and a relay needs SELECT, DELETE.
+        if not dialect.has_table(cursor, checked_table(table)):
+            cursor.execute(dialect.create(table))
     finally:
         cursor.close()
     connection.commit()

@@ -87,11 +87,15 @@ def relay(settings: Settings, dsn: str, table: str, batch_size: int, poll_interv
 def init(dsn: str, table: str) -> None:
     """Create the outbox table if it does not exist (the relay does too when it starts)."""
     from pipeline.outbox import connect, create_table
+    from pipeline.outbox._dialect import checked_table
 
     with cli_errors(), _usage_errors():
+        checked_table(table)  # before the database: a SQLite one would be created
         connection, _ = connect(dsn)
         try:
             create_table(connection, table)
+        except PipelineError:
+            raise
         except Exception as exc:  # the driver's error: no permission, a bad schema
             raise click.ClickException(f"cannot create outbox table {table}: {exc}") from exc
         finally:

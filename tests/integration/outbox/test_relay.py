@@ -19,7 +19,7 @@ from confluent_kafka import Consumer
 
 from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
-from pipeline.outbox import OutboxRelay, RelayOptions
+from pipeline.outbox import OutboxRelay, RelayOptions, connect
 from pipeline.outbox._dialect import Dialect
 from tests.conftest import start_dev_cluster, stop_dev_cluster
 from tests.waiting import wait_for
@@ -145,6 +145,7 @@ def test_a_standby_takes_over_from_a_killed_relay(
     outbox_dsn: str, settings: Settings, relays: RelayLauncher, tmp_path: Path
 ) -> None:
     apply_topics(settings)
+    connect(outbox_dsn)[0].close()  # the service's database (a relay opens an existing one)
     active = relays.start(outbox_dsn, "--batch-size", "100")
     wait_until(lambda: "active" in active.log(), timeout=60, what="the first relay to be active")
     standby = relays.start(outbox_dsn, "--batch-size", "100")
@@ -223,6 +224,7 @@ def test_a_keys_jobs_reach_kafka_in_the_order_they_were_committed(
 def test_a_relay_started_before_its_table_creates_it(
     sqlite_dsn: str, settings: Settings, relays: RelayLauncher
 ) -> None:
+    connect(sqlite_dsn)[0].close()  # the service's database, without the table yet
     relay = relays.start(sqlite_dsn)
     wait_until(lambda: "active" in relay.log(), timeout=60, what="the relay to be active")
     assert pending(sqlite_dsn) == 0

@@ -1,0 +1,137 @@
+"""The outbox on PostgreSQL: the connections, table names and rights it works with.
+
+A real server (the ``postgres`` fixture); a broker only for the relay that must publish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+
+import psycopg
+import pytest
+
+from pipeline import Pipeline, Settings
+from pipeline._admin import apply_topics
+from pipeline._errors import ConfigurationError
+from pipeline.outbox import OutboxRelay, connect, create_table
+from pipeline.outbox._lock import AdvisoryLock, lock_for
+from tests.waiting import wait_for
+
+from .relays import pending
+
+APP = Pipeline(Settings(bootstrap_servers="127.0.0.1:1", namespace="pg"))
+
+_SETTING = "SELECT setting FROM pg_settings WHERE name = %s"
+
+
+def _execute(dsn: str, *statements: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        for statement in statements:
+            connection.execute(statement)
+
+
+def test_an_async_connection_is_refused(postgres_dsn: str) -> None:
+    # Its statements are coroutines: never awaited, the row would never be written.
+    async def hand_over() -> None:
+        connection = await psycopg.AsyncConnection.connect(postgres_dsn)
+        try:
+            with pytest.raises(ConfigurationError, match=r"psycopg\.connect"):
+                APP.outbox(connection)
+            with pytest.raises(ConfigurationError, match=r"psycopg\.connect"):
+                create_table(connection)
+        finally:
+            await connection.close()
+
+    asyncio.run(hand_over())
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_a_relay_refuses_another_spelling_of_its_table(postgres_dsn: str, create: bool) -> None:
+    # public.pipeline_outbox is pipeline_outbox: another lock key would make two active relays.
+    if create:
+        connection, _ = connect(postgres_dsn)
+        create_table(connection)
+        connection.close()
+    lock = lock_for(postgres_dsn, "public.pipeline_outbox")
+    try:
+        with pytest.raises(ConfigurationError, match="'pipeline_outbox'"):
+            lock.try_acquire()
+    finally:
+        lock.release()
+
+
+def test_a_schema_the_plain_name_does_not_reach_is_kept(postgres_dsn: str) -> None:
+    _execute(postgres_dsn, "CREATE SCHEMA jobs")
+    plain, qualified = (
+        AdvisoryLock(postgres_dsn, "pipeline_outbox"),
+        lock_for(postgres_dsn, "jobs.pipeline_outbox"),
+    )
+    try:
+        assert plain.try_acquire()
+        assert qualified.try_acquire()  # another table: a lock of its own
+    finally:
+        plain.release()
+        qualified.release()
+
+
+def test_a_relay_with_select_and_delete_rights_only_publishes(
+    postgres_dsn: str, settings: Settings
+) -> None:
+    role = f"relay_{uuid.uuid4().hex[:8]}"
+    connection, _ = connect(postgres_dsn)
+    create_table(connection)
+    Pipeline(settings).outbox(connection).enqueue_many("email.send", [{"n": n} for n in range(3)])
+    connection.commit()
+    connection.close()
+    _execute(
+        postgres_dsn,
+        f"CREATE ROLE {role} LOGIN",
+        "REVOKE CREATE ON SCHEMA public FROM PUBLIC",  # PostgreSQL 15's default, made sure
+        f"GRANT SELECT, DELETE ON pipeline_outbox TO {role}",
+    )
+    relay_dsn = postgres_dsn.replace("postgres@", f"{role}@", 1)
+    restricted, _ = connect(relay_dsn)
+    try:
+        create_table(restricted)  # the table is there: nothing to create, no right needed
+    finally:
+        restricted.close()
+
+    apply_topics(settings)
+    relay = OutboxRelay(settings, relay_dsn)
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        assert relay.active.wait(60), "the relay never became active"
+        assert wait_for(lambda: pending(postgres_dsn) == 0, 60)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert relay.relayed == 3
+
+
+def test_the_lock_session_is_dropped_within_a_minute_of_its_host_vanishing(
+    postgres_dsn: str,
+) -> None:
+    # The server ends a session whose peer stopped answering keepalive probes, releasing its
+    # advisory lock: idle time, then count probes an interval apart.
+    lock = AdvisoryLock(postgres_dsn, "pipeline_outbox")
+    try:
+        assert lock.try_acquire()
+        connection = lock._connection
+        idle, interval, count, user_timeout_ms = (
+            # pg_settings: in the setting's own unit (seconds; milliseconds for the last)
+            int(connection.execute(_SETTING, (name,)).fetchone()[0])
+            for name in (
+                "tcp_keepalives_idle",
+                "tcp_keepalives_interval",
+                "tcp_keepalives_count",
+                "tcp_user_timeout",
+            )
+        )
+    finally:
+        lock.release()
+    assert 0 < idle + interval * count <= 60
+    assert 0 < user_timeout_ms <= 60_000  # while data waits for an acknowledgement
