@@ -19,9 +19,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ._clientlog import LastProblemLog
 from ._codec import JsonPayload, PayloadCodec, ScheduleCodec
 from ._cronexpr import due_fires, fires_between, moment, next_fire_ms, validate_schedule
-from ._errors import ConfigurationError, DecodeError, KafkaUnavailableError, NotAuthorizedError
+from ._errors import (
+    ConfigurationError,
+    DecodeError,
+    KafkaUnavailableError,
+    NotAuthorizedError,
+    PipelineError,
+)
 from ._job import Job, Priority, now_ms
 from ._records import MissedFires, Schedule
 from ._topiccheck import not_authorized
@@ -236,10 +243,16 @@ def _producer(settings: Settings) -> Any:
 
     conf = producer_config(settings)
     conf["linger.ms"] = 0
+    # librdkafka's own lines only explain a failure the error raised says already: kept at
+    # DEBUG, as the backlog reader keeps them (a command run while Kafka is down printed
+    # hundreds of them before its one-line error).
+    conf["logger"] = LastProblemLog()
     return Producer(conf)
 
 
 def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout: float) -> None:
+    from confluent_kafka import KafkaException
+
     producer = _producer(settings)
     topic = TopicNames(settings.namespace).schedules
     errors: list[str] = []
@@ -249,7 +262,11 @@ def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout:
             errors.append(error.str())
 
     for key, value in records:
-        producer.produce(topic, value, key.encode(), on_delivery=on_delivery)
+        try:
+            producer.produce(topic, value, key.encode(), on_delivery=on_delivery)
+        except KafkaException as exc:  # refused before sending: too large, say
+            reason = exc.args[0].str() if exc.args else str(exc)
+            raise PipelineError(f"schedule {key!r} could not be written: {reason}") from exc
     if producer.flush(timeout):
         raise KafkaUnavailableError(
             f"Kafka at {settings.bootstrap_servers} did not acknowledge the schedule write "
@@ -302,6 +319,7 @@ def read_table(
     from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     conf: dict[str, Any] = {
+        "logger": LastProblemLog(),  # see _producer
         "group.id": f"{settings.namespace}.table-reader",
         "enable.auto.commit": False,
         "enable.partition.eof": True,

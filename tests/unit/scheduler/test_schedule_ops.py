@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
+from pipeline import KafkaUnavailableError, PipelineError, Settings
 from pipeline._dedup import Verdict
 from pipeline._deduptable import DedupTable
 from pipeline._job import Priority
 from pipeline._records import Schedule
-from pipeline._schedule import count_from, fire_job, make_schedule
+from pipeline._schedule import _write, count_from, fire_job, make_schedule, read_schedules
 from pipeline._scheduleops import TRIGGER_HEADER, trigger_idempotency_key, trigger_job
 from pipeline_scheduler._cron import CronTable
 
@@ -109,3 +112,20 @@ def test_why_each_manual_fire_has_its_own_job_id() -> None:
     assert table.check(key, "job-1", LAST, 60_000) is Verdict.RUN
     assert table.check(key, "job-1", LAST, 60_000) is Verdict.RETRY  # would run twice
     assert table.check(key, "job-2", LAST, 60_000) is Verdict.DUPLICATE
+
+
+def test_a_schedule_too_large_to_send_is_a_clear_error() -> None:
+    """librdkafka refuses it before sending (no broker needed): that was a traceback."""
+    settings = Settings(namespace="acme", bootstrap_servers="127.0.0.1:9")
+    with pytest.raises(PipelineError, match=r"'big' could not be written: .*too large"):
+        _write(settings, [("big", b"x" * 2_000_000)], timeout=1.0)
+
+
+def test_reading_schedules_while_kafka_is_down_prints_no_client_lines(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """librdkafka printed hundreds of `%3|...|FAIL|` lines before the one-line error."""
+    settings = Settings(namespace="acme", bootstrap_servers="127.0.0.1:9")
+    with pytest.raises(KafkaUnavailableError):
+        read_schedules(settings, timeout=2.0)
+    assert "|FAIL|" not in capfd.readouterr().err
