@@ -4,11 +4,24 @@
 from __future__ import annotations
 
 import os
+import sqlite3
+from pathlib import Path
 
 import pytest
+
+from pipeline.outbox import create_table
 
 
 @pytest.fixture(autouse=True)
 def _default_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in [n for n in os.environ if n.startswith("PIPELINE_")]:
         monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Path:
+    """A SQLite database with the outbox table, for the outbox's tests."""
+    path = tmp_path / "service.db"
+    with sqlite3.connect(path) as connection:
+        create_table(connection)
+    return path

@@ -44,14 +44,6 @@ def app() -> Pipeline:
     return app
 
 
-@pytest.fixture
-def database(tmp_path: Path) -> Path:
-    path = tmp_path / "service.db"
-    with sqlite3.connect(path) as connection:
-        create_table(connection)
-    return path
-
-
 def rows(path: Path) -> list[tuple[Any, ...]]:
     with sqlite3.connect(path) as connection:
         return connection.execute(

@@ -7,7 +7,6 @@ mistyped path is an error instead of an empty database. (PostgreSQL: tests/integ
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
@@ -16,19 +15,11 @@ from click.testing import CliRunner
 
 from pipeline import Settings
 from pipeline._errors import ConfigurationError
-from pipeline.outbox import OutboxRelay, RelayOptions, create_table, outbox_status
+from pipeline.outbox import OutboxRelay, RelayOptions, outbox_status
 from pipeline_cli._main import cli
 
 SETTINGS = Settings(bootstrap_servers="127.0.0.1:1", namespace="unit")
 """Nothing listens there: these relays must stop before they try Kafka."""
-
-
-@pytest.fixture
-def database(tmp_path: Path) -> Path:
-    path = tmp_path / "service.db"
-    with sqlite3.connect(path) as connection:
-        create_table(connection)
-    return path
 
 
 def _run_briefly(relay: OutboxRelay) -> BaseException | None:
