@@ -68,6 +68,13 @@ class MetricsServer:
 
 def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        head = False
+        """Answering a HEAD: the status and headers of the GET, no body (probes use it)."""
+
+        def do_HEAD(self) -> None:
+            self.head = True
+            self.do_GET()
+
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
@@ -83,7 +90,8 @@ def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPReques
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(body)
+            if not self.head:
+                self.wfile.write(body)
 
         def log_message(self, format: str, *args: object) -> None:
             _log.debug("%s " + format, self.address_string(), *args)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import socket
 
 import pytest
@@ -25,3 +26,17 @@ def test_a_port_in_use_and_an_address_it_cannot_bind_are_settings_errors() -> No
     # An address of no interface of this host (TEST-NET-1): a traceback before.
     with pytest.raises(ConfigurationError, match="cannot serve on port 0"):
         MetricsServer(CollectorRegistry(), healthy, 0, host="192.0.2.1")
+
+
+def test_a_head_request_gets_the_status_of_the_get_without_a_body() -> None:
+    """A load balancer's or an orchestrator's HEAD probe got 501."""
+    server = MetricsServer(CollectorRegistry(), lambda: (False, "consumer thread died"), 0)
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        connection.request("HEAD", "/healthz")
+        response = connection.getresponse()
+        assert response.status == 503
+        assert response.read() == b""
+        connection.close()
+    finally:
+        server.close()

@@ -106,7 +106,8 @@ class Supervisor:
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:
             for child in self._children:
-                self._start(child)
+                if not child.done:  # a signal while the others started: it stays unstarted
+                    self._start(child)
             while not all(c.done for c in self._children):
                 self._watch()
                 time.sleep(CHECK_INTERVAL_S)
