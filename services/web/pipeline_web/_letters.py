@@ -6,15 +6,22 @@ monitor refreshes in the background, so a page or a filter change never reads th
 ``<ns>.dlq``. An action first shows how many letters it will touch and asks to confirm; the
 confirmed filter is pinned to the time of that page (``until``), so letters that die after it
 are not swept in; a filter of ids alone (a letter's own Replay or Discard) is not, as it names
-its letters, and a worker's clock may run ahead of ours. The action itself is the CLI's
-(:func:`replay_letters`, :func:`discard_letters`): it reads the state again after fencing any
-other replay, so a letter is replayed once however many times the form is sent.
+its letters, and a worker's clock may run ahead of ours.
+
+The index may lag behind the topic (a deep one is read in steps), so the confirmation also
+carries a digest of the letters it counted, and the action, which reads the topic again,
+acts only if the letters matching now are those: otherwise it asks again, with the count
+read from the topic. The action itself is the CLI's (:func:`replay_letters`,
+:func:`discard_letters`): it reads the state again after fencing any other replay, so a
+letter is replayed once however many times the form is sent.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
+import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
@@ -41,7 +48,7 @@ from pipeline._job import PayloadEncoding, now_ms
 from ._dashboard import dashboard_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
     from starlette.requests import Request
     from starlette.responses import Response
@@ -212,14 +219,51 @@ def _filter_json(letter_filter: LetterFilter) -> dict[str, object]:
     return {name: value for name in names if (value := getattr(letter_filter, name))}
 
 
+def letters_digest(letters: Iterable[StoredLetter]) -> str:
+    """Which letters a confirmation counted, in a form field: a digest of the ids of every
+    letter the filter matched, whatever its status, so that letters replayed or discarded
+    meanwhile (skipped by the action) do not change it, and letters it did not count do."""
+    ids = sorted(s.letter.id for s in letters)
+    return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:32]
+
+
+def _counted(dashboard: Dashboard, letter_filter: LetterFilter) -> tuple[int, str]:
+    """How many pending letters of the index ``letter_filter`` matches, and the digest of
+    every letter it matches (one query, so that both come from the same refresh)."""
+    found = dashboard.letters.query(
+        letter_filter, status="all", limit=sys.maxsize, newest_first=False
+    )
+    return found.by_status.get(LetterStatus.PENDING.value, 0), letters_digest(found.letters)
+
+
+class CountChangedError(Exception):
+    """The letters the filter matches on the topic are not those the confirmation counted
+    (the index had not read them yet, or some died since): nothing was done."""
+
+    def __init__(self, matching: list[StoredLetter]) -> None:
+        super().__init__("the dead letters matching the filter changed since they were counted")
+        self.pending = len(actionable(matching)[0])
+        self.digest = letters_digest(matching)
+
+
 def _act(
-    dashboard: Dashboard, action: str, letter_filter: LetterFilter, who: str, reset: bool
+    dashboard: Dashboard,
+    action: str,
+    letter_filter: LetterFilter,
+    confirmed: str | None,
+    who: str,
+    reset: bool,
 ) -> tuple[list[StoredLetter], int]:
-    """Run ``action`` on the pending letters ``letter_filter`` matches, as the CLI does; the
-    letters acted on, and how many were skipped as already replayed or discarded."""
+    """Run ``action`` on the pending letters ``letter_filter`` matches, as the CLI does, if
+    the letters it matches are those of the digest ``confirmed`` (else raise
+    :class:`CountChangedError`); the letters acted on, and how many were skipped as already
+    replayed or discarded."""
     settings = dashboard.settings
-    snapshot = read_dead_letters(settings, timeout=30.0)
-    todo, skipped = actionable(snapshot.select(letter_filter))
+    # Read again, not taken from the index: the index may not have read every letter yet.
+    matching = read_dead_letters(settings, timeout=30.0).select(letter_filter)
+    if letters_digest(matching) != confirmed:
+        raise CountChangedError(matching)
+    todo, skipped = actionable(matching)
     if not todo:
         return [], sum(skipped.values())
     by = f"{who} (pipeline web)"
@@ -251,9 +295,24 @@ async def _refresh_after(dashboard: Dashboard) -> str | None:
     return None
 
 
+def _confirmation(
+    action: str, fields: Mapping[str, str], at: int, pinned: bool
+) -> dict[str, object]:
+    """What a confirmation page shows but the count."""
+    return {
+        "page": "dead-letters",
+        "action": action,
+        "at": at,
+        "pinned": pinned,
+        "fields": {k: v for k, v in fields.items() if k in FILTER_FIELDS and v},
+        "reset_attempts": fields.get("reset_attempts") == "1",
+    }
+
+
 async def letters_action(request: Request) -> Response:
-    """Step one (no ``confirm``): count what the filter matches now and ask. Step two: act on
-    the pending letters matching the filter as of that count (``at``)."""
+    """Step one (no ``confirm``): count what the filter matches in the index and ask. Step
+    two: act on the pending letters matching the filter as of that count (``at``), if they
+    are those counted (``digest``); if not, ask again with the count read from the topic."""
     dashboard = dashboard_of(request)
     action = request.path_params["action"]
     if action not in ACTIONS:
@@ -269,26 +328,24 @@ async def letters_action(request: Request) -> Response:
     pinned = not _names_letters(letter_filter)
     if pinned:
         letter_filter = _pinned(letter_filter, at)
+    page = _confirmation(action, fields, at, pinned)
     if not confirmed:
         # A new filter scans the whole index: off the event loop, which serves every page.
-        found = await run_in_threadpool(
-            dashboard.letters.query, letter_filter, status=LetterStatus.PENDING, limit=0
-        )
-        context = {
-            "page": "dead-letters",
-            "action": action,
-            "count": found.total,
-            "at": at,
-            "pinned": pinned,
-            "fields": {k: v for k, v in fields.items() if k in FILTER_FIELDS and v},
-            "reset_attempts": fields.get("reset_attempts") == "1",
-        }
-        return dashboard.render(request, "confirm.html", context)
+        count, digest = await run_in_threadpool(_counted, dashboard, letter_filter)
+        index = dashboard.letters
+        page.update(count=count, digest=digest, indexing=not index.caught_up, indexed=len(index))
+        return dashboard.render(request, "confirm.html", page)
     who = request.state.who
     target = _filter_json(letter_filter)
     reset = fields.get("reset_attempts") == "1"
     try:
-        done, skipped = await run_in_threadpool(_act, dashboard, action, letter_filter, who, reset)
+        done, skipped = await run_in_threadpool(
+            _act, dashboard, action, letter_filter, fields.get("digest"), who, reset
+        )
+    except CountChangedError as changed:
+        previous = _whole_number(fields.get("count", ""))
+        page.update(count=changed.pending, digest=changed.digest, changed=True, previous=previous)
+        return dashboard.render(request, "confirm.html", page)
     except PipelineError as exc:
         dashboard.audit.record(who, f"dlq.{action}", target=target, count=0, outcome=str(exc))
         notice = f"The {action} failed: {exc}"

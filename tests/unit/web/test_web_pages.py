@@ -5,7 +5,10 @@ The Kafka operations of the actions are replaced by recorders."""
 from __future__ import annotations
 
 import asyncio
+import html
 import re
+from collections import Counter
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -13,7 +16,14 @@ import pytest
 from starlette.testclient import TestClient
 
 from pipeline import Settings
-from pipeline._deadletters import LetterFilter, StoredLetter
+from pipeline._deadletters import (
+    DeadLetterSnapshot,
+    LetterFilter,
+    LetterState,
+    LetterStatus,
+    StoredLetter,
+    WriteReport,
+)
 from pipeline._errors import KafkaUnavailableError
 from pipeline._job import Job, now_ms
 from pipeline._records import DeadLetter, Schedule
@@ -57,10 +67,9 @@ def _csrf(client: TestClient) -> str:
     return token
 
 
-def _add_letter(app: Starlette, dead_at: int, job_type: str = "email.send") -> DeadLetter:
-    """A pending dead letter in the index, as a refresh would fold it in."""
+def _letter(dead_at: int, job_type: str = "email.send") -> DeadLetter:
     job = Job(id=f"job-{dead_at}", type=job_type, payload=b"{}")
-    letter = DeadLetter(
+    return DeadLetter(
         reason="max_attempts",
         message="smtp timed out",
         source_topic="pages.jobs.default",
@@ -69,6 +78,11 @@ def _add_letter(app: Starlette, dead_at: int, job_type: str = "email.send") -> D
         job=job,
         dead_at=dead_at,
     )
+
+
+def _add_letter(app: Starlette, dead_at: int, job_type: str = "email.send") -> DeadLetter:
+    """A pending dead letter in the index, as a refresh would fold it in."""
+    letter = _letter(dead_at, job_type)
     index = dashboard(app).letters
     with index._lock:
         index._fold([StoredLetter(letter, 0, 0)], [])
@@ -222,6 +236,127 @@ def test_a_bulk_action_stays_pinned_to_the_time_of_its_count(app: Starlette, act
     form = {"csrf": token, "type": "report.*", "confirm": "yes", "at": "1800000000000"}
     client.post("/dead-letters/discard", data=form)
     assert acted.filters == [LetterFilter(types=("report.*",), until=1_800_000_000_000)]
+
+
+class _Topic:
+    """Stands for ``<ns>.dlq`` as a fresh read sees it, and for the replay that writes to it:
+    records the ids it replayed, and marks them replayed for the next read."""
+
+    def __init__(self) -> None:
+        self.stored: list[StoredLetter] = []
+        self.replayed: list[str] = []
+
+    def add(self, letter: DeadLetter) -> None:
+        self.stored.append(StoredLetter(letter, 0, len(self.stored)))
+
+    def read(self, *args: Any, **kwargs: Any) -> DeadLetterSnapshot:
+        return DeadLetterSnapshot("pages.dlq", [replace(s) for s in self.stored])
+
+    def replay(self, settings: Settings, todo: list[StoredLetter], **kwargs: Any) -> WriteReport:
+        ids = {s.letter.id for s in todo}
+        self.replayed += sorted(ids)
+        done = LetterState(status=LetterStatus.REPLAYED, at=now_ms(), by="test")
+        for stored in self.stored:
+            if stored.letter.id in ids:
+                stored.state = done
+        return WriteReport(list(todo), Counter())
+
+
+@pytest.fixture
+def topic(app: Starlette, monkeypatch: pytest.MonkeyPatch) -> _Topic:
+    """A fresh read of the dead letters reads this topic, and a replay writes to it."""
+    fake = _Topic()
+    monkeypatch.setattr(_letters, "read_dead_letters", fake.read)
+    monkeypatch.setattr(_letters, "replay_letters", fake.replay)
+    monkeypatch.setattr(dashboard(app).letters, "refresh", lambda *args, **kwargs: None)
+    return fake
+
+
+def _confirmation(page: str) -> dict[str, str]:
+    """The hidden fields of a confirmation page's form: what its Confirm button sends."""
+    form = re.search(r'<form method="post"[^>]*class="actions">(.*?)</form>', page, re.S)
+    assert form is not None, page
+    found = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', form.group(1))
+    return {name: html.unescape(value) for name, value in found}
+
+
+def _heading(page: str) -> str:
+    heading = re.search(r"<h1>(.*?)</h1>", page, re.S)
+    assert heading is not None, page
+    return " ".join(heading.group(1).split())
+
+
+def test_a_bulk_action_acts_only_on_the_letters_its_confirmation_counted(
+    app: Starlette, topic: _Topic
+) -> None:
+    # One letter indexed; two more on the topic, dead before the count but not indexed yet.
+    counted = _add_letter(app, dead_at=now_ms() - 60_000, job_type="report.build")
+    topic.add(counted)
+    late = [_letter(now_ms() - 30_000 + n, "report.build") for n in range(2)]
+    for letter in late:
+        topic.add(letter)
+    client = _client(app)
+    token = _csrf(client)
+    asked = client.post("/dead-letters/replay", data={"csrf": token, "type": "report.*"})
+    assert _heading(asked.text) == "Replay 1 dead letter?"
+
+    answer = client.post("/dead-letters/replay", data=_confirmation(asked.text))
+    assert topic.replayed == []  # 3 match now, not the 1 confirmed: nothing is done
+    assert answer.status_code == 200
+    assert _heading(answer.text) == "Replay 3 dead letters?"
+    changed = re.search(r'id="count-changed"[^>]*>(.*?)</p>', answer.text, re.S)
+    assert changed is not None, answer.text
+    assert "1 pending then" in " ".join(changed.group(1).split())
+
+    again = client.post("/dead-letters/replay", data=_confirmation(answer.text))
+    assert again.status_code == 303
+    assert _notice(again.headers["location"]) == "3 dead letters replayed."
+    assert sorted(topic.replayed) == sorted(s.letter.id for s in topic.stored)
+
+
+def test_a_confirmation_sent_again_after_its_letters_were_replayed_replays_nothing(
+    app: Starlette, topic: _Topic
+) -> None:
+    for n in range(2):
+        topic.add(_add_letter(app, dead_at=now_ms() - 60_000 + n, job_type="report.build"))
+    client = _client(app)
+    token = _csrf(client)
+    asked = client.post("/dead-letters/replay", data={"csrf": token, "type": "report.*"})
+    confirmation = _confirmation(asked.text)
+    first = client.post("/dead-letters/replay", data=confirmation)
+    assert _notice(first.headers["location"]) == "2 dead letters replayed."
+    # The same letters match, now replayed: not a changed count, and skipped.
+    second = client.post("/dead-letters/replay", data=confirmation)
+    assert second.status_code == 303
+    assert _notice(second.headers["location"]).startswith("0 dead letters replayed; 2 already")
+    assert len(topic.replayed) == 2
+
+
+def test_a_confirmation_without_the_digest_of_its_count_acts_on_nothing(
+    app: Starlette, topic: _Topic
+) -> None:
+    topic.add(_add_letter(app, dead_at=now_ms() - 60_000))
+    client = _client(app)
+    form = {"csrf": _csrf(client), "confirm": "yes", "at": str(now_ms()), "type": "email.*"}
+    answer = client.post("/dead-letters/replay", data=form)
+    assert answer.status_code == 200
+    assert _heading(answer.text) == "Replay 1 dead letter?"
+    assert topic.replayed == []
+
+
+@pytest.mark.parametrize("caught_up", [False, True])
+def test_the_confirmation_says_when_its_count_may_be_short(app: Starlette, caught_up: bool) -> None:
+    _add_letter(app, dead_at=now_ms() - 60_000)
+    dashboard(app).letters._caught_up = caught_up
+    client = _client(app)
+    asked = client.post("/dead-letters/replay", data={"csrf": _csrf(client), "type": "email.*"})
+    assert _heading(asked.text) == "Replay 1 dead letter?"
+    warning = re.search(r'id="count-indexing"[^>]*>(.*?)</p>', asked.text, re.S)
+    if caught_up:
+        assert warning is None
+    else:
+        assert warning is not None
+        assert "1 dead letters so far, so this count may be short" in warning.group(1)
 
 
 def test_the_count_before_an_action_is_taken_off_the_event_loop(app: Starlette) -> None:
