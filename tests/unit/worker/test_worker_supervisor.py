@@ -1,10 +1,12 @@
-"""``--processes N``: which exits of a child the supervisor restarts."""
+"""``--processes N``: which exits of a child the supervisor restarts, and a stop while they
+start. The children are shell scripts standing in for ``python -m pipeline_worker``."""
 
 from __future__ import annotations
 
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -13,14 +15,17 @@ from pipeline_worker import _supervisor
 from pipeline_worker._supervisor import Supervisor
 
 
-@pytest.mark.parametrize("code", [2, 4])
-def test_a_child_that_cannot_run_with_its_settings_is_not_restarted(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
-) -> None:
-    """Exit code 2 (a metrics port it cannot serve, say) and 4 (credentials refused) would only
-    come back: the child stays down, and the supervisor exits with that code."""
+def supervise(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    script: str,
+    after_start: Callable[[Supervisor], None] = lambda supervisor: None,
+) -> tuple[Supervisor, int, list[int]]:
+    """Run a supervisor of 2 children running ``script``; return it, its exit code and the
+    children started, in order. ``after_start`` runs after each start. A supervisor that never
+    ends (restarting for ever) is stopped after 20 s, so that a test fails rather than hangs."""
     child = tmp_path / "child"
-    child.write_text(f"#!/bin/sh\nexit {code}\n")
+    child.write_text(f"#!/bin/sh\n{script}\n")
     child.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(child))
     supervisor = Supervisor({}, 2, None)
@@ -30,15 +35,26 @@ def test_a_child_that_cannot_run_with_its_settings_is_not_restarted(
     def counted(one: _supervisor._Child) -> None:
         starts.append(one.index)
         start(one)
+        after_start(supervisor)
 
     monkeypatch.setattr(supervisor, "_start", counted)
-    # A supervisor that restarts for ever is stopped, so that the test fails rather than hangs.
     watchdog = threading.Timer(20, supervisor._on_signal, (signal.SIGTERM, None))
     watchdog.start()
     try:
-        assert supervisor.run() == code
+        code = supervisor.run()
     finally:
         watchdog.cancel()
+    return supervisor, code, starts
+
+
+@pytest.mark.parametrize("code", [2, 4])
+def test_a_child_that_cannot_run_with_its_settings_is_not_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """Exit code 2 (a metrics port it cannot serve, say) and 4 (credentials refused) would only
+    come back: the child stays down, and the supervisor exits with that code."""
+    _, exit_code, starts = supervise(tmp_path, monkeypatch, f"exit {code}")
+    assert exit_code == code
     assert sorted(starts) == [0, 1]
 
 
@@ -47,26 +63,11 @@ def test_a_signal_while_the_children_start_leaves_the_rest_unstarted(
 ) -> None:
     """The children not started yet were marked done, then started all the same, and the
     supervisor returned at once, without waiting for any of them."""
-    child = tmp_path / "child"
-    child.write_text("#!/bin/sh\nexec sleep 30\n")
-    child.chmod(0o755)
-    monkeypatch.setattr(sys, "executable", str(child))
-    supervisor = Supervisor({}, 2, None)
-    starts: list[int] = []
-    start = supervisor._start
 
-    def signalled_after_the_first(one: _supervisor._Child) -> None:
-        starts.append(one.index)
-        start(one)
+    def signalled(supervisor: Supervisor) -> None:
         supervisor._on_signal(signal.SIGTERM, None)  # arrives while the others still start
 
-    monkeypatch.setattr(supervisor, "_start", signalled_after_the_first)
-    watchdog = threading.Timer(20, supervisor._on_signal, (signal.SIGTERM, None))
-    watchdog.start()
-    try:
-        supervisor.run()
-    finally:
-        watchdog.cancel()
+    supervisor, _, starts = supervise(tmp_path, monkeypatch, "exec sleep 30", signalled)
     assert starts == [0]
     first = supervisor._children[0]
     assert first.exit_code == -signal.SIGTERM  # waited for: it exited of the forwarded signal
