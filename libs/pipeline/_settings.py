@@ -65,6 +65,10 @@ class SecuritySettings(BaseModel):
         return conf
 
 
+RETENTION_MIN_MS = 3_600_000
+"""The shortest retention a topic of jobs, dead letters or events may be given."""
+
+
 class TopicSettings(BaseModel):
     """The topic layout that ``pipeline topics apply`` creates (DESIGN section 3)."""
 
@@ -83,6 +87,18 @@ class TopicSettings(BaseModel):
         default_factory=lambda: [5.0, 30.0, 300.0, 1800.0],
         description="one retry tier topic per delay, in increasing order",
     )
+
+    @field_validator("jobs_retention_ms", "dlq_retention_ms", "events_retention_ms")
+    @classmethod
+    def _keeps_an_hour(cls, retention_ms: int) -> int:
+        # Kafka would delete jobs still waiting, and dead letters no one has seen, as soon as
+        # their segment rolls: a typo (0, or seconds for milliseconds) must not do that.
+        if retention_ms != -1 and retention_ms < RETENTION_MIN_MS:
+            raise ValueError(
+                f"must be -1 (keep for ever) or at least {RETENTION_MIN_MS} (an hour), "
+                f"got {retention_ms}"
+            )
+        return retention_ms
 
     @field_validator("retry_delays_s")
     @classmethod

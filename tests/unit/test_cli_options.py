@@ -44,3 +44,10 @@ def test_an_app_whose_import_fails_is_a_usage_error_that_says_why(
     )
     assert result.exit_code == 2, result.output
     assert "importing the application failed: ModuleNotFoundError" in result.output
+
+
+def test_a_manual_trigger_is_named_by_a_time_not_a_duration_ago() -> None:
+    """`--at 1h` was another time at every run: a repeated trigger ran the job again."""
+    result = CliRunner().invoke(cli, ["schedules", "trigger", "nightly", "--at", "1h"], env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert "a duration ago" in result.output

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from pipeline import ConfigurationError, Pipeline, Settings
 from pipeline._job import Priority
-from pipeline._settings import build_settings
+from pipeline._settings import TopicSettings, build_settings
 from pipeline_cli import cli
 
 
@@ -105,6 +105,15 @@ def test_a_config_file_named_by_the_environment_must_be_readable_toml(
     )
     assert result.exit_code == 2, result.output
     assert error in result.output
+
+
+@pytest.mark.parametrize("name", ["jobs_retention_ms", "dlq_retention_ms", "events_retention_ms"])
+@pytest.mark.parametrize("value", [0, 1, 3_599_999])
+def test_a_topic_retention_under_an_hour_is_refused(name: str, value: int) -> None:
+    """Kafka would delete waiting jobs as soon as their segment rolled (0 was accepted)."""
+    with pytest.raises(ValidationError, match="at least 3600000"):
+        TopicSettings(**{name: value})
+    assert getattr(TopicSettings(**{name: -1}), name) == -1
 
 
 def test_security_maps_to_librdkafka_and_hides_secrets() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._filters import (
     LetterFilter,
+    is_duration_ago,
     parse_when,
 )
 from ._index import (
@@ -73,6 +74,7 @@ __all__ = [
     "dlq_stats",
     "dlq_transactional_id",
     "fold_states",
+    "is_duration_ago",
     "letter_order",
     "parse_when",
     "read_dead_letters",

@@ -15,6 +15,12 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
+def is_duration_ago(text: str) -> bool:
+    """Whether ``text`` is a duration ago (``30m``, ``2h``...), which :func:`parse_when` reads
+    as another time at every call, rather than a time."""
+    return _DURATION.fullmatch(text.strip()) is not None
+
+
 def parse_when(text: str, *, now: int | None = None) -> int:
     """Epoch milliseconds of ``text``: an ISO-8601 date or datetime (UTC unless it names an
     offset), or a duration ago such as ``45s``, ``30m``, ``2h``, ``7d``, ``2w`` or ``1h30m``.

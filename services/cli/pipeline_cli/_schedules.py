@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipeline import Priority
-from pipeline._deadletters import parse_when
+from pipeline._deadletters import is_duration_ago, parse_when
 from pipeline._errors import (
     ConfigurationError,
     PayloadValidationError,
@@ -247,6 +247,13 @@ def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> int | 
         return None
     if value.strip().isdigit():
         return int(value)
+    if is_duration_ago(value):
+        # WHEN names the request: "1h" ago is another time at every run, so a repeated trigger
+        # would run the job again instead of once.
+        raise click.BadParameter(
+            f"{value!r} is a duration ago, another time at each run: give the time itself "
+            "(ISO-8601 or epoch milliseconds), so that repeating the trigger runs it once"
+        )
     try:
         return parse_when(value)
     except ValueError as exc:
