@@ -29,6 +29,12 @@ class WebSettings(BaseModel):
         None,
         description="a bearer token: `Authorization: Bearer <token>`, or given once at /login",
     )
+    session_max_age_s: int = Field(
+        12 * 3600,
+        ge=60,
+        description="how long the session cookie a token earns at /login lasts, in seconds: "
+        "past it the browser asks for the token again",
+    )
     username: str | None = Field(None, description="HTTP basic credentials: the user name")
     password: SecretStr | None = Field(None, description="HTTP basic credentials: the password")
     read_only: bool = Field(

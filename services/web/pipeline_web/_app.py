@@ -28,7 +28,7 @@ from ._audit import AuditLog
 from ._dashboard import Dashboard, dashboard_of, read_new_letters
 from ._format import FILTERS
 from ._monitor import Monitor
-from ._security import SESSION_COOKIE, Gate
+from ._security import Gate, clear_session_cookie, set_session_cookie
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -74,9 +74,16 @@ async def _login_page(request: Request) -> Response:
     target = form.get("next")
     safe = isinstance(target, str) and target.startswith("/") and not target.startswith("//")
     response = RedirectResponse(target if safe and isinstance(target, str) else "/", 303)
-    response.set_cookie(
-        SESSION_COOKIE, dashboard.gate.session_value(), httponly=True, samesite="strict"
-    )
+    set_session_cookie(request, response, dashboard.gate)
+    return response
+
+
+async def _logout(request: Request) -> Response:
+    """Clear the session cookie, and go to the login page. CSRF-checked, so that another site
+    cannot log a user out; allowed read-only, as it changes nothing on Kafka."""
+    await dashboard_of(request).checked_form(request)
+    response = RedirectResponse("/login", 303)
+    clear_session_cookie(request, response)
     return response
 
 
@@ -125,6 +132,7 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
         *_letters.ROUTES,
         *_schedules.ROUTES,
         Route("/login", _login_page, methods=["GET", "POST"]),
+        Route("/logout", _logout, methods=["POST"]),
         Route("/healthz", _healthz),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]

@@ -10,7 +10,7 @@ from starlette.exceptions import HTTPException
 
 from pipeline._deadletters import LetterFilter, LetterIndex
 
-from ._security import CSRF_FIELD, csrf_matches, csrf_token, set_csrf_cookie
+from ._security import CSRF_FIELD, SESSION_COOKIE, csrf_matches, csrf_token, set_csrf_cookie
 
 if TYPE_CHECKING:
     from starlette.datastructures import FormData
@@ -74,6 +74,9 @@ class Dashboard:
             "who": request.state.who,
             "csrf_field": CSRF_FIELD,
             "csrf": csrf_token(request),
+            # A browser logged in at /login can log out; a bearer header or basic credentials
+            # are the client's to stop sending.
+            "session": self.gate.session_valid(request.cookies.get(SESSION_COOKIE)),
             "problem": self.monitor.problem,
         }
         response = self.templates.TemplateResponse(
@@ -86,6 +89,10 @@ class Dashboard:
         """The form of an action POST, once it passed the read-only and CSRF checks."""
         if self.web.read_only:
             raise HTTPException(403, "this dashboard is read-only (web.read_only)")
+        return await self.checked_form(request)
+
+    async def checked_form(self, request: Request) -> FormData:
+        """The form of a POST, once it passed the CSRF check."""
         form = await request.form()
         submitted = form.get(CSRF_FIELD)
         if not csrf_matches(request, submitted if isinstance(submitted, str) else None):

@@ -8,13 +8,16 @@ Authentication, by ``web.*`` settings:
   names the site of the page it runs, so a site whose name an attacker rebinds to 127.0.0.1
   (DNS rebinding) does not reach the dashboard;
 - ``web.token``: ``Authorization: Bearer <token>``, or the token typed once at ``/login``,
-  which sets a session cookie holding an HMAC of the token (never the token itself);
+  which sets a session cookie holding its issue time and an HMAC of that time keyed by the
+  token (never the token itself). It is accepted for ``web.session_max_age_s``; a new token
+  ends every session, and ``POST /logout`` clears the browser's;
 - ``web.username`` and ``web.password``: HTTP basic authentication.
 
 Every action is a POST carrying a CSRF token: the value of a random ``pipeline_csrf``
 cookie (``SameSite=Strict``), repeated in the form (the double-submit pattern). A POST
 whose token is missing or differs is refused with 403, and so is any POST in read-only mode.
-Secrets are compared in constant time and never rendered or logged.
+Both cookies are HttpOnly, and ``Secure`` when the request came over HTTPS. Secrets are
+compared in constant time and never rendered or logged.
 """
 
 from __future__ import annotations
@@ -23,7 +26,9 @@ import base64
 import hashlib
 import hmac
 import ipaddress
+import re
 import secrets
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -31,6 +36,8 @@ from urllib.parse import quote
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from starlette.requests import Request
 
     from pipeline._websettings import WebSettings
@@ -38,7 +45,13 @@ if TYPE_CHECKING:
 SESSION_COOKIE = "pipeline_session"
 CSRF_COOKIE = "pipeline_csrf"
 CSRF_FIELD = "csrf"
-_OPEN_PATHS = ("/login", "/static/", "/healthz")
+CLOCK_SKEW_S = 60
+"""How far in the future a session's issue time may be: replicas' clocks differ a little."""
+# /logout only clears the session cookie, so it needs no session: one that has just expired
+# can still log out (it is CSRF-checked all the same).
+_OPEN_PATHS = ("/login", "/logout", "/static/", "/healthz")
+# A session cookie: its issue time (Unix seconds, ASCII digits only) and its HMAC in hex.
+_SESSION = re.compile(r"([0-9]{1,12})\.([0-9a-f]{64})")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -68,15 +81,37 @@ def _same(given: str, expected: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Gate:
-    """The dashboard's authentication and CSRF checks for one :class:`WebSettings`."""
+    """The dashboard's authentication and CSRF checks for one :class:`WebSettings`, with the
+    clock its sessions age by (tests give a fake one)."""
 
     web: WebSettings
+    clock: Callable[[], float] = time.time
 
     def session_value(self) -> str:
-        """The session cookie a correct token earns: an HMAC of the token, not the token."""
+        """The session cookie a correct token earns now: its issue time and an HMAC of that
+        time keyed by the token (not the token), so a new token ends every session."""
+        issued = str(int(self.clock()))
+        return f"{issued}.{self._session_mac(issued)}"
+
+    def session_valid(self, cookie: str | None) -> bool:
+        """Whether ``cookie`` is a session this token issued, neither too old nor from the
+        future (beyond :data:`CLOCK_SKEW_S`)."""
+        if self.web.token is None or cookie is None:
+            return False
+        found = _SESSION.fullmatch(cookie)
+        if found is None:
+            return False
+        issued, mac = found.groups()
+        if not _same(mac, self._session_mac(issued)):
+            return False
+        age = self.clock() - int(issued)
+        return -CLOCK_SKEW_S <= age <= self.web.session_max_age_s
+
+    def _session_mac(self, issued: str) -> str:
         assert self.web.token is not None
         key = self.web.token.get_secret_value().encode()
-        return hmac.new(key, b"pipeline-web-session", hashlib.sha256).hexdigest()
+        message = b"pipeline-web-session:" + issued.encode()
+        return hmac.new(key, message, hashlib.sha256).hexdigest()
 
     def token_matches(self, given: str) -> bool:
         return self.web.token is not None and _same(given, self.web.token.get_secret_value())
@@ -97,8 +132,7 @@ class Gate:
         if web.token is not None:
             if scheme.lower() == "bearer" and self.token_matches(value.strip()):
                 return "token"
-            cookie = request.cookies.get(SESSION_COOKIE)
-            if cookie is not None and _same(cookie, self.session_value()):
+            if self.session_valid(request.cookies.get(SESSION_COOKIE)):
                 return "token"
         if web.username is not None and web.password is not None and scheme.lower() == "basic":
             try:
@@ -170,7 +204,35 @@ def csrf_token(request: Request) -> str:
 def set_csrf_cookie(request: Request, response: Response) -> None:
     token: str | None = getattr(request.state, "new_csrf", None)
     if token is not None:
-        response.set_cookie(CSRF_COOKIE, token, httponly=True, samesite="strict")
+        response.set_cookie(
+            CSRF_COOKIE, token, httponly=True, samesite="strict", secure=_https(request)
+        )
+
+
+def set_session_cookie(request: Request, response: Response, gate: Gate) -> None:
+    """Log the browser in: a session cookie that lasts ``web.session_max_age_s``."""
+    response.set_cookie(
+        SESSION_COOKIE,
+        gate.session_value(),
+        max_age=gate.web.session_max_age_s,
+        httponly=True,
+        samesite="strict",
+        secure=_https(request),
+    )
+
+
+def clear_session_cookie(request: Request, response: Response) -> None:
+    """Log the browser out. A copy of the cookie kept elsewhere stays valid until it expires
+    (sessions are not stored): a new ``web.token`` ends every session at once."""
+    response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=_https(request))
+
+
+def _https(request: Request) -> bool:
+    """Whether ``request`` came over HTTPS, so its cookies may be ``Secure`` (a browser would
+    not send them back over plain HTTP). Behind a proxy this is the scheme the server set: under
+    ``pipeline web``, uvicorn takes X-Forwarded-Proto from the proxies it trusts (loopback,
+    or ``FORWARDED_ALLOW_IPS``); the application itself trusts no forwarded header."""
+    return request.url.scheme == "https"
 
 
 def csrf_matches(request: Request, submitted: str | None) -> bool:
