@@ -16,6 +16,7 @@ from pipeline import Pipeline, Settings
 from pipeline._codec import JobCodec
 from pipeline._errors import ConfigurationError, PayloadValidationError
 from pipeline.outbox import create_table, outbox_status
+from pipeline.outbox._batch import read_batch
 from pipeline.outbox._dialect import SQLITE, dialect_of, sqlite_path
 from pipeline.outbox._lock import FileLock, lock_key
 from pipeline.outbox._progress import (
@@ -25,7 +26,7 @@ from pipeline.outbox._progress import (
     encode_ids,
     parse_record,
 )
-from pipeline.outbox._relay import OutboxRelay, _fetch
+from pipeline.outbox._relay import OutboxRelay
 from pipeline_cli._main import cli
 
 NAMESPACE = "unit"
@@ -255,7 +256,7 @@ def _recover(app: Pipeline, database: Path, record: bytes) -> None:
 
 def _record_of(database: Path, ids: list[int]) -> bytes:
     with contextlib.closing(sqlite3.connect(database)) as connection:
-        fetched = _fetch(connection, SQLITE, "pipeline_outbox", 100)
+        fetched = read_batch(connection, SQLITE, "pipeline_outbox", 100, 2**20)
     progress = RelayProgress.__new__(RelayProgress)  # only its value(): no Kafka client
     return progress.value([row for row in fetched if row[0] in ids])
 

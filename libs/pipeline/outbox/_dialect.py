@@ -76,11 +76,25 @@ class Dialect:
             f"VALUES ({p}, {p}, {p}, {p}, {p})"
         )
 
-    def fetch(self, table: str) -> str:
+    def sizes(self, table: str) -> str:
+        """The id and size (value and key bytes) of the first rows, in id order: a few bytes a
+        row, the values left in the database (both read a value's length from its header)."""
         return (
-            f"SELECT id, topic, key, value, job_id FROM {table} ORDER BY id "
+            f"SELECT id, length(value) + coalesce(length(key), 0) FROM {table} ORDER BY id "
             f"LIMIT {self.placeholder}"
         )
+
+    def select(self, cursor: Any, table: str, ids: list[int]) -> None:
+        """Select the rows ``ids`` (ascending, at least one) in id order. On SQLite, whose writers
+        take turns, a row committed later has a higher id than any before it: the rows between
+        the first and the last of ``ids`` are those rows. On PostgreSQL a transaction still open
+        may commit an id in between: the ids are named."""
+        p = self.placeholder
+        columns = f"SELECT id, topic, key, value, job_id FROM {table}"
+        if self.name == "postgresql":
+            cursor.execute(f"{columns} WHERE id = ANY({p}) ORDER BY id", (ids,))
+        else:
+            cursor.execute(f"{columns} WHERE id BETWEEN {p} AND {p} ORDER BY id", (ids[0], ids[-1]))
 
     def jobs_between(self, table: str) -> str:
         """The (id, job_id) of the rows whose ids are between two bounds, in id order."""

@@ -33,6 +33,7 @@ from ._dialect import OutboxRow
 
 __all__ = [
     "MARK",
+    "MAX_RANGES",
     "CommittedBatch",
     "RelayProgress",
     "batch_digest",
@@ -45,6 +46,10 @@ MARK = "outbox-relay/2:"
 """What a progress record starts with (the format's version)."""
 _MARK_IDS_ONLY = "outbox-relay/1:"
 """The first format: the ids alone."""
+MAX_RANGES = 10_000
+"""The most id ranges a batch's record lists. A range is at most 40 characters (two 19-digit
+ids, a dash, a comma), so a record is at most about 400 KB: well under the 1,000,000 bytes of
+``message.max.bytes`` by default, with room for the transaction's framing."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,9 @@
 
 One relay per table is active (:mod:`._lock`); the others wait as standbys. The active one:
 
-1. reads up to ``batch_size`` rows in id order (a short read transaction);
+1. reads the next rows in id order, up to ``batch_size`` of them, ``batch_max_bytes`` of
+   values and as many id ranges as a progress record holds (:mod:`._batch`; a short read
+   transaction);
 2. produces them, in that order, in one Kafka transaction of an idempotent, transactional
    producer (``transactional.id`` ``<ns>.outbox-relay.<table>``) and commits it;
 3. deletes those rows and commits the database transaction; then reads the next batch.
@@ -41,6 +43,7 @@ from .._errors import (
 from .._producer import producer_config
 from .._settings import Settings
 from .._transactions import Transactions
+from ._batch import read_batch
 from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
 from ._progress import CommittedBatch, RelayProgress, batch_digest
@@ -66,6 +69,9 @@ class RelayOptions:
     batch_size: int = 5000
     """Rows per read, per Kafka transaction and per delete (a transaction costs tens of
     milliseconds whatever its size: docs/benchmarks.md, "Transactional outbox")."""
+    batch_max_bytes: int = 64 * 2**20
+    """Bytes of rows (values and keys) per batch: what the relay holds in memory while it
+    publishes a batch. A single row larger than this is a batch of its own."""
     poll_interval_s: float = 0.1
     """How long an active relay waits before it reads an empty table again."""
     standby_retry_s: float = 1.0
@@ -75,8 +81,12 @@ class RelayOptions:
 
     def __post_init__(self) -> None:
         checked_table(self.table)
-        if self.batch_size < 1:
-            raise ConfigurationError(f"batch_size must be at least 1, got {self.batch_size}")
+        for name, bound in (
+            ("batch_size", self.batch_size),
+            ("batch_max_bytes", self.batch_max_bytes),
+        ):
+            if bound < 1:
+                raise ConfigurationError(f"{name} must be at least 1, got {bound}")
 
 
 def relay_transactional_id(namespace: str, table: str) -> str:
@@ -169,7 +179,9 @@ class OutboxRelay:
                         return
                     checked = time.monotonic()
                 txn.producer.poll(0)  # serves librdkafka's callbacks: its errors, health lines
-                rows = _fetch(connection, dialect, options.table, options.batch_size)
+                rows = read_batch(
+                    connection, dialect, options.table, options.batch_size, options.batch_max_bytes
+                )
                 if not rows:
                     stop.wait(options.poll_interval_s)
                     continue
@@ -333,17 +345,3 @@ def _saying_kafka_is_away(
         return stop.is_set()
 
     return stopped
-
-
-def _fetch(connection: Any, dialect: Dialect, table: str, limit: int) -> list[OutboxRow]:
-    cursor = connection.cursor()
-    try:
-        cursor.execute(dialect.fetch(table), (limit,))
-        rows = [
-            (row[0], row[1], bytes(row[2]) if row[2] is not None else None, bytes(row[3]), row[4])
-            for row in cursor.fetchall()
-        ]
-    finally:
-        cursor.close()
-    connection.commit()  # ends the read transaction: no snapshot held between batches
-    return rows

@@ -55,13 +55,27 @@ def outbox() -> None:
     help="Rows per read, per Kafka transaction and per delete.",
 )
 @click.option(
+    "--batch-max-bytes",
+    type=click.IntRange(min=1),
+    default=64 * 2**20,
+    show_default=True,
+    help="Bytes of rows per batch: what the relay holds in memory (a larger row goes alone).",
+)
+@click.option(
     "--poll-interval",
     type=click.FloatRange(min=0.01),
     default=0.1,
     show_default=True,
     help="Seconds between two reads of an empty table.",
 )
-def relay(settings: Settings, dsn: str, table: str, batch_size: int, poll_interval: float) -> None:
+def relay(
+    settings: Settings,
+    dsn: str,
+    table: str,
+    batch_size: int,
+    batch_max_bytes: int,
+    poll_interval: float,
+) -> None:
     """Publish the outbox rows to Kafka in order; delete each once Kafka has it.
 
     One relay per table is active, the others are standbys that take over when it dies
@@ -78,7 +92,12 @@ def relay(settings: Settings, dsn: str, table: str, batch_size: int, poll_interv
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     with cli_errors(), _usage_errors():
-        options = RelayOptions(table=table, batch_size=batch_size, poll_interval_s=poll_interval)
+        options = RelayOptions(
+            table=table,
+            batch_size=batch_size,
+            batch_max_bytes=batch_max_bytes,
+            poll_interval_s=poll_interval,
+        )
         OutboxRelay(settings, dsn, options).run(stop)
 
 
