@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from ._codec import ScheduleCodec
 from ._delivery import JobHandle
-from ._errors import ConfigurationError, ScheduleNotFoundError
+from ._errors import PipelineError, ScheduleNotFoundError
 from ._job import Job, new_job_id, now_ms
 from ._producer import KafkaTransport
 from ._schedule import _write, fire_job, read_schedule_records
@@ -90,7 +90,7 @@ def find_schedule(settings: Settings, name: str, timeout: float = 30.0) -> Sched
     if record is None:
         raise ScheduleNotFoundError(name)
     if record.problem is not None or record.schedule is None:
-        raise ConfigurationError(
+        raise PipelineError(  # what the topic holds, not what the command was given
             f"schedule {name!r} is invalid ({record.problem}); add it again with "
             "`pipeline schedules add` or remove it with `pipeline schedules rm`"
         )

@@ -18,6 +18,7 @@ from .._errors import (
     KafkaUnavailableError,
     NotAuthorizedError,
     PipelineError,
+    TopicMissingError,
 )
 from .._records import DeadLetter
 from .._settings import Settings
@@ -105,10 +106,7 @@ class _Reader:
                 raise NotAuthorizedError(
                     "TOPIC", topic, "READ", self.settings.security.sasl_username
                 )
-            raise ConfigurationError(
-                f"topic {topic} does not exist on {self.settings.bootstrap_servers}; create the "
-                f"topics of namespace {self.settings.namespace!r} with `pipeline topics apply`"
-            )
+            raise TopicMissingError([topic], self.settings.namespace)
         return sorted(meta.partitions)
 
     def restart_clock(self, timeout: float) -> None:

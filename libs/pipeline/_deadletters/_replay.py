@@ -21,7 +21,12 @@ from confluent_kafka import KafkaException, Producer
 
 from .._clientlog import LastProblemLog
 from .._codec import EventCodec, JobCodec
-from .._errors import ConfigurationError, KafkaUnavailableError, PipelineError
+from .._errors import (
+    ConfigurationError,
+    KafkaUnavailableError,
+    PipelineError,
+    TopicMissingError,
+)
 from .._job import Job, Priority, now_ms
 from .._producer import producer_config
 from .._records import DeadLetter, Event, EventKind
@@ -177,12 +182,8 @@ def _write(
         fresh = [replace(s, state=states.get(s.letter.id)) for s in letters]
         todo, skipped = actionable(fresh, force=force)
         missing = needed_topics(todo) - _topics(producer, settings, timeout) if todo else set()
-        if missing:
-            raise ConfigurationError(
-                f"topic(s) {', '.join(sorted(missing))} do not exist on "
-                f"{settings.bootstrap_servers}; nothing was written (`pipeline topics apply` "
-                "creates the namespace's topics)"
-            )
+        if missing:  # nothing was written
+            raise TopicMissingError(sorted(missing), settings.namespace)
         stamp = now_ms()
         done: list[StoredLetter] = []
         for start in range(0, len(todo), batch_size):
