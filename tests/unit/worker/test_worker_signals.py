@@ -90,10 +90,11 @@ def test_a_signal_before_the_loop_s_handlers_is_handed_to_the_loop_once_they_are
 
 
 def test_a_second_signal_exits_while_the_event_loop_is_blocked() -> None:
-    """A handler of the loop would wait for the loop: here a job sleeps on it for a minute."""
+    """A handler of the loop would wait for the loop: here a job blocks it, waiting on an event
+    nothing sets (a plain ``Event.wait`` in the main thread, as a blocking library call)."""
     script = textwrap.dedent(
         """
-        import asyncio, sys, time
+        import asyncio, threading
         from pipeline_worker import _signals
         _signals.REPEAT_WINDOW_S = 0.0
         _signals.catch_early()
@@ -110,7 +111,7 @@ def test_a_second_signal_exits_while_the_event_loop_is_blocked() -> None:
 
             _signals._Stops.on_first = first
             print("blocking", flush=True)
-            time.sleep(60)
+            threading.Event().wait(60)  # nothing sets it: the loop stays blocked
 
         asyncio.run(main())
         """

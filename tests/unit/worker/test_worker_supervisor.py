@@ -67,7 +67,7 @@ def test_a_signal_while_the_children_start_leaves_the_rest_unstarted(
     def signalled(supervisor: Supervisor) -> None:
         supervisor._on_signal(signal.SIGTERM, None)  # arrives while the others still start
 
-    supervisor, _, starts = supervise(tmp_path, monkeypatch, "exec sleep 30", signalled)
+    supervisor, _, starts = supervise(tmp_path, monkeypatch, "exec tail -f /dev/null", signalled)
     assert starts == [0]
     first = supervisor._children[0]
     assert first.exit_code == -signal.SIGTERM  # waited for: it exited of the forwarded signal
