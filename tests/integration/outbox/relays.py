@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,12 +20,29 @@ from tests.waiting import wait_for
 from ..worker.harness import REPO_ROOT, WorkerProcess
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pipeline import Pipeline, Settings
+    from pipeline.outbox import OutboxRelay
 
 
 def pending(dsn: str) -> int:
     """Rows of the outbox table not relayed yet."""
     return outbox_status(dsn).pending
+
+
+@contextlib.contextmanager
+def relay_in_thread(relay: OutboxRelay) -> Iterator[OutboxRelay]:
+    """``relay`` running on a thread of this process until the block ends (then stopped and
+    joined)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield relay
+    finally:
+        stop.set()
+        thread.join(60)
 
 
 @dataclass

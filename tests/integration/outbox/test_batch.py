@@ -6,7 +6,6 @@ a message Kafka takes), and is still the table's first rows in id order.
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import pytest
@@ -19,7 +18,7 @@ from pipeline.outbox._batch import read_batch
 from pipeline.outbox._progress import parse_record, progress_topic
 from tests.waiting import wait_for
 
-from .relays import pending, read_topic
+from .relays import pending, read_topic, relay_in_thread
 
 RELAY_TIMEOUT_S = 120.0
 
@@ -81,15 +80,10 @@ def test_a_relay_publishes_batches_within_both_budgets_each_job_once(
     finally:
         connection.close()
     monkeypatch.setattr(batch_module, "MAX_RANGES", 3)  # the relay runs in this process
-    relay = OutboxRelay(settings, outbox_dsn, RelayOptions(batch_max_bytes=1_000_000))
-    stop = threading.Event()
-    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with relay_in_thread(
+        OutboxRelay(settings, outbox_dsn, RelayOptions(batch_max_bytes=1_000_000))
+    ):
         assert wait_for(lambda: pending(outbox_dsn) == 0, RELAY_TIMEOUT_S)
-    finally:
-        stop.set()
-        thread.join(60)
     records = read_topic(settings, progress_topic(settings.namespace, "pipeline_outbox"))
     batches = [parse_record((record.value() or b"").decode()).ids for record in records]
     odd = list(range(1, 31, 2))

@@ -6,7 +6,6 @@ A real server (the ``postgres`` fixture); a broker only for the relay that must 
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 
 import psycopg
@@ -19,7 +18,7 @@ from pipeline.outbox import OutboxRelay, connect, create_table
 from pipeline.outbox._lock import AdvisoryLock, lock_for
 from tests.waiting import wait_for
 
-from .relays import pending
+from .relays import pending, relay_in_thread
 
 APP = Pipeline(Settings(bootstrap_servers="127.0.0.1:1", namespace="pg"))
 
@@ -99,16 +98,9 @@ def test_a_relay_with_select_and_delete_rights_only_publishes(
         restricted.close()
 
     apply_topics(settings)
-    relay = OutboxRelay(settings, relay_dsn)
-    stop = threading.Event()
-    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
-    thread.start()
-    try:
+    with relay_in_thread(OutboxRelay(settings, relay_dsn)) as relay:
         assert relay.active.wait(60), "the relay never became active"
         assert wait_for(lambda: pending(postgres_dsn) == 0, 60)
-    finally:
-        stop.set()
-        thread.join(60)
     assert relay.relayed == 3
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import tempfile
-import threading
 from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +24,7 @@ from tests.conftest import start_dev_cluster, stop_dev_cluster
 from tests.waiting import wait_for
 
 from ..worker.harness import Recording, WorkerLauncher, check_ran, wait_until
-from .relays import RelayLauncher, pending, read_topic, write_orders
+from .relays import RelayLauncher, pending, read_topic, relay_in_thread, write_orders
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -249,15 +248,8 @@ def test_a_batch_kafka_committed_is_not_published_again_after_a_crash_before_its
     apply_topics(settings)
     written = write_orders(Pipeline(settings), outbox_dsn, 500, rollback_every=10**6)
     relay = _StopsAfterKafka(settings, outbox_dsn, RelayOptions(batch_size=100, retry_s=0.1))
-    stop = threading.Event()
-    thread = threading.Thread(target=relay.run, args=(stop,), daemon=True)
-    with caplog.at_level(logging.INFO, logger="pipeline.outbox"):
-        thread.start()
-        try:
-            assert wait_for(lambda: pending(outbox_dsn) == 0, RELAY_TIMEOUT_S)
-        finally:
-            stop.set()
-            thread.join(60)
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"), relay_in_thread(relay):
+        assert wait_for(lambda: pending(outbox_dsn) == 0, RELAY_TIMEOUT_S)
     assert relay.failed
     codec = Pipeline(settings).codec
     records = read_topic(settings, f"{settings.namespace}.jobs.default")
