@@ -16,6 +16,11 @@ class PipelineError(Exception):
 class ConfigurationError(PipelineError):
     """The settings are invalid or inconsistent."""
 
+    exit_code = 2
+    """The exit code of ``pipeline``, ``pipeline-worker`` and ``pipeline-scheduler`` for it: a
+    usage mistake, as click's own (nothing was done; a restart with the same settings fails
+    again)."""
+
 
 class SettingsError(ConfigurationError):
     """A setting has an invalid value; the message names each one and where it came from."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, SecretStr, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 
 class WebSettings(BaseModel):
@@ -52,6 +52,11 @@ class WebSettings(BaseModel):
         600.0, ge=10, description="how far back the overview's charts of jobs in and out go"
     )
     page_size: int = Field(50, ge=1, le=1000, description="dead letters per page")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _lower_case(cls, hosts: list[str]) -> list[str]:
+        return [host.lower() for host in hosts]  # host names compare without case
 
     @model_validator(mode="after")
     def _both_basic_credentials(self) -> WebSettings:

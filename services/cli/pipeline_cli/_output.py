@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -56,7 +57,7 @@ class UsageFailure(click.ClickException):
     """``Error: <message>`` and exit code 2: a usage mistake (bad value, bad JSON, unknown
     type, invalid payload), as opposed to a runtime failure (exit code 1)."""
 
-    exit_code = 2
+    exit_code = ConfigurationError.exit_code
 
 
 class RefusedFailure(click.ClickException):
@@ -184,17 +185,10 @@ class Seconds(click.FloatRange):
         return "SECONDS"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, str) and not math.isfinite(float_or_zero(value)):
-            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        with contextlib.suppress(ValueError, TypeError):  # not a number: click says so below
+            if not math.isfinite(float(value)):
+                self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return super().convert(value, param, ctx)
-
-
-def float_or_zero(text: str) -> float:
-    """``float(text)``, or 0 when it is no number at all (click then says so itself)."""
-    try:
-        return float(text)
-    except ValueError:
-        return 0.0
 
 
 def json_option(command: F) -> F:

@@ -72,7 +72,7 @@ def main(
         code = Scheduler(settings, app).run()
     except ConfigurationError as exc:  # the metrics port cannot be served, say
         click.echo(f"Error: {exc}", err=True)
-        ctx.exit(2)
+        ctx.exit(exc.exit_code)
     ctx.exit(code)
 
 

@@ -119,7 +119,7 @@ class Gate:
     def host_allowed(self, request: Request) -> bool:
         """Whether ``request`` names the dashboard by a loopback name or an allowed one."""
         name = host_name(request.headers.get("host"))
-        return is_loopback(name) or name in {h.lower() for h in self.web.allowed_hosts}
+        return is_loopback(name) or name in self.web.allowed_hosts
 
     def who(self, request: Request) -> str | None:
         """The user a request is from, or None when it is not authenticated."""

@@ -183,7 +183,7 @@ def command(
         code = Worker(app, settings, child_index=child_index).run()
     except ConfigurationError as exc:  # the metrics port cannot be served, say
         click.echo(f"Error: {exc}", err=True)
-        ctx.exit(2)
+        ctx.exit(exc.exit_code)
     ctx.exit(code)
 
 

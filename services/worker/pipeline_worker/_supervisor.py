@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pipeline._errors import KafkaAuthenticationError
+from pipeline._errors import ConfigurationError, KafkaAuthenticationError
 
 _log = logging.getLogger("pipeline.worker.supervisor")
 
@@ -33,7 +33,7 @@ STABLE_AFTER_S = 60.0
 """A child that ran this long before dying restarts after the shortest backoff again."""
 CHECK_INTERVAL_S = 0.2
 REFUSED = KafkaAuthenticationError.exit_code
-USAGE = 2
+USAGE = ConfigurationError.exit_code
 """A child's exit code for settings it cannot run with (a metrics port it cannot serve...)."""
 FINAL = (0, REFUSED, USAGE)
 """Exit codes a restart would only repeat: the child stays down."""

@@ -92,6 +92,8 @@ def test_host_names_can_be_allowed_and_credentials_make_any_host_name_fine() -> 
     allowed = Gate(WebSettings(allowed_hosts=["dash.internal"]))
     assert allowed.refusal(_request(headers={"Host": "DASH.internal:8180"})) is None
     assert allowed.refusal(_request(headers={"Host": "other.internal"})) is not None
+    written_in_capitals = Gate(WebSettings(allowed_hosts=["Dash.Internal"]))
+    assert written_in_capitals.refusal(_request(headers={"Host": "dash.internal"})) is None
     with_token = Gate(WebSettings(token=SecretStr("t")))
     request = _request(headers={"Host": "dash.example.com", "Authorization": "Bearer t"})
     assert with_token.refusal(request) is None
