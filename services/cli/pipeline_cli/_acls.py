@@ -14,13 +14,12 @@ from pipeline._aclapply import apply_acls
 from pipeline._acls import Role, plan_acls
 
 from ._output import (
-    REQUEST_MAX_S,
-    Seconds,
     cli_errors,
     common_options,
     json_option,
     print_json,
     print_table,
+    timeout_option,
 )
 
 if TYPE_CHECKING:
@@ -87,13 +86,7 @@ def plan(settings: Settings, role: str, principal: str, as_json: bool) -> None:
 @acls.command()
 @_role_options
 @click.option("--dry-run", is_flag=True, help="Show what would be created; create nothing.")
-@click.option(
-    "--timeout",
-    type=Seconds(min=0.1, max=REQUEST_MAX_S),
-    default=30.0,
-    show_default=True,
-    help="Seconds the whole operation may take before it fails as unreachable.",
-)
+@timeout_option
 @json_option
 @common_options
 @cli_errors()

@@ -25,7 +25,7 @@ from pipeline._deadletters import (
     replay_message,
 )
 
-from ._dlqoptions import filter_options, not_empty, timeout_option, yes_option
+from ._dlqoptions import filter_options, not_empty, yes_option
 from ._dlqrender import (
     COLUMNS,
     letter_json,
@@ -39,7 +39,14 @@ from ._dlqrender import (
     targets_text,
     warn_undecodable,
 )
-from ._output import cli_errors, common_options, json_option, print_json, print_table
+from ._output import (
+    cli_errors,
+    common_options,
+    json_option,
+    print_json,
+    print_table,
+    timeout_option,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

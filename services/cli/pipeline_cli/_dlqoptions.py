@@ -1,4 +1,4 @@
-"""The options of ``pipeline dlq`` commands: the dead-letter filters, ``--timeout``, ``--yes``."""
+"""The options of ``pipeline dlq`` commands: the dead-letter filters, ``--yes``."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ from typing import Any, TypeVar
 import click
 
 from pipeline._deadletters import LetterFilter, parse_when
-
-from ._output import REQUEST_MAX_S, Seconds
 
 T = TypeVar("T")
 
@@ -116,16 +114,6 @@ def filter_options(command: Callable[..., T]) -> Callable[..., T]:
     for option in reversed(options):
         decorated = option(decorated)
     return decorated
-
-
-def timeout_option(command: Callable[..., T]) -> Callable[..., T]:
-    return click.option(
-        "--timeout",
-        type=Seconds(min=0.1, max=REQUEST_MAX_S),
-        default=30.0,
-        show_default=True,
-        help="Seconds Kafka may take to answer before the command fails as unreachable.",
-    )(command)
 
 
 def yes_option(command: Callable[..., T]) -> Callable[..., T]:

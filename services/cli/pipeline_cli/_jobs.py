@@ -16,7 +16,6 @@ from pipeline._eventlog import EventFilter, follow_events, job_history
 from pipeline._human import event_detail, when
 from pipeline._records import EventKind
 
-from ._dlqoptions import timeout_option
 from ._dlqrender import letter_json
 from ._output import (
     INTERVAL_MAX_S,
@@ -26,6 +25,7 @@ from ._output import (
     json_option,
     print_json,
     print_table,
+    timeout_option,
 )
 
 if TYPE_CHECKING:

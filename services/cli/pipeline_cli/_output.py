@@ -191,6 +191,18 @@ class Seconds(click.FloatRange):
         return super().convert(value, param, ctx)
 
 
+def timeout_option(command: F) -> F:
+    """Add ``--timeout`` (30 s): how long Kafka may take to answer before the command fails as
+    unreachable (at most librdkafka's hour)."""
+    return click.option(
+        "--timeout",
+        type=Seconds(min=0.1, max=REQUEST_MAX_S),
+        default=30.0,
+        show_default=True,
+        help="Seconds Kafka may take to answer before the command fails as unreachable.",
+    )(command)
+
+
 def json_option(command: F) -> F:
     """Add ``--json`` (passed as ``as_json``): machine-readable output for scripts."""
     return click.option(

@@ -16,8 +16,15 @@ import click
 from pipeline._backlog import BacklogReader
 from pipeline._status import read_status
 
-from ._dlqoptions import timeout_option
-from ._output import INTERVAL_MAX_S, Seconds, cli_errors, common_options, json_option, print_json
+from ._output import (
+    INTERVAL_MAX_S,
+    Seconds,
+    cli_errors,
+    common_options,
+    json_option,
+    print_json,
+    timeout_option,
+)
 from ._statusrender import print_status, status_json
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,32 +15,19 @@ from pipeline._admin import (
 )
 
 from ._output import (
-    REQUEST_MAX_S,
-    Seconds,
     cli_errors,
     common_options,
     json_option,
     print_json,
     print_table,
+    timeout_option,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from pipeline._admin import Change, TopicDescription
     from pipeline._settings import Settings
 
 _UNITS = (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1000))
-
-
-def _timeout_option(command: Callable[..., Any]) -> Callable[..., Any]:
-    return click.option(
-        "--timeout",
-        type=Seconds(min=0.1, max=REQUEST_MAX_S),
-        default=30.0,
-        show_default=True,
-        help="Seconds the whole operation may take before it fails as unreachable.",
-    )(command)
 
 
 @click.group(name="topics")
@@ -74,7 +61,7 @@ def _change_text(change: Change, dry_run: bool) -> str:
     is_flag=True,
     help="Show what would change; Kafka validates each change but nothing is modified.",
 )
-@_timeout_option
+@timeout_option
 @json_option
 @common_options
 @cli_errors()
@@ -162,7 +149,7 @@ def _as_dict(topic: TopicDescription) -> dict[str, object]:
 
 
 @topics.command()
-@_timeout_option
+@timeout_option
 @json_option
 @common_options
 @cli_errors()
