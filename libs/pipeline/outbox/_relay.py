@@ -18,8 +18,10 @@ relay's own topic (:mod:`._progress`), and the next active relay deletes them be
 so they are not published twice. The registration also fences an old active relay that lost
 its lock without noticing: its next commit fails.
 
-While Kafka does not answer, the batch is retried (a warning each time, the rows stay); while
-the database does not answer, the relay gives up being active and tries again as a standby.
+While Kafka does not answer, the batch is retried (a warning each time, the rows stay); a row
+for a topic Kafka does not have waits, with the rows after it, until the topic exists
+(:mod:`._topicgate`); while the database does not answer, the relay gives up being active and
+tries again as a standby.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
 from ._progress import CommittedBatch, RelayProgress, batch_digest
 from ._stall import StallWatch
+from ._topicgate import TopicGate
 from ._writer import create_table
 
 __all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
@@ -157,7 +160,8 @@ class OutboxRelay:
         stall = StallWatch(options.table)
         try:
             create_table(connection, options.table)
-            txn = self._transactions()
+            producer = self._producer()
+            txn = self._transactions(producer)
             _log.info(
                 "active: publishing the rows of %s to Kafka at %s",
                 options.table,
@@ -171,6 +175,7 @@ class OutboxRelay:
                 return
             self.active.set()
             health = BrokerHealth.of(settings.bootstrap_servers)
+            gate = TopicGate(options.table, producer)
             checked = time.monotonic()
             while not stop.is_set():
                 if time.monotonic() - checked >= _LOCK_CHECK_S:
@@ -185,12 +190,11 @@ class OutboxRelay:
                 if not rows:
                     stop.wait(options.poll_interval_s)
                     continue
-                stall.begin(len(rows), rows[0][0])
-                try:
-                    published = self._publish(txn, rows, progress)
-                finally:
-                    stall.end()
-                if not published:
+                rows = rows[: gate.passable(rows)]
+                if not rows:  # the first row's topic is missing (logged): it waits, in order
+                    stop.wait(options.retry_s)
+                    continue
+                if not self._publish(txn, rows, progress, stall):
                     stop.wait(options.retry_s)
                     continue
                 health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
@@ -273,15 +277,18 @@ class OutboxRelay:
         connection.commit()
         return deleted
 
-    def _publish(self, txn: Transactions, rows: list[OutboxRow], progress: RelayProgress) -> bool:
+    def _publish(
+        self, txn: Transactions, rows: list[OutboxRow], progress: RelayProgress, stall: StallWatch
+    ) -> bool:
         """One Kafka transaction with ``rows`` in order, then the record of their ids;
-        False: Kafka did not take it (logged)."""
+        False: Kafka did not take it (logged). ``stall`` says when Kafka holds it up."""
 
         def write(txn: Transactions) -> None:
             for _, topic, key, value, _job_id in rows:
                 txn.produce(topic, value, key)
             txn.produce(progress.topic, progress.value(rows), progress.key)
 
+        stall.begin(len(rows), rows[0][0])
         try:
             txn.run(write)
         except (KafkaUnavailableError, TransactionAbortedError) as exc:
@@ -295,11 +302,13 @@ class OutboxRelay:
                 self.options.retry_s,
             )
             return False
+        finally:
+            stall.end()
         return True
 
-    def _transactions(self) -> Transactions:
-        settings, table = self.settings, self.options.table
-        txn_id = relay_transactional_id(settings.namespace, table)
+    def _producer(self) -> Producer:
+        settings = self.settings
+        txn_id = relay_transactional_id(settings.namespace, self.options.table)
         conf = producer_config(settings, bulk=True)
         conf.update(
             {
@@ -314,6 +323,11 @@ class OutboxRelay:
             producer = Producer(conf)
         except KafkaException as exc:
             raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+        return producer
+
+    def _transactions(self, producer: Producer) -> Transactions:
+        table = self.options.table
+        txn_id = relay_transactional_id(self.settings.namespace, table)
         return Transactions(
             producer,
             name=f"the outbox relay of {table} (transactional id {txn_id})",

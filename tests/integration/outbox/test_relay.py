@@ -18,7 +18,7 @@ from confluent_kafka import Consumer
 
 from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
-from pipeline.outbox import OutboxRelay, RelayOptions, connect
+from pipeline.outbox import OutboxRelay, RelayOptions, connect, create_table
 from pipeline.outbox._dialect import Dialect
 from tests.conftest import start_dev_cluster, stop_dev_cluster
 from tests.waiting import wait_for
@@ -257,3 +257,40 @@ def test_a_batch_kafka_committed_is_not_published_again_after_a_crash_before_its
     assert sorted(published) == sorted(written.committed)
     assert set(published.values()) == {1}, "a batch was published twice"
     assert "100 rows of the last batch Kafka committed" in caplog.text
+
+
+def test_rows_for_a_missing_topic_wait_in_order_until_it_exists(
+    sqlite_dsn: str, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    apply_topics(settings)
+    elsewhere = Settings(
+        bootstrap_servers=settings.bootstrap_servers, namespace=f"{settings.namespace}x"
+    )
+    missing = f"{elsewhere.namespace}.jobs.default"
+    connection, _ = connect(sqlite_dsn)
+    try:
+        create_table(connection)
+        here, there = Pipeline(settings).outbox(connection), Pipeline(elsewhere).outbox(connection)
+        first = here.enqueue_many("noop", [{"n": 1}, {"n": 2}])  # ids 1, 2
+        waiting = there.enqueue("noop", {"n": 3})  # id 3: its topic does not exist yet
+        after = here.enqueue_many("noop", [{"n": 4}, {"n": 5}])  # ids 4, 5
+        connection.commit()
+    finally:
+        connection.close()
+    codec = Pipeline(settings).codec
+    topic = f"{settings.namespace}.jobs.default"
+
+    def ids(topic: str) -> list[str]:
+        return [codec.decode(r.value() or b"").id for r in read_topic(settings, topic)]
+
+    relay = OutboxRelay(settings, sqlite_dsn, RelayOptions(retry_s=0.1))
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"), relay_in_thread(relay):
+        # The rows before the missing topic's go out; it and those after it stay.
+        assert wait_for(lambda: pending(sqlite_dsn) == 3, RELAY_TIMEOUT_S)
+        assert sorted(ids(topic)) == sorted(first)
+        assert f"outbox row 3 is a job for {missing}" in caplog.text
+        apply_topics(elsewhere)
+        assert wait_for(lambda: pending(sqlite_dsn) == 0, RELAY_TIMEOUT_S)
+    assert sorted(ids(topic)) == sorted(first + after)
+    assert ids(missing) == [waiting]
+    assert "Kafka did not take" not in caplog.text  # no batch went out to fail in Kafka
