@@ -58,6 +58,7 @@ __all__ = [
     "read_schedules",
     "read_table",
     "same_definition",
+    "save_schedules",
     "validate_schedule",
 ]
 
@@ -287,6 +288,14 @@ def publish_schedules(
     A schedule paused on the topic stays paused (its definition is updated): pausing is the
     operators' call, which only :func:`~pipeline._scheduleops.resume_schedule` undoes.
     """
+    return save_schedules(settings, schedules, timeout)[0]
+
+
+def save_schedules(
+    settings: Settings, schedules: list[Schedule], timeout: float = 30.0
+) -> tuple[list[str], list[str]]:
+    """:func:`publish_schedules`, which also returns the names of ``schedules`` that stay
+    paused: (names written, names paused)."""
     current = read_schedules(settings, timeout=timeout) if schedules else {}
     codec = ScheduleCodec()
     stamp = now_ms()
@@ -298,7 +307,7 @@ def publish_schedules(
     _write(
         settings, [(s.name, codec.encode(replace(s, created_at=stamp))) for s in changed], timeout
     )
-    return [s.name for s in changed]
+    return [s.name for s in changed], [s.name for s in kept if not s.enabled]
 
 
 def delete_schedule(settings: Settings, name: str, timeout: float = 30.0) -> bool:

@@ -25,8 +25,8 @@ from pipeline._schedule import (
     make_schedule,
     next_fire_ms,
     payload_text,
-    publish_schedules,
     read_schedule_records,
+    save_schedules,
 )
 from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
 
@@ -124,10 +124,13 @@ def add(
     except (ConfigurationError, PayloadValidationError, UnknownJobTypeError) as exc:
         raise click.UsageError(str(exc)) from exc
     with cli_errors():
-        written = publish_schedules(settings, [schedule])
+        written, paused = save_schedules(settings, [schedule])
         first = next_fire_ms(cron, tz, now_ms())
     state = "saved" if written else "unchanged"
-    click.echo(f"schedule {name} {state}; next fire {_when(first, tz)}")
+    if paused:
+        click.echo(f"schedule {name} {state}; paused (`pipeline schedules resume {name}`)")
+    else:
+        click.echo(f"schedule {name} {state}; next fire {_when(first, tz)}")
 
 
 @schedules.command("ls")

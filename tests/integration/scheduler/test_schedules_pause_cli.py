@@ -32,7 +32,8 @@ def test_pause_resume_and_trigger(topics: Settings) -> None:
     assert (row["enabled"], row["paused"], row["next_fire"]) == (False, True, None)
     assert run(topics, "ls").splitlines()[1].split()[-1] == "paused"
     # Adding it again (or an application publishing it) keeps it paused.
-    run(topics, "add", "nightly", "--cron", "0 4 * * *", "--type", "report.build")
+    added = run(topics, "add", "nightly", "--cron", "0 4 * * *", "--type", "report.build")
+    assert added == "schedule nightly saved; paused (`pipeline schedules resume nightly`)\n"
     assert read_schedules(topics)["nightly"].enabled is False
     assert json.loads(run(topics, "resume", "nightly", "--json")) == {
         "name": "nightly",
