@@ -118,10 +118,17 @@ def _deflated(data: bytes) -> str:
         '{"v":1,"f":"B' + base64.b85encode(b"\x00\x01").decode() + '"}',  # not DEFLATE
         '{"v":1,"f":"b' + base64.b85encode(b"\xff" * (offsetmap.MAX_RAW + 1)).decode() + '"}',
         '{"v":2,"f":"b1p"}',
+        '{"v":1,"h":1e999}',  # numbers JSON reads as infinity
+        '{"v":1,"s":-1e999}',
+        '{"v":1,"m":[1e999]}',
     ],
 )
 def test_a_map_that_is_not_ours_decodes_to_an_empty_mark(metadata: str) -> None:
     assert CommitMark.decode(3, metadata) == CommitMark(3)
+
+
+def test_a_promise_that_is_not_a_number_of_ours_is_none() -> None:
+    assert promised(3, '{"v":1,"h":1e999}') == -1
 
 
 def test_a_map_too_large_for_the_limit_is_cut_at_the_highest_offset_that_fits() -> None:

@@ -120,7 +120,7 @@ class CommitMark:
                 offset + int(window) if window is not None else -1,
                 offsetmap.decode(offset, finished),
             )
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):  # OverflowError: int() of infinity
             return cls(offset)
 
 
@@ -131,7 +131,7 @@ def promised(offset: int, metadata: str) -> int:
         record = json.loads(metadata)
         if isinstance(record, dict) and record.get("v") == 1 and record.get("h") is not None:
             return offset + int(record["h"])
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OverflowError):
         pass
     return -1
 
