@@ -3,9 +3,11 @@
 Per partition of each topic that a consumer group works off: the end offset minus that group's
 committed offset (the earliest retained offset where it committed nothing), and the write time
 of the first message not committed (the oldest job still waiting or running), read with a plain
-consumer assigned there in ``read_committed`` mode (a partition holding only transaction markers
-from there has no oldest). The groups are the workers' (priority topics), the workers' retry relay
-(retry tiers) and the scheduler leader's (``<ns>.deferred`` and its wait tiers). The tiers are
+consumer assigned there in ``read_committed`` mode. That read skips what no worker runs, the
+messages of aborted transactions and the transaction markers, so those ahead of the first job
+do not count (a partition holding only them from there has no backlog and no oldest). The
+groups are the workers' (priority topics), the workers' retry relay (retry tiers) and the
+scheduler leader's (``<ns>.deferred`` and its wait tiers). The tiers are
 the ``<ns>.retry.<n>`` and ``<ns>.deferred.<n>`` topics found on the cluster, so a reader whose
 settings name other tiers than the services' still sees them all. Dead letters
 pending are those neither replayed nor discarded. Members of the workers' and the schedulers'
@@ -57,6 +59,9 @@ class PartitionBacklog:
     """The group's committed offset; ``None`` when it committed nothing (it starts at ``start``)."""
     oldest_ms: int | None
     """Write time (ms since the epoch) of the first message at or after the commit, if any."""
+    first: int | None = None
+    """Offset of that first message (aborted messages and transaction markers skipped), or
+    where the read ended when only those are left; ``None`` when it was not read."""
 
     @property
     def position(self) -> int:
@@ -65,8 +70,19 @@ class PartitionBacklog:
 
     @property
     def waiting(self) -> int:
-        """Messages not committed by the group (a transaction's commit marker counts as one)."""
-        return max(0, self.end - self.position)
+        """Messages not committed by the group, from the first one a worker would run (a
+        transaction's commit marker after it counts as one)."""
+        first = self.position if self.first is None else max(self.first, self.position)
+        return max(0, self.end - first)
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """Where a ``read_committed`` read from a partition's position found its first message."""
+
+    offset: int
+    written_ms: int | None
+    """``None`` when it found none: ``offset`` is where the read ended."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,16 +236,16 @@ class BacklogReader:
         }
         offsets = self._admin.offsets(metadata, groups)
         committed = self._committed(metadata, groups)
-        heads = [
+        starts = [
             TopicPartition(name, p.partition, p.position)
             for name in groups
             for p in (self._partition(name, o, committed, {}) for o in offsets[name])
             if p.waiting > 0
         ]
-        oldest = self._oldest(heads)
+        heads = self._heads(starts)
 
         def topic(name: str) -> TopicBacklog:
-            parts = tuple(self._partition(name, o, committed, oldest) for o in offsets[name])
+            parts = tuple(self._partition(name, o, committed, heads) for o in offsets[name])
             return TopicBacklog(name, groups[name], parts)
 
         return Backlog(
@@ -246,11 +262,17 @@ class BacklogReader:
         topic: str,
         offsets: PartitionOffsets,
         committed: dict[tuple[str, int], int],
-        oldest: dict[tuple[str, int], int],
+        heads: dict[tuple[str, int], _Head],
     ) -> PartitionBacklog:
         where = (topic, offsets.partition)
+        head = heads.get(where)
         return PartitionBacklog(
-            offsets.partition, offsets.start, offsets.end, committed.get(where), oldest.get(where)
+            offsets.partition,
+            offsets.start,
+            offsets.end,
+            committed.get(where),
+            None if head is None else head.written_ms,
+            None if head is None else head.offset,
         )
 
     def _committed(self, metadata: Any, groups: dict[str, str]) -> dict[tuple[str, int], int]:
@@ -305,9 +327,9 @@ class BacklogReader:
             groups[role] = GroupMembers(group, state, tuple(members))
         return groups
 
-    def _oldest(self, starts: list[TopicPartition]) -> dict[tuple[str, int], int]:
-        """The write time of the first committed message at each start position."""
-        found: dict[tuple[str, int], int] = {}
+    def _heads(self, starts: list[TopicPartition]) -> dict[tuple[str, int], _Head]:
+        """The first committed message at or after each start position (see :class:`_Head`)."""
+        found: dict[tuple[str, int], _Head] = {}
         if not starts:
             return found
         todo = {(tp.topic, tp.partition) for tp in starts}
@@ -328,10 +350,13 @@ class BacklogReader:
                     error = message.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
-                            todo.discard(where)  # only a commit marker was left
+                            # only markers and aborted messages were left (or an open
+                            # transaction's, which the read stops before and keeps counting)
+                            found[where] = _Head(message.offset() or 0, None)
+                            todo.discard(where)
                         continue
                     _kind, stamp = message.timestamp()
-                    found[where] = stamp
+                    found[where] = _Head(message.offset() or 0, stamp)
                     todo.discard(where)
                     paused.append(TopicPartition(*where))  # one message is all it needs
                     self._consumer.pause(paused[-1:])

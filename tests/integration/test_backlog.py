@@ -65,3 +65,34 @@ def test_every_tier_has_its_oldest_and_members_have_a_plain_host(settings: Setti
     assert workers.members[0].host
     assert not workers.members[0].host.startswith("/")
     assert (names.jobs("low"), 0) in workers.members[0].partitions
+
+
+def test_aborted_messages_and_markers_ahead_of_the_first_job_are_not_backlog(
+    settings: Settings,
+) -> None:
+    apply_topics(settings)
+    topic = TopicNames(settings.namespace).jobs("default")
+    written_at = now_ms() - 60_000
+    producer = Producer(
+        {**settings.client_config(), "transactional.id": f"{settings.namespace}.test-aborts"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for _ in range(50):
+        producer.produce(topic, b"aborted", partition=0)
+    producer.produce(topic, b"aborted", partition=1)
+    assert producer.flush(30) == 0  # written, then aborted (an abort drops what is unsent)
+    producer.abort_transaction(30)
+    producer.begin_transaction()
+    producer.produce(topic, b"job", partition=1, timestamp=written_at)
+    producer.commit_transaction(30)
+
+    with BacklogReader(settings, timeout=20) as reader:
+        default = reader.read().jobs["default"]
+    by_partition = {p.partition: p for p in default.partitions}
+    # 50 aborted messages and the abort marker: no job a worker would run
+    assert (by_partition[0].end, by_partition[0].waiting) == (51, 0)
+    # an aborted message, its marker, then the job and its commit marker (which counts)
+    assert (by_partition[1].end, by_partition[1].waiting) == (4, 2)
+    assert default.waiting == 2
+    assert default.oldest_ms == written_at

@@ -135,3 +135,12 @@ def test_an_outage_is_logged_once_and_its_end_once(caplog: pytest.LogCaptureFixt
         "reading the backlog works again",
     ]
     assert sample(exporter, "pipeline_exporter_read_errors_total") == 5
+
+
+def test_deferred_help_counts_the_jobs_the_scheduler_holds() -> None:
+    # The scheduler leader commits <ns>.deferred only when it releases a job: a job it has
+    # read and holds in memory is still in the depth, which the help must not deny.
+    exporter = Exporter(Settings(), port=0)
+    (family,) = (f for f in exporter.registry.collect() if f.name == "pipeline_deferred_depth")
+    assert "not read" not in family.documentation
+    assert "not committed by the scheduler leader" in family.documentation

@@ -91,6 +91,14 @@ def test_backlog_counts_from_the_commit_or_else_the_earliest_offset() -> None:
     assert snapshot().priorities[1].oldest_age_s(AT) is None
 
 
+def test_backlog_starts_at_the_first_message_a_worker_would_run() -> None:
+    # aborted messages and markers from the commit to offset 7 are no jobs
+    assert PartitionBacklog(0, 0, 10, 4, AT, first=7).waiting == 3
+    # only aborted messages and markers after the commit: nothing waits
+    assert PartitionBacklog(0, 0, 10, 4, None, first=10).waiting == 0
+    assert PartitionBacklog(0, 0, 10, 4, None, first=None).waiting == 6  # not read
+
+
 def test_rates_compare_two_snapshots() -> None:
     before = snapshot(AT, end=10, committed=4).priorities[0]
     after = snapshot(AT + 2000, end=30, committed=14).priorities[0]

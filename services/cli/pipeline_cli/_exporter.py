@@ -81,7 +81,8 @@ class BacklogCollector(Collector):
         )
         deferred = GaugeMetricFamily(
             "pipeline_deferred_depth",
-            "Delayed jobs waiting on <ns>.deferred or a wait tier, not read by the scheduler.",
+            "Delayed jobs on <ns>.deferred or a wait tier not committed by the scheduler "
+            "leader (the jobs it holds in memory count until released).",
             labels=["topic"],
         )
         members = GaugeMetricFamily(
