@@ -373,7 +373,9 @@ def read_table(
                 error = message.error()
                 if error is None:
                     key = message.key()
-                    records.append((key.decode() if key else "", message.value()))
+                    # A key that is not UTF-8 is no key of ours; it must not stop the reader.
+                    name = key.decode(errors="replace") if key else ""
+                    records.append((name, message.value()))
                 elif error.code() == KafkaError._PARTITION_EOF:
                     pending.discard(message.partition())
                 else:

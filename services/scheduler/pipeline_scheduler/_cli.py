@@ -57,7 +57,7 @@ def main(
 
     Exactly one process of a namespace leads (it owns <namespace>.scheduler-control in the
     group <namespace>.scheduler); the others wait and take over within the session timeout
-    (PIPELINE_SCHEDULER__SESSION_TIMEOUT_MS, default 6000) when it dies. SIGTERM hands over
+    (PIPELINE_SCHEDULER__SESSION_TIMEOUT_MS, default 1500) when it dies. SIGTERM hands over
     at once.
     """
     if config_file is not None:

@@ -124,6 +124,13 @@ class PartitionProgress:
     def saved(self) -> SavedProgress | None:
         """The record to write with this partition's next commit (None: nothing read yet)."""
         watermark = self.watermark
-        if watermark is None or self.position is None:
+        position = self.position
+        if watermark is None or position is None:
             return None
-        return SavedProgress(watermark, self.position, tuple(sorted(self._held)))
+        held = self._held
+        if position < self.replay_until:
+            # Still replaying: beyond what this term has read, the last record stands (else a
+            # later term would route again what an earlier one released or moved).
+            held = held | {offset for offset in self.replay_held if offset >= position}
+            position = self.replay_until
+        return SavedProgress(watermark, position, tuple(sorted(held)))

@@ -19,23 +19,23 @@ from pipeline._codec import DeadLetterCodec, ScheduleCodec
 from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._errors import DecodeError, KafkaUnavailableError
 from pipeline._job import now_ms
-from pipeline._records import DeadLetter, DeadLetterReason, Schedule
+from pipeline._records import Schedule
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job, publish_schedules
 from pipeline._schemaregistry import job_codec
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, deferred_group
 from pipeline._topicspec import deferred_tier_topic
-from pipeline._transactions import Headers
 
 from ._cron import CronTable
+from ._deadletter import DeadLetters
 from ._duequeue import DueQueue
 from ._metrics import SchedulerMetrics
 from ._partitions import PartitionWatch
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router
 from ._state import load_state, progress_key
-from ._txn import leader_transactions
+from ._txn import leader_transactions, message_max_bytes
 
 _log = logging.getLogger("pipeline.scheduler")
 
@@ -76,7 +76,9 @@ class LeaderSession:
         self._schedules_end = 0
         self._paused: set[Where] = set()
         self._codec = job_codec(settings)
-        self._dlq_codec = DeadLetterCodec(self._codec.store)
+        self._dead_letters = DeadLetters(
+            DeadLetterCodec(self._codec.store), message_max_bytes(settings)
+        )
         self._schedule_codec = ScheduleCodec(self._codec.store)
         self._batch_max = sched.batch_max
         self._max_wait_ms = int(sched.max_wait_s * 1000)
@@ -163,7 +165,8 @@ class LeaderSession:
     def next_wake(self) -> int | None:
         due = self.queue.next_due()
         release = due - self._lead if due is not None else None
-        wakes = [w for w in (release, self.cron.next_due()) if w is not None]
+        fire = self.cron.next_due() if self.cron_ready else None
+        wakes = [w for w in (release, fire) if w is not None]
         for where in self._paused:
             parked = self.progress[where].parked
             if parked:
@@ -195,6 +198,8 @@ class LeaderSession:
             self._handle(message, now)
         self._unpark(now)
         self._release(now_ms())
+        if not self.cron_ready:
+            self.cron_ready = self._schedules_read()
         if self.cron_ready:
             self._fire(now_ms())
         self._commit()
@@ -313,10 +318,18 @@ class LeaderSession:
         self.cron.removed.clear()
         self.metrics.schedules_invalid.set(len(self.cron.invalid))
 
+    def _schedules_read(self) -> bool:
+        """Whether ``<ns>.schedules`` was read up to where it ended when the term began.
+
+        The consumer's position, not the offset of the last record seen: a topic written in
+        transactions ends with a marker (or aborted records) that a read_committed consumer
+        steps over but never receives."""
+        assert self._consumer is not None
+        where = TopicPartition(self.names.schedules, 0)
+        position = self._consumer.position([where])[0].offset
+        return position >= self._schedules_end
+
     def _schedule_message(self, message: Message) -> None:
-        offset = message.offset() or 0
-        if offset + 1 >= self._schedules_end:
-            self.cron_ready = True
         raw_key = message.key()
         if not raw_key:
             return
@@ -329,17 +342,7 @@ class LeaderSession:
         self.metrics.schedules_invalid.set(len(self.cron.invalid))
 
     def _dead_letter(self, message: Message, exc: DecodeError) -> None:
-        letter = DeadLetter(
-            reason=DeadLetterReason.DECODE_ERROR,
-            message=exc.reason,
-            source_topic=message.topic() or "",
-            source_partition=message.partition() or 0,
-            source_offset=message.offset() or 0,
-            raw_value=message.value(),
-            raw_key=message.key(),
-            raw_headers=_header_bytes(message.headers()),
-        )
-        self.txn.produce(self.names.dlq, self._dlq_codec.encode(letter), message.key())
+        self.txn.produce(self.names.dlq, self._dead_letters.encode(message, exc), message.key())
         self.metrics.dead_letters.inc()
         _log.warning("undecodable deferred message dead-lettered", extra={"reason": exc.reason})
 
@@ -388,8 +391,3 @@ class LeaderSession:
     @property
     def parked(self) -> int:
         return sum(len(self.progress[w].parked) for w in self._paused)
-
-
-def _header_bytes(headers: Headers) -> dict[str, bytes]:
-    items = headers.items() if isinstance(headers, dict) else (headers or [])
-    return {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in items}

@@ -1,0 +1,66 @@
+"""Dead letters for what the leader cannot read on ``<ns>.deferred`` or a wait tier.
+
+A letter carries the message's raw bytes, so the letter is larger than the message. When that
+makes it larger than the producer sends (``message.max.bytes``), the letter goes without the
+value and the headers and says so: a transaction holding a message the producer refuses could
+never commit, and every delayed job read with it would wait for ever.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from confluent_kafka import Message
+
+from pipeline._codec import DeadLetterCodec
+from pipeline._errors import DecodeError
+from pipeline._records import DeadLetter, DeadLetterReason
+from pipeline._transactions import Headers
+
+__all__ = ["DeadLetters"]
+
+_log = logging.getLogger("pipeline.scheduler")
+
+RECORD_OVERHEAD = 1024
+"""Room left for what a record adds to its key and value (lengths, timestamp, batch header)."""
+
+
+class DeadLetters:
+    """Encodes the dead letter of an undecodable message, within ``max_bytes``."""
+
+    def __init__(self, codec: DeadLetterCodec, max_bytes: int) -> None:
+        self._codec = codec
+        self._max_bytes = max_bytes
+
+    def encode(self, message: Message, exc: DecodeError) -> bytes:
+        """The value of ``message``'s dead letter (its key stays the message's key)."""
+        value = message.value()
+        letter = DeadLetter(
+            reason=DeadLetterReason.DECODE_ERROR,
+            message=exc.reason,
+            source_topic=message.topic() or "",
+            source_partition=message.partition() or 0,
+            source_offset=message.offset() or 0,
+            raw_value=value,
+            raw_key=message.key(),
+            raw_headers=_header_bytes(message.headers()),
+        )
+        encoded = self._codec.encode(letter)
+        if self._fits(encoded, message.key()):
+            return encoded
+        size = len(value or b"")
+        note = (
+            f"{exc.reason}; its {size}-byte value left out (and its headers): with them the "
+            f"dead letter would exceed the producer's message.max.bytes ({self._max_bytes})"
+        )
+        _log.warning("dead letter too large: raw value left out", extra={"bytes": size})
+        return self._codec.encode(replace(letter, message=note, raw_value=None, raw_headers={}))
+
+    def _fits(self, value: bytes, key: bytes | None) -> bool:
+        return len(value) + len(key or b"") + RECORD_OVERHEAD <= self._max_bytes
+
+
+def _header_bytes(headers: Headers) -> dict[str, bytes]:
+    items = headers.items() if isinstance(headers, dict) else (headers or [])
+    return {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in items}

@@ -1,0 +1,135 @@
+"""What other writers may leave on the scheduler's topics never stops it.
+
+Schedules written in a Kafka transaction (Kafka Connect, MirrorMaker 2, a Java tool) end the
+topic with a transaction marker rather than a record; an undecodable delayed job may be as
+large as Kafka allows; a key may be any bytes. The leader fires, dead-letters or skips, and
+every other delayed job and schedule goes on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from confluent_kafka import Consumer, Message, Producer
+
+from pipeline import Job, JobCodec, Pipeline
+from pipeline._codec import DeadLetterCodec, ScheduleCodec
+from pipeline._job import new_job_id, now_ms
+from pipeline._records import DeadLetter, DeadLetterReason, Schedule
+from pipeline._settings import Settings
+from pipeline._topics import TopicNames
+
+from .conftest import SchedulerFactory, collect, job_consumer
+
+EVERY_2S = "* * * * * */2"
+
+
+def test_schedules_written_in_a_transaction_fire(schedulers: SchedulerFactory) -> None:
+    settings = schedulers.settings
+    topic = TopicNames(settings.namespace).schedules
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "transactional.id": f"{settings.namespace}.other-writer",
+        }
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    schedule = Schedule(
+        name="txn", cron=EVERY_2S, job_type="cron.txn", payload=b"{}", created_at=now_ms()
+    )
+    producer.produce(topic, ScheduleCodec().encode(schedule), b"txn")
+    producer.commit_transaction(30)
+    # An aborted one after it: the topic ends with records a read_committed reader never sees.
+    producer.begin_transaction()
+    producer.produce(topic, b"aborted", b"txn")
+    producer.flush(30)
+    producer.abort_transaction(30)
+    consumer = job_consumer(settings)
+    scheduler = schedulers.start()
+    try:
+        fired = collect(consumer, 1, timeout=20)
+    finally:
+        consumer.close()
+    assert [r.job.type for r in fired] == ["cron.txn"], scheduler.output()[-3000:]
+
+
+def dead_letters(settings: Settings, count: int, timeout: float) -> list[DeadLetter]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap_servers,
+            "group.id": f"{settings.namespace}.test-dlq",
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
+    consumer.subscribe([TopicNames(settings.namespace).dlq])
+    try:
+        messages: list[Message] = []
+        while len(messages) < count:
+            batch = consumer.consume(10, timeout)
+            if not batch:
+                break
+            messages += [m for m in batch if m.error() is None]
+        return [DeadLetterCodec().decode(m.value() or b"") for m in messages]
+    finally:
+        consumer.close()
+
+
+def test_an_undecodable_delayed_message_too_large_to_dead_letter_whole_stops_nothing(
+    schedulers: SchedulerFactory,
+) -> None:
+    """Its dead letter cannot carry its bytes (the letter would exceed Kafka's message size);
+    it goes without them, says so, and the other delayed jobs are released."""
+    settings = schedulers.settings
+    names = TopicNames(settings.namespace)
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer.produce(names.deferred, b"x" * 999_900, b"big", partition=0)
+    # Delayed jobs after it in its partition: read only once it was dealt with.
+    jobs = [Job(id=new_job_id(), type="t", payload=b"{}", not_before=now_ms() + 500)]
+    jobs += [replace(jobs[0], id=new_job_id()) for _ in range(2)]
+    for job in jobs:
+        producer.produce(names.deferred, JobCodec().encode(job), job.id.encode(), partition=0)
+    assert producer.flush(30) == 0
+    ids = {job.id for job in jobs}
+    consumer = job_consumer(settings)
+    scheduler = schedulers.start()
+    try:
+        released = collect(consumer, 3, timeout=20)
+    finally:
+        consumer.close()
+    assert {r.job.id for r in released} == ids, scheduler.output()[-3000:]
+    letters = dead_letters(settings, 1, timeout=10)
+    assert len(letters) == 1
+    letter = letters[0]
+    assert letter.reason == DeadLetterReason.DECODE_ERROR
+    assert letter.raw_value is None
+    assert letter.raw_key == b"big"
+    assert "999900-byte value left out" in letter.message
+
+
+@pytest.mark.parametrize("topic", ["scheduler_state", "schedules"])
+def test_a_key_that_is_not_utf8_on_a_table_topic_is_not_fatal(
+    schedulers: SchedulerFactory, topic: str
+) -> None:
+    """``<ns>.scheduler-state`` is read whole when a term begins, and so is ``<ns>.schedules``
+    with ``--app``; a key that is not UTF-8 there crashed every scheduler of the namespace."""
+    settings = schedulers.settings
+    producer = Producer({"bootstrap.servers": settings.bootstrap_servers})
+    producer.produce(getattr(TopicNames(settings.namespace), topic), b"junk", b"\xff\xfe")
+    assert producer.flush(30) == 0
+    app = Pipeline(settings)
+    job_id = app.enqueue("t", {}, delay=0.5)
+    app.flush()
+    consumer = job_consumer(settings)
+    scheduler = schedulers.start(app="tests.integration.scheduler.cronapp:app")
+
+    def exited() -> bool:
+        return scheduler.process.poll() is not None
+
+    try:
+        released = collect(consumer, 1, timeout=20, until=exited)
+    finally:
+        consumer.close()
+    assert job_id in {r.job.id for r in released}, scheduler.output()[-3000:]
