@@ -50,7 +50,8 @@ class DedupStore(Protocol):
     A store implements the semantics of the :mod:`pipeline._dedup` docstring, as
     :class:`DedupTable` does. Calls for one partition never overlap, and never come before its
     load returned or after its unload; load and unload may come from another thread than the
-    other calls. Raising from check or settle fails the job's run like a handler error.
+    other calls. A check that raises runs the job (at least once) and a settle that raises
+    leaves the key as it was; both are logged, neither fails the job's run.
     """
 
     def load(self, partitions: Sequence[Where]) -> None: ...

@@ -13,6 +13,7 @@ from confluent_kafka import TopicPartition
 
 from pipeline import Settings
 from pipeline._errors import TransactionFencedError
+from pipeline._topics import TopicNames
 from pipeline_worker.commit.moves import Mover
 from pipeline_worker.route.policy import Record
 
@@ -180,3 +181,52 @@ def test_a_fenced_producer_stops_the_worker_with_one_error_that_says_what_to_do(
     with pytest.raises(TransactionFencedError, match="restart it"):
         mover.commit(offsets(WHERE), META, owned)
     assert producer.committed == []
+
+
+CHANGELOG = TopicNames("acme").dedup
+
+
+def _key_record(value: bytes | None) -> Record:
+    """The changelog record of key ``K`` of job partition 0 (``None``: its tombstone)."""
+    return Record(CHANGELOG, value, b"*/K", None, 0)
+
+
+def test_a_waiting_move_does_not_write_a_key_s_tombstone_after_its_newer_record(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A dead letter's move waits for room above a long job; meanwhile another job claims its
+    key and succeeds. The key's newer record goes out first, so the older tombstone must not
+    follow it (it would free the key in the changelog for good)."""
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    mover._max_moved = 1  # one move above the commit point at most
+    submit(mover, WHERE, 3, [])
+    mover.submit(WHERE, 5, [Record("acme.dlq", b"letter", None), _key_record(None)], _ignore)
+    mover.drain(owned, lambda w: 0)  # the job at offset 0 still runs: 5 waits
+    mover.submit(WHERE, 6, [_key_record(b"held")], _ignore, move=False)
+    mover.drain(owned, lambda w: 0)
+    mover.drain(owned, lambda w: 6)  # the long job ended: 5 has room
+    assert mover.commit(offsets(WHERE), META, owned)
+    [written] = producer.committed
+    assert written == [("acme.dlq", b"0@3"), (CHANGELOG, b"held"), ("acme.dlq", b"letter")]
+
+
+def test_a_rewrite_keeps_the_order_of_writes_across_partitions(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The records of one key come from moves of several partitions (one per priority); an
+    abort writes them again in the order they were first written, not partition by partition."""
+    producer = FakeProducer().failing("commit_transaction", abortable())
+    mover = mover_on(producer, loop)
+    submit(mover, OTHER, 1, [])
+    mover.submit(WHERE, 2, [_key_record(None)], _ignore)
+    mover.submit(OTHER, 3, [_key_record(b"held")], _ignore, move=False)
+    mover.drain(owned, lambda w: 0)
+    assert not mover.commit(offsets(WHERE, OTHER), META, owned)
+    assert mover.commit(offsets(WHERE, OTHER), META, owned)
+    [written] = producer.committed
+    assert written == [("acme.dlq", b"1@1"), (CHANGELOG, None), (CHANGELOG, b"held")]
+
+
+def _ignore(done: bool) -> None:
+    """A move's outcome the test does not follow."""

@@ -37,6 +37,7 @@ from confluent_kafka import Producer, TopicPartition
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import KafkaUnavailableError, TransactionError
 from pipeline._producer import producer_config
+from pipeline._topics import TopicNames
 from pipeline._transactions import Transactions
 
 from .marks import max_moved
@@ -88,7 +89,7 @@ def transactional_config(settings: Settings, role: str, source: str) -> dict[str
 
 
 class _Pending:
-    __slots__ = ("done", "move", "offset", "records", "where")
+    __slots__ = ("done", "move", "offset", "records", "where", "written")
 
     def __init__(
         self, where: Where, offset: int, records: Sequence[Record], done: Done, move: bool
@@ -98,6 +99,8 @@ class _Pending:
         self.records = records
         self.done = done
         self.move = move
+        self.written = 0
+        """Its place in the order of writes (a rewrite keeps that order)."""
 
 
 class Mover:
@@ -118,6 +121,7 @@ class Mover:
             timeout_s=TIMEOUT_S,
         )
         self._loop = loop
+        self._changelog = TopicNames(settings.namespace).dedup
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)
         self._queue: deque[_Pending] = deque()
         self._waiting: dict[Where, deque[_Pending]] = {}
@@ -125,6 +129,8 @@ class Mover:
         self._in_txn: dict[Where, list[_Pending]] = {}
         self.moved: dict[Where, set[int]] = {}
         """Offsets moved above each partition's commit point (consumer thread)."""
+        self._writes = 0
+        """Moves written so far: the last one's :attr:`_Pending.written`."""
         self._resolved: list[tuple[Done, bool]] = []
         """What to tell the loop when the drain (or forget) that resolved these is over."""
         self.initialized = False
@@ -165,7 +171,10 @@ class Mover:
                         wrote |= self._write(pending, owned)
                     else:
                         still.append(pending)
-                self._waiting[where] = still
+                if still:
+                    self._waiting[where] = still
+                else:
+                    del self._waiting[where]
             queue = self._queue
             while queue:
                 pending = queue.popleft()
@@ -173,6 +182,8 @@ class Mover:
                 if pending.move and not self._room(where, commit_point(where), pending.offset):
                     self._waiting.setdefault(where, deque()).append(pending)
                     continue
+                if self._waiting:  # rare: moves wait for room above a long job
+                    self._supersede(pending.records)
                 wrote |= self._write(pending, owned)
             if wrote:
                 self._txn.producer.poll(0)  # delivery reports: once a drain, not once a move
@@ -190,6 +201,24 @@ class Mover:
             moved.discard(stale)
         return len(moved) < self._max_moved
 
+    def _supersede(self, records: Sequence[Record]) -> None:
+        """Take out of the waiting moves the changelog records of the idempotency keys that
+        ``records`` write again: written now, ahead of those moves, ``records`` are the newer
+        state of their keys, which an older record written after them would undo (a dead
+        letter's tombstone of a key that another job has claimed since). A key's records may
+        come from moves of any priority's partition of the same number."""
+        changelog = self._changelog
+        keys = {(r.partition, r.key) for r in records if r.topic == changelog}
+        if not keys:
+            return
+        for pending in (p for waiting in self._waiting.values() for p in waiting):
+            if any(r.topic == changelog and (r.partition, r.key) in keys for r in pending.records):
+                pending.records = [
+                    r
+                    for r in pending.records
+                    if r.topic != changelog or (r.partition, r.key) not in keys
+                ]
+
     def _write(self, pending: _Pending, owned: Callable[[Where], bool]) -> bool:
         if not owned(pending.where):
             self._resolve(pending, False)
@@ -203,6 +232,8 @@ class Mover:
             self._rewrite(owned, pending.records)
         if pending.move:
             self.moved.setdefault(pending.where, set()).add(pending.offset)
+        self._writes += 1
+        pending.written = self._writes
         self._in_txn.setdefault(pending.where, []).append(pending)
         self._resolve(pending, True)
         return True
@@ -288,10 +319,13 @@ class Mover:
             self.moved.pop(where, None)  # not ours any more: the new owner redoes these jobs
         self._in_txn = kept
 
+        # In the order they were first written: the records of one idempotency key may come
+        # from moves of several partitions (one per priority), and the last one must stay last.
+        again = sorted((p for moves in kept.values() for p in moves), key=_written)
+
         def write(txn: Transactions) -> None:
-            for moves in kept.values():
-                for pending in moves:
-                    txn.produce_all(pending.records)
+            for pending in again:
+                txn.produce_all(pending.records)
             txn.produce_all(then)
             txn.producer.poll(0)
 
@@ -308,6 +342,10 @@ class Mover:
         resolved, self._resolved = self._resolved, []
         with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is exiting
             self._loop.call_soon_threadsafe(_run_all, resolved)
+
+
+def _written(pending: _Pending) -> int:
+    return pending.written
 
 
 def _run_all(resolved: list[tuple[Done, bool]]) -> None:
