@@ -173,9 +173,9 @@ class Pipeline:
         if not options and not added:  # the common call: route and template are made once
             self._watch()
             route, template = self._plain.get(job_type)
-            return self._send(route, payload or {}, self._on_delivery, template)
+            return self._send(route, _or_empty(payload), self._on_delivery, template)
         route = self._route(job_type, EnqueueOptions(**options), added)
-        return self._send(route, payload or {}, self._on_delivery)
+        return self._send(route, _or_empty(payload), self._on_delivery)
 
     def submit(
         self, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
@@ -183,7 +183,7 @@ class Pipeline:
         """Like :meth:`enqueue`, but return a handle to wait on this job's acknowledgement."""
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         handle = JobHandle(self._transport, self.settings, self._failures)
-        handle.job_id = self._send(route, payload or {}, handle._on_delivery)
+        handle.job_id = self._send(route, _or_empty(payload), handle._on_delivery)
         return handle
 
     def enqueue_many(
@@ -335,7 +335,7 @@ class Pipeline:
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         job_id = new_job_id()
         route = outbox_route(route, job_id)
-        value = self.codec.encode(route.job(job_id, self._payload_bytes(route, payload or {})))
+        value = self.codec.encode(route.job(job_id, self._payload_bytes(route, _or_empty(payload))))
         return OutboxJob(job_id, route.topic, route.key, value)
 
     def _send(
@@ -380,6 +380,10 @@ class Pipeline:
         if error is None:
             return
         self._failures.add(PipelineFailure.from_delivery(self.codec, error, message))
+
+
+def _or_empty(payload: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return {} if payload is None else payload  # not `or {}`: [] or "" is refused, not sent
 
 
 _BATCH = 1000

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from ._context import JobContext
+from ._errors import ConfigurationError
 from ._job import Priority
 from ._registry import JobType, Registry
 
@@ -55,6 +56,45 @@ class EnqueueOptions:
     tenant: str | None = None
     headers: Mapping[str, str] | None = None
     max_attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse a mistyped option, naming it, not as a failure deep in the job's encoding."""
+        for name, types, what in _OPTION_TYPES:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
+                raise ConfigurationError(f"{name} must be {what}, got {value!r}")
+        if self.max_attempts is not None and self.max_attempts > _MAX_ATTEMPTS:
+            raise ConfigurationError(
+                f"max_attempts must be at most {_MAX_ATTEMPTS}, got {self.max_attempts}"
+            )
+        headers = self.headers
+        if headers is not None:
+            bad = _not_a_string_map(headers)
+            if bad is not None:
+                raise ConfigurationError(f"headers must map strings to strings, got {bad}")
+
+
+_OPTION_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
+    ("delay", (int, float, timedelta), "a number of seconds or a timedelta"),
+    ("run_at", (datetime,), "a datetime"),
+    ("key", (str, bytes), "a str or bytes"),
+    ("idempotency_key", (str,), "a str"),
+    ("tenant", (str,), "a str"),
+    ("max_attempts", (int,), "an int"),
+)
+"""Enqueue options whose type is checked: name, the types taken, how a message says them."""
+_MAX_ATTEMPTS = 2**31 - 1
+"""The envelope's ``max_attempts`` is an Avro int."""
+
+
+def _not_a_string_map(headers: object) -> str | None:
+    """What in ``headers`` is not a string mapped to a string (None: nothing)."""
+    if not isinstance(headers, Mapping):
+        return repr(headers)
+    for name, value in headers.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            return f"{name!r}: {value!r}"
+    return None
 
 
 class JobFunction(Generic[P, R]):

@@ -8,8 +8,10 @@ waits stop at the refusal instead of at ``delivery.timeout.ms``.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -30,6 +32,9 @@ __all__ = [
 
 WAIT_STEP_S = 0.2
 """A flush waits in steps this long, to stop at a refusal of the credentials."""
+_PROPAGATION_MAX_MS = 30_000
+"""How long a producer waits for a topic it cannot find at most (librdkafka's default); half
+the delivery timeout when that is shorter, so that such a job fails as a missing topic."""
 REFUSAL_FRESH_S = 30.0
 """A refusal counts this long after librdkafka last reported it (it repeats it at each attempt,
 every second or so): a producer whose credentials are accepted later works again."""
@@ -109,6 +114,8 @@ class KafkaTransport:
     jobs go out at once, batches of ``enqueue_many`` linger to fill bigger requests (a linger
     is one setting for a whole librdkafka producer). A keyed job waits until the other producer
     has delivered what it holds, so that a key's jobs keep the order they were enqueued in.
+
+    A forked child gets producers of its own on its first call (see :func:`_after_fork`).
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -121,6 +128,15 @@ class KafkaTransport:
         self._refused_at = 0.0
         self._health = BrokerHealth.of(settings.bootstrap_servers)
         self._two = settings.producer.bulk_linger_ms != settings.producer.linger_ms
+        _transports.add(self)
+
+    def _forget_parents_producers(self) -> None:
+        """In a forked child: the parent's producers queue jobs but have no threads to send
+        them (nor to flush at exit what the parent itself sends); the next call makes new ones."""
+        _forked_off.extend(self._producers())
+        self._producer = self._bulk = None
+        self._lock = threading.Lock()  # another thread of the parent may have held it
+        self._fatal = None
 
     def _get(self, bulk: bool = False) -> Producer:
         bulk = bulk and self._two
@@ -129,20 +145,28 @@ class KafkaTransport:
             with self._lock:
                 producer = self._bulk if bulk else self._producer
                 if producer is None:
-                    conf = producer_config(self._settings, bulk=bulk)
-                    # librdkafka's errors and log lines go to the cluster's health tracker
-                    # (logging, one line per outage), not straight to stderr.
-                    conf.update(
-                        self._health.callbacks(
-                            "producer", on_error=self._on_error, on_refused=self._on_refused
-                        )
-                    )
-                    producer = Producer(conf)
+                    producer = Producer(self._config(bulk))
                     if bulk:
                         self._bulk = producer
                     else:
                         self._producer = producer
         return producer
+
+    def _config(self, bulk: bool) -> dict[str, Any]:
+        conf = producer_config(self._settings, bulk=bulk)
+        # librdkafka holds a job for a topic it cannot find this long before it fails it as
+        # unknown. Its default, 30 s, is the delivery timeout's, which then failed the job
+        # first, as if Kafka were down, without naming the topic.
+        propagation_ms = int(self._settings.producer.delivery_timeout_s * 500)
+        conf.setdefault(
+            "topic.metadata.propagation.max.ms", min(_PROPAGATION_MAX_MS, propagation_ms)
+        )
+        # librdkafka's errors and log lines go to the cluster's health tracker (logging, one
+        # line per outage), not straight to stderr.
+        conf.update(
+            self._health.callbacks("producer", on_error=self._on_error, on_refused=self._on_refused)
+        )
+        return conf
 
     def _producers(self) -> list[Producer]:
         return [p for p in (self._producer, self._bulk) if p is not None]
@@ -269,3 +293,17 @@ class KafkaTransport:
     def close(self) -> None:
         self._producer = None
         self._bulk = None
+
+
+_transports: weakref.WeakSet[KafkaTransport] = weakref.WeakSet()
+_forked_off: list[Producer] = []
+"""The parent's producers, in a forked child: kept, never destroyed there (their threads are
+the parent's, and destroying them waits for those)."""
+
+
+def _after_fork() -> None:
+    for transport in list(_transports):
+        transport._forget_parents_producers()
+
+
+os.register_at_fork(after_in_child=_after_fork)

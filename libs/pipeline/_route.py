@@ -9,7 +9,7 @@ from typing import Any
 
 from ._codec import JobCodec, JsonPayload, PayloadCodec
 from ._errors import ConfigurationError
-from ._job import Job, Priority, delay_s, due_at_ms, due_in_ms, new_job_id, now_ms
+from ._job import Job, Priority, delay_s, due_at_ms, due_in_ms, new_job_id
 from ._jobfunction import EnqueueOptions
 from ._jobtemplate import JobTemplate
 from ._registry import JobOptions, JobType
@@ -106,9 +106,11 @@ def resolve_route(
     if max_attempts < 1:
         raise ConfigurationError(f"max_attempts must be at least 1, got {max_attempts}")
     not_before = not_before_ms(opts.delay, opts.run_at)
+    # Due after the current millisecond, rounded up as due times are: a delay of 0 is due now
+    # and needs no scheduler to release it.
     topic = (
         topics.deferred
-        if not_before is not None and not_before > now_ms()
+        if not_before is not None and not_before > due_in_ms(0)
         else topics.jobs(priority)
     )
     # The partition key: the idempotency key when present (every duplicate then lands on

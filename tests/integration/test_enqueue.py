@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Message
 
-from pipeline import KafkaUnavailableError, Pipeline, Priority, Settings
+from pipeline import EnqueueError, KafkaUnavailableError, Pipeline, Priority, Settings
 from pipeline._admin import apply_topics
 from pipeline_cli import cli
 
@@ -230,3 +230,17 @@ def test_murmur2_matches_kafka_reference_values() -> None:
     assert murmur2(b"a-little-bit-longer-string") == -1486304829
     assert murmur2(b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8") == -58897971
     assert murmur2(b"abc") == 479470107
+
+
+def test_a_missing_topic_is_named_not_taken_for_an_outage(bootstrap_servers: str) -> None:
+    # librdkafka holds jobs for a topic it cannot find for topic.metadata.propagation.max.ms
+    # (30 s by default), which is as long as the delivery timeout: they timed out first.
+    settings = Settings(
+        bootstrap_servers=bootstrap_servers,
+        namespace=f"missing{uuid.uuid4().hex[:8]}",
+        producer={"delivery_timeout_s": 4},
+    )
+    app = Pipeline(settings)
+    app.enqueue("t", {"a": 1})
+    with pytest.raises(EnqueueError, match=r"jobs\.default does not exist.*topics apply"):
+        app.flush()

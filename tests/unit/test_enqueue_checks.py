@@ -1,0 +1,120 @@
+"""What enqueue refuses before anything is sent: payloads that are no mapping, mistyped options."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+import pytest
+
+from pipeline import ConfigurationError, PayloadValidationError, Pipeline, Settings
+from pipeline.testing import InMemoryTransport
+
+
+@pytest.fixture
+def transport() -> InMemoryTransport:
+    return InMemoryTransport(partitions=3)
+
+
+@pytest.fixture
+def app(transport: InMemoryTransport) -> Pipeline:
+    return Pipeline(Settings(namespace="acme"), transport=transport)
+
+
+@pytest.mark.parametrize("payload", [[], (), "", 0, False])
+def test_an_empty_payload_that_is_no_mapping_is_refused_as_enqueue_many_refuses_it(
+    app: Pipeline, transport: InMemoryTransport, payload: Any
+) -> None:
+    with pytest.raises(PayloadValidationError, match="must be a mapping"):
+        app.enqueue_many("t", [payload])
+    with pytest.raises(PayloadValidationError, match="must be a mapping"):
+        app.enqueue("t", payload)
+    with pytest.raises(PayloadValidationError, match="must be a mapping"):
+        app.enqueue("t", payload, priority="high")
+    with pytest.raises(PayloadValidationError, match="must be a mapping"):
+        app.submit("t", payload)
+    app.flush()
+    assert transport.messages == []
+
+
+def test_no_payload_is_an_empty_one(app: Pipeline, transport: InMemoryTransport) -> None:
+    app.enqueue("t")
+    app.enqueue("t", None, priority="high")
+    app.flush()
+    assert [m.value.endswith(b"") for m in transport.messages] == [True, True]
+    assert [j.payload for j in transport.jobs("acme.jobs.default")] == [b"{}"]
+    assert [j.payload for j in transport.jobs("acme.jobs.high")] == [b"{}"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"headers": {"attempt": 3}}, r"headers must map strings to strings.*'attempt': 3"),
+        ({"headers": {1: "a"}}, r"headers must map strings to strings.*1: 'a'"),
+        ({"headers": [("a", "b")]}, "headers must map strings to strings"),
+        ({"max_attempts": 2.5}, "max_attempts must be an int, got 2.5"),
+        ({"max_attempts": "3"}, "max_attempts must be an int, got '3'"),
+        ({"max_attempts": True}, "max_attempts must be an int, got True"),
+        ({"max_attempts": 2**31}, r"max_attempts must be at most 2147483647"),
+        ({"idempotency_key": 42}, "idempotency_key must be a str, got 42"),
+        ({"tenant": 7}, "tenant must be a str, got 7"),
+        ({"key": 123}, "key must be a str or bytes, got 123"),
+        ({"delay": "30"}, "delay must be a number of seconds or a timedelta, got '30'"),
+        ({"delay": True}, "delay must be a number of seconds or a timedelta, got True"),
+        ({"run_at": date(2030, 1, 1)}, "run_at must be a datetime"),
+        ({"run_at": "2030-01-01T00:00:00Z"}, "run_at must be a datetime"),
+    ],
+)
+def test_a_mistyped_option_is_a_configuration_error_naming_it(
+    app: Pipeline, transport: InMemoryTransport, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        app.enqueue("t", {}, **options)
+    with pytest.raises(ConfigurationError, match=message):
+        app.enqueue_many("t", [{}], **options)
+
+    @app.job("typed")
+    def typed() -> None: ...
+
+    with pytest.raises(ConfigurationError, match=message):
+        typed.with_options(**options)
+    app.flush()
+    assert transport.messages == []
+
+
+def test_well_typed_options_are_taken(app: Pipeline, transport: InMemoryTransport) -> None:
+    app.enqueue(
+        "t",
+        {},
+        headers={"traceparent": "00-ab"},
+        max_attempts=2**31 - 1,
+        idempotency_key="k",
+        tenant="acme",
+        delay=1.5,
+    )
+    app.enqueue("t", {}, key=b"raw", run_at=None)
+    app.enqueue("t", {}, key="k", run_at=datetime(2020, 1, 1, tzinfo=UTC))
+    app.enqueue("t", {}, headers={"source": _Source.BILLING}, delay=0)  # str subclasses are str
+    app.flush()
+    [deferred] = transport.jobs("acme.deferred")
+    assert deferred.headers == {"traceparent": "00-ab"}
+    assert transport.jobs("acme.jobs.default")[-1].headers == {"source": "billing"}
+    assert deferred.max_attempts == 2**31 - 1
+    assert len(transport.jobs("acme.jobs.default")) == 3
+
+
+@pytest.mark.parametrize("delay", [0, 0.0, timedelta(0)])
+def test_a_zero_delay_is_no_delay_and_needs_no_scheduler(
+    app: Pipeline, transport: InMemoryTransport, delay: float | timedelta
+) -> None:
+    # Its due time rounds up to the next millisecond, which made it a job for the scheduler.
+    for _ in range(20):
+        app.enqueue("t", {}, delay=delay)
+    app.flush()
+    assert transport.jobs("acme.deferred") == []
+    assert len(transport.jobs("acme.jobs.default")) == 20
+
+
+class _Source(StrEnum):
+    BILLING = "billing"
