@@ -10,10 +10,8 @@ import pytest
 
 from pipeline import Settings
 from pipeline._admin import apply_topics
-from pipeline._codec import JobCodec
 
-from .test_enqueue import read_all
-from .test_exit_flush import _run
+from .test_exit_flush import assert_every_job_reached_kafka
 
 pytestmark = pytest.mark.kafka
 
@@ -43,11 +41,5 @@ ENQUEUE_IN_A_FORKED_CHILD = """
 
 def test_a_forked_child_enqueues_with_a_producer_of_its_own(settings: Settings) -> None:
     apply_topics(settings)
-    result = _run(ENQUEUE_IN_A_FORKED_CHILD, settings.bootstrap_servers, settings.namespace)
-    assert result.returncode == 0, result.stderr
-    ids = result.stdout.split()
-    assert len(ids) == 3
-    messages = read_all(settings.bootstrap_servers, f"{settings.namespace}.jobs.default", 3)
-    assert sorted(JobCodec().decode(m.value() or b"").id for m in messages) == sorted(ids)
-    # The child does not report the parent's queued job as lost: the parent sends it.
-    assert "never reached Kafka" not in result.stderr
+    # The child does not report the parent's queued job as lost either: the parent sends it.
+    assert_every_job_reached_kafka(settings, ENQUEUE_IN_A_FORKED_CHILD, 3)

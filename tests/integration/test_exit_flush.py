@@ -52,11 +52,17 @@ ENQUEUE_AND_EXIT = """
 
 def test_jobs_enqueued_without_flush_reach_kafka_at_exit(settings: Settings) -> None:
     apply_topics(settings)
-    result = _run(ENQUEUE_AND_EXIT, settings.bootstrap_servers, settings.namespace)
+    assert_every_job_reached_kafka(settings, ENQUEUE_AND_EXIT, 2)
+
+
+def assert_every_job_reached_kafka(settings: Settings, script: str, count: int) -> None:
+    """``script`` exits 0 having printed the ids of the ``count`` jobs it enqueued, each of
+    which is on ``<ns>.jobs.default``, and reports none as lost."""
+    result = _run(script, settings.bootstrap_servers, settings.namespace)
     assert result.returncode == 0, result.stderr
     ids = result.stdout.split()
-    assert len(ids) == 2
-    messages = read_all(settings.bootstrap_servers, f"{settings.namespace}.jobs.default", 2)
+    assert len(ids) == count
+    messages = read_all(settings.bootstrap_servers, f"{settings.namespace}.jobs.default", count)
     assert sorted(JobCodec().decode(m.value() or b"").id for m in messages) == sorted(ids)
     assert "never reached Kafka" not in result.stderr
 

@@ -20,7 +20,7 @@ from pipeline._records import DeadLetter, DeadLetterReason, Schedule
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames
 
-from .conftest import SchedulerFactory, collect, job_consumer
+from .conftest import Released, SchedulerFactory, collect, job_consumer
 
 EVERY_2S = "* * * * * */2"
 
@@ -46,13 +46,8 @@ def test_schedules_written_in_a_transaction_fire(schedulers: SchedulerFactory) -
     producer.produce(topic, b"aborted", b"txn")
     producer.flush(30)
     producer.abort_transaction(30)
-    consumer = job_consumer(settings)
-    scheduler = schedulers.start()
-    try:
-        fired = collect(consumer, 1, timeout=20)
-    finally:
-        consumer.close()
-    assert [r.job.type for r in fired] == ["cron.txn"], scheduler.output()[-3000:]
+    fired, output = _released(schedulers, 1)
+    assert [r.job.type for r in fired] == ["cron.txn"], output
 
 
 def dead_letters(settings: Settings, count: int, timeout: float) -> list[DeadLetter]:
@@ -93,13 +88,8 @@ def test_an_undecodable_delayed_message_too_large_to_dead_letter_whole_stops_not
         producer.produce(names.deferred, JobCodec().encode(job), job.id.encode(), partition=0)
     assert producer.flush(30) == 0
     ids = {job.id for job in jobs}
-    consumer = job_consumer(settings)
-    scheduler = schedulers.start()
-    try:
-        released = collect(consumer, 3, timeout=20)
-    finally:
-        consumer.close()
-    assert {r.job.id for r in released} == ids, scheduler.output()[-3000:]
+    released, output = _released(schedulers, 3)
+    assert {r.job.id for r in released} == ids, output
     letters = dead_letters(settings, 1, timeout=10)
     assert len(letters) == 1
     letter = letters[0]
@@ -122,14 +112,21 @@ def test_a_key_that_is_not_utf8_on_a_table_topic_is_not_fatal(
     app = Pipeline(settings)
     job_id = app.enqueue("t", {}, delay=0.5)
     app.flush()
-    consumer = job_consumer(settings)
-    scheduler = schedulers.start(app="tests.integration.scheduler.cronapp:app")
+    released, output = _released(schedulers, 1, app="tests.integration.scheduler.cronapp:app")
+    assert job_id in {r.job.id for r in released}, output
 
-    def exited() -> bool:
-        return scheduler.process.poll() is not None
 
+def _released(
+    schedulers: SchedulerFactory, count: int, app: str | None = None
+) -> tuple[list[Released], str]:
+    """Start a scheduler and read the jobs it releases until ``count`` came, it exited, or 20 s
+    passed; with the end of its output, for an assertion's message."""
+    consumer = job_consumer(schedulers.settings)
+    scheduler = schedulers.start(app=app)
     try:
-        released = collect(consumer, 1, timeout=20, until=exited)
+        released = collect(
+            consumer, count, timeout=20, until=lambda: scheduler.process.poll() is not None
+        )
     finally:
         consumer.close()
-    assert job_id in {r.job.id for r in released}, scheduler.output()[-3000:]
+    return released, scheduler.output()[-3000:]
