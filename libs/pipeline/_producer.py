@@ -26,6 +26,7 @@ __all__ = [
     "DeliveryCallback",
     "KafkaTransport",
     "Transport",
+    "message_max_bytes",
     "producer_config",
     "refusal_of",
 ]
@@ -35,6 +36,8 @@ WAIT_STEP_S = 0.2
 _PROPAGATION_MAX_MS = 30_000
 """How long a producer waits for a topic it cannot find at most (librdkafka's default); half
 the delivery timeout when that is shorter, so that such a job fails as a missing topic."""
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``: the largest message a producer sends."""
 REFUSAL_FRESH_S = 30.0
 """A refusal counts this long after librdkafka last reported it (it repeats it at each attempt,
 every second or so): a producer whose credentials are accepted later works again."""
@@ -75,6 +78,13 @@ def refusal_of(transport: Transport) -> KafkaAuthenticationError | None:
     """The error to raise when Kafka refused ``transport``'s credentials (None: it did not)."""
     refused = getattr(transport, "refused", None)
     return refused() if refused is not None else None
+
+
+def message_max_bytes(settings: Settings) -> int:
+    """The largest message (value, key and headers) the services' producers send: librdkafka
+    refuses a larger one at once, which inside a transaction aborts it."""
+    limit = settings.kafka.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
+    return int(limit)
 
 
 def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]:

@@ -24,6 +24,8 @@ class DeadLetterReason(StrEnum):
     MAX_ATTEMPTS = "max_attempts"
     POISON_PILL = "poison_pill"
     TIMEOUT = "timeout"
+    TOO_LARGE = "too_large"
+    """Its retry, with one more attempt in its history, would not fit in one message."""
 
 
 class EventKind(StrEnum):

@@ -19,6 +19,7 @@ from pipeline._codec import DeadLetterCodec, ScheduleCodec
 from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._errors import DecodeError, KafkaUnavailableError
 from pipeline._job import now_ms
+from pipeline._producer import message_max_bytes
 from pipeline._records import Schedule
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job, publish_schedules
@@ -35,7 +36,7 @@ from ._partitions import PartitionWatch
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router
 from ._state import load_state, progress_key
-from ._txn import leader_transactions, message_max_bytes
+from ._txn import leader_transactions
 
 _log = logging.getLogger("pipeline.scheduler")
 

@@ -25,34 +25,19 @@ def transactional_id(settings: Settings) -> str:
     return settings.scheduler.transactional_id or f"{settings.namespace}.scheduler"
 
 
-LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
-"""librdkafka's default ``message.max.bytes``: the largest message a producer sends."""
-
-
-def _producer_conf(settings: Settings, callbacks: dict[str, Any] | None = None) -> dict[str, Any]:
-    conf: dict[str, Any] = producer_config(settings)
-    conf.update(
-        {
-            "transactional.id": transactional_id(settings),
-            "linger.ms": 1,
-            "transaction.timeout.ms": 60_000,
-            **(callbacks or {}),
-        }
-    )
-    conf.update(settings.kafka)
-    return conf
-
-
-def message_max_bytes(settings: Settings) -> int:
-    """The largest message the leader's producer sends (larger ones it refuses)."""
-    return int(_producer_conf(settings).get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES))
-
-
 def leader_transactions(settings: Settings, timeout_s: float = 30.0) -> Transactions:
     """The leader's producer; opens a transaction on the first write of a batch."""
     txn_id = transactional_id(settings)
-    callbacks = BrokerHealth.of(settings.bootstrap_servers).callbacks("scheduler producer")
-    conf = _producer_conf(settings, callbacks)
+    conf: dict[str, Any] = producer_config(settings)
+    conf.update(
+        {
+            "transactional.id": txn_id,
+            "linger.ms": 1,
+            "transaction.timeout.ms": 60_000,
+            **BrokerHealth.of(settings.bootstrap_servers).callbacks("scheduler producer"),
+        }
+    )
+    conf.update(settings.kafka)
     try:
         producer = Producer(conf)
     except KafkaException as exc:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pipeline import Pipeline, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
+from pipeline._producer import message_max_bytes
 from pipeline._topics import TopicNames
 
 from ._metrics import WorkerMetrics
@@ -64,6 +65,7 @@ def assemble(
         codec=app.codec,
         worker=f"{socket.gethostname()}:{os.getpid()}",
         events=settings.events != "off",
+        max_bytes=message_max_bytes(settings),
     )
     store = dedup_store(app, settings, health)
     dedup = Deduplicator(

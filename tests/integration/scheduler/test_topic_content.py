@@ -119,13 +119,13 @@ def test_a_key_that_is_not_utf8_on_a_table_topic_is_not_fatal(
 def _released(
     schedulers: SchedulerFactory, count: int, app: str | None = None
 ) -> tuple[list[Released], str]:
-    """Start a scheduler and read the jobs it releases until ``count`` came, it exited, or 20 s
+    """Start a scheduler and read the jobs it releases until ``count`` came, it exited, or 60 s
     passed; with the end of its output, for an assertion's message."""
     consumer = job_consumer(schedulers.settings)
     scheduler = schedulers.start(app=app)
     try:
         released = collect(
-            consumer, count, timeout=20, until=lambda: scheduler.process.poll() is not None
+            consumer, count, timeout=60, until=lambda: scheduler.process.poll() is not None
         )
     finally:
         consumer.close()

@@ -184,3 +184,31 @@ def test_a_dead_letter_keeps_the_tail_of_its_traceback_and_dlq_show_prints_it(
     assert "  ValueError: attempt 1 of job 0 fails\n" in shown
     as_json = json.loads(_dlq(kit.settings, "show", long, "--json"))
     assert as_json["traceback"] == cut
+
+
+def test_a_failed_job_near_the_message_size_limit_moves_without_stopping_the_worker(
+    kit: WorkerKit,
+) -> None:
+    """A job enqueued just under the producers' 1,000,000 bytes grows past them with its attempt
+    history: its move was refused, which stopped the worker at every attempt. Now the retry
+    keeps a shorter history, and what cannot be retried or dead-lettered whole is dead-lettered
+    smaller (route/fit.py)."""
+    [retried] = enqueue(kit.producer, "padded", 1, fields={"pad": "p" * 990_000})
+    [too_large] = enqueue(kit.producer, "padded", 1, first=1, fields={"pad": "p" * 999_700})
+    [small] = enqueue(kit.producer, "flaky", 1, first=2, fields={"failures": 1})
+    worker = kit.workers.start("--concurrency", "4", env=WORKER_ENV)
+
+    assert wait_for(lambda: len(_letters(kit.settings)) == 2, 60), worker.log_tail()
+    assert wait_for(lambda: kit.recording.all_finished([small]), 60), worker.log_tail()
+    assert worker.alive(), "the worker stopped"
+    runs = kit.recording.run_counts()
+    assert (runs[retried], runs[too_large]) == (2, 1)
+    letters = {letter.job_id: letter for letter in _letters(kit.settings)}
+    kept = letters[retried]
+    assert kept.reason == DeadLetterReason.MAX_ATTEMPTS
+    assert kept.job is not None
+    assert len(kept.job.payload) > 990_000
+    left_out = next(letter for letter in letters.values() if letter.job_id != retried)
+    assert left_out.reason == DeadLetterReason.TOO_LARGE
+    assert left_out.job is None
+    assert "message.max.bytes 1000000" in left_out.message

@@ -29,9 +29,11 @@ from pipeline._failures import (
     traceback_text,
     with_attempt_error,
 )
+from pipeline._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES
 from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind
 from pipeline._topics import TopicNames
 
+from .fit import Fit, lean_job, lean_letter, without_job
 from .outcome import OutcomeKind
 
 if TYPE_CHECKING:
@@ -99,8 +101,11 @@ class FailurePolicy:
         worker: str,
         events: bool,
         rand: random.Random | None = None,
+        max_bytes: int = LIBRDKAFKA_MESSAGE_MAX_BYTES,
     ) -> None:
         self.names = TopicNames(namespace)
+        self._fit = Fit(max_bytes)
+        """What one record may hold (``message.max.bytes``): see :mod:`.fit`."""
         self._tiers_ms = [int(d * 1000) for d in retry_delays_s]
         self._codec = codec
         self._dlq = DeadLetterCodec(codec.store)
@@ -136,7 +141,14 @@ class FailurePolicy:
             return self._dead(failure, moved, verdict.reason, now_ms)
         tier = self.tier_for(verdict.due_ms - now_ms)
         topic = self.names.deferred if tier == DEFERRED else self.names.retry(tier)
-        records = [Record(topic, self._codec.encode(moved), failure.key, failure.raw_headers)]
+        value = self._codec.encode(moved)
+        headers_size = _headers_size(failure.raw_headers)
+        if not self._fit.fits(value, failure.key, headers_size):
+            moved = lean_job(moved)
+            value = self._codec.encode(moved)
+            if not self._fit.fits(value, failure.key, headers_size):
+                return self._dead(failure, moved, DeadLetterReason.TOO_LARGE, now_ms)
+        records = [Record(topic, value, failure.key, failure.raw_headers)]
         self._event(records, moved, EventKind.RETRIED, failure, describe_error(error), now_ms)
         route = "deferred" if tier == DEFERRED else f"retry.{tier}"
         return Move(records, False, route, job.type)
@@ -165,13 +177,25 @@ class FailurePolicy:
             dead_at=now_ms,
             traceback=traceback_text(error),
         )
-        records = [Record(self.names.dlq, self._dlq.encode(letter), failure.key)]
+        records = [Record(self.names.dlq, self._fitted(letter, failure.key), failure.key)]
         if job is not None:
             self._event(records, job, EventKind.DEAD, failure, letter.message, now_ms)
         # The metric's label: a type the application registers, else "?" (the type named by
         # a message no handler knows is anyone's string: as a label it would grow for ever).
         known = job is not None and reason is not DeadLetterReason.UNKNOWN_TYPE
         return Move(records, True, reason, job.type if known and job is not None else "?")
+
+    def _fitted(self, letter: DeadLetter, key: bytes | None) -> bytes:
+        """``letter`` encoded, made smaller if it does not fit in one message (:mod:`.fit`)."""
+        value = self._dlq.encode(letter)
+        if self._fit.fits(value, key):
+            return value
+        value = self._dlq.encode(lean_letter(letter))
+        if self._fit.fits(value, key):
+            return value
+        job = letter.job
+        size = len(self._codec.encode(job)) if job is not None else len(letter.raw_value or b"")
+        return self._dlq.encode(without_job(lean_letter(letter), size, self._fit.max_bytes))
 
     def _event(
         self,
@@ -196,6 +220,10 @@ class FailurePolicy:
             detail=detail,
         )
         records.append(Record(self.names.events, self._events.encode(event), job.id.encode()))
+
+
+def _headers_size(headers: Headers) -> int:
+    return sum(len(name) + len(value or b"") for name, value in headers or ())
 
 
 def _header_bytes(headers: Headers) -> dict[str, bytes]:

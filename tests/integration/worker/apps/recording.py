@@ -173,6 +173,14 @@ async def doomed(n: int, ctx: Any, fatal: bool = False) -> None:
     raise ValueError(f"attempt {ctx.attempt} of job {n} fails")
 
 
+@app.job("padded", backoff=FAST_BACKOFF, max_attempts=2)
+def padded(n: int, ctx: Any, pad: str) -> None:
+    """Always fails, with a payload as large as ``pad`` makes it (near Kafka's message size)."""
+    record.line("S", ctx, "padded", n)
+    record.line("F", ctx, "padded", n)
+    raise ValueError(f"attempt {ctx.attempt} of job {n} fails " + "e" * 1500)
+
+
 @app.job("twice", backoff=FAST_BACKOFF, max_attempts=2)
 def twice(n: int, ctx: Any) -> None:
     """Always fails; its type allows two runs in all."""
