@@ -74,7 +74,7 @@ def filter_options(command: Callable[..., T]) -> Callable[..., T]:
             multiple=True,
             callback=not_empty,
             help="Why it was dead-lettered: max_attempts, fatal_error, timeout, decode_error, "
-            "unknown_type, validation_error, poison_pill. Repeatable.",
+            "unknown_type, validation_error, poison_pill, too_large. Repeatable.",
         ),
         click.option(
             "--error",
