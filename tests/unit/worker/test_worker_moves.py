@@ -203,12 +203,19 @@ def test_a_waiting_move_does_not_write_a_key_s_tombstone_after_its_newer_record(
     submit(mover, WHERE, 3, [])
     mover.submit(WHERE, 5, [Record("acme.dlq", b"letter", None), _key_record(None)], _ignore)
     mover.drain(owned, lambda w: 0)  # the job at offset 0 still runs: 5 waits
-    mover.submit(WHERE, 6, [_key_record(b"held")], _ignore, move=False)
+    other_key = Record(CHANGELOG, b"other", b"*/L", None, 0)
+    mover.submit(WHERE, 6, [other_key, _key_record(b"held")], _ignore, move=False)
     mover.drain(owned, lambda w: 0)
     mover.drain(owned, lambda w: 6)  # the long job ended: 5 has room
     assert mover.commit(offsets(WHERE), META, owned)
     [written] = producer.committed
-    assert written == [("acme.dlq", b"0@3"), (CHANGELOG, b"held"), ("acme.dlq", b"letter")]
+    assert written == [
+        ("acme.dlq", b"0@3"),
+        (CHANGELOG, b"other"),
+        (CHANGELOG, b"held"),
+        ("acme.dlq", b"letter"),
+    ]
+    assert not mover._waiting_keys  # nothing waits: no key is held for it any more
 
 
 def test_a_rewrite_keeps_the_order_of_writes_across_partitions(

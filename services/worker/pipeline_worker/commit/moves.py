@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -52,6 +52,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.worker.moves")
 
 Where = tuple[str, int]
+ChangelogKey = tuple[int | None, bytes | None]
+"""A changelog record's partition and key: one idempotency key's place."""
 Done = Callable[[bool], None]
 TIMEOUT_S = 30.0
 WHEN_FENCED = (
@@ -125,6 +127,9 @@ class Mover:
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)
         self._queue: deque[_Pending] = deque()
         self._waiting: dict[Where, deque[_Pending]] = {}
+        self._waiting_keys: Counter[ChangelogKey] = Counter()
+        """The idempotency keys of the changelog records in :attr:`_waiting` (see
+        :meth:`_supersede`)."""
         """Moves waiting because their partition has ``max_moved`` moves above its commit point."""
         self._in_txn: dict[Where, list[_Pending]] = {}
         self.moved: dict[Where, set[int]] = {}
@@ -168,6 +173,7 @@ class Mover:
                 still: deque[_Pending] = deque()
                 for pending in self._waiting[where]:
                     if self._room(where, commit_point(where), pending.offset):
+                        self._unhold(pending.records)
                         wrote |= self._write(pending, owned)
                     else:
                         still.append(pending)
@@ -181,6 +187,7 @@ class Mover:
                 where = pending.where
                 if pending.move and not self._room(where, commit_point(where), pending.offset):
                     self._waiting.setdefault(where, deque()).append(pending)
+                    self._waiting_keys.update(self._keys(pending.records))
                     continue
                 if self._waiting:  # rare: moves wait for room above a long job
                     self._supersede(pending.records)
@@ -207,17 +214,34 @@ class Mover:
         state of their keys, which an older record written after them would undo (a dead
         letter's tombstone of a key that another job has claimed since). A key's records may
         come from moves of any priority's partition of the same number."""
-        changelog = self._changelog
-        keys = {(r.partition, r.key) for r in records if r.topic == changelog}
+        held = self._waiting_keys
+        keys = {key for key in self._keys(records) if held[key] > 0}
         if not keys:
-            return
+            return  # the common case: no waiting move holds a record of these keys
+        changelog = self._changelog
         for pending in (p for waiting in self._waiting.values() for p in waiting):
-            if any(r.topic == changelog and (r.partition, r.key) in keys for r in pending.records):
-                pending.records = [
-                    r
-                    for r in pending.records
-                    if r.topic != changelog or (r.partition, r.key) not in keys
-                ]
+            kept = [
+                r
+                for r in pending.records
+                if r.topic != changelog or (r.partition, r.key) not in keys
+            ]
+            if len(kept) < len(pending.records):
+                self._unhold(pending.records)
+                pending.records = kept
+                held.update(self._keys(kept))
+
+    def _unhold(self, records: Sequence[Record]) -> None:
+        """``records`` of a move no longer waiting: their keys leave :attr:`_waiting_keys`."""
+        held = self._waiting_keys
+        for key in self._keys(records):
+            held[key] -= 1
+            if held[key] <= 0:
+                del held[key]
+
+    def _keys(self, records: Sequence[Record]) -> list[ChangelogKey]:
+        """The idempotency keys (changelog partition and key) that ``records`` write."""
+        changelog = self._changelog
+        return [(r.partition, r.key) for r in records if r.topic == changelog]
 
     def _write(self, pending: _Pending, owned: Callable[[Where], bool]) -> bool:
         if not owned(pending.where):
@@ -284,6 +308,7 @@ class Mover:
             for where in gone:
                 self.moved.pop(where, None)
                 for pending in self._waiting.pop(where, ()):
+                    self._unhold(pending.records)
                     self._resolve(pending, False)
             # Moves submitted for the assignment that ends here and not drained yet: a drain
             # after the partition came back would write them into the next one. The loop may
