@@ -137,8 +137,12 @@ def describe_error(error: BaseException | None) -> str:
     """The error's message (its class name when it has none), cut at :data:`MESSAGE_MAX`."""
     if error is None:
         return ""
-    text = str(error) or type(error).__name__
-    return text if len(text) <= MESSAGE_MAX else text[: MESSAGE_MAX - 1] + "…"
+    return cut_text(str(error) or type(error).__name__, MESSAGE_MAX)
+
+
+def cut_text(text: str, limit: int) -> str:
+    """``text``, or its first ``limit - 1`` characters and an ellipsis when it is longer."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def traceback_digest(error: BaseException | None) -> str | None:

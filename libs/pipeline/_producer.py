@@ -26,6 +26,7 @@ __all__ = [
     "DeliveryCallback",
     "KafkaTransport",
     "Transport",
+    "fits_in_message",
     "message_max_bytes",
     "producer_config",
     "refusal_of",
@@ -85,6 +86,16 @@ def message_max_bytes(settings: Settings) -> int:
     refuses a larger one at once, which inside a transaction aborts it."""
     limit = settings.kafka.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
     return int(limit)
+
+
+RECORD_OVERHEAD = 512
+"""Room left for what a record adds to its value, key and headers (lengths, timestamp)."""
+
+
+def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_size: int = 0) -> bool:
+    """Whether a record of ``value``, ``key`` and ``headers_size`` bytes of headers is one a
+    producer sending at most ``max_bytes`` (:func:`message_max_bytes`) takes."""
+    return len(value) + len(key or b"") + headers_size + RECORD_OVERHEAD <= max_bytes
 
 
 def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]:

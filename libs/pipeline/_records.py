@@ -8,6 +8,7 @@ breaks an old reader); the ``StrEnum`` classes below name the known values.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -121,3 +122,14 @@ class Schedule:
     idempotency_ttl_s: float | None = None
     created_at: int = field(default_factory=now_ms)
     enabled: bool = True
+
+
+def stored_headers(
+    headers: Iterable[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None,
+) -> dict[str, bytes]:
+    """A message's headers as a dead letter keeps them (``raw_headers``): bytes by name, the
+    last value of a repeated name, a null value as empty bytes."""
+    items = headers.items() if isinstance(headers, Mapping) else (headers or ())
+    return {
+        name: value.encode() if isinstance(value, str) else (value or b"") for name, value in items
+    }

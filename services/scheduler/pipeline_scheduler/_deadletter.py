@@ -15,15 +15,12 @@ from confluent_kafka import Message
 
 from pipeline._codec import DeadLetterCodec
 from pipeline._errors import DecodeError
-from pipeline._records import DeadLetter, DeadLetterReason
-from pipeline._transactions import Headers
+from pipeline._producer import fits_in_message
+from pipeline._records import DeadLetter, DeadLetterReason, stored_headers
 
 __all__ = ["DeadLetters"]
 
 _log = logging.getLogger("pipeline.scheduler")
-
-RECORD_OVERHEAD = 1024
-"""Room left for what a record adds to its key and value (lengths, timestamp, batch header)."""
 
 
 class DeadLetters:
@@ -44,10 +41,10 @@ class DeadLetters:
             source_offset=message.offset() or 0,
             raw_value=value,
             raw_key=message.key(),
-            raw_headers=_header_bytes(message.headers()),
+            raw_headers=stored_headers(message.headers()),
         )
         encoded = self._codec.encode(letter)
-        if self._fits(encoded, message.key()):
+        if fits_in_message(self._max_bytes, encoded, message.key()):
             return encoded
         size = len(value or b"")
         note = (
@@ -56,11 +53,3 @@ class DeadLetters:
         )
         _log.warning("dead letter too large: raw value left out", extra={"bytes": size})
         return self._codec.encode(replace(letter, message=note, raw_value=None, raw_headers={}))
-
-    def _fits(self, value: bytes, key: bytes | None) -> bool:
-        return len(value) + len(key or b"") + RECORD_OVERHEAD <= self._max_bytes
-
-
-def _header_bytes(headers: Headers) -> dict[str, bytes]:
-    items = headers.items() if isinstance(headers, dict) else (headers or [])
-    return {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in items}

@@ -12,8 +12,8 @@ import pytest
 from pipeline import Job
 from pipeline._codec import DeadLetterCodec
 from pipeline._failures import with_attempt_error
+from pipeline._producer import fits_in_message
 from pipeline._records import DeadLetterReason
-from pipeline_worker.route.fit import RECORD_OVERHEAD
 from pipeline_worker.route.policy import FailurePolicy, Move
 
 from .test_worker_failures import CODEC, NOW, TIERS, DeclinedError, failure, job, raised, value
@@ -40,7 +40,7 @@ def decide(the_job: Job, error: BaseException) -> Move:
 
 
 def fits(move: Move) -> bool:
-    return all(len(value(r)) + len(r.key or b"") + RECORD_OVERHEAD <= LIMIT for r in move.records)
+    return all(fits_in_message(LIMIT, value(r), r.key) for r in move.records)
 
 
 def test_a_retry_that_fits_keeps_its_whole_history() -> None:

@@ -20,31 +20,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from pipeline._failures import cut_text
+
 if TYPE_CHECKING:
     from pipeline import Job
     from pipeline._records import DeadLetter
 
-__all__ = ["LEAN_MESSAGE_MAX", "Fit", "lean_job", "lean_letter", "without_job"]
+__all__ = ["LEAN_MESSAGE_MAX", "lean_job", "lean_letter", "without_job"]
 
 LEAN_MESSAGE_MAX = 200
 """Characters of an error message kept in a record made smaller."""
-RECORD_OVERHEAD = 512
-"""Room for what a record adds to its value, key and headers (lengths, timestamp, batch)."""
-
-
-class Fit:
-    """Whether a record fits in one message of a producer sending at most ``max_bytes``."""
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-
-    def fits(self, value: bytes, key: bytes | None, headers_size: int = 0) -> bool:
-        size = len(value) + len(key or b"") + headers_size + RECORD_OVERHEAD
-        return size <= self.max_bytes
-
-
-def cut(text: str) -> str:
-    return text if len(text) <= LEAN_MESSAGE_MAX else text[: LEAN_MESSAGE_MAX - 1] + "…"
 
 
 def lean_job(job: Job) -> Job:
@@ -52,14 +37,16 @@ def lean_job(job: Job) -> Job:
     if not job.errors:
         return job
     last = job.errors[-1]
-    return replace(job, errors=[replace(last, message=cut(last.message))])
+    return replace(job, errors=[replace(last, message=cut_text(last.message, LEAN_MESSAGE_MAX))])
 
 
 def lean_letter(letter: DeadLetter) -> DeadLetter:
     """``letter`` with its job's history cut (:func:`lean_job`), its message cut short and no
     traceback."""
     job = lean_job(letter.job) if letter.job is not None else None
-    return replace(letter, job=job, message=cut(letter.message), traceback=None)
+    return replace(
+        letter, job=job, message=cut_text(letter.message, LEAN_MESSAGE_MAX), traceback=None
+    )
 
 
 def without_job(letter: DeadLetter, size: int, max_bytes: int) -> DeadLetter:

@@ -29,11 +29,11 @@ from pipeline._failures import (
     traceback_text,
     with_attempt_error,
 )
-from pipeline._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES
-from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind
+from pipeline._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES, fits_in_message
+from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind, stored_headers
 from pipeline._topics import TopicNames
 
-from .fit import Fit, lean_job, lean_letter, without_job
+from .fit import lean_job, lean_letter, without_job
 from .outcome import OutcomeKind
 
 if TYPE_CHECKING:
@@ -104,7 +104,7 @@ class FailurePolicy:
         max_bytes: int = LIBRDKAFKA_MESSAGE_MAX_BYTES,
     ) -> None:
         self.names = TopicNames(namespace)
-        self._fit = Fit(max_bytes)
+        self._max_bytes = max_bytes
         """What one record may hold (``message.max.bytes``): see :mod:`.fit`."""
         self._tiers_ms = [int(d * 1000) for d in retry_delays_s]
         self._codec = codec
@@ -143,10 +143,10 @@ class FailurePolicy:
         topic = self.names.deferred if tier == DEFERRED else self.names.retry(tier)
         value = self._codec.encode(moved)
         headers_size = _headers_size(failure.raw_headers)
-        if not self._fit.fits(value, failure.key, headers_size):
+        if not fits_in_message(self._max_bytes, value, failure.key, headers_size):
             moved = lean_job(moved)
             value = self._codec.encode(moved)
-            if not self._fit.fits(value, failure.key, headers_size):
+            if not fits_in_message(self._max_bytes, value, failure.key, headers_size):
                 return self._dead(failure, moved, DeadLetterReason.TOO_LARGE, now_ms)
         records = [Record(topic, value, failure.key, failure.raw_headers)]
         self._event(records, moved, EventKind.RETRIED, failure, describe_error(error), now_ms)
@@ -173,7 +173,7 @@ class FailurePolicy:
             job=job,
             raw_value=failure.raw if job is None else None,
             raw_key=failure.key,
-            raw_headers=_header_bytes(failure.raw_headers) if job is None else {},
+            raw_headers=stored_headers(failure.raw_headers) if job is None else {},
             dead_at=now_ms,
             traceback=traceback_text(error),
         )
@@ -188,14 +188,14 @@ class FailurePolicy:
     def _fitted(self, letter: DeadLetter, key: bytes | None) -> bytes:
         """``letter`` encoded, made smaller if it does not fit in one message (:mod:`.fit`)."""
         value = self._dlq.encode(letter)
-        if self._fit.fits(value, key):
+        if fits_in_message(self._max_bytes, value, key):
             return value
         value = self._dlq.encode(lean_letter(letter))
-        if self._fit.fits(value, key):
+        if fits_in_message(self._max_bytes, value, key):
             return value
         job = letter.job
         size = len(self._codec.encode(job)) if job is not None else len(letter.raw_value or b"")
-        return self._dlq.encode(without_job(lean_letter(letter), size, self._fit.max_bytes))
+        return self._dlq.encode(without_job(lean_letter(letter), size, self._max_bytes))
 
     def _event(
         self,
@@ -224,10 +224,3 @@ class FailurePolicy:
 
 def _headers_size(headers: Headers) -> int:
     return sum(len(name) + len(value or b"") for name, value in headers or ())
-
-
-def _header_bytes(headers: Headers) -> dict[str, bytes]:
-    out: dict[str, bytes] = {}
-    for name, value in headers or ():
-        out[name] = value.encode() if isinstance(value, str) else (value or b"")
-    return out
