@@ -125,8 +125,15 @@ def job_consumer(settings: Settings) -> Consumer:
     return consumer
 
 
-def collect(consumer: Consumer, count: int, timeout: float, until: Any = None) -> list[Released]:
-    """Read job messages until ``count`` arrived (or ``until()`` is true) or ``timeout`` passed."""
+def collect(
+    consumer: Consumer,
+    count: int,
+    timeout: float,
+    until: Any = None,
+    job_type: str | None = None,
+) -> list[Released]:
+    """Read job messages until ``count`` arrived (or ``until()`` is true) or ``timeout`` passed;
+    with ``job_type``, only the jobs of that type are kept and counted."""
     codec = JobCodec()
     out: list[Released] = []
     deadline = time.monotonic() + timeout
@@ -139,9 +146,12 @@ def collect(consumer: Consumer, count: int, timeout: float, until: Any = None) -
                 assert error.code() == KafkaError._PARTITION_EOF, error.str()
                 continue
             received = time.time_ns() // 1_000_000
+            job = codec.decode(message.value() or b"")
+            if job_type is not None and job.type != job_type:
+                continue
             out.append(
                 Released(
-                    codec.decode(message.value() or b""),
+                    job,
                     message.topic() or "",
                     message.timestamp()[1],
                     received,

@@ -112,20 +112,27 @@ def test_a_key_that_is_not_utf8_on_a_table_topic_is_not_fatal(
     app = Pipeline(settings)
     job_id = app.enqueue("t", {}, delay=0.5)
     app.flush()
-    released, output = _released(schedulers, 1, app="tests.integration.scheduler.cronapp:app")
+    # The app's own schedule fires every 2 s too: only the delayed job's type is counted.
+    released, output = _released(
+        schedulers, 1, app="tests.integration.scheduler.cronapp:app", job_type="t"
+    )
     assert job_id in {r.job.id for r in released}, output
 
 
 def _released(
-    schedulers: SchedulerFactory, count: int, app: str | None = None
+    schedulers: SchedulerFactory, count: int, app: str | None = None, job_type: str | None = None
 ) -> tuple[list[Released], str]:
-    """Start a scheduler and read the jobs it releases until ``count`` came, it exited, or 60 s
-    passed; with the end of its output, for an assertion's message."""
+    """Start a scheduler and read the jobs it releases (of ``job_type`` if given) until ``count``
+    came, it exited, or 60 s passed; with the end of its output, for an assertion's message."""
     consumer = job_consumer(schedulers.settings)
     scheduler = schedulers.start(app=app)
     try:
         released = collect(
-            consumer, count, timeout=60, until=lambda: scheduler.process.poll() is not None
+            consumer,
+            count,
+            timeout=60,
+            until=lambda: scheduler.process.poll() is not None,
+            job_type=job_type,
         )
     finally:
         consumer.close()
