@@ -70,6 +70,16 @@ def allowed_session_ms(asked: int, bounds: tuple[int, int] | None) -> int:
     return min(max(asked, low), high)
 
 
+class MembershipEndedError(PipelineError):
+    """Kafka ended this process's membership of the scheduler group for good."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(
+            f"Kafka ended this scheduler's membership of its group for good ({reason}); "
+            "restart it (two processes given one group.instance.id in `kafka` do this)"
+        )
+
+
 class Leadership:
     """A group member on the control topic; ``is_leader`` follows its assignment."""
 
@@ -161,6 +171,10 @@ class Leadership:
         if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
             self._rejoin_within_bounds()
             return
+        if error.fatal() or error.code() == KafkaError._FATAL:
+            # E.g. its static member id taken by another process: it can never lead again.
+            self.is_leader = False
+            raise MembershipEndedError(error.str())
         if is_missing_topic(error):
             try:
                 missing = missing_topics(self._consumer, [self.topic], timeout=5.0)

@@ -25,7 +25,7 @@ from pipeline._errors import (
 from pipeline._metricsserver import MetricsServer
 from pipeline._records import Schedule
 
-from ._leadership import Leadership
+from ._leadership import Leadership, MembershipEndedError
 from ._metrics import SchedulerMetrics
 from ._session import LeaderSession
 
@@ -137,6 +137,9 @@ class Scheduler:
         except TopicMissingError as exc:
             _log.error("stopping: %s", exc)
             code = EXIT_SETUP
+        except MembershipEndedError as exc:
+            _log.error("stopping: %s", exc)
+            code = 1
         except KafkaAuthenticationError as exc:
             # Not an outage: librdkafka would retry forever, and a restart cannot help either.
             _log.error("stopping: %s", exc)

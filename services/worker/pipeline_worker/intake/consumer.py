@@ -389,6 +389,11 @@ class ConsumerThread:
         if is_missing_topic(error):
             self._cluster.topic_missing(time.monotonic())  # checked after this poll
             return
+        if error is not None and error.code() == KafkaError._FATAL:
+            # How librdkafka reports a fatal consumer error to a polling consumer (e.g. its
+            # static member id taken by another one): it reads nothing more.
+            self._on_error(error)
+            return
         self._errors.warning(
             "message",
             "consumer error on %s[%s]: %s",
@@ -398,7 +403,7 @@ class ConsumerThread:
         )
 
     def _on_error(self, error: KafkaError) -> None:
-        if error.fatal():
+        if error.fatal() or error.code() == KafkaError._FATAL:
             _log.error("fatal consumer error: %s", error.str())
             self._notify(self._side.on_consumer_failed, KafkaException(error))
             self.stop_requested = True

@@ -95,7 +95,7 @@ class RetryRelay:
             "isolation.level": "read_committed",
             "fetch.wait.max.ms": 100,
             **settings.client_config(),
-            **health.callbacks("retry relay"),
+            **health.callbacks("retry relay", on_error=self._on_client_error),
         }
         self._consumer = Consumer(consumer_conf)
         self._txn = Transactions(
@@ -116,6 +116,8 @@ class RetryRelay:
         self._next_idle_commit = 0.0
         self._txn_started: float | None = None
         self._rewind_due = False
+        self._fatal: KafkaError | None = None
+        """A fatal consumer error (its group fenced it): the relay can read nothing more."""
         self._stop = threading.Event()
         self._errors = RateLimitedLog(_log, interval_s=10.0)
         self._thread = threading.Thread(target=self._main, name="pipeline-relay", daemon=True)
@@ -143,8 +145,15 @@ class RetryRelay:
                 on_revoke=self._on_revoke,
                 on_lost=self._on_lost,
             )
-            while not self._stop.is_set():
+            while not self._stop.is_set() and self._fatal is None:
                 self._turn()
+            if self._fatal is not None:
+                # As the worker's own consumer: stop the worker rather than leave retried jobs
+                # waiting in their tiers behind a relay that no longer reads them.
+                _log.error("fatal retry relay consumer error: %s", self._fatal.str())
+                self._abort()
+                self._on_failed(KafkaException(self._fatal))
+                return
             self._commit()
         except PipelineError as exc:  # says what to do: no traceback
             self._on_failed(exc)
@@ -188,6 +197,13 @@ class RetryRelay:
         elif self._txn_started is None and time.monotonic() >= self._next_idle_commit:
             self._commit_idle()
 
+    def _on_client_error(self, error: KafkaError) -> None:
+        """The consumer's errors other than connection ones (called while it polls)."""
+        if error.fatal() or error.code() == KafkaError._FATAL:
+            self._fatal = error
+        else:
+            self._errors.warning("client", "retry relay client error: %s", error.str())
+
     def _commit_idle(self) -> None:
         """Commit the position of idle partitions where it passed what was committed.
 
@@ -218,6 +234,8 @@ class RetryRelay:
         if error is not None:
             if is_missing_topic(error):
                 self._check_topics()
+            elif error.fatal() or error.code() == KafkaError._FATAL:
+                self._fatal = error
             elif error.code() != KafkaError._PARTITION_EOF:
                 self._errors.warning("consume", "retry relay consumer error: %s", error.str())
             return
