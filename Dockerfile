@@ -35,9 +35,10 @@ ENV PATH=/opt/pipeline/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 USER 10001:10001
-# The metrics ports the compose file and the manifests use (PIPELINE_*__METRICS_PORT), and
-# the dashboard's (pipeline web --host 0.0.0.0, with PIPELINE_WEB__TOKEN set).
-EXPOSE 8000 8001 8180
+# The metrics ports the compose file and the manifests use (PIPELINE_*__METRICS_PORT, and
+# `pipeline exporter --metrics-port 8002`), and the dashboard's (pipeline web --host 0.0.0.0,
+# with PIPELINE_WEB__TOKEN set).
+EXPOSE 8000 8001 8002 8180
 # No ENTRYPOINT: the command names the console script, so the process gets SIGTERM directly.
 #   pipeline-worker --app examples.app | pipeline-scheduler --app examples.app | pipeline ...
 CMD ["pipeline", "--help"]

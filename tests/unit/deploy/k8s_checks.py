@@ -215,6 +215,35 @@ def keda_problems(objects: list[Manifest]) -> list[str]:
     return problems
 
 
+def scale_down_problems(objects: list[Manifest]) -> list[str]:
+    """The workers' scale-down is paced by the HPA's stabilization window. KEDA's
+    ``cooldownPeriod`` only delays a scale to zero (``minReplicaCount`` 0, or an
+    ``idleReplicaCount``): on a ScaledObject that never goes below one replica it does nothing,
+    and setting it there suggests a pace that does not happen."""
+    scaled = find(objects, "ScaledObject", WORKER)["spec"]
+    problems = []
+    to_zero = scaled.get("minReplicaCount", 0) == 0 or "idleReplicaCount" in scaled
+    if "cooldownPeriod" in scaled and not to_zero:
+        problems.append(
+            f"ScaledObject {WORKER}: cooldownPeriod {scaled['cooldownPeriod']} has no effect "
+            f"with minReplicaCount {scaled.get('minReplicaCount')} (KEDA uses it only to scale "
+            "to zero); pace the scale-down with the HPA's scaleDown.stabilizationWindowSeconds"
+        )
+    hpa = scaled.get("advanced", {}).get("horizontalPodAutoscalerConfig", {})
+    window = hpa.get("behavior", {}).get("scaleDown", {}).get("stabilizationWindowSeconds")
+    if window is None:
+        problems.append(f"ScaledObject {WORKER}: no scaleDown.stabilizationWindowSeconds")
+    return problems
+
+
+def scale_down_window(objects: list[Manifest]) -> int:
+    """The seconds the HPA waits before it scales the workers down."""
+    scaled = find(objects, "ScaledObject", WORKER)["spec"]
+    behavior = scaled["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+    window: int = behavior["scaleDown"]["stabilizationWindowSeconds"]
+    return window
+
+
 ALL_CHECKS = (
     selector_problems,
     env_problems,
@@ -222,4 +251,5 @@ ALL_CHECKS = (
     replica_problems,
     grace_problems,
     keda_problems,
+    scale_down_problems,
 )

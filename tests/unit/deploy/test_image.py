@@ -68,6 +68,30 @@ def _runtime_app(runtime: dockerfile.Stage, app: Path) -> None:
             shutil.copy2(ROOT / source, app / destination)
 
 
+def test_the_image_exposes_every_port_the_stack_serves_on() -> None:
+    """EXPOSE lists each metrics port the compose file and the manifests serve (what
+    `docker run -P` publishes, and what the Dockerfile's comment promises)."""
+    _, stages = dockerfile.parse(DOCKERFILE)
+    exposed = {
+        int(port.split("/")[0]) for args in stages[-1].all("EXPOSE") for port in args.split()
+    }
+    services = compose_config(ROOT / "docker-compose.yml")["services"]
+    served = {
+        int(str(port).split("/")[0])
+        for service in services.values()
+        if service.get("image") == "kafka-pipeline:dev"
+        for port in service.get("expose", [])
+    }
+    for overlay in OVERLAYS:
+        served |= {
+            port["containerPort"]
+            for _, container in containers(render(K8S / "overlays" / overlay))
+            for port in container.get("ports", [])
+        }
+    assert served >= {8000, 8001, 8002}
+    assert served <= exposed, f"not exposed: {sorted(served - exposed)}"
+
+
 def _run_the_commands(runtime: dockerfile.Stage, bin_dir: Path, app: Path) -> None:
     """The image's CMD and every command compose and Kubernetes run, with --help, and the
     demo app's import, from the image's working directory."""

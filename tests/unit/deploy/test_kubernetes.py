@@ -146,6 +146,16 @@ def test_each_invariant_catches_a_broken_copy() -> None:
     )
 
     broken = rendered("dev")
+    find(broken, "ScaledObject", WORKER)["spec"]["cooldownPeriod"] = 60
+    assert "cooldownPeriod 60 has no effect with minReplicaCount 1" in " ".join(
+        k8s_checks.scale_down_problems(broken)
+    )
+    broken = rendered("dev")
+    find(broken, "ScaledObject", WORKER)["spec"]["minReplicaCount"] = 0
+    find(broken, "ScaledObject", WORKER)["spec"]["cooldownPeriod"] = 60
+    assert k8s_checks.scale_down_problems(broken) == []
+
+    broken = rendered("dev")
     _set_setting(broken, "PIPELINE_NAMESPACE", "billing")
     problems = " ".join(k8s_checks.keda_problems(broken))
     assert "group pipeline.workers" in problems
@@ -157,6 +167,13 @@ def test_the_workers_drain_before_the_kubelet_kills_them() -> None:
     container = only_container(worker)
     assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
     assert worker["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == 55
+
+
+def test_the_dev_overlay_scales_down_after_a_minute() -> None:
+    """Its shorter scale-down wait is the HPA's window (KEDA's cooldownPeriod would not act:
+    the workers never scale to zero); production keeps the base's five minutes."""
+    assert k8s_checks.scale_down_window(rendered("dev")) == 60
+    assert k8s_checks.scale_down_window(rendered("production")) == 300
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
