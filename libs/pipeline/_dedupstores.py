@@ -188,12 +188,17 @@ class PartitionTables:
 
     def expire(self, now_ms: int) -> Sequence[ChangelogRecord]:
         records: list[ChangelogRecord] = []
+        foreign: dict[tuple[int, bytes], None] = {}
+        """Records of the other scope: a ``*/<key>`` one is in every priority's table."""
         for (label, partition), table in list(self._tables.items()):  # a copy: load may add
             expired = table.expire(now_ms) + table.take_stale()
+            others = table.expire_foreign(now_ms)
             if self._changelog:
                 records += [
                     ChangelogRecord(partition, changelog_key(label, k), None) for k in expired
                 ]
+                foreign.update(((partition, changelog_key(p, k)), None) for p, k in others)
+        records += [ChangelogRecord(partition, key, None) for partition, key in foreign]
         return records
 
 

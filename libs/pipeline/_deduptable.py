@@ -90,7 +90,7 @@ class DedupTable:
     expires_at_ms`` and counts as absent from then on, before :meth:`expire` removes it.
     """
 
-    __slots__ = ("_buckets", "_due", "_entries", "_stale")
+    __slots__ = ("_buckets", "_due", "_entries", "_foreign", "_foreign_due", "_stale")
 
     def __init__(self) -> None:
         self._entries: dict[str, bytes] = {}
@@ -100,6 +100,11 @@ class DedupTable:
         self._stale: list[str] = []
         """Keys whose record had expired when it was restored: dropped, but the compacted
         changelog keeps such a record until a tombstone replaces it (see :meth:`take_stale`)."""
+        self._foreign: dict[tuple[str, str], int] = {}
+        """(priority part, key) -> expiry of the records of the other scope restored here (see
+        :meth:`restore_foreign`); empty unless the scope changed."""
+        self._foreign_due: list[tuple[int, str, str]] = []
+        """A heap of the expiries of ``_foreign`` (an entry replaced since is skipped)."""
 
     def __len__(self) -> int:
         """Entries held, counting expired ones that :meth:`expire` has not removed yet."""
@@ -157,15 +162,49 @@ class DedupTable:
 
     def put(self, key: str, entry: Entry, now_ms: int) -> None:
         """Set ``key`` to ``entry`` (a restore); an entry expired at ``now_ms`` removes the key."""
+        if not self._put(key, entry, now_ms):
+            self._stale.append(key)
+
+    def _put(self, key: str, entry: Entry, now_ms: int) -> bool:
+        """:meth:`put`, without listing a stale record; False when ``entry`` had expired."""
         value = self._entries.get(key)
         before = None if value is None else _HEADER.unpack_from(value)[0] >> 2
         if entry.expires_at_ms <= now_ms:
             if value is not None:
                 del self._entries[key]
-            self._stale.append(key)
-            return
+            return False
         packed = _pack(entry.job_id, entry.completed, entry.expires_at_ms)
         self._store(key, packed, entry.expires_at_ms, before)
+        return True
+
+    def restore_foreign(self, priority: str, key: str, raw: bytes | None, now_ms: int) -> None:
+        """Restore the changelog record ``<priority>/<key>`` of the other scope (value ``raw``,
+        None for a tombstone).
+
+        It counts as any record, but no write of this table's scope ever replaces it (those
+        are keyed by this scope's priority part): the last one of its key is listed for a
+        tombstone of its own once it has expired (:meth:`expire_foreign`), or the compacted
+        changelog would keep it.
+        """
+        if raw is None:
+            self.remove(key)
+            self._foreign.pop((priority, key), None)
+            return
+        entry = decode_entry(raw)
+        self._put(key, entry, now_ms)
+        self._foreign[(priority, key)] = expires = entry.expires_at_ms
+        heapq.heappush(self._foreign_due, (expires, priority, key))
+
+    def expire_foreign(self, now_ms: int) -> list[tuple[str, str]]:
+        """(priority part, key) of the records of the other scope that expired by ``now_ms``."""
+        foreign, due = self._foreign, self._foreign_due
+        expired: list[tuple[str, str]] = []
+        while due and due[0][0] <= now_ms:
+            expires, priority, key = heapq.heappop(due)
+            if foreign.get((priority, key)) == expires:  # else a later record replaced it
+                del foreign[(priority, key)]
+                expired.append((priority, key))
+        return expired
 
     def restore(self, key: str, raw: bytes, now_ms: int) -> None:
         """``put(key, decode_entry(raw), now_ms)``: the changelog value ``raw`` restored.
@@ -259,6 +298,7 @@ def restore_record(
     table = tables.get(priority)
     if table is None:
         table = tables.get(ANY_PRIORITY)
+    own = table is not None and table is tables.get(priority)
     if table is not None:
         targets: Iterable[DedupTable] = (table,)
     elif priority == ANY_PRIORITY and tables:
@@ -266,7 +306,9 @@ def restore_record(
     else:
         return False
     for target in targets:  # a malformed value raises at the first, before it changes
-        if value is None:
+        if not own:  # a record of the other scope (written before the scope changed)
+            target.restore_foreign(priority, idempotency_key, value, now_ms)
+        elif value is None:
             target.remove(idempotency_key)
         else:
             target.restore(idempotency_key, value, now_ms)
