@@ -12,6 +12,7 @@ in a worker process, the fake clock on the stub side) and ``wall``, the wall clo
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import threading
@@ -31,6 +32,9 @@ RECORD_ENV = "BEHAVIOUR_RECORD"
 FAST_BACKOFF = Backoff(base_s=0.5, factor=2.0, cap_s=2.0, jitter=0.0)
 """0.5 s, then 1 s, then 2 s: retries fit the suite's retry tiers of 0.5 s and 2 s."""
 TIME_LIMIT_S = 0.3
+FIRST_JOB: contextvars.ContextVar[str | None] = contextvars.ContextVar("first_job", default=None)
+"""Set by ``remember`` in its job's context: a job that sees another job's value shares its
+context."""
 
 
 class KeyOverlapError(RuntimeError):
@@ -112,7 +116,7 @@ class UnrecoverableError(Exception):
 
 def make_app(settings: Settings | None = None, transport: Transport | None = None) -> Pipeline:
     """The suite's application: every job type of the scenarios, with the observer."""
-    app = Pipeline(settings, transport=transport, middleware=[Observer()])
+    app = _add_context_jobs(Pipeline(settings, transport=transport, middleware=[Observer()]))
 
     @app.job("echo")
     def echo(text: str, ctx: JobContext) -> dict[str, Any]:
@@ -196,6 +200,28 @@ def make_app(settings: Settings | None = None, transport: Transport | None = Non
         await reader.read()
         writer.close()
         await writer.wait_closed()
+
+    return app
+
+
+def _add_context_jobs(app: Pipeline) -> Pipeline:
+    """``app`` with the job types that report what their context holds."""
+
+    @app.job("remember")
+    async def remember(n: int, ctx: JobContext) -> str | None:
+        """Sets :data:`FIRST_JOB` in its context when unset; returns what it found there."""
+        seen = FIRST_JOB.get()
+        if seen is None:
+            FIRST_JOB.set(ctx.id)
+        return seen
+
+    @app.job("located", backoff=FAST_BACKOFF)
+    def located(retries: int, ctx: JobContext) -> dict[str, Any]:
+        """Asks for another run 0.6 s later until ``retries`` retries were made; then returns
+        where its message was read from (whether its priority's topic, and the offset)."""
+        if ctx.attempt <= retries:
+            raise Retry(after=0.6)
+        return {"own_topic": ctx.topic == app.topics.jobs(ctx.priority), "offset": ctx.offset}
 
     return app
 

@@ -160,6 +160,31 @@ def test_a_job_past_its_time_limit_is_retried_then_dead_lettered_as_timeout(
     assert all(TIME_LIMIT_S * 1000 - 50 <= ms < 1200 for ms in durations), durations
 
 
+def test_each_job_runs_in_a_contextvars_context_of_its_own(harness: Harness) -> None:
+    # What one job (its handler, an interceptor) sets in a context variable, the next job does
+    # not see: each runs in its own copy of the context, as an asyncio Task does.
+    first = harness.enqueue("remember", {"n": 1})
+    second = harness.enqueue("remember", {"n": 2})
+    settled = harness.settle([first, second])
+    assert settled[first] == Outcome("succeeded", None, 1, None)
+    assert settled[second] == Outcome("succeeded", None, 1, None)
+
+
+def test_a_job_s_context_locates_the_message_each_attempt_was_read_from(
+    harness: Harness,
+) -> None:
+    # A retry and a delayed job are read from their priority's topic, as messages of their own.
+    plain = harness.enqueue("located", {"retries": 0})
+    retried = harness.enqueue("located", {"retries": 1})
+    delayed = harness.enqueue("located", {"retries": 0}, delay_s=1.0)
+    settled = harness.settle([plain, retried, delayed])
+    for job, attempts in ((plain, 1), (retried, 2), (delayed, 1)):
+        outcome = settled[job]
+        assert (outcome.status, outcome.attempts) == ("succeeded", attempts)
+        assert outcome.value["own_topic"], outcome
+        assert outcome.value["offset"] >= 0, outcome
+
+
 def test_a_delayed_job_runs_after_its_delay_not_before(harness: Harness) -> None:
     enqueued_at = harness.now_ms()
     late = harness.enqueue("echo", {"text": "late"}, delay_s=2.0)

@@ -204,10 +204,18 @@ def _in_thread(
 
 def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.Runner | None) -> T:
     """``main()`` run on ``loop`` (or a fresh one), on a helper thread when this thread runs a
-    loop already (an async test)."""
+    loop already (an async test).
+
+    It runs in a copy of this thread's ``contextvars`` context, taken now: as a worker's jobs
+    each run in a copy of the worker's, what one run sets is not seen by the next one, nor by
+    the test (a runner's own context would be shared by every run on it)."""
+    context = contextvars.copy_context()
 
     def run() -> T:
-        return loop.run(main()) if loop is not None else asyncio.run(main())
+        if loop is not None:
+            return loop.run(main(), context=context)
+        with asyncio.Runner() as fresh:
+            return fresh.run(main(), context=context)
 
     return off_the_loop(run)
 

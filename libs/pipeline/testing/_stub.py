@@ -44,6 +44,8 @@ MAX_JOBS = 10_000
 """Runs one :meth:`StubWorker.drain` makes at most unless told (a job that enqueues itself
 forever would never let it end)."""
 _RANKS = {priority: rank for rank, priority in enumerate(Priority)}
+_NOT_WRITTEN = -1
+"""The offset of a retry waiting for its time: on its priority topic only once it arrives."""
 _KEY_OUTCOMES = {
     JobStatus.SUCCEEDED: KeyOutcome.SUCCEEDED,
     JobStatus.RETRY: KeyOutcome.RETRYING,
@@ -98,6 +100,13 @@ class _StampedTransport(InMemoryTransport):
             self.anchor_ms,
             self._clock.now_ms(),
         )
+
+    def arrive(self, topic: str, partition: int, key: bytes | None, value: bytes) -> SentMessage:
+        """A message written to ``topic`` by the worker's side (a delayed job the scheduler
+        releases, a retry the relay returns), at the next offset of its partition."""
+        offset = self._offsets[topic, partition]
+        self._offsets[topic, partition] = offset + 1
+        return SentMessage(topic, partition, offset, key, value)
 
 
 class StubWorker:
@@ -231,10 +240,11 @@ class StubWorker:
             self._settle(message, result)
         retry = execution.retry
         if retry is not None and result.retry_at_ms is not None:
-            # Back on its priority topic when due, as the retry relay returns it.
+            # Back on its priority topic when due, as the retry relay returns it (its offset
+            # there is given when it arrives: see _release).
             topic = self.app.topics.jobs(retry.priority)
             again = SentMessage(
-                topic, message.partition, -1, message.key, self.app.codec.encode(retry)
+                topic, message.partition, _NOT_WRITTEN, message.key, self.app.codec.encode(retry)
             )
             self._wait(result.retry_at_ms, _RANKS[retry.priority], again)
 
@@ -278,9 +288,9 @@ class StubWorker:
         waiting = self._waiting
         while waiting and waiting[0][0] <= now_ms:
             _, _, rank, message = heapq.heappop(waiting)
-            if message.topic == self.app.topics.deferred:
-                message = SentMessage(
-                    self._topic_of(rank), message.partition, -1, message.key, message.value
+            if message.topic == self.app.topics.deferred or message.offset == _NOT_WRITTEN:
+                message = self.transport.arrive(
+                    self._topic_of(rank), message.partition, message.key, message.value
                 )
             self._arrive(rank, message, self._peek(message))
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from pipeline import Backoff, JobContext, Pipeline, Retry, Settings
+from pipeline import Backoff, CallNext, JobCall, JobContext, Pipeline, Retry, Settings
 from pipeline.testing import (
     DeadLetterReason,
     FakeClock,
@@ -300,6 +301,63 @@ def test_async_handlers_share_one_event_loop_as_on_a_worker() -> None:
         report = worker.drain()
     assert len(report.succeeded) == 3
     assert loops[0] is loops[1] is loops[2], "a client made in one job works in the next"
+
+
+REQUEST: contextvars.ContextVar[str] = contextvars.ContextVar("request", default="none")
+
+
+class TagsTheRequest:
+    """Sets :data:`REQUEST` for the job it runs, and never resets it."""
+
+    async def intercept(self, call: JobCall, next: CallNext) -> object:
+        seen = REQUEST.get()
+        REQUEST.set(call.job.id)
+        return seen, await next(call)
+
+
+@pytest.mark.parametrize("in_async_test", [False, True], ids=["sync-test", "async-test"])
+def test_each_job_runs_in_a_copy_of_the_test_s_context_as_on_a_worker(in_async_test: bool) -> None:
+    app = Pipeline(
+        Settings(namespace="acme"), transport=InMemoryTransport(), middleware=[TagsTheRequest()]
+    )
+
+    @app.job("tagged")
+    async def tagged() -> str:
+        return REQUEST.get()
+
+    def flow() -> list[object]:
+        REQUEST.set("test")
+        with stub_worker(app) as worker:
+            ids = [tagged.enqueue() for _ in range(3)]
+            values = [r.value for r in worker.drain().results]
+        assert REQUEST.get() == "test", "a job's context variables stay in the job"
+        return [*ids, *values]
+
+    async def in_a_test() -> list[object]:
+        return flow()
+
+    *ids, first, second, third = asyncio.run(in_a_test()) if in_async_test else flow()
+    # Each job sees the test's value, never the one an earlier job set in its own context.
+    assert [first, second, third] == [("test", job_id) for job_id in ids]
+
+
+def test_a_retry_and_a_released_delayed_job_are_read_at_offsets_of_their_own() -> None:
+    app = make_app()
+    seen: list[tuple[int, str, int]] = []
+
+    @app.job("where", backoff=NO_JITTER)
+    def where(ctx: JobContext) -> None:
+        seen.append((ctx.attempt, ctx.topic, ctx.offset))
+        if ctx.attempt == 1:
+            raise RuntimeError("once more")
+
+    with stub_worker(app) as worker:
+        app.enqueue("where", {}, key="k")
+        app.enqueue("where", {}, key="k", delay=60)  # on the deferred topic until due
+        worker.drain()
+    # One partition (one key): each message on it, written when it arrived, at the next offset.
+    topic = app.topics.jobs("default")
+    assert seen == [(1, topic, 0), (2, topic, 1), (1, topic, 2), (2, topic, 3)]
 
 
 def test_a_delay_counts_from_the_enqueue_however_long_the_enqueue_took() -> None:
