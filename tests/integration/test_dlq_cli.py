@@ -500,3 +500,30 @@ def test_missing_topics_and_unreachable_kafka(settings: Settings) -> None:
     )
     assert result.exit_code == 1, result.output
     assert "Kafka at 127.0.0.1:1 did not answer within 1s" in result.output
+
+
+@pytest.mark.parametrize("topic", ["dlq", "dlq_state", "events", "schedules"])
+def test_replay_refuses_a_topic_of_the_namespace_that_holds_no_jobs(
+    letters: Letters, topic: str
+) -> None:
+    """`--to-topic NS.dlq` wrote the jobs where no worker reads them and marked their dead
+    letters replayed: they left `ls` and a second replay skipped them."""
+    settings = letters.settings
+    target = getattr(TopicNames(settings.namespace), topic)
+    before = end_offsets(settings, [*every_topic(settings), target])
+    refused = dlq(settings, "replay", "--type", "email.send", "--to-topic", target, "--yes", code=2)
+    assert f"{target} holds no jobs" in refused.output
+    assert end_offsets(settings, [*every_topic(settings), target]) == before
+    assert set(ids(dlq_json(settings, "ls"))) == letters.all
+
+
+def test_replay_to_a_missing_topic_says_which_option_and_that_nothing_was_written(
+    letters: Letters,
+) -> None:
+    settings = letters.settings
+    before = end_offsets(settings, every_topic(settings))
+    failed = dlq(settings, "replay", "--to-topic", "no.such.topic", "--yes", code=1)
+    assert "topic no.such.topic (--to-topic) does not exist; nothing was written" in failed.output
+    assert "pipeline topics apply" not in failed.output  # it would not create that topic
+    assert end_offsets(settings, every_topic(settings)) == before
+    assert set(ids(dlq_json(settings, "ls"))) == letters.all

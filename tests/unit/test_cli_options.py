@@ -51,3 +51,24 @@ def test_a_manual_trigger_is_named_by_a_time_not_a_duration_ago() -> None:
     result = CliRunner().invoke(cli, ["schedules", "trigger", "nightly", "--at", "1h"], env=NOWHERE)
     assert result.exit_code == 2, result.output
     assert "a duration ago" in result.output
+
+
+@pytest.mark.parametrize("command", ["ls", "replay", "discard"])
+@pytest.mark.parametrize("option", ["--since", "--until"])
+def test_a_duration_ago_too_long_for_a_time_is_refused(command: str, option: str) -> None:
+    """A duration of hundreds of digits is an infinite float: an OverflowError traceback."""
+    result = CliRunner().invoke(cli, ["dlq", command, option, "9" * 400 + "s"], env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert "out of range" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("servers", ["", " ", " , "])
+@pytest.mark.parametrize("command", [["dlq", "stats"], ["topics", "describe"], ["enqueue", "a.b"]])
+def test_bootstrap_servers_naming_no_server_are_refused(command: list[str], servers: str) -> None:
+    """`--bootstrap-servers "$UNSET"` waited out --timeout, then blamed Kafka at "" for it."""
+    result = CliRunner().invoke(
+        cli, [*command, "--bootstrap-servers", servers, "--timeout", "0.5"], env=NOWHERE
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--bootstrap-servers'" in result.output

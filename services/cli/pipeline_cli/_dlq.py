@@ -7,6 +7,7 @@ is printed in :mod:`._dlqrender`; this module holds the commands.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
 import click
@@ -24,6 +25,8 @@ from pipeline._deadletters import (
     replay_letters,
     replay_message,
 )
+from pipeline._errors import PipelineError, TopicMissingError
+from pipeline._topics import TopicNames
 
 from ._dlqoptions import filter_options, not_empty, yes_option
 from ._dlqrender import (
@@ -49,7 +52,7 @@ from ._output import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from pipeline import Settings
     from pipeline._deadletters import DeadLetterSnapshot
@@ -141,15 +144,53 @@ def _run_write(
     todo: Sequence[StoredLetter],
     as_json: bool,
     write: Callable[[Callable[[int], None] | None], WriteReport],
+    to_topic: str | None = None,
 ) -> WriteReport:
     if as_json or len(todo) <= _PROGRESS_FROM:
-        with cli_errors():
+        with cli_errors(), _nothing_written(to_topic):
             return write(None)
     with (
         click.progressbar(length=len(todo), label=what, file=sys.stderr) as bar,
         cli_errors(),
+        _nothing_written(to_topic),
     ):
         return write(bar.update)
+
+
+def _check_target(to_topic: str | None, namespace: str) -> None:
+    """Refuse a ``--to-topic`` of the namespace that no worker reads jobs from: the jobs
+    would be lost there, and their dead letters marked replayed."""
+    names = TopicNames(namespace)
+    no_jobs = {
+        names.dlq,
+        names.dlq_state,
+        names.dedup,
+        names.schedules,
+        names.scheduler_state,
+        names.events,
+        names.workers,
+    }
+    if to_topic in no_jobs:
+        raise click.BadParameter(
+            f"{to_topic} holds no jobs: no worker would run them there, and their dead "
+            f"letters would be marked replayed; give a jobs topic such as {names.jobs('default')}",
+            param_hint="'--to-topic'",
+        )
+
+
+@contextmanager
+def _nothing_written(to_topic: str | None) -> Iterator[None]:
+    """Say that a missing topic stopped the command before it wrote anything, and when it is
+    the ``--to-topic`` one, say so rather than advise ``pipeline topics apply``."""
+    try:
+        yield
+    except TopicMissingError as exc:
+        if to_topic is not None and to_topic in exc.topics:
+            raise PipelineError(
+                f"topic {to_topic} (--to-topic) does not exist; nothing was written. "
+                "Check its name, or create it first"
+            ) from exc
+        raise PipelineError(f"{exc}; nothing was written") from exc
 
 
 def _confirm(question: str, yes: bool) -> None:
@@ -214,6 +255,7 @@ def replay(
       pipeline dlq replay --type email.send --reason max_attempts --dry-run
       pipeline dlq replay --id 0194... --reset-attempts --priority high --yes
     """
+    _check_target(to_topic, settings.namespace)
     snapshot = _read(settings, timeout)
     todo, skipped = actionable(snapshot.select(filters), force=force)
     with cli_errors():
@@ -260,6 +302,7 @@ def replay(
             timeout=timeout,
             on_progress=progress,
         ),
+        to_topic,
     )
     report.skipped.update(skipped)
     print_write(as_json, "replay", report)

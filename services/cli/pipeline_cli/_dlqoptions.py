@@ -29,6 +29,8 @@ def _moment(ctx: click.Context, param: click.Parameter, value: str | None) -> in
         return parse_when(value)
     except ValueError as exc:
         raise click.BadParameter(str(exc)) from None
+    except OverflowError:  # a duration of hundreds of digits: an infinite number of ms
+        raise click.BadParameter(f"{value!r} is out of range") from None
 
 
 def filter_options(command: Callable[..., T]) -> Callable[..., T]:

@@ -123,6 +123,14 @@ def load_app_option(spec: str | None) -> Pipeline | None:
         ) from exc
 
 
+def _servers(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--bootstrap-servers`` that names no server (``"$UNSET"``) is a usage mistake, not a
+    Kafka that does not answer."""
+    if value is not None and not any(part.strip() for part in value.split(",")):
+        raise click.BadParameter(f"{value!r} names no server; give HOST:PORT[,...]")
+    return value
+
+
 def common_options(command: Callable[..., T]) -> Callable[..., T]:
     """Add ``--bootstrap-servers``, ``--namespace`` and ``--config``; pass ``settings=``.
 
@@ -133,6 +141,7 @@ def common_options(command: Callable[..., T]) -> Callable[..., T]:
         "--bootstrap-servers",
         metavar="HOST:PORT[,...]",
         default=None,
+        callback=_servers,
         help="Kafka bootstrap servers [default: $PIPELINE_BOOTSTRAP_SERVERS, else localhost:9092].",
     )
     @click.option(
