@@ -319,6 +319,15 @@ class Settings(RedactedRepr, BaseSettings):
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
     web: WebSettings = Field(default_factory=WebSettings)
 
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _names_a_server(cls, value: str) -> str:
+        # An unset variable substituted as "" would otherwise wait for a Kafka that is not
+        # named, and then call it unreachable.
+        if not any(part.strip() for part in value.split(",")):
+            raise ValueError("names no server; give HOST:PORT[,HOST:PORT...]")
+        return value
+
     @classmethod
     def settings_customise_sources(
         cls,

@@ -146,6 +146,8 @@ def test_security_maps_to_librdkafka_and_hides_secrets() -> None:
         {"worker": {"weights": [1, 2]}},
         {"worker": {"policy": "random"}},
         {"unknown_setting": 1},
+        {"bootstrap_servers": ""},
+        {"bootstrap_servers": " , "},
     ],
 )
 def test_invalid_settings_are_rejected(bad: dict[str, object]) -> None:
@@ -169,6 +171,19 @@ def test_an_invalid_environment_value_names_its_variable(monkeypatch: pytest.Mon
     )
     assert "got 'abc'" in message
     assert isinstance(raised.value.__cause__, ValidationError)
+
+
+def test_an_empty_bootstrap_servers_variable_is_a_setting_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not a wait for a Kafka that is not named, reported as unreachable."""
+    monkeypatch.setenv("PIPELINE_BOOTSTRAP_SERVERS", "")
+    with pytest.raises(ConfigurationError) as raised:
+        Pipeline()
+    assert "bootstrap_servers (environment variable PIPELINE_BOOTSTRAP_SERVERS)" in str(
+        raised.value
+    )
+    assert "names no server" in str(raised.value)
 
 
 def test_a_secret_is_not_repeated_in_the_error() -> None:
