@@ -58,12 +58,13 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ._errors import (
     KafkaUnavailableError,
+    PipelineError,
     TransactionAbortedError,
     TransactionError,
     TransactionFencedError,
 )
 
-__all__ = ["Headers", "Message", "TransactionalProducer", "Transactions"]
+__all__ = ["Headers", "Message", "MessageTooLargeError", "TransactionalProducer", "Transactions"]
 
 _log = logging.getLogger("pipeline.transactions")
 
@@ -73,6 +74,11 @@ Message = tuple[str, bytes | None, bytes | None, Headers, int | None]
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
+
+
+class MessageTooLargeError(PipelineError):
+    """The producer refused a message as larger than its ``message.max.bytes`` before taking
+    it; the open transaction goes on without it (see :meth:`Transactions.produce`)."""
 
 
 class TransactionalProducer(Protocol):
@@ -178,8 +184,15 @@ class Transactions:
         *,
         headers: Headers = None,
         partition: int | None = None,
+        too_large_raises: bool = False,
     ) -> None:
-        """Write one message into the open transaction (opening one if none is)."""
+        """Write one message into the open transaction (opening one if none is).
+
+        ``too_large_raises``: a message the producer refuses as larger than its
+        ``message.max.bytes`` raises :class:`MessageTooLargeError` and leaves the transaction
+        open, for the caller to write something else instead; otherwise that refusal aborts the
+        transaction, as any other does.
+        """
         self.begin()
         args = (topic, value, key) if partition is None else (topic, value, key, partition)
         for attempt in range(1, self._attempts + 1):
@@ -191,6 +204,11 @@ class Transactions:
                     except BufferError:  # the local queue is full: deliver some first
                         self.producer.poll(0.01)
             except KafkaException as exc:
+                if too_large_raises and exc.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise MessageTooLargeError(
+                        f"a {len(value or b'')}-byte message for {topic} is larger than "
+                        f"{self.name} sends (message.max.bytes)"
+                    ) from exc
                 self._failed(exc, f"write to {topic}", attempt)
 
     def produce_all(self, messages: Iterable[Message]) -> None:

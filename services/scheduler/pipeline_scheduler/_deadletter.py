@@ -1,9 +1,13 @@
-"""Dead letters for what the leader cannot read on ``<ns>.deferred`` or a wait tier.
+"""Dead letters for what the leader cannot read on ``<ns>.deferred`` or a wait tier, and for
+a delayed job it cannot send on.
 
 A letter carries the message's raw bytes, so the letter is larger than the message. When that
 makes it larger than the producer sends (``message.max.bytes``), the letter goes without the
 value and the headers and says so: a transaction holding a message the producer refuses could
-never commit, and every delayed job read with it would wait for ever.
+never commit, and every delayed job read with it would wait for ever. For the same reason a
+valid delayed job larger than the producer sends (another producer, allowed larger messages,
+wrote it) is not released but dead-lettered (``too_large``), without its bytes: the letter
+says where they stay.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from confluent_kafka import Message
 
 from pipeline._codec import DeadLetterCodec
 from pipeline._errors import DecodeError
+from pipeline._job import Job
 from pipeline._producer import fits_in_message
 from pipeline._records import DeadLetter, DeadLetterReason, stored_headers
 
@@ -53,3 +58,27 @@ class DeadLetters:
         )
         _log.warning("dead letter too large: raw value left out", extra={"bytes": size})
         return self._codec.encode(replace(letter, message=note, raw_value=None, raw_headers={}))
+
+    def too_large(
+        self, job: Job, source: tuple[str, int], offset: int, key: bytes | None, size: int
+    ) -> bytes:
+        """The letter of delayed ``job`` (``size`` bytes at ``source``, ``offset``), which the
+        producer refuses to send on: without the job, which would not fit either."""
+        topic, partition = source
+        letter = DeadLetter(
+            reason=DeadLetterReason.TOO_LARGE,
+            message=(
+                f"delayed job of {size} bytes is larger than the scheduler sends "
+                f"(message.max.bytes {self._max_bytes}), so it was not released; its bytes stay "
+                f"on {topic}[{partition}] at offset {offset} until the topic's retention"
+            ),
+            source_topic=topic,
+            source_partition=partition,
+            source_offset=offset,
+            job_id=job.id,
+            job_type=job.type,
+            tenant=job.tenant,
+            raw_key=key,
+        )
+        _log.warning("delayed job too large to release: dead-lettered", extra={"bytes": size})
+        return self._codec.encode(letter)

@@ -27,6 +27,7 @@ from pipeline._schemaregistry import job_codec
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, deferred_group
 from pipeline._topicspec import deferred_tier_topic
+from pipeline._transactions import Headers, MessageTooLargeError
 
 from ._cron import CronTable
 from ._deadletter import DeadLetters
@@ -256,17 +257,37 @@ class LeaderSession:
         key = message.key()
         headers = message.headers()
         if decision == RELEASE:
-            self.txn.produce(self.names.jobs(job.priority), value, key, headers=headers)
-            self.metrics.releases.inc()
-            self.metrics.lateness.observe(max(0, now + self._lead - due) / 1000)
+            if self._send(self.names.jobs(job.priority), value, key, headers, where, offset):
+                self.metrics.releases.inc()
+                self.metrics.lateness.observe(max(0, now + self._lead - due) / 1000)
         elif decision == HOLD:
             target = self.names.jobs(job.priority)
             self.queue.push(due, where, offset, target, key, value, headers, job.id)
             progress.hold(offset)
-        else:
-            self.txn.produce(self.tier_topics[decision], value, key, headers=headers)
+        elif self._send(self.tier_topics[decision], value, key, headers, where, offset):
             self.metrics.tier_moves.labels(self._tier_labels[decision]).inc()
         progress.processed(offset)
+
+    def _send(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        headers: Headers,
+        where: Where,
+        offset: int,
+    ) -> bool:
+        """Write a delayed job on to ``topic``; False when the producer refused it as too
+        large, and its dead letter went instead."""
+        try:
+            self.txn.produce(topic, value, key, headers=headers, too_large_raises=True)
+        except MessageTooLargeError:
+            job = self._codec.decode(value)  # decoded before: only its size is wrong
+            letter = self._dead_letters.too_large(job, where, offset, key, len(value))
+            self.txn.produce(self.names.dlq, letter, key)
+            self.metrics.dead_letters.inc()
+            return False
+        return True
 
     def _unpark(self, now: int) -> None:
         for where in list(self._paused):
@@ -282,16 +303,18 @@ class LeaderSession:
                 self._paused.discard(where)
 
     def _release(self, now: int) -> None:
-        produce = self.txn.produce
+        send = self._send
         observe = self.metrics.lateness.observe
         lead = self._lead
         released = self.queue.pop_due(now + lead, self._batch_max)
+        sent = 0
         for job in released:
-            produce(job.target, job.value, job.key, headers=job.headers)
+            if send(job.target, job.value, job.key, job.headers, job.source, job.offset):
+                sent += 1
+                observe(max(0, now_ms() + lead - job.due_ms) / 1000)
             self.progress[job.source].release(job.offset)
-            observe(max(0, now_ms() + lead - job.due_ms) / 1000)
-        if released:
-            self.metrics.releases.inc(len(released))
+        if sent:
+            self.metrics.releases.inc(sent)
 
     def _fire(self, now: int) -> None:
         state_topic = self.names.scheduler_state

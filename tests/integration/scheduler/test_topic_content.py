@@ -137,3 +137,33 @@ def _released(
     finally:
         consumer.close()
     return released, scheduler.output()[-3000:]
+
+
+def test_a_delayed_job_larger_than_the_scheduler_sends_is_dead_lettered_and_stops_nothing(
+    schedulers: SchedulerFactory,
+) -> None:
+    """Another producer (a larger ``message.max.bytes``, as Java's default allows) wrote a
+    valid delayed job the scheduler's producer refuses to send: releasing it would abort every
+    transaction of the leader, and no delayed job or cron fire of the namespace would go out.
+    It is dead-lettered (``too_large``, without its bytes, saying where they are) instead."""
+    settings = schedulers.settings
+    names = TopicNames(settings.namespace)
+    producer = Producer(
+        {"bootstrap.servers": settings.bootstrap_servers, "message.max.bytes": 1_040_000}
+    )
+    due = now_ms() + 500
+    big = Job(id=new_job_id(), type="big", payload=b'"' + b"x" * 1_010_000 + b'"', not_before=due)
+    producer.produce(names.deferred, JobCodec().encode(big), b"big", partition=0)
+    small = [Job(id=new_job_id(), type="t", payload=b"{}", not_before=due) for _ in range(2)]
+    for job in small:
+        producer.produce(names.deferred, JobCodec().encode(job), job.id.encode(), partition=0)
+    assert producer.flush(30) == 0
+    released, output = _released(schedulers, 2)
+    assert {r.job.id for r in released} == {job.id for job in small}, output
+    [letter] = dead_letters(settings, 1, timeout=10)
+    assert letter.reason == DeadLetterReason.TOO_LARGE
+    assert (letter.job_id, letter.job_type, letter.raw_key) == (big.id, "big", b"big")
+    assert letter.job is None
+    assert letter.raw_value is None
+    assert (letter.source_topic, letter.source_partition) == (names.deferred, 0)
+    assert "message.max.bytes" in letter.message
