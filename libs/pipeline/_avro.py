@@ -102,9 +102,11 @@ class SchemaStore:
     def register(
         self, schema: SchemaSource, *, version: int | None = None, origin: str | None = None
     ) -> RegisteredSchema:
-        """Adds a writer schema; returns the existing entry if its fingerprint is known.
+        """Adds a writer schema; returns the existing entry if it is the same definition.
 
-        Without ``version`` the schema becomes the newest version of its full name.
+        Without ``version`` the schema becomes the newest version of its full name, unless
+        it is already registered as written (a schema that differs from a registered one
+        only in docs, defaults or logical types is a new version, with the same fingerprint).
         """
         raw = load_schema(schema)
         where = origin or describe_source(schema)
@@ -115,11 +117,11 @@ class SchemaStore:
             )
         except Exception as exc:
             raise ConfigurationError(f"schema {where} is not a valid Avro schema: {exc}") from exc
-        known = self._by_fingerprint.get(fp)
         versions = self._versions.setdefault(full_name, {})
         if version is None:
-            if known is not None:
-                return known
+            for same in versions.values():
+                if same.fingerprint == fp and same.schema == raw:
+                    return same
             version = max(versions, default=0) + 1
         existing = versions.get(version)
         if existing is not None:
@@ -233,7 +235,11 @@ class SchemaStore:
             reader_entry = writer
         else:
             reader_entry = self._schema(reader)
-            if not reader_entry.answers_to(writer.full_name):
+            if reader_entry.fingerprint == writer.fingerprint:
+                # The same canonical form, so the same binary: read as the reader's own version
+                # (its defaults and logical types, and its generated reader).
+                writer = reader_entry
+            elif not reader_entry.answers_to(writer.full_name):
                 raise DecodeError(
                     f"expected a {reader_entry.full_name} but the message is a "
                     f"{writer.full_name} (fingerprint {writer.fingerprint_hex})",

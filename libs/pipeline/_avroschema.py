@@ -106,7 +106,7 @@ def prepare(schema_json: str, *, logical_types: bool) -> tuple[str, bytes, Any, 
     raw = json.loads(schema_json)
     canonical = canonical_form(raw)
     parsed = fastavro.parse_schema(
-        raw if logical_types else _strip_logical_types(raw), named_schemas={}
+        raw if logical_types else strip_logical_types(raw), named_schemas={}
     )
     return canonical, _fingerprint_of_canonical(canonical), parsed, compile_schema(parsed)
 
@@ -127,20 +127,20 @@ def schema_names(schema: Mapping[str, Any], where: str) -> tuple[str, frozenset[
     return full_name, aliases
 
 
-def _strip_logical_types(node: Any) -> Any:
+def strip_logical_types(node: Any) -> Any:
     """A copy of a schema without ``logicalType``, touching schema nodes only (not defaults)."""
     if isinstance(node, list):
-        return [_strip_logical_types(n) for n in node]
+        return [strip_logical_types(n) for n in node]
     if not isinstance(node, dict):
         return node
     out = {k: v for k, v in node.items() if k != "logicalType"}
     if "type" in node:
-        out["type"] = _strip_logical_types(node["type"])
+        out["type"] = strip_logical_types(node["type"])
     for key in ("items", "values"):
         if key in node:
-            out[key] = _strip_logical_types(node[key])
+            out[key] = strip_logical_types(node[key])
     if "fields" in node:
-        out["fields"] = [_strip_logical_types(f) for f in node["fields"]]
+        out["fields"] = [strip_logical_types(f) for f in node["fields"]]
     return out
 
 

@@ -32,8 +32,9 @@ class SchemaRegistrySettings(RedactedRepr, BaseModel):
         description="the subject the pipeline.Job schema is registered under; unset: "
         "<namespace>.jobs-value",
     )
-    client: dict[str, str] = Field(
+    client: dict[str, str | bool | int | float] = Field(
         default_factory=dict,
-        description="options for confluent-kafka's SchemaRegistryClient, e.g. "
-        "basic.auth.user.info, ssl.ca.location (passed as they are)",
+        description="options for confluent-kafka's SchemaRegistryClient, passed as they are, "
+        "e.g. basic.auth.user.info, ssl.ca.location, timeout (seconds a request may take; "
+        "default 5), max.retries (default 0: the library retries by itself)",
     )

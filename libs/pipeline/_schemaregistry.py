@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 
 from ._avro import HEADER_SIZE
-from ._avroschema import RegisteredSchema
+from ._avroschema import RegisteredSchema, strip_logical_types
 from ._codec import JobCodec
 from ._errors import ConfigurationError, DecodeError, PipelineError, SchemaNotFoundError
 
@@ -45,6 +45,10 @@ MAGIC = b"\x00"
 FRAME_SIZE = 5
 _ID = struct.Struct(">I")
 _RETRY_FIRST_S, _RETRY_MAX_S = 0.5, 10.0
+_REQUEST_TIMEOUT_S = 5.0
+"""The longest one HTTP request may take (the client's own default is no limit at all)."""
+_BUSY = frozenset({408, 429})
+"""Client error statuses that mean "not now" (timeout, rate limit): waited out like a 5xx."""
 
 
 class SchemaRegistryUnavailableError(PipelineError):
@@ -73,14 +77,16 @@ class SchemaRegistry:
     unreachable registry before it raises :class:`SchemaRegistryUnavailableError`.
     ``read_wait_s`` bounds the lookup of a writer schema the same way; ``None`` (the default)
     waits as long as it takes, which is what a worker wants: it pauses rather than dead-letter
-    jobs it could read a minute later.
+    jobs it could read a minute later. Unless ``client`` says otherwise, one request times out
+    after 5 s (or ``wait_s``, if shorter) and the client does not retry on its own: this class
+    retries, so that a registry that never answers is given up on after about ``wait_s``.
     """
 
     def __init__(
         self,
         url: str,
         *,
-        client: Mapping[str, str] | None = None,
+        client: Mapping[str, Any] | None = None,
         wait_s: float | None = 10.0,
         read_wait_s: float | None = None,
         sleep: Callable[[float], None] = time.sleep,
@@ -96,8 +102,18 @@ class SchemaRegistry:
         self.wait_s = wait_s
         self.read_wait_s = read_wait_s
         self._sleep = sleep
-        self.client = SchemaRegistryClient({"url": url, **(client or {})})
-        self._writers: dict[int, Any] = {}
+        timeout = _REQUEST_TIMEOUT_S
+        if wait_s is not None and wait_s > 0:
+            timeout = min(wait_s, _REQUEST_TIMEOUT_S)
+        self.options: dict[str, Any] = {
+            "url": url,
+            "timeout": timeout,
+            "max.retries": 0,
+            **(client or {}),
+        }
+        """What ``SchemaRegistryClient`` was given: ``client`` over this class's defaults."""
+        self.client = SchemaRegistryClient(dict(self.options))
+        self._writers: dict[tuple[int, bool], Any] = {}
         self._ids: dict[tuple[str, str], int] = {}
 
     @classmethod
@@ -173,9 +189,14 @@ class SchemaRegistry:
 
     # -- reading -------------------------------------------------------------------------
 
-    def writer(self, schema_id: int) -> Any:
-        """The writer schema of ``schema_id``, parsed by fastavro; fetched once per id."""
-        parsed = self._writers.get(schema_id)
+    def writer(self, schema_id: int, *, logical_types: bool = True) -> Any:
+        """The writer schema of ``schema_id``, parsed by fastavro; fetched once per id.
+
+        fastavro reads a value as its writer's ``logicalType`` says; without ``logical_types``
+        they are left out, so that times read as the plain ``long`` milliseconds of a reader
+        that has none (a job envelope), whatever a producer put in the schema it registered.
+        """
+        parsed = self._writers.get((schema_id, logical_types))
         if parsed is not None:
             return parsed
         try:
@@ -191,15 +212,24 @@ class SchemaRegistry:
             raise SchemaNotFoundError(
                 f"schema id {schema_id} is a {found.schema_type} schema, not Avro", b""
             )
-        parsed = fastavro.parse_schema(json.loads(found.schema_str))
-        self._writers[schema_id] = parsed
+        try:
+            raw = json.loads(found.schema_str)
+            parsed = fastavro.parse_schema(raw if logical_types else strip_logical_types(raw))
+        except Exception as exc:  # e.g. references to other subjects, which are not supported
+            raise SchemaNotFoundError(
+                f"schema id {schema_id} of the schema registry at {self.url} cannot be read "
+                f"as an Avro schema: {type(exc).__name__}: {exc}",
+                b"",
+            ) from exc
+        self._writers[(schema_id, logical_types)] = parsed
         return parsed
 
-    def read(self, data: bytes, reader: RegisteredSchema) -> Any:
-        """Decodes a value in the registry's wire format as ``reader`` (Avro resolution)."""
+    def read(self, data: bytes, reader: RegisteredSchema, *, logical_types: bool = True) -> Any:
+        """Decodes a value in the registry's wire format as ``reader`` (Avro resolution);
+        ``logical_types`` as :meth:`writer` takes it."""
         schema_id = schema_id_of(data)
         try:
-            writer = self.writer(schema_id)
+            writer = self.writer(schema_id, logical_types=logical_types)
         except SchemaNotFoundError as exc:
             raise SchemaNotFoundError(exc.reason, bytes(data)) from exc
         buffer = BytesIO(data)
@@ -229,7 +259,7 @@ class SchemaRegistry:
                 return request()
             except _registry_error() as exc:
                 status = getattr(exc, "http_status_code", None)
-                if status is not None and 0 < status < 500:
+                if status is not None and 0 < status < 500 and status not in _BUSY:
                     raise
                 problem: Exception = exc
             except Exception as exc:  # connection refused, DNS, TLS, timeouts: the transport's
@@ -273,7 +303,9 @@ class EnvelopeFraming:
         self._id: int | None = None
 
     def read(self, data: bytes, reader: RegisteredSchema) -> Any:
-        return self.registry.read(data, reader)
+        # A Job holds times as int milliseconds, even if a producer registered the envelope's
+        # schema with a logicalType (the binary is the same).
+        return self.registry.read(data, reader, logical_types=False)
 
     def write(self, single_object: bytes, schema: RegisteredSchema) -> bytes:
         """``single_object`` (as the store wrote it) with the registry's frame instead."""

@@ -49,9 +49,10 @@ __all__ = [
 class RegistryAvroPayload(AvroPayload):
     """An :class:`~pipeline.AvroPayload` whose payloads carry a registry schema id.
 
-    ``subject`` defaults to ``<schema full name>-value`` (Confluent's record name strategy:
-    one subject per payload type, whatever the topic). ``other_versions`` are read from
-    single-object payloads only; the registry resolves the rest.
+    ``subject`` defaults to ``<schema full name>-value``: one subject per payload type,
+    whatever the topic (Confluent's ``RecordNameStrategy`` would say ``<schema full name>``).
+    ``other_versions`` are read from single-object payloads only; the registry resolves the
+    rest.
     """
 
     def __init__(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,32 @@ def test_older_payload_reader_reads_newer_payloads_it_was_told_about() -> None:
         AvroPayload(EMAIL_V1).decode("email.send", new_bytes)
     reader = AvroPayload(EMAIL_V1, other_versions=[EMAIL_V2])
     assert reader.decode("email.send", new_bytes) == {"to": "a@b.c", "subject": "hi"}
+
+
+def test_a_payload_version_changing_only_defaults_and_logical_types_is_the_current_one() -> None:
+    """v2 gives ``note`` a default and ``sent_at`` a logical type: the Parsing Canonical Form,
+    hence the fingerprint, is v1's, yet v2 is what the codec writes and reads as."""
+    v1: dict[str, Any] = {
+        "type": "record",
+        "name": "Reminder",
+        "namespace": "acme",
+        "fields": [
+            {"name": "number", "type": "string"},
+            {"name": "note", "type": "string"},
+            {"name": "sent_at", "type": "long"},
+        ],
+    }
+    v2 = copy.deepcopy(v1)
+    v2["fields"][1]["default"] = ""
+    v2["fields"][2]["type"] = {"type": "long", "logicalType": "timestamp-millis"}
+    sent_at = datetime(2025, 1, 1, tzinfo=UTC)
+    payload = AvroPayload(v2, other_versions=[v1])
+    assert payload.schema.version == 2
+    data = payload.encode("remind", {"number": "7", "sent_at": sent_at})
+    assert payload.decode("remind", data) == {"number": "7", "note": "", "sent_at": sent_at}
+    old = AvroPayload(v1).encode("remind", {"number": "8", "note": "n", "sent_at": 1735689600000})
+    assert old[:10] == data[:10]
+    assert payload.decode("remind", old) == {"number": "8", "note": "n", "sent_at": sent_at}
 
 
 def test_payload_encoding_of_the_envelope_is_unchanged_by_payload_versions() -> None:

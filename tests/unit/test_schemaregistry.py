@@ -6,8 +6,11 @@ A fake stands in for confluent-kafka's client (the real registry is in
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+import socket
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from pipeline.schemaregistry import (
     job_codec,
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 INVOICE = {
     "type": "record",
     "name": "Invoice",
@@ -158,6 +162,90 @@ def test_a_client_error_is_not_retried() -> None:
     with pytest.raises(SchemaRegistryError):
         RegistryAvroPayload(INVOICE, registry=registry).encode("invoice", {"number": "1"})
     assert slept == []
+
+
+@pytest.mark.parametrize("status", [429, 408])
+def test_a_reader_waits_out_a_registry_that_says_not_now(status: int) -> None:
+    """Too Many Requests and Request Timeout are the registry's "later", not a verdict on the
+    message: the reader waits, rather than dead-letter a job it can read in a second."""
+    client = FakeClient(schemas={1: json.dumps(INVOICE)})
+    client.failures = [SchemaRegistryError(status, -1, "slow down")] * 2
+    registry, slept = _registry(client)
+    payload = RegistryAvroPayload(INVOICE, registry=registry)
+    data = b"\x00\x00\x00\x00\x01\x02a\x00"
+    assert payload.decode("invoice", data) == {"number": "a", "note": ""}
+    assert slept == [0.5, 1.0]
+
+
+def test_a_registry_that_never_answers_fails_an_enqueue_after_about_wait_s() -> None:
+    """A registry that takes the connection and never answers (a hung process, a black-holed
+    network) is given up on like one that refuses it: requests time out by default."""
+    with socket.socket() as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)  # the kernel accepts connections; nobody ever answers them
+        host, port = hung.getsockname()
+        slept: list[float] = []
+        registry = SchemaRegistry(f"http://{host}:{port}", wait_s=0.2, sleep=slept.append)
+        outcome: list[BaseException] = []
+
+        def enqueue() -> None:
+            try:
+                RegistryAvroPayload(INVOICE, registry=registry).encode("invoice", {"number": "1"})
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=enqueue, daemon=True)
+        thread.start()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the enqueue still waits for a registry that never answers"
+    [error] = outcome
+    assert isinstance(error, SchemaRegistryUnavailableError)
+    assert "did not answer" in str(error)
+
+
+def test_numeric_client_options_of_the_settings_reach_the_client() -> None:
+    settings = Settings(
+        schema_registry={
+            "url": "http://registry.invalid",
+            "client": {"timeout": 2.5, "max.retries": 2, "basic.auth.user.info": "u:p"},
+        }
+    )
+    codec = job_codec(settings)
+    assert isinstance(codec.framing, EnvelopeFraming)
+    options = codec.framing.registry.options
+    assert options["timeout"] == 2.5
+    assert options["max.retries"] == 2
+    assert options["basic.auth.user.info"] == "u:p"
+
+
+def test_an_envelope_registered_with_logical_types_reads_times_as_milliseconds() -> None:
+    """The Avro binary of a ``timestamp-millis`` is a plain long: a producer whose registered
+    envelope schema carries one still gives jobs with int times (the scheduler compares them)."""
+    schema = json.loads((ROOT / "schemas" / "pipeline" / "job.v1.avsc").read_text("utf-8"))
+    annotated = copy.deepcopy(schema)
+    for item in annotated["fields"]:
+        if item["name"] == "created_at":
+            item["type"] = {"type": "long", "logicalType": "timestamp-millis"}
+        if item["name"] == "not_before":
+            item["type"] = ["null", {"type": "long", "logicalType": "timestamp-millis"}]
+    registry, _ = _registry(FakeClient(schemas={7: json.dumps(annotated)}))
+    codec = JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=False))
+    job = Job(id="j1", type="t", payload=b"{}", created_at=1735689600000, not_before=1735689601234)
+    framed = b"\x00\x00\x00\x00\x07" + JobCodec().encode(job)[10:]
+    assert codec.decode(framed) == job
+    # A payload reader keeps the logical types its registered schema gives.
+    assert registry.writer(7, logical_types=True) is not registry.writer(7, logical_types=False)
+
+
+def test_a_writer_schema_the_reader_cannot_parse_is_a_decode_error_naming_the_id() -> None:
+    """E.g. a schema with references to another subject: the message is dead-lettered with its
+    bytes, as an unknown id is, instead of an error no reader expects."""
+    referencing = {**INVOICE, "fields": [{"name": "number", "type": "acme.Number"}]}
+    registry, _ = _registry(FakeClient(schemas={3: json.dumps(referencing)}))
+    data = b"\x00\x00\x00\x00\x03\x02a\x00"
+    with pytest.raises(DecodeError, match="schema id 3") as caught:
+        RegistryAvroPayload(INVOICE, registry=registry).decode("invoice", data)
+    assert caught.value.raw == data
 
 
 def test_envelopes_round_trip_and_plain_ones_still_read() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pipeline._avro import SchemaStore
 from pipeline._codec import JobCodec
 
 from .test_codec import GOLDEN_JOB, GOLDEN_JOB_HEX
@@ -48,3 +49,13 @@ def test_the_docs_go_is_the_interop_producers_code() -> None:
     assert len(blocks) >= 3
     for block in blocks:
         assert block in code, f"docs/wire-format.md has Go that the producer does not:\n{block}"
+
+
+def test_the_docs_header_table_names_every_released_version_with_its_header() -> None:
+    """A reader in another language checks the constant header of each version it reads: the
+    page lists them all (dead letters are written as v2), each as the store computes it."""
+    text = DOC.read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `(pipeline\.\w+)` v(\d+) \| `((?:[0-9a-f]{2} ?){10})`", text, re.M)
+    documented = {(name, int(version)): bytes.fromhex(header) for name, version, header in rows}
+    released = {(s.full_name, s.version): s.header for s in SchemaStore()}
+    assert documented == released
