@@ -49,6 +49,8 @@ _REQUEST_TIMEOUT_S = 5.0
 """The longest one HTTP request may take (the client's own default is no limit at all)."""
 _BUSY = frozenset({408, 429})
 """Client error statuses that mean "not now" (timeout, rate limit): waited out like a 5xx."""
+_REFUSED = frozenset({401, 403})
+"""The registry refused this client's credentials: a reader waits them out (see ``_call``)."""
 
 
 class SchemaRegistryUnavailableError(PipelineError):
@@ -200,7 +202,9 @@ class SchemaRegistry:
         if parsed is not None:
             return parsed
         try:
-            found = self._call(lambda: self.client.get_schema(schema_id), self.read_wait_s)
+            found = self._call(
+                lambda: self.client.get_schema(schema_id), self.read_wait_s, refusals_wait=True
+            )
         except _registry_error() as exc:
             if getattr(exc, "http_status_code", None) == 404:
                 raise SchemaNotFoundError(
@@ -250,8 +254,14 @@ class SchemaRegistry:
             )
         return record
 
-    def _call(self, request: Callable[[], Any], wait_s: float | None) -> Any:
-        """``request``, retried with backoff while the registry cannot be reached."""
+    def _call(
+        self, request: Callable[[], Any], wait_s: float | None, *, refusals_wait: bool = False
+    ) -> Any:
+        """``request``, retried with backoff while the registry cannot be reached.
+
+        ``refusals_wait`` (a reader's lookups): a refusal of the credentials (401, 403) is
+        retried too, as loudly, rather than raised: every job read meanwhile would be
+        dead-lettered for what is a setting to fix, and none of them is wrong."""
         started = time.monotonic()
         delay = _RETRY_FIRST_S
         while True:
@@ -259,7 +269,8 @@ class SchemaRegistry:
                 return request()
             except _registry_error() as exc:
                 status = getattr(exc, "http_status_code", None)
-                if status is not None and 0 < status < 500 and status not in _BUSY:
+                waits = status in _BUSY or (refusals_wait and status in _REFUSED)
+                if status is not None and 0 < status < 500 and not waits:
                     raise
                 problem: Exception = exc
             except Exception as exc:  # connection refused, DNS, TLS, timeouts: the transport's
@@ -270,8 +281,11 @@ class SchemaRegistry:
                     f"the schema registry at {self.url} did not answer for {waited:.0f}s: "
                     f"{type(problem).__name__}: {problem}"
                 ) from problem
+            refused = getattr(problem, "http_status_code", None) in _REFUSED
             log.warning(
-                "schema registry unreachable, retrying",
+                "schema registry refused the credentials (schema_registry.client), retrying"
+                if refused
+                else "schema registry unreachable, retrying",
                 extra={"url": self.url, "retry_in_s": delay, "error": str(problem)},
             )
             self._sleep(delay)

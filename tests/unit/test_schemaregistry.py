@@ -177,6 +177,19 @@ def test_a_reader_waits_out_a_registry_that_says_not_now(status: int) -> None:
     assert slept == [0.5, 1.0]
 
 
+@pytest.mark.parametrize("status", [401, 403])
+def test_a_reader_waits_out_a_refusal_of_its_credentials(status: int) -> None:
+    """A worker whose registry credentials are wrong (or not yet granted) waits, saying so,
+    rather than dead-letter every job it reads meanwhile; a writer is told at once."""
+    client = FakeClient(schemas={1: json.dumps(INVOICE)})
+    client.failures = [SchemaRegistryError(status, 40101, "unauthorized")] * 2
+    registry, slept = _registry(client)
+    payload = RegistryAvroPayload(INVOICE, registry=registry)
+    data = b"\x00\x00\x00\x00\x01\x02a\x00"
+    assert payload.decode("invoice", data) == {"number": "a", "note": ""}
+    assert slept == [0.5, 1.0]
+
+
 def test_a_registry_that_never_answers_fails_an_enqueue_after_about_wait_s() -> None:
     """A registry that takes the connection and never answers (a hung process, a black-holed
     network) is given up on like one that refuses it: requests time out by default."""
