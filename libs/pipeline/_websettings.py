@@ -58,6 +58,16 @@ class WebSettings(BaseModel):
     def _lower_case(cls, hosts: list[str]) -> list[str]:
         return [host.lower() for host in hosts]  # host names compare without case
 
+    @field_validator("token", "username", "password")
+    @classmethod
+    def _not_empty(cls, value: SecretStr | str | None) -> SecretStr | str | None:
+        # An unset secret (PIPELINE_WEB__TOKEN=$(cat missing-file)) is empty, and would let
+        # anyone in who sends it: refuse it rather than serve with no credentials at all.
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is not None and not text.strip():
+            raise ValueError("must not be empty (leave it unset for no credentials)")
+        return value
+
     @model_validator(mode="after")
     def _both_basic_credentials(self) -> WebSettings:
         if (self.username is None) != (self.password is None):

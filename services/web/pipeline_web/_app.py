@@ -55,6 +55,10 @@ class _Authenticate(BaseHTTPMiddleware):
         response.headers.setdefault("X-Frame-Options", "DENY")
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         response.headers.setdefault("Referrer-Policy", "same-origin")
+        if not request.url.path.startswith("/static/"):
+            # Pages hold payloads, errors and the CSRF token: no copy in a browser's cache
+            # (shown again after logging out) or a proxy's (served to someone else).
+            response.headers.setdefault("Cache-Control", "no-store")
         return response
 
 
@@ -88,7 +92,12 @@ async def _logout(request: Request) -> Response:
 
 
 def _healthz(request: Request) -> Response:
-    problem = dashboard_of(request).monitor.problem
+    """``ok`` once Kafka was read and while it is; 503 with the reason otherwise, before the
+    first reading too (it may never come)."""
+    monitor = dashboard_of(request).monitor
+    problem = monitor.problem
+    if problem is None and monitor.latest is None:
+        problem = "not read yet"
     if problem is None:
         return PlainTextResponse("ok")
     return PlainTextResponse(f"kafka: {problem}", status_code=503)

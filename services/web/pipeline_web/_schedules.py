@@ -131,6 +131,7 @@ async def schedule_action(request: Request) -> Response:
 
 ROUTES = [
     Route("/schedules", schedules_page),
-    # A schedule's name may hold "/" (the form's URL keeps it): the action is the last segment.
+    # A schedule's name may hold "/" (the form's URL sends it as %2F, which the server decodes):
+    # the action is the last segment.
     Route("/schedules/{name:path}/{action}", schedule_action, methods=["POST"]),
 ]

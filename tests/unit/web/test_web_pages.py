@@ -10,7 +10,7 @@ import re
 from collections import Counter
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urljoin, urlsplit
 
 import pytest
 from starlette.testclient import TestClient
@@ -162,6 +162,36 @@ def test_a_schedule_whose_name_holds_a_slash_can_be_paused_and_triggered(
         ("trigger", "plain"),
         ("trigger", "team/nightly"),
     ]
+
+
+@pytest.mark.parametrize("name", ["team/./nightly", "team/../plain", "team/nightly/.."])
+def test_an_action_acts_on_the_schedule_of_its_row_whatever_dots_its_name_holds(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    # A browser removes the "." and ".." segments of a form's URL before it posts it: a name
+    # holding them must not turn into the name of another schedule.
+    names = (name, "team/nightly", "plain", "team")
+    rows = [ScheduleRow(n, _schedule(n), None, None, [], "") for n in names]
+    monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: rows)
+    calls: list[tuple[str, object]] = []
+    monkeypatch.setattr(
+        _schedules, "pause_schedule", lambda s, name, timeout: calls.append(("pause", name))
+    )
+
+    def trigger(settings: Settings, name: str, at: int, timeout: float) -> Job:
+        calls.append(("trigger", name))
+        return Job(id=f"fire-{at}", type="report.build", payload=b"{}")
+
+    monkeypatch.setattr(_schedules, "trigger_schedule", trigger)
+    client = _client(app)
+    page = client.get("/schedules").text
+    row = page.split(f'data-name="{html.escape(name)}"', 1)[1].split("</tr>", 1)[0]
+    token = client.cookies["pipeline_csrf"]
+    for action in re.findall(r'action="(/schedules/[^"]+)"', row):
+        sent = urljoin("http://127.0.0.1/schedules", html.unescape(action))  # as a browser does
+        answer = client.post(sent, data={"csrf": token, "at": "1800000000000"})
+        assert answer.status_code == 303, (sent, answer.text)
+    assert sorted(calls) == [("pause", name), ("trigger", name)]
 
 
 # --- dead letters: input ------------------------------------------------------------------------

@@ -226,3 +226,38 @@ def test_pipeline_web_refuses_another_address_without_credentials() -> None:
     assert result.exit_code == 2, result.output
     assert "refusing to serve 0.0.0.0 without credentials" in result.output
     assert "PIPELINE_WEB__TOKEN" in result.output
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        {"token": ""},
+        {"token": "  "},
+        {"username": "ops", "password": ""},
+        {"username": "", "password": "pa55"},
+    ],
+)
+def test_empty_credentials_are_refused_rather_than_opening_the_dashboard(
+    credentials: dict[str, str],
+) -> None:
+    # PIPELINE_WEB__TOKEN=$(cat /run/secrets/dash) with the file missing is an empty token: it
+    # must not count as credentials, or `--host 0.0.0.0` serves anyone sending "Bearer ".
+    with pytest.raises(ValidationError, match="must not be empty"):
+        WebSettings.model_validate(credentials)
+
+
+def test_pipeline_web_does_not_serve_with_an_empty_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+    from click.testing import CliRunner
+
+    from pipeline_cli._main import cli
+
+    def serve(*args: object, **kwargs: object) -> None:
+        raise AssertionError("pipeline web served with an empty token")
+
+    monkeypatch.setattr(uvicorn.Server, "run", serve)
+    result = CliRunner().invoke(
+        cli, ["web", "--host", "0.0.0.0", "--port", "0"], env={"PIPELINE_WEB__TOKEN": ""}
+    )
+    assert result.exit_code == 2, result.output
+    assert "must not be empty" in result.output
