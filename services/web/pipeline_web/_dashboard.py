@@ -73,7 +73,7 @@ class Dashboard:
             "read_only": self.web.read_only,
             "who": request.state.who,
             "csrf_field": CSRF_FIELD,
-            "csrf": csrf_token(request),
+            "csrf": csrf_token(request, self.gate),
             # A browser logged in at /login can log out; a bearer header or basic credentials
             # are the client's to stop sending.
             "session": self.gate.session_valid(request.cookies.get(SESSION_COOKIE)),
@@ -95,7 +95,7 @@ class Dashboard:
         """The form of a POST, once it passed the CSRF check."""
         form = await request.form()
         submitted = form.get(CSRF_FIELD)
-        if not csrf_matches(request, submitted if isinstance(submitted, str) else None):
+        if not csrf_matches(request, submitted if isinstance(submitted, str) else None, self.gate):
             raise HTTPException(
                 403, "the form's CSRF token is missing or wrong: reload the page and try again"
             )

@@ -14,8 +14,11 @@ Authentication, by ``web.*`` settings:
 - ``web.username`` and ``web.password``: HTTP basic authentication.
 
 Every action is a POST carrying a CSRF token: the value of a random ``pipeline_csrf``
-cookie (``SameSite=Strict``), repeated in the form (the double-submit pattern). A POST
-whose token is missing or differs is refused with 403, and so is any POST in read-only mode.
+cookie (``SameSite=Strict``), repeated in the form (the double-submit pattern). The cookie is
+signed (an HMAC keyed by the credentials, or by a key of the process without them), so a
+cookie planted by another site of the same host or domain (another port of localhost, a
+sibling subdomain) is not one. A POST whose token is missing, differs, or is not signed is
+refused with 403, and so is any POST in read-only mode.
 Both cookies are HttpOnly, and ``Secure`` when the request came over HTTPS. Secrets are
 compared in constant time and never rendered or logged.
 """
@@ -29,7 +32,7 @@ import ipaddress
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
@@ -86,6 +89,30 @@ class Gate:
 
     web: WebSettings
     clock: Callable[[], float] = time.time
+    _process_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    """Signs the CSRF cookies when no credentials are set (one process serves then)."""
+
+    def new_csrf(self) -> str:
+        """A new CSRF cookie: a random nonce and its HMAC."""
+        nonce = secrets.token_urlsafe(24)  # letters, digits, "-" and "_": never a "."
+        return f"{nonce}.{self._csrf_mac(nonce)}"
+
+    def csrf_signed(self, cookie: str) -> bool:
+        """Whether ``cookie`` is a CSRF cookie this dashboard (any replica with the same
+        credentials) issued, not one another site of the same domain planted."""
+        nonce, dot, mac = cookie.rpartition(".")
+        return bool(dot) and _same(mac, self._csrf_mac(nonce))
+
+    def _csrf_mac(self, nonce: str) -> str:
+        web = self.web
+        if web.token is not None:
+            secret = web.token.get_secret_value()
+        elif web.username is not None and web.password is not None:
+            secret = f"{web.username}:{web.password.get_secret_value()}"
+        else:
+            return hmac.new(self._process_key, nonce.encode(), hashlib.sha256).hexdigest()
+        key = hashlib.sha256(b"pipeline-web-csrf:" + secret.encode()).digest()
+        return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()
 
     def session_value(self) -> str:
         """The session cookie a correct token earns now: its issue time and an HMAC of that
@@ -189,14 +216,15 @@ def _here(request: Request) -> str:
     return quote(f"{request.url.path}?{query}" if query else request.url.path, safe="/")
 
 
-def csrf_token(request: Request) -> str:
-    """The request's CSRF token: its cookie's value, or a new one the response will set."""
+def csrf_token(request: Request, gate: Gate) -> str:
+    """The request's CSRF token: its cookie's value, or a new one the response will set (also
+    in place of a cookie not signed here: planted, or from before new credentials)."""
     existing = request.cookies.get(CSRF_COOKIE)
-    if existing:
+    if existing and gate.csrf_signed(existing):
         return existing
     token: str | None = getattr(request.state, "new_csrf", None)
     if token is None:
-        token = secrets.token_urlsafe(32)
+        token = gate.new_csrf()
         request.state.new_csrf = token
     return token
 
@@ -235,6 +263,8 @@ def _https(request: Request) -> bool:
     return request.url.scheme == "https"
 
 
-def csrf_matches(request: Request, submitted: str | None) -> bool:
+def csrf_matches(request: Request, submitted: str | None, gate: Gate) -> bool:
     cookie = request.cookies.get(CSRF_COOKIE)
-    return bool(cookie) and submitted is not None and _same(submitted, cookie or "")
+    if not cookie or submitted is None:
+        return False
+    return _same(submitted, cookie) and gate.csrf_signed(cookie)

@@ -409,3 +409,25 @@ def test_the_count_before_an_action_is_taken_off_the_event_loop(app: Starlette) 
     answer = client.post("/dead-letters/replay", data={"csrf": token, "type": "email.*"})
     assert answer.status_code == 200
     assert on_loop == [False]
+
+
+def test_a_planted_csrf_cookie_is_replaced_and_never_accepted(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A page of another port of this host can set ``pipeline_csrf`` for it and post a form
+    repeating the value: refused. A browser holding such a cookie gets a new one with its
+    next page, and its own forms work."""
+    monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: [])
+    calls: list[str] = []
+    monkeypatch.setattr(_schedules, "pause_schedule", lambda s, name, timeout: calls.append(name))
+    planted = _client(app)
+    planted.cookies.set("pipeline_csrf", "planted")
+    forged = planted.post("/schedules/nightly/pause", data={"csrf": "planted"})
+    assert forged.status_code == 403
+    page = planted.get("/schedules")
+    token = page.headers["set-cookie"].split("pipeline_csrf=", 1)[1].split(";", 1)[0]
+    assert token != "planted"
+    browser = _client(app)
+    browser.cookies.set("pipeline_csrf", token)
+    assert browser.post("/schedules/nightly/pause", data={"csrf": token}).status_code == 303
+    assert calls == ["nightly"]
