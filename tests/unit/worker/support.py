@@ -92,6 +92,7 @@ class JsonJobCodec:
                 "attempt": job.attempt,
                 "idempotency_key": job.idempotency_key,
                 "tenant": job.tenant,
+                "not_before": job.not_before,
             }
         ).encode()
 
@@ -107,6 +108,7 @@ class JsonJobCodec:
                 attempt=raw["attempt"],
                 idempotency_key=raw.get("idempotency_key"),
                 tenant=raw.get("tenant"),
+                not_before=raw.get("not_before"),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise DecodeError(f"not a job: {exc}", bytes(data)) from exc
@@ -180,6 +182,7 @@ class Harness:
         value: bytes | None = None,
         offset: int | None = None,
         tenant: str | None = None,
+        not_before: int | None = None,
     ) -> Message:
         if offset is None:
             offset = self._next
@@ -190,6 +193,7 @@ class Harness:
                 type=job_type,
                 payload=json.dumps(payload or {}).encode(),
                 tenant=tenant,
+                not_before=not_before,
             )
             value = self.app.codec.encode(job)
         return Message(topic=self.partition.topic, partition=0, offset=offset, key=key, value=value)

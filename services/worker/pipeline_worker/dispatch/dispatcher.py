@@ -283,22 +283,32 @@ class Dispatcher:
 
     def _arm(self, limit: TypeLimit[Work]) -> None:
         """Wake up when the rate allows the limit's next job (the cap needs no timer)."""
-        if limit.timer_armed or limit.capped or limit.bucket is None:
+        if limit.timer is not None or limit.capped or limit.bucket is None:
             return
         delay = limit.bucket.delay(self._clock())
         if delay == float("inf"):
             return  # no share of the rate: wait for an assignment change (refresh_limits)
-        limit.timer_armed = True
 
         def fire() -> None:
-            limit.timer_armed = False
+            if limit.timer is not fire:
+                return  # superseded by a timer at a newer rate (refresh_limits)
+            limit.timer = None
             if self._drain(limit):
                 self._on_ready()
 
+        limit.timer = fire
         self._schedule(delay, fire)
 
     def refresh_limits(self, limits: Iterable[TypeLimit[Work]]) -> None:
         """Re-check waiting jobs after the limits' rates changed."""
+        limits = list(limits)
+        for limit in limits:
+            # A timer armed at the old rate may be far off: the drain arms one at the new.
+            limit.timer = None
+        self._drain_all(limits)
+
+    def _drain_all(self, limits: Iterable[TypeLimit[Work]]) -> None:
+        """Admit what may start of the jobs waiting in ``limits``, and say so if any."""
         moved = False
         for limit in limits:
             if limit.waiting:
@@ -333,14 +343,14 @@ class Dispatcher:
                     work.tenant_limit.release()  # it held its tenant's slot
                     freed.add(work.tenant_limit)
                 dropped.append(work)
-        for limit in freed:
-            if limit.waiting:
-                self._drain(limit)  # jobs of other partitions waited for these slots
         for state in doomed:
             for successors in state.keys.values():
                 if successors:
                     dropped.extend(successors)
             state.keys.clear()
+        # Jobs of other partitions waited for the slots freed: nothing else may start them (no
+        # job of the limit need be running to release one, nor a timer be armed).
+        self._drain_all(freed)
         return dropped
 
 

@@ -106,7 +106,7 @@ class TypeLimit(Generic[Waiting]):
         "name",
         "rate_limit",
         "running",
-        "timer_armed",
+        "timer",
         "waiting",
     )
 
@@ -127,7 +127,8 @@ class TypeLimit(Generic[Waiting]):
         self.bucket = TokenBucket(0.0, now) if rate_limit is not None else None
         self.running = 0
         self.waiting: deque[Waiting] = deque()
-        self.timer_armed = False
+        self.timer: object | None = None
+        """The rate timer armed for the jobs waiting (the dispatcher's), or None."""
 
     def try_admit(self, now: float) -> bool:
         """Reserve a slot (and a token) for one job, if both are free."""

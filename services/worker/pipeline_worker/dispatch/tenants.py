@@ -21,6 +21,9 @@ from .._metrics import TenantStats, WorkerMetrics
 from .._work import Work
 from .limits import TypeLimit
 
+MAX_WEIGHT = 1e12
+"""A tenant's weight as dispatch uses it is at most this (a finite whole number of starts)."""
+
 
 class TenantEntry:
     """What dispatch and metrics need about one tenant label."""
@@ -58,6 +61,12 @@ class TenantTable:
         other = metrics.tenant_stats(OTHER_TENANT) if self.active else TenantStats(OTHER_TENANT)
         self.other = TenantEntry(OTHER_TENANT, None, other)
         """Whether jobs get an entry at all (not when no tenant is named)."""
+        weights = [o.weight for o in settings.named.values() if o.weight is not None]
+        least = min([settings.default_weight, *weights])
+        self._least = least if least < 1.0 else 1.0
+        """Weights below 1 are scaled up, the smallest to 1, keeping their ratios: each lane's
+        turn then starts a job (:mod:`.fair`), where tiny weights took millions of empty turns
+        (for ever, with a weight too small to add to the credit) to start one."""
 
     def tag(self, works: Iterable[Work]) -> None:
         """Give each of ``works`` its tenant's limit and counters."""
@@ -69,7 +78,7 @@ class TenantTable:
             work.tenant_stats = entry.stats
 
     def weight(self, tenant: str | None) -> float:
-        return self.settings.weight_of(tenant)
+        return min(self.settings.weight_of(tenant) / self._least, MAX_WEIGHT)
 
     def set_share(self, owned: Mapping[str, int], partitions: Mapping[str, int]) -> None:
         """The assignment changed: each limit takes this worker's share of every partition

@@ -34,12 +34,16 @@ class Chain:
         self,
         interceptors: Sequence[Interceptor],
         loop: asyncio.AbstractEventLoop,
+        on_late: Callable[[list[Completion]], None],
     ) -> None:
         self._loop = loop
+        self._on_late = on_late
+        """Gets the plain functions whose thread came back after their chain timed out."""
         self.submit: Callable[[Work], None] = _no_pool
         """Hands a plain-function job to the thread pool (set once the pool exists)."""
         self._waiting: dict[Work, asyncio.Future[tuple[BaseException | None, Any]]] = {}
-        """Plain-function jobs on the pool, by their work, and the future their chain awaits."""
+        """Plain-function jobs on the pool, by their work, and the future their chain awaits
+        (or awaited: a job stays here until its thread is back)."""
         self._call = compose(interceptors, self._innermost)
 
     def start(self, work: Work) -> Coroutine[Any, Any, Any]:
@@ -59,12 +63,11 @@ class Chain:
         work.context = contextvars.copy_context()
         started = work.started
         future: asyncio.Future[tuple[BaseException | None, Any]] = self._loop.create_future()
-        self._waiting[work] = future
+        self._waiting[work] = future  # until its thread is back, even if the chain is cancelled
         self.submit(work)
         try:
             error, result = await future
         finally:
-            self._waiting.pop(work, None)
             work.started = started  # the job started with its chain, not with its thread
         if error is not None:
             # Raised here, not through the future: a future refuses a StopIteration (this
@@ -72,14 +75,24 @@ class Chain:
             raise call_error(work.job.type, error)
         return result
 
+    def on_pool(self, work: Work) -> bool:
+        """Whether ``work``'s plain function is on the pool (queued or running on a thread)."""
+        return work in self._waiting
+
     def resolve(self, batch: list[Completion]) -> None:
         """Plain functions ran on the pool: their chains carry on with the result or error."""
         waiting = self._waiting
-        for work, error, _, result in batch:
+        late: list[Completion] = []
+        for completion in batch:
+            work, error, _, result = completion
             future = waiting.pop(work, None)
             if future is None or future.done():
-                continue  # its chain was cancelled at the time limit
+                if work.expired:
+                    late.append(completion)  # its chain was cancelled at the time limit
+                continue
             future.set_result((error, result))
+        if late:
+            self._on_late(late)
 
 
 class JobEnds(Protocol):
@@ -87,6 +100,7 @@ class JobEnds(Protocol):
 
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None: ...
     def complete_batch(self, batch: list[Completion]) -> None: ...
+    def threads_back(self, batch: list[Completion]) -> None: ...
     def on_suspend(self, work: Work) -> None: ...
     def pump(self) -> None: ...
 
@@ -106,7 +120,7 @@ def executors(
     if not interceptors:
         pool = ThreadPool(loop, threads, ends.complete_batch, context)
         return AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context), pool, None
-    chain = Chain(interceptors, loop)
+    chain = Chain(interceptors, loop, ends.threads_back)
     pool = ThreadPool(loop, threads, chain.resolve, context)
     chain.submit = pool.submit
     runners = AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context, chain.start)

@@ -115,6 +115,8 @@ class Processor:
         self._ready: deque[Work] = deque()
         """Held jobs whose time came while every slot was taken."""
         self._pumping = False
+        self._outliving: set[Work] = set()
+        """Plain functions past their time limit whose slot was freed or thread came back."""
         self.idle = IdleWaiters(loop, lambda: self.in_flight)
         """Waiting for the jobs of some partitions to end (revocation, shutdown)."""
         self._hooks = Hooks(loop, metrics, middleware, on_resolved=self.pump)
@@ -233,6 +235,7 @@ class Processor:
             self.dispatcher.release(work)
             if self.idle.waiting and state.in_flight == 0:
                 self.idle.wake()
+            self.pump()  # the slots it held may have admitted other partitions' jobs
             return
         if self.in_flight < self._concurrency or work.at_commit_point:
             self._begin(work, time.monotonic(), time.time() * 1000.0)
@@ -311,7 +314,9 @@ class Processor:
             TimeLimitError(work.job.type, limit),
             time.monotonic() - work.started,
         )
-        # A coroutine is cancelled; a thread cannot be: its result is ignored when it returns.
+        # A coroutine is cancelled; a thread cannot be: another may start in its place.
+        if self._pooled(work):
+            self._pool.lend()
         self._runners.cancel_job(work)
         self.pump()
 
@@ -322,8 +327,8 @@ class Processor:
         if work.finished:
             # Failed at its deadline already; the late result is discarded. Its thread is back
             # only now: so are its key and its type's and tenant's slots (see free_slot).
-            if work.expired and self._pooled(work):
-                self.dispatcher.release(work)
+            if work.expired:
+                self._outlived(work, back=True)
             return
         if error is None and self._plain:
             # The common case, inlined: a success with no middleware to tell.
@@ -384,21 +389,41 @@ class Processor:
             for work in ready:
                 work.state.in_flight -= 1
                 self.dispatcher.release(work)
+            self.pump()  # their slots may have admitted other partitions' jobs
         return len(dropped) + len(ready)
 
     # -- the endings' calls (JobSlots) ---------------------------------------------------------
 
     def _pooled(self, work: Work) -> bool:
-        """Whether ``work`` runs on a pool thread (else on a runner: see :meth:`_begin`)."""
-        return self._chain is None and not work.job_type.is_async
+        """Whether ``work``'s plain function is on the pool (a chain may be cancelled first)."""
+        if self._chain is not None:
+            return self._chain.on_pool(work)
+        return not work.job_type.is_async
+
+    def _outlived(self, work: Work, *, back: bool = False) -> None:
+        """A plain function past its time limit: its slot was freed, or its thread came back
+        (``back``). The second of the two frees its key and its type's and tenant's slots."""
+        if back:
+            self._pool.give_back()
+        if work in self._outliving:
+            self._outliving.discard(work)
+            self.dispatcher.release(work)
+        else:
+            self._outliving.add(work)
+
+    def threads_back(self, batch: list[Completion]) -> None:
+        """Plain functions back from their thread after their chain's time limit."""
+        for work, _, _, _ in batch:
+            self._outlived(work, back=True)
+        self.pump()
 
     def free_slot(self, work: Work) -> None:
         self.in_flight -= 1
-        if work.expired and self._pooled(work):
-            # Its thread still runs the handler: the concurrency slot is free (a thread that
-            # never returns must not take one for good), but not its key, nor its type's and
-            # tenant's slots, until the thread is back (complete): no two runs of one key, nor
-            # more of a type than its cap, at the same time.
+        if work.expired and (work in self._outliving or self._pooled(work)):
+            # Its thread may still run it: the concurrency slot is free (a thread that never
+            # returns must not take one for good), but not its key, type's and tenant's slots
+            # until the thread is back: no two runs of a key, nor more of a type than its cap.
+            self._outlived(work)
             return
         self.dispatcher.release(work)
 

@@ -240,6 +240,17 @@ class ThreadPool:
         elif self._check is None and len(self._threads) < self._size:
             self._arm()
 
+    def lend(self) -> None:
+        """A job on the pool passed its time limit: its thread may be kept for good (it cannot
+        be killed), so another may start in its place, until :meth:`give_back`."""
+        self._size += 1
+        if self._check is None and self._threads:
+            self._arm()
+
+    def give_back(self) -> None:
+        """The job of a :meth:`lend` is back from its thread (the threads stay)."""
+        self._size -= 1
+
     def _arm(self) -> None:
         self._check = self._loop.call_later(GROW_AFTER_S, self._grow, self._submitted)
 
