@@ -133,12 +133,11 @@ def _schedule(name: str) -> Schedule:
     return Schedule(name=name, cron="0 * * * *", job_type="report.build", payload=b"{}")
 
 
-def test_a_schedule_whose_name_holds_a_slash_can_be_paused_and_triggered(
-    app: Starlette, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rows = [
-        ScheduleRow(name, _schedule(name), None, None, [], "") for name in ("team/nightly", "plain")
-    ]
+def _schedule_actions(
+    monkeypatch: pytest.MonkeyPatch, names: tuple[str, ...]
+) -> list[tuple[str, object]]:
+    """Schedules of ``names`` on the page; the pauses and triggers asked of them, recorded."""
+    rows = [ScheduleRow(n, _schedule(n), None, None, [], "") for n in names]
     monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: rows)
     calls: list[tuple[str, object]] = []
     monkeypatch.setattr(
@@ -150,6 +149,13 @@ def test_a_schedule_whose_name_holds_a_slash_can_be_paused_and_triggered(
         return Job(id=f"fire-{at}", type="report.build", payload=b"{}")
 
     monkeypatch.setattr(_schedules, "trigger_schedule", trigger)
+    return calls
+
+
+def test_a_schedule_whose_name_holds_a_slash_can_be_paused_and_triggered(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _schedule_actions(monkeypatch, ("team/nightly", "plain"))
     client = _client(app)
     page = client.get("/schedules").text
     token = client.cookies["pipeline_csrf"]
@@ -170,19 +176,7 @@ def test_an_action_acts_on_the_schedule_of_its_row_whatever_dots_its_name_holds(
 ) -> None:
     # A browser removes the "." and ".." segments of a form's URL before it posts it: a name
     # holding them must not turn into the name of another schedule.
-    names = (name, "team/nightly", "plain", "team")
-    rows = [ScheduleRow(n, _schedule(n), None, None, [], "") for n in names]
-    monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: rows)
-    calls: list[tuple[str, object]] = []
-    monkeypatch.setattr(
-        _schedules, "pause_schedule", lambda s, name, timeout: calls.append(("pause", name))
-    )
-
-    def trigger(settings: Settings, name: str, at: int, timeout: float) -> Job:
-        calls.append(("trigger", name))
-        return Job(id=f"fire-{at}", type="report.build", payload=b"{}")
-
-    monkeypatch.setattr(_schedules, "trigger_schedule", trigger)
+    calls = _schedule_actions(monkeypatch, (name, "team/nightly", "plain", "team"))
     client = _client(app)
     page = client.get("/schedules").text
     row = page.split(f'data-name="{html.escape(name)}"', 1)[1].split("</tr>", 1)[0]

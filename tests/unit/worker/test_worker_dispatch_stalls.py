@@ -9,7 +9,7 @@ from typing import Any
 
 from confluent_kafka import Message
 
-from pipeline import CallNext, JobCall, Pipeline
+from pipeline import Pipeline
 from pipeline._job import now_ms
 from pipeline._tenantsettings import TenantSettings
 from pipeline.testing import InMemoryTransport
@@ -132,50 +132,6 @@ def test_tenant_weights_below_one_never_spin_the_dispatcher() -> None:
     tenants = [w.job.tenant for w in taken[0]]
     assert tenants.count("acme") == 3  # the weights' ratio holds: 3 to 1
     assert tenants.count("zed") == 1
-
-
-def test_a_plain_function_past_its_time_limit_keeps_its_key_under_interceptors_too() -> None:
-    """With an interceptor the chain runs on a runner and awaits the thread: its key and its
-    type's slot were given back at the deadline, while the thread still ran the handler."""
-
-    class Passing:
-        async def intercept(self, call: JobCall, next: CallNext) -> Any:
-            return await next(call)
-
-    async def main() -> None:
-        app = Pipeline(transport=InMemoryTransport(), middleware=[Passing()])
-        running: set[int] = set()
-        overlaps: list[tuple[int, set[int]]] = []
-        lock = threading.Lock()
-        release = threading.Event()
-
-        @app.job("slow", time_limit=0.05, concurrency=1)
-        def slow(i: int) -> None:
-            with lock:
-                if running:
-                    overlaps.append((i, set(running)))
-                running.add(i)
-            release.wait(5)
-            with lock:
-                running.discard(i)
-
-        h = Harness(app, concurrency=4, threads=2, key_ordering=True)
-        h.feed(*(h.message("slow", {"i": i}, key=b"k") for i in range(2)))
-        [timed_out] = await h.recorder.wait_for(1)
-        assert timed_out.kind is OutcomeKind.TIMED_OUT
-        limit = h.processor.types.entries["slow"].limit
-        assert limit is not None
-        # Job 0's slot was freed at its deadline and the jobs after it pumped: job 1 waits for
-        # the key (with it free, it would be on the pool already).
-        assert h.processor.in_flight == 0, "the next job of the key started beside the thread"
-        assert limit.running == 1  # job 0's thread holds its type's slot
-        release.set()
-        outcomes = await h.recorder.wait_for(2)
-        assert [o.kind for o in outcomes] == [OutcomeKind.TIMED_OUT, OutcomeKind.SUCCEEDED]
-        assert overlaps == []
-        assert limit.running == 0
-
-    run(main)
 
 
 def test_a_thread_kept_past_its_job_time_limit_is_replaced() -> None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from pipeline import PayloadValidationError, Pipeline
+from pipeline import CallNext, JobCall, PayloadValidationError, Pipeline
 from pipeline._context import JobContext
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import Middleware, Outcome, OutcomeKind, TimeLimitError
@@ -706,12 +706,22 @@ def test_a_payload_codec_that_fails_otherwise_than_told_fails_its_job_and_nothin
     run(main)
 
 
-def test_a_plain_function_past_its_time_limit_keeps_its_key_until_its_thread_is_back() -> None:
+class _Passing:
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        return await next(call)
+
+
+@pytest.mark.parametrize("interceptors", [False, True])
+def test_a_plain_function_past_its_time_limit_keeps_its_key_until_its_thread_is_back(
+    interceptors: bool,
+) -> None:
     """Its slot is free at the deadline, but a key's jobs never run at the same time, nor more
-    of a type than its cap: the next job of the key waits for the thread."""
+    of a type than its cap: the next job of the key waits for the thread. With an interceptor
+    too, whose chain awaits the thread on a runner (it gave them back at the deadline)."""
 
     async def main() -> None:
-        app = make_app()
+        middleware = [_Passing()] if interceptors else []
+        app = Pipeline(transport=InMemoryTransport(), middleware=middleware)
         running: set[int] = set()
         overlaps: list[tuple[int, set[int]]] = []
         started: list[int] = []
@@ -736,6 +746,9 @@ def test_a_plain_function_past_its_time_limit_keeps_its_key_until_its_thread_is_
         # Job 0's slot was freed at its deadline, and the jobs after it were pumped then: job 1
         # waits for the key (with it free, it would be on the second thread by now).
         assert h.processor.in_flight == 0
+        limit = h.processor.types.entries["slow"].limit
+        assert limit is not None
+        assert limit.running == 1  # job 0's thread holds its type's slot
         release.set()
         outcomes = await h.recorder.wait_for(3)
         assert [o.kind for o in outcomes] == [
@@ -745,6 +758,7 @@ def test_a_plain_function_past_its_time_limit_keeps_its_key_until_its_thread_is_
         ]
         assert started == [0, 1, 2]
         assert overlaps == []
+        assert limit.running == 0
 
     run(main)
 
