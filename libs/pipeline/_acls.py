@@ -166,6 +166,14 @@ def plan_acls(role: Role | str, principal: str, settings: Settings) -> list[AclR
             (_T, _PRE, f"{ns}.", (_R,), "status, dlq list/show, events, schedules, the dashboard"),
             (_T, _PRE, f"{ns}.", (Operation.DESCRIBE_CONFIGS,), "`pipeline topics` shows them"),
             (_T, _PRE, jobs, (_W,), "dlq replay, schedules trigger"),
+            *[
+                (_T, pattern, name, (_W,), "dlq replay: undecodable bytes go back where they were")
+                for pattern, name in (
+                    (_PRE, f"{ns}.retry."),
+                    (_LIT, t.deferred),
+                    (_PRE, f"{t.deferred}."),
+                )
+            ],
             (_T, _LIT, t.dlq_state, (_W,), "dlq replay/discard record what was done"),
             (_T, _LIT, t.events, (_W,), "dlq replay/discard write an event per job"),
             (_T, _LIT, t.schedules, (_W,), "schedules add/pause/resume/remove"),

@@ -4,7 +4,9 @@ A setting, a librdkafka option (``kafka``, ``worker.kafka_consumer``) or a schem
 client option (``schema_registry.client``) holds a secret when its name contains one of
 :data:`SECRET_WORDS` (case-insensitive, whatever the separators: ``sasl.password``,
 ``ssl_key_password``, ``basic.auth.user.info``, a misspelled ``sasl_passwrd`` or an unknown
-``foo_token``). Wherever settings are shown, such a value is replaced by :data:`REDACTED`:
+``foo_token``). A URL holds one in its user info (``https://user:secret@registry``, which
+``SchemaRegistryClient`` takes as its basic auth): :func:`redact_url` hides the password and
+keeps the rest. Wherever settings are shown, such a value is replaced by :data:`REDACTED`:
 in settings errors (:func:`validation_problems`), in the ``repr`` of the settings models
 (:class:`RedactedRepr`), and in pydantic's own ``ValidationError`` text, which the models
 keep free of input values (``hide_input_in_errors``).
@@ -12,6 +14,7 @@ keep free of input values (``hide_input_in_errors``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -23,6 +26,7 @@ __all__ = [
     "RedactedRepr",
     "is_secret_name",
     "redact",
+    "redact_url",
     "validation_problems",
 ]
 
@@ -45,6 +49,10 @@ and ``sasl.oauthbearer.config``; ``key`` covers ``ssl.key.pem`` and ``ssl.keysto
 
 _SCALARS = (str, bytes, int, float)
 
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s,]*):[^/?#@\s,]*@")
+"""``scheme://user:password@``: a URL's user info with a password (several URLs may be given
+in one value, comma-separated, as a registry's are)."""
+
 
 def is_secret_name(name: str) -> bool:
     """Whether a setting's or an option's name (or dotted path) says it holds a secret."""
@@ -52,12 +60,17 @@ def is_secret_name(name: str) -> bool:
     return any(word in lowered for word in SECRET_WORDS)
 
 
+def redact_url(text: str) -> str:
+    """``text`` with the password of each URL in it replaced by :data:`REDACTED`."""
+    return _URL_PASSWORD.sub(lambda found: f"{found['head']}:{REDACTED}@", text)
+
+
 def redact(value: Any, name: str = "") -> Any:
     """``value`` with every secret in it replaced by :data:`REDACTED`.
 
     The whole value when ``name`` is a secret's (``None`` and booleans stay: they tell only
     whether something is set); in a mapping, each value under a secret's name, at any depth;
-    in a list or tuple, each item under ``name``.
+    in a list or tuple, each item under ``name``; in any other string, the password of a URL.
     """
     if isinstance(value, Mapping):
         return {key: redact(item, f"{name}.{key}") for key, item in value.items()}
@@ -65,6 +78,9 @@ def redact(value: Any, name: str = "") -> Any:
         return type(value)(redact(item, name) for item in value)
     if name and is_secret_name(name) and value is not None and not isinstance(value, bool):
         return REDACTED
+    if isinstance(value, str) and "@" in value:
+        shown = redact_url(value)
+        return value if shown == value else shown  # the same object when nothing is hidden
     return value
 
 

@@ -48,6 +48,15 @@ def test_the_scheduler_follows_its_settings() -> None:
     )
 
 
+def test_the_operator_replays_undecodable_messages_to_their_source() -> None:
+    # ``dlq replay`` sends an undecodable message back byte for byte to the topic it came
+    # from: the retry relay's and the scheduler's come from the retry tiers and deferred topics.
+    operator = rules(Role.OPERATOR)
+    wanted = {"TOPIC ns.retry.* WRITE", "TOPIC ns.deferred WRITE", "TOPIC ns.deferred.* WRITE"}
+    assert wanted <= operator
+    assert not {"TOPIC ns.* WRITE", "TOPIC ns.dlq WRITE"} & operator
+
+
 def test_only_the_admin_creates_or_alters_topics() -> None:
     changing = {Operation.CREATE, Operation.ALTER, Operation.ALTER_CONFIGS}
     for role in Role:

@@ -16,18 +16,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
-from confluent_kafka import Consumer, KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined, unused-ignore]
 
 from pipeline import Pipeline, Settings
 from pipeline._aclapply import apply_acls
 from pipeline._acls import Role, plan_acls
 from pipeline._admin import apply_topics
-from pipeline._codec import JobCodec
+from pipeline._codec import DeadLetterCodec, JobCodec
 from pipeline._deadletters import read_dead_letters
 from pipeline._errors import EnqueueError, NotAuthorizedError, TopicAdminError
+from pipeline._records import DeadLetter
 from pipeline._schedule import make_schedule, publish_schedules
 from pipeline._topics import TopicNames
+from pipeline._topicspec import deferred_tier_topic
 from pipeline_cli import cli
 from pipeline_cli._devusers import client_env
 from tests.integration.scheduler.conftest import SchedulerFactory, scheduler_env
@@ -379,3 +381,31 @@ def test_a_worker_refused_its_restore_stops_naming_the_acl(
     lacks = f"Kafka user {name} lacks DESCRIBE on GROUP {restore_group} "
     assert lacks in second.log(), second.log_tail()
     assert second.log().count("could not restore the idempotency keys") == 0, second.log_tail()
+
+
+def test_the_operator_replays_undecodable_messages_where_they_came_from(roles: Roles) -> None:
+    # What the retry relay or the scheduler could not decode is dead-lettered as raw bytes,
+    # and a replay sends them back byte for byte to their retry tier or deferred topic.
+    names = TopicNames(roles.namespace)
+    sources = [names.retry(0), names.deferred, deferred_tier_topic(roles.namespace, 0)]
+    letters = [
+        DeadLetter(
+            reason="decode_error",
+            message="undecodable",
+            source_topic=topic,
+            source_partition=0,
+            source_offset=0,
+            raw_value=b"raw bytes",
+            raw_key=b"raw-key",
+        )
+        for topic in sources
+    ]
+    producer = Producer(roles.superuser.client_config())
+    for letter in letters:
+        producer.produce(names.dlq, DeadLetterCodec().encode(letter))
+    assert producer.flush(10) == 0
+    ids = [arg for letter in letters for arg in ("--id", letter.id)]
+    replay = ["dlq", "replay", *ids, "--yes", "--json"]
+    replayed = CliRunner().invoke(cli, replay, env=roles.env(Role.OPERATOR))
+    assert replayed.exit_code == 0, replayed.output
+    assert all(letter.id in replayed.stdout for letter in letters), replayed.stdout
