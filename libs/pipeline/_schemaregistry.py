@@ -25,6 +25,7 @@ from ._avro import HEADER_SIZE
 from ._avroschema import RegisteredSchema, strip_logical_types
 from ._codec import JobCodec
 from ._errors import ConfigurationError, DecodeError, PipelineError, SchemaNotFoundError
+from ._redact import redact_url
 
 if TYPE_CHECKING:
     from ._registrysettings import SchemaRegistrySettings
@@ -101,6 +102,8 @@ class SchemaRegistry:
                 "pip install 'kafka-pipeline[registry]'"
             ) from exc
         self.url = url
+        self.shown_url = redact_url(url)
+        """``url`` as messages and logs show it: without a password in it."""
         self.wait_s = wait_s
         self.read_wait_s = read_wait_s
         self._sleep = sleep
@@ -125,7 +128,7 @@ class SchemaRegistry:
         return cls(settings.url, client=settings.client, **kwargs)
 
     def __repr__(self) -> str:
-        return f"SchemaRegistry({self.url!r})"
+        return f"SchemaRegistry({self.shown_url!r})"
 
     def close(self) -> None:
         """Closes the HTTP connections; safe to call twice."""
@@ -163,7 +166,7 @@ class SchemaRegistry:
             if status in (409, 422):
                 reason = getattr(exc, "error_message", str(exc))
                 raise ConfigurationError(
-                    f"the schema registry at {self.url} refused {schema.get('name')!r} under "
+                    f"the schema registry at {self.shown_url} refused {schema.get('name')!r} under "
                     f"subject {subject!r}: {reason} (HTTP {status}); "
                     "evolve the schema by the subject's compatibility rule, or register it "
                     "under a new subject"
@@ -208,7 +211,7 @@ class SchemaRegistry:
         except _registry_error() as exc:
             if getattr(exc, "http_status_code", None) == 404:
                 raise SchemaNotFoundError(
-                    f"schema id {schema_id} is not in the schema registry at {self.url}",
+                    f"schema id {schema_id} is not in the schema registry at {self.shown_url}",
                     b"",
                 ) from exc
             raise
@@ -221,7 +224,7 @@ class SchemaRegistry:
             parsed = fastavro.parse_schema(raw if logical_types else strip_logical_types(raw))
         except Exception as exc:  # e.g. references to other subjects, which are not supported
             raise SchemaNotFoundError(
-                f"schema id {schema_id} of the schema registry at {self.url} cannot be read "
+                f"schema id {schema_id} of the schema registry at {self.shown_url} cannot be read "
                 f"as an Avro schema: {type(exc).__name__}: {exc}",
                 b"",
             ) from exc
@@ -278,15 +281,19 @@ class SchemaRegistry:
             waited = time.monotonic() - started
             if wait_s is not None and waited >= wait_s:
                 raise SchemaRegistryUnavailableError(
-                    f"the schema registry at {self.url} did not answer for {waited:.0f}s: "
-                    f"{type(problem).__name__}: {problem}"
+                    f"the schema registry at {self.shown_url} did not answer for {waited:.0f}s: "
+                    f"{type(problem).__name__}: {redact_url(str(problem))}"
                 ) from problem
             refused = getattr(problem, "http_status_code", None) in _REFUSED
             log.warning(
                 "schema registry refused the credentials (schema_registry.client), retrying"
                 if refused
                 else "schema registry unreachable, retrying",
-                extra={"url": self.url, "retry_in_s": delay, "error": str(problem)},
+                extra={
+                    "url": self.shown_url,
+                    "retry_in_s": delay,
+                    "error": redact_url(str(problem)),
+                },
             )
             self._sleep(delay)
             delay = min(delay * 2, _RETRY_MAX_S)

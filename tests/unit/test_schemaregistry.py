@@ -306,3 +306,22 @@ def test_the_documents_code_is_the_tested_producers(language: str, project: str)
     for block in blocks:
         lines = "\n".join(line.strip() for line in block.strip().splitlines())
         assert lines in flat, f"the doc's {language} differs from the test's:\n{block}"
+
+
+def test_a_password_in_the_registry_url_is_in_no_message_log_or_repr(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """``https://user:secret@registry`` is how the registry client takes basic auth."""
+    url = "http://ops:s3cr3t@registry.invalid"
+    client = FakeClient(failures=[ConnectionError(f"cannot reach {url}")])
+    registry = SchemaRegistry(url, sleep=lambda s: None)
+    registry.client = client  # type: ignore[assignment]
+    RegistryAvroPayload(INVOICE, registry=registry).encode("invoice", {"number": "1"})
+    assert caplog.records, "the retry is logged"
+    given_up = SchemaRegistry(url, wait_s=0.0)
+    given_up.client = FakeClient(failures=[ConnectionError(f"cannot reach {url}")])  # type: ignore[assignment]
+    with pytest.raises(SchemaRegistryUnavailableError) as raised:
+        RegistryAvroPayload(INVOICE, registry=given_up).encode("invoice", {"number": "1"})
+    shown = [str(raised.value), repr(registry), *(str(r.__dict__) for r in caplog.records)]
+    assert not [text for text in shown if "s3cr3t" in text]
+    assert "http://ops:**********@registry.invalid" in str(raised.value)
