@@ -140,11 +140,19 @@ class Committer:
             positions = {s: tp.offset for s, tp in zip(idle, found, strict=True)}
         mover = self._mover
         touched = set(mover.touched()) if mover is not None and mover.open else set()
+        stranded = mover.stranded() if mover is not None else set()
         guards = self._guards
         offsets = []
         for state in states:
             offset = max(state.commit_offset, positions.get(state, -1), state.committed)
             where = (state.topic, state.partition)
+            if where in stranded:
+                self._errors.warning(
+                    "stranded", "not committing %s[%d]: moves of its jobs were lost with a "
+                    "failed transaction; the jobs since its last commit run again",
+                    state.topic, state.partition,
+                )  # fmt: skip
+                continue
             guard = guards.get(where)
             if guard is not None:
                 offset = max(offset, guard.floor)
@@ -254,15 +262,22 @@ class Committer:
         self, states: list[PartitionState], *, clean: bool, force: bool = False
     ) -> bool:
         """Commit the mover's transaction with the offsets of every owned partition it touched
-        (they must ride along even when the watermark stands still) and of ``states``."""
+        (they must ride along even when the watermark stands still) and of ``states``.
+
+        ``clean`` holds for ``states`` only: the touched partitions are still ours and run on.
+        """
         assert self._consumer is not None
         assert self._mover is not None
         touched = set(self._mover.touched())
-        chosen = {id(s): s for s in states}
-        for state in self._states.values():
-            if (state.topic, state.partition) in touched:
-                chosen[id(state)] = state
-        offsets = self.offsets(list(chosen.values()), clean=clean, force=force)
+        chosen = {id(s) for s in states}
+        riding = [
+            state
+            for state in self._states.values()
+            if (state.topic, state.partition) in touched and id(state) not in chosen
+        ]
+        offsets = self.offsets(states, clean=clean, force=force)
+        if riding:
+            offsets += self.offsets(riding, force=force)
         started = time.monotonic()
         committed = self._mover.commit(
             offsets,

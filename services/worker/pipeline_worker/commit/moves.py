@@ -266,6 +266,13 @@ class Mover:
         """Partitions with moves in the open transaction: their offsets must be sent with it."""
         return list(self._in_txn)
 
+    def stranded(self) -> set[Where]:
+        """Partitions with moves in a transaction that failed for good (a fatal error, or
+        writing them again failed): the loop counted their jobs finished, but none of their
+        records will ever be in Kafka, so no commit of these partitions may be made (the
+        consumer thread stops; their jobs run again with the next owner)."""
+        return set() if self._txn.open else set(self._in_txn)
+
     def restore_moved(self, where: Where, offsets: Iterable[int]) -> None:
         """Offsets a previous owner moved above the commit point (read from its commit mark)."""
         self.moved[where] = set(offsets)

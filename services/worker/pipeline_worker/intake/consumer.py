@@ -282,6 +282,12 @@ class ConsumerThread:
         Then keep taking part in the rebalance (poll) and try again with the new generation.
         """
         deadline = time.monotonic() + FINAL_COMMIT_S
+        committer = self._committer
+        if self._mover is not None and not committer.in_transaction:
+            # As in the chores: no transaction opens while a commit is unanswered (see
+            # Committer.awaiting); polling serves its answer.
+            while committer.awaiting(time.monotonic()) and not self.health.down:
+                self._poll_during_final_commit(0.05)
         self._drain_moves()
         if self.health.down and self.states:
             # A synchronous commit would wait for the group coordinator up to the session
@@ -292,9 +298,7 @@ class ConsumerThread:
                 self.health.describe(),
             )
             return
-        while not self._committer.commit(
-            self.states.values(), time.monotonic(), sync=True, clean=True
-        ):
+        while not committer.commit(self.states.values(), time.monotonic(), sync=True, clean=True):
             if time.monotonic() >= deadline:
                 _log.error(
                     "could not commit the final offsets within %gs; the jobs finished since the "
@@ -304,9 +308,12 @@ class ConsumerThread:
                 return
             until = time.monotonic() + 0.2
             while time.monotonic() < until:
-                msg = self._consumer.poll(0.05)
-                if msg is not None:
-                    self._hand([msg])  # counted as handed: never committed past by position
+                self._poll_during_final_commit(0.05)
+
+    def _poll_during_final_commit(self, timeout: float) -> None:
+        msg = self._consumer.poll(timeout)
+        if msg is not None:
+            self._hand([msg])  # counted as handed: never committed past by position
 
     def _hand(self, messages: list[Message], *, held: bool = False) -> None:
         """Group a batch by partition, count it into the buffers, pause full ones, hand it over

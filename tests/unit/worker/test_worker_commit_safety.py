@@ -1,0 +1,133 @@
+"""No commit passes a job whose move is not written: against a fake consumer and producer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from pipeline import Settings
+from pipeline._errors import TransactionError, TransactionFencedError
+from pipeline_worker.commit.marks import CommitMark
+from pipeline_worker.commit.moves import Mover
+from pipeline_worker.route.policy import Record
+
+from ..test_transactions import FakeProducer, abortable, fenced, refused
+from .test_worker_consumer import (
+    INCREMENTAL,
+    TOPIC,
+    consumer_thread,
+    flush,
+    loop,
+    messages,
+    own,
+)
+
+__all__ = ["loop"]  # the fixture
+
+FAILURES: dict[str, tuple[list[tuple[str, Callable[[], Exception]]], type[Exception]]] = {
+    "fenced": ([("commit_transaction", fenced)], TransactionFencedError),
+    # Aborted, then writing the moves again into a new transaction fails.
+    "rewrite refused": (
+        [("commit_transaction", abortable), ("begin_transaction", refused)],
+        TransactionError,
+    ),
+}
+
+
+@pytest.mark.parametrize("failure", list(FAILURES))
+def test_a_transaction_lost_for_good_is_never_committed_past_by_the_closing_revocation(
+    loop: asyncio.AbstractEventLoop, failure: str
+) -> None:
+    """A move's job counts as finished once its records are in the open transaction. If that
+    transaction can never commit (the producer failed for good), the consumer thread stops,
+    and closing the consumer revokes its partitions: that last commit must not pass the job,
+    nor list it as moved, or the job is neither run again nor moved anywhere."""
+    steps, raised = FAILURES[failure]
+    producer = FakeProducer()
+    mover = Mover(Settings(namespace="ns"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
+    thread, fake, _ = consumer_thread(loop, mover=mover, **INCREMENTAL)
+    moving, other = own(thread, 0, 1)
+    thread._hand(messages(0, 0, 4) + messages(1, 0, 2))
+    written: list[bool] = []
+    mover.submit((TOPIC, 0), 1, [Record("ns.dlq", b"1", None)], written.append)
+    thread._drain_moves()
+    fake.consumer_group_metadata = lambda: None  # type: ignore[attr-defined]
+    for step, error in steps:
+        producer.failing(step, error())
+    flush(loop)
+    assert written == [True]  # the loop finishes offset 1 now
+    moving.taken = moving.handed
+    moving.commit_offset = 4
+    other.taken = other.handed
+    other.commit_offset = 2
+    with pytest.raises(raised):  # the consumer thread stops with it
+        thread._committer.commit(thread.states.values(), time.monotonic())
+    assert producer.committed == []
+    thread.rebalance.closing = True  # what Consumer.close() calls on the way out
+    partitions = [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)]
+    thread.rebalance.on_revoke(fake, partitions)  # type: ignore[arg-type]
+    sent = [tp for offsets in fake.sent for tp in offsets]
+    assert [tp.partition for tp in sent] == [1]  # the other partition's jobs are all done
+    for tp in sent:
+        assert 1 not in CommitMark.decode(tp.offset, tp.metadata).moved
+
+
+def test_a_revocation_marks_clean_only_the_partitions_it_hands_over(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The revoked partition's last commit goes with the open transaction, and so do the
+    offsets of the partitions that still have moves in it: those stay ours, and their marks
+    must go on saying that an owner runs them (a clean one would hide this worker's death
+    from poison-pill detection)."""
+    producer = FakeProducer()
+    mover = Mover(Settings(namespace="ns"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
+    thread, fake, _ = consumer_thread(loop, mover=mover, **INCREMENTAL)
+    fake.consumer_group_metadata = lambda: None  # type: ignore[attr-defined]
+    revoked, kept = own(thread, 0, 1)
+    thread._hand(messages(0, 0, 4) + messages(1, 0, 4))
+    written: list[bool] = []
+    mover.submit((TOPIC, 1), 3, [Record("ns.dlq", b"3", None)], written.append)
+    thread._drain_moves()
+    flush(loop)
+    assert written == [True]
+    revoked.commit_offset = 4
+    kept.commit_offset = 2  # offset 2 still runs
+    thread.rebalance.on_revoke(fake, [TopicPartition(TOPIC, 0)])  # type: ignore[arg-type]
+    [(offsets, _)] = producer.sent_offsets
+    marks = {tp.partition: CommitMark.decode(tp.offset, tp.metadata) for tp in offsets}
+    assert (marks[0].offset, marks[0].dirty) == (4, False)  # handed over in good order
+    assert (marks[1].offset, marks[1].moved, marks[1].dirty) == (2, (3,), True)
+
+
+def test_the_final_commit_opens_no_transaction_before_the_last_asynchronous_commit_is_answered(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """As in the steady state: a scheduled commit still on its way could reach the group
+    coordinator after the final transaction's offsets and put back an older mark, without the
+    last moves (their jobs would be moved again by the next owner)."""
+    producer = FakeProducer()
+    mover = Mover(Settings(namespace="ns"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
+    thread, fake, _ = consumer_thread(loop, mover=mover)
+    fake.consumer_group_metadata = lambda: None  # type: ignore[attr-defined]
+    [state] = own(thread, 0)
+    thread._hand(messages(0, 0, 4))
+    state.commit_offset = 2
+    committer = thread._committer
+    committer.commit(thread.states.values(), time.monotonic())
+    assert [asynchronous for asynchronous, _ in fake.commits] == [True]
+    mover.submit((TOPIC, 0), 3, [Record("ns.dlq", b"3", None)], lambda done: None)
+    begun_when_answered: list[int] = []
+
+    def poll(timeout: float) -> None:  # serves the commit's callback, as librdkafka does
+        if not begun_when_answered:
+            begun_when_answered.append(producer.calls.count("begin_transaction"))
+            committer.on_commit(None, fake.sent[0])
+
+    fake.poll = poll  # type: ignore[attr-defined]
+    thread._final_commit()
+    assert begun_when_answered == [0]
+    assert producer.committed == [[("ns.dlq", b"3")]]
