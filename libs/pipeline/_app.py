@@ -31,7 +31,7 @@ from ._jobfunction import (
     takes_ctx_first,
 )
 from ._jobtemplate import JobTemplate
-from ._producer import DeliveryCallback, KafkaTransport, Transport, refusal_of
+from ._producer import DeliveryCallback, KafkaTransport, Transport, message_max_bytes, refusal_of
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
 from ._route import PlainRoutes, Route, resolve_route
@@ -39,7 +39,7 @@ from ._schemaregistry import job_codec
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
 from .outbox._dialect import DEFAULT_TABLE
-from .outbox._writer import MESSAGE_MAX_BYTES, Outbox, OutboxJob, outbox_route
+from .outbox._writer import Outbox, OutboxJob, outbox_route
 
 __all__ = ["BoundEnqueue", "EnqueueOptions", "JobFunction", "JobHandle", "Pipeline"]
 
@@ -230,7 +230,7 @@ class Pipeline:
         The :class:`pipeline.outbox.Outbox` adds each job to the outbox ``table``: it exists
         once the caller commits, and ``pipeline outbox relay`` publishes it (docs/outbox.md).
         """
-        max_bytes = int(self.settings.kafka.get("message.max.bytes", MESSAGE_MAX_BYTES))
+        max_bytes = message_max_bytes(self.settings)
         return Outbox(connection, self._outboxed, table=table, max_bytes=max_bytes)
 
     def flush(self, timeout: float | None = None) -> None:

@@ -316,3 +316,27 @@ def test_a_job_larger_than_kafka_takes_is_refused_and_adds_no_row(
         allowing.outbox(connection).enqueue("typed_text", {"text": big})
         connection.commit()
     assert len(rows(database)) == 2
+
+
+def test_an_autocommit_connection_outside_a_transaction_is_refused(
+    app: Pipeline, database: Path
+) -> None:
+    # Each statement would commit on its own: the order of place_order (examples/) without its
+    # job if the process died in between, or the job of an order rolled back after it.
+    connection = sqlite3.connect(database, isolation_level=None)
+    connection.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
+    connection.execute("INSERT INTO orders VALUES (1)")  # committed already
+    with pytest.raises(ConfigurationError, match="autocommit"):
+        app.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
+    with pytest.raises(ConfigurationError, match="autocommit"):
+        app.outbox(connection).enqueue_many("email.send", [{"to": "a@b.c"}])
+    assert rows(database) == []
+    # In a transaction it opened itself, the job commits (or rolls back) with it.
+    connection.execute("BEGIN")
+    app.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
+    connection.execute("ROLLBACK")
+    assert rows(database) == []
+    connection.execute("BEGIN")
+    job_id = app.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
+    connection.execute("COMMIT")
+    assert [row[4] for row in rows(database)] == [job_id]

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline._errors import ConfigurationError
+from pipeline._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES as MESSAGE_MAX_BYTES
 from pipeline.outbox import OutboxRelay, RelayOptions
 from pipeline.outbox._batch import fitting, read_batch
 from pipeline.outbox._dialect import SQLITE, OutboxRow
@@ -22,7 +23,6 @@ from pipeline.outbox._progress import (
     encode_ids,
     parse_record,
 )
-from pipeline.outbox._writer import MESSAGE_MAX_BYTES
 from pipeline_cli import _outbox as outbox_cli
 from pipeline_cli._main import cli
 

@@ -87,3 +87,30 @@ def test_init_refuses_a_bad_table_name_before_it_opens_the_database(tmp_path: Pa
     assert result.exit_code == 2, result.output
     assert "table name 'x; drop'" in result.output
     assert not path.exists()
+
+
+MALFORMED_DSNS = [
+    "postgresql://app:s3cret-pw@[db.internal/shop",  # libpq quotes the whole URI back
+    "postgresql://app:s3cret-pw@db.internal/shop?sslmod=require",  # an option libpq lacks
+    "host=db.internal password=s3cret-pw sslmod=require",
+]
+
+
+@pytest.mark.parametrize("dsn", MALFORMED_DSNS)
+def test_a_postgresql_dsn_libpq_cannot_parse_stops_the_relay_without_its_password(
+    dsn: str,
+) -> None:
+    # It never connects, whatever the server does: not an outage to wait out for ever.
+    raised = _run_briefly(OutboxRelay(SETTINGS, dsn))
+    assert isinstance(raised, ConfigurationError), raised
+    assert "PostgreSQL DSN" in str(raised)
+    assert "s3cret-pw" not in str(raised)
+
+
+@pytest.mark.parametrize("command", ["status", "init"])
+@pytest.mark.parametrize("dsn", MALFORMED_DSNS)
+def test_a_postgresql_dsn_libpq_cannot_parse_is_a_usage_error(command: str, dsn: str) -> None:
+    result = CliRunner().invoke(cli, ["outbox", command, "--dsn", dsn])
+    assert result.exit_code == 2, result.output
+    assert "Error: invalid PostgreSQL DSN" in result.output
+    assert "s3cret-pw" not in result.output

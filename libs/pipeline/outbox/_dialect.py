@@ -224,13 +224,32 @@ def connect(dsn: str, *, create: bool = True, **params: Any) -> tuple[Any, Diale
             ) from None
         try:
             return psycopg.connect(dsn, **params), POSTGRES
+        except psycopg.ProgrammingError as exc:  # libpq cannot parse it: it never will
+            raise ConfigurationError(
+                f"invalid PostgreSQL DSN: {_masked(str(exc), dsn)}"
+            ) from None  # the cause's text may hold the password
         except psycopg.Error as exc:  # the server may come back: not a configuration error
-            raise DatabaseUnavailableError(f"cannot connect to PostgreSQL: {exc}") from exc
+            raise DatabaseUnavailableError(
+                f"cannot connect to PostgreSQL: {_masked(str(exc), dsn)}"
+            ) from exc
     scheme = dsn.partition(":")[0]  # not the whole DSN: it may hold a password
     raise ConfigurationError(
         f"unknown outbox DSN scheme {scheme!r}: use postgresql://user@host:port/db "
         "or sqlite:///path.db"
     )
+
+
+_PASSWORDS = re.compile(r"://[^:/@\s]*:([^@\s]+)@|\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)")
+"""The password of a DSN, in either form (``scheme://user:password@``, ``password=...``)."""
+
+
+def _masked(text: str, dsn: str) -> str:
+    """``text`` without the password of ``dsn`` (libpq quotes a DSN it cannot parse back)."""
+    for match in _PASSWORDS.finditer(dsn):
+        secret = match.group(1) or match.group(2)
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 def no_database(path: Path) -> ConfigurationError:

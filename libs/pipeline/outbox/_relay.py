@@ -42,13 +42,14 @@ from .._errors import (
     TransactionAbortedError,
     TransactionFencedError,
 )
-from .._producer import producer_config
+from .._producer import message_max_bytes, producer_config
 from .._settings import Settings
 from .._transactions import Transactions
 from ._batch import read_batch
 from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
 from ._progress import CommittedBatch, RelayProgress, batch_digest
+from ._sizegate import SizeGate
 from ._stall import StallWatch
 from ._topicgate import TopicGate
 from ._writer import create_table
@@ -176,6 +177,7 @@ class OutboxRelay:
             self.active.set()
             health = BrokerHealth.of(settings.bootstrap_servers)
             gate = TopicGate(options.table, producer)
+            sizes = SizeGate(options.table, message_max_bytes(settings))
             checked = time.monotonic()
             while not stop.is_set():
                 if time.monotonic() - checked >= _LOCK_CHECK_S:
@@ -191,7 +193,8 @@ class OutboxRelay:
                     stop.wait(options.poll_interval_s)
                     continue
                 rows = rows[: gate.passable(rows)]
-                if not rows:  # the first row's topic is missing (logged): it waits, in order
+                rows = rows[: sizes.passable(rows)]
+                if not rows:  # the first row's topic is missing or it is too large (logged)
                     stop.wait(options.retry_s)
                     continue
                 if not self._publish(txn, rows, progress, stall):

@@ -9,12 +9,14 @@ have sent when the row was written.
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import PayloadValidationError
+from .._errors import ConfigurationError, PayloadValidationError
 from .._job import now_ms
+from .._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES, fits_in_message
 from .._route import Route
 from ._dialect import DEFAULT_TABLE, Dialect, checked_table, dialect_of
 
@@ -33,11 +35,6 @@ class OutboxJob:
     key: bytes | None
     value: bytes
 
-
-MESSAGE_MAX_BYTES = 1_000_000
-"""librdkafka's ``message.max.bytes`` unless the settings' ``kafka`` options change it."""
-MESSAGE_OVERHEAD_BYTES = 512
-"""What a record adds to its key and value (its headers, lengths, timestamp), generously."""
 
 Encode = Callable[[str, Mapping[str, Any] | None, dict[str, Any]], OutboxJob]
 """(job type, payload, enqueue options) -> the encoded job (the application's encoder)."""
@@ -77,6 +74,23 @@ def create_table(connection: Any, table: str = DEFAULT_TABLE) -> None:
     connection.commit()
 
 
+def _autocommitting(connection: Any) -> bool:
+    """Whether a statement on ``connection`` would commit on its own: autocommit mode (sqlite3's
+    ``isolation_level=None`` or ``autocommit=True``, psycopg's ``autocommit=True``) outside a
+    transaction the caller opened (``BEGIN``, ``with connection.transaction():``)."""
+    if isinstance(connection, sqlite3.Connection):
+        autocommit = getattr(connection, "autocommit", None)  # Python 3.12 and later
+        legacy = autocommit not in (True, False)
+        return not connection.in_transaction and (
+            autocommit is True or (legacy and connection.isolation_level is None)
+        )
+    if not getattr(connection, "autocommit", False):
+        return False  # psycopg opens a transaction with the first statement
+    from psycopg.pq import TransactionStatus  # a psycopg connection: psycopg is there
+
+    return bool(connection.info.transaction_status == TransactionStatus.IDLE)
+
+
 class Outbox:
     """Enqueues jobs as rows of the outbox table, in ``connection``'s current transaction.
 
@@ -92,7 +106,7 @@ class Outbox:
         encode: Encode,
         *,
         table: str = DEFAULT_TABLE,
-        max_bytes: int = MESSAGE_MAX_BYTES,
+        max_bytes: int = LIBRDKAFKA_MESSAGE_MAX_BYTES,
     ) -> None:
         self._connection = connection
         self._dialect: Dialect = dialect_of(connection)
@@ -102,16 +116,27 @@ class Outbox:
         self._max_bytes = max_bytes
         """The largest message the relay's producer sends (its ``message.max.bytes``)."""
 
+    def _in_transaction(self) -> None:
+        """Refuse to write when the row would commit on its own (see :func:`_autocommitting`)."""
+        if _autocommitting(self._connection):
+            raise ConfigurationError(
+                "the outbox writes into the caller's open transaction, and this connection is in "
+                "autocommit mode outside one: the job would commit on its own, apart from the "
+                "service's other writes. Open a transaction first (with psycopg, "
+                "`with connection.transaction():`; with sqlite3, `BEGIN`, or a connection "
+                "whose isolation_level is not None)"
+            )
+
     def _job(self, job_type: str, payload: Mapping[str, Any] | None, options: Any) -> OutboxJob:
         """The encoded job, if the relay will be able to send it. A row Kafka refuses would
         stay at the head of the table, and every row behind it would wait: it is refused here,
         in the caller's transaction, as ``enqueue`` would have been refused by the producer."""
         job = self._encode(job_type, payload, options)
-        size = len(job.value) + len(job.key or b"") + MESSAGE_OVERHEAD_BYTES
-        if size > self._max_bytes:
+        if not fits_in_message(self._max_bytes, job.value, job.key):
+            size = len(job.value) + len(job.key or b"")
             raise PayloadValidationError(
                 job_type,
-                f"the job takes about {size:,} bytes as a Kafka message, more than the "
+                f"the job takes {size:,} bytes and more as a Kafka message, more than the "
                 f"{self._max_bytes:,} the producer sends (message.max.bytes): keep large data "
                 "elsewhere and pass a reference",
             )
@@ -125,6 +150,7 @@ class Outbox:
         Options are :meth:`pipeline.Pipeline.enqueue`'s (``priority``, ``delay``, ``run_at``,
         ``key``, ``idempotency_key``, ``tenant``, ``headers``, ``max_attempts``).
         """
+        self._in_transaction()
         job = self._job(job_type, payload, options)
         cursor = self._connection.cursor()
         try:
@@ -139,6 +165,7 @@ class Outbox:
         """:meth:`enqueue` each of ``payloads`` with the same options, in one ``executemany``
         (one round trip on PostgreSQL, with psycopg's pipeline mode); their ids in order.
         Nothing is inserted when one payload fails validation."""
+        self._in_transaction()
         jobs = [self._job(job_type, payload, options) for payload in payloads]
         at = now_ms()
         cursor = self._connection.cursor()

@@ -127,3 +127,24 @@ def test_the_lock_session_is_dropped_within_a_minute_of_its_host_vanishing(
         lock.release()
     assert 0 < idle + interval * count <= 60
     assert 0 < user_timeout_ms <= 60_000  # while data waits for an acknowledgement
+
+
+def test_an_autocommit_connection_writes_in_a_transaction_only(postgres_dsn: str) -> None:
+    # Outside connection.transaction() each statement commits on its own: the job would exist
+    # whatever became of the service's other writes.
+    connection, _ = connect(postgres_dsn)
+    create_table(connection)
+    connection.close()
+    with psycopg.connect(postgres_dsn, autocommit=True) as connection:
+        with pytest.raises(ConfigurationError, match="autocommit"):
+            APP.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
+        with pytest.raises(ConfigurationError, match="autocommit"):
+            APP.outbox(connection).enqueue_many("email.send", [{"to": "a@b.c"}])
+        assert pending(postgres_dsn) == 0
+        with connection.transaction() as transaction:
+            APP.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
+            raise psycopg.Rollback(transaction)  # the service's own failure: the job goes too
+        assert pending(postgres_dsn) == 0
+        with connection.transaction():
+            APP.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
+        assert pending(postgres_dsn) == 1

@@ -294,3 +294,32 @@ def test_rows_for_a_missing_topic_wait_in_order_until_it_exists(
     assert sorted(ids(topic)) == sorted(first + after)
     assert ids(missing) == [waiting]
     assert "Kafka did not take" not in caplog.text  # no batch went out to fail in Kafka
+
+
+def test_a_row_larger_than_the_relay_sends_waits_in_order_without_restarting_the_relay(
+    sqlite_dsn: str, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Written by a writer whose message.max.bytes is larger than the relay's: Kafka's producer
+    # refuses the row. The relay used to give up being active on every try (a new producer, a
+    # new registration each second) with every row of the table behind it.
+    apply_topics(settings)
+    connection, _ = connect(sqlite_dsn)
+    try:
+        create_table(connection)
+        outbox = Pipeline(settings).outbox(connection)
+        first = outbox.enqueue("noop", {"n": 1})  # id 1
+        outbox.enqueue("noop", {"blob": "x" * 300_000})  # id 2
+        outbox.enqueue("noop", {"n": 3})  # id 3
+        connection.commit()
+    finally:
+        connection.close()
+    small = settings.model_copy(update={"kafka": {"message.max.bytes": "100000"}})
+    codec = Pipeline(settings).codec
+    relay = OutboxRelay(small, sqlite_dsn, RelayOptions(retry_s=0.1))
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"), relay_in_thread(relay):
+        assert wait_for(lambda: pending(sqlite_dsn) == 2, RELAY_TIMEOUT_S)
+        assert wait_for(lambda: "outbox row 2 takes" in caplog.text, RELAY_TIMEOUT_S)
+    topic = f"{settings.namespace}.jobs.default"
+    assert [codec.decode(r.value() or b"").id for r in read_topic(settings, topic)] == [first]
+    assert caplog.text.count("active: publishing") == 1  # it stayed active, waiting
+    assert "message.max.bytes" in caplog.text
