@@ -36,6 +36,13 @@ MAX_YEARS_BETWEEN_FIRES = 10
 
 
 def _zone(tz: str) -> ZoneInfo:
+    if tz == "localtime":
+        # A link to /etc/localtime where the tz database ships one (Debian): every scheduler
+        # would fire in its own machine's zone, at times (and fire ids) the others disagree on.
+        raise ConfigurationError(
+            "time zone 'localtime' is the zone of the machine that reads it, which another "
+            "scheduler may not share; use an IANA name such as 'Europe/Paris' or 'UTC'"
+        )
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, OSError):
@@ -134,10 +141,14 @@ def fires_between(cron: str, tz: str, after_ms: int, until_ms: int, limit: int) 
         if len(fires) > limit:
             del fires[0]
         if steps == limit + SCAN_BEFORE_JUMP:
-            # Far behind: start again from the fire just before the newest ``limit``.
+            # Far behind: start again from the fire just before the newest ``limit``. When
+            # that fire is not ahead (fewer than ``limit`` fires are left), the newest
+            # ``limit`` include some already kept: go on stepping, at most ``limit`` more.
             for back, bound in enumerate(_fires_before(cron, tz, until_ms + 1)):
                 if back == limit:
-                    return fires_between(cron, tz, max(bound, fire), until_ms, limit)
+                    if bound > fire:
+                        return fires_between(cron, tz, bound, until_ms, limit)
+                    break
     return fires
 
 

@@ -83,8 +83,8 @@ def trigger_job(schedule: Schedule, namespace: str, at_ms: int, default_max_atte
 def find_schedule(settings: Settings, name: str, timeout: float = 30.0) -> Schedule:
     """Schedule ``name`` as stored on ``<ns>.schedules``.
 
-    Raises :class:`ScheduleNotFoundError` when there is none, :class:`ConfigurationError` when
-    its record is invalid (``pipeline schedules ls`` shows why).
+    Raises :class:`ScheduleNotFoundError` when there is none, :class:`PipelineError` when its
+    record is invalid (``pipeline schedules ls`` shows why).
     """
     record = read_schedule_records(settings, timeout=timeout).get(name)
     if record is None:

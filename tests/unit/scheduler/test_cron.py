@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from pipeline import Pipeline
-from pipeline._cronexpr import epoch_ms
+from pipeline._cronexpr import SCAN_BEFORE_JUMP, epoch_ms
 from pipeline._errors import ConfigurationError
 from pipeline._records import Schedule
 from pipeline._schedule import (
@@ -194,3 +194,47 @@ def test_cron_table_catches_up_from_the_epoch_in_bounded_time() -> None:
     started = time.monotonic()
     assert [f.fire_ms for f in table.due(LAST)] == [LAST - 20_000, LAST - 10_000, LAST]
     assert time.monotonic() - started < 20
+
+
+EVERY_MINUTE = "* * * * *"
+
+
+@pytest.mark.parametrize("limit", [1, 10, 1000])
+@pytest.mark.parametrize("past_the_scan", [1, 2, 3])
+def test_fires_between_just_past_the_scan_keeps_the_newest_fires(
+    limit: int, past_the_scan: int
+) -> None:
+    # Once it has stepped through limit + SCAN_BEFORE_JUMP fires it jumps to the newest ones;
+    # a gap that ends just after that point used to lose them: [] for 1 + limit + SCAN fires.
+    count = limit + SCAN_BEFORE_JUMP + past_the_scan
+    last = LAST - LAST % 60_000
+    until = last + 60_000 * count
+    expected = [until - 60_000 * i for i in range(min(limit, count) - 1, -1, -1)]
+    assert fires_between(EVERY_MINUTE, "UTC", last, until, limit) == expected
+
+
+def test_cron_table_after_a_gap_just_past_the_scan_fires_once_and_moves_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 1,002 missed fires of a per-minute schedule: the newest fire was not found, the last fire
+    # stayed where it was, and due() planned the same overdue schedule again and again (the
+    # leader spun there for good, enqueueing the same fire each turn).
+    plans = 0
+    plan = CronTable._plan
+
+    def counted(self: CronTable, name: str) -> None:
+        nonlocal plans
+        plans += 1
+        assert plans < 10, "due() keeps planning the same overdue schedule"
+        plan(self, name)
+
+    monkeypatch.setattr(CronTable, "_plan", counted)
+    last = LAST - LAST % 60_000
+    now = last + 60_000 * (2 + SCAN_BEFORE_JUMP)
+    table = CronTable(grace_ms=30_000, max_catchup=1000)
+    table.load_last_fires({"a": last})
+    made = make_schedule("a", cron=EVERY_MINUTE, job_type="t", missed="skip")
+    made.created_at = last
+    table.put("a", made)
+    assert [(f.fire_ms, f.last_ms) for f in table.due(now)] == [(now, now)]
+    assert table.next_due() == now + 60_000

@@ -34,6 +34,8 @@ def raw(name: str = "x", cron: str = EVERY_10S, tz: str = "UTC", **fields: Any) 
         ("* * * * *", "America", "unknown time zone"),  # a directory of the tz database
         ("* * * * *", "x" * 300, "unknown time zone"),  # a name too long for a file
         ("* * * * *", "", "unknown time zone"),
+        # The zone of whichever machine reads it: schedulers in other zones fire at other times.
+        ("* * * * *", "localtime", "the zone of the machine"),
         # croniter draws a random value at every evaluation: fire times nobody agrees on.
         ("R * * * *", "UTC", "random value"),
         ("0 R(1-5) * * *", "UTC", "random value"),
