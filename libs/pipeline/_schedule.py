@@ -318,6 +318,32 @@ def delete_schedule(settings: Settings, name: str, timeout: float = 30.0) -> boo
     return True
 
 
+def _metadata(
+    consumer: Any, log: LastProblemLog, settings: Settings, topic: str, timeout: float
+) -> Any:
+    """``topic``'s metadata, asked in steps of a second: a refusal of the credentials stops
+    the wait at once (``log`` says so), rather than end it as though Kafka were down."""
+    import time
+
+    from confluent_kafka import KafkaException
+
+    asked_until = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.list_topics(
+                topic, timeout=min(1.0, max(0.1, asked_until - time.monotonic()))
+            )
+        except KafkaException as exc:
+            consumer.poll(0)  # serves the log lines that may say it was refused
+            refused = log.refused(settings)
+            if refused is not None:
+                raise refused from exc
+            if time.monotonic() >= asked_until - 0.1:
+                raise KafkaUnavailableError(
+                    f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}"
+                ) from exc
+
+
 def read_table(
     settings: Settings, topic: str, timeout: float = 30.0, *, missing_ok: bool = False
 ) -> list[tuple[str, bytes | None]]:
@@ -325,7 +351,7 @@ def read_table(
     with ``missing_ok``, none when the topic does not exist (else that raises)."""
     import time
 
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     conf: dict[str, Any] = {
         "logger": LastProblemLog(),  # see _producer
@@ -341,13 +367,7 @@ def read_table(
     }
     consumer = Consumer(conf)
     try:
-        try:
-            metadata = consumer.list_topics(topic, timeout=timeout)
-        except KafkaException as exc:
-            raise KafkaUnavailableError(
-                f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}"
-            ) from exc
-        meta = metadata.topics.get(topic)
+        meta = _metadata(consumer, conf["logger"], settings, topic, timeout).topics.get(topic)
         if meta is None or meta.error is not None:
             if not_authorized(consumer, topic, timeout):
                 raise NotAuthorizedError("TOPIC", topic, "READ", settings.security.sasl_username)

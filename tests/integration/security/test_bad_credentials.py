@@ -150,6 +150,17 @@ def test_pipeline_status_exits_4_with_the_clear_message(
     assert wrong_password not in done.stdout
 
 
+@pytest.mark.parametrize("command", [["ls"], ["pause", "nightly"]])
+def test_pipeline_schedules_exits_4_with_the_clear_message(
+    wrong_settings: Settings, wrong_password: str, command: list[str]
+) -> None:
+    """Not exit 1 after its timeout, as though Kafka were down."""
+    done, _ = run([*PIPELINE, "schedules", *command], wrong_settings)
+    assert done.returncode == REFUSED_EXIT, done.stdout
+    assert CLEAR_LINE in done.stdout
+    assert wrong_password not in done.stdout
+
+
 def assert_one_clear_line(output: str, wrong_password: str) -> None:
     assert wrong_password not in output
     lines = output.splitlines()
