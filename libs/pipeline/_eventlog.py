@@ -68,9 +68,10 @@ class JobHistory:
 
     @property
     def state(self) -> str:
-        """What the last thing known is: ``succeeded``, ``dead (pending)``, ``retrying``,
-        ``running``, ``replayed``... or ``unknown``."""
-        if self.letters and (not self.events or self.events[-1].kind == EventKind.DEAD):
+        """What the last thing known is: ``succeeded``, ``dead (pending|replayed|discarded)``,
+        ``waiting for a retry``, ``running``, ``replayed``... or ``unknown``."""
+        ended = (EventKind.DEAD, EventKind.DISCARDED)
+        if self.letters and (not self.events or self.events[-1].kind in ended):
             return f"dead ({self.letters[-1].status.value})"
         if not self.events:
             return "unknown"
@@ -171,14 +172,19 @@ def follow_events(
 ) -> Iterator[Event]:
     """Yield matching events of ``<ns>.events`` as they arrive (new ones only, unless
     ``from_beginning``), until the caller stops or, with ``until_idle``, no event at all
-    has arrived for that many seconds."""
+    has arrived for that many seconds while Kafka answered.
+
+    While no event arrives, Kafka is asked for its metadata every second: Kafka not answering
+    for ``timeout`` seconds raises :class:`KafkaUnavailableError` (a tail never waits silently
+    on a lost cluster), and the idle time does not end while Kafka does not answer.
+    """
     topic = TopicNames(settings.namespace).events
     codec = EventCodec()
     with TopicReader(settings, timeout) as reader:
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
         reader.consumer.assign([TopicPartition(topic, p, start) for p in reader.partitions(topic)])
-        last = time.monotonic()
-        while until_idle is None or time.monotonic() - last < until_idle:
+        last = answered = time.monotonic()
+        while True:
             try:
                 messages = reader.consumer.consume(500, 0.2)
             except KafkaException as exc:
@@ -186,10 +192,35 @@ def follow_events(
             for message in messages:
                 error = message.error()
                 if error is not None:
-                    if error.code() != KafkaError._PARTITION_EOF and not error.retriable():
+                    if error.code() == KafkaError._PARTITION_EOF:
+                        answered = time.monotonic()
+                    elif not error.retriable():
                         raise PipelineError(f"reading {topic} failed: {error.str()}")
                     continue
-                last = time.monotonic()
+                last = answered = time.monotonic()
                 event = _decode(codec, message)
                 if event is not None and event_filter.matches(event):
                     yield event
+            now = time.monotonic()
+            idle = until_idle is not None and now - last >= until_idle
+            if now - answered >= _PROBE_S or idle:
+                if _answers(reader, topic):
+                    answered = time.monotonic()
+                    if idle:
+                        return
+                elif time.monotonic() - answered >= timeout:
+                    raise reader.unavailable(f"{topic} not read for {timeout:g}s")
+
+
+_PROBE_S = 1.0
+"""How often a tail that receives nothing asks whether Kafka still answers."""
+
+
+def _answers(reader: TopicReader, topic: str) -> bool:
+    """Whether Kafka answers a metadata request for ``topic`` (which exists: it is being read;
+    the whole cluster's metadata every second would be a large answer on a large cluster)."""
+    try:
+        reader.consumer.list_topics(topic, timeout=_PROBE_S)
+    except KafkaException:
+        return False
+    return True

@@ -203,3 +203,15 @@ def test_a_job_history_says_where_the_job_is() -> None:
         "j1", [event("dead", 1), event("replayed", 3)], [StoredLetter(letter, 0, 0, replayed)]
     )
     assert again.state == "replayed, waiting to run"
+
+
+def test_a_discarded_dead_letter_is_a_dead_job_whether_or_not_its_event_was_read() -> None:
+    letter = DeadLetter(
+        reason="fatal_error", message="no", source_topic="t", source_partition=0, source_offset=0
+    )
+    discarded = LetterState(status=LetterStatus.DISCARDED, at=3, by="op")
+    stored = [StoredLetter(letter, 0, 0, discarded)]
+    assert JobHistory("j1", [], stored).state == "dead (discarded)"
+    assert JobHistory("j1", [event("dead", 1), event("discarded", 3)], stored).state == (
+        "dead (discarded)"
+    )
