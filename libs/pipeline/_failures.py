@@ -67,7 +67,8 @@ def judge_failure(
     fatal = job_type.options.fatal
     if isinstance(error, (PayloadValidationError, DecodeError)):
         return FailureVerdict(DeadLetterReason.VALIDATION_ERROR, False)
-    if fatal and isinstance(error, fatal):
+    # An explicit Retry is never fatal, even when ``fatal`` names a base class of it.
+    if fatal and isinstance(error, fatal) and not isinstance(error, Retry):
         return FailureVerdict(DeadLetterReason.FATAL_ERROR, False)
     if job.attempt >= attempt_limit(job, job_type):
         if isinstance(error, TimeLimitError):
@@ -134,10 +135,24 @@ def qualified_name(error: BaseException | None) -> str:
 
 
 def describe_error(error: BaseException | None) -> str:
-    """The error's message (its class name when it has none), cut at :data:`MESSAGE_MAX`."""
+    """The error's message (its class name when it has none), cut at :data:`MESSAGE_MAX`, with
+    what UTF-8 cannot carry (lone surrogates) escaped. An error whose ``str()`` raises is
+    described by its class name: the job must still move."""
     if error is None:
         return ""
-    return cut_text(str(error) or type(error).__name__, MESSAGE_MAX)
+    try:
+        text = str(error)
+    except Exception:
+        text = f"<{type(error).__name__}: str() failed>"
+    return utf8_safe(cut_text(text or type(error).__name__, MESSAGE_MAX))
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates, as ``os.fsdecode`` makes of
+    bytes that are not UTF-8) escaped as ``\\udcff``: every string of a move is UTF-8."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def cut_text(text: str, limit: int) -> str:
@@ -162,8 +177,8 @@ def traceback_text(error: BaseException | None, limit: int = TRACEBACK_MAX) -> s
     if error is None or error.__traceback__ is None:
         return None
     text = "".join(traceback.format_exception(error))
-    data = text.encode("utf-8", "replace")
+    data = text.encode("utf-8", "backslashreplace")
     if len(data) <= limit:
-        return text
+        return data.decode("utf-8")
     tail = data[len(data) - (limit - len(_CUT)) :]
     return _CUT + tail.decode("utf-8", "ignore")  # a character cut in two is dropped

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ._errors import ConfigurationError, PipelineError
-from ._job import delay_s, due_at_ms
+from ._job import MAX_DELAY_S, delay_s, due_at_ms
 
 
 class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(after=30)`)
@@ -76,9 +76,12 @@ class Backoff:
     jitter: float = 0.2
 
     def __post_init__(self) -> None:
-        if self.base_s <= 0 or self.cap_s <= 0:
-            raise ConfigurationError("backoff base_s and cap_s must be positive")
-        if self.factor < 1:
+        for name, seconds in (("base_s", self.base_s), ("cap_s", self.cap_s)):
+            if not 0 < seconds <= MAX_DELAY_S:  # NaN fails too
+                raise ConfigurationError(
+                    f"backoff {name} must be positive and at most {MAX_DELAY_S:g}, got {seconds}"
+                )
+        if not 1 <= self.factor < math.inf:  # NaN fails too
             raise ConfigurationError(f"backoff factor must be at least 1, got {self.factor}")
         if not 0 <= self.jitter < 1:
             raise ConfigurationError(f"backoff jitter must be in [0, 1), got {self.jitter}")
@@ -86,7 +89,11 @@ class Backoff:
     def delay_s(self, failed_attempt: int, rand: random.Random | None = None) -> float:
         """Seconds to wait before the attempt after ``failed_attempt``."""
         exponent = max(0, failed_attempt - 1)
-        delay = min(self.cap_s, self.base_s * self.factor**exponent)
+        try:
+            # A float power: an int one of a late attempt (the envelope may say any) takes ages.
+            delay = min(self.cap_s, self.base_s * float(self.factor) ** exponent)
+        except OverflowError:
+            delay = self.cap_s
         if self.jitter:
             spread = (rand or random).uniform(-self.jitter, self.jitter)
             delay *= 1.0 + spread

@@ -18,7 +18,7 @@ from pipeline import (
     TimeLimitError,
     UnknownJobTypeError,
 )
-from pipeline._failures import FailureVerdict, failed_job, judge_failure
+from pipeline._failures import FailureVerdict, failed_job, judge_failure, traceback_text
 from pipeline._records import DeadLetterReason
 
 NOW = 1_800_000_000_000
@@ -99,3 +99,44 @@ def test_the_failed_job_carries_its_error_and_the_next_attempt_its_due_time() ->
     assert (dead.attempt, len(dead.errors)) == (3, 1)
     unknown = judge_failure(job(), None, None, NOW)
     assert failed_job(job(), unknown, None, NOW, "w1") == job()
+
+
+def test_an_explicit_retry_is_never_fatal_even_when_fatal_names_its_base_class() -> None:
+    strict = JobType("pay", handler, JobOptions(fatal=(Exception,)))
+    verdict = judge_failure(job(), strict, Retry(after=5), NOW)
+    assert verdict == FailureVerdict(None, True, NOW + 5_000)
+    assert judge_failure(job(), strict, RuntimeError(), NOW).reason == "fatal_error"
+    assert judge_failure(job(3), strict, Retry(), NOW).reason == "max_attempts"
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_an_error_that_cannot_be_printed_still_gets_a_history_entry() -> None:
+    error = UnprintableError()
+    again = failed_job(job(), judge_failure(job(), TYPE, error, NOW), error, NOW, "w1")
+    [entry] = again.errors
+    assert "UnprintableError" in entry.message
+
+
+def test_an_error_message_that_is_not_utf8_safe_is_escaped() -> None:
+    error = ValueError("file b'\udcff.txt' not found")  # os.fsdecode of a non-UTF-8 name
+    again = failed_job(job(), judge_failure(job(), TYPE, error, NOW), error, NOW, "w1")
+    [entry] = again.errors
+    assert entry.message == "file b'\\udcff.txt' not found"
+    entry.message.encode()
+
+
+def test_a_traceback_that_is_not_utf8_safe_is_escaped() -> None:
+    try:
+        raise ValueError("bad \udcff")
+    except ValueError as exc:
+        text = traceback_text(exc)
+    assert text is not None
+    assert "bad \\udcff" in text
+    text.encode()

@@ -70,3 +70,22 @@ def test_job_options_take_one_fatal_class_or_several() -> None:
     assert JobOptions(fatal=[KeyError, ValueError]).fatal == (KeyError, ValueError)  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="exception classes"):
         JobOptions(fatal=("KeyError",))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("factor", [4, 4.0, 10])
+def test_backoff_of_a_late_attempt_is_the_cap_not_an_overflow(factor: float) -> None:
+    # factor**(n-1) passes a float's range by attempt 513 (factor 4): the move failed, the
+    # offset stuck.
+    backoff = Backoff(base_s=5, factor=factor, cap_s=3600, jitter=0)
+    assert backoff.delay_s(1000) == 3600
+    assert backoff.delay_s(2**40) == 3600  # not computed as an int: that took minutes
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"factor": float("nan")}, {"base_s": float("nan")}, {"cap_s": float("inf")},
+     {"cap_s": 1e300}, {"base_s": float("inf")}],
+)  # fmt: skip
+def test_backoff_rejects_a_time_no_job_could_carry(kwargs: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError):
+        Backoff(**kwargs)

@@ -361,3 +361,26 @@ def test_a_long_traceback_is_cut_to_its_last_8_kb() -> None:
     assert 8190 <= len(text.encode()) <= 8192
     assert traceback_text(ValueError("never raised")) is None
     assert traceback_text(None) is None
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+@pytest.mark.parametrize("error", [UnprintableError(), OSError("no file b'\udcff.txt'")])
+@pytest.mark.parametrize("attempt", [1, 3])
+def test_an_error_that_cannot_be_printed_or_encoded_still_moves_its_job(
+    error: BaseException, attempt: int
+) -> None:
+    """Its move failed to build: the offset stayed unfinished and held its partition back."""
+    move = policy().decide(failure(raised(error), job(attempt)), NOW)
+    assert move.dead is (attempt == 3)
+    moved = CODEC.decode(value(move.records[0])) if not move.dead else None
+    if move.dead:
+        letter = DeadLetterCodec(CODEC.store).decode(value(move.records[0]))
+        assert letter.traceback is not None
+        assert type(error).__name__ in letter.traceback
+        moved = letter.job
+    assert moved is not None
+    assert moved.errors[-1].message
