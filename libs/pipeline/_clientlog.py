@@ -15,16 +15,25 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
+from confluent_kafka import KafkaError
+
 from ._authfailure import authentication_error, is_refusal
 
 if TYPE_CHECKING:
     from ._errors import KafkaAuthenticationError
     from ._settings import Settings
 
-__all__ = ["LastProblemLog", "split_log_call"]
+__all__ = ["LastProblemLog", "is_fatal", "split_log_call"]
 
 _log = logging.getLogger("pipeline.kafka.admin")
 _THREAD = re.compile(r"^\[thrd:[^\]]*\]: ")
+
+
+def is_fatal(error: KafkaError) -> bool:
+    """Whether a client can do nothing more after ``error``: librdkafka flags it (``error_cb``)
+    or, to a polling consumer, hands it over as a message error of code ``_FATAL`` (a static
+    member id another process took, say)."""
+    return bool(error.fatal()) or error.code() == KafkaError._FATAL
 
 
 def split_log_call(fmt: str, args: tuple[object, ...]) -> tuple[str, str]:

@@ -28,6 +28,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
 
 from pipeline._adminsession import AdminSession
 from pipeline._brokerhealth import BrokerHealth
+from pipeline._clientlog import is_fatal
 from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._settings import Settings
 from pipeline._topiccheck import is_missing_topic, missing_topics
@@ -171,7 +172,7 @@ class Leadership:
         if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
             self._rejoin_within_bounds()
             return
-        if error.fatal() or error.code() == KafkaError._FATAL:
+        if is_fatal(error):
             # E.g. its static member id taken by another process: it can never lead again.
             self.is_leader = False
             raise MembershipEndedError(error.str())

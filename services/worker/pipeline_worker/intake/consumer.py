@@ -27,6 +27,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 from pipeline import Priority, Settings
 from pipeline._authfailure import authentication_error
 from pipeline._brokerhealth import BrokerHealth
+from pipeline._clientlog import is_fatal
 from pipeline._dedup import DedupScope
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import ConfigurationError, PipelineError
@@ -396,7 +397,7 @@ class ConsumerThread:
         if is_missing_topic(error):
             self._cluster.topic_missing(time.monotonic())  # checked after this poll
             return
-        if error is not None and error.code() == KafkaError._FATAL:
+        if error is not None and is_fatal(error):
             # How librdkafka reports a fatal consumer error to a polling consumer (e.g. its
             # static member id taken by another one): it reads nothing more.
             self._on_error(error)
@@ -410,7 +411,7 @@ class ConsumerThread:
         )
 
     def _on_error(self, error: KafkaError) -> None:
-        if error.fatal() or error.code() == KafkaError._FATAL:
+        if is_fatal(error):
             _log.error("fatal consumer error: %s", error.str())
             self._notify(self._side.on_consumer_failed, KafkaException(error))
             self.stop_requested = True

@@ -38,6 +38,7 @@ from confluent_kafka import (
 
 from pipeline import DecodeError, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
+from pipeline._clientlog import is_fatal
 from pipeline._codec import DeadLetterCodec
 from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
 from pipeline._job import now_ms
@@ -199,7 +200,7 @@ class RetryRelay:
 
     def _on_client_error(self, error: KafkaError) -> None:
         """The consumer's errors other than connection ones (called while it polls)."""
-        if error.fatal() or error.code() == KafkaError._FATAL:
+        if is_fatal(error):
             self._fatal = error
         else:
             self._errors.warning("client", "retry relay client error: %s", error.str())
@@ -234,7 +235,7 @@ class RetryRelay:
         if error is not None:
             if is_missing_topic(error):
                 self._check_topics()
-            elif error.fatal() or error.code() == KafkaError._FATAL:
+            elif is_fatal(error):
                 self._fatal = error
             elif error.code() != KafkaError._PARTITION_EOF:
                 self._errors.warning("consume", "retry relay consumer error: %s", error.str())
