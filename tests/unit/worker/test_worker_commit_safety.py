@@ -19,6 +19,7 @@ from ..test_transactions import FakeProducer, abortable, fenced, refused
 from .test_worker_consumer import (
     INCREMENTAL,
     TOPIC,
+    commit_in_flight,
     consumer_thread,
     flush,
     loop,
@@ -109,16 +110,9 @@ def test_the_final_commit_opens_no_transaction_before_the_last_asynchronous_comm
     """As in the steady state: a scheduled commit still on its way could reach the group
     coordinator after the final transaction's offsets and put back an older mark, without the
     last moves (their jobs would be moved again by the next owner)."""
-    producer = FakeProducer()
-    mover = Mover(Settings(namespace="ns"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
-    thread, fake, _ = consumer_thread(loop, mover=mover)
+    thread, fake, producer, mover = commit_in_flight(loop)
     fake.consumer_group_metadata = lambda: None  # type: ignore[attr-defined]
-    [state] = own(thread, 0)
-    thread._hand(messages(0, 0, 4))
-    state.commit_offset = 2
     committer = thread._committer
-    committer.commit(thread.states.values(), time.monotonic())
-    assert [asynchronous for asynchronous, _ in fake.commits] == [True]
     mover.submit((TOPIC, 0), 3, [Record("ns.dlq", b"3", None)], lambda done: None)
     begun_when_answered: list[int] = []
 

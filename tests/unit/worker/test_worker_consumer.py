@@ -316,20 +316,29 @@ def test_a_scheduled_commit_waits_while_the_previous_one_is_unanswered(
     assert fake.commits[-1] == (True, [(TOPIC, 0, 9)])
 
 
-def test_a_transaction_opens_only_once_the_asynchronous_commit_before_it_is_answered(
+def commit_in_flight(
     loop: asyncio.AbstractEventLoop,
-) -> None:
-    """An asynchronous commit still on its way could reach the group coordinator after the
-    offsets of a transaction begun meanwhile, and put back a mark without its moves."""
+) -> tuple[ConsumerThread, FakeConsumer, FakeProducer, Mover]:
+    """A consumer thread with a mover, partition 0 owned, four jobs handed, two finished and
+    committed asynchronously: the commit is on its way, not answered yet."""
     producer = FakeProducer()
     mover = Mover(Settings(namespace="ns"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
     thread, fake, _ = consumer_thread(loop, mover=mover)
     [state] = own(thread, 0)
     thread._hand(messages(0, 0, 4))
     state.commit_offset = 2
-    committer = thread._committer
-    committer.commit(thread.states.values(), time.monotonic())
+    thread._committer.commit(thread.states.values(), time.monotonic())
     assert [asynchronous for asynchronous, _ in fake.commits] == [True]
+    return thread, fake, producer, mover
+
+
+def test_a_transaction_opens_only_once_the_asynchronous_commit_before_it_is_answered(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """An asynchronous commit still on its way could reach the group coordinator after the
+    offsets of a transaction begun meanwhile, and put back a mark without its moves."""
+    thread, fake, producer, mover = commit_in_flight(loop)
+    committer = thread._committer
     written: list[bool] = []
     mover.submit((TOPIC, 0), 3, [Record("ns.dlq", b"3", None)], written.append)
     thread._chores(time.monotonic(), idle=True)
