@@ -71,6 +71,7 @@ def gauges() -> Gauges:
         in_flight=lambda: 3,
         concurrency=4,
         threads=lambda: 0,
+        overdue=lambda: 0,
         buffered=lambda: {"default": 1},
         paused=lambda: 0,
         assigned=lambda: 1,

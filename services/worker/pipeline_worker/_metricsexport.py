@@ -28,6 +28,8 @@ class Gauges:
     concurrency: int
     threads: Callable[[], int]
     """Pool threads started so far for plain-function handlers."""
+    overdue: Callable[[], int]
+    """Pool threads still inside a job past its time limit."""
     buffered: Callable[[], Mapping[str, int]]
     """Jobs taken from Kafka and not started, by priority."""
     paused: Callable[[], int]
@@ -283,6 +285,12 @@ class WorkerCollector(Collector):
             "pipeline_worker_threads",
             "Pool threads started for plain-function handlers (grown on demand, up to --threads).",
             value=g.threads(),
+        )
+        yield GaugeMetricFamily(
+            "pipeline_worker_threads_overdue",
+            "Pool threads still running a plain-function job past its time limit (a thread "
+            "cannot be killed; one whose job never returns stays overdue for good).",
+            value=g.overdue(),
         )
         buffered = GaugeMetricFamily(
             "pipeline_jobs_buffered",

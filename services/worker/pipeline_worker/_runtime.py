@@ -379,7 +379,8 @@ class Worker:
         gauges = Gauges(
             in_flight=lambda: processor.in_flight,
             concurrency=self.settings.worker.concurrency,
-            threads=lambda: processor.threads,
+            threads=lambda: processor.pool.threads,
+            overdue=lambda: processor.pool.overdue,
             buffered=self._buffered_by_priority,
             paused=lambda: sum(1 for s in self._states() if s.paused),
             assigned=lambda: len(self._states()),

@@ -158,8 +158,11 @@ def test_a_thread_kept_past_its_job_time_limit_is_replaced() -> None:
             outcomes = await h.recorder.wait_for(2)
             assert [o.kind for o in outcomes] == [OutcomeKind.TIMED_OUT, OutcomeKind.SUCCEEDED]
             assert ran == ["quick"]
-            assert h.processor.threads == 2
+            assert h.processor.pool.threads == 2
+            assert h.processor.pool.overdue == 1  # pipeline_worker_threads_overdue
         finally:
             release.set()
+        while h.processor.pool.overdue:  # the hung thread came back: no longer overdue
+            await asyncio.sleep(0.01)
 
     run(main)

@@ -63,6 +63,6 @@ def test_an_event_kafka_does_not_take_is_counted_and_exported() -> None:
     stream.close(timeout=10.0)  # serves the delivery report: timed out, nobody listens there
     assert metrics.events_dropped == 1
     registry = CollectorRegistry()
-    gauges = Gauges(lambda: 0, 1, lambda: 0, dict, lambda: 0, lambda: 0)
+    gauges = Gauges(lambda: 0, 1, lambda: 0, lambda: 0, dict, lambda: 0, lambda: 0)
     registry.register(WorkerCollector(metrics, gauges))
     assert registry.get_sample_value("pipeline_events_dropped_total") == 1

@@ -236,7 +236,7 @@ def test_the_thread_pool_grows_while_every_thread_blocks_up_to_its_size() -> Non
         assert await asyncio.to_thread(full.wait, 10), f"only {running} ran at once"
         release.set()
         await h.recorder.wait_for(8)
-        assert (peak, h.processor.threads) == (4, 4)
+        assert (peak, h.processor.pool.threads) == (4, 4)
 
     run(main)
 
@@ -310,7 +310,7 @@ def test_short_jobs_are_run_by_a_few_threads() -> None:
         h.feed(*(h.message("short", {"i": i}) for i in range(3000)))
         await h.recorder.wait_for(3000)
         # The pool only grows when a queued job waits 20 ms untaken.
-        assert 1 <= h.processor.threads < 64
+        assert 1 <= h.processor.pool.threads < 64
 
     run(main)
 

@@ -40,7 +40,7 @@ from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
 from .chain import executors
 from .decoding import BatchDecoder
-from .runners import Completion
+from .runners import Completion, ThreadPool
 
 if TYPE_CHECKING:
     import contextvars
@@ -150,9 +150,9 @@ class Processor:
         """Jobs taken from the buffer before their ``not_before``."""
 
     @property
-    def threads(self) -> int:
-        """Pool threads started so far for plain-function handlers (the pool grows on demand)."""
-        return self._pool.threads
+    def pool(self) -> ThreadPool:
+        """The threads of plain-function handlers: how many started, how many are overdue."""
+        return self._pool
 
     # -- intake --------------------------------------------------------------------------------
 

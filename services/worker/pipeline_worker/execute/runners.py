@@ -216,6 +216,7 @@ class ThreadPool:
     ) -> None:
         self._loop = loop
         self._size = size
+        self._lent = 0
         self._on_batch = on_batch
         self._context = context
         self._jobs: SimpleQueue[Work | None] = SimpleQueue()
@@ -232,6 +233,11 @@ class ThreadPool:
         """Threads started so far."""
         return len(self._threads)
 
+    @property
+    def overdue(self) -> int:
+        """Threads still inside a job past its time limit (see :meth:`lend`)."""
+        return self._lent
+
     def submit(self, work: Work) -> None:
         self._jobs.put(work)
         self._submitted += 1
@@ -244,12 +250,14 @@ class ThreadPool:
         """A job on the pool passed its time limit: its thread may be kept for good (it cannot
         be killed), so another may start in its place, until :meth:`give_back`."""
         self._size += 1
+        self._lent += 1
         if self._check is None and self._threads:
             self._arm()
 
     def give_back(self) -> None:
         """The job of a :meth:`lend` is back from its thread (the threads stay)."""
         self._size -= 1
+        self._lent -= 1
 
     def _arm(self) -> None:
         self._check = self._loop.call_later(GROW_AFTER_S, self._grow, self._submitted)
