@@ -5,7 +5,9 @@ The classification (DESIGN section 6), in one place for the worker and for
 type, a payload that does not fit the handler or an unknown job type go straight to the
 dead-letter topic; anything else is transient and retried after the type's backoff until
 ``max_attempts`` runs were made, and then dead-lettered (``timeout`` when the last run ran past
-its time limit). Where the retry is written (tiers, ``<ns>.deferred``) is the worker's business.
+its time limit). An exception group is judged by the exceptions it holds, as ``except*`` matches
+them: dead at once when any of them would be, else retried when the latest of its members asks.
+Where the retry is written (tiers, ``<ns>.deferred``) is the worker's business.
 """
 
 from __future__ import annotations
@@ -62,23 +64,72 @@ def judge_failure(
     ``job_type`` is the registered type (None: this application has no handler for it, as
     with an :class:`UnknownJobTypeError`); ``rand`` draws the backoff's jitter.
     """
-    if job_type is None or isinstance(error, UnknownJobTypeError):
+    if job_type is None:
         return FailureVerdict(DeadLetterReason.UNKNOWN_TYPE, False)
-    fatal = job_type.options.fatal
-    if isinstance(error, (PayloadValidationError, DecodeError)):
-        return FailureVerdict(DeadLetterReason.VALIDATION_ERROR, False)
-    # An explicit Retry is never fatal, even when ``fatal`` names a base class of it.
-    if fatal and isinstance(error, fatal) and not isinstance(error, Retry):
-        return FailureVerdict(DeadLetterReason.FATAL_ERROR, False)
+    members = group_members(error)
+    reason = _dead_at_once(members, job_type.options.fatal)
+    if reason is not None:
+        return FailureVerdict(reason, False)
     if job.attempt >= attempt_limit(job, job_type):
         if isinstance(error, TimeLimitError):
             return FailureVerdict(DeadLetterReason.TIMEOUT, True)
         return FailureVerdict(DeadLetterReason.MAX_ATTEMPTS, True)
-    due = error.due_ms(now_ms) if isinstance(error, Retry) else None
-    if due is None:
+    # Every member's wish is met: the latest time a Retry asks for, and the backoff's when
+    # something else failed (or a Retry left the time to it).
+    dues: list[int] = []
+    backoff = error is None
+    for member in members:
+        if isinstance(member, BaseExceptionGroup):
+            continue
+        due = member.due_ms(now_ms) if isinstance(member, Retry) else None
+        if due is None:
+            backoff = True
+        else:
+            dues.append(due)
+    if backoff:
         delay_s = job_type.options.backoff.delay_s(job.attempt, rand)
-        due = now_ms + math.ceil(delay_s * 1000)  # never early: rounded up
-    return FailureVerdict(None, True, max(due, now_ms))
+        dues.append(now_ms + math.ceil(delay_s * 1000))  # never early: rounded up
+    return FailureVerdict(None, True, max([*dues, now_ms]))
+
+
+def _dead_at_once(
+    members: list[BaseException], fatal: tuple[type[BaseException], ...]
+) -> DeadLetterReason | None:
+    """The reason the error made of ``members`` is dead-lettered without a retry, if it is:
+    any member decides, in the order one error is judged in."""
+    if any(isinstance(member, UnknownJobTypeError) for member in members):
+        return DeadLetterReason.UNKNOWN_TYPE
+    if any(isinstance(member, (PayloadValidationError, DecodeError)) for member in members):
+        return DeadLetterReason.VALIDATION_ERROR
+    if fatal and any(_is_fatal(member, fatal) for member in members):
+        return DeadLetterReason.FATAL_ERROR
+    return None
+
+
+def group_members(error: BaseException | None) -> list[BaseException]:
+    """``error`` and, when it is an exception group, every exception nested in it, nested
+    groups included; ``[]`` for no error."""
+    if error is None:
+        return []
+    members = [error]
+    for member in members:  # grows while it is walked: a group's members are walked too
+        if isinstance(member, BaseExceptionGroup):
+            members.extend(member.exceptions)
+    return members
+
+
+def _is_fatal(error: BaseException, fatal: tuple[type[BaseException], ...]) -> bool:
+    """Whether ``fatal`` names ``error``'s class or a base of it.
+
+    An explicit Retry never is, even when ``fatal`` names a base class of it. A group is judged
+    by its members, as ``except*`` matches (``fatal=(Exception,)`` does not make a group of
+    Retry requests fatal), unless ``fatal`` names a group class (``ExceptionGroup``) itself.
+    """
+    if isinstance(error, Retry):
+        return False
+    if isinstance(error, BaseExceptionGroup):
+        return any(issubclass(cls, BaseExceptionGroup) and isinstance(error, cls) for cls in fatal)
+    return isinstance(error, fatal)
 
 
 def failed_job(

@@ -67,7 +67,8 @@ class Backoff:
     """Exponential backoff with proportional jitter: ``base * factor**(n-1)``, at most ``cap``.
 
     ``jitter`` spreads each delay uniformly over ``±jitter`` of itself, so jobs that failed
-    together do not come back together. ``n`` is the attempt that just failed (from 1).
+    together do not come back together; where that span passes ``cap``, over its part below
+    ``cap`` (a delay is never above ``cap``). ``n`` is the attempt that just failed (from 1).
     """
 
     base_s: float = 5.0
@@ -94,7 +95,13 @@ class Backoff:
             delay = min(self.cap_s, self.base_s * float(self.factor) ** exponent)
         except OverflowError:
             delay = self.cap_s
-        if self.jitter:
-            spread = (rand or random).uniform(-self.jitter, self.jitter)
-            delay *= 1.0 + spread
-        return delay
+        if not self.jitter:
+            return delay
+        spread = (rand or random).uniform(-self.jitter, self.jitter)
+        low, high = delay * (1.0 - self.jitter), delay * (1.0 + self.jitter)
+        if high <= self.cap_s:
+            return delay * (1.0 + spread)
+        # The span passes the cap: the same draw, spread uniformly over its part below the cap
+        # (clamping instead would bring half the jobs at the cap back at one time).
+        share = (spread + self.jitter) / (2.0 * self.jitter)
+        return min(self.cap_s, low + share * (self.cap_s - low))

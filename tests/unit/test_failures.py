@@ -14,6 +14,7 @@ from pipeline import (
     JobOptions,
     JobType,
     PayloadValidationError,
+    PipelineError,
     Retry,
     TimeLimitError,
     UnknownJobTypeError,
@@ -107,6 +108,17 @@ def test_an_explicit_retry_is_never_fatal_even_when_fatal_names_its_base_class()
     assert verdict == FailureVerdict(None, True, NOW + 5_000)
     assert judge_failure(job(), strict, RuntimeError(), NOW).reason == "fatal_error"
     assert judge_failure(job(3), strict, Retry(), NOW).reason == "max_attempts"
+
+
+@pytest.mark.parametrize("fatal", [Exception, TimeoutError, OSError, PipelineError, TimeLimitError])
+def test_a_time_out_is_fatal_when_fatal_names_time_limit_error_or_a_base_of_it(
+    fatal: type[Exception],
+) -> None:
+    # As docs/failures.md says: TimeLimitError is a TimeoutError (an OSError) and a PipelineError.
+    strict = JobType("pay", handler, JobOptions(fatal=(fatal,)))
+    verdict = judge_failure(job(), strict, TimeLimitError("pay", 1), NOW)
+    assert verdict == FailureVerdict(DeadLetterReason.FATAL_ERROR, False)
+    assert judge_failure(job(), TYPE, TimeLimitError("pay", 1), NOW).reason is None
 
 
 class UnprintableError(Exception):

@@ -89,3 +89,29 @@ def test_backoff_of_a_late_attempt_is_the_cap_not_an_overflow(factor: float) -> 
 def test_backoff_rejects_a_time_no_job_could_carry(kwargs: dict[str, float]) -> None:
     with pytest.raises(ConfigurationError):
         Backoff(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("base_s", "cap_s", "jitter"), [(100, 100, 0.5), (90, 100, 0.2), (3600, 3600, 0.9)]
+)
+def test_backoff_jitter_never_takes_a_delay_past_the_cap(
+    base_s: float, cap_s: float, jitter: float
+) -> None:
+    # It did: a delay at or near the cap came out up to ``jitter`` of itself above it.
+    backoff = Backoff(base_s=base_s, factor=1, cap_s=cap_s, jitter=jitter)
+    rand = random.Random(5)
+    delays = [backoff.delay_s(1, rand) for _ in range(1000)]
+    low = base_s * (1 - jitter)
+    assert max(delays) <= cap_s
+    assert min(delays) >= low > 0
+    # Spread over the whole span below the cap, not piled up on it.
+    assert sum(delay == cap_s for delay in delays) <= 1
+    assert max(delays) - min(delays) > 0.9 * (cap_s - low)
+
+
+def test_backoff_jitter_below_the_cap_is_drawn_as_before() -> None:
+    backoff = Backoff(base_s=10, factor=2, cap_s=3600, jitter=0.2)
+    ours, theirs = random.Random(11), random.Random(11)
+    for attempt in range(1, 8):  # 10 s ... 640 s: all of ±20% below the cap
+        expected = 10 * 2 ** (attempt - 1) * (1 + theirs.uniform(-0.2, 0.2))
+        assert backoff.delay_s(attempt, ours) == expected
