@@ -28,7 +28,7 @@ from ._audit import AuditLog
 from ._dashboard import Dashboard, dashboard_of, read_new_letters
 from ._format import FILTERS
 from ._monitor import Monitor
-from ._security import Gate, clear_session_cookie, set_session_cookie
+from ._security import Gate, clear_session_cookie, client_address, set_session_cookie
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -46,11 +46,10 @@ class _Authenticate(BaseHTTPMiddleware):
     ) -> Response:
         dashboard = dashboard_of(request)
         dashboard.monitor.start()  # mounted in a service whose lifespan does not reach us
-        gate = dashboard.gate
-        refusal = gate.refusal(request)
+        who, refusal = dashboard.gate.admit(request)
         if refusal is not None:
             return refusal
-        request.state.who = gate.who(request)
+        request.state.who = who
         response = await call_next(request)
         response.headers.setdefault("X-Frame-Options", "DENY")
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
@@ -71,14 +70,23 @@ async def _login_page(request: Request) -> Response:
     token = form.get("token")
     if dashboard.web.token is None or not isinstance(token, str):
         return PlainTextResponse("this dashboard has no token login", status_code=404)
-    if not dashboard.gate.token_matches(token):
+    gate = dashboard.gate
+    client = client_address(request)
+    if (wait := gate.throttle.retry_after(client)) is not None:
+        # Refused unchecked, the right token too: a locked-out guesser learns nothing.
+        context = {"next": form.get("next"), "retry_after": wait}
+        locked = dashboard.render(request, "login.html", context, status_code=429)
+        locked.headers["Retry-After"] = str(wait)
+        return locked
+    if not gate.token_matches(token):
+        gate.throttle.failed(client)
         return dashboard.render(
             request, "login.html", {"next": form.get("next"), "wrong": True}, status_code=401
         )
     target = form.get("next")
     safe = isinstance(target, str) and target.startswith("/") and not target.startswith("//")
     response = RedirectResponse(target if safe and isinstance(target, str) else "/", 303)
-    set_session_cookie(request, response, dashboard.gate)
+    set_session_cookie(request, response, gate)
     return response
 
 

@@ -10,6 +10,7 @@ from starlette.exceptions import HTTPException
 
 from pipeline._deadletters import LetterFilter, LetterIndex
 
+from ._notices import notice_of
 from ._security import CSRF_FIELD, SESSION_COOKIE, csrf_matches, csrf_token, set_csrf_cookie
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class Dashboard:
             # are the client's to stop sending.
             "session": self.gate.session_valid(request.cookies.get(SESSION_COOKIE)),
             "problem": self.monitor.problem,
+            "notice": notice_of(self.gate, request.query_params),
         }
         response = self.templates.TemplateResponse(
             request, template, {**base, **context}, status_code=status_code

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from pipeline import _human as human
 
@@ -38,17 +37,9 @@ def count(value: int) -> str:
     return f"{value:,}"
 
 
-def path_segment(text: str) -> str:
-    """``text`` quoted to be one segment of a URL path, its "/" included: a browser removes
-    the "." and ".." segments of a URL, so a schedule named ``a/../b`` sent as ``a/../b/pause``
-    would pause ``b``."""
-    return quote(text, safe="")
-
-
 FILTERS: dict[str, Callable[..., Any]] = {
     "stamp": stamp,
     "age": age,
     "per_second": per_second,
     "count": count,
-    "path_segment": path_segment,
 }

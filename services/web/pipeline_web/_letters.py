@@ -46,6 +46,7 @@ from pipeline._human import bytes_text, hexdump
 from pipeline._job import PayloadEncoding, now_ms
 
 from ._dashboard import dashboard_of
+from ._notices import signed_notice
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -356,7 +357,7 @@ async def letters_action(request: Request) -> Response:
         notice = f"{len(done)} dead letter{'' if len(done) == 1 else 's'} {verb}{extra}."
     if (problem := await _refresh_after(dashboard)) is not None:
         notice = f"{notice} (list not refreshed: {problem})"
-    back = _query_string(fields, notice=notice)
+    back = _query_string(fields, **signed_notice(dashboard.gate, notice))
     return RedirectResponse(f"/dead-letters?{back}", status_code=303)
 
 

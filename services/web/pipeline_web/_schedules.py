@@ -25,6 +25,7 @@ from pipeline._schedule import payload_text, read_schedule_records
 from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
 
 from ._dashboard import dashboard_of
+from ._notices import signed_notice
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -33,7 +34,10 @@ if TYPE_CHECKING:
     from pipeline import Settings
     from pipeline._records import Schedule
 
+    from ._dashboard import Dashboard
+
 NEXT_FIRES = 3
+ACTIONS = ("pause", "resume", "trigger")
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,15 +92,27 @@ def schedules_page(request: Request) -> Response:
     return dashboard.render(request, "schedules.html", context)
 
 
-def _back(notice: str) -> RedirectResponse:
-    return RedirectResponse(f"/schedules?{urlencode({'notice': notice})}", status_code=303)
+def _back(dashboard: Dashboard, notice: str) -> RedirectResponse:
+    query = urlencode(signed_notice(dashboard.gate, notice))
+    return RedirectResponse(f"/schedules?{query}", status_code=303)
+
+
+def _schedule_name(request: Request) -> str:
+    """The name of the schedule to act on: the query's ``name`` (as the page sends it), or
+    the path's (``/schedules/<name>/<action>``, with a "/" in the name sent as %2F)."""
+    name = request.path_params.get("name", request.query_params.get("name"))
+    if not isinstance(name, str) or not name:
+        raise HTTPException(400, "no schedule named: POST /schedules/<action>?name=<name>")
+    return name
 
 
 async def schedule_action(request: Request) -> Response:
     dashboard = dashboard_of(request)
     form = await dashboard.action_form(request)
-    name = request.path_params["name"]
     action = request.path_params["action"]
+    if action not in ACTIONS:
+        raise HTTPException(404, f"no schedule action {action!r}")
+    name = _schedule_name(request)
     settings = dashboard.settings
     target: dict[str, object] = {"schedule": name}
     try:
@@ -106,7 +122,7 @@ async def schedule_action(request: Request) -> Response:
         elif action == "resume":
             await run_in_threadpool(resume_schedule, settings, name, timeout=10.0)
             notice = f"Schedule {name} resumed."
-        elif action == "trigger":
+        else:
             raw_at = form.get("at")
             try:
                 at = int(raw_at) if isinstance(raw_at, str) else now_ms()
@@ -118,20 +134,21 @@ async def schedule_action(request: Request) -> Response:
             job = await run_in_threadpool(trigger_schedule, settings, name, at, timeout=10.0)
             target["job_id"] = job.id
             notice = f"Schedule {name} triggered: job {job.id} enqueued."
-        else:
-            raise HTTPException(404, f"no schedule action {action!r}")
     except PipelineError as exc:
         dashboard.audit.record(
             request.state.who, f"schedule.{action}", target=target, count=0, outcome=str(exc)
         )
-        return _back(f"Could not {action} {name}: {exc}")
+        return _back(dashboard, f"Could not {action} {name}: {exc}")
     dashboard.audit.record(request.state.who, f"schedule.{action}", target=target, count=1)
-    return _back(notice)
+    return _back(dashboard, notice)
 
 
 ROUTES = [
     Route("/schedules", schedules_page),
-    # A schedule's name may hold "/" (the form's URL sends it as %2F, which the server decodes):
-    # the action is the last segment.
+    # The page's forms name the schedule in the query (?name=..): in the path, a browser (or
+    # curl) removes a segment "." or ".." (percent-encoded too), so a schedule named so could
+    # not be acted on; in a hidden field, a browser would send a line break in it as CR LF.
+    # The name may also be the path (a "/" in it sent as %2F); the action is the last segment.
+    Route("/schedules/{action}", schedule_action, methods=["POST"]),
     Route("/schedules/{name:path}/{action}", schedule_action, methods=["POST"]),
 ]

@@ -13,6 +13,9 @@ Authentication, by ``web.*`` settings:
   ends every session, and ``POST /logout`` clears the browser's;
 - ``web.username`` and ``web.password``: HTTP basic authentication.
 
+Credentials that fail (at ``/login`` or in the ``Authorization`` header) count against the
+client's address; too many lock it out for a while (:class:`~._throttle.LoginThrottle`).
+
 Every action is a POST carrying a CSRF token: the value of a random ``pipeline_csrf``
 cookie (``SameSite=Strict``), repeated in the form (the double-submit pattern). The cookie is
 signed (an HMAC keyed by the credentials, or by a key of the process without them), so a
@@ -37,6 +40,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
+
+from ._throttle import LoginThrottle
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -89,8 +94,11 @@ class Gate:
 
     web: WebSettings
     clock: Callable[[], float] = time.time
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    """Failed credential attempts per client address, and the addresses locked out."""
     _process_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
-    """Signs the CSRF cookies when no credentials are set (one process serves then)."""
+    """Signs the CSRF cookies and notices when no credentials are set (one process serves
+    then)."""
 
     def new_csrf(self) -> str:
         """A new CSRF cookie: a random nonce and its HMAC."""
@@ -104,15 +112,21 @@ class Gate:
         return bool(dot) and _same(mac, self._csrf_mac(nonce))
 
     def _csrf_mac(self, nonce: str) -> str:
+        return self.mac("csrf", nonce)
+
+    def mac(self, purpose: str, message: str) -> str:
+        """An HMAC of ``message`` for ``purpose`` (``csrf``, ``notice``), keyed by the
+        credentials (replicas with the same ones agree), or by a key of the process without
+        them; a value signed for one purpose is not one for another."""
         web = self.web
         if web.token is not None:
-            secret = web.token.get_secret_value()
+            secret = web.token.get_secret_value().encode()
         elif web.username is not None and web.password is not None:
-            secret = f"{web.username}:{web.password.get_secret_value()}"
+            secret = f"{web.username}:{web.password.get_secret_value()}".encode()
         else:
-            return hmac.new(self._process_key, nonce.encode(), hashlib.sha256).hexdigest()
-        key = hashlib.sha256(b"pipeline-web-csrf:" + secret.encode()).digest()
-        return hmac.new(key, nonce.encode(), hashlib.sha256).hexdigest()
+            secret = self._process_key
+        key = hashlib.sha256(f"pipeline-web-{purpose}:".encode() + secret).digest()
+        return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()
 
     def session_value(self) -> str:
         """The session cookie a correct token earns now: its issue time and an HMAC of that
@@ -152,7 +166,7 @@ class Gate:
         """The user a request is from, or None when it is not authenticated."""
         web = self.web
         if not web.auth_enabled:
-            local = is_loopback(_client(request)) and self.host_allowed(request)
+            local = is_loopback(client_address(request)) and self.host_allowed(request)
             return "local" if local else None
         header = request.headers.get("authorization", "")
         scheme, _, value = header.partition(" ")
@@ -170,12 +184,38 @@ class Gate:
                 return user
         return None
 
+    def presents_credentials(self, request: Request) -> bool:
+        """Whether ``request`` offers credentials this dashboard checks in its
+        ``Authorization`` header: a bearer token, or basic credentials, when set."""
+        scheme = request.headers.get("authorization", "").partition(" ")[0].lower()
+        web = self.web
+        return (scheme == "bearer" and web.token is not None) or (
+            scheme == "basic" and web.username is not None
+        )
+
+    def admit(self, request: Request) -> tuple[str | None, Response | None]:
+        """Who ``request`` is from, and the response refusing it (None when it may go on).
+        Credentials in its header that fail count against its client's address, and an
+        address locked out is refused with 429 before they are checked (see ``_throttle``);
+        once per request, then."""
+        client = client_address(request)
+        guessing = self.presents_credentials(request)
+        if guessing and (wait := self.throttle.retry_after(client)) is not None:
+            return None, too_many_failures(wait)
+        who = self.who(request)
+        if guessing and who is None:
+            self.throttle.failed(client)
+        return who, self._refusal(request, who)
+
     def refusal(self, request: Request) -> Response | None:
         """The response refusing ``request``, or None when it may go on."""
+        return self._refusal(request, self.who(request))
+
+    def _refusal(self, request: Request, who: str | None) -> Response | None:
         web = self.web
         if not web.auth_enabled:
             return self._local_refusal(request)
-        if request.url.path.startswith(_OPEN_PATHS) or self.who(request) is not None:
+        if request.url.path.startswith(_OPEN_PATHS) or who is not None:
             return None
         if web.username is not None:
             return PlainTextResponse(
@@ -190,7 +230,8 @@ class Gate:
     def _local_refusal(self, request: Request) -> Response | None:
         """Without credentials: loopback clients only (the open paths excepted), and on every
         path only by a name of this machine, which a rebound site name is not."""
-        if not request.url.path.startswith(_OPEN_PATHS) and not is_loopback(_client(request)):
+        local = is_loopback(client_address(request))
+        if not request.url.path.startswith(_OPEN_PATHS) and not local:
             return PlainTextResponse(
                 "this dashboard has no credentials set, so it serves this machine only "
                 "(set web.token, or web.username and web.password, to serve others)",
@@ -206,7 +247,18 @@ class Gate:
         return None
 
 
-def _client(request: Request) -> str | None:
+def too_many_failures(wait: int) -> Response:
+    """The refusal of an attempt from an address locked out for ``wait`` more seconds."""
+    return PlainTextResponse(
+        f"too many failed logins from this address: try again in {wait} s",
+        status_code=429,
+        headers={"Retry-After": str(wait)},
+    )
+
+
+def client_address(request: Request) -> str | None:
+    """The address ``request`` came from, as the server saw it: behind a proxy, the one the
+    server took from the proxy's forwarded header, if it trusts it (see :func:`_https`)."""
     return request.client.host if request.client is not None else None
 
 

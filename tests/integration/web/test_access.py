@@ -11,6 +11,7 @@ from selenium.webdriver.common.by import By
 
 from pipeline._admin import apply_topics
 from pipeline._schedule import make_schedule, publish_schedules
+from pipeline_web._throttle import MAX_FAILURES
 from tests.waiting import wait_for
 
 from .client import browser_cookies, request
@@ -102,3 +103,20 @@ def test_basic_credentials_and_read_only_mode(
     assert "read-only" in refused.body
     server.stop()
     assert PASSWORD not in server.output()
+
+
+def test_guessing_the_token_is_refused_for_a_while_after_too_many_failures(
+    settings: Settings, web: WebFactory
+) -> None:
+    apply_topics(settings)
+    server = web.start(env={"PIPELINE_WEB__TOKEN": TOKEN})
+    for n in range(MAX_FAILURES):
+        wrong = request(server.url + "login", form={"token": f"guess-{n}", "next": "/"})
+        assert wrong.status == 401, (n, wrong.body)
+    for token in ("guess", TOKEN):  # not even checked any more
+        locked = request(server.url + "login", form={"token": token, "next": "/"})
+        assert locked.status == 429, locked.body
+        assert int(locked.headers["retry-after"]) > 0
+        assert "Too many failed logins" in locked.body
+    bearer = request(server.url, headers={"Authorization": f"Bearer {TOKEN}"})
+    assert bearer.status == 429

@@ -3,6 +3,7 @@ running: what an operator sees on each page, and what the actions do to the jobs
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import urllib.parse
@@ -15,7 +16,7 @@ from selenium.webdriver.common.by import By
 from pipeline._admin import apply_topics
 from pipeline._deadletters import LetterStatus, read_dead_letters
 from pipeline._eventlog import job_history
-from pipeline._schedule import make_schedule, publish_schedules
+from pipeline._schedule import make_schedule, publish_schedules, read_schedule_records
 from pipeline._scheduleops import trigger_idempotency_key
 from tests.waiting import wait_for
 
@@ -155,7 +156,7 @@ def _fire_a_schedule(kit: WorkerKit, server: WebProcess, browser: WebDriver) -> 
     browser.get(server.url + "schedules")
     assert wait_for(lambda: _shows(browser, "tr.schedule", "nightly"), 30)
     screenshot(browser, "schedules")
-    trigger = _hidden_fields(browser, "form[action$='/trigger']")
+    trigger = _hidden_fields(browser, "form[action='/schedules/trigger?name=nightly']")
     browser.find_element(By.XPATH, "//button[.='Trigger now']").click()
     assert wait_for(lambda: _shows(browser, ".notice", "triggered: job"), 30)
 
@@ -165,7 +166,9 @@ def _fire_a_schedule(kit: WorkerKit, server: WebProcess, browser: WebDriver) -> 
     assert wait_for(lambda: len(fired()) == 1, 60)
     assert fired() == [trigger_idempotency_key("nightly", int(trigger["at"]))]
     twice = request(
-        server.url + "schedules/nightly/trigger", form=trigger, cookies=browser_cookies(browser)
+        server.url + "schedules/trigger?name=nightly",
+        form=trigger,
+        cookies=browser_cookies(browser),
     )
     assert twice.status == 303, twice.body
     notice = urllib.parse.parse_qs(urllib.parse.urlsplit(twice.headers["location"]).query)
@@ -275,3 +278,28 @@ def test_an_action_without_its_csrf_token_is_refused(
     assert _text(browser, "tr.schedule .state") == "active"
     accepted = request(url, form={"csrf": cookies["pipeline_csrf"]}, cookies=cookies)
     assert accepted.status == 303, accepted.body
+
+
+def test_schedules_named_dot_and_dot_dot_are_paused_and_triggered_from_the_page(
+    settings: Settings, web: WebFactory, browser: WebDriver
+) -> None:
+    """Chromium removes "." and ".." segments from a form's URL (percent-encoded too): the
+    page's forms name the schedule in the query, which it leaves alone."""
+    apply_topics(settings)
+    names = (".", "..", "nightly")
+    schedules = [make_schedule(n, cron="0 3 * * *", job_type="noop") for n in names]
+    publish_schedules(settings, schedules)
+    server = web.start()
+    browser.delete_all_cookies()
+    browser.get(server.url + "schedules")
+    rows = "tr.schedule"
+    assert wait_for(lambda: len(browser.find_elements(By.CSS_SELECTOR, rows)) == 3, 30)
+    for name in (".", ".."):
+        browser.find_element(By.XPATH, f"//tr[@data-name='{name}']//button[.='Pause']").click()
+        paused = functools.partial(_shows, browser, "#notice", f"Schedule {name} paused")
+        assert wait_for(paused, 30)
+    browser.find_element(By.XPATH, "//tr[@data-name='..']//button[.='Trigger now']").click()
+    assert wait_for(lambda: _shows(browser, "#notice", "Schedule .. triggered: job"), 30)
+    records = read_schedule_records(settings, timeout=20)
+    enabled = {n: r.schedule.enabled for n, r in records.items() if r.schedule is not None}
+    assert enabled == {".": False, "..": False, "nightly": True}

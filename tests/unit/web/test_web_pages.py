@@ -170,13 +170,17 @@ def test_a_schedule_whose_name_holds_a_slash_can_be_paused_and_triggered(
     ]
 
 
-@pytest.mark.parametrize("name", ["team/./nightly", "team/../plain", "team/nightly/.."])
+@pytest.mark.parametrize(
+    "name", [".", "..", "team/./nightly", "team/../plain", "team/nightly/..", "a\r\nb", "%2e"]
+)
 def test_an_action_acts_on_the_schedule_of_its_row_whatever_dots_its_name_holds(
     app: Starlette, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> None:
-    # A browser removes the "." and ".." segments of a form's URL before it posts it: a name
-    # holding them must not turn into the name of another schedule.
-    calls = _schedule_actions(monkeypatch, (name, "team/nightly", "plain", "team"))
+    # A browser removes the "." and ".." segments of a form's URL before it posts it, "%2e"
+    # too: a name holding them (or being one) must still be acted on, and never turn into
+    # the name of another schedule.
+    others = ("team/nightly", "plain", "team", "pause", "trigger")
+    calls = _schedule_actions(monkeypatch, (name, *others))
     client = _client(app)
     page = client.get("/schedules").text
     row = page.split(f'data-name="{html.escape(name)}"', 1)[1].split("</tr>", 1)[0]
