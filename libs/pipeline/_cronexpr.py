@@ -31,6 +31,9 @@ __all__ = [
 
 _RANDOM = re.compile(r"R(\(.*\))?(/.*)?", re.IGNORECASE).fullmatch
 """A field part of croniter's random form: ``R``, ``R(0-10)``, ``R/5``."""
+_ONE_VALUE_RANGE = re.compile(r"([0-9a-z]+)-\1(/[0-9]+)?", re.IGNORECASE).fullmatch
+"""A range from a value to itself (``9-9``, ``mon-MON/2``): that one value, as cron reads it;
+croniter reads it as a range that wraps around the whole field (every value)."""
 MAX_YEARS_BETWEEN_FIRES = 10
 """How far ahead a next fire is searched for (a February 29th is at most 8 years away)."""
 
@@ -86,9 +89,26 @@ def moment(epoch_ms: int, tz: str = "UTC") -> datetime:
         ) from None
 
 
+def _as_cron_reads(cron: str) -> str:
+    """``cron`` with every range from a value to itself written as that value (see
+    :data:`_ONE_VALUE_RANGE`); the rest as it is."""
+    fields = []
+    for field in cron.split():
+        parts = []
+        for part in field.split(","):
+            one = _ONE_VALUE_RANGE(part)
+            parts.append(one.group(1) if one is not None else part)
+        fields.append(",".join(parts))
+    return " ".join(fields)
+
+
+def _iterator(cron: str, start: datetime) -> croniter:
+    return croniter(_as_cron_reads(cron), start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+
+
 def _fires(cron: str, tz: str, after_ms: int) -> Iterator[int]:
     """Fire times strictly after ``after_ms``, oldest first, until none is found in reach."""
-    it = croniter(cron, moment(after_ms, tz), max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    it = _iterator(cron, moment(after_ms, tz))
     while True:
         try:
             fire: datetime = it.get_next(datetime)
@@ -113,7 +133,7 @@ def next_fire_ms(cron: str, tz: str, after_ms: int) -> int:
 
 def _fires_before(cron: str, tz: str, before_ms: int) -> Iterator[int]:
     """Fire times strictly before ``before_ms``, newest first, until none is found in reach."""
-    it = croniter(cron, moment(before_ms, tz), max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    it = _iterator(cron, moment(before_ms, tz))
     while True:
         try:
             fire: datetime = it.get_prev(datetime)

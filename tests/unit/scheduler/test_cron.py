@@ -238,3 +238,24 @@ def test_cron_table_after_a_gap_just_past_the_scan_fires_once_and_moves_on(
     table.put("a", made)
     assert [(f.fire_ms, f.last_ms) for f in table.due(now)] == [(now, now)]
     assert table.next_due() == now + 60_000
+
+
+@pytest.mark.parametrize(
+    ("cron", "expected"),
+    [
+        ("0 9-9 * * *", ["2024-06-02T09:00:00+02:00", "2024-06-03T09:00:00+02:00"]),
+        ("0 9-9/2 * * *", ["2024-06-02T09:00:00+02:00", "2024-06-03T09:00:00+02:00"]),
+        ("30 8 * * mon-MON", ["2024-06-03T08:30:00+02:00", "2024-06-10T08:30:00+02:00"]),
+        ("0 0 1 9-9 *", ["2024-09-01T00:00:00+02:00", "2025-09-01T00:00:00+02:00"]),
+        ("0 0 1,15-15 * *", ["2024-06-15T00:00:00+02:00", "2024-07-01T00:00:00+02:00"]),
+        ("0 22-2 * * *", ["2024-06-01T22:00:00+02:00", "2024-06-01T23:00:00+02:00"]),
+    ],
+)
+def test_a_range_from_a_value_to_itself_is_that_value(cron: str, expected: list[str]) -> None:
+    """croniter read ``9-9`` as a range wrapping around the whole field: a schedule for 09:00
+    fired every hour (every day, every month). Cron reads it as 9; a wrapping range of two
+    values still wraps."""
+    first = next_fire_ms(cron, "Europe/Paris", ms(2024, 6, 1, 12, 0))
+    second = next_fire_ms(cron, "Europe/Paris", first)
+    assert [local(first), local(second)] == expected
+    assert fires_between(cron, "Europe/Paris", first - 1, second, 10) == [first, second]
