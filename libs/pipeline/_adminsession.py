@@ -39,6 +39,7 @@ from ._errors import (
     PipelineError,
     TopicAdminError,
 )
+from ._partitions import unavailable
 from ._topicspec import MIN_INSYNC, ObservedTopic, TopicSpec, _same_value
 
 if TYPE_CHECKING:
@@ -123,17 +124,7 @@ class AdminSession:
         self._end = time.monotonic() + self.timeout
 
     def unavailable(self, reason: object) -> KafkaUnavailableError | KafkaAuthenticationError:
-        self.client.poll(0)  # collect the client's log lines, which name the actual cause
-        refused = self._client_log.refused(self.settings)
-        if refused is not None:
-            return refused
-        if self._client_log.last_problem:
-            reason = f"{reason}; {self._client_log.last_problem}"
-        return KafkaUnavailableError(
-            f"Kafka at {self.settings.bootstrap_servers} did not answer within "
-            f"{self.timeout:g}s ({reason}); is Kafka running? start one with `pipeline dev up`, "
-            "or point PIPELINE_BOOTSTRAP_SERVERS at your cluster"
-        )
+        return unavailable(self.client, self._client_log, self.settings, self.timeout, reason)
 
     def error(self, exc: KafkaException, doing: str, topic: str | None) -> PipelineError:
         err = exc.args[0] if exc.args else None

@@ -26,12 +26,12 @@ from ._errors import (
     ConfigurationError,
     DecodeError,
     KafkaUnavailableError,
-    NotAuthorizedError,
     PipelineError,
+    TopicMissingError,
 )
 from ._job import Job, Priority, now_ms
+from ._partitions import topic_partitions
 from ._records import MissedFires, Schedule
-from ._topiccheck import not_authorized
 from ._topics import TopicNames
 
 if TYPE_CHECKING:
@@ -318,37 +318,13 @@ def delete_schedule(settings: Settings, name: str, timeout: float = 30.0) -> boo
     return True
 
 
-def _metadata(
-    consumer: Any, log: LastProblemLog, settings: Settings, topic: str, timeout: float
-) -> Any:
-    """``topic``'s metadata, asked in steps of a second: a refusal of the credentials stops
-    the wait at once (``log`` says so), rather than end it as though Kafka were down."""
-    import time
-
-    from confluent_kafka import KafkaException
-
-    asked_until = time.monotonic() + timeout
-    while True:
-        try:
-            return consumer.list_topics(
-                topic, timeout=min(1.0, max(0.1, asked_until - time.monotonic()))
-            )
-        except KafkaException as exc:
-            consumer.poll(0)  # serves the log lines that may say it was refused
-            refused = log.refused(settings)
-            if refused is not None:
-                raise refused from exc
-            if time.monotonic() >= asked_until - 0.1:
-                raise KafkaUnavailableError(
-                    f"Kafka at {settings.bootstrap_servers} did not answer: {exc.args[0].str()}"
-                ) from exc
-
-
 def read_table(
     settings: Settings, topic: str, timeout: float = 30.0, *, missing_ok: bool = False
 ) -> list[tuple[str, bytes | None]]:
     """Every committed message of ``topic`` from its beginning to its end, as (key, value);
-    with ``missing_ok``, none when the topic does not exist (else that raises)."""
+    with ``missing_ok``, none when the topic does not exist (else :class:`TopicMissingError`).
+    A refusal of the credentials raises at once, not after ``timeout`` (see
+    :mod:`pipeline._partitions`)."""
     import time
 
     from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -367,16 +343,20 @@ def read_table(
     }
     consumer = Consumer(conf)
     try:
-        meta = _metadata(consumer, conf["logger"], settings, topic, timeout).topics.get(topic)
-        if meta is None or meta.error is not None:
-            if not_authorized(consumer, topic, timeout):
-                raise NotAuthorizedError("TOPIC", topic, "READ", settings.security.sasl_username)
+        try:
+            partitions = topic_partitions(
+                consumer,
+                conf["logger"],
+                settings,
+                topic,
+                deadline=time.monotonic() + timeout,
+                timeout=timeout,
+            )
+        except TopicMissingError:
             if missing_ok:
                 return []
-            raise KafkaUnavailableError(
-                f"topic {topic} does not exist; create the topics with `pipeline topics apply`"
-            )
-        tps = [TopicPartition(topic, p, -2) for p in sorted(meta.partitions)]
+            raise
+        tps = [TopicPartition(topic, p, -2) for p in partitions]
         pending = _not_empty(consumer, tps, timeout)
         records: list[tuple[str, bytes | None]] = []
         if not pending:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import ClusterMetadata
 
 from .._clientlog import LastProblemLog
 from .._codec import DeadLetterCodec
@@ -18,11 +19,10 @@ from .._errors import (
     KafkaUnavailableError,
     NotAuthorizedError,
     PipelineError,
-    TopicMissingError,
 )
+from .._partitions import cluster_metadata, topic_partitions, unavailable
 from .._records import DeadLetter
 from .._settings import Settings
-from .._topiccheck import not_authorized
 from .._topics import TopicNames
 from ._state import DeadLetterSnapshot, LetterState, StoredLetter, fold_states, letter_order
 
@@ -72,49 +72,37 @@ class _Reader:
             self.consumer = Consumer(conf)
         except KafkaException as exc:
             raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
-        self._topics: dict[str, Any] | None = None
+        self._metadata: ClusterMetadata | None = None
 
     def remaining(self) -> float:
         return max(0.1, self._end - time.monotonic())
 
     def unavailable(self, reason: object) -> KafkaUnavailableError | KafkaAuthenticationError:
-        self.consumer.poll(0)  # collect librdkafka's log lines: they name the actual cause
-        refused = self._log.refused(self.settings)
-        if refused is not None:
-            return refused
-        if self._log.last_problem:
-            reason = f"{reason}; {self._log.last_problem}"
-        return KafkaUnavailableError(
-            f"Kafka at {self.settings.bootstrap_servers} did not answer within "
-            f"{self.timeout:g}s ({reason}); is Kafka running? start one with `pipeline dev up`, "
-            "or point PIPELINE_BOOTSTRAP_SERVERS at your cluster"
-        )
+        return unavailable(self.consumer, self._log, self.settings, self.timeout, reason)
 
     def partitions(self, topic: str) -> list[int]:
-        while self._topics is None:  # in steps, to stop at a refusal of the credentials
-            try:
-                # No topic argument: asking for a named topic may auto-create it on some brokers.
-                step = min(self.remaining(), 1.0)
-                self._topics = self.consumer.list_topics(timeout=step).topics
-            except KafkaException as exc:
-                self.consumer.poll(0)  # serves the log lines that may say it was refused
-                if self._log.refusal is not None or self.remaining() <= 0.1:
-                    raise self.unavailable(exc.args[0].str()) from exc
-        meta = self._topics.get(topic)
-        if meta is None or meta.error is not None:
-            if not_authorized(self.consumer, topic, self.remaining()):
-                raise NotAuthorizedError(
-                    "TOPIC", topic, "READ", self.settings.security.sasl_username
-                )
-            raise TopicMissingError([topic], self.settings.namespace)
-        return sorted(meta.partitions)
+        if self._metadata is None:
+            # No topic argument: asking for a named topic may auto-create it on some brokers.
+            # One listing serves every topic this reader reads until the clock restarts.
+            self._metadata = cluster_metadata(
+                self.consumer, self._log, self.settings, deadline=self._end, timeout=self.timeout
+            )
+        return topic_partitions(
+            self.consumer,
+            self._log,
+            self.settings,
+            topic,
+            deadline=self._end,
+            timeout=self.timeout,
+            metadata=self._metadata,
+        )
 
     def restart_clock(self, timeout: float) -> None:
         """A new deadline, ``timeout`` seconds from now, and fresh topic metadata: for a
         reader kept to read the same topics again."""
         self.timeout = timeout
         self._end = time.monotonic() + timeout
-        self._topics = None
+        self._metadata = None
 
     def watermarks(self, *topics: str) -> dict[tuple[str, int], tuple[int, int]]:
         """``(topic, partition) -> (low, high)`` of every partition of ``topics``; ``high``
