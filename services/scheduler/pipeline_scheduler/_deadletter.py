@@ -7,7 +7,8 @@ value and the headers and says so: a transaction holding a message the producer 
 never commit, and every delayed job read with it would wait for ever. For the same reason a
 valid delayed job larger than the producer sends (another producer, allowed larger messages,
 wrote it) is not released but dead-lettered (``too_large``), without its bytes: the letter
-says where they stay.
+says where they stay. So is a cron fire whose job would be larger than the producer sends (the
+schedule's record fits, the fire adds its id, key and header): the schedule goes on.
 """
 
 from __future__ import annotations
@@ -31,9 +32,10 @@ _log = logging.getLogger("pipeline.scheduler")
 class DeadLetters:
     """Encodes the dead letter of an undecodable message, within ``max_bytes``."""
 
-    def __init__(self, codec: DeadLetterCodec, max_bytes: int) -> None:
+    def __init__(self, codec: DeadLetterCodec, max_bytes: int, schedules_topic: str = "") -> None:
         self._codec = codec
         self._max_bytes = max_bytes
+        self.schedules_topic = schedules_topic
 
     def encode(self, message: Message, exc: DecodeError) -> bytes:
         """The value of ``message``'s dead letter (its key stays the message's key)."""
@@ -81,4 +83,25 @@ class DeadLetters:
             raw_key=key,
         )
         _log.warning("delayed job too large to release: dead-lettered", extra={"bytes": size})
+        return self._codec.encode(letter)
+
+    def fire_too_large(self, job: Job, name: str, offset: int, size: int) -> bytes:
+        """The letter of the fire ``job`` of schedule ``name`` (its record at ``offset`` of
+        ``source_topic``), ``size`` bytes encoded: not enqueued, the schedule goes on."""
+        letter = DeadLetter(
+            reason=DeadLetterReason.TOO_LARGE,
+            message=(
+                f"the fire of schedule {name!r} at {job.not_before} ms is a job of {size} bytes, "
+                f"larger than the scheduler sends (message.max.bytes {self._max_bytes}), so it "
+                "was not enqueued; make the schedule's payload smaller"
+            ),
+            source_topic=self.schedules_topic,
+            source_partition=0,
+            source_offset=offset,
+            job_id=job.id,
+            job_type=job.type,
+            tenant=job.tenant,
+            raw_key=(job.idempotency_key or "").encode(),
+        )
+        _log.warning("cron fire too large to enqueue: dead-lettered", extra={"schedule": name})
         return self._codec.encode(letter)

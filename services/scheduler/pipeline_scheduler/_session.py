@@ -79,8 +79,10 @@ class LeaderSession:
         self._paused: set[Where] = set()
         self._codec = job_codec(settings)
         self._dead_letters = DeadLetters(
-            DeadLetterCodec(self._codec.store), message_max_bytes(settings)
+            DeadLetterCodec(self._codec.store), message_max_bytes(settings), self.names.schedules
         )
+        self._schedule_offsets: dict[str, int] = {}
+        """Per schedule: the offset of its record on ``<ns>.schedules`` (for a dead letter)."""
         self._schedule_codec = ScheduleCodec(self._codec.store)
         self._batch_max = sched.batch_max
         self._max_wait_ms = int(sched.max_wait_s * 1000)
@@ -330,12 +332,27 @@ class LeaderSession:
                     registered.options if registered is not None else None,
                 )
                 key = (job.idempotency_key or "").encode()
-                self.txn.produce(self.names.jobs(job.priority), self._codec.encode(job), key)
-                self.metrics.cron_fires.labels(schedule.name).inc()
-                _log.info(
-                    "cron fire",
-                    extra={"schedule": schedule.name, "fire_ms": fire.fire_ms, "job_id": job.id},
-                )
+                value = self._codec.encode(job)
+                try:
+                    topic = self.names.jobs(job.priority)
+                    self.txn.produce(topic, value, key, too_large_raises=True)
+                except MessageTooLargeError:  # refused, it would abort every transaction
+                    offset = self._schedule_offsets.get(schedule.name, -1)
+                    letter = self._dead_letters.fire_too_large(
+                        job, schedule.name, offset, len(value)
+                    )
+                    self.txn.produce(self.names.dlq, letter, key)
+                    self.metrics.dead_letters.inc()
+                else:
+                    self.metrics.cron_fires.labels(schedule.name).inc()
+                    _log.info(
+                        "cron fire",
+                        extra={
+                            "schedule": schedule.name,
+                            "fire_ms": fire.fire_ms,
+                            "job_id": job.id,
+                        },
+                    )
             self.txn.produce(state_topic, encode_last_fire(fire.last_ms), cron_key(schedule.name))
         for name in self.cron.removed:
             self.txn.produce(state_topic, None, cron_key(name))
@@ -359,7 +376,9 @@ class LeaderSession:
             return
         name = raw_key.decode(errors="replace")
         value = message.value()
+        self._schedule_offsets[name] = message.offset() or 0
         if value is None:
+            self._schedule_offsets.pop(name, None)
             self.cron.put(name, None)
         else:
             self.cron.put_record(decode_schedule(name, value, self._schedule_codec))

@@ -5,12 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_INVALID,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from pipeline import Job, Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker.recovery import relay as relay_module
-from tests.unit.test_transactions import FakeProducer, abortable
+from tests.unit.test_transactions import FakeProducer, abortable, retriable
 
 TIER = "acme.retry.0"
 
@@ -178,3 +185,75 @@ def test_an_abort_in_a_revocation_reads_again_after_the_callback(fakes: Relay) -
     assert asked == [1]  # partition 0, read again after the poll
     [forwarded] = producer.committed
     assert [codec.decode(value or b"").id for _, value in forwarded] == ["job-0"]
+
+
+def jobs_on_the_tier(relay: relay_module.RetryRelay, consumer: FakeConsumer, count: int) -> None:
+    codec = relay._codec
+    consumer.log[(TIER, 0)] = [
+        Message(
+            topic=TIER,
+            partition=0,
+            offset=offset,
+            value=codec.encode(Job(id=f"job-{offset}", type="t", payload=b"{}")),
+        )
+        for offset in range(count)
+    ]
+    relay._on_assign(consumer, [TopicPartition(TIER, 0)])  # type: ignore[arg-type]
+
+
+def forwarded_ids(relay: relay_module.RetryRelay, producer: CommittingProducer) -> list[str]:
+    return [
+        relay._codec.decode(value or b"").id
+        for transaction in producer.committed
+        for _, value in transaction
+    ]
+
+
+def test_a_commit_kafka_does_not_answer_is_read_again_not_the_end_of_the_worker(
+    fakes: Relay,
+) -> None:
+    # The broker is down while the relay commits: every attempt times out (retriable), the
+    # library gives up (KafkaUnavailableError, the transaction aborted). An outage must not
+    # stop the worker: the relay reads the jobs again and forwards them once Kafka is back.
+    relay, consumer, producer = fakes
+    relay._txn._sleep = lambda seconds: None
+    failed: list[BaseException] = []
+    relay._on_failed = failed.append
+    jobs_on_the_tier(relay, consumer, 2)
+    timed_out = [retriable() for _ in range(5)]
+    producer.failing("commit_transaction", *timed_out)
+    relay._turn()
+    relay._commit()  # five attempts, none answered: nothing of it is visible
+    assert producer.committed == []
+    for _ in range(2):
+        relay._turn()
+        relay._commit()
+    assert forwarded_ids(relay, producer) == ["job-0", "job-1"]
+    assert consumer.group_committed[(TIER, 0)] == 2
+    assert failed == []
+
+
+def test_a_rewind_kafka_does_not_answer_is_tried_again(fakes: Relay) -> None:
+    # After an abort the relay asks for the committed offsets; while the broker is down that
+    # times out. The relay must try again later, not die (and stop the worker with it).
+    relay, consumer, producer = fakes
+    jobs_on_the_tier(relay, consumer, 2)
+    producer.failing("send_offsets_to_transaction", abortable())
+    relay._turn()
+    relay._commit()  # aborted: the rewind is due after the next poll
+    committed = consumer.committed
+    outage = [True]
+
+    def unanswered(tps: list[TopicPartition], timeout: float = -1) -> list[TopicPartition]:
+        if outage:
+            outage.pop()
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
+        return committed(tps, timeout)
+
+    consumer.committed = unanswered  # type: ignore[method-assign]
+    relay._turn()  # the broker does not answer the rewind
+    for _ in range(3):
+        relay._turn()
+        relay._commit()
+    assert forwarded_ids(relay, producer) == ["job-0", "job-1"]
+    assert consumer.group_committed[(TIER, 0)] == 2

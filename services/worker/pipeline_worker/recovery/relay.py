@@ -40,7 +40,12 @@ from pipeline import DecodeError, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._clientlog import is_fatal
 from pipeline._codec import DeadLetterCodec
-from pipeline._errors import PipelineError, TopicMissingError, TransactionAbortedError
+from pipeline._errors import (
+    KafkaUnavailableError,
+    PipelineError,
+    TopicMissingError,
+    TransactionAbortedError,
+)
 from pipeline._job import now_ms
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetter, DeadLetterReason
@@ -62,6 +67,10 @@ POLL_MAX_S = 0.2
 IDLE_COMMIT_S = 1.0
 """How often the committed offsets of idle partitions catch up with their positions."""
 TIMEOUT_S = 30.0
+NOT_COMMITTED = (TransactionAbortedError, KafkaUnavailableError)
+"""What the transaction loop raises for a transaction it aborted because Kafka aborted it or did
+not answer in time (an outage): nothing of it is visible, so the relay reads its jobs again.
+A refusal (a :class:`TransactionError` of another kind) still stops the worker, saying why."""
 INIT_TIMEOUT_S = 1.0
 """How long one attempt to register the transactional id blocks (a stop waits that long)."""
 
@@ -190,7 +199,7 @@ class RetryRelay:
             for message in messages:
                 self._on_message(message)
             self._release(now_ms())
-        except TransactionAbortedError as exc:  # aborted already: nothing of it is visible
+        except NOT_COMMITTED as exc:  # aborted already: nothing of it is visible
             self._aborted(exc)
             return
         if self._txn_started is not None and time.monotonic() - self._txn_started >= TXN_MAX_S:
@@ -322,7 +331,7 @@ class RetryRelay:
         offsets = [TopicPartition(t, p, self._next[(t, p)]) for t, p in self._dirty]
         try:
             self._txn.commit(offsets, self._consumer.consumer_group_metadata())
-        except TransactionAbortedError as exc:
+        except NOT_COMMITTED as exc:  # an outage too: the worker waits it out, as its consumer
             self._aborted(exc)
             return
         self._txn_started = None
@@ -331,7 +340,7 @@ class RetryRelay:
         self._dirty.clear()
         self._metrics.transactions += 1
 
-    def _aborted(self, exc: TransactionAbortedError) -> None:
+    def _aborted(self, exc: TransactionAbortedError | KafkaUnavailableError) -> None:
         _log.warning("retry relay transaction aborted, reading again: %s", exc)
         self._txn_started = None
         # Forget the forwards now; read them again after the next poll, not here: this may be
@@ -354,7 +363,14 @@ class RetryRelay:
         owned = [TopicPartition(*where) for where in self._next]
         if not owned:
             return
-        committed = self._consumer.committed(owned, timeout=TIMEOUT_S)
+        try:
+            committed = self._consumer.committed(owned, timeout=TIMEOUT_S)
+        except KafkaException as exc:  # Kafka down: read nothing until it answers
+            self._errors.warning(
+                "rewind", "retry relay: reading the committed offsets failed: %s", exc
+            )
+            self._rewind_due = True
+            return
         self._consumer.resume(owned)
         for tp in committed:
             where = (tp.topic, tp.partition)

@@ -1,0 +1,81 @@
+"""A cron fire larger than the scheduler's producer sends, without a broker."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from pipeline._codec import DeadLetterCodec, ScheduleCodec
+from pipeline._records import DeadLetterReason
+from pipeline._schedule import make_schedule
+from pipeline._settings import Settings
+from pipeline._transactions import Headers, Transactions
+from pipeline_scheduler._metrics import SchedulerMetrics
+from pipeline_scheduler._session import LeaderSession
+from tests.unit.scheduler.test_session_schedules import Message
+from tests.unit.test_transactions import FakeProducer
+
+MAX_BYTES = 10_000
+
+
+class SizedProducer(FakeProducer):
+    """Refuses a message above ``message.max.bytes`` before taking it, as librdkafka does."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        *,
+        headers: Headers = None,
+    ) -> None:
+        if len(value or b"") + len(key or b"") > MAX_BYTES:
+            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Message too large"))
+        super().produce(topic, value, key, partition, headers=headers)
+
+
+@pytest.fixture
+def session() -> Iterator[LeaderSession]:
+    settings = Settings(
+        bootstrap_servers="localhost:1",
+        namespace="acme",
+        kafka={"message.max.bytes": str(MAX_BYTES)},
+    )
+    made = LeaderSession(settings, SchedulerMetrics(), [])
+    made.txn = Transactions(SizedProducer(), name="test producer", sleep=lambda s: None)
+    made.cron_ready = True
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def test_a_fire_too_large_to_send_is_dead_lettered_and_the_rest_goes_on(
+    session: LeaderSession,
+) -> None:
+    # The schedule record fits (another producer may send more); its fire, with the id, the
+    # key and the schedule header added, does not. Refused, it aborted every transaction of
+    # every term: no delayed job or other fire was released again.
+    codec = ScheduleCodec()
+    big = make_schedule("big", cron="* * * * * *", job_type="t", payload=b"x" * MAX_BYTES)
+    small = make_schedule("small", cron="* * * * * *", job_type="t")
+    for offset, schedule in enumerate((big, small)):
+        message = Message(schedule.name.encode(), codec.encode(schedule), offset)
+        session._schedule_message(message)  # type: ignore[arg-type]
+    session._fire(big.created_at + 1500)
+    session.txn.commit()
+    producer: FakeProducer = session.txn.producer  # type: ignore[assignment]
+    [committed] = producer.committed
+    topics = [topic for topic, _ in committed]
+    assert topics.count("acme.jobs.default") == 1  # the small schedule's fire
+    assert topics.count("acme.scheduler-state") == 2  # both schedules go on from this fire
+    [(_, value)] = [(t, v) for t, v in committed if t == "acme.dlq"]
+    letter = DeadLetterCodec().decode(value or b"")
+    assert letter.reason == DeadLetterReason.TOO_LARGE
+    assert letter.job_type == "t"
+    assert letter.source_topic == "acme.schedules"
+    assert letter.source_offset == 0
+    assert "big" in letter.message
