@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
@@ -60,12 +61,17 @@ def test_a_fire_too_large_to_send_is_dead_lettered_and_the_rest_goes_on(
     # key and the schedule header added, does not. Refused, it aborted every transaction of
     # every term: no delayed job or other fire was released again.
     codec = ScheduleCodec()
-    big = make_schedule("big", cron="* * * * * *", job_type="t", payload=b"x" * MAX_BYTES)
-    small = make_schedule("small", cron="* * * * * *", job_type="t")
+    # Made 100 ms past a whole second, so that one fire (the next second's) is due 1 s later.
+    made = make_schedule("big", cron="* * * * * *", job_type="t").created_at // 1000 * 1000 + 100
+    big = replace(
+        make_schedule("big", cron="* * * * * *", job_type="t", payload=b"x" * MAX_BYTES),
+        created_at=made,
+    )
+    small = replace(make_schedule("small", cron="* * * * * *", job_type="t"), created_at=made)
     for offset, schedule in enumerate((big, small)):
         message = Message(schedule.name.encode(), codec.encode(schedule), offset)
         session._schedule_message(message)  # type: ignore[arg-type]
-    session._fire(big.created_at + 1500)
+    session._fire(made + 1000)
     session.txn.commit()
     producer: FakeProducer = session.txn.producer  # type: ignore[assignment]
     [committed] = producer.committed
