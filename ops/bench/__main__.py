@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             repeats = args.repeats or repeats
             sections.append(drain.run(kafka.bootstrap_servers, jobs, workdir, repeats, baseline))
         if "latency" in wanted:
-            rate, seconds = (500.0, 2.0) if quick else (2000.0, 10.0)
+            rate, seconds = (500.0, 1.0) if quick else (2000.0, 10.0)
             rate = args.latency_rate or rate
             warm_up_s = 0.5 if quick else latency.BROKER_WARM_UP_S
             sections.append(latency.run(kafka.bootstrap_servers, rate, seconds, workdir, warm_up_s))

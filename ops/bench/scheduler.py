@@ -293,7 +293,7 @@ def run(bootstrap_servers: str, quick: bool, workdir: Path) -> Section:
     extra += pending(bootstrap_servers, count, 24 * 3600, workdir, env={}, label="pending-24h")
     say("bench: scheduler on a shortened clock")
     extra += shortened_clock(
-        bootstrap_servers, 2_000 if quick else 100_000, 10 if quick else 120, workdir
+        bootstrap_servers, 1_000 if quick else 100_000, 6 if quick else 120, workdir
     )
     return Section(
         title="Scheduler",
