@@ -2,11 +2,18 @@
 
 A relay derives its lock, transactional id and progress topic from its table's name, so it takes
 one spelling per table only; ``status`` and ``relay`` open an existing database only, so that a
-mistyped path is an error instead of an empty database. (PostgreSQL: tests/integration/outbox.)
+mistyped path is an error instead of an empty database. A PostgreSQL DSN libpq cannot parse, or
+whose options it refuses, is an error too (libpq judges them with no server: they are tested
+here); one whose server does not answer is waited for. (A real PostgreSQL:
+tests/integration/outbox.)
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -17,6 +24,7 @@ from pipeline import Settings
 from pipeline._errors import ConfigurationError
 from pipeline.outbox import OutboxRelay, RelayOptions, outbox_status
 from pipeline_cli._main import cli
+from tests.waiting import wait_for
 
 SETTINGS = Settings(bootstrap_servers="127.0.0.1:1", namespace="unit")
 """Nothing listens there: these relays must stop before they try Kafka."""
@@ -114,3 +122,75 @@ def test_a_postgresql_dsn_libpq_cannot_parse_is_a_usage_error(command: str, dsn:
     assert result.exit_code == 2, result.output
     assert "Error: invalid PostgreSQL DSN" in result.output
     assert "s3cret-pw" not in result.output
+
+
+REFUSED_OPTIONS = [
+    # (DSN, the option libpq refuses): each parses, and libpq refuses it only when it connects.
+    ("postgresql://app:s3cret-pw@db.internal/shop?sslmode=bogus", "sslmode='bogus'"),
+    ("host=db.internal password=s3cret-pw keepalives_idle=abc", "keepalives_idle='abc'"),
+    ("host=db.internal password=s3cret-pw target_session_attrs=x", "target_session_attrs='x'"),
+    ("postgresql://app:s3cret-pw@db.internal:abc/shop", "port='abc'"),
+    ("host=db1,db2 port=5432,5433,5434 password=s3cret-pw", "port='5432,5433,5434'"),
+    ("host=db.internal password=s3cret-pw connect_timeout=abc", "connect_timeout: 'abc'"),
+]
+
+
+@pytest.mark.parametrize(("dsn", "option"), REFUSED_OPTIONS)
+def test_a_postgresql_dsn_whose_options_libpq_refuses_stops_the_relay_naming_the_option(
+    dsn: str, option: str
+) -> None:
+    # libpq says so as a failed connection: the relay took it for an outage and waited for ever.
+    raised = _run_briefly(OutboxRelay(SETTINGS, dsn))
+    assert isinstance(raised, ConfigurationError), raised
+    assert "invalid PostgreSQL DSN" in str(raised)
+    assert option in str(raised)
+    assert "s3cret-pw" not in str(raised)
+
+
+@pytest.mark.parametrize(("dsn", "option"), REFUSED_OPTIONS[:2])
+def test_the_relay_command_exits_2_on_a_dsn_whose_options_libpq_refuses(
+    dsn: str, option: str
+) -> None:
+    command = [str(Path(sys.executable).parent / "pipeline"), "outbox", "relay"]
+    env = {**os.environ, "PIPELINE_OUTBOX_DSN": dsn, "PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert f"Error: invalid PostgreSQL DSN: libpq refuses {option}" in done.stderr
+    assert "s3cret-pw" not in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://app:s3cret-pw@127.0.0.1:1/shop?sslmode=disable&keepalives_idle=60",
+        "host=no-such-host.invalid password=s3cret-pw",
+        "host=db.internal hostaddr=127.0.0.1 port=1 password=s3cret-pw",
+    ],
+)
+def test_a_postgresql_server_that_does_not_answer_is_waited_for(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Connection refused, no such host: the database may come back, the relay stays a standby.
+    stop = threading.Event()
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            OutboxRelay(SETTINGS, dsn).run(stop)
+        except BaseException as exc:  # handed to the test, whatever it is
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    with caplog.at_level(logging.WARNING, logger="pipeline.outbox"):
+        thread.start()
+        try:
+            assert wait_for(
+                lambda: any("cannot take the relay lock" in r.getMessage() for r in caplog.records),
+                30,
+            ), raised
+        finally:
+            stop.set()
+            thread.join(30)
+    assert not thread.is_alive()
+    assert raised == []
+    assert "s3cret-pw" not in caplog.text

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigurationError, PipelineError
+from ._conninfo import Keepalives, refusal
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -206,24 +207,35 @@ def sqlite_path(dsn: str) -> Path | None:
     return Path(rest[3:])
 
 
-def connect(dsn: str, *, create: bool = True, **params: Any) -> tuple[Any, Dialect]:
+def connect(
+    dsn: str, *, create: bool = True, keepalives: Keepalives | None = None, **params: Any
+) -> tuple[Any, Dialect]:
     """A new connection to ``dsn`` (``postgresql://...`` or ``sqlite:///path``) and its dialect.
 
     ``create=False``: a SQLite database must exist already (a mistyped path is an error, not a
-    new, empty database that a relay would watch for good). ``params``: libpq connection
-    parameters added to a PostgreSQL DSN."""
+    new, empty database that a relay would watch for good). ``keepalives``: the TCP keepalives
+    of a PostgreSQL connection, for those the DSN does not set. ``params``: libpq connection
+    parameters added to a PostgreSQL DSN. A PostgreSQL DSN whose options libpq refuses is a
+    :class:`ConfigurationError`; a server that does not answer, :class:`DatabaseUnavailableError`.
+    """
     path = sqlite_path(dsn)
     if path is not None:
         return _open_sqlite(path, create), SQLITE
     if dsn.startswith(("postgresql://", "postgres://")) or "=" in dsn:
         try:
             import psycopg
+            from psycopg.conninfo import conninfo_to_dict
         except ImportError:
             raise ConfigurationError(
                 "the PostgreSQL outbox needs psycopg: pip install 'kafka-pipeline[outbox]'"
             ) from None
         try:
-            return psycopg.connect(dsn, **params), POSTGRES
+            given = {k: str(v) for k, v in conninfo_to_dict(dsn, **params).items()}
+            reason = refusal(given)  # checked here: libpq reports it as a failed connection
+            if reason is not None:
+                raise ConfigurationError(f"invalid PostgreSQL DSN: {_masked(reason, dsn)}")
+            extra: dict[str, Any] = keepalives.params(given) if keepalives is not None else {}
+            return psycopg.connect(dsn, **params, **extra), POSTGRES
         except psycopg.ProgrammingError as exc:  # libpq cannot parse it: it never will
             raise ConfigurationError(
                 f"invalid PostgreSQL DSN: {_masked(str(exc), dsn)}"

@@ -22,13 +22,15 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from ._conninfo import Keepalives
 from ._dialect import POSTGRES, SQLITE, check_schema, connect, no_database, relay_table, sqlite_path
 
 __all__ = ["AdvisoryLock", "FileLock", "RelayLock", "lock_for"]
 
-KEEPALIVES = {"idle": 10, "interval": 5, "count": 4}
+KEEPALIVES = Keepalives(idle=10, interval=5, count=4)
 """TCP keepalives of the lock's session, both ends: a peer silent for ``idle`` seconds is probed
-``count`` times ``interval`` seconds apart, then the connection is dropped (30 s)."""
+``count`` times ``interval`` seconds apart, then the connection is dropped (30 s). The relay's
+end takes the DSN's own keepalive options instead where it sets them."""
 _USER_TIMEOUT_MS = 30_000
 """The same bound while data sent waits for an acknowledgement (keepalives do not probe then)."""
 
@@ -76,13 +78,13 @@ class AdvisoryLock:
     def _connect(self) -> Any:
         """The lock's session, after the check that its table's name is the one spelling of it
         (the key is made of the name: another spelling would be another lock)."""
-        keepalives: dict[str, Any] = {f"keepalives_{k}": v for k, v in KEEPALIVES.items()}
-        connection, _ = connect(self._dsn, keepalives=1, **keepalives)
+        connection, _ = connect(self._dsn, keepalives=KEEPALIVES)
         connection.autocommit = True
         try:
             check_schema(connection, self._table)
             # The server's end of the socket is the one whose death frees the lock.
-            for name, value in KEEPALIVES.items():
+            k = KEEPALIVES
+            for name, value in (("idle", k.idle), ("interval", k.interval), ("count", k.count)):
                 connection.execute(f"SET tcp_keepalives_{name} = {int(value)}")
             connection.execute(f"SET tcp_user_timeout = {_USER_TIMEOUT_MS}")
         except BaseException:

@@ -46,6 +46,7 @@ from .._producer import message_max_bytes, producer_config
 from .._settings import Settings
 from .._transactions import Transactions
 from ._batch import read_batch
+from ._conninfo import RELAY_KEEPALIVES
 from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
 from ._progress import CommittedBatch, RelayProgress, batch_digest
@@ -155,7 +156,8 @@ class OutboxRelay:
 
     def _run_active(self, stop: threading.Event) -> None:
         options, settings = self.options, self.settings
-        connection, dialect = connect(self.dsn, create=False)
+        # Keepalives: a connection a NAT or firewall dropped silently would hang the relay.
+        connection, dialect = connect(self.dsn, create=False, keepalives=RELAY_KEEPALIVES)
         txn: Transactions | None = None
         progress: RelayProgress | None = None
         stall = StallWatch(options.table)

@@ -6,10 +6,13 @@ A real server (the ``postgres`` fixture); a broker only for the relay that must 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 import uuid
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
@@ -127,6 +130,52 @@ def test_the_lock_session_is_dropped_within_a_minute_of_its_host_vanishing(
         lock.release()
     assert 0 < idle + interval * count <= 60
     assert 0 < user_timeout_ms <= 60_000  # while data waits for an acknowledgement
+
+
+def _keepalives_to(port: int) -> list[tuple[int, int, int, int]]:
+    """(SO_KEEPALIVE, idle, interval, count) of each TCP socket of this process connected to
+    ``port`` on localhost, sorted."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            sock = socket.socket(fileno=os.dup(int(name)))
+        except OSError:  # not a socket, or closed meanwhile
+            continue
+        with sock:
+            try:
+                if sock.family != socket.AF_INET or sock.getpeername()[1] != port:
+                    continue
+            except OSError:  # not connected
+                continue
+            found.append(
+                (
+                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL),
+                    sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT),
+                )
+            )
+    return sorted(found)
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        # The lock's session (10 s, 5 s, 4) and the relay's own connection (30 s, 10 s, 3),
+        # not the system's two hours of silence before a first probe.
+        ("", [(1, 10, 5, 4), (1, 30, 10, 3)]),
+        ("?keepalives_idle=45", [(1, 45, 5, 4), (1, 45, 10, 3)]),  # the DSN's own: kept
+    ],
+)
+def test_the_relays_connections_have_tcp_keepalives_unless_the_dsn_sets_them(
+    postgres_dsn: str, settings: Settings, options: str, expected: list[tuple[int, ...]]
+) -> None:
+    # A connection a NAT or firewall dropped without a word would hang the relay for hours.
+    port = int(str(conninfo_to_dict(postgres_dsn)["port"]))
+    assert _keepalives_to(port) == []  # the test's own connections are closed
+    with relay_in_thread(OutboxRelay(settings, postgres_dsn + options)) as relay:
+        assert relay.active.wait(60), "the relay never became active"
+        assert _keepalives_to(port) == expected
 
 
 def test_an_autocommit_connection_writes_in_a_transaction_only(postgres_dsn: str) -> None:
