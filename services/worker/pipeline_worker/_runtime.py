@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -32,7 +33,7 @@ from ._metricsexport import Gauges, make_registry
 from ._work import PartitionState
 from .execute.processor import Processor
 from .intake.config import consumer_config
-from .intake.consumer import ConsumerThread
+from .intake.consumer import FINAL_COMMIT_S, ConsumerThread
 from .intake.loopside import Batch
 from .recovery.relay import RetryRelay
 from .route.dedup import Deduplicator
@@ -48,6 +49,12 @@ _log = logging.getLogger("pipeline.worker")
 
 HEARTBEAT_S = 1.0
 REFUSED = KafkaAuthenticationError.exit_code
+EXIT_S = 5.0
+"""A stop's budget beyond ``shutdown_timeout_s`` (running jobs) and ``FINAL_COMMIT_S`` (the
+final commit): for what follows the commit (leaving the group, the executors, the retry relay,
+the events stream, the heartbeats), which gets what is left of it (docs/worker.md, Shutdown)."""
+RELAY_STOP_S = 10.0
+"""The retry relay's own wait for its thread (and last commit) at most."""
 
 
 class Worker:
@@ -92,6 +99,8 @@ class Worker:
         self._dedup: Deduplicator | None = None
         self._stopped: asyncio.Event | None = None
         self._stop_requested = threading.Event()
+        self._budget: _signals.StopBudget | None = None
+        """Set when the stop begins."""
         self._exit_code = 0
         self._loop_beat = time.monotonic()
         self._first_start: float | None = None
@@ -203,16 +212,25 @@ class Worker:
             await self._shutdown()
         finally:
             heartbeat.cancel()
-            if beats is not None and beating is not None:
+            if beating is not None:
                 beating.cancel()
-                await asyncio.to_thread(beats.close)
+            # After the final commit: what is left of the budget, the steps side by side, so
+            # that one that hangs neither keeps the process up nor starves the others. The
+            # executors close here: a job that ignores its cancellation is left behind.
+            budget = self._budget if self._budget is not None else _signals.StopBudget(EXIT_S)
+            steps = [budget.wait("the executors", processor.close())]
+            if beats is not None:
+                steps.append(budget.call("the heartbeats", beats.close))
             if relay is not None:  # refused by Kafka, it has nothing to commit: no wait
-                await asyncio.to_thread(relay.stop, 0.5 if self._exit_code == REFUSED else 10.0)
+                relay_s = 0.5 if self._exit_code == REFUSED else min(RELAY_STOP_S, budget.left())
+                steps.append(budget.call("the retry relay", functools.partial(relay.stop, relay_s)))
             if events is not None:
-                await asyncio.to_thread(events.close)
-            signals.remove()
+                close = functools.partial(events.close, budget.left())
+                steps.append(budget.call("the events stream", close))
             if server is not None:
-                server.close()
+                steps.append(budget.call("the metrics server", server.close))
+            await asyncio.gather(*steps)
+            signals.remove()
         self._call_hooks("on_worker_stop", self)
         return self._exit_code
 
@@ -245,12 +263,15 @@ class Worker:
             await asyncio.sleep(HEARTBEAT_S)
 
     async def _shutdown(self) -> None:
-        """Stop intake, let running jobs finish (bounded), commit, leave the group."""
+        """Stop intake, let running jobs finish (bounded), commit, leave the group; all within
+        the stop's budget."""
         processor = self._processor
         consumer = self._consumer
         assert processor is not None
         assert consumer is not None
         worker = self.settings.worker
+        budget = _signals.StopBudget(worker.shutdown_timeout_s + FINAL_COMMIT_S + EXIT_S)
+        self._budget = budget
         processor.stopping = True
         consumer.intake_stopped = True
         dropped = processor.drop(self._states())
@@ -267,9 +288,8 @@ class Worker:
                 extra={"timeout_s": worker.shutdown_timeout_s},
             )
         consumer.stop_requested = True
-        while not consumer.done.is_set():
-            await asyncio.sleep(0.01)
-        await processor.close()
+        # The final commit (bounded by FINAL_COMMIT_S) comes first, then leaving the group.
+        await budget.wait("the consumer (final commit, leaving the group)", _closed(consumer))
         self._log_summary()
 
     def _log_summary(self) -> None:
@@ -398,3 +418,8 @@ class Worker:
         for state in self._states():
             counts[state.priority.value] += max(0, state.buffered)
         return counts
+
+
+async def _closed(consumer: ConsumerThread) -> None:
+    while not consumer.done.is_set():
+        await asyncio.sleep(0.01)

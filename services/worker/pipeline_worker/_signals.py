@@ -17,17 +17,22 @@ One handler, a plain ``signal.signal`` one, for the whole life of the process, s
   ``KillMode=control-group``) signals every process of the unit, and a ``--processes``
   supervisor forwards its own copy to each child. A signal within
   :data:`REPEAT_WINDOW_S` of the first counts as that first one.
+
+A graceful stop has a budget (:class:`StopBudget`): what follows the final commit gets what is
+left of it, each step on a daemon thread of its own, so that one that hangs is named in the log
+and left behind instead of keeping the process up until the orchestrator kills it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from types import FrameType
 from typing import Any
 
@@ -121,3 +126,59 @@ class LoopSignals:
             extra={"timeout_s": self._timeout_s},
         )
         self._stop()
+
+
+class StopBudget:
+    """The time a graceful stop may take, from its start, and its steps bounded by what is left.
+
+    A blocking step runs on a daemon thread of its own (the loop's default executor would be
+    joined at exit, hung or not); a coroutine step is cancelled. Either way the stop goes on.
+    """
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._deadline = clock() + seconds
+
+    def left(self) -> float:
+        """Seconds left (0 once it is spent)."""
+        return max(0.0, self._deadline - self._clock())
+
+    async def call(self, name: str, step: Callable[[], object]) -> bool:
+        """Run the blocking ``step`` for at most what is left; False (logged) if it ran out."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finished() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def run() -> None:
+            try:
+                step()
+            except Exception:
+                _log.exception("stopping: %s failed", name)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: we are gone
+                    loop.call_soon_threadsafe(finished)
+
+        threading.Thread(target=run, name=f"pipeline-stop-{name}", daemon=True).start()
+        return await self.wait(name, done)
+
+    async def wait(self, name: str, step: Awaitable[object]) -> bool:
+        """Await ``step`` for at most what is left (cancelled after); False (logged) if it
+        ran out of time."""
+        left = self.left()
+        try:
+            await asyncio.wait_for(step, left)
+        except TimeoutError:
+            _log.error(
+                "stopping: %s %s; left behind",
+                name,
+                "did not finish within the shutdown budget" if left else "had no time left",
+                extra={"budget_s": self.seconds},
+            )
+            return False
+        except Exception:
+            _log.exception("stopping: %s failed", name)
+        return True

@@ -183,3 +183,118 @@ def test_a_map_that_is_slow_to_read_is_read_again_only_after_a_while(
     state.map_next = 0.0  # the wait is over
     thread._committer.commit(thread.states.values(), 2.0)
     assert fake.marks[-1].finished == ((1, 250_000),)
+
+
+class InheritingConsumer(MarkingConsumer):
+    """Answers ``committed`` with the marks a previous owner left (metadata included)."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        super().__init__(conf)
+        self.left: dict[tuple[str, int], CommitMark] = {}
+        self.ends = {(TOPIC, 0): (0, 60_000), (TOPIC, 1): (0, 60_000)}
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        found = []
+        for tp in tps:
+            mark = self.left.get((tp.topic, tp.partition))
+            if mark is None:
+                found.append(TopicPartition(tp.topic, tp.partition, -1001))
+            else:
+                found.append(TopicPartition(tp.topic, tp.partition, mark.offset, mark.encode()))
+        return found
+
+
+def assigned(
+    loop: asyncio.AbstractEventLoop, left: dict[tuple[str, int], CommitMark]
+) -> tuple[ConsumerThread, InheritingConsumer, list[PartitionState]]:
+    """A consumer thread that was just assigned partitions 0 and 1, whose previous owner left
+    ``left``; not read back yet."""
+    from .test_worker_consumer import FakeSide
+
+    made: list[InheritingConsumer] = []
+
+    def factory(conf: dict[str, Any]) -> InheritingConsumer:
+        made.append(InheritingConsumer(conf))
+        made[0].left = left
+        return made[0]
+
+    thread = ConsumerThread(
+        settings=Settings(namespace="ns", worker={"kafka_consumer": {"group.protocol": "classic"}}),
+        group_id="ns.workers",
+        topics={TOPIC: (Priority.DEFAULT, 0)},
+        side=FakeSide(loop),
+        metrics=WorkerMetrics(),
+        consumer_factory=factory,  # type: ignore[arg-type]
+    )
+    fake = made[0]
+    thread.rebalance.on_assign(fake, [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)])  # type: ignore[arg-type]
+    assert fake.paused == {(TOPIC, 0), (TOPIC, 1)}
+    return thread, fake, sorted(thread.states.values(), key=lambda s: s.partition)
+
+
+def near_the_limit() -> offsetmap.Runs:
+    """About 3.5 KB of scattered finished offsets: over the hold fraction of 4096, within it."""
+    rng = random.Random(5)
+    return offsetmap.runs_of([o for o in range(1, 22_000) if rng.random() < 0.5])
+
+
+def test_a_partition_read_back_while_its_map_is_held_stays_paused_until_the_map_fits(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit of its new owner's mark, made while a partition is read back, may hold it for
+    its map: it stays paused once read back, while the other partition resumes as usual; the
+    end of the hold resumes it (and would not before it is read back)."""
+    thread, fake, [held, other] = assigned(loop, {})
+    committer, flow = thread._committer, thread._flow
+    over = {0}
+
+    def hold(state: PartitionState, too_large: bool) -> None:
+        flow.hold(state, too_large or state.partition in over)
+
+    monkeypatch.setattr(committer, "_hold", hold)
+    flow.hold(held, True)
+    flow.hold(held, False)  # the end of a hold before it is read back resumes nothing
+    assert fake.paused == {(TOPIC, 0), (TOPIC, 1)}
+    thread._chores(0.0, idle=True)  # reads both back, commits their marks: 0 is held
+    assert not thread.assignment.pending
+    assert fake.paused == {(TOPIC, 0)}
+    assert held.paused
+    assert not other.paused
+    assert (thread._metrics.map_held, thread._metrics.map_holds) == (1, 2)
+    over.clear()  # the map fits again
+    committer.push([held], sync=True)
+    assert fake.paused == set()
+    assert not held.paused
+    assert thread._metrics.map_held == 0
+
+
+def test_a_map_inherited_near_the_limit_does_not_stop_its_partition_from_fetching(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """A previous owner's finished offsets above the committed one shrink only as the partition
+    fetches past them (its new owner's mark carries them meanwhile): a hold for them would
+    pause the partition for good. Once the offsets it fetched itself outgrow the metadata, it is
+    held as any other."""
+    finished = near_the_limit()
+    left = {(TOPIC, 0): CommitMark(0, finished=finished)}
+    thread, fake, [inherited, other] = assigned(loop, left)
+    thread._chores(0.0, idle=True)  # reads both back: the new owner's mark is committed
+    assert not thread.assignment.pending
+    assert fake.marks[0].finished == finished, "the new owner's mark carries the map on"
+    assert len(fake.marks[0].encode()) > 3072
+    assert fake.paused == set()
+    assert not inherited.paused
+    assert not other.paused
+    assert thread._metrics.map_held == 0
+    # It fetched through the inherited offsets and beyond; a job at the commit point is stuck
+    # and its own finished offsets above make the map too large: it is held.
+    for offset in range(40_000):
+        inherited.tracker.add(offset)
+    inherited.handed = inherited.handed_next = 40_000
+    inherited.commit_offset = 0
+    rng = random.Random(7)
+    finish(inherited, [o for o in range(1, 40_000) if rng.random() < 0.5])
+    thread._committer.commit(thread.states.values(), 1.0)
+    assert fake.paused == {(TOPIC, 0)}
+    assert inherited.paused
+    assert (thread._metrics.map_held, thread._metrics.map_holds) == (1, 1)

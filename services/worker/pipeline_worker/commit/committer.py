@@ -23,6 +23,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -182,9 +183,30 @@ class Committer:
                     state.topic, state.partition, offset, self._limit,
                 )  # fmt: skip
             if self._hold is not None:
-                self._hold(state, not whole or len(metadata) > self._hold_at)
+                self._hold(state, self._over(state, mark, metadata, whole))
             offsets.append(TopicPartition(state.topic, state.partition, offset, metadata=metadata))
         return offsets
+
+    def _over(self, state: PartitionState, mark: CommitMark, metadata: str, whole: bool) -> bool:
+        """Whether ``state`` must take no new jobs until its map shrinks: its mark, counting
+        only the offsets it was handed, is over :data:`HOLD_FRACTION` of the limit or cut.
+
+        Offsets a previous owner finished or moved that were not fetched yet only go once they
+        are fetched: held for them, the partition would never fetch them, and wait for ever.
+        """
+        if whole and len(metadata) <= self._hold_at:
+            return False
+        fetched = state.handed_next  # -1: nothing handed yet
+        if (mark.finished and mark.finished[-1][1] > fetched) or (
+            mark.moved and mark.moved[-1] >= fetched
+        ):
+            handed = replace(
+                mark,
+                moved=tuple(o for o in mark.moved if o < fetched),
+                finished=offsetmap.clip(mark.finished, mark.offset, max(fetched, mark.offset)),
+            )
+            metadata, whole = fit(handed, self._limit)
+        return not whole or len(metadata) > self._hold_at
 
     def commit(
         self,

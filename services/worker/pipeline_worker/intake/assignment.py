@@ -17,6 +17,9 @@ A partition is paused in the rebalance callback, right after it is assigned, and
 can deliver a few messages it fetched in between (seen under load: a job run before its keys
 were restored). Those are held here (:meth:`Assignment.hold`) and handed, in order, once the
 partition is read back, before anything it fetches after its resume.
+
+A partition read back resumes through :meth:`.flow.FlowControl.admit`: one whose finished map is
+held (see :meth:`.flow.FlowControl.hold`) stays paused until the map fits.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
     from .._work import PartitionState
     from ..commit.moves import Mover
     from ..recovery.poison import PoisonWatch
+    from .flow import FlowControl
 
 _log = logging.getLogger("pipeline.worker.consumer")
 
@@ -57,6 +61,7 @@ class Assignment:
         states: dict[tuple[str, int], PartitionState],
         poison: PoisonWatch,
         *,
+        flow: FlowControl,
         mover: Mover | None,
         dedup: DedupStore | None,
         slots: Slots | None = None,
@@ -73,6 +78,8 @@ class Assignment:
         """Messages delivered for partitions of :attr:`_unmarked` (see :meth:`hold`)."""
         self._keys_retry_at = 0.0
         self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._flow = flow
+        """Resumes partitions once read back (they stay paused while their map is held)."""
 
     @property
     def pending(self) -> bool:
@@ -81,6 +88,7 @@ class Assignment:
     def add(self, states: Sequence[PartitionState]) -> None:
         """Partitions just assigned (and paused) in a rebalance callback."""
         self._unmarked.extend(states)
+        self._flow.arrive(states)
 
     def discard(self, states: Sequence[PartitionState]) -> None:
         """Partitions revoked or lost before they were read back."""
@@ -134,9 +142,9 @@ class Assignment:
         early = [m for s in states for m in self._early.pop(s, ())]
         if not resume:
             return []  # not run: their offsets are not committed, the next owner reads them
-        for state in states:
-            state.paused = False
-        self._consumer.resume([TopicPartition(s.topic, s.partition) for s in states])
+        self._flow.admit(states)  # they fetch, but for those held for their map
+        # Delivered before the pause: handed even to a held partition, as what its buffer held
+        # when a hold began still runs.
         return early
 
     def _load_keys(self, dedup: DedupStore, states: list[PartitionState]) -> bool:

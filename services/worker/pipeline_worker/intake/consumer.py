@@ -132,6 +132,7 @@ class ConsumerThread:
             self._consumer,
             self.states,
             self._poison,
+            flow=self._flow,
             mover=mover,
             dedup=dedup,
             slots=slots if shared and len(topics) > 1 else None,

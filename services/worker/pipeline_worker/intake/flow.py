@@ -1,5 +1,7 @@
 """Backpressure: a partition whose buffer is full is paused, and resumed once it drained; one
 whose map of finished offsets outgrew the commit metadata is paused until the map fits again.
+A newly assigned partition is paused until it is read back (:mod:`.assignment`), and resumes
+then only if its map is not held.
 
 Buffers are counted, not stored, here: ``handed - taken`` of a :class:`PartitionState` is what
 its buffer holds (in transit to the loop, queued, or set aside by a key or a type limit). Polling
@@ -16,7 +18,7 @@ revoke and a later assignment, so the consumer resumes every partition it is ass
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -49,6 +51,9 @@ class FlowControl:
         self.held: set[PartitionState] = set()
         """Partitions paused because their finished-offset map is too large (see
         :meth:`hold`); one may be in :attr:`paused` too, and resumes when it leaves both."""
+        self.arriving: set[PartitionState] = set()
+        """Partitions assigned and paused until they are read back: only :meth:`admit` resumes
+        them (the end of a hold meanwhile does not)."""
         self._stopped = False
         """Intake stopped (:meth:`pause_all`): nothing resumes any more."""
 
@@ -93,11 +98,22 @@ class FlowControl:
                 self._consumer.pause([TopicPartition(state.topic, state.partition)])
         else:
             self.held.discard(state)
-            if state not in self.paused:
+            if state not in self.paused and state not in self.arriving:
                 everything_paused = len(self.paused | self.held) + 1 == len(self._states)
                 self._resume([state], wake=everything_paused)
         if self._metrics is not None:
             self._metrics.map_held = len(self.held)
+
+    def arrive(self, states: Iterable[PartitionState]) -> None:
+        """``states`` were just assigned, and paused until they are read back."""
+        self.arriving.update(states)
+
+    def admit(self, states: Sequence[PartitionState]) -> None:
+        """``states`` are read back: they fetch, but for those held for their map, which the
+        end of the hold resumes (a commit made while they were read back may have held them)."""
+        self.arriving.difference_update(states)
+        if not self._stopped:
+            self._resume([s for s in states if s not in self.held], wake=False)
 
     def _resume(self, states: list[PartitionState], *, wake: bool) -> None:
         if not states:
@@ -131,6 +147,7 @@ class FlowControl:
             self._consumer.pause([TopicPartition(s.topic, s.partition) for s in todo])
         self.paused.clear()
         self.held.clear()
+        self.arriving.clear()
         if self._metrics is not None:
             self._metrics.map_held = 0
 
@@ -138,5 +155,6 @@ class FlowControl:
         """``state`` was revoked."""
         self.paused.discard(state)
         self.held.discard(state)
+        self.arriving.discard(state)
         if self._metrics is not None:
             self._metrics.map_held = len(self.held)

@@ -1,0 +1,178 @@
+"""A graceful stop has a budget: the final commit comes first, and every step after it (leaving
+the group, the executors, the retry relay, the events stream, the heartbeats, the metrics
+server) gets what is left of the budget; one that hangs is named in the log and left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from pipeline import Pipeline, Settings
+from pipeline_worker import _runtime
+from pipeline_worker._runtime import Worker
+from tests.waiting import wait_for
+
+BUDGET_S = 0.5
+"""The whole budget in these tests: no running jobs, no final commit time, this for the rest."""
+NEVER_S = 30.0
+"""How long the test waits for a worker that does not exit (it would hang for good)."""
+
+
+class Steps:
+    """What the worker's parts were asked, in order; ``hang`` names the one that never ends."""
+
+    def __init__(self, hang: str) -> None:
+        self.hang = hang
+        self.done: list[str] = []
+        self.released = threading.Event()
+        """Set at the end of the test: the hung step returns (its thread ends)."""
+
+    def step(self, name: str) -> None:
+        if name == self.hang:
+            self.released.wait()
+        self.done.append(name)
+
+
+class FakeConsumer:
+    """The consumer thread: commits when asked to stop, then leaves the group (on its thread)."""
+
+    def __init__(self, steps: Steps, **_: Any) -> None:
+        self.steps = steps
+        self.states: dict[tuple[str, int], Any] = {}
+        self.done = threading.Event()
+        self.intake_stopped = False
+        self.started = threading.Event()
+
+    @property
+    def stop_requested(self) -> bool:
+        return False
+
+    @stop_requested.setter
+    def stop_requested(self, value: bool) -> None:
+        def finish() -> None:
+            self.steps.step("final commit")
+            self.steps.step("leaving the group")
+            self.done.set()
+
+        threading.Thread(target=finish, daemon=True).start()
+
+    def start(self) -> None:
+        self.started.set()
+
+
+class FakeProcessor:
+    stopping = False
+    in_flight = 0
+    finished = 0
+    last_end = 0.0
+    stuck = 0
+    threads = 0
+
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+
+    def drop(self, states: Any) -> int:
+        return 0
+
+    async def wait_idle(self, states: Any, timeout: float) -> bool:
+        return True
+
+    async def close(self) -> None:
+        if self.steps.hang == "executors":
+            await asyncio.Event().wait()  # a job that ignores its cancellation, for good
+        self.steps.done.append("executors")
+
+
+class FakeRelay:
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+
+    def start(self) -> None:
+        return None
+
+    def stop(self, timeout: float) -> None:
+        self.steps.step("retry relay")
+
+
+class FakeEvents:
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.steps.step("events stream")
+
+
+class FakeBeats:
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+
+    async def run(self) -> None:
+        await asyncio.Event().wait()
+
+    def close(self) -> None:
+        self.steps.step("heartbeats")
+
+
+@pytest.fixture
+def worker_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A worker whose parts are fakes, one of them hanging; the budget is BUDGET_S."""
+    made: list[Steps] = []
+
+    def make(hang: str) -> tuple[Worker, Steps]:
+        steps = Steps(hang)
+        made.append(steps)
+        processor = FakeProcessor(steps)
+        fake_stages = type(
+            "Stages",
+            (),
+            {
+                "mover": None,
+                "events": FakeEvents(steps),
+                "store": None,
+                "dedup": None,
+                "processor": processor,
+            },
+        )
+        monkeypatch.setattr(_runtime, "assemble", lambda *a, **k: fake_stages)
+        monkeypatch.setattr(_runtime, "ConsumerThread", lambda **k: FakeConsumer(steps, **k))
+        monkeypatch.setattr(_runtime, "RetryRelay", lambda *a: FakeRelay(steps))
+        monkeypatch.setattr(_runtime, "heartbeats_of", lambda *a: FakeBeats(steps))
+        monkeypatch.setattr(_runtime, "FINAL_COMMIT_S", 0.0, raising=False)
+        monkeypatch.setattr(_runtime, "EXIT_S", BUDGET_S, raising=False)
+        settings = Settings(namespace="ns", worker={"shutdown_timeout_s": 0})
+        return Worker(Pipeline(settings)), steps
+
+    yield make
+    for steps in made:
+        steps.released.set()
+
+
+@pytest.mark.parametrize(
+    "hang", ["leaving the group", "executors", "retry relay", "events stream", "heartbeats"]
+)
+def test_a_step_after_the_final_commit_that_hangs_does_not_keep_the_worker_from_exiting(
+    worker_with: Any, hang: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker, steps = worker_with(hang)
+    codes: list[int] = []
+    running = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    with caplog.at_level(logging.INFO, logger="pipeline.worker"):
+        running.start()
+        assert wait_for(lambda: worker._consumer is not None, 10)
+        worker.stop()
+        running.join(NEVER_S)
+        assert not running.is_alive(), f"the worker did not exit: {hang} hangs"
+    assert codes == [0]
+    assert steps.done[0] == "final commit", "offsets are committed first"
+    assert hang not in steps.done
+    messages = [r.getMessage() for r in caplog.records]
+    [ran_out] = [m for m in messages if "did not finish within the shutdown budget" in m]
+    assert hang in ran_out
+    if hang != "leaving the group":  # the steps after it go side by side: the others finish
+        after = {"executors", "retry relay", "events stream", "heartbeats"}
+        assert set(steps.done) == {"final commit", "leaving the group"} | (after - {hang})
