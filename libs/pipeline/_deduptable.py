@@ -90,7 +90,15 @@ class DedupTable:
     expires_at_ms`` and counts as absent from then on, before :meth:`expire` removes it.
     """
 
-    __slots__ = ("_buckets", "_due", "_entries", "_foreign", "_foreign_due", "_stale")
+    __slots__ = (
+        "_buckets",
+        "_due",
+        "_entries",
+        "_foreign",
+        "_foreign_due",
+        "_foreign_held",
+        "_stale",
+    )
 
     def __init__(self) -> None:
         self._entries: dict[str, bytes] = {}
@@ -105,6 +113,9 @@ class DedupTable:
         :meth:`restore_foreign`); empty unless the scope changed."""
         self._foreign_due: list[tuple[int, str, str]] = []
         """A heap of the expiries of ``_foreign`` (an entry replaced since is skipped)."""
+        self._foreign_held: set[str] = set()
+        """Keys whose entry a record of the other scope set, not a record of this scope
+        restored after it: only these does a tombstone of the other scope remove."""
 
     def __len__(self) -> int:
         """Entries held, counting expired ones that :meth:`expire` has not removed yet."""
@@ -187,11 +198,18 @@ class DedupTable:
         changelog would keep it.
         """
         if raw is None:
-            self.remove(key)
+            # Only the entry a record of the other scope set: this scope's record restored
+            # after it is newer (claimed once the other's had expired, whose tombstone comes
+            # from the next expiry pass, so after it in the changelog).
+            if key in self._foreign_held:
+                self.remove(key)
             self._foreign.pop((priority, key), None)
             return
         entry = decode_entry(raw)
-        self._put(key, entry, now_ms)
+        if self._put(key, entry, now_ms):
+            self._foreign_held.add(key)
+        else:
+            self._foreign_held.discard(key)
         self._foreign[(priority, key)] = expires = entry.expires_at_ms
         heapq.heappush(self._foreign_due, (expires, priority, key))
 
@@ -203,6 +221,7 @@ class DedupTable:
             expires, priority, key = heapq.heappop(due)
             if foreign.get((priority, key)) == expires:  # else a later record replaced it
                 del foreign[(priority, key)]
+                self._foreign_held.discard(key)
                 expired.append((priority, key))
         return expired
 
@@ -215,10 +234,15 @@ class DedupTable:
         """
         match = _WRITTEN(raw)
         if match is None:
-            self.put(key, decode_entry(raw), now_ms)
+            entry = decode_entry(raw)
+            if self._foreign_held:  # this scope's record replaces what the other's set
+                self._foreign_held.discard(key)
+            self.put(key, entry, now_ms)
             return
         hex_id, completed, expires_text = match.groups()
         expires = check_expiry(int(expires_text))
+        if self._foreign_held:
+            self._foreign_held.discard(key)
         entries = self._entries
         value = entries.get(key)
         if expires <= now_ms:
@@ -232,6 +256,8 @@ class DedupTable:
 
     def remove(self, key: str) -> bool:
         """Forget ``key``; False if it was not held."""
+        if self._foreign_held:
+            self._foreign_held.discard(key)
         return self._entries.pop(key, None) is not None
 
     def take_stale(self) -> list[str]:

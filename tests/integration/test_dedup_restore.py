@@ -28,6 +28,7 @@ pytestmark = pytest.mark.kafka
 
 JOB_A = "0190f5c2a1b2c3d4e5f60718293a4b5c"
 JOB_B = "0190f5c2a1b2c3d4e5f60718293a4b5d"
+JOB_C = "0190f5c2a1b2c3d4e5f60718293a4b5e"
 HOUR_MS = 3_600_000
 PARTITIONS = 3
 
@@ -221,3 +222,31 @@ def test_a_changelog_with_too_few_partitions_is_reported(
     ns = changelog.removesuffix(".dedup")
     with pytest.raises(DedupRestoreError, match=rf"{changelog} partition {PARTITIONS} .*apply"):
         store(bootstrap_servers, changelog).load([(f"{ns}.jobs.high", PARTITIONS)])
+
+
+def test_a_key_claimed_again_survives_the_tombstone_of_the_other_scope_written_after_it(
+    bootstrap_servers: str, changelog: str, producer: Producer
+) -> None:
+    """After a switch to the namespace scope: the per-priority record expires, a job claims its
+    key again and succeeds, then the expiry pass tombstones the old record. The next owner
+    reads the three in that order and must still hold the key."""
+    ns = changelog.removesuffix(".dedup")
+    high, low = (f"{ns}.jobs.high", 1), (f"{ns}.jobs.low", 1)
+    policy = DedupPolicy()
+    now = now_ms()
+    old = ChangelogRecord(1, b"high/k", encode_entry(JOB_A, False, now - 1))
+    write(producer, changelog, [old])
+    conf = {"bootstrap.servers": bootstrap_servers}
+    first = KafkaDedupStore(changelog, conf, scope=DedupScope.NAMESPACE)
+    first.load([high, low], timeout_s=30)
+    assert first.check(high, "k", JOB_B, policy=policy, now_ms=now) is Verdict.RUN
+    write(
+        producer,
+        changelog,
+        first.settle(high, "k", JOB_B, KeyOutcome.SUCCEEDED, policy=policy, now_ms=now),
+    )
+    write(producer, changelog, first.expire(now))
+
+    second = KafkaDedupStore(changelog, conf, scope=DedupScope.NAMESPACE)
+    second.load([high, low], timeout_s=30)
+    assert second.check(low, "k", JOB_C, policy=policy, now_ms=now) is Verdict.DUPLICATE

@@ -8,7 +8,7 @@ would keep it, and every restore read it, for good.
 
 from __future__ import annotations
 
-from pipeline._dedup import DedupScope, encode_entry
+from pipeline._dedup import ChangelogRecord, DedupScope, Entry, KeyOutcome, Verdict, encode_entry
 
 from .test_dedup import (
     COMPLETE,
@@ -21,6 +21,8 @@ from .test_dedup import (
     kafka_store,
     live,
 )
+
+JOB_C = "0190f5c2a1b2c3d4e5f60718293a4b5e"
 
 
 def tombstones(records: object) -> list[bytes]:
@@ -80,3 +82,48 @@ def test_only_the_last_record_of_a_foreign_key_gets_the_tombstone_and_at_its_exp
     assert store.expire(NOW + 11) == []
     assert b"high/k" in tombstones(store.expire(NOW + HOUR_MS))
     assert b"high/gone" not in tombstones(store.expire(NOW + HOUR_MS + 1))
+
+
+def changelog_of(records: object) -> FakeConsumer:
+    """A changelog holding ``records`` (ChangelogRecords) in the order they were written."""
+    consumer = FakeConsumer({})
+    for record in records:  # type: ignore[attr-defined]
+        consumer.add(record.partition, record.key, record.value)
+    return consumer
+
+
+def test_a_key_claimed_again_after_a_foreign_record_expired_survives_its_tombstone() -> None:
+    """The other scope's record expires, a job claims its key again in this scope and
+    succeeds, and only then does the expiry pass write the old record's tombstone: the next
+    owner restores both, in that order, and must still hold the key."""
+    old = [ChangelogRecord(0, b"high/k", encode_entry(JOB_A, False, NOW + 10))]
+    first = kafka_store(changelog_of(old), DedupScope.NAMESPACE)
+    first.load([HIGH_0])
+    written = list(old)
+    assert first.check(HIGH_0, "k", JOB_B, policy=COMPLETE, now_ms=NOW + 20) is Verdict.RUN
+    written += first.settle(
+        HIGH_0, "k", JOB_B, KeyOutcome.SUCCEEDED, policy=COMPLETE, now_ms=NOW + 30
+    )
+    written += first.expire(NOW + 40)
+    assert [r.key for r in written] == [b"high/k", b"*/k", b"high/k"]
+
+    second = kafka_store(changelog_of(written), DedupScope.NAMESPACE)
+    second.load([("ns.jobs.low", 0)])
+    duplicate = second.check(("ns.jobs.low", 0), "k", JOB_C, policy=COMPLETE, now_ms=NOW + 50)
+    assert duplicate is Verdict.DUPLICATE
+    assert second.table(HIGH_0).get("k") == Entry(JOB_B, True, NOW + 30 + COMPLETE.ttl_ms)
+
+
+def test_a_namespace_tombstone_leaves_a_newer_per_priority_record_under_the_priority_scope() -> (
+    None
+):
+    consumer = FakeConsumer({})
+    consumer.add(0, b"*/k", encode_entry(JOB_A, False, NOW - 5))
+    consumer.add(0, b"high/k", live(JOB_B))
+    consumer.add(0, b"*/k", None)
+    consumer.add(0, b"*/gone", live(JOB_A))
+    consumer.add(0, b"*/gone", None)
+    store = kafka_store(consumer, DedupScope.PRIORITY)
+    store.load([HIGH_0])
+    assert store.table(HIGH_0).get("k") == Entry(JOB_B, True, NOW + HOUR_MS)
+    assert store.table(HIGH_0).get("gone") is None  # a tombstone of what it set still removes
