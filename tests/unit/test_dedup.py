@@ -673,7 +673,11 @@ def kafka_store(consumer: FakeConsumer, scope: DedupScope = DedupScope.PRIORITY)
 
     return KafkaDedupStore(
         CHANGELOG,
-        {"bootstrap.servers": "kafka:9092", "isolation.level": "read_uncommitted"},
+        {
+            "bootstrap.servers": "kafka:9092",
+            "isolation.level": "read_uncommitted",
+            "auto.offset.reset": "latest",
+        },
         scope=scope,
         consumer_factory=factory,  # type: ignore[arg-type]
         clock=lambda: NOW,
@@ -760,6 +764,8 @@ def test_load_sets_what_a_restore_depends_on_over_the_given_options() -> None:
     assert conf["enable.auto.commit"] is False
     assert conf["enable.partition.eof"] is True
     assert conf["group.id"] == "ns.dedup.restore"
+    # Records deleted under the read: from the new start, not the end (keys would be missing).
+    assert conf["auto.offset.reset"] == "earliest"
     # Its fetch bounds keep librdkafka's queue small; past them, librdkafka's default pause
     # before the next fetch (1 s) tripled the restore of a million keys.
     assert conf["queued.max.messages.kbytes"] <= 4 * 1024

@@ -142,6 +142,10 @@ class KafkaDedupStore(PartitionTables):
             "enable.auto.commit": False,
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
+            # A start that moves under the read (records deleted: `compact,delete`, or
+            # DeleteRecords) goes on from the new start; librdkafka's default jumps to the end,
+            # which would end the restore there with the keys after it missing.
+            "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",  # records of aborted transactions never count
             # The end of a transactional partition is a commit marker, seen as EOF only by the
             # next fetch: do not let the broker hold that fetch for the default 500 ms.
