@@ -919,3 +919,25 @@ def test_load_refuses_two_topics_it_could_not_tell_apart() -> None:
     store = kafka_store(FakeConsumer({}))
     with pytest.raises(ConfigurationError, match=r"end in \.high"):
         store.load([("a.jobs.high", 0), ("b.jobs.high", 0)])
+
+
+def test_a_restore_whose_second_consumer_cannot_be_made_closes_the_first() -> None:
+    """The end-offset consumer was left open (its threads and connections) when the reader
+    could not be made, at every attempt of the restore."""
+    made: list[FakeConsumer] = []
+
+    def factory(conf: dict[str, Any]) -> FakeConsumer:
+        if made:
+            raise KafkaException(KafkaError(KafkaError._INVALID_ARG, "no more consumers"))
+        made.append(FakeConsumer({}))
+        return made[0]
+
+    store = KafkaDedupStore(
+        CHANGELOG,
+        {"bootstrap.servers": "kafka:9092"},
+        consumer_factory=factory,  # type: ignore[arg-type]
+        clock=lambda: NOW,
+    )
+    with pytest.raises(KafkaException):
+        store.load([HIGH_0])
+    assert [consumer.closed for consumer in made] == [True]

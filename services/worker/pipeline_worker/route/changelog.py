@@ -112,7 +112,11 @@ class KafkaDedupStore(PartitionTables):
             user = self._conf.get("sasl.username")
             restore = _Restore(self.changelog, by_number, timeout, self._clock, user=user)
             log_end = self._consumer_factory({**self.restore_conf(), **_LOG_END})
-            reader = self._consumer_factory(self.restore_conf())
+            try:
+                reader = self._consumer_factory(self.restore_conf())
+            except BaseException:
+                log_end.close()  # else its threads and connections stay, at every attempt
+                raise
             restore.run(reader, log_end)
         for where, table in tables.items():
             self.install(where, table)
