@@ -15,29 +15,18 @@ from pipeline import Settings
 from pipeline._errors import KafkaUnavailableError
 from pipeline._job import now_ms
 from pipeline._websettings import WebSettings
-from pipeline_web import _letters, _schedules, create_app
+from pipeline_web import _letters, _schedules
 from pipeline_web._notices import NOTICE_MAX_AGE_S, notice_of, signed_notice
 from pipeline_web._schedules import ScheduleRow
 from pipeline_web._security import Gate
 
+from .conftest import T0, FakeClock, MakeDashboard
 from .test_web_pages import _schedule
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from starlette.applications import Starlette
 
     from pipeline_web._dashboard import Dashboard
-
-T0 = 1_800_000_000.0
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -46,19 +35,14 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Iterator[Starlette]:
+def app(
+    make_dashboard: MakeDashboard, monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> Starlette:
     """A dashboard whose gate reads ``clock``, with one schedule, ``nightly``, that pauses."""
-    settings = Settings(bootstrap_servers="127.0.0.1:1", namespace="notices")
-    application = create_app(settings, timeout=0.5)
-    found: Dashboard = application.state.dashboard
-    monkeypatch.setattr(found.monitor, "start", lambda: None)
-    found.gate = Gate(settings.web, clock=clock)
     rows = [ScheduleRow("nightly", _schedule("nightly"), None, None, [], "")]
     monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: rows)
     monkeypatch.setattr(_schedules, "pause_schedule", lambda settings, name, timeout: None)
-    yield application
-    found.monitor.stop()
-    found.letters.close()
+    return make_dashboard("notices", clock=clock)
 
 
 def _client(app: Starlette) -> TestClient:

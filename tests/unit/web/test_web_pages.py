@@ -27,26 +27,20 @@ from pipeline._deadletters import (
 from pipeline._errors import KafkaUnavailableError
 from pipeline._job import Job, now_ms
 from pipeline._records import DeadLetter, Schedule
-from pipeline_web import _letters, _schedules, create_app
+from pipeline_web import _letters, _schedules
 from pipeline_web._schedules import ScheduleRow
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
+from .conftest import MakeDashboard
 
+if TYPE_CHECKING:
     from starlette.applications import Starlette
 
     from pipeline_web._dashboard import Dashboard
 
 
 @pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Starlette]:
-    settings = Settings(bootstrap_servers="127.0.0.1:1", namespace="pages")
-    application = create_app(settings, timeout=0.5)
-    # These pages need no reading of the namespace: the monitor's thread is not started.
-    monkeypatch.setattr(dashboard(application).monitor, "start", lambda: None)
-    yield application
-    dashboard(application).monitor.stop()
-    dashboard(application).letters.close()
+def app(make_dashboard: MakeDashboard) -> Starlette:
+    return make_dashboard("pages")
 
 
 def dashboard(app: Starlette) -> Dashboard:

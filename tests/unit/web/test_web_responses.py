@@ -8,29 +8,18 @@ from typing import TYPE_CHECKING
 import pytest
 from starlette.testclient import TestClient
 
-from pipeline import Settings
-from pipeline_web import create_app
+from .conftest import MakeDashboard
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from starlette.applications import Starlette
 
-    from pipeline_web._dashboard import Dashboard
 
 TOKEN = "t0ps3cret-token"
 
 
 @pytest.fixture
-def app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Starlette]:
-    settings = Settings(bootstrap_servers="127.0.0.1:1", namespace="answers", web={"token": TOKEN})
-    application = create_app(settings, timeout=0.5)
-    dashboard: Dashboard = application.state.dashboard
-    # No reading is taken: the monitor's thread is not started.
-    monkeypatch.setattr(dashboard.monitor, "start", lambda: None)
-    yield application
-    dashboard.monitor.stop()
-    dashboard.letters.close()
+def app(make_dashboard: MakeDashboard) -> Starlette:
+    return make_dashboard("answers", token=TOKEN)
 
 
 def _client(app: Starlette) -> TestClient:

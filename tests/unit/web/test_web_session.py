@@ -3,6 +3,7 @@ fake clock given to the gate, so that a session ages without waiting."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from http.cookies import Morsel, SimpleCookie
 from typing import TYPE_CHECKING
@@ -13,31 +14,17 @@ from starlette.testclient import TestClient
 
 from pipeline import Settings
 from pipeline._websettings import WebSettings
-from pipeline_web import create_app
 from pipeline_web._security import Gate
 
+from .conftest import T0, FakeClock, MakeDashboard
 from .test_web_parts import _request
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from starlette.applications import Starlette
 
-    from pipeline_web._dashboard import Dashboard
 
 TOKEN = "s3cret-token"
 HOUR = 3600
-T0 = 1_800_000_000.0
-
-
-class FakeClock:
-    """Stands for :func:`time.time`: it says ``now``, which a test moves."""
-
-    def __init__(self, now: float = T0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _gate(clock: FakeClock, token: str = TOKEN, max_age: int = HOUR) -> Gate:
@@ -148,24 +135,9 @@ MakeApp = Callable[..., "Starlette"]
 
 
 @pytest.fixture
-def make_app(monkeypatch: pytest.MonkeyPatch, clock: FakeClock) -> Iterator[MakeApp]:
+def make_app(make_dashboard: MakeDashboard, clock: FakeClock) -> MakeApp:
     """Dashboards of ``web`` settings whose gate reads ``clock``."""
-    made: list[Dashboard] = []
-
-    def make(**web: object) -> Starlette:
-        settings = Settings(bootstrap_servers="127.0.0.1:1", namespace="session", web=web)
-        application = create_app(settings, timeout=0.5)
-        found: Dashboard = application.state.dashboard
-        # These pages need no reading of the namespace: the monitor's thread is not started.
-        monkeypatch.setattr(found.monitor, "start", lambda: None)
-        found.gate = Gate(settings.web, clock=clock)
-        made.append(found)
-        return application
-
-    yield make
-    for found in made:
-        found.monitor.stop()
-        found.letters.close()
+    return functools.partial(make_dashboard, "session", clock=clock)
 
 
 @pytest.fixture

@@ -5,17 +5,18 @@ waiting."""
 from __future__ import annotations
 
 import base64
+import functools
 from typing import TYPE_CHECKING
 
 import pytest
 from starlette.testclient import TestClient
 
-from pipeline import Settings
-from pipeline_web import create_app
 from pipeline_web._throttle import LOCKOUT_S, MAX_FAILURES, WINDOW_S, LoginThrottle, client_key
 
+from .conftest import FakeClock, MakeDashboard
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
     from starlette.applications import Starlette
 
@@ -23,16 +24,6 @@ if TYPE_CHECKING:
 
 TOKEN = "s3cret-token"
 PASSWORD = "pa55word"
-
-
-class FakeClock:
-    """Stands for :func:`time.monotonic`: it says ``now``, which a test moves."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # --- the throttle -------------------------------------------------------------------------------
@@ -98,22 +89,8 @@ def test_an_attacker_cycling_addresses_does_not_grow_the_table_past_its_bound() 
 
 
 @pytest.fixture
-def make_app(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Starlette]]:
-    made: list[Dashboard] = []
-
-    def make(**web: object) -> Starlette:
-        settings = Settings(bootstrap_servers="127.0.0.1:1", namespace="throttle", web=web)
-        application = create_app(settings, timeout=0.5)
-        found: Dashboard = application.state.dashboard
-        # These pages need no reading of the namespace: the monitor's thread is not started.
-        monkeypatch.setattr(found.monitor, "start", lambda: None)
-        made.append(found)
-        return application
-
-    yield make
-    for found in made:
-        found.monitor.stop()
-        found.letters.close()
+def make_app(make_dashboard: MakeDashboard) -> Callable[..., Starlette]:
+    return functools.partial(make_dashboard, "throttle")
 
 
 def _client(app: Starlette, address: str) -> TestClient:
