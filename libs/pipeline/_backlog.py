@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import (
+    TIMESTAMP_NOT_AVAILABLE,
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
@@ -58,15 +59,20 @@ class PartitionBacklog:
     committed: int | None
     """The group's committed offset; ``None`` when it committed nothing (it starts at ``start``)."""
     oldest_ms: int | None
-    """Write time (ms since the epoch) of the first message at or after the commit, if any."""
+    """Write time (ms since the epoch) of the first message at or after the commit, if any
+    (``None`` too when that message carries no timestamp: its age is unknown)."""
     first: int | None = None
     """Offset of that first message (aborted messages and transaction markers skipped), or
     where the read ended when only those are left; ``None`` when it was not read."""
 
     @property
     def position(self) -> int:
-        """Where the group reads next (its commit, else the earliest retained offset)."""
-        return self.start if self.committed is None else max(self.committed, self.start)
+        """Where the group reads next: its commit, else (nothing committed, or a commit out of
+        the retained range, which a worker resets to the earliest offset) the earliest retained
+        offset."""
+        if self.committed is None or not self.start <= self.committed <= self.end:
+            return self.start
+        return self.committed
 
     @property
     def waiting(self) -> int:
@@ -82,7 +88,8 @@ class _Head:
 
     offset: int
     written_ms: int | None
-    """``None`` when it found none: ``offset`` is where the read ended."""
+    """``None`` when it found none (``offset`` is where the read ended) or the message carries
+    no timestamp."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +215,9 @@ class BacklogReader:
             "enable.partition.eof": True,
             "isolation.level": "read_committed",  # what the workers see
             "fetch.wait.max.ms": 20,
+            # A position deleted under the read (retention, delete-records) reads on from the
+            # new start, as the workers do; librdkafka's default (latest) would skip every job.
+            "auto.offset.reset": "earliest",
             "max.partition.fetch.bytes": 65536,  # one message is enough
             **settings.client_config(),
             "logger": LastProblemLog(),
@@ -234,8 +244,10 @@ class BacklogReader:
             **dict.fromkeys(retries, retry_group(self.settings)),
             **dict.fromkeys(deferred, deferred_group(self.settings)),
         }
-        offsets = self._admin.offsets(metadata, groups)
+        # Commits first: an end listed before them could be passed by a commit made meanwhile,
+        # which would look out of range (see PartitionBacklog.position).
         committed = self._committed(metadata, groups)
+        offsets = self._admin.offsets(metadata, groups)
         starts = [
             TopicPartition(name, p.partition, p.position)
             for name in groups
@@ -355,8 +367,11 @@ class BacklogReader:
                             found[where] = _Head(message.offset() or 0, None)
                             todo.discard(where)
                         continue
-                    _kind, stamp = message.timestamp()
-                    found[where] = _Head(message.offset() or 0, stamp)
+                    kind, stamp = message.timestamp()
+                    # No timestamp (a client on the v0 message format writes -1): the age is
+                    # unknown, not 56 years.
+                    known = kind != TIMESTAMP_NOT_AVAILABLE and stamp >= 0
+                    found[where] = _Head(message.offset() or 0, stamp if known else None)
                     todo.discard(where)
                     paused.append(TopicPartition(*where))  # one message is all it needs
                     self._consumer.pause(paused[-1:])

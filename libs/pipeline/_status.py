@@ -97,12 +97,26 @@ class StatusSnapshot:
 
 
 def rates(before: TopicBacklog, after: TopicBacklog, seconds: float) -> tuple[float, float]:
-    """Messages per second in (end offsets) and out (group commits) between two snapshots."""
+    """Messages per second in (end offsets) and out (group commits) between two snapshots.
+
+    Counted per partition, so a partition that went back cannot cancel what the others did.
+    An end offset that went back (the topic was recreated) counts from 0, as Prometheus counts
+    a counter reset; a commit that went back (offsets reset, or expired) counts nothing; a start
+    moved by retention or delete-records, under a partition the group never committed, is no
+    job done. A partition added since counts from offset 0.
+    """
     if seconds <= 0:
         return 0.0, 0.0
-    rate_in = max(0, after.end - before.end) / seconds
-    rate_out = max(0, after.position - before.position) / seconds
-    return rate_in, rate_out
+    earlier = {p.partition: p for p in before.partitions}
+    written = done = 0
+    for now in after.partitions:
+        then = earlier.get(now.partition)
+        then_end = 0 if then is None else then.end
+        written += now.end - then_end if now.end >= then_end else now.end
+        if now.committed is not None:
+            then_position = now.start if then is None else then.position
+            done += max(0, now.position - then_position)
+    return written / seconds, done / seconds
 
 
 def topic_rates(

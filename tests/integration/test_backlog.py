@@ -3,10 +3,14 @@ oldest waiting message of every tier, and the members of a group with their host
 
 from __future__ import annotations
 
-from confluent_kafka import Consumer, Producer
+from typing import Any
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined, unused-ignore]
 
 from pipeline._admin import apply_topics
-from pipeline._backlog import BacklogReader
+from pipeline._backlog import BacklogReader, read_backlog
 from pipeline._job import now_ms
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, worker_group
@@ -96,3 +100,43 @@ def test_aborted_messages_and_markers_ahead_of_the_first_job_are_not_backlog(
     assert (by_partition[1].end, by_partition[1].waiting) == (4, 2)
     assert default.waiting == 2
     assert default.oldest_ms == written_at
+
+
+def test_a_job_without_a_timestamp_has_no_age(settings: Settings) -> None:
+    # a client on the v0 message format writes no timestamp: Kafka keeps -1
+    apply_topics(settings)
+    producer = Producer(settings.client_config())
+    producer.produce(TopicNames(settings.namespace).jobs("low"), b"old client", timestamp=-1)
+    assert producer.flush(30) == 0
+
+    backlog = read_backlog(settings, timeout=20)
+    assert (backlog.jobs["low"].waiting, backlog.jobs["low"].oldest_ms) == (1, None)
+    assert backlog.oldest_age_s("low") == 0.0  # unknown, not 56 years
+
+
+def test_jobs_deleted_under_the_read_leave_the_rest_waiting(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # no worker committed: the read starts at the earliest offset, which delete-records (or
+    # retention) moves on between the offsets listed and the fetch
+    apply_topics(settings)
+    topic = TopicNames(settings.namespace).jobs("low")
+    written_at = now_ms() - 60_000
+    producer = Producer(settings.client_config())
+    for n in range(10):
+        producer.produce(topic, b"job", partition=0, timestamp=written_at + n)
+    assert producer.flush(30) == 0
+    admin = AdminClient({**settings.client_config()})
+
+    with BacklogReader(settings, timeout=20) as reader:
+        heads = reader._heads
+
+        def deleting_first(starts: list[TopicPartition]) -> Any:
+            done = admin.delete_records([TopicPartition(topic, 0, 4)], request_timeout=20)
+            for future in done.values():
+                future.result()
+            return heads(starts)
+
+        monkeypatch.setattr(reader, "_heads", deleting_first)
+        low = reader.read().jobs["low"]
+    assert (low.waiting, low.oldest_ms) == (6, written_at + 4)

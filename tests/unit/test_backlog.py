@@ -78,3 +78,10 @@ def test_position_end_and_age_for_rates_and_status() -> None:
     assert topic.oldest_ms == 4_000
     assert topic.oldest_age_s(10_000) == 6.0
     assert TopicBacklog("ns.jobs.low", "ns.workers", ()).oldest_age_s(10_000) is None
+
+
+def test_a_commit_past_the_end_counts_from_the_start() -> None:
+    # a log truncated under the commit (unclean leader election, a manual offset reset): the
+    # commit is out of range, so a worker restarts at the earliest offset and every job waits
+    partition = PartitionBacklog(0, start=0, end=10, committed=50, oldest_ms=None)
+    assert (partition.position, partition.waiting) == (0, 10)

@@ -106,6 +106,36 @@ def test_rates_compare_two_snapshots() -> None:
     assert rates(before, after, 0.0) == (0.0, 0.0)
 
 
+def test_a_partition_whose_commit_went_back_does_not_cancel_the_others() -> None:
+    # partition 0's offsets were reset to re-run jobs; partition 1 committed 60 meanwhile
+    before = lag(
+        "high", PartitionBacklog(0, 0, 100, 100, None), PartitionBacklog(1, 0, 100, 0, None)
+    )
+    after = lag(
+        "high", PartitionBacklog(0, 0, 100, 10, None), PartitionBacklog(1, 0, 100, 60, None)
+    )
+    assert rates(before, after, 2.0) == (0.0, 30.0)
+
+
+def test_retention_is_no_job_done_and_a_recreated_topic_counts_from_zero() -> None:
+    # no worker ever committed: retention moving the start is no job done
+    before = lag("low", PartitionBacklog(0, 0, 100, None, None))
+    after = lag("low", PartitionBacklog(0, 50, 100, None, None))
+    assert rates(before, after, 2.0) == (0.0, 0.0)
+    # the topic was recreated: 20 and 30 written since, as a counter reset is counted
+    before = lag(
+        "low", PartitionBacklog(0, 0, 100, None, None), PartitionBacklog(1, 0, 100, None, None)
+    )
+    after = lag(
+        "low", PartitionBacklog(0, 0, 20, None, None), PartitionBacklog(1, 0, 30, None, None)
+    )
+    assert rates(before, after, 2.0) == (25.0, 0.0)
+    # a partition added since counts from offset 0
+    one = lag("low", PartitionBacklog(0, 0, 100, None, None))
+    grown = lag("low", PartitionBacklog(0, 0, 100, None, None), PartitionBacklog(1, 0, 8, 8, None))
+    assert rates(one, grown, 2.0) == (4.0, 4.0)
+
+
 def test_the_leader_owns_the_control_partition_and_cron_lateness_skips_disabled() -> None:
     taken = snapshot()
     assert taken.leader is not None
