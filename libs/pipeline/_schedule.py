@@ -30,7 +30,7 @@ from ._errors import (
     TopicMissingError,
 )
 from ._job import Job, Priority, now_ms
-from ._partitions import topic_partitions
+from ._partitions import topic_partitions, unavailable
 from ._records import MissedFires, Schedule
 from ._topics import TopicNames
 
@@ -327,7 +327,7 @@ def read_table(
     :mod:`pipeline._partitions`)."""
     import time
 
-    from confluent_kafka import Consumer, KafkaError, TopicPartition
+    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
     conf: dict[str, Any] = {
         "logger": LastProblemLog(),  # see _producer
@@ -342,27 +342,26 @@ def read_table(
         **settings.client_config(),
     }
     consumer = Consumer(conf)
+    deadline = time.monotonic() + timeout  # for the whole read, not each step of it
     try:
         try:
             partitions = topic_partitions(
-                consumer,
-                conf["logger"],
-                settings,
-                topic,
-                deadline=time.monotonic() + timeout,
-                timeout=timeout,
+                consumer, conf["logger"], settings, topic, deadline=deadline, timeout=timeout
             )
         except TopicMissingError:
             if missing_ok:
                 return []
             raise
         tps = [TopicPartition(topic, p, -2) for p in partitions]
-        pending = _not_empty(consumer, tps, timeout)
+        try:
+            pending = _not_empty(consumer, tps, deadline)
+        except KafkaException as exc:  # the metadata came, a partition's leader did not
+            reason = f"the end of {topic}: {exc.args[0].str()}"
+            raise unavailable(consumer, conf["logger"], settings, timeout, reason) from exc
         records: list[tuple[str, bytes | None]] = []
         if not pending:
             return records
         consumer.assign([tp for tp in tps if tp.partition in pending])
-        deadline = time.monotonic() + timeout
         while pending:
             if time.monotonic() > deadline:
                 raise KafkaUnavailableError(f"reading {topic} took longer than {timeout:g}s")
@@ -385,11 +384,15 @@ def read_table(
         consumer.close()
 
 
-def _not_empty(consumer: Any, tps: list[Any], timeout: float) -> set[int]:
-    """The partitions of ``tps`` that hold messages."""
+def _not_empty(consumer: Any, tps: list[Any], deadline: float) -> set[int]:
+    """The partitions of ``tps`` that hold messages, asked by ``time.monotonic()`` ``deadline``."""
+    import time
+
     found = set()
     for tp in tps:
-        low, high = consumer.get_watermark_offsets(tp, timeout=timeout)
+        low, high = consumer.get_watermark_offsets(
+            tp, timeout=max(0.1, deadline - time.monotonic())
+        )
         if high > low:
             found.add(tp.partition)
     return found

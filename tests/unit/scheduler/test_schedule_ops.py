@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from pipeline import KafkaUnavailableError, PipelineError, Settings
 from pipeline._dedup import Verdict
@@ -129,3 +132,35 @@ def test_reading_schedules_while_kafka_is_down_prints_no_client_lines(
     with pytest.raises(KafkaUnavailableError, match=r"127\.0\.0\.1:9 did not answer within 2s"):
         read_schedules(settings, timeout=2.0)
     assert "|FAIL|" not in capfd.readouterr().err
+
+
+class _LeaderGone:
+    """A consumer whose metadata answers but whose partition leader does not (a broker of a
+    cluster down, or Kafka going away in the middle of the read)."""
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        self.closed = False
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        partitions = {0: SimpleNamespace(id=0)}
+        return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=partitions)})
+
+    def get_watermark_offsets(self, tp: Any, timeout: float = -1, cached: bool = False) -> Any:
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Local: Timed out"))
+
+    def poll(self, timeout: float = -1) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_partition_leader_that_does_not_answer_is_kafka_unavailable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The raw KafkaException of the watermark request escaped: `pipeline status` and
+    `pipeline schedules ls` printed a traceback."""
+    monkeypatch.setattr("confluent_kafka.Consumer", _LeaderGone)
+    settings = Settings(namespace="acme", bootstrap_servers="127.0.0.1:9")
+    with pytest.raises(KafkaUnavailableError, match=r"the end of acme\.schedules: Local: Timed"):
+        read_schedules(settings, timeout=1.0)
