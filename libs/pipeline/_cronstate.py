@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from ._settings import Settings
 
 CRON_PREFIX = "cron:"
+FIRST_MS = -62_135_596_800_000
+"""0001-01-01T00:00:00Z in epoch milliseconds: no fire time is earlier."""
+LAST_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: no fire time is later."""
 
 
 def cron_key(name: str) -> bytes:
@@ -28,8 +32,16 @@ def encode_last_fire(fire_ms: int) -> bytes:
 
 
 def decode_last_fire(value: bytes) -> int:
-    """Raises ``ValueError``, ``KeyError`` or ``TypeError`` for a record of another shape."""
-    return int(json.loads(value)["last"])
+    """The last fire time of a record; ``ValueError`` for one of another shape, whatever it
+    holds (any writer can put anything on the topic): a fire time must be an integer within
+    the years 1 to 9999."""
+    try:
+        last = json.loads(value)["last"]
+    except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
+        raise ValueError(f"not a last-fire record: {type(exc).__name__}") from exc
+    if type(last) is not int or not FIRST_MS <= last <= LAST_MS:
+        raise ValueError("not a last-fire record: its fire time is not a time of years 1-9999")
+    return last
 
 
 def read_last_fires(settings: Settings, timeout: float = 30.0) -> dict[str, int]:
@@ -45,6 +57,6 @@ def read_last_fires(settings: Settings, timeout: float = 30.0) -> dict[str, int]
             continue
         try:
             last[name] = decode_last_fire(value)
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             continue
     return last

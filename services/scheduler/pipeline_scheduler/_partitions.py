@@ -5,6 +5,11 @@ starts. Partitions added later (``pipeline topics apply`` with more partitions) 
 read until the next term, which may be weeks away, and the delayed jobs producers write to
 them would wait as long. The leader looks at the topics' metadata now and then and ends its
 term when a count changed; the next term, begun at once, reads them all.
+
+:func:`term_partitions` reads the counts a term begins with. A topic the cluster confirms
+missing is a setup error, as for the worker (a namespace whose ``pipeline topics apply`` was
+not run, or run with fewer wait tiers): :class:`TopicMissingError`, which stops the process
+(exit 1) instead of retrying the lead for ever.
 """
 
 from __future__ import annotations
@@ -16,9 +21,37 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-__all__ = ["PartitionWatch"]
+from pipeline._errors import KafkaUnavailableError, TopicMissingError
+from pipeline._topiccheck import MetadataClient, is_missing_topic, missing_topics
+
+__all__ = ["PartitionWatch", "term_partitions"]
 
 _log = logging.getLogger("pipeline.scheduler")
+
+
+def term_partitions(
+    client: MetadataClient, topics: list[str], namespace: str, timeout: float = 30.0
+) -> dict[str, list[int]]:
+    """The partitions of each of ``topics``. Raises :class:`TopicMissingError` for topics the
+    cluster confirms missing (asked again by name: a broker may not know a new topic yet), and
+    :class:`KafkaUnavailableError` for a topic it cannot describe now (to try again)."""
+    metadata = client.list_topics(timeout=timeout)
+    found: dict[str, list[int]] = {}
+    absent: list[str] = []
+    for topic in topics:
+        meta = metadata.topics.get(topic)
+        if meta is None or is_missing_topic(meta.error):
+            absent.append(topic)
+        elif meta.error is not None:
+            raise KafkaUnavailableError(f"topic {topic} cannot be read now: {meta.error.str()}")
+        else:
+            found[topic] = sorted(meta.partitions)
+    if absent:
+        missing = missing_topics(client, absent, timeout=5.0)
+        if missing:
+            raise TopicMissingError(missing, namespace)
+        raise KafkaUnavailableError(f"topics {', '.join(absent)} are not known to every broker yet")
+    return found
 
 
 class PartitionWatch:

@@ -9,6 +9,11 @@ processed) and the held offsets ``h``. A new leader reading from ``w`` skips eve
 The held offsets travel as runs of consecutive offsets (a gap, then a length), so a burst of
 jobs due together costs a few bytes, not a few per job (a record must stay under Kafka's message
 size: half a million offsets held one by one did not).
+
+Any writer can put anything on the topic, so :meth:`SavedProgress.decode` checks a record
+before it trusts it: offsets are integers of Kafka's range, the held offsets lie between the
+watermark and the position, and there are at most :data:`MAX_HELD` of them (runs are expanded
+in memory; a record saying "a trillion offsets held" must not be).
 """
 
 from __future__ import annotations
@@ -18,6 +23,26 @@ import json
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+MAX_OFFSET = 2**63 - 1
+"""Kafka's offsets are signed 64-bit integers."""
+MAX_HELD = 2_000_000
+"""Most held offsets a record may name (about 150 MB once expanded). A leader holding that many
+jobs in memory would need a gigabyte for them; a record naming more is treated as bad."""
+
+
+class BadProgressError(ValueError):
+    """A progress record that is not one the scheduler wrote (see :meth:`SavedProgress.decode`)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"not a progress record: {reason}")
+
+
+def _offset(value: Any, what: str, low: int = 0) -> int:
+    # bool is an int to Python, and json reads 1e400 as a float (infinity): neither is an offset.
+    if type(value) is not int or not low <= value <= MAX_OFFSET:
+        raise BadProgressError(f"{what} is not an offset: {str(value)[:40]}")
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,21 +74,47 @@ class SavedProgress:
 
     @classmethod
     def decode(cls, data: bytes) -> SavedProgress:
-        record = json.loads(data)
-        watermark = int(record["w"])
+        """Read a record of either version; :class:`BadProgressError` (a ``ValueError``) for
+        anything else, whatever it holds, with memory bounded by :data:`MAX_HELD`."""
+        try:
+            record = json.loads(data)
+            if not isinstance(record, dict):
+                raise BadProgressError(f"a JSON {type(record).__name__}, not an object")
+            raw_runs = record.get("r")
+            deltas = record["h"] if raw_runs is None else None
+            watermark = _offset(record["w"], "w")
+            position = _offset(record["p"], "p", watermark)
+        except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
+            if isinstance(exc, BadProgressError):
+                raise
+            raise BadProgressError(type(exc).__name__) from exc
         held: list[int] = []
-        if "r" in record:
-            end, runs = watermark, record["r"]
-            for gap, length in zip(runs[::2], runs[1::2], strict=True):
-                start = end + int(gap)
-                end = start + int(length)
+        if raw_runs is not None:
+            if type(raw_runs) is not list or len(raw_runs) % 2:
+                raise BadProgressError("r is not a list of (gap, length) pairs")
+            end = watermark
+            for i in range(0, len(raw_runs), 2):
+                start = end + _offset(raw_runs[i], "a gap")
+                end = start + _offset(raw_runs[i + 1], "a run length", 1)
+                cls._check_held(len(held) + end - start, end, position)
                 held.extend(range(start, end))
         else:  # version 1: each held offset's distance from the one before
+            if type(deltas) is not list:
+                raise BadProgressError("h is not a list of offsets")
             offset = watermark
-            for delta in record["h"]:
-                offset += int(delta)
+            for delta in deltas:
+                offset += _offset(delta, "a held offset's distance")
+                cls._check_held(len(held) + 1, offset + 1, position)
                 held.append(offset)
-        return cls(watermark, int(record["p"]), tuple(held))
+        return cls(watermark, position, tuple(held))
+
+    @staticmethod
+    def _check_held(count: int, end: int, position: int) -> None:
+        """Checked before each run is expanded: ``count`` held so far, the last below ``end``."""
+        if end > position:
+            raise BadProgressError(f"a held offset ({end - 1}) is not below the position")
+        if count > MAX_HELD:
+            raise BadProgressError(f"more than {MAX_HELD} held offsets")
 
 
 class PartitionProgress:

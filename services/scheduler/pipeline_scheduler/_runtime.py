@@ -62,6 +62,7 @@ class Scheduler:
         self._stop = threading.Event()
         self._signals = 0
         self._last_turn = time.monotonic()
+        self._leadership: Leadership | None = None
         self.broker = BrokerHealth.of(settings.bootstrap_servers)
         """Whether this process reaches Kafka (fed by every client of that cluster)."""
 
@@ -112,7 +113,7 @@ class Scheduler:
             MetricsServer(self.metrics.registry, self.health, port) if port is not None else None
         )
         self.metrics_port = server.port if server is not None else None
-        leadership = Leadership(self.settings)
+        leadership = self._leadership = Leadership(self.settings)
         wait = self.settings.scheduler.max_wait_s
         _log.info("scheduler started", extra={"namespace": self.settings.namespace})
         code = 0
@@ -170,14 +171,16 @@ class Scheduler:
 
     def _start_session(self) -> bool:
         registry = self.app.registry if self.app is not None else None
-        session = LeaderSession(self.settings, self.metrics, self._schedules(), registry)
+        session = LeaderSession(
+            self.settings, self.metrics, self._schedules(), registry, serve=self._serve
+        )
         try:
             session.start()
         except TransactionFencedError:
             session.close()
             raise
-        except KafkaAuthenticationError:
-            session.close()
+        except (KafkaAuthenticationError, TopicMissingError):
+            session.close()  # neither goes away by trying again: the process stops
             raise
         except (PipelineError, KafkaException) as exc:
             _log.error("could not take the lead; retrying", extra={"error": str(exc)})
@@ -186,6 +189,15 @@ class Scheduler:
         self.session = session
         self.metrics.is_leader.set(1)
         return True
+
+    def _serve(self, seconds: float) -> None:
+        """Wait between two attempts of a transaction step while Kafka is down, serving the
+        leadership group meanwhile: a revocation is seen, the membership never lapses."""
+        self._last_turn = time.monotonic()
+        if self._leadership is None:
+            time.sleep(seconds)
+        else:
+            self._leadership.poll(seconds)
 
     def _end_session(self) -> None:
         session, self.session = self.session, None

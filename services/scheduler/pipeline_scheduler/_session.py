@@ -10,6 +10,7 @@ and commits all of it with the consumed offsets and the progress records in one 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
@@ -17,7 +18,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec, ScheduleCodec
 from pipeline._cronstate import cron_key, encode_last_fire
-from pipeline._errors import DecodeError, KafkaUnavailableError
+from pipeline._errors import DecodeError
 from pipeline._job import now_ms
 from pipeline._producer import message_max_bytes
 from pipeline._records import Schedule
@@ -33,7 +34,7 @@ from ._cron import CronTable
 from ._deadletter import DeadLetters
 from ._duequeue import DueQueue
 from ._metrics import SchedulerMetrics
-from ._partitions import PartitionWatch
+from ._partitions import PartitionWatch, term_partitions
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router
 from ._state import load_state, progress_key
@@ -54,7 +55,10 @@ class LeaderSession:
         metrics: SchedulerMetrics,
         schedules: list[Schedule],
         registry: Registry | None = None,
+        serve: Callable[[float], None] | None = None,
     ) -> None:
+        """``serve``: what the transaction loop does between attempts while Kafka is down
+        (the runtime polls the leadership group; see :mod:`._txn`)."""
         self.settings = settings
         self._registry = registry  # the job types' declared options, for cron fires
         self.metrics = metrics
@@ -87,7 +91,7 @@ class LeaderSession:
         self._batch_max = sched.batch_max
         self._max_wait_ms = int(sched.max_wait_s * 1000)
         self._default_attempts = settings.producer.default_max_attempts
-        self.txn = leader_transactions(settings)
+        self.txn = leader_transactions(settings, serve=serve)
         self._consumer: Consumer | None = None
         self._watch: PartitionWatch | None = None
         self._unsent: dict[Where, int] = {}
@@ -116,19 +120,13 @@ class LeaderSession:
         }
         consumer = Consumer(conf)
         self._consumer = consumer
-        metadata = consumer.list_topics(timeout=30)
         sources = [self.names.deferred, *self.tier_topics]
-        wanted: list[TopicPartition] = []
-        for topic in [*sources, self.names.schedules]:
-            meta = metadata.topics.get(topic)
-            if meta is None or meta.error is not None:
-                raise KafkaUnavailableError(
-                    f"topic {topic} does not exist; create the topics with `pipeline topics apply`"
-                )
-            if topic != self.names.schedules:
-                wanted.extend(TopicPartition(topic, p) for p in sorted(meta.partitions))
+        partitions = term_partitions(
+            consumer, [*sources, self.names.schedules], self.settings.namespace
+        )
+        wanted = [TopicPartition(t, p) for t in sources for p in partitions[t]]
         self._watch = PartitionWatch(
-            {t: len(metadata.topics[t].partitions) for t in sources},
+            {t: len(partitions[t]) for t in sources},
             every_s=self.settings.scheduler.partitions_check_s,
         )
         assignment = []

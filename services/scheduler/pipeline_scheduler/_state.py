@@ -4,6 +4,10 @@ Keys are ``offsets:<topic>:<partition>`` (a :class:`SavedProgress`) and ``cron:<
 last fire time handled). Values are small JSON documents; only the scheduler reads them, and
 every write happens in the transaction that made the change, so the table always matches the
 committed offsets and the jobs on the job topics.
+
+Any writer can put anything on the topic: a record of another shape (or one too large to
+trust, see :mod:`._progress`) is logged and skipped, and the record of its key before it, if
+any, stands. Taking the lead never fails on one.
 """
 
 from __future__ import annotations
@@ -51,6 +55,10 @@ def load_state(settings: Settings, timeout: float = 60.0) -> SchedulerState:
                     state.last_fires.pop(rest, None)
                 else:
                     state.last_fires[rest] = decode_last_fire(value)
-        except (ValueError, KeyError, TypeError):
-            _log.warning("unreadable scheduler state record ignored", extra={"key": key})
+        except ValueError as exc:  # the decoders raise nothing else, whatever the bytes
+            _log.warning(
+                "unreadable scheduler state record skipped: %s",
+                exc,
+                extra={"key": key[:200], "error": str(exc)},
+            )
     return state

@@ -6,10 +6,19 @@ pause, a partition) can no longer commit. The transaction loop and its errors ar
 (:mod:`pipeline._transactions`): a transaction Kafka aborted (:class:`TransactionAbortedError`)
 or could not commit in time makes the leader rewind to the committed state; a fenced producer
 (:class:`TransactionFencedError`) stops the process.
+
+While Kafka is down each step of a transaction (commit, abort, registering the id) is tried
+:data:`ATTEMPTS` times, each call waiting at most :data:`STEP_TIMEOUT_S`: a call returns as soon
+as Kafka answers, and an outage costs the loop at most about :data:`ATTEMPTS` x
+:data:`STEP_TIMEOUT_S` per step (it was five times 30 s per step: the commit, then the abort,
+then the next term's registration, minutes in all). Between attempts the leader serves its
+leadership group (``serve``), so a revocation is seen and its membership never lapses.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -25,8 +34,18 @@ def transactional_id(settings: Settings) -> str:
     return settings.scheduler.transactional_id or f"{settings.namespace}.scheduler"
 
 
-def leader_transactions(settings: Settings, timeout_s: float = 30.0) -> Transactions:
-    """The leader's producer; opens a transaction on the first write of a batch."""
+STEP_TIMEOUT_S = 5.0
+"""The longest one call to the transactional producer waits (a healthy commit takes ms)."""
+ATTEMPTS = 5
+
+
+def leader_transactions(
+    settings: Settings,
+    timeout_s: float = STEP_TIMEOUT_S,
+    serve: Callable[[float], None] | None = None,
+) -> Transactions:
+    """The leader's producer; opens a transaction on the first write of a batch. ``serve``
+    waits between attempts of a step (the leadership group's poll; default: a sleep)."""
     txn_id = transactional_id(settings)
     conf: dict[str, Any] = producer_config(settings)
     conf.update(
@@ -50,4 +69,6 @@ def leader_transactions(settings: Settings, timeout_s: float = 30.0) -> Transact
             f"(transactional id {txn_id}); this one stops, its open transaction is not committed"
         ),
         timeout_s=timeout_s,
+        attempts=ATTEMPTS,
+        sleep=serve if serve is not None else time.sleep,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 import pipeline_scheduler._runtime as runtime
 from pipeline._errors import (
@@ -17,7 +18,9 @@ from pipeline._errors import (
     TransactionFencedError,
 )
 from pipeline._settings import Settings
+from pipeline._transactions import Transactions
 from pipeline_scheduler._runtime import EXIT_FENCED, Scheduler
+from pipeline_scheduler._txn import leader_transactions
 
 
 class FakeLeadership:
@@ -41,7 +44,7 @@ def run_with(monkeypatch: pytest.MonkeyPatch, error: Exception | None) -> tuple[
     class FakeSession:
         count = 0
 
-        def __init__(self, *args: Any) -> None:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
             FakeSession.count += 1
             self.number = FakeSession.count
             self.held = self.parked = 0
@@ -94,3 +97,109 @@ def test_a_fenced_producer_stops_the_scheduler(monkeypatch: pytest.MonkeyPatch) 
     code, seen = run_with(monkeypatch, TransactionFencedError("fenced", "fenced by newer"))
     assert code == EXIT_FENCED
     assert seen == ["start 1", "close 1"]
+
+
+class TimingOutProducer:
+    """A transactional producer while Kafka is down: every call waits out its timeout."""
+
+    def __init__(self) -> None:
+        self.waited: list[tuple[str, float]] = []
+
+    def _timed_out(self, call: str, timeout: float) -> None:
+        self.waited.append((call, timeout))
+        raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "timed out", retriable=True))
+
+    def init_transactions(self, timeout: float = -1, /) -> None:
+        self._timed_out("init", timeout)
+
+    def begin_transaction(self) -> None:
+        pass
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def commit_transaction(self, timeout: float = -1, /) -> None:
+        self._timed_out("commit", timeout)
+
+    def abort_transaction(self, timeout: float = -1, /) -> None:
+        self._timed_out("abort", timeout)
+
+    def send_offsets_to_transaction(
+        self, positions: list[Any], group_metadata: Any, timeout: float = -1, /
+    ) -> None:
+        self._timed_out("offsets", timeout)
+
+    def poll(self, timeout: float = -1, /) -> int:
+        return 0
+
+    def flush(self, timeout: float = -1, /) -> int:
+        return 0
+
+
+def outage(txn: Transactions) -> TimingOutProducer:
+    """Run a commit, then the next term's registration, while Kafka is down."""
+    producer = TimingOutProducer()
+    txn.producer = producer
+    txn.produce("t", b"v")
+    with pytest.raises(KafkaUnavailableError):
+        txn.commit()
+    with pytest.raises(KafkaUnavailableError):
+        txn.init()
+    assert {call for call, _ in producer.waited} == {"commit", "abort", "init"}
+    return producer
+
+
+def test_an_outage_blocks_the_leader_seconds_not_minutes() -> None:
+    """Kafka down mid-term: the commit, its abort and the next term's registration each wait
+    a bounded time (they were 5 x 30 s each: minutes without serving the leadership group)."""
+    txn = leader_transactions(Settings(bootstrap_servers="localhost:1"))
+    txn._sleep = lambda seconds: None  # the pauses between attempts are counted below
+    producer = outage(txn)
+    assert max(timeout for _, timeout in producer.waited) <= 5, producer.waited
+    assert sum(timeout for _, timeout in producer.waited) <= 75, producer.waited
+
+
+def test_between_attempts_the_leader_serves_its_leadership_group() -> None:
+    served: list[float] = []
+    txn = leader_transactions(Settings(bootstrap_servers="localhost:1"), serve=served.append)
+    producer = outage(txn)
+    # Every retry waited in the leadership group's poll (a revocation is seen there).
+    assert len(served) == len(producer.waited) - 3
+    assert sum(served) < 5
+
+
+def test_the_leader_session_is_given_the_leadership_poll_to_wait_in(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    polled: list[float] = []
+
+    class Polled(FakeLeadership):
+        def poll(self, timeout: float) -> None:
+            polled.append(timeout)
+
+    scheduler = Scheduler(Settings(bootstrap_servers="localhost:1"))
+    given: dict[str, Any] = {}
+
+    class Session:
+        held = parked = 0
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            given.update(kwargs)
+
+        def start(self) -> None:
+            given["serve"](0.25)  # a retry of the registration while Kafka is down
+            scheduler.stop()
+
+        def step(self) -> None:
+            pass
+
+        def partitions_changed(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(runtime, "Leadership", Polled)
+    monkeypatch.setattr(runtime, "LeaderSession", Session)
+    scheduler.run()
+    assert 0.25 in polled
