@@ -15,11 +15,17 @@ from confluent_kafka import (
 )
 
 from pipeline import Job, Settings
+from pipeline._codec import DeadLetterCodec
+from pipeline._records import DeadLetter, DeadLetterReason
+from pipeline._transactions import Headers
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker.recovery import relay as relay_module
+from pipeline_worker.recovery.detours import AHEAD_MARGIN_MS, Detours
 from tests.unit.test_transactions import FakeProducer, abortable, retriable
 
 TIER = "acme.retry.0"
+MAX_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``, which the relay's producer keeps."""
 
 
 class FakeConsumer:
@@ -86,7 +92,23 @@ class FakeConsumer:
 
 
 class CommittingProducer(FakeProducer):
-    """A transactional producer whose committed offsets land in the consumer's group."""
+    """A transactional producer whose committed offsets land in the consumer's group, and
+    which refuses a message larger than it sends, as librdkafka does before taking it."""
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        *,
+        headers: Headers = None,
+    ) -> None:
+        if len(value or b"") + len(key or b"") > MAX_BYTES:
+            raise KafkaException(
+                KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large")
+            )
+        super().produce(topic, value, key, partition, headers=headers)
 
     def __init__(self) -> None:
         super().__init__()
@@ -257,3 +279,134 @@ def test_a_rewind_kafka_does_not_answer_is_tried_again(fakes: Relay) -> None:
         relay._commit()
     assert forwarded_ids(relay, producer) == ["job-0", "job-1"]
     assert consumer.group_committed[(TIER, 0)] == 2
+
+
+def tier_of(relay: relay_module.RetryRelay, consumer: FakeConsumer, *values: bytes) -> None:
+    """``values`` on partition 0 of tier 0, which the relay owns."""
+    consumer.log[(TIER, 0)] = [
+        Message(topic=TIER, partition=0, offset=offset, value=value, key=b"k")
+        for offset, value in enumerate(values)
+    ]
+    relay._on_assign(consumer, [TopicPartition(TIER, 0)])  # type: ignore[arg-type]
+
+
+def written(producer: CommittingProducer) -> list[tuple[str, bytes | None]]:
+    return [record for transaction in producer.committed for record in transaction]
+
+
+def letter_of(value: bytes | None) -> DeadLetter:
+    return DeadLetterCodec().decode(value or b"")
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The relay's wall clock, in ms: the test moves it."""
+    now = [1_700_000_000_000]
+    monkeypatch.setattr(relay_module, "now_ms", lambda: now[0])
+    return now
+
+
+def test_a_retried_job_larger_than_the_relay_sends_is_dead_lettered_and_the_tier_moves_on(
+    fakes: Relay,
+) -> None:
+    # A worker allowed larger messages wrote it to the tier. Forwarding it made the producer
+    # refuse it, which failed the transaction and stopped the worker, at every restart.
+    relay, consumer, producer = fakes
+    failed: list[BaseException] = []
+    relay._on_failed = failed.append
+    codec = relay._codec
+    big = codec.encode(Job(id="big", type="t", payload=b"x" * MAX_BYTES, tenant="acme"))
+    small = codec.encode(Job(id="small", type="t", payload=b"{}"))
+    tier_of(relay, consumer, big, small)
+    relay._turn()
+    relay._commit()
+    [(dlq, value), forwarded] = written(producer)
+    assert forwarded == ("acme.jobs.default", small)
+    assert dlq == "acme.dlq"
+    letter = letter_of(value)
+    assert letter.reason == DeadLetterReason.TOO_LARGE
+    assert (letter.job_id, letter.job_type, letter.tenant) == ("big", "t", "acme")
+    assert letter.job is None
+    assert letter.raw_value is None
+    assert (letter.source_topic, letter.source_partition, letter.source_offset) == (TIER, 0, 0)
+    assert f"{TIER}[0] at offset 0" in letter.message
+    assert f"message.max.bytes {MAX_BYTES}" in letter.message
+    assert consumer.group_committed[(TIER, 0)] == 2
+    assert failed == []
+
+
+def test_an_undecodable_tier_message_too_large_for_its_letter_is_dead_lettered_without_it(
+    fakes: Relay,
+) -> None:
+    relay, consumer, producer = fakes
+    garbage = b"\xc3\x01" + b"?" * (MAX_BYTES - 100)  # fits; its letter with it would not
+    tier_of(relay, consumer, garbage)
+    relay._turn()
+    relay._commit()
+    [(dlq, value)] = written(producer)
+    letter = letter_of(value)
+    assert (dlq, letter.reason, letter.raw_value) == ("acme.dlq", "decode_error", None)
+    assert f"{TIER}[0] at offset 0" in letter.message
+    assert consumer.group_committed[(TIER, 0)] == 1
+
+
+def test_a_tier_head_due_far_beyond_its_tier_goes_to_the_deferred_topic_unchanged(
+    fakes: Relay, clock: list[int]
+) -> None:
+    # Parked until its not_before (a day away), it held every job behind it as long.
+    relay, consumer, producer = fakes
+    codec = relay._codec
+    far = codec.encode(Job(id="far", type="t", payload=b"{}", not_before=clock[0] + 86_400_000))
+    due = codec.encode(Job(id="due", type="t", payload=b"{}", not_before=clock[0]))
+    tier_of(relay, consumer, far, due)
+    relay._turn()
+    relay._commit()
+    assert written(producer) == [("acme.deferred", far), ("acme.jobs.default", due)]
+    assert consumer.paused == set()
+    assert relay.parked == 0
+    assert consumer.group_committed[(TIER, 0)] == 2
+    assert relay._metrics.retries == {("?", "deferred"): 1}
+
+
+def test_a_far_ahead_job_read_behind_a_parked_head_is_deferred_in_its_turn(
+    fakes: Relay, clock: list[int]
+) -> None:
+    relay, consumer, producer = fakes
+    codec = relay._codec
+    head = codec.encode(Job(id="head", type="t", payload=b"{}", not_before=clock[0] + 10_000))
+    far = codec.encode(Job(id="far", type="t", payload=b"{}", not_before=clock[0] + 86_400_000))
+    after = codec.encode(Job(id="after", type="t", payload=b"{}", not_before=clock[0]))
+    tier_of(relay, consumer, head, far, after)
+    relay._turn()  # the head is due in 10 s: parked, the partition paused
+    assert (written(producer), consumer.paused) == ([], {(TIER, 0)})
+    clock[0] += 10_000
+    relay._turn()
+    relay._commit()
+    assert written(producer) == [
+        ("acme.jobs.default", head),
+        ("acme.deferred", far),
+        ("acme.jobs.default", after),
+    ]
+    assert consumer.paused == set()
+    assert consumer.group_committed[(TIER, 0)] == 3
+
+
+@pytest.mark.parametrize(
+    ("tier", "ahead_s", "deferred"),
+    [
+        (0, 0.0, False),
+        (0, 30.0, False),  # the longest delay the worker gives tier 0: tier 1's
+        (1, 300.0 + AHEAD_MARGIN_MS / 1000, False),
+        (1, 300.0 + AHEAD_MARGIN_MS / 1000 + 0.001, True),
+        (3, 3600.0 + AHEAD_MARGIN_MS / 1000, False),  # the last tier: twice its own
+        (3, 3600.0 + AHEAD_MARGIN_MS / 1000 + 0.001, True),
+    ],
+)
+def test_a_job_waits_on_its_tier_up_to_the_longest_delay_the_worker_gives_it(
+    tier: int, ahead_s: float, deferred: bool
+) -> None:
+    detours = Detours(Settings(namespace="acme"), DeadLetterCodec())  # 5 s, 30 s, 5 min, 30 min
+    now = 1_700_000_000_000
+    job = Job(id="j", type="t", payload=b"{}", not_before=now + round(ahead_s * 1000))
+    message = Message(topic=f"acme.retry.{tier}", partition=0, offset=7)
+    assert detours.too_far(message, job, now) is deferred

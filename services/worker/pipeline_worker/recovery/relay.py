@@ -13,6 +13,11 @@ transaction loop, :class:`pipeline._transactions.Transactions`): a job returns o
 aborts a transaction, the relay rewinds to what was committed and reads those jobs again. The
 forwarded bytes are the job as the worker wrote it (its attempt counted, its error appended,
 its priority kept).
+
+A tier message that cannot go back to its priority topic takes a detour
+(:mod:`.detours`): a job due far later than its tier allows goes to ``<ns>.deferred`` rather
+than hold its partition until then; one the producer refuses as too large, or one that does not
+decode, is dead-lettered. Either way the partition moves on.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from pipeline import DecodeError, Priority, Settings
+from pipeline import DecodeError, Job, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._clientlog import is_fatal
 from pipeline._codec import DeadLetterCodec
@@ -48,19 +53,23 @@ from pipeline._errors import (
 )
 from pipeline._job import now_ms
 from pipeline._ratelog import RateLimitedLog
-from pipeline._records import DeadLetter, DeadLetterReason
+from pipeline._records import DeadLetterReason
 from pipeline._schemaregistry import job_codec
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames, retry_group
-from pipeline._transactions import Transactions
+from pipeline._transactions import Headers, MessageTooLargeError, Transactions
 
 from .._metrics import WorkerMetrics
 from ..commit.moves import transactional_config
 from ..intake.config import COOPERATIVE, membership_config
+from .detours import Detours
 
 _log = logging.getLogger("pipeline.worker.relay")
 
 Where = tuple[str, int]
+Parked = tuple[int, Message, str | None, str]
+"""A message read from a paused partition: its due time, itself, the topic it goes to and, if
+that is None (it is not a job: dead-lettered), why."""
 TXN_MAX_S = 0.05
 """Forwards wait at most this long for their transaction to commit (batching them)."""
 POLL_MAX_S = 0.2
@@ -90,7 +99,7 @@ class RetryRelay:
         self._metrics = metrics
         self._on_failed = on_failed
         self._codec = job_codec(settings)
-        self._dlq = DeadLetterCodec(self._codec.store)
+        self._detours = Detours(settings, DeadLetterCodec(self._codec.store))
         self._namespace = settings.namespace
         health = BrokerHealth.of(settings.bootstrap_servers)
         consumer_conf: dict[str, Any] = {
@@ -117,7 +126,7 @@ class RetryRelay:
             ),
             timeout_s=TIMEOUT_S,
         )
-        self._parked: dict[Where, deque[tuple[int, Message]]] = {}
+        self._parked: dict[Where, deque[Parked]] = {}
         """Per paused partition: its head and what came after it, with their due times."""
         self._next: dict[Where, int] = {}
         """Per owned partition: the offset to commit (one past the last forwarded)."""
@@ -253,22 +262,23 @@ class RetryRelay:
         if where not in self._next:
             return  # not ours any more
         parked = self._parked.get(where)
+        now = now_ms()
+        job: Job | None = None
+        target: str | None = None
+        due, why = 0, ""  # not a job: dead-lettered in its turn
         try:
             job = self._codec.decode(message.value() or b"")
-            due = job.not_before or 0
-            Priority(job.priority)
+            target, due = self._names.jobs(Priority(job.priority)), job.not_before or 0
         except (DecodeError, ValueError) as exc:
-            if parked:
-                parked.append((0, message))  # dead-lettered in its turn, after the head
-            else:
-                self._dead_letter(message, str(exc))
-            return
+            why = str(exc)
+        if job is not None and target is not None and self._detours.too_far(message, job, now):
+            target, due = self._detours.deferred, 0  # parked, it would hold every job behind it
         if parked:
-            parked.append((due, message))
-        elif due <= now_ms():
-            self._forward(message, job.priority)
+            parked.append((due, message, target, why))  # in its turn, after the head
+        elif due <= now:
+            self._send(message, target, why, job)
         else:
-            self._parked[where] = deque([(due, message)])
+            self._parked[where] = deque([(due, message, target, why)])
             self._consumer.pause([TopicPartition(*where)])
 
     def _check_topics(self) -> None:
@@ -283,42 +293,49 @@ class RetryRelay:
     def _release(self, now: int) -> None:
         for where, parked in list(self._parked.items()):
             while parked and parked[0][0] <= now:
-                _, message = parked.popleft()
-                try:
-                    job = self._codec.decode(message.value() or b"")
-                    self._forward(message, job.priority)
-                except (DecodeError, ValueError) as exc:
-                    self._dead_letter(message, str(exc))
+                _, message, target, error = parked.popleft()
+                self._send(message, target, error)
             if not parked:
                 del self._parked[where]
                 # resume() fetches after the last message delivered: after the parked ones.
                 self._consumer.resume([TopicPartition(*where)])
 
-    def _forward(self, message: Message, priority: str) -> None:
-        self._produce(self._names.jobs(priority), message.value(), message.key(), message)
-        topic = message.topic() or ""
-        self._metrics.count(self._metrics.relayed, topic)
+    def _send(
+        self, message: Message, target: str | None, error: str, job: Job | None = None
+    ) -> None:
+        """Forward ``message`` (``job``, decoded again if None) unchanged to ``target``, or
+        dead-letter it (see the module docstring): in the open transaction, with its offset."""
+        if target is None:
+            self._produce(self._names.dlq, self._detours.undecodable(message, error), message)
+            self._metrics.count_move("?", True, DeadLetterReason.DECODE_ERROR)
+            return
+        value = message.value() or b""
+        job = job or self._codec.decode(value)  # it decoded when it was read
+        try:
+            self._produce(target, value, message, message.headers(), too_large_raises=True)
+        except MessageTooLargeError:  # refused, it would abort every transaction
+            self._produce(self._names.dlq, self._detours.too_large(job, message, target), message)
+            self._metrics.count_move("?", True, DeadLetterReason.TOO_LARGE)
+            return
+        if target == self._detours.deferred:
+            self._metrics.count_move("?", False, "deferred")
+        else:
+            self._metrics.count(self._metrics.relayed, message.topic() or "")
 
-    def _dead_letter(self, message: Message, reason: str) -> None:
-        headers = message.headers() or []
-        items = headers.items() if isinstance(headers, dict) else headers
-        letter = DeadLetter(
-            reason=DeadLetterReason.DECODE_ERROR,
-            message=reason,
-            source_topic=message.topic() or "",
-            source_partition=message.partition() or 0,
-            source_offset=message.offset() or 0,
-            raw_value=message.value(),
-            raw_key=message.key(),
-            raw_headers={k: v.encode() if isinstance(v, str) else (v or b"") for k, v in items},
-        )
-        self._produce(self._names.dlq, self._dlq.encode(letter), message.key(), message)
-        self._metrics.count_move("?", True, DeadLetterReason.DECODE_ERROR)
-
-    def _produce(self, topic: str, value: bytes | None, key: bytes | None, source: Message) -> None:
+    def _produce(
+        self,
+        topic: str,
+        value: bytes,
+        source: Message,
+        headers: Headers = None,
+        too_large_raises: bool = False,
+    ) -> None:
+        """Write ``value`` (with ``source``'s key) into the open transaction, with the offset."""
         if self._txn_started is None:
             self._txn_started = time.monotonic()
-        self._txn.produce(topic, value, key, headers=source.headers())
+        self._txn.produce(
+            topic, value, source.key(), headers=headers, too_large_raises=too_large_raises
+        )
         where = (source.topic() or "", source.partition() or 0)
         self._next[where] = (source.offset() or 0) + 1
         self._dirty.add(where)
