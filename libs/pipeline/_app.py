@@ -34,7 +34,7 @@ from ._jobtemplate import JobTemplate
 from ._producer import DeliveryCallback, KafkaTransport, Transport, message_max_bytes, refusal_of
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
-from ._route import PlainRoutes, Route, resolve_route
+from ._route import SHARED_KEY, PlainRoutes, Route, resolve_route
 from ._schemaregistry import job_codec
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
@@ -192,9 +192,13 @@ class Pipeline:
         """Send many jobs of one type with the same options; return their ids in order.
 
         Routing and options are resolved once for the batch, which makes this the fastest way
-        to enqueue. Call :meth:`flush` to wait until Kafka acknowledged all of them.
+        to enqueue. Call :meth:`flush` to wait until Kafka acknowledged all of them. An
+        ``idempotency_key`` is refused: every job would carry it, and run once for all.
         """
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
+        if route.idempotency_key is not None:
+            # The workers would run the first job and drop the others as its duplicates.
+            raise ConfigurationError(SHARED_KEY)
         template = JobTemplate(self.codec, route.job(new_job_id(), b"{}"))
         transport = self._transport
         produce_many = getattr(transport, "produce_many", None)
@@ -379,7 +383,7 @@ class Pipeline:
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         if error is None:
             return
-        self._failures.add(PipelineFailure.from_delivery(self.codec, error, message))
+        self._failures.add(PipelineFailure.from_delivery(error, message))
 
 
 def _or_empty(payload: Mapping[str, Any] | None) -> Mapping[str, Any]:

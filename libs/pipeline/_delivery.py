@@ -2,18 +2,59 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, Message
 
-from ._codec import JobCodec
-from ._errors import DecodeError, EnqueueError, KafkaUnavailableError, not_authorized
+from ._avro import HEADER_SIZE, MARKER
+from ._errors import EnqueueError, KafkaUnavailableError, not_authorized
 from ._producer import UNREACHABLE_CODES, Transport, refusal_of
+from ._schemaregistry import FRAME_SIZE, MAGIC
 from ._settings import Settings
 
 _MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
+_UNKNOWN_ID = "<unknown>"
+_MAX_ID_BYTES = 1024
+"""A longer "id" is taken for bytes that are no job envelope."""
+
+
+def job_id_of(value: bytes) -> str:
+    """The id of the job envelope ``value`` (single-object or registry framed), read from its
+    first field; ``<unknown>`` for bytes that are not one.
+
+    A delivery report reads no more than that: decoding the envelope may need the schema
+    registry (the writer schema of a framed one), which a reader waits for as long as it takes,
+    and the report is served inside ``flush()`` and the exit flush, which must end when Kafka
+    does not answer, whether the registry does or not.
+    """
+    if value[:2] == MARKER:
+        pos = HEADER_SIZE
+    elif value[:1] == MAGIC:
+        pos = FRAME_SIZE
+    else:
+        return _UNKNOWN_ID
+    # The length of the id string: an Avro long, zig-zag and variable-length encoded.
+    shift = encoded = 0
+    while pos < len(value) and shift < 64:
+        byte = value[pos]
+        pos += 1
+        encoded |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    else:
+        return _UNKNOWN_ID
+    length = (encoded >> 1) ^ -(encoded & 1)
+    if not 0 < length <= _MAX_ID_BYTES or pos + length > len(value):
+        return _UNKNOWN_ID
+    try:
+        return bytes(value[pos : pos + length]).decode()
+    except UnicodeDecodeError:
+        return _UNKNOWN_ID
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,12 +67,10 @@ class PipelineFailure:
     reason: str
 
     @classmethod
-    def from_delivery(cls, codec: JobCodec, error: KafkaError, message: Message) -> PipelineFailure:
-        value = message.value() or b""
-        try:
-            job_id = codec.decode(value).id
-        except DecodeError:
-            job_id = "<unknown>"
+    def from_delivery(cls, error: KafkaError, message: Message) -> PipelineFailure:
+        """The failure of ``message``, a job envelope (its id is read, not decoded: see
+        :func:`job_id_of`)."""
+        job_id = job_id_of(message.value() or b"")
         return cls(job_id, message.topic() or "?", error.code(), error.str())
 
     def error(self, settings: Settings) -> EnqueueError | KafkaUnavailableError:
@@ -54,12 +93,23 @@ class PipelineFailure:
 
 
 class FailureLog:
-    """The jobs Kafka did not acknowledge that nobody was told about yet (thread-safe)."""
+    """The jobs Kafka did not acknowledge that nobody was told about yet (thread-safe).
 
-    __slots__ = ("_failures", "_lock")
+    A forked child starts with none (see :meth:`_forget_the_parents`).
+    """
+
+    __slots__ = ("__weakref__", "_failures", "_lock")
 
     def __init__(self) -> None:
         self._failures: list[PipelineFailure] = []
+        self._lock = threading.Lock()
+        _logs.add(self)
+
+    def _forget_the_parents(self) -> None:
+        """In a forked child: the failures so far are the parent's jobs, which the parent
+        reports (at its flush or exit); the child would tell them again as its own. A lock that
+        another thread of the parent held stays held in the child: it gets a new one."""
+        self._failures = []
         self._lock = threading.Lock()
 
     def add(self, failure: PipelineFailure) -> None:
@@ -77,6 +127,17 @@ class FailureLog:
         with self._lock:
             failures, self._failures = self._failures, []
         return failures
+
+
+_logs: weakref.WeakSet[FailureLog] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for log in list(_logs):
+        log._forget_the_parents()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 class JobHandle:

@@ -6,14 +6,22 @@ not acknowledged then, or refused without anyone calling ``flush()``, is logged 
 the jobs' ids. The exit status cannot be changed from here: Python prints and ignores an
 exception raised by an ``atexit`` function (``SystemExit`` included), so a script that must exit
 non-zero calls ``app.flush()`` (or uses ``with Pipeline() as app:``), which raises instead.
+
+A child process of :mod:`multiprocessing` (a ``Process``, a ``Pool``'s worker) ends with
+``os._exit()``, which runs no atexit function: there the flush is one of multiprocessing's own
+exit finalizers, which its children do run (see :func:`_hook_multiprocessing`).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
+import os
+import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
@@ -102,6 +110,40 @@ def report_lost(
     )
 
 
+_EXIT_PRIORITY = 100
+"""Among multiprocessing's exit finalizers, the flush runs early (higher first), while the
+child's other resources (queues, loggers) still work."""
+
+
+def _hook_multiprocessing() -> None:
+    """Make every later child of :mod:`multiprocessing` flush when it ends (once imported).
+
+    Such a child clears the finalizers it inherited, then runs the after-fork functions that
+    ``multiprocessing.util`` holds: one of them adds :func:`flush_all` to its finalizers, which
+    ``multiprocessing.util._exit_function`` runs before the child's ``os._exit()``.
+    """
+    util = sys.modules.get("multiprocessing.util")
+    if util is not None:  # else no multiprocessing yet: what forks now is not one of its children
+        _register_after_fork(util)
+
+
+@functools.cache
+def _register_after_fork(util: ModuleType) -> None:
+    """Once per process (a forked child inherits the registration with the cache)."""
+    util.register_after_fork(flush_all, _flush_when_the_child_ends)
+
+
+def _flush_when_the_child_ends(flush: Callable[[], None]) -> None:
+    """In a new child of multiprocessing: flush at its end, which no atexit function sees."""
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, flush, exitpriority=_EXIT_PRIORITY)
+
+
 # Registered when the package is imported, before any application exists: atexit runs its
 # functions last-registered first, so this runs before logging's own shutdown hook.
 atexit.register(flush_all)
+# multiprocessing forks (``fork``) with its ``util`` module imported; a ``spawn`` or
+# ``forkserver`` child imports this package before it starts its target.
+os.register_at_fork(before=_hook_multiprocessing)
+_hook_multiprocessing()

@@ -8,6 +8,7 @@ waits stop at the refusal instead of at ``delivery.timeout.ms``.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 import time
@@ -154,7 +155,8 @@ class KafkaTransport:
     def _forget_parents_producers(self) -> None:
         """In a forked child: the parent's producers queue jobs but have no threads to send
         them (nor to flush at exit what the parent itself sends); the next call makes new ones."""
-        _forked_off.extend(self._producers())
+        for producer in self._producers():
+            _never_destroy(producer)
         self._producer = self._bulk = None
         self._lock = threading.Lock()  # another thread of the parent may have held it
         self._fatal = None
@@ -317,9 +319,18 @@ class KafkaTransport:
 
 
 _transports: weakref.WeakSet[KafkaTransport] = weakref.WeakSet()
-_forked_off: list[Producer] = []
-"""The parent's producers, in a forked child: kept, never destroyed there (their threads are
-the parent's, and destroying them waits for those)."""
+
+
+def _never_destroy(producer: Producer) -> None:
+    """Keep one of the parent's producers alive for good, in a forked child.
+
+    Destroying it waits for its threads and takes its locks, which are the parent's: a lock one
+    of those threads held at the fork stays held in the child, where the destruction then waited
+    for ever (or for seconds). Holding it from a Python list was not enough: the interpreter
+    frees such objects when it shuts down, which hung the child's normal exit. A reference that
+    nothing owns is never released.
+    """
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(producer))
 
 
 def _after_fork() -> None:

@@ -21,6 +21,12 @@ _MAX_PLAIN = 1024
 _JSON = JsonPayload()
 _TYPE_DEFAULTS = JobOptions()
 """The options of a job type nobody registered in this process (made once: it is frozen)."""
+SHARED_KEY = (
+    "one idempotency key for every job of enqueue_many would run only the first of them (the "
+    "others are its duplicates): enqueue each job with a key of its own "
+    "(app.enqueue(..., idempotency_key=...)), or use key= to keep their order"
+)
+"""Why a batch (``enqueue_many``, the outbox's too) refuses an ``idempotency_key``."""
 
 
 @dataclass(frozen=True, slots=True)

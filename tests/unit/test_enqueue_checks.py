@@ -118,3 +118,21 @@ def test_a_zero_delay_is_no_delay_and_needs_no_scheduler(
 
 class _Source(StrEnum):
     BILLING = "billing"
+
+
+def test_enqueue_many_refuses_one_idempotency_key_for_every_job(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    # Every job of the batch carried the key, so the workers ran the first and dropped the
+    # rest as its duplicates, without a word to the caller.
+    @app.job("charge")
+    def charge(order: int) -> None: ...
+
+    message = "one idempotency key for every job of enqueue_many"
+    with pytest.raises(ConfigurationError, match=message):
+        app.enqueue_many("charge", [{"order": 1}, {"order": 2}], idempotency_key="batch-7")
+    with pytest.raises(ConfigurationError, match=message):
+        charge.with_options(idempotency_key="batch-7").enqueue_many([{"order": 1}])
+    app.enqueue_many("charge", [{"order": 1}, {"order": 2}], key="batch-7")  # a key is fine
+    app.flush()
+    assert [job.idempotency_key for job in transport.jobs("acme.jobs.default")] == [None, None]

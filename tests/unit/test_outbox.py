@@ -235,6 +235,18 @@ def test_enqueue_many_adds_a_row_per_payload_in_order(app: Pipeline, database: P
     )
 
 
+def test_enqueue_many_refuses_one_idempotency_key_for_every_row(
+    app: Pipeline, database: Path
+) -> None:
+    """Every row carried the key: the workers ran the first job and dropped the rest."""
+    connection = sqlite3.connect(database)
+    outbox = app.outbox(connection)
+    with pytest.raises(ConfigurationError, match="one idempotency key for every job"):
+        outbox.enqueue_many("typed", [{"count": 1}, {"count": 2}], idempotency_key="batch-7")
+    connection.commit()
+    assert rows(database) == []
+
+
 class _LastBatch:
     """What the progress topic holds: the record of one committed batch."""
 

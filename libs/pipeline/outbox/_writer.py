@@ -17,7 +17,7 @@ from typing import Any
 from .._errors import ConfigurationError, PayloadValidationError
 from .._job import now_ms
 from .._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES, fits_in_message
-from .._route import Route
+from .._route import SHARED_KEY, Route
 from ._dialect import DEFAULT_TABLE, Dialect, checked_table, dialect_of
 
 __all__ = ["Outbox", "OutboxJob", "create_table", "outbox_route"]
@@ -164,7 +164,10 @@ class Outbox:
     ) -> list[str]:
         """:meth:`enqueue` each of ``payloads`` with the same options, in one ``executemany``
         (one round trip on PostgreSQL, with psycopg's pipeline mode); their ids in order.
-        Nothing is inserted when one payload fails validation."""
+        Nothing is inserted when one payload fails validation. An ``idempotency_key`` is
+        refused, as ``app.enqueue_many`` refuses it: every job would carry it, and run once."""
+        if options.get("idempotency_key") is not None:
+            raise ConfigurationError(SHARED_KEY)
         self._in_transaction()
         jobs = [self._job(job_type, payload, options) for payload in payloads]
         at = now_ms()

@@ -268,8 +268,13 @@ def enqueue(
     fields: Mapping[str, Any] | None = None,
     **options: Any,
 ) -> list[str]:
-    """Enqueue ``count`` jobs ``{"n": first + i, **fields}`` and wait for Kafka to ack them."""
+    """Enqueue ``count`` jobs ``{"n": first + i, **fields}`` and wait for Kafka to ack them
+    (one by one with an ``idempotency_key``, which ``enqueue_many`` refuses)."""
     extra = dict(fields or {})
-    ids = app.enqueue_many(job_type, ({"n": first + i, **extra} for i in range(count)), **options)
+    payloads = ({"n": first + i, **extra} for i in range(count))
+    if "idempotency_key" in options:
+        ids = [app.enqueue(job_type, payload, **options) for payload in payloads]
+    else:
+        ids = app.enqueue_many(job_type, payloads, **options)
     app.flush(60)
     return ids
