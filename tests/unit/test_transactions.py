@@ -54,9 +54,12 @@ def refused() -> KafkaException:
 
 
 class FakeProducer:
-    """Records the calls; ``fail[step]`` holds what that step raises, one per call."""
+    """Records the calls; ``fail[step]`` holds what that step raises, one per call. With
+    ``max_bytes``, a message larger than that is refused before it is taken, as librdkafka
+    refuses one above its ``message.max.bytes``."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = max_bytes
         self.calls: list[str] = []
         self.fail: dict[str, deque[BaseException]] = {}
         self.written: list[tuple[str, bytes | None]] = []
@@ -93,6 +96,10 @@ class FakeProducer:
         headers: Headers = None,
     ) -> None:
         self._call("produce")
+        if self.max_bytes is not None and len(value or b"") + len(key or b"") > self.max_bytes:
+            raise KafkaException(
+                KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large")
+            )
         self._txn.append((topic, value))
         self.produced.append((topic, value, key, partition, headers))
 

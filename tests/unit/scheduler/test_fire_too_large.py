@@ -6,36 +6,18 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
 
 from pipeline._codec import DeadLetterCodec, ScheduleCodec
 from pipeline._records import DeadLetterReason
 from pipeline._schedule import make_schedule
 from pipeline._settings import Settings
-from pipeline._transactions import Headers, Transactions
+from pipeline._transactions import Transactions
 from pipeline_scheduler._metrics import SchedulerMetrics
 from pipeline_scheduler._session import LeaderSession
 from tests.unit.scheduler.test_session_schedules import Message
 from tests.unit.test_transactions import FakeProducer
 
 MAX_BYTES = 10_000
-
-
-class SizedProducer(FakeProducer):
-    """Refuses a message above ``message.max.bytes`` before taking it, as librdkafka does."""
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        partition: int = -1,
-        *,
-        headers: Headers = None,
-    ) -> None:
-        if len(value or b"") + len(key or b"") > MAX_BYTES:
-            raise KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Message too large"))
-        super().produce(topic, value, key, partition, headers=headers)
 
 
 @pytest.fixture
@@ -46,7 +28,7 @@ def session() -> Iterator[LeaderSession]:
         kafka={"message.max.bytes": str(MAX_BYTES)},
     )
     made = LeaderSession(settings, SchedulerMetrics(), [])
-    made.txn = Transactions(SizedProducer(), name="test producer", sleep=lambda s: None)
+    made.txn = Transactions(FakeProducer(MAX_BYTES), name="test producer", sleep=lambda s: None)
     made.cron_ready = True
     try:
         yield made

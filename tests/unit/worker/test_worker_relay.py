@@ -17,7 +17,6 @@ from confluent_kafka import (
 from pipeline import Job, Settings
 from pipeline._codec import DeadLetterCodec
 from pipeline._records import DeadLetter, DeadLetterReason
-from pipeline._transactions import Headers
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker.recovery import relay as relay_module
 from pipeline_worker.recovery.detours import AHEAD_MARGIN_MS, Detours
@@ -95,23 +94,8 @@ class CommittingProducer(FakeProducer):
     """A transactional producer whose committed offsets land in the consumer's group, and
     which refuses a message larger than it sends, as librdkafka does before taking it."""
 
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        partition: int = -1,
-        *,
-        headers: Headers = None,
-    ) -> None:
-        if len(value or b"") + len(key or b"") > MAX_BYTES:
-            raise KafkaException(
-                KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "Broker: Message size too large")
-            )
-        super().produce(topic, value, key, partition, headers=headers)
-
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(MAX_BYTES)
         self.group: FakeConsumer | None = None
         self._offsets: list[TopicPartition] = []
 
@@ -148,16 +132,7 @@ def test_jobs_of_an_aborted_transaction_are_forwarded_again_on_a_tier_never_comm
 ) -> None:
     relay, consumer, producer = fakes
     codec = relay._codec
-    consumer.log[(TIER, 0)] = [
-        Message(
-            topic=TIER,
-            partition=0,
-            offset=offset,
-            value=codec.encode(Job(id=f"job-{offset}", type="t", payload=b"{}")),
-        )
-        for offset in range(3)
-    ]
-    relay._on_assign(consumer, [TopicPartition(TIER, 0)])  # type: ignore[arg-type]
+    jobs_on_the_tier(relay, consumer, 3)
     producer.failing("send_offsets_to_transaction", abortable())
     relay._turn()  # the three jobs forwarded in one transaction...
     relay._commit()  # ...which Kafka aborts: nothing of it is visible
