@@ -1,9 +1,11 @@
 """Worker heartbeats on ``<ns>.workers``: how busy each worker process is, read from Kafka alone.
 
 Every ``worker.heartbeat_interval_s`` a worker process writes one small JSON record keyed by
-its consumer's client id (the ``client_id`` the group coordinator reports for the member, so a
-reader joins the two), and a tombstone when it stops cleanly. The topic is compacted: reading it
-to its end gives each live worker's latest heartbeat. A heartbeat older than
+:func:`beat_key` (its consumer's client id, the one the group coordinator reports for the member,
+with its host and pid: replicas that share a client id still write, and tombstone, records of
+their own), and a tombstone when it stops cleanly. Records keyed by the client id alone (workers
+before the host and pid were added) are still read. The topic is compacted: reading it to its
+end gives each live worker's latest heartbeat. A heartbeat older than
 :data:`STALE_INTERVALS` of its own interval is stale (the worker died without its tombstone, or
 cannot reach Kafka). The record (version 1)::
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +39,11 @@ __all__ = [
     "STALE_INTERVALS",
     "VERSION",
     "WorkerBeat",
+    "beat_key",
+    "by_client_id",
     "decode_beat",
     "encode_beat",
+    "read_process_beats",
     "read_worker_beats",
 ]
 
@@ -83,6 +89,12 @@ class WorkerBeat:
         return self.stale_at()
 
 
+def beat_key(client_id: str, host: str, pid: int) -> str:
+    """The key of a worker process's heartbeats: ``<client_id>@<host>:<pid>``, its own even
+    when its client id is not (every replica of a Deployment given one ``PIPELINE_CLIENT_ID``)."""
+    return f"{client_id}@{host}:{pid}"
+
+
 def encode_beat(beat: WorkerBeat) -> bytes:
     """The record's value: compact JSON of version :data:`VERSION`."""
     record = {
@@ -105,7 +117,8 @@ def encode_beat(beat: WorkerBeat) -> bytes:
 
 def decode_beat(key: str, value: bytes | None) -> WorkerBeat | None:
     """The heartbeat in a record keyed ``key``; ``None`` for a tombstone or anything that is not
-    a heartbeat of version 1 or later whose ``client_id`` is its key. Never raises."""
+    a heartbeat of version 1 or later keyed by its :func:`beat_key` (or, written before that,
+    by its ``client_id``). Never raises."""
     if value is None:
         return None
     try:
@@ -128,7 +141,9 @@ def decode_beat(key: str, value: bytes | None) -> WorkerBeat | None:
         )
     except (ValueError, TypeError, KeyError, RecursionError):
         return None
-    if beat.client_id != key or beat.interval_s <= 0:
+    if key not in (beat_key(beat.client_id, beat.host, beat.pid), beat.client_id):
+        return None
+    if beat.interval_s <= 0:
         return None
     return beat
 
@@ -138,7 +153,18 @@ def read_worker_beats(settings: Settings, *, timeout: float = 10.0) -> dict[str,
     ones included (see :attr:`WorkerBeat.stale`); empty when the topic does not exist (a
     deployment whose topics were not applied since heartbeats came). Records that are not
     heartbeats are skipped. Raises :class:`KafkaUnavailableError` when Kafka does not answer
-    within ``timeout`` seconds."""
+    within ``timeout`` seconds.
+
+    Where processes share a client id, the one fresh heartbeat among theirs is the client id's
+    (the others died without a tombstone); with none fresh, the newest; with several fresh,
+    none: the table cannot tell which member is which, and one process's numbers must not be
+    shown for all of them. :func:`read_process_beats` has them all."""
+    return by_client_id(read_process_beats(settings, timeout=timeout).values())
+
+
+def read_process_beats(settings: Settings, *, timeout: float = 10.0) -> dict[str, WorkerBeat]:
+    """:func:`read_worker_beats` for each process: every latest heartbeat, by its record's key
+    (:func:`beat_key`, or the client id for a worker that predates it)."""
     topic = TopicNames(settings.namespace).workers
     beats: dict[str, WorkerBeat] = {}
     for key, value in read_table(settings, topic, timeout, missing_ok=True):
@@ -150,6 +176,22 @@ def read_worker_beats(settings: Settings, *, timeout: float = 10.0) -> dict[str,
                 _log.debug("skipped a record of %s keyed %r: not a heartbeat", topic, key)
             beats.pop(key, None)
     return beats
+
+
+def by_client_id(beats: Iterable[WorkerBeat], at_ms: int | None = None) -> dict[str, WorkerBeat]:
+    """One heartbeat per client id, chosen as :func:`read_worker_beats` says, at ``at_ms``."""
+    at_ms = now_ms() if at_ms is None else at_ms
+    shared: dict[str, list[WorkerBeat]] = {}
+    for beat in beats:
+        shared.setdefault(beat.client_id, []).append(beat)
+    chosen: dict[str, WorkerBeat] = {}
+    for client_id, group in shared.items():
+        fresh = [beat for beat in group if not beat.stale_at(at_ms)]
+        if len(fresh) > 1:
+            _log.debug("%d live workers share the client id %r", len(fresh), client_id)
+            continue
+        chosen[client_id] = fresh[0] if fresh else max(group, key=lambda beat: beat.at_ms)
+    return chosen
 
 
 def _count(value: Any) -> bool:

@@ -10,7 +10,14 @@ import pytest
 
 from pipeline._backlog import GroupMember, GroupMembers
 from pipeline._status import StatusSnapshot
-from pipeline._workerbeats import STALE_INTERVALS, WorkerBeat, decode_beat, encode_beat
+from pipeline._workerbeats import (
+    STALE_INTERVALS,
+    WorkerBeat,
+    beat_key,
+    by_client_id,
+    decode_beat,
+    encode_beat,
+)
 from pipeline_cli._statusrender import print_status, status_json
 
 AT = 1_700_000_000_000
@@ -86,6 +93,28 @@ def test_a_later_version_with_more_fields_is_still_read() -> None:
 )
 def test_what_is_not_a_heartbeat_is_skipped_without_raising(value: bytes) -> None:
     assert decode_beat("worker-1", value) is None
+
+
+def test_a_record_is_read_under_its_process_key_or_the_old_client_id_key_only() -> None:
+    value = encode_beat(beat())
+    assert beat_key("worker-1", "box", 42) == "worker-1@box:42"
+    assert decode_beat("worker-1@box:42", value) == beat()
+    assert decode_beat("worker-1", value) == beat()  # written before the key had host and pid
+    assert decode_beat("worker-1@box:43", value) is None  # another process's key
+    assert decode_beat("worker-1@other:42", value) is None
+
+
+def test_one_heartbeat_per_client_id_unless_live_processes_share_it() -> None:
+    at = AT + 1000
+    dead = beat(host="pod-old", at_ms=AT - 3_600_000)  # died without its tombstone
+    live = beat(host="pod-new")
+    assert by_client_id([dead, live], at) == {"worker-1": live}
+    older = beat(host="pod-older", at_ms=AT - 7_200_000)
+    assert by_client_id([older, dead], at) == {"worker-1": dead}  # stale ones: the newest
+    twin = beat(host="pod-twin", in_flight=7)
+    other = beat(client_id="worker-2")
+    # Two live replicas with one client id: neither is shown as the client id's.
+    assert by_client_id([live, twin, other], at) == {"worker-2": other}
 
 
 def test_a_tombstone_is_no_heartbeat() -> None:

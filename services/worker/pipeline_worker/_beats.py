@@ -5,12 +5,19 @@ finished) ten times per interval and, once per ``worker.heartbeat_interval_s``, 
 record with its own small producer: the worker's other producers are transactional, and a
 heartbeat must neither wait for nor join their transactions. Nothing on a job's path changes.
 A clean stop writes a tombstone, so the worker disappears from the table at once; a worker that
-dies leaves its last heartbeat, which readers see go stale. When the topic does not exist (the
-deployment's topics were not applied since heartbeats came) the worker warns once, naming
-``pipeline topics apply``, and publishes nothing more.
+dies leaves its last heartbeat, which readers see go stale. The records are keyed by
+:func:`~pipeline._workerbeats.beat_key` (client id, host and pid), so replicas that share a
+client id neither overwrite nor tombstone each other's.
+
+When the topic does not exist (the deployment's topics were not applied since heartbeats came)
+the worker warns once, naming ``pipeline topics apply``, publishes nothing, and looks again
+every :data:`RECHECK_S`: heartbeats resume once the topic exists. A delivery error that says
+the topic is unknown (metadata still settling after ``topics apply``, a broker restarting) is
+only a doubt: the cluster is asked (:func:`~pipeline._topiccheck.missing_topics`), at most once
+per :data:`RECHECK_S`, and heartbeats stop only if it confirms the topic is missing.
 
 :func:`process_client_id` gives each worker process a client id of its own, which its consumer
-uses and the group coordinator reports, and which keys the process's heartbeats.
+uses and the group coordinator reports.
 """
 
 from __future__ import annotations
@@ -32,10 +39,13 @@ from pipeline import Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._job import now_ms
 from pipeline._producer import producer_config
+from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames
-from pipeline._workerbeats import WorkerBeat, encode_beat
+from pipeline._workerbeats import WorkerBeat, beat_key, encode_beat
 
 if TYPE_CHECKING:
+    from confluent_kafka.admin import ClusterMetadata
+
     from ._work import PartitionState
     from .execute.processor import Processor
 
@@ -47,9 +57,11 @@ CLOSE_TIMEOUT_S = 2.0
 """How long a stop waits for the tombstone (it does not wait while Kafka is unreachable)."""
 TOPIC_CHECK_S = 10.0
 """How long the first look for the heartbeat topic may take before heartbeats start anyway."""
+RECHECK_S = 30.0
+"""At most one later look for the topic this often: while it is missing, or after a delivery
+error said it was."""
 _DEFAULT_CLIENT_ID = Settings.model_fields["client_id"].default
 _workers_in_process = itertools.count(1)
-_MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
 
 
 def process_client_id(settings: Settings, child_index: int | None = None) -> str:
@@ -100,12 +112,17 @@ class Heartbeats:
         self._group = group
         self._host = socket.gethostname()
         self._pid = os.getpid()
+        self.key = beat_key(client_id, self._host, self._pid).encode()
+        """The key of this process's records: its own, even where replicas share a client id."""
         self._started_at_ms = now_ms()
         self._samples: list[int] = []
         self._partitions: tuple[tuple[str, int], ...] = ()
         self.published = 0
         self.off = False
-        """Set once the topic turned out missing: nothing more is published."""
+        """Set while the cluster says the topic is missing: nothing is published meanwhile."""
+        self._doubt = False
+        """Set by a delivery error saying the topic is unknown: the next tick asks the cluster."""
+        self._next_check = 0.0
         conf = producer_config(settings)
         conf["linger.ms"] = 0
         self._health = BrokerHealth.of(settings.bootstrap_servers)
@@ -114,7 +131,7 @@ class Heartbeats:
         self._producer = producer_factory(conf)
 
     async def run(self) -> None:
-        """Publish at once, then every interval, until cancelled or the topic is missing."""
+        """Publish at once, then every interval (while the topic exists), until cancelled."""
         try:
             await self._run()
         except Exception:  # a bug here must not stop the worker: only its heartbeats
@@ -122,13 +139,16 @@ class Heartbeats:
             _log.warning("heartbeats stopped", exc_info=True)
 
     async def _run(self) -> None:
-        if not await asyncio.to_thread(self._topic_exists):
+        if await asyncio.to_thread(self._topic_missing, TOPIC_CHECK_S):
             self._turn_off()
-            return
+            self._next_check = time.monotonic() + RECHECK_S
         step = self.interval_s / SAMPLES
-        while not self.off:
-            self._samples.append(self._counters.in_flight())
-            self.publish()
+        while True:
+            if self.off or self._doubt:
+                await self._check()
+            if not self.off:
+                self._samples.append(self._counters.in_flight())
+                self.publish()
             self._samples.clear()
             for _ in range(SAMPLES):
                 await asyncio.sleep(step)
@@ -165,6 +185,24 @@ class Heartbeats:
         self._produce(encode_beat(self.beat()))
         self.published += 1
 
+    async def _check(self) -> None:
+        """Ask the cluster whether the topic exists, at most once per :data:`RECHECK_S`."""
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + RECHECK_S
+        doubt, self._doubt = self._doubt, False
+        missing = await asyncio.to_thread(self._topic_missing, 1.0)
+        if missing is None:  # no answer: carry on as before, the delivery reports will tell
+            return
+        if missing:
+            self._turn_off()
+        elif self.off:
+            self.off = False
+            _log.warning("topic %s exists now: heartbeats resume", self.topic)
+        elif doubt:
+            _log.info("a heartbeat found no topic %s, but it exists: heartbeats go on", self.topic)
+
     def close(self) -> None:
         """The tombstone (a clean stop), then wait a little for what is queued."""
         if not self.off and self.published:
@@ -176,29 +214,25 @@ class Heartbeats:
 
     def _produce(self, value: bytes | None) -> None:
         try:
-            self._producer.produce(
-                self.topic, value, self.client_id.encode(), on_delivery=self._delivered
-            )
+            self._producer.produce(self.topic, value, self.key, on_delivery=self._delivered)
         except (BufferError, KafkaException) as exc:  # Kafka unreachable for long: skip one
             _log.debug("heartbeat not queued: %s", exc)
 
     def _delivered(self, error: KafkaError | None, _message: Message) -> None:
-        if error is not None and error.code() in _MISSING:
-            self._turn_off()
+        if is_missing_topic(error):  # maybe metadata settling: the next tick asks the cluster
+            _log.debug("heartbeat not delivered: %s", error)
+            self._doubt = True
 
-    def _topic_exists(self) -> bool:
-        deadline = time.monotonic() + TOPIC_CHECK_S
+    def _topic_missing(self, within_s: float) -> bool | None:
+        """Whether the cluster says the topic is missing (None: it did not answer in time)."""
+        deadline = time.monotonic() + within_s
         while True:  # in steps: a worker Kafka refused stops at once, without waiting for this
             try:
-                # No topic argument: asking for a named topic may auto-create it on some brokers.
-                topics = self._producer.list_topics(timeout=1.0).topics
-                break
+                return bool(missing_topics(_EveryTopic(self._producer), [self.topic], 1.0))
             except KafkaException:
                 self._producer.poll(0)  # its error callbacks tell the tracker of a refusal
                 if self._health.refusal is not None or time.monotonic() >= deadline:
-                    return True  # unknown yet: the delivery reports will tell
-        meta = topics.get(self.topic)
-        return meta is not None and meta.error is None
+                    return None  # unknown yet: the delivery reports will tell
 
     def _turn_off(self) -> None:
         if self.off:
@@ -206,9 +240,22 @@ class Heartbeats:
         self.off = True
         _log.warning(
             "topic %s does not exist: no heartbeats, so `pipeline status` shows no in-flight "
-            "jobs for this worker; create it with `pipeline topics apply` (then restart)",
+            "jobs for this worker; create it with `pipeline topics apply` (they resume once "
+            "it exists)",
             self.topic,
         )
+
+
+class _EveryTopic:
+    """The producer's metadata of every topic, whatever topic is asked for: asking a broker for
+    a named topic may auto-create it, with none of the configs ``pipeline topics apply`` sets."""
+
+    def __init__(self, producer: Any) -> None:
+        self._producer = producer
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        metadata: ClusterMetadata = self._producer.list_topics(timeout=timeout)
+        return metadata
 
 
 def heartbeats_of(

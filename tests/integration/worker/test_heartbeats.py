@@ -1,6 +1,7 @@
 """Worker heartbeats against a real Kafka: a worker whose jobs are held shows them in flight on
-``<ns>.workers`` and in ``pipeline status``; a clean stop removes it; a namespace whose topics
-predate heartbeats keeps its workers running, with one warning."""
+``<ns>.workers`` and in ``pipeline status``; a clean stop removes it, and only it where replicas
+share a client id; a namespace whose topics predate heartbeats keeps its workers running, with
+one warning."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka.admin import AdminClient
 
-from pipeline._workerbeats import WorkerBeat, read_worker_beats
+from pipeline._workerbeats import WorkerBeat, read_process_beats, read_worker_beats
 from pipeline_cli._main import cli
 
 from ...waiting import wait_for
@@ -81,6 +82,28 @@ def test_held_jobs_show_in_flight_and_a_clean_stop_removes_the_worker(
     beats = read_worker_beats(kit.settings, timeout=10)
     assert worker.client_id not in beats, "a clean stop leaves a tombstone"
     assert MISSING not in worker.log()
+
+
+def test_replicas_sharing_a_client_id_keep_their_own_heartbeats(kit: WorkerKit) -> None:
+    shared = {**FAST, "PIPELINE_CLIENT_ID": "replica"}  # one Deployment's env for every pod
+    first = kit.workers.start(env=shared)
+    second = kit.workers.start(env=shared)
+
+    def live_pids() -> set[int]:
+        beats = read_process_beats(kit.settings, timeout=10).values()
+        return {beat.pid for beat in beats if beat.client_id == "replica" and not beat.stale}
+
+    both = {first.pid, second.pid}
+    assert wait_for(lambda: live_pids() == both, 30, interval=0.2), (
+        first.log_tail(),
+        second.log_tail(),
+    )
+    first.terminate()
+    assert first.wait(30) == 0, first.log_tail()
+    assert live_pids() == {second.pid}, "the tombstone removed the other replica's heartbeat"
+    assert read_worker_beats(kit.settings, timeout=10)["replica"].pid == second.pid
+    second.terminate()
+    assert second.wait(30) == 0, second.log_tail()
 
 
 def test_a_missing_workers_topic_warns_once_and_the_worker_runs_on(kit: WorkerKit) -> None:
