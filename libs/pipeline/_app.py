@@ -31,7 +31,15 @@ from ._jobfunction import (
     takes_ctx_first,
 )
 from ._jobtemplate import JobTemplate
-from ._producer import DeliveryCallback, KafkaTransport, Transport, message_max_bytes, refusal_of
+from ._producer import (
+    RECORD_OVERHEAD,
+    DeliveryCallback,
+    KafkaTransport,
+    Transport,
+    message_max_bytes,
+    refusal_of,
+    too_large,
+)
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
 from ._route import SHARED_KEY, PlainRoutes, Route, resolve_route
@@ -80,11 +88,13 @@ class Pipeline:
         self._header_source = header_source(self.middleware)
         """Headers the interceptors add to every job at enqueue (None: none do, no cost)."""
         self._failures = FailureLog()
+        self._max_bytes = message_max_bytes(self.settings)
+        self._room = self._max_bytes - RECORD_OVERHEAD
+        """The largest job (value and key) the producer sends: a larger one is refused before."""
         # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
         # such an application alive from its first enqueue on (in-memory ones are not held).
         self._exit_flushed = isinstance(self._transport, KafkaTransport)
         self._watched = not self._exit_flushed
-        self._since_poll = 0
         self._plain = PlainRoutes(
             lambda job_type: self._route(job_type, _NO_OPTIONS, None),
             self.registry.find,
@@ -183,7 +193,7 @@ class Pipeline:
         """Like :meth:`enqueue`, but return a handle to wait on this job's acknowledgement."""
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         handle = JobHandle(self._transport, self.settings, self._failures)
-        handle.job_id = self._send(route, _or_empty(payload), handle._on_delivery)
+        self._send(route, _or_empty(payload), handle._on_delivery, handle=handle)
         return handle
 
     def enqueue_many(
@@ -194,6 +204,11 @@ class Pipeline:
         Routing and options are resolved once for the batch, which makes this the fastest way
         to enqueue. Call :meth:`flush` to wait until Kafka acknowledged all of them. An
         ``idempotency_key`` is refused: every job would carry it, and run once for all.
+
+        A payload that fails validation, or a job larger than the producer sends
+        (``message.max.bytes``), raises :class:`PayloadValidationError`: the jobs before it
+        are sent, as one enqueue each would have sent them, it and the ones after it are not.
+        The error of a job too large names its index in ``payloads``.
         """
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         if route.idempotency_key is not None:
@@ -204,7 +219,8 @@ class Pipeline:
         produce_many = getattr(transport, "produce_many", None)
         if produce_many is None:  # a transport without it gets one produce() per job
             produce_many = partial(_produce_each, transport.produce)
-        topic, key, on_delivery = route.topic, route.key, self._on_delivery
+        topic, key, on_delivery, log = route.topic, route.key, self._on_delivery, self._failures
+        room = self._room - len(key or b"")
         encode, make_id, checked = template.encode, new_job_id.at, self._payload_bytes
         # Nothing to check but what the codec checks itself (a mapping, encodable): call it alone.
         codec_only = route.registered is None and route.check is None
@@ -216,15 +232,20 @@ class Pipeline:
                 created_at = now_ms()
                 job_id = make_id(created_at)
                 data = codec(job_type, payload) if codec_only else checked(route, payload)
-                values.append(encode(job_id, data, created_at))
+                value = encode(job_id, data, created_at)
+                if len(value) > room:
+                    raise self._too_large(job_type, len(value) + len(key or b""), len(ids))
+                values.append(value)
                 ids.append(job_id)
                 if len(values) == _BATCH:
                     batch, values = values, []  # handed over: never sent twice, whatever fails
+                    log.sent += _BATCH
                     produce_many(topic, batch, key, on_delivery)
                     transport.poll(0)  # serve delivery callbacks so they never pile up
         finally:
             # The jobs before a payload that failed validation are sent, as one by one would.
             if values:
+                log.sent += len(values)
                 produce_many(topic, values, key, on_delivery)
         return ids
 
@@ -234,8 +255,7 @@ class Pipeline:
         The :class:`pipeline.outbox.Outbox` adds each job to the outbox ``table``: it exists
         once the caller commits, and ``pipeline outbox relay`` publishes it (docs/outbox.md).
         """
-        max_bytes = message_max_bytes(self.settings)
-        return Outbox(connection, self._outboxed, table=table, max_bytes=max_bytes)
+        return Outbox(connection, self._outboxed, table=table, max_bytes=self._max_bytes)
 
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every enqueued job is acknowledged by Kafka.
@@ -247,7 +267,8 @@ class Pipeline:
         """
         if timeout is None:
             timeout = self.settings.producer.delivery_timeout_s + 5
-        remaining = self._transport.flush(timeout)
+        # The queue length counts librdkafka's pending events too: only jobs are told.
+        remaining = self._failures.unanswered(self._transport.flush(timeout))
         refused = refusal_of(self._transport)
         if refused is not None:
             raise refused
@@ -295,7 +316,7 @@ class Pipeline:
     def _flush_at_exit(self) -> None:
         """The interpreter is exiting: flush, then report what never reached Kafka."""
         timeout = self.settings.producer.exit_flush_timeout_s
-        remaining = self._transport.flush(timeout)
+        remaining = self._failures.unanswered(self._transport.flush(timeout))
         refused = refusal_of(self._transport)
         purge = getattr(self._transport, "purge", None) if remaining else None
         if purge is not None:
@@ -348,7 +369,9 @@ class Pipeline:
         payload: Mapping[str, Any],
         on_delivery: Callable[[KafkaError | None, Message], None],
         template: JobTemplate | None = None,
+        handle: JobHandle | None = None,
     ) -> str:
+        """Produce one job; ``handle`` learns its id before its delivery report can come."""
         data = self._payload_bytes(route, payload)
         if template is None:
             job_id = new_job_id()
@@ -357,13 +380,30 @@ class Pipeline:
             created_at = now_ms()
             job_id = new_job_id.at(created_at)
             value = template.encode(job_id, data, created_at)
-        self._transport.produce(route.topic, value, route.key, on_delivery)
+        key = route.key
+        if len(value) > self._room - len(key or b""):
+            raise self._too_large(route.job_type, len(value) + len(key or b""))
+        if handle is not None:
+            handle.job_id = job_id
+        self._transport.produce(route.topic, value, key, on_delivery)
+        log = self._failures
+        log.sent += 1
         # Serve delivery callbacks now and then so they never pile up in librdkafka's queue.
-        self._since_poll += 1
-        if self._since_poll >= 1000:
-            self._since_poll = 0
+        if not log.sent % 1000:
             self._transport.poll(0)
         return job_id
+
+    def _too_large(
+        self, job_type: str, size: int, index: int | None = None
+    ) -> PayloadValidationError:
+        """A job of ``size`` bytes the producer would refuse; ``index``: its place in a batch."""
+        if index is None:
+            return too_large(job_type, size, self._max_bytes)
+        where = (
+            f"job #{index} of the batch (the {index} before it were enqueued, "
+            "it and the ones after it were not): "
+        )
+        return too_large(job_type, size, self._max_bytes, where)
 
     @staticmethod
     def _payload_bytes(route: Route, payload: Mapping[str, Any]) -> bytes:
@@ -381,6 +421,7 @@ class Pipeline:
         return payload_bytes
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        self._failures.answered += 1
         if error is None:
             return
         self._failures.add(PipelineFailure.from_delivery(error, message))

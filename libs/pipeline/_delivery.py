@@ -93,16 +93,23 @@ class PipelineFailure:
 
 
 class FailureLog:
-    """The jobs Kafka did not acknowledge that nobody was told about yet (thread-safe).
+    """The jobs Kafka did not acknowledge that nobody was told about yet (thread-safe), and
+    how many jobs were handed to the producer (``sent``) and had their delivery report
+    (``answered``).
 
-    A forked child starts with none (see :meth:`_forget_the_parents`).
+    Those two count the jobs still unanswered (:meth:`unanswered`): the producer's queue length
+    also counts librdkafka's pending events, so it can exceed the jobs by one or two. They are
+    plain counters, not locked (one is bumped per job): a flush takes the smaller of them and
+    the queue length. A forked child starts with none (see :meth:`_forget_the_parents`).
     """
 
-    __slots__ = ("__weakref__", "_failures", "_lock")
+    __slots__ = ("__weakref__", "_failures", "_lock", "answered", "sent")
 
     def __init__(self) -> None:
         self._failures: list[PipelineFailure] = []
         self._lock = threading.Lock()
+        self.sent = 0
+        self.answered = 0
         _logs.add(self)
 
     def _forget_the_parents(self) -> None:
@@ -111,6 +118,11 @@ class FailureLog:
         another thread of the parent held stays held in the child: it gets a new one."""
         self._failures = []
         self._lock = threading.Lock()
+        self.sent = self.answered = 0
+
+    def unanswered(self, queued: int) -> int:
+        """How many of the ``queued`` messages and events a producer still holds are jobs."""
+        return max(0, min(queued, self.sent - self.answered))
 
     def add(self, failure: PipelineFailure) -> None:
         with self._lock:
@@ -156,9 +168,14 @@ class JobHandle:
     )
 
     def __init__(
-        self, transport: Transport, settings: Settings, failures: FailureLog | None = None
+        self,
+        transport: Transport,
+        settings: Settings,
+        failures: FailureLog | None = None,
+        job_id: str = "",
     ) -> None:
-        self.job_id = ""
+        self.job_id = job_id
+        """Set before the job is produced: its delivery report may come at once."""
         self.topic: str | None = None
         self.partition: int | None = None
         self.offset: int | None = None
@@ -169,6 +186,8 @@ class JobHandle:
         self._failure: PipelineFailure | None = None
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        if self._failures is not None:
+            self._failures.answered += 1
         if error is not None:
             failure = PipelineFailure(
                 self.job_id, message.topic() or "?", error.code(), error.str()

@@ -24,6 +24,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
+from ._producer import UNREACHABLE_CODES
+
 if TYPE_CHECKING:
     from ._delivery import PipelineFailure
     from ._settings import Settings
@@ -92,22 +94,44 @@ def report_lost(
     count = len(failures) if purged and failures else max(len(failures), unacknowledged)
     ids = [f.job_id for f in failures[:_MAX_IDS]]
     more = f" and {len(failures) - _MAX_IDS} more" if len(failures) > _MAX_IDS else ""
-    reasons = [refused] if refused else sorted({f.reason for f in failures})
+    if refused:
+        why = _why("not sent", [refused])
+    elif unacknowledged:
+        why = _why(
+            f"still unacknowledged {timeout:g}s after exit began", [f.reason for f in failures]
+        )
+    else:
+        why = _failed(app.settings, failures)
     _log.error(
-        "%d enqueued job(s) never reached Kafka at %s and are lost (%s%s); job ids: %s%s. "
+        "%d enqueued job(s) never reached Kafka at %s and are lost (%s); job ids: %s%s. "
         "Call app.flush() before exiting: it waits and raises what failed "
         "(see docs/operations.md, 'Enqueued jobs at exit')",
         count,
         app.settings.bootstrap_servers,
-        "not sent"
-        if refused
-        else f"still unacknowledged {timeout:g}s after exit began"
-        if unacknowledged
-        else "refused",
-        f": {'; '.join(reasons[:3])}" if reasons else "",
+        why,
         ", ".join(ids) if ids else "unknown",
         more,
     )
+
+
+def _why(what: str, reasons: Sequence[str]) -> str:
+    """``what`` happened, with up to three of the distinct ``reasons`` librdkafka gave."""
+    distinct = sorted(set(reasons))
+    return f"{what}: {'; '.join(distinct[:3])}" if distinct else what
+
+
+def _failed(settings: Settings, failures: Sequence[PipelineFailure]) -> str:
+    """Why the delivery reports of ``failures`` failed: Kafka refused the jobs, or did not
+    acknowledge them within the delivery timeout (which is no refusal: it may be down)."""
+    timed_out = [f.reason for f in failures if f.code in UNREACHABLE_CODES]
+    refused = [f.reason for f in failures if f.code not in UNREACHABLE_CODES]
+    timeout = settings.producer.delivery_timeout_s
+    parts = [_why("refused", refused)] if refused else []
+    if timed_out:
+        parts.append(
+            _why(f"not acknowledged within the delivery timeout of {timeout:g}s", timed_out)
+        )
+    return "; ".join(parts)
 
 
 _EXIT_PRIORITY = 100

@@ -19,7 +19,12 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ._authfailure import authentication_error
 from ._brokerhealth import BrokerHealth, DeliveryCallback
-from ._errors import KafkaAuthenticationError, KafkaUnavailableError, PipelineError
+from ._errors import (
+    KafkaAuthenticationError,
+    KafkaUnavailableError,
+    PayloadValidationError,
+    PipelineError,
+)
 from ._settings import Settings
 
 __all__ = [
@@ -31,6 +36,7 @@ __all__ = [
     "message_max_bytes",
     "producer_config",
     "refusal_of",
+    "too_large",
 ]
 
 WAIT_STEP_S = 0.2
@@ -97,6 +103,17 @@ def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_siz
     """Whether a record of ``value``, ``key`` and ``headers_size`` bytes of headers is one a
     producer sending at most ``max_bytes`` (:func:`message_max_bytes`) takes."""
     return len(value) + len(key or b"") + headers_size + RECORD_OVERHEAD <= max_bytes
+
+
+def too_large(job_type: str, size: int, max_bytes: int, where: str = "") -> PayloadValidationError:
+    """The error for a job of ``size`` bytes (value and key) that :func:`fits_in_message` does
+    not take; ``where`` says which job of a batch it is and what happened to the others."""
+    return PayloadValidationError(
+        job_type,
+        f"{where}the job takes {size:,} bytes and more as a Kafka message, more than the "
+        f"{max_bytes:,} the producer sends (message.max.bytes): keep large data elsewhere and "
+        "pass a reference",
+    )
 
 
 def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]:

@@ -11,7 +11,14 @@ import pytest
 from click.testing import CliRunner
 from confluent_kafka import Consumer, Message
 
-from pipeline import EnqueueError, KafkaUnavailableError, Pipeline, Priority, Settings
+from pipeline import (
+    EnqueueError,
+    KafkaUnavailableError,
+    PayloadValidationError,
+    Pipeline,
+    Priority,
+    Settings,
+)
 from pipeline._admin import apply_topics
 from pipeline_cli import cli
 
@@ -120,6 +127,22 @@ def test_enqueue_many_then_flush_delivers_all_in_order(
     app.flush(timeout=30)
     messages = read_all(bootstrap_servers, app.topics.jobs("default"), 500)
     assert [app.codec.decode(m.value() or b"").id for m in messages] == ids
+
+
+def test_a_job_too_large_to_send_is_refused_before_kafka_and_the_batch_before_it_is_sent(
+    app: Pipeline, bootstrap_servers: str
+) -> None:
+    big = {"blob": "x" * 1_100_000}  # above librdkafka's default message.max.bytes
+    with pytest.raises(PayloadValidationError, match=r"'bulk'.*message\.max\.bytes"):
+        app.enqueue("bulk", big)
+    with pytest.raises(PayloadValidationError, match="job #2 of the batch"):
+        app.enqueue_many("bulk", [{"i": 0}, {"i": 1}, big, {"i": 3}], key="one-partition")
+    app.flush(timeout=30)
+    messages = read_all(bootstrap_servers, app.topics.jobs("default"), 2)
+    assert [json.loads(app.codec.decode(m.value() or b"").payload) for m in messages] == [
+        {"i": 0},
+        {"i": 1},
+    ]
 
 
 def test_a_keys_jobs_keep_their_order_across_single_and_bulk_enqueues(

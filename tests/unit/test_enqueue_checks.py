@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -136,3 +137,55 @@ def test_enqueue_many_refuses_one_idempotency_key_for_every_job(
     app.enqueue_many("charge", [{"order": 1}, {"order": 2}], key="batch-7")  # a key is fine
     app.flush()
     assert [job.idempotency_key for job in transport.jobs("acme.jobs.default")] == [None, None]
+
+
+MAX_BYTES = 10_000
+"""A small ``message.max.bytes``, so that a job too large to send stays small."""
+
+
+def _small_messages(transport: InMemoryTransport) -> Pipeline:
+    settings = Settings(namespace="acme", kafka={"message.max.bytes": str(MAX_BYTES)})
+    return Pipeline(settings, transport=transport)
+
+
+def test_a_job_larger_than_the_producer_sends_is_refused_naming_its_type_and_what_to_do(
+    transport: InMemoryTransport,
+) -> None:
+    app = _small_messages(transport)
+    with pytest.raises(PayloadValidationError) as caught:
+        app.enqueue("report.build", {"blob": "x" * MAX_BYTES})
+    message = str(caught.value)
+    assert caught.value.job_type == "report.build"
+    assert "'report.build'" in message
+    assert f"more than the {MAX_BYTES:,} the producer sends (message.max.bytes)" in message
+    assert "keep large data elsewhere and pass a reference" in message
+    with pytest.raises(PayloadValidationError, match=r"message\.max\.bytes"):
+        app.submit("report.build", {"blob": "x" * MAX_BYTES})
+    with pytest.raises(PayloadValidationError, match=r"message\.max\.bytes"):
+        app.enqueue("report.build", {"blob": "x" * MAX_BYTES}, priority="high")
+    app.flush()
+    assert transport.messages == []
+
+
+def test_a_job_that_fits_is_sent_as_before(transport: InMemoryTransport) -> None:
+    app = _small_messages(transport)
+    job_id = app.enqueue("report.build", {"blob": "x" * (MAX_BYTES // 2)})
+    [job] = transport.jobs("acme.jobs.default")
+    assert job.id == job_id
+
+
+@pytest.mark.parametrize("big_at", [0, 5, 1000, 1003])
+def test_enqueue_many_sends_the_jobs_before_one_too_large_and_names_its_index(
+    transport: InMemoryTransport, big_at: int
+) -> None:
+    app = _small_messages(transport)
+    payloads: list[dict[str, Any]] = [{"i": i} for i in range(1010)]
+    payloads[big_at] = {"i": big_at, "blob": "x" * MAX_BYTES}
+    with pytest.raises(PayloadValidationError) as caught:
+        app.enqueue_many("report.build", payloads)
+    assert caught.value.job_type == "report.build"
+    assert f"job #{big_at} of the batch (the {big_at} before it were enqueued" in str(caught.value)
+    assert "message.max.bytes" in str(caught.value)
+    app.flush()
+    sent = transport.jobs("acme.jobs.default")
+    assert [json.loads(job.payload)["i"] for job in sent] == list(range(big_at))

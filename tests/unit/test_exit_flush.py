@@ -99,3 +99,60 @@ def test_the_count_is_the_purged_jobs_not_the_queue_length_that_also_counts_even
     assert purged.getMessage().startswith("2 enqueued job(s) never reached Kafka")
     assert "still unacknowledged 0.5s after exit began" in purged.getMessage()
     assert unpurged.getMessage().startswith("3 enqueued job(s) never reached Kafka")
+
+
+@pytest.mark.parametrize(
+    ("fail_with", "why"),
+    [
+        (KafkaError._MSG_TIMED_OUT, "(not acknowledged within the delivery timeout of 30s: "),
+        (REFUSED, "(refused: Broker: Topic authorization failed)"),
+    ],
+)
+def test_jobs_that_timed_out_are_told_as_timed_out_not_as_refused(
+    caplog: pytest.LogCaptureFixture, fail_with: int, why: str
+) -> None:
+    app = _app(fail_with=fail_with)
+    app.enqueue("t", {"n": 1})
+    with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        app._flush_at_exit()
+    [record] = caplog.records
+    assert why in record.getMessage()
+
+
+def test_jobs_that_timed_out_and_refused_ones_are_told_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = _app()
+    failures = [
+        PipelineFailure(
+            "job-1", "acme.jobs.default", REFUSED, "Broker: Topic authorization failed"
+        ),
+        PipelineFailure("job-2", "acme.jobs.default", KafkaError._MSG_TIMED_OUT, "timed out"),
+    ]
+    with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        _exitflush.report_lost(app, failures, unacknowledged=0, timeout=30)
+    [record] = caplog.records
+    assert (
+        "(refused: Broker: Topic authorization failed; "
+        "not acknowledged within the delivery timeout of 30s: timed out)"
+    ) in record.getMessage()
+
+
+class _KafkaDownWithoutPurge(InMemoryTransport):
+    """Acknowledges nothing, cannot purge, and counts two pending events in what ``flush``
+    says is left, as librdkafka's queue length does."""
+
+    def flush(self, timeout: float) -> int:
+        return len(self._pending) + 2
+
+
+def test_the_exit_report_counts_the_jobs_left_not_the_events_in_the_queue(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = Pipeline(Settings(namespace="acme"), transport=_KafkaDownWithoutPurge())
+    for n in range(11):
+        app.enqueue("t", {"n": n})
+    with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
+        app._flush_at_exit()
+    [record] = caplog.records
+    assert record.getMessage().startswith("11 enqueued job(s) never reached Kafka")
