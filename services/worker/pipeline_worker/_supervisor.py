@@ -8,6 +8,9 @@ once all children have. Children run in their own process group, so a Ctrl-C in 
 reaches them once (through the parent), not twice (which would make them exit at once).
 A child that exits 4 (Kafka refused the credentials) is not restarted: its siblings have the
 same settings, and the parent exits 4 too once they have, for the orchestrator to show.
+A stop signal is never lost: one that came before the supervisor took over the handlers (the
+command records it from its first line) starts no child, and one that comes while a child is
+being started reaches that child as soon as it exists.
 """
 
 from __future__ import annotations
@@ -25,10 +28,15 @@ from typing import Any
 
 from pipeline._errors import ConfigurationError, KafkaAuthenticationError
 
+from . import _signals
+
 _log = logging.getLogger("pipeline.worker.supervisor")
 
 BACKOFF_MIN_S = 1.0
 BACKOFF_MAX_S = 30.0
+_BACKOFF_DOUBLINGS = 16
+"""More doublings than any backoff needs to reach the maximum: ``2**failures`` itself, after
+a thousand quick deaths (some hours at the maximum), is too large for a float."""
 STABLE_AFTER_S = 60.0
 """A child that ran this long before dying restarts after the shortest backoff again."""
 CHECK_INTERVAL_S = 0.2
@@ -100,10 +108,13 @@ class Supervisor:
             self._children.append(_Child(index, extra=base + extra))
         self._stopping = 0
         self._signal: int | None = None
+        self._starting: _Child | None = None
 
     def run(self) -> int:
         """Supervise until every child exited; 0 when all of them exited cleanly."""
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        if _signals.received():  # came after the command's look, before these handlers
+            self._on_signal(signal.SIGTERM, None)
         try:
             for child in self._children:
                 if not child.done:  # a signal while the others started: it stays unstarted
@@ -114,7 +125,8 @@ class Supervisor:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        codes = [c.exit_code for c in self._children]
+        # A child a stop kept from starting has no exit code: it did nothing, which is no failure.
+        codes = [c.exit_code for c in self._children if c.exit_code is not None]
         _log.info("all worker processes exited", extra={"exit_codes": codes})
         for final in (REFUSED, USAGE):
             if final in codes:
@@ -123,9 +135,15 @@ class Supervisor:
 
     def _start(self, child: _Child) -> None:
         command = [sys.executable, "-m", "pipeline_worker", *child.extra]
-        child.process = subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent)  # noqa: PLW1509
+        self._starting = child  # a signal meanwhile must not take it for one waiting to restart
+        try:
+            child.process = subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent)  # noqa: PLW1509
+        finally:
+            self._starting = None
         child.started = time.monotonic()
         child.restart_at = None
+        if self._signal is not None:  # arrived while it was being started: forward it now
+            child.process.send_signal(self._signal)
         _log.info("worker process started", extra={"index": child.index, "pid": child.process.pid})
 
     def _watch(self) -> None:
@@ -147,7 +165,7 @@ class Supervisor:
                 continue
             if now - child.started >= STABLE_AFTER_S:
                 child.failures = 0
-            delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2**child.failures)
+            delay = min(BACKOFF_MAX_S, BACKOFF_MIN_S * 2 ** min(child.failures, _BACKOFF_DOUBLINGS))
             child.failures += 1
             child.restart_at = now + delay
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
@@ -160,12 +178,13 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping += 1
+        self._signal = signum
         name = signal.Signals(signum).name
         _log.info("%s received: forwarding to the worker processes", name)
         for child in self._children:
             if child.process is not None and child.process.poll() is None:
                 child.process.send_signal(signum)
-            elif child.process is None:
+            elif child.process is None and child is not self._starting:
                 child.done = True  # waiting for a restart: stay down
 
 

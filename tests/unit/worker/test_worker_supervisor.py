@@ -4,14 +4,17 @@ start. The children are shell scripts standing in for ``python -m pipeline_worke
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from pipeline_worker import _supervisor
+from pipeline_worker import _signals, _supervisor
 from pipeline_worker._supervisor import Supervisor
 
 
@@ -71,3 +74,71 @@ def test_a_signal_while_the_children_start_leaves_the_rest_unstarted(
     assert starts == [0]
     first = supervisor._children[0]
     assert first.exit_code == -signal.SIGTERM  # waited for: it exited of the forwarded signal
+
+
+def test_the_backoff_stays_at_its_maximum_after_any_number_of_quick_deaths() -> None:
+    """A child crash-looping for hours (a broker down all night) waits the maximum between
+    restarts for ever; the backoff's ``2**failures`` once grew too large for a float and the
+    supervisor died of an OverflowError after about a thousand deaths."""
+    supervisor = Supervisor({}, 1, None)
+    child = supervisor._children[0]
+    child.process = subprocess.Popen(["sh", "-c", "exit 1"])
+    child.process.wait()
+    child.failures = 2000
+    child.started = time.monotonic()
+    supervisor._watch()
+    assert child.process is None
+    assert not child.done
+    assert child.restart_at is not None
+    assert child.restart_at - time.monotonic() == pytest.approx(_supervisor.BACKOFF_MAX_S, abs=1)
+    assert child.failures == 2001
+
+
+def test_a_signal_before_the_supervisor_took_over_starts_no_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGTERM recorded by the command's early handler (after its look, before the supervisor
+    installed its own) is a stop: no child starts and the command exits 0, rather than
+    running until a second signal that an orchestrator never sends."""
+    monkeypatch.setattr(_signals._Stops, "first", signal.SIGTERM)
+    _, code, starts = supervise(tmp_path, monkeypatch, "exec tail -f /dev/null")
+    assert starts == []
+    assert code == 0
+
+
+def test_a_signal_while_a_child_is_being_started_reaches_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal whose handler runs inside ``Popen`` (between fork and the child's assignment)
+    is forwarded to that child once it exists, and the supervisor waits for it: the child is
+    neither taken for one waiting to restart (marked done, never signalled) nor left running
+    after the supervisor returned."""
+    real_popen = subprocess.Popen
+    supervisors: list[Supervisor] = []
+    children: list[subprocess.Popen[bytes]] = []
+
+    def popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        process: subprocess.Popen[bytes] = real_popen(*args, **kwargs)
+        children.append(process)
+        if len(children) == 1:
+            supervisors[0]._on_signal(signal.SIGTERM, None)  # the handler runs here
+        return process
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    original_init = Supervisor.__init__
+
+    def init(self: Supervisor, *args: Any) -> None:
+        original_init(self, *args)
+        supervisors.append(self)
+
+    monkeypatch.setattr(Supervisor, "__init__", init)
+    try:
+        supervisor, _, starts = supervise(tmp_path, monkeypatch, "exec tail -f /dev/null")
+    finally:
+        for process in children:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert starts == [0]  # the second child stays unstarted
+    assert children[0].returncode == -signal.SIGTERM  # signalled, and waited for
+    assert supervisor._children[0].exit_code == -signal.SIGTERM
