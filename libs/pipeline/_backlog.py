@@ -39,8 +39,14 @@ from confluent_kafka import (
 from ._adminsession import AdminSession, PartitionOffsets
 from ._clientlog import LastProblemLog
 from ._deadletters import DlqStats, dlq_stats, read_dead_letters
-from ._errors import ConfigurationError, KafkaUnavailableError, TopicMissingError
+from ._errors import (
+    ConfigurationError,
+    KafkaUnavailableError,
+    NotAuthorizedError,
+    TopicMissingError,
+)
 from ._job import Priority
+from ._topiccheck import not_authorized
 from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
 
 if TYPE_CHECKING:
@@ -229,12 +235,14 @@ class BacklogReader:
 
     def read(self) -> Backlog:
         """One snapshot. Raises :class:`KafkaUnavailableError` when Kafka does not answer in
-        time and :class:`TopicMissingError` when the namespace's topics do not exist."""
+        time, :class:`TopicMissingError` when the namespace's topics do not exist and
+        :class:`NotAuthorizedError` when Kafka's ACLs refuse this client one of them."""
         self._admin.restart_deadline()
         read_at = time.time()
         metadata = self._admin.metadata()
         missing = [t for t in (*self._jobs.values(), self._deferred) if t not in metadata.topics]
         if missing:
+            self._check_described(missing)
             raise TopicMissingError(missing, self.settings.namespace)
         ns = re.escape(self.settings.namespace)
         retries = _numbered(metadata.topics, rf"{ns}\.retry\.(\d+)")
@@ -286,6 +294,14 @@ class BacklogReader:
             None if head is None else head.written_ms,
             None if head is None else head.offset,
         )
+
+    def _check_described(self, missing: list[str]) -> None:
+        """Raise :class:`NotAuthorizedError` if Kafka refuses to describe one of ``missing``
+        to this client: a topic it may not see is missing from the listing too."""
+        for topic in missing:
+            if not_authorized(self._admin.client, topic, max(0.5, self._admin.remaining())):
+                user = self.settings.security.sasl_username
+                raise NotAuthorizedError("TOPIC", topic, "DESCRIBE", user)
 
     def _committed(self, metadata: Any, groups: dict[str, str]) -> dict[tuple[str, int], int]:
         by_group: dict[str, list[TopicPartition]] = {}
@@ -357,9 +373,14 @@ class BacklogReader:
                     )
                 for message in self._consumer.consume(500, 0.05):
                     where = (message.topic() or "", message.partition() or 0)
+                    error = message.error()
+                    if error is not None and error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED:
+                        # Refused, not slow: waiting out the timeout cannot change that.
+                        topic = where[0] or ", ".join(sorted({t for t, _ in todo}))
+                        user = self.settings.security.sasl_username
+                        raise NotAuthorizedError("TOPIC", topic, "READ", user)
                     if where not in todo:
                         continue
-                    error = message.error()
                     if error is not None:
                         if error.code() == KafkaError._PARTITION_EOF:
                             # only markers and aborted messages were left (or an open

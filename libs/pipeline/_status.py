@@ -20,7 +20,7 @@ from ._cronexpr import next_fire_ms
 from ._cronstate import read_last_fires
 from ._schedule import count_from, read_schedules
 from ._topicspec import scheduler_control_topic
-from ._workerbeats import WorkerBeat, read_worker_beats
+from ._workerbeats import WorkerBeat, by_client_id, read_process_beats
 
 if TYPE_CHECKING:
     from ._settings import Settings
@@ -68,12 +68,26 @@ class StatusSnapshot:
     dead_letters_pending: int
     schedules: tuple[ScheduleDue, ...]
     worker_beats: dict[str, WorkerBeat] = field(default_factory=dict)
-    """The heartbeats on ``<ns>.workers`` by client id, stale ones included."""
+    """Each worker process's latest heartbeat on ``<ns>.workers``, by record key (see
+    :func:`~pipeline._workerbeats.read_process_beats`), stale ones included."""
 
     def beat_of(self, member: GroupMember) -> WorkerBeat | None:
-        """The worker member's heartbeat, unless it has none or it was stale at :attr:`at`."""
-        beat = self.worker_beats.get(member.client_id)
-        return None if beat is None or beat.stale_at(self.at) else beat
+        """The worker member's heartbeat, unless it has none or it was stale at :attr:`at`.
+
+        The heartbeat carrying the member's id is its own, even where replicas share a client
+        id. Else (a worker before member ids, or one that wrote before it joined) the member's
+        client id picks one among the heartbeats no other member's id claims, as
+        :func:`~pipeline._workerbeats.by_client_id` does: none where several live ones share it.
+        """
+        beats = self.worker_beats.values()
+        if member.member_id:
+            for beat in beats:
+                if beat.member_id == member.member_id:
+                    return None if beat.stale_at(self.at) else beat
+        claimed = {m.member_id for m in self.workers.members if m.member_id}
+        unclaimed = [beat for beat in beats if beat.member_id not in claimed]
+        found = by_client_id(unclaimed, self.at).get(member.client_id)
+        return None if found is None or found.stale_at(self.at) else found
 
     @property
     def topics(self) -> tuple[TopicBacklog, ...]:
@@ -185,5 +199,5 @@ def read_status(
         scheduler=backlog.groups["scheduler"],
         dead_letters_pending=backlog.dead_letters_pending,
         schedules=_schedules(settings, max(0.1, deadline - time.monotonic())),
-        worker_beats=read_worker_beats(settings, timeout=max(0.1, deadline - time.monotonic())),
+        worker_beats=read_process_beats(settings, timeout=max(0.1, deadline - time.monotonic())),
     )

@@ -7,12 +7,16 @@ their own), and a tombstone when it stops cleanly. Records keyed by the client i
 before the host and pid were added) are still read. The topic is compacted: reading it to its
 end gives each live worker's latest heartbeat. A heartbeat older than
 :data:`STALE_INTERVALS` of its own interval is stale (the worker died without its tombstone, or
-cannot reach Kafka). The record (version 1)::
+cannot reach Kafka). The record (version 2)::
 
-    {"v": 1, "client_id": "...", "group": "...", "host": "...", "pid": 12,
+    {"v": 2, "client_id": "...", "group": "...", "host": "...", "pid": 12,
      "started_at_ms": ..., "at_ms": ..., "interval_s": 5.0, "concurrency": 64,
      "in_flight": 3, "utilization": 0.05, "jobs_done": 1200,
-     "partitions": [["pipeline.jobs.high", 0], ...]}
+     "partitions": [["pipeline.jobs.high", 0], ...], "member_id": "..."}
+
+``member_id`` (version 2) is the consumer's group member id, as the group coordinator reports
+it: ``pipeline status`` joins a member to its heartbeat by it, since replicas may share a client
+id. It is ``""`` until the worker joined its group; a version 1 record has none.
 
 Readers ignore fields they do not know and skip records they cannot read (never raising), so
 a later version may add fields without breaking them. The publisher is the worker's
@@ -47,7 +51,7 @@ __all__ = [
     "read_worker_beats",
 ]
 
-VERSION = 1
+VERSION = 2
 STALE_INTERVALS = 3
 """A heartbeat older than this many of its worker's intervals is stale."""
 
@@ -74,6 +78,8 @@ class WorkerBeat:
     jobs_done: int
     """Offsets the process finished since it started (succeeded, retried, dead-lettered)."""
     partitions: tuple[tuple[str, int], ...] = ()
+    member_id: str = ""
+    """The worker consumer's group member id (``""``: not joined yet, or a version 1 record)."""
 
     def age_s(self, at_ms: int | None = None) -> float:
         """Seconds between the heartbeat and ``at_ms`` (default: now); never negative."""
@@ -111,6 +117,7 @@ def encode_beat(beat: WorkerBeat) -> bytes:
         "utilization": round(beat.utilization, 4),
         "jobs_done": beat.jobs_done,
         "partitions": [[topic, partition] for topic, partition in beat.partitions],
+        "member_id": beat.member_id,
     }
     return json.dumps(record, separators=(",", ":")).encode()
 
@@ -138,6 +145,7 @@ def decode_beat(key: str, value: bytes | None) -> WorkerBeat | None:
             utilization=_number(record, "utilization"),
             jobs_done=_int(record, "jobs_done"),
             partitions=_partitions(record.get("partitions", [])),
+            member_id=_optional_text(record, "member_id"),
         )
     except (ValueError, TypeError, KeyError, RecursionError):
         return None
@@ -219,6 +227,11 @@ def _text(record: dict[str, Any], name: str) -> str:
     if not isinstance(value, str):
         raise ValueError(name)
     return value
+
+
+def _optional_text(record: dict[str, Any], name: str) -> str:
+    """A text field a version 1 record lacks (or a writer left ``null``): ``""`` then."""
+    return "" if record.get(name) is None else _text(record, name)
 
 
 def _partitions(value: Any) -> tuple[tuple[str, int], ...]:

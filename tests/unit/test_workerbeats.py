@@ -44,7 +44,7 @@ def beat(**changes: object) -> WorkerBeat:
 def test_a_heartbeat_round_trips_as_versioned_json() -> None:
     value = encode_beat(beat())
     record = json.loads(value)
-    assert record["v"] == 1
+    assert record["v"] == 2
     assert list(record) == [
         "v",
         "client_id",
@@ -59,9 +59,19 @@ def test_a_heartbeat_round_trips_as_versioned_json() -> None:
         "utilization",
         "jobs_done",
         "partitions",
+        "member_id",
     ]
     assert record["partitions"] == [["ns.jobs.high", 0], ["ns.jobs.low", 0]]
     assert decode_beat("worker-1", value) == beat()
+
+
+def test_a_version_1_record_without_a_member_id_is_still_read() -> None:
+    record = json.loads(encode_beat(beat(member_id="m-1")))
+    assert record.pop("member_id") == "m-1"
+    record["v"] = 1
+    assert decode_beat("worker-1", json.dumps(record).encode()) == beat(member_id="")
+    record.update(v=2, member_id=None)
+    assert decode_beat("worker-1", json.dumps(record).encode()) == beat(member_id="")
 
 
 def test_a_later_version_with_more_fields_is_still_read() -> None:
@@ -88,6 +98,7 @@ def test_a_later_version_with_more_fields_is_still_read() -> None:
         json.dumps({**json.loads(encode_beat(beat())), "partitions": [["t"]]}).encode(),
         json.dumps({**json.loads(encode_beat(beat())), "partitions": {"t": 0}}).encode(),
         json.dumps({**json.loads(encode_beat(beat())), "client_id": "someone-else"}).encode(),
+        json.dumps({**json.loads(encode_beat(beat())), "member_id": 7}).encode(),
         b"[" * 100_000,
     ],
 )
@@ -175,6 +186,44 @@ def test_status_joins_members_with_their_heartbeats_by_client_id(
         "n/a",
         "n/a",
     ]
+
+
+def test_members_sharing_a_client_id_each_get_their_own_heartbeat_by_member_id() -> None:
+    members = (
+        GroupMember("replica", "10.0.0.7", (("ns.jobs.high", 0),), "m-a"),
+        GroupMember("replica", "10.0.0.8", (("ns.jobs.high", 1),), "m-b"),
+    )
+    mine = beat(client_id="replica", host="pod-a", pid=1, in_flight=1, member_id="m-a")
+    theirs = beat(client_id="replica", host="pod-b", pid=1, in_flight=5, member_id="m-b")
+    beats = {beat_key("replica", b.host, b.pid): b for b in (mine, theirs)}
+    taken = dataclasses.replace(
+        snapshot(beats), workers=GroupMembers("ns.workers", "STABLE", members)
+    )
+    assert taken.beat_of(members[0]) == mine
+    assert taken.beat_of(members[1]) == theirs
+    shown = status_json(taken, None)["workers"]["members"]
+    assert [(m["member_id"], m["in_flight"]) for m in shown] == [("m-a", 1), ("m-b", 5)]
+
+
+def test_a_heartbeat_without_a_member_id_joins_by_the_client_id_no_other_member_claims() -> None:
+    members = (
+        GroupMember("replica", "10.0.0.7", (("ns.jobs.high", 0),), "m-a"),
+        GroupMember("replica", "10.0.0.8", (("ns.jobs.high", 1),), "m-b"),
+    )
+    claimed = beat(client_id="replica", host="pod-a", in_flight=1, member_id="m-a")
+    old = beat(client_id="replica", host="pod-b", in_flight=5)  # before it joined, or v1
+    beats = {beat_key("replica", b.host, b.pid): b for b in (claimed, old)}
+    taken = dataclasses.replace(
+        snapshot(beats), workers=GroupMembers("ns.workers", "STABLE", members)
+    )
+    assert taken.beat_of(members[0]) == claimed
+    assert taken.beat_of(members[1]) == old
+    # A member whose own heartbeat is stale shows none, not another replica's.
+    stale = dataclasses.replace(claimed, at_ms=AT - 3_600_000)
+    beats = {beat_key("replica", b.host, b.pid): b for b in (stale, old)}
+    taken = dataclasses.replace(taken, worker_beats=beats)
+    assert taken.beat_of(members[0]) is None
+    assert taken.beat_of(members[1]) == old
 
 
 def test_status_shows_a_stale_heartbeat_as_none() -> None:

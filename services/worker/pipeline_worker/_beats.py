@@ -17,7 +17,10 @@ only a doubt: the cluster is asked (:func:`~pipeline._topiccheck.missing_topics`
 per :data:`RECHECK_S`, and heartbeats stop only if it confirms the topic is missing.
 
 :func:`process_client_id` gives each worker process a client id of its own, which its consumer
-uses and the group coordinator reports.
+uses and the group coordinator reports. Where replicas share one anyway (``PIPELINE_CLIENT_ID``
+set for every pod), each heartbeat also carries its consumer's group member id (the consumer
+thread's :attr:`~.intake.consumer.ConsumerThread.member_id`), by which ``pipeline status`` tells
+the replicas apart.
 """
 
 from __future__ import annotations
@@ -82,13 +85,19 @@ def process_client_id(settings: Settings, child_index: int | None = None) -> str
     return client_id if number == 1 else f"{client_id}-{number}"
 
 
+def _not_joined() -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Counters:
-    """What a heartbeat reads: the processor's own counters and the owned partitions."""
+    """What a heartbeat reads: the processor's own counters, the owned partitions and the
+    consumer's group member id (None: not joined yet)."""
 
     in_flight: Callable[[], int]
     jobs_done: Callable[[], int]
     partitions: Callable[[], list[tuple[str, int]]]
+    member_id: Callable[[], str | None] = _not_joined
 
 
 class Heartbeats:
@@ -173,6 +182,7 @@ class Heartbeats:
             utilization=min(1.0, max(0.0, busy)),
             jobs_done=self._counters.jobs_done(),
             partitions=self._owned(),
+            member_id=self._counters.member_id() or "",
         )
 
     def _owned(self) -> tuple[tuple[str, int], ...]:
@@ -264,13 +274,15 @@ def heartbeats_of(
     group: str,
     processor: Processor,
     states: Callable[[], list[PartitionState]],
+    member_id: Callable[[], str | None] = _not_joined,
 ) -> Heartbeats | None:
-    """The publisher of a worker's heartbeats (None: ``heartbeat_interval_s`` is 0)."""
+    """The publisher of a worker's heartbeats (None: ``heartbeat_interval_s`` is 0);
+    ``member_id`` reads its consumer's group member id."""
     if not settings.worker.heartbeat_interval_s:
         return None
 
     def owned() -> list[tuple[str, int]]:
         return [(s.topic, s.partition) for s in states()]
 
-    counters = Counters(lambda: processor.in_flight, lambda: processor.finished, owned)
+    counters = Counters(lambda: processor.in_flight, lambda: processor.finished, owned, member_id)
     return Heartbeats(settings, client_id=client_id, group=group, counters=counters)

@@ -205,7 +205,15 @@ class Worker:
             )
             relay.start()
         heartbeat = self.loop.create_task(self._heartbeat())
-        beats = heartbeats_of(self.settings, self.client_id, self.group_id, processor, self._states)
+        intake = self._consumer
+        beats = heartbeats_of(
+            self.settings,
+            self.client_id,
+            self.group_id,
+            processor,
+            self._states,
+            lambda: intake.member_id,
+        )
         beating = self.loop.create_task(beats.run()) if beats is not None else None
         try:
             await self._stopped.wait()

@@ -98,6 +98,15 @@ def test_replicas_sharing_a_client_id_keep_their_own_heartbeats(kit: WorkerKit) 
         first.log_tail(),
         second.log_tail(),
     )
+    # Each member of the group is joined to its own heartbeat, by its member id.
+    shown: list[dict[str, object]] = []
+
+    def each_its_own() -> bool:
+        shown[:] = status_members(kit.settings)
+        return len(shown) == 2 and {m["pid"] for m in shown} == both
+
+    assert wait_for(each_its_own, 30, interval=0.2), shown
+    assert {m["client_id"] for m in shown} == {"replica"}
     first.terminate()
     assert first.wait(30) == 0, first.log_tail()
     assert live_pids() == {second.pid}, "the tombstone removed the other replica's heartbeat"

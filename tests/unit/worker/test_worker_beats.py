@@ -5,15 +5,19 @@ where replicas share a client id, and each process's own client id."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
 
 from pipeline import Settings
+from pipeline._backlog import GroupMember, GroupMembers
+from pipeline._status import StatusSnapshot
 from pipeline._workerbeats import beat_key, decode_beat, read_process_beats, read_worker_beats
 from pipeline_worker._beats import Counters, Heartbeats, process_client_id
 from tests.waiting import wait_for
@@ -65,10 +69,14 @@ class FakeProducer:
 
 
 def publisher(
-    producer: FakeProducer, in_flight: list[int], interval: float = 0.05, client_id: str = "w-1"
+    producer: FakeProducer,
+    in_flight: list[int],
+    interval: float = 0.05,
+    client_id: str = "w-1",
+    member_id: Callable[[], str | None] = lambda: None,
 ) -> Heartbeats:
     settings = Settings(namespace="ns", worker={"heartbeat_interval_s": interval, "concurrency": 4})
-    counters = Counters(lambda: in_flight[0], lambda: 7, lambda: [("ns.jobs.low", 1)])
+    counters = Counters(lambda: in_flight[0], lambda: 7, lambda: [("ns.jobs.low", 1)], member_id)
     return Heartbeats(
         settings,
         client_id=client_id,
@@ -230,6 +238,41 @@ def test_replicas_sharing_a_client_id_keep_and_tombstone_their_own_heartbeats(
     assert table[-1] == ("w-1@pod-a:1", None)
     assert list(read_process_beats(settings)) == ["w-1@pod-b:1"]  # pod-b's record is kept
     assert read_worker_beats(settings)["w-1"].host == "pod-b"
+
+
+def test_each_heartbeat_carries_its_consumers_member_id_once_it_joined() -> None:
+    answers: list[str | None] = [None, "", "m-1", "m-2"]
+    producer = FakeProducer(["ns.workers"])
+    beats = publisher(producer, [1], member_id=lambda: answers.pop(0))
+    for _ in range(4):
+        beats.publish()
+    decoded = [decode_beat(key.decode(), value) for _, value, key in producer.produced]
+    # Not joined yet (None, then ""), joined, joined again with another id (a rejoin).
+    assert [beat.member_id for beat in decoded if beat is not None] == ["", "", "m-1", "m-2"]
+
+
+def test_status_tells_replicas_sharing_a_client_id_apart_by_member_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("pipeline_worker._beats.os.getpid", lambda: 1)
+    producer = FakeProducer(["ns.workers"])
+    for host, busy, member in (("pod-a", 1, "m-a"), ("pod-b", 3, "m-b")):
+        monkeypatch.setattr("pipeline_worker._beats.socket.gethostname", lambda host=host: host)
+        replica = publisher(producer, [busy], member_id=functools.partial(str, member))
+        replica.publish()
+    table = [(key.decode(), value) for _, value, key in producer.produced]
+    monkeypatch.setattr("pipeline._workerbeats.read_table", lambda *args, **kwargs: table)
+    beats = read_process_beats(Settings(namespace="ns"))
+    members = (
+        GroupMember("w-1", "10.0.0.8", (("ns.jobs.low", 1),), "m-b"),
+        GroupMember("w-1", "10.0.0.7", (("ns.jobs.low", 0),), "m-a"),
+    )
+    at = max(beat.at_ms for beat in beats.values())
+    nobody = GroupMembers("ns.scheduler", "EMPTY", ())
+    workers = GroupMembers("ns.workers", "STABLE", members)
+    taken = StatusSnapshot("ns", at, (), (), (), workers, nobody, 0, (), worker_beats=beats)
+    shown = [taken.beat_of(member) for member in members]
+    assert [(b.host, b.in_flight) for b in shown if b is not None] == [("pod-b", 3), ("pod-a", 1)]
 
 
 def test_each_worker_process_has_its_own_client_id(monkeypatch: pytest.MonkeyPatch) -> None:

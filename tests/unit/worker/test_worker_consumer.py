@@ -46,6 +46,11 @@ class FakeConsumer:
         """(low, high) watermarks; partitions not listed are empty."""
         self.group_committed: dict[tuple[str, int], int] = {}
         self.watermark_queries: list[tuple[str, int]] = []
+        self.member: str | None = None
+        """What ``memberid()`` answers (None: not joined)."""
+
+    def memberid(self) -> str | None:
+        return self.member
 
     def pause(self, tps: list[TopicPartition]) -> None:
         self.paused |= {(tp.topic, tp.partition) for tp in tps}
@@ -632,3 +637,30 @@ def test_messages_held_for_a_partition_revoked_before_it_was_read_back_are_dropp
     thread._chores(0.0, idle=True)
     flush(loop)
     assert side.batches == [], "what the next owner of partition 0 runs, and 1 is fetched anew"
+
+
+def test_the_member_id_is_read_on_the_consumer_thread_once_assigned(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heartbeats carry it (``pipeline status`` tells replicas sharing a client id apart by
+    it); ``memberid()`` waits for this thread's poll, so the loop must not ask it itself."""
+    thread, fake, _ = consumer_thread(loop)
+    answers = iter(["m-1", None, "m-2"])
+    asked: list[int] = []
+
+    def memberid() -> str | None:
+        asked.append(threading.get_ident())
+        return next(answers)
+
+    monkeypatch.setattr(fake, "memberid", memberid)
+    thread._chores(0.0, idle=True)
+    assert (thread.member_id, asked) == ("", [])  # not assigned yet: nothing asked
+    thread.rebalance.assigned_once = True
+    thread._chores(0.0, idle=True)
+    thread._chores(0.5, idle=True)  # within MEMBER_ID_S: not asked again
+    assert thread.member_id == "m-1"
+    thread._chores(1.0, idle=True)  # no answer (leaving the group): the last one stays
+    assert thread.member_id == "m-1"
+    thread._chores(2.0, idle=True)
+    assert thread.member_id == "m-2"
+    assert asked == [threading.get_ident()] * 3

@@ -56,6 +56,8 @@ POLL_TIMEOUT_S = 0.05
 PAUSED_POLL_TIMEOUT_S = 0.005
 """Poll timeout while a partition is paused, so it resumes soon after its buffer drains (and
 while poison-pill detection withholds messages, so they go on soon after they may)."""
+MEMBER_ID_S = 1.0
+"""How often the group member id (:attr:`ConsumerThread.member_id`) is read again."""
 CHORES_S = 0.005
 """How long the work besides polling (assignments, resumes, moves, poison leases, commits, lag)
 may wait after a batch is handed. Done at once, it held the GIL while the event loop, then the
@@ -164,6 +166,10 @@ class ConsumerThread:
         self.stop_requested = False
         """Set by the loop when jobs are done: commit synchronously, close, exit."""
         self.last_poll = time.monotonic()
+        self.member_id = ""
+        """The consumer's group member id, as of its last chores ("": not joined yet); read by
+        the heartbeats from the loop (``memberid()`` itself waits for this thread's poll)."""
+        self._member_at = 0.0
         self._errors = RateLimitedLog(_log, interval_s=10.0)
         self._thread = threading.Thread(target=self._main, name="pipeline-consumer", daemon=True)
         self.done = threading.Event()
@@ -267,6 +273,7 @@ class ConsumerThread:
         if committer.due(now, self._side.finished_jobs):
             committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
         cluster.check_topics(now)
+        self._read_member_id(now)
         if cluster.share_changed and reachable:
             self._update_share()
         cluster.update_lag(now)
@@ -276,6 +283,12 @@ class ConsumerThread:
             if self._burst_watch.drained(now):
                 self._burst = False
                 self._notify(self._side.on_burst_drained)
+
+    def _read_member_id(self, now: float) -> None:
+        """Read :attr:`member_id` again, every :data:`MEMBER_ID_S` once the group assigned."""
+        if now >= self._member_at and self.rebalance.assigned_once:
+            self._member_at = now + MEMBER_ID_S
+            self.member_id = self._consumer.memberid() or self.member_id
 
     def _final_commit(self) -> None:
         """Commit every owned partition synchronously before closing, whatever it takes.
