@@ -14,15 +14,15 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.kafka
 
+DEFAULT_RUN_SECTIONS = ("enqueue", "drain", "latency", "processes")
+"""The scheduler's section (half a minute of scheduler processes) has a slow test of its own."""
 
-def test_quick_benchmark_reports_every_section_with_numbers(
-    bootstrap_servers: str, tmp_path: Path
-) -> None:
-    published = REPO_ROOT / "docs" / "benchmarks.md"
-    before = published.read_bytes() if published.exists() else None
-    output = tmp_path / "benchmarks.md"
+
+def quick_bench(bootstrap_servers: str, output: Path, *sections: str) -> str:
+    """``python -m ops.bench --quick --only ...`` into ``output``; what it wrote."""
     result = subprocess.run(
-        [sys.executable, "-m", "ops.bench", "--quick", "--output", str(output)],
+        [sys.executable, "-m", "ops.bench", "--quick", "--output", str(output)]
+        + [f"--only={section}" for section in sections],
         cwd=REPO_ROOT,
         env={**os.environ, "PIPELINE_BOOTSTRAP_SERVERS": bootstrap_servers},
         capture_output=True,
@@ -31,7 +31,15 @@ def test_quick_benchmark_reports_every_section_with_numbers(
         check=False,
     )
     assert result.returncode == 0, result.stderr[-4000:]
-    text = output.read_text()
+    return output.read_text()
+
+
+def test_quick_benchmark_reports_every_section_with_numbers(
+    bootstrap_servers: str, tmp_path: Path
+) -> None:
+    published = REPO_ROOT / "docs" / "benchmarks.md"
+    before = published.read_bytes() if published.exists() else None
+    text = quick_bench(bootstrap_servers, tmp_path / "benchmarks.md", *DEFAULT_RUN_SECTIONS)
 
     for title in ("(a) Enqueue throughput", "(b) Drain throughput", "(c) Enqueue-to-start"):
         assert f"## {title}" in text, text
@@ -79,3 +87,22 @@ def test_quick_benchmark_reports_every_section_with_numbers(
     assert (published.read_bytes() if published.exists() else None) == before
     assert str(tmp_path) not in text
     assert str(REPO_ROOT) not in text
+
+
+@pytest.mark.slow
+def test_quick_scheduler_benchmark_releases_every_job_and_reports_numbers(
+    bootstrap_servers: str, tmp_path: Path
+) -> None:
+    text = quick_bench(bootstrap_servers, tmp_path / "benchmarks.md", "scheduler")
+    assert "## Scheduler" in text, text
+    released = re.search(r"- Release throughput: ([\d,]+) jobs .* \*\*([\d,]+) jobs/s\*\*", text)
+    assert released is not None, text
+    assert int(released[1].replace(",", "")) == 10_000, text
+    assert int(released[2].replace(",", "")) > 0
+    late = re.search(r"- Lateness, idle .*: p50 ([\d.]+) ms, p99 ([\d.]+) ms", text)
+    assert late is not None, text
+    assert float(late[1]) <= float(late[2]), text
+    assert re.search(r"- pending-24h: 20,000 jobs pending .* RSS \*\*\d+ MB\*\*", text), text
+    clock = re.search(r"- Shortened clock .*: ([\d,]+) of ([\d,]+) jobs .* released", text)
+    assert clock is not None, text
+    assert clock[1] == clock[2] == "1,000", text
