@@ -60,7 +60,7 @@ def operator_denied(
     security = secure_cluster.add_user(name)
     principal = f"User:{name}"
     apply_acls(superuser, plan_acls(Role.OPERATOR, principal, superuser))
-    deny = AclBinding(
+    rule = (
         ResourceType.TOPIC,
         topic,
         ResourcePatternType.LITERAL,
@@ -70,17 +70,9 @@ def operator_denied(
         AclPermissionType.DENY,
     )
     admin = AdminClient(dict(superuser.client_config()))
-    for future in admin.create_acls([deny], request_timeout=15).values():
+    for future in admin.create_acls([AclBinding(*rule)], request_timeout=15).values():
         future.result(20)
-    query = AclBindingFilter(
-        ResourceType.TOPIC,
-        topic,
-        ResourcePatternType.LITERAL,
-        principal,
-        "*",
-        operation,
-        AclPermissionType.DENY,
-    )
+    query = AclBindingFilter(*rule)
     # The broker's authorizer answers describe_acls: once it lists the rule, it enforces it.
     assert wait_for(lambda: bool(admin.describe_acls(query, request_timeout=10).result(15)), 15)
     return superuser.model_copy(update={"security": security})
