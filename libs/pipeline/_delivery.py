@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, Message
 
 from ._avro import HEADER_SIZE, MARKER
+from ._avrogen import _read_long as read_long
 from ._errors import EnqueueError, KafkaUnavailableError, not_authorized
 from ._producer import UNREACHABLE_CODES, Transport, refusal_of
 from ._schemaregistry import FRAME_SIZE, MAGIC
@@ -37,18 +38,10 @@ def job_id_of(value: bytes) -> str:
         pos = FRAME_SIZE
     else:
         return _UNKNOWN_ID
-    # The length of the id string: an Avro long, zig-zag and variable-length encoded.
-    shift = encoded = 0
-    while pos < len(value) and shift < 64:
-        byte = value[pos]
-        pos += 1
-        encoded |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    else:
+    try:
+        length, pos = read_long(value, pos)  # the id string's length
+    except (IndexError, ValueError):
         return _UNKNOWN_ID
-    length = (encoded >> 1) ^ -(encoded & 1)
     if not 0 < length <= _MAX_ID_BYTES or pos + length > len(value):
         return _UNKNOWN_ID
     try:
