@@ -385,6 +385,15 @@ def _toml_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSe
         raise ConfigurationError(f"config file {path} cannot be read as TOML: {exc}") from None
 
 
+def check_config_file() -> None:
+    """Raise :class:`ConfigurationError` when ``PIPELINE_CONFIG_FILE`` names a file that is
+    missing or not TOML: what a service checks before it imports an application, whose
+    ``Pipeline()`` would read the file and fail with a traceback."""
+    path = os.environ.get("PIPELINE_CONFIG_FILE")
+    if path:
+        _toml_source(Settings, Path(path))
+
+
 def build_settings(cls: type[Settings] | None = None, **overrides: Any) -> Settings:
     """``Settings(**overrides)``, raising :class:`SettingsError` with one readable line per
     bad value instead of pydantic's ``ValidationError`` (the library, the worker, the scheduler

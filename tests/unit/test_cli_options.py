@@ -72,3 +72,28 @@ def test_bootstrap_servers_naming_no_server_are_refused(command: list[str], serv
     )
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--bootstrap-servers'" in result.output
+
+
+def test_an_unknown_dead_letter_reason_is_refused_not_matched_to_nothing() -> None:
+    # `replay --reason max_attempt` (a typo) said "nothing to replay" and exited 0.
+    result = CliRunner().invoke(
+        cli, ["dlq", "replay", "--reason", "max_attempt", "--yes"], env=NOWHERE
+    )
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--reason': 'max_attempt' is not one of" in result.output
+
+
+def test_a_dead_letter_reason_is_matched_case_insensitively() -> None:
+    from pipeline_cli._dlq import ls
+
+    context = ls.make_context("ls", ["--reason", "MAX_ATTEMPTS", "--reason", "Timeout"])
+    assert context.params["reasons"] == ("max_attempts", "timeout")
+
+
+def test_a_header_given_twice_is_refused_not_overwritten() -> None:
+    # The second value silently replaced the first: the job went out with one of them.
+    result = CliRunner().invoke(
+        cli, ["enqueue", "a.b", "--header", "team=a", "--header", "team=b"], env=NOWHERE
+    )
+    assert result.exit_code == 2, result.output
+    assert "header 'team' is given twice" in result.output

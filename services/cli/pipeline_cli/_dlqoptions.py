@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from pipeline._deadletters import LetterFilter, parse_when
+from pipeline._records import DeadLetterReason
 
 T = TypeVar("T")
 
@@ -74,9 +75,10 @@ def filter_options(command: Callable[..., T]) -> Callable[..., T]:
             "--reason",
             "reasons",
             multiple=True,
-            callback=not_empty,
-            help="Why it was dead-lettered: max_attempts, fatal_error, timeout, decode_error, "
-            "unknown_type, validation_error, poison_pill, too_large. Repeatable.",
+            # A misspelt reason matched nothing: `replay --reason max_attempt` said "nothing
+            # to replay" and exited 0.
+            type=click.Choice([r.value for r in DeadLetterReason], case_sensitive=False),
+            help="Why it was dead-lettered. Repeatable.",
         ),
         click.option(
             "--error",

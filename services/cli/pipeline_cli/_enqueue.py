@@ -32,6 +32,10 @@ def _parse_header(
         name, sep, value = item.partition("=")
         if not sep or not name:
             raise click.BadParameter(f"{item!r} is not NAME=VALUE")
+        if name in headers:  # the second value silently replaced the first
+            raise click.BadParameter(
+                f"header {name!r} is given twice; a job has one value per header"
+            )
         headers[name] = value
     return headers
 

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from pipeline import ConfigurationError, Pipeline, Settings
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
-from pipeline._settings import settings_error
+from pipeline._settings import check_config_file, settings_error
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -63,6 +63,7 @@ def main(
     if config_file is not None:
         os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
     configure_logging((log_level or "INFO").upper())
+    _check_config_file()
     app = load_app_for_service(app_spec) if app_spec else None
     settings = _settings(app, bootstrap_servers, namespace, metrics_port, log_level)
     configure_logging(settings.scheduler.log_level, settings.log_format)
@@ -74,6 +75,15 @@ def main(
         click.echo(f"Error: {exc}", err=True)
         ctx.exit(exc.exit_code)
     ctx.exit(code)
+
+
+def _check_config_file() -> None:
+    """A config file that is missing or not TOML is a usage error (see
+    :func:`pipeline._settings.check_config_file`)."""
+    try:
+        check_config_file()
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _settings(
@@ -97,3 +107,5 @@ def _settings(
         return Settings.model_validate(data)
     except ValidationError as exc:
         raise click.UsageError(str(settings_error(exc))) from None
+    except ConfigurationError as exc:  # Settings() read a config file it cannot use
+        raise click.UsageError(str(exc)) from None

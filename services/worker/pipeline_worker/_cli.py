@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from pipeline import ConfigurationError, Pipeline, Priority, Settings
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
-from pipeline._settings import WorkerSettings, settings_error
+from pipeline._settings import WorkerSettings, check_config_file, settings_error
 
 from . import _signals
 
@@ -154,6 +154,7 @@ def command(
     """
     if config_file is not None:
         os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
+    _check_config_file()
     level = options["log_level"] or os.environ.get("PIPELINE_WORKER__LOG_LEVEL", "INFO")
     configure_logging(level.upper() if level.upper() in logging.getLevelNamesMapping() else "INFO")
     app = load_app_for_service(app_spec)
@@ -187,6 +188,15 @@ def command(
     ctx.exit(code)
 
 
+def _check_config_file() -> None:
+    """A config file that is missing or not TOML is a usage error (see
+    :func:`pipeline._settings.check_config_file`)."""
+    try:
+        check_config_file()
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
 def _settings(
     app: Pipeline,
     bootstrap_servers: str | None,
@@ -206,6 +216,12 @@ def _settings(
         worker_settings = WorkerSettings.model_validate(worker)
     except ValidationError as exc:
         raise click.UsageError(str(settings_error(exc, ("worker",)))) from None
+    if options.get("weights") is not None and worker_settings.policy == "strict":
+        # strict never reads the weights: running would silently ignore what was asked.
+        raise click.UsageError(
+            "--weights applies to --policy weighted, but the policy is strict; "
+            "drop --weights or use --policy weighted"
+        )
     try:
         if not top:
             return base.model_copy(update={"worker": worker_settings})

@@ -176,3 +176,30 @@ def test_a_stop_signal_during_start_up_exits_cleanly(tmp_path: Path) -> None:
         output = child.stdout.read().decode()
         assert child.wait(30) == 0, output
     assert "stopped before starting" in output
+
+
+@pytest.mark.parametrize("via", ["option", "environment"])
+def test_a_config_file_that_is_not_toml_is_a_usage_error_not_a_traceback(
+    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    # The application's Pipeline() read the file at import: a traceback, before this fix.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("namespace = [\n")
+    monkeypatch.delenv("PIPELINE_CONFIG_FILE", raising=False)
+    args = ["--app", project.name]
+    env: dict[str, str] = {}
+    if via == "option":
+        args += ["--config", str(bad)]
+    else:
+        env["PIPELINE_CONFIG_FILE"] = str(bad)
+    result = CliRunner().invoke(main, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert f"config file {bad}" in result.output
+    assert "cannot be read as TOML" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_weights_with_the_strict_policy_are_refused_not_ignored(project: Path) -> None:
+    code, output = invoke("--app", project.name, "--policy", "strict", "--weights", "1,2,3,4")
+    assert code == 2
+    assert "--weights applies to --policy weighted, but the policy is strict" in output
