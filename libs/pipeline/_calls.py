@@ -8,6 +8,8 @@ in a test as in production.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -19,11 +21,40 @@ if TYPE_CHECKING:
 
 
 def compose(interceptors: Sequence[Interceptor], innermost: CallNext) -> CallNext:
-    """One ``next`` that runs ``interceptors`` (outermost first) around ``innermost``."""
+    """One ``next`` that runs ``interceptors`` (outermost first) around ``innermost``.
+
+    With interceptors, what leaves the chain is checked: an awaitable (an interceptor that
+    returned ``next(call)`` without awaiting it) fails the job instead of passing for its result.
+    """
+    if not interceptors:
+        return innermost
     call = innermost
     for interceptor in reversed(interceptors):
         call = _link(interceptor.intercept, call)
-    return call
+    return _checked(call)
+
+
+def _checked(chain: CallNext) -> CallNext:
+    async def run(call: JobCall) -> Any:
+        result = await chain(call)
+        if inspect.isawaitable(result):
+            raise _unawaited(result)
+        return result
+
+    return run
+
+
+def _unawaited(result: Any) -> TypeError:
+    """The error of a chain that returned an awaitable; it is closed (a coroutine) or cancelled
+    (a future), so the handler does not run behind the job's back."""
+    if inspect.iscoroutine(result):
+        result.close()
+    elif isinstance(result, asyncio.Future):
+        result.cancel()
+    return TypeError(
+        f"an interceptor returned {type(result).__name__} {result!r} instead of a result, so the "
+        "handler's run was not awaited: write `return await next(call)`"
+    )
 
 
 def _link(intercept: Callable[[JobCall, CallNext], Any], inner: CallNext) -> CallNext:

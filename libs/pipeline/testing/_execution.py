@@ -143,11 +143,14 @@ def _run(
         deadline = asyncio.timeout(limit)
         try:
             async with deadline:
-                return await chain(call)
+                result = await chain(call)
         except TimeoutError as exc:
             if deadline.expired():
                 raise TimeLimitError(job.type, limit) from exc
             raise
+        if deadline.expired():  # the chain swallowed its cancellation: as in the worker, the
+            raise TimeLimitError(job.type, limit)  # job failed at its deadline all the same
+        return result
 
     try:
         return None, _on_a_loop(run, loop)

@@ -59,6 +59,14 @@ class Chain:
         kwargs = handler_kwargs(job_type, call)
         if job_type.is_async:
             return await start_coroutine(job_type, kwargs)
+        if work in self._waiting:
+            # One run of a job on the pool at a time: a second would share (and overwrite) the
+            # first's record, and the first's chain would wait for its thread for ever.
+            raise RuntimeError(
+                f"an interceptor called next() for job {work.job.id} ({work.job.type}) while "
+                "its plain-function handler was still running: a plain function runs once at "
+                "the same time; await one next(call) before calling it again"
+            )
         work.kwargs = kwargs
         work.context = contextvars.copy_context()
         started = work.started

@@ -1,0 +1,59 @@
+"""run_job with interceptors that misuse the chain: it must judge them as the worker does."""
+
+from __future__ import annotations
+
+import asyncio
+import warnings
+from typing import Any
+
+from pipeline import CallNext, Interceptor, JobCall, Pipeline, Settings, TimeLimitError
+from pipeline.testing import DeadLetterReason, InMemoryTransport, JobStatus, run_job
+
+
+def make_app(*middleware: Interceptor) -> Pipeline:
+    settings = Settings(namespace="acme")
+    return Pipeline(settings, transport=InMemoryTransport(), middleware=middleware)
+
+
+class Unawaited:
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        return next(call)
+
+
+class Forgiving:
+    """Turns every failure, the time limit's cancellation included, into a result."""
+
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        try:
+            return await next(call)
+        except BaseException:
+            return "forgiven"
+
+
+def test_an_interceptor_returning_next_s_coroutine_fails_the_job() -> None:
+    app = make_app(Unawaited())
+    ran: list[int] = []
+
+    @app.job("co", max_attempts=1)
+    async def co() -> None:
+        ran.append(1)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = run_job(app, "co")
+    assert result.status is JobStatus.DEAD
+    assert isinstance(result.error, TypeError)
+    assert "await next(call)" in str(result.error)
+    assert ran == []
+
+
+def test_a_time_limit_swallowed_inside_the_chain_still_times_the_job_out() -> None:
+    app = make_app(Forgiving())
+
+    @app.job("stuck", time_limit=0.05, max_attempts=1)
+    async def stuck() -> None:
+        await asyncio.Event().wait()
+
+    result = run_job(app, "stuck")
+    assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
+    assert isinstance(result.error, TimeLimitError)
