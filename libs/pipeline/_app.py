@@ -32,7 +32,7 @@ from ._jobfunction import (
 )
 from ._jobtemplate import JobTemplate
 from ._producer import (
-    RECORD_OVERHEAD,
+    PRODUCE_OVERHEAD,
     DeliveryCallback,
     KafkaTransport,
     Transport,
@@ -89,7 +89,7 @@ class Pipeline:
         """Headers the interceptors add to every job at enqueue (None: none do, no cost)."""
         self._failures = FailureLog()
         self._max_bytes = message_max_bytes(self.settings)
-        self._room = self._max_bytes - RECORD_OVERHEAD
+        self._room = self._max_bytes - PRODUCE_OVERHEAD
         """The largest job (value and key) the producer sends: a larger one is refused before."""
         # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
         # such an application alive from its first enqueue on (in-memory ones are not held).

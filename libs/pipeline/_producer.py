@@ -96,7 +96,13 @@ def message_max_bytes(settings: Settings) -> int:
 
 
 RECORD_OVERHEAD = 512
-"""Room left for what a record adds to its value, key and headers (lengths, timestamp)."""
+"""Room left for what a record adds to its value, key and headers (lengths, timestamp), where a
+record is written later than it is checked (the outbox, moves, dead letters)."""
+PRODUCE_OVERHEAD = 36
+"""What librdkafka itself adds to a record's value, key and headers when it checks
+``message.max.bytes`` as it takes the record (measured: with no key nor headers, a value of
+``message.max.bytes - 36`` bytes is taken, one byte more refused): the bound of an enqueue,
+which produces at once, so that every job librdkafka would take is taken."""
 
 
 def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_size: int = 0) -> bool:

@@ -189,3 +189,19 @@ def test_enqueue_many_sends_the_jobs_before_one_too_large_and_names_its_index(
     app.flush()
     sent = transport.jobs("acme.jobs.default")
     assert [json.loads(job.payload)["i"] for job in sent] == list(range(big_at))
+
+
+def test_the_enqueue_bound_is_librdkafkas_own() -> None:
+    """A job librdkafka takes is taken: the bound was 512 bytes under the limit, which refused
+    jobs that producers sent before (librdkafka refuses a record only past its own overhead)."""
+    from confluent_kafka import KafkaError, KafkaException, Producer
+
+    from pipeline._producer import PRODUCE_OVERHEAD
+
+    producer = Producer({"bootstrap.servers": "127.0.0.1:9", "message.max.bytes": 100_000})
+    producer.produce("t", b"x" * (100_000 - PRODUCE_OVERHEAD - 5), b"k" * 5)  # taken
+    with pytest.raises(KafkaException) as refused:
+        producer.produce("t", b"x" * (100_000 - PRODUCE_OVERHEAD - 4), b"k" * 5)
+    assert refused.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
+    producer.purge()
+    producer.flush(0)
