@@ -13,6 +13,7 @@ use the fixtures without importing anything::
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
@@ -52,20 +53,24 @@ def pipeline_stub(pipeline_clock: FakeClock) -> Iterator[StubFactory]:
     """``pipeline_stub(app, fail_fast=True)``: a started :class:`StubWorker` for ``app`` on
     ``pipeline_clock`` (unless given another ``clock``); every application gets its own
     transport back when the test ends."""
-    started: list[StubWorker] = []
+    with contextlib.ExitStack() as stops:  # each is stopped, even when one's stop raises
 
-    def start(
-        app: Pipeline,
-        *,
-        fail_fast: bool = False,
-        clock: FakeClock | None = None,
-        rand: random.Random | None = None,
-    ) -> StubWorker:
-        on = clock if clock is not None else pipeline_clock
-        worker = StubWorker(app, clock=on, fail_fast=fail_fast, rand=rand)
-        started.append(worker.start())
-        return worker
+        def start(
+            app: Pipeline,
+            *,
+            fail_fast: bool = False,
+            clock: FakeClock | None = None,
+            rand: random.Random | None = None,
+        ) -> StubWorker:
+            on = clock if clock is not None else pipeline_clock
+            worker = StubWorker(app, clock=on, fail_fast=fail_fast, rand=rand)
+            worker.start()
+            stops.callback(_stop, worker)
+            return worker
 
-    yield start
-    for worker in reversed(started):
-        worker.stop()
+        yield start
+
+
+def _stop(worker: StubWorker) -> None:
+    """Stop ``worker`` with its ``stop`` as the test left it (looked up at the end)."""
+    worker.stop()

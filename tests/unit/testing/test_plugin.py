@@ -69,3 +69,34 @@ def test_the_fixtures_in_this_run(pipeline_stub: object, pipeline_clock: FakeClo
     assert isinstance(worker, StubWorker)
     assert worker.clock is pipeline_clock
     assert app._transport is worker.transport
+
+
+TEARDOWN_TEST = """
+from pipeline import Pipeline, Settings
+from pipeline.testing import InMemoryTransport
+
+first = Pipeline(Settings(namespace="one"), transport=InMemoryTransport())
+second = Pipeline(Settings(namespace="two"), transport=InMemoryTransport())
+own = first._transport
+
+def test_a_stub_whose_stop_fails(pipeline_stub):
+    pipeline_stub(first)
+    worker = pipeline_stub(second)
+
+    def broken():
+        raise RuntimeError("stop failed")
+
+    worker.stop = broken
+
+def test_the_other_application_got_its_transport_back():
+    assert first._transport is own
+"""
+
+
+def test_every_stub_is_stopped_even_when_one_stop_fails(pytester: pytest.Pytester) -> None:
+    """The stubs were stopped in a plain loop: one stop that raised left the applications of
+    the others on the stub's transport, in every later test of the session."""
+    pytester.makepyfile(test_teardown=TEARDOWN_TEST)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2, errors=1)
+    result.stdout.fnmatch_lines(["*RuntimeError: stop failed*"])
