@@ -22,6 +22,7 @@ from pipeline_worker.dispatch.tenants import TenantTable
 
 from .support import FakeTimers, Harness, Jobs, state
 from .test_worker_dispatch import dispatcher, enqueue
+from .test_worker_executor import until
 
 
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -153,6 +154,15 @@ def test_a_thread_kept_past_its_job_time_limit_is_replaced() -> None:
             ran.append("quick")
 
         h = Harness(app, concurrency=2, threads=1)
+        pool = h.processor.pool
+        back = asyncio.Event()
+        give_back = pool.give_back
+
+        def given_back() -> None:
+            give_back()
+            back.set()
+
+        pool.give_back = given_back  # type: ignore[method-assign]
         h.feed(h.message("hangs"), h.message("quick"))
         try:
             outcomes = await h.recorder.wait_for(2)
@@ -162,7 +172,6 @@ def test_a_thread_kept_past_its_job_time_limit_is_replaced() -> None:
             assert h.processor.pool.overdue == 1  # pipeline_worker_threads_overdue
         finally:
             release.set()
-        while h.processor.pool.overdue:  # the hung thread came back: no longer overdue
-            await asyncio.sleep(0.01)
+        await until(lambda: pool.overdue == 0, back)  # the hung thread came back
 
     run(main)
