@@ -4,30 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from typing import Any
 
-from pipeline import CallNext, Interceptor, JobCall, Pipeline, Settings, TimeLimitError
+from pipeline import Interceptor, Pipeline, Settings, TimeLimitError
 from pipeline.testing import DeadLetterReason, InMemoryTransport, JobStatus, run_job
+
+from ..worker.test_worker_interceptor_misuse import Forgiving, Unawaited
 
 
 def make_app(*middleware: Interceptor) -> Pipeline:
     settings = Settings(namespace="acme")
     return Pipeline(settings, transport=InMemoryTransport(), middleware=middleware)
-
-
-class Unawaited:
-    async def intercept(self, call: JobCall, next: CallNext) -> Any:
-        return next(call)
-
-
-class Forgiving:
-    """Turns every failure, the time limit's cancellation included, into a result."""
-
-    async def intercept(self, call: JobCall, next: CallNext) -> Any:
-        try:
-            return await next(call)
-        except BaseException:
-            return "forgiven"
 
 
 def test_an_interceptor_returning_next_s_coroutine_fails_the_job() -> None:
