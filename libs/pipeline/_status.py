@@ -1,7 +1,7 @@
 """``pipeline status``: one snapshot of a namespace, read from Kafka alone.
 
 The backlog, the oldest waiting job, the retry tiers, the deferred topics, the groups' members
-and the dead letters pending are one :class:`~pipeline._backlog.Backlog` read (the reads the
+and the dead letters pending are one :class:`~pipeline._backlogmodel.Backlog` read (the reads the
 exporter makes, :mod:`._backlog`). On top of it ``pipeline status`` shows what only it has: the
 scheduler leader (the member of its group owning the control partition), each cron schedule's
 last and next fire and the lateness of the most overdue one, each worker's heartbeat (jobs in
@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ._backlog import BacklogReader, GroupMember, GroupMembers, TopicBacklog
+from ._backlog import BacklogReader
+from ._backlogmodel import GroupMember, GroupMembers, TopicBacklog
 from ._cronexpr import next_fire_ms
 from ._cronstate import read_last_fires
 from ._schedule import count_from, read_schedules

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client.registry import CollectorRegistry
 
-from pipeline._backlog import Backlog, GroupMembers, PartitionBacklog, TopicBacklog
+from pipeline._backlogmodel import Backlog, GroupMembers, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import DlqStats
 from pipeline_cli._exporter import ExporterState
 from pipeline_cli._exporter import make_registry as exporter_registry

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pipeline._backlog import Backlog, PartitionBacklog, TopicBacklog, _numbered
+from pipeline._backlog import _numbered
+from pipeline._backlogmodel import Backlog, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import DlqStats
 from pipeline._settings import Settings, WorkerSettings
 from pipeline._topics import worker_group

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from pipeline._backlog import Backlog
+from pipeline._backlogmodel import Backlog
 from pipeline._errors import KafkaUnavailableError
 from pipeline._settings import Settings
 from pipeline_cli._exporter import Exporter

@@ -8,7 +8,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from pipeline._backlog import GroupMember, GroupMembers, PartitionBacklog, TopicBacklog
+from pipeline._backlogmodel import GroupMember, GroupMembers, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import LetterState, LetterStatus, StoredLetter
 from pipeline._eventlog import EventFilter, JobHistory, in_time_order
 from pipeline._records import DeadLetter, Event

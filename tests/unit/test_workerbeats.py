@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pipeline._backlog import GroupMember, GroupMembers
+from pipeline._backlogmodel import GroupMember, GroupMembers
 from pipeline._status import StatusSnapshot
 from pipeline._workerbeats import (
     STALE_INTERVALS,

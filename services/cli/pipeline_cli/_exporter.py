@@ -20,7 +20,8 @@ from confluent_kafka import KafkaException
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from pipeline._backlog import Backlog, BacklogReader
+from pipeline._backlog import BacklogReader
+from pipeline._backlogmodel import Backlog
 from pipeline._errors import PipelineError
 from pipeline._logfmt import configure_logging
 from pipeline._metricsserver import MetricsServer, add_process_metrics

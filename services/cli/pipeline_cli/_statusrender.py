@@ -14,7 +14,7 @@ from ._output import print_table
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from pipeline._backlog import GroupMember, GroupMembers, TopicBacklog
+    from pipeline._backlogmodel import GroupMember, GroupMembers, TopicBacklog
     from pipeline._status import StatusSnapshot
     from pipeline._workerbeats import WorkerBeat
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from pipeline._backlog import GroupMember, TopicBacklog
+    from pipeline._backlogmodel import GroupMember, TopicBacklog
     from pipeline._status import StatusSnapshot
     from pipeline._workerbeats import WorkerBeat
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pipeline import Settings
-from pipeline._backlog import GroupMembers
+from pipeline._backlogmodel import GroupMembers
 from pipeline._errors import KafkaUnavailableError
 from pipeline._status import StatusSnapshot
 from pipeline_web import _monitor

@@ -10,7 +10,7 @@ from pydantic import SecretStr, ValidationError
 from starlette.requests import Request
 
 from pipeline import Settings
-from pipeline._backlog import GroupMembers, PartitionBacklog, TopicBacklog
+from pipeline._backlogmodel import GroupMembers, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import LetterFilter
 from pipeline._status import StatusSnapshot
 from pipeline._websettings import WebSettings

@@ -16,7 +16,7 @@ import pytest
 from confluent_kafka import KafkaError
 
 from pipeline import Settings
-from pipeline._backlog import GroupMember, GroupMembers
+from pipeline._backlogmodel import GroupMember, GroupMembers
 from pipeline._status import StatusSnapshot
 from pipeline._workerbeats import beat_key, decode_beat, read_process_beats, read_worker_beats
 from pipeline_worker._beats import Counters, Heartbeats, process_client_id
