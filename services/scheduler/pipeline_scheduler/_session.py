@@ -5,6 +5,7 @@ scheduler state and the schedules, and assigns every source partition at its com
 Each :meth:`LeaderSession.step` waits for the next due time or a new message (whichever comes
 first; never longer than ``max_wait_s``), routes what arrived, releases what is due, fires cron,
 and commits all of it with the consumed offsets and the progress records in one transaction.
+The schedules and their fires are :mod:`._firing`'s.
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._codec import DeadLetterCodec, ScheduleCodec
-from pipeline._cronstate import cron_key, encode_last_fire
+from pipeline._codec import DeadLetterCodec
 from pipeline._errors import DecodeError
 from pipeline._job import now_ms
 from pipeline._producer import message_max_bytes
 from pipeline._records import Schedule
 from pipeline._registry import Registry
-from pipeline._schedule import decode_schedule, fire_job, publish_schedules
+from pipeline._schedule import publish_schedules
 from pipeline._schemaregistry import job_codec
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, deferred_group
@@ -33,6 +33,7 @@ from pipeline._transactions import Headers, MessageTooLargeError
 from ._cron import CronTable
 from ._deadletter import DeadLetters
 from ._duequeue import DueQueue
+from ._firing import CronFiring
 from ._metrics import SchedulerMetrics
 from ._partitions import PartitionWatch, term_partitions
 from ._progress import PartitionProgress
@@ -60,7 +61,6 @@ class LeaderSession:
         """``serve``: what the transaction loop does between attempts while Kafka is down
         (the runtime polls the leadership group; see :mod:`._txn`)."""
         self.settings = settings
-        self._registry = registry  # the job types' declared options, for cron fires
         self.metrics = metrics
         self._code_schedules = schedules
         sched = settings.scheduler
@@ -77,20 +77,22 @@ class LeaderSession:
         self._tier_labels = [str(i) for i in range(len(self.tier_topics))]
         self.queue = DueQueue()
         self.progress: dict[Where, PartitionProgress] = {}
-        self.cron = CronTable(int(sched.misfire_grace_s * 1000), sched.max_catchup_fires)
-        self.cron_ready = False
-        self._schedules_end = 0
         self._paused: set[Where] = set()
         self._codec = job_codec(settings)
         self._dead_letters = DeadLetters(
             DeadLetterCodec(self._codec.store), message_max_bytes(settings), self.names.schedules
         )
-        self._schedule_offsets: dict[str, int] = {}
-        """Per schedule: the offset of its record on ``<ns>.schedules`` (for a dead letter)."""
-        self._schedule_codec = ScheduleCodec(self._codec.store)
+        self.firing = CronFiring(
+            CronTable(int(sched.misfire_grace_s * 1000), sched.max_catchup_fires),
+            names=self.names,
+            codec=self._codec,
+            dead_letters=self._dead_letters,
+            metrics=metrics,
+            registry=registry,
+            default_attempts=settings.producer.default_max_attempts,
+        )
         self._batch_max = sched.batch_max
         self._max_wait_ms = int(sched.max_wait_s * 1000)
-        self._default_attempts = settings.producer.default_max_attempts
         self.txn = leader_transactions(settings, serve=serve)
         self._consumer: Consumer | None = None
         self._watch: PartitionWatch | None = None
@@ -106,7 +108,7 @@ class LeaderSession:
             if written:
                 _log.info("schedules published", extra={"schedules": ",".join(written)})
         state = load_state(self.settings)
-        self.cron.load_last_fires(state.last_fires)
+        self.firing.cron.load_last_fires(state.last_fires)
         conf: dict[str, Any] = {
             "group.id": deferred_group(self.settings),
             "enable.auto.commit": False,
@@ -143,8 +145,8 @@ class LeaderSession:
             assignment.append(TopicPartition(tp.topic, tp.partition, start))
         schedules = TopicPartition(self.names.schedules, 0, OFFSET_BEGINNING)
         low, high = consumer.get_watermark_offsets(schedules, timeout=30)
-        self._schedules_end = high
-        self.cron_ready = high <= low
+        self.firing.end = high
+        self.firing.ready = high <= low
         consumer.assign([*assignment, schedules])
         _log.info(
             "leading",
@@ -167,7 +169,7 @@ class LeaderSession:
     def next_wake(self) -> int | None:
         due = self.queue.next_due()
         release = due - self._lead if due is not None else None
-        fire = self.cron.next_due() if self.cron_ready else None
+        fire = self.firing.next_due()
         wakes = [w for w in (release, fire) if w is not None]
         for where in self._paused:
             parked = self.progress[where].parked
@@ -200,10 +202,8 @@ class LeaderSession:
             self._handle(message, now)
         self._unpark(now)
         self._release(now_ms())
-        if not self.cron_ready:
-            self.cron_ready = self._schedules_read()
-        if self.cron_ready:
-            self._fire(now_ms())
+        if self.firing.caught_up(consumer):
+            self.firing.fire(now_ms(), self.txn, self.settings.namespace)
         self._commit()
 
     def _handle(self, message: Message, now: int) -> None:
@@ -215,7 +215,7 @@ class LeaderSession:
         topic = message.topic()
         assert topic is not None
         if topic == self.names.schedules:
-            self._schedule_message(message)
+            self.firing.read(message)
             return
         where = (topic, message.partition() or 0)
         progress = self.progress[where]
@@ -315,72 +315,6 @@ class LeaderSession:
             self.progress[job.source].release(job.offset)
         if sent:
             self.metrics.releases.inc(sent)
-
-    def _fire(self, now: int) -> None:
-        state_topic = self.names.scheduler_state
-        for fire in self.cron.due(now):
-            schedule = fire.schedule
-            if fire.fire_ms is not None:
-                registered = self._registry.find(schedule.job_type) if self._registry else None
-                job = fire_job(
-                    schedule,
-                    self.settings.namespace,
-                    fire.fire_ms,
-                    self._default_attempts,
-                    registered.options if registered is not None else None,
-                )
-                key = (job.idempotency_key or "").encode()
-                value = self._codec.encode(job)
-                try:
-                    topic = self.names.jobs(job.priority)
-                    self.txn.produce(topic, value, key, too_large_raises=True)
-                except MessageTooLargeError:  # refused, it would abort every transaction
-                    offset = self._schedule_offsets.get(schedule.name, -1)
-                    letter = self._dead_letters.fire_too_large(
-                        job, schedule.name, offset, len(value)
-                    )
-                    self.txn.produce(self.names.dlq, letter, key)
-                    self.metrics.dead_letters.inc()
-                else:
-                    self.metrics.cron_fires.labels(schedule.name).inc()
-                    _log.info(
-                        "cron fire",
-                        extra={
-                            "schedule": schedule.name,
-                            "fire_ms": fire.fire_ms,
-                            "job_id": job.id,
-                        },
-                    )
-            self.txn.produce(state_topic, encode_last_fire(fire.last_ms), cron_key(schedule.name))
-        for name in self.cron.removed:
-            self.txn.produce(state_topic, None, cron_key(name))
-        self.cron.removed.clear()
-        self.metrics.schedules_invalid.set(len(self.cron.invalid))
-
-    def _schedules_read(self) -> bool:
-        """Whether ``<ns>.schedules`` was read up to where it ended when the term began.
-
-        The consumer's position, not the offset of the last record seen: a topic written in
-        transactions ends with a marker (or aborted records) that a read_committed consumer
-        steps over but never receives."""
-        assert self._consumer is not None
-        where = TopicPartition(self.names.schedules, 0)
-        position = self._consumer.position([where])[0].offset
-        return position >= self._schedules_end
-
-    def _schedule_message(self, message: Message) -> None:
-        raw_key = message.key()
-        if not raw_key:
-            return
-        name = raw_key.decode(errors="replace")
-        value = message.value()
-        self._schedule_offsets[name] = message.offset() or 0
-        if value is None:
-            self._schedule_offsets.pop(name, None)
-            self.cron.put(name, None)
-        else:
-            self.cron.put_record(decode_schedule(name, value, self._schedule_codec))
-        self.metrics.schedules_invalid.set(len(self.cron.invalid))
 
     def _dead_letter(self, message: Message, exc: DecodeError) -> None:
         self.txn.produce(self.names.dlq, self._dead_letters.encode(message, exc), message.key())

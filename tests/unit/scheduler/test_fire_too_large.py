@@ -29,7 +29,7 @@ def session() -> Iterator[LeaderSession]:
     )
     made = LeaderSession(settings, SchedulerMetrics(), [])
     made.txn = Transactions(FakeProducer(MAX_BYTES), name="test producer", sleep=lambda s: None)
-    made.cron_ready = True
+    made.firing.ready = True
     try:
         yield made
     finally:
@@ -52,8 +52,8 @@ def test_a_fire_too_large_to_send_is_dead_lettered_and_the_rest_goes_on(
     small = replace(make_schedule("small", cron="* * * * * *", job_type="t"), created_at=made)
     for offset, schedule in enumerate((big, small)):
         message = Message(schedule.name.encode(), codec.encode(schedule), offset)
-        session._schedule_message(message)  # type: ignore[arg-type]
-    session._fire(made + 1000)
+        session.firing.read(message)  # type: ignore[arg-type]
+    session.firing.fire(made + 1000, session.txn, "acme")
     session.txn.commit()
     producer: FakeProducer = session.txn.producer  # type: ignore[assignment]
     [committed] = producer.committed

@@ -37,7 +37,7 @@ class Message:
 def session() -> Iterator[LeaderSession]:
     # No broker is contacted: nothing here starts a transaction or a consumer.
     made = LeaderSession(Settings(bootstrap_servers="localhost:1"), SchedulerMetrics(), [])
-    made._schedules_end = 100
+    made.firing.end = 100
     try:
         yield made
     finally:
@@ -59,14 +59,14 @@ def test_bad_records_are_counted_and_replaced(session: LeaderSession) -> None:
         Message(b"\xff", b"\xc3\x01", 3),  # a key that is not UTF-8 either
     ]
     for message in messages:
-        session._schedule_message(message)  # type: ignore[arg-type]
-    assert set(session.cron.schedules()) == {"good"}
-    assert set(session.cron.invalid) == {"never", "junk", "\ufffd"}
+        session.firing.read(message)  # type: ignore[arg-type]
+    assert set(session.firing.cron.schedules()) == {"good"}
+    assert set(session.firing.cron.invalid) == {"never", "junk", "\ufffd"}
     assert invalid_gauge(session) == 3.0
-    session._schedule_message(Message(b"junk", None, 4))  # type: ignore[arg-type]
+    session.firing.read(Message(b"junk", None, 4))  # type: ignore[arg-type]
     fixed = make_schedule("never", cron="* * * * *", job_type="t")
-    session._schedule_message(Message(b"never", codec.encode(fixed), 5))  # type: ignore[arg-type]
-    assert set(session.cron.schedules()) == {"good", "never"}
+    session.firing.read(Message(b"never", codec.encode(fixed), 5))  # type: ignore[arg-type]
+    assert set(session.firing.cron.schedules()) == {"good", "never"}
     assert invalid_gauge(session) == 1.0
     session.close()
     assert invalid_gauge(session) == 0.0  # a standby skips nothing
