@@ -169,6 +169,7 @@ def test_a_capped_type_waits_aside_without_blocking_other_types() -> None:
     assert started == [slow[0], slow[1], *fast]
     assert d.pop() is None
     assert limit.running == 2
+    assert isinstance(limit.waiting, deque)  # no tenant fairness: in arrival order
     assert list(limit.waiting) == slow[2:]
     d.release(slow[0])
     assert d.pop() is slow[2]  # admitted as soon as a slot frees, in arrival order

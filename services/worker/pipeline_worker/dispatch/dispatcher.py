@@ -9,7 +9,9 @@ aside, never spun on: behind the running job of its key (per-key ordering), or i
 limit, then its type's (concurrency cap or rate limit; a job waiting in its type's limit holds
 its tenant's slot). When the blocking job finishes (:meth:`Dispatcher.release`) or the rate
 allows (a timer), the job set aside moves on to the ``admitted`` queue, which :meth:`pop`
-serves first.
+serves first. With tenant fairness, the jobs waiting for a limit leave it by their tenants'
+turns too: a limit shared by tenants (a type's) would otherwise start one tenant's whole flood,
+set aside in one pass, before another tenant's jobs read just after it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Literal, Protocol
 
 from .._work import PartitionState, Work
 from .fair import FairQueue, Weight
-from .limits import TypeLimit
+from .limits import TypeLimit, Waitlist
 
 Policy = Literal["strict", "weighted"]
 Clock = Callable[[], float]
@@ -113,7 +115,7 @@ class Dispatcher:
             if fairness is None
             else [FairQueue(fairness, key_ordering=key_ordering) for _ in range(queues)]
         )
-        self._fair = fairness is not None
+        self._fair = fairness
         self.admitted: deque[Work] = deque()
         self._policy = policy
         self._key_ordering = key_ordering
@@ -121,6 +123,7 @@ class Dispatcher:
         self._schedule = schedule
         self._on_ready = on_ready
         self._limits: set[TypeLimit[Work]] = set()
+        """The limits that had jobs waiting (a revocation looks for its jobs there)."""
 
     def pop(self) -> Work | None:
         """The next job that may start now (its limit slot is reserved), or ``None``."""
@@ -173,7 +176,7 @@ class Dispatcher:
                 if (work.limit is None and work.tenant_limit is None) or self._enter(work):
                     taken.append(work)
             return taken
-        if self._fair:
+        if self._fair is not None:
             return self._take_fair_picks(taken, limit)
         pick = self._policy.pick
         while len(taken) < limit:
@@ -254,11 +257,16 @@ class Dispatcher:
         return limit is None or self._admit(limit, work)
 
     def _admit(self, limit: TypeLimit[Work], work: Work) -> bool:
-        # A limit with jobs waiting admits in arrival order: newcomers queue behind them.
+        # A limit with jobs waiting admits them first: newcomers queue behind them.
         if not limit.waiting and limit.try_admit(self._clock()):
             return True
+        if limit not in self._limits:
+            self._limits.add(limit)
+            if self._fair is not None and not limit.waiting:
+                # By the tenants' turns (see the module doc). With key ordering, a key's jobs
+                # reach a limit one at a time (the others wait in the keys' table).
+                limit.waiting = FairQueue(self._fair, key_ordering=False)
         limit.waiting.append(work)
-        self._limits.add(limit)
         self._arm(limit)
         return False
 
@@ -354,7 +362,7 @@ class Dispatcher:
         return dropped
 
 
-def _remove(queue: WorkQueue, condemned: Callable[[Work], bool]) -> list[Work]:
+def _remove(queue: Waitlist[Work], condemned: Callable[[Work], bool]) -> list[Work]:
     """Take the condemned jobs out of ``queue`` (keeping the order of the others)."""
     if isinstance(queue, FairQueue):
         return queue.remove_where(condemned)

@@ -14,10 +14,22 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 Waiting = TypeVar("Waiting")
 """What waits for admission (the dispatcher's ``Work``): this module needs nothing of it."""
+
+
+class Waitlist(Protocol[Waiting]):
+    """The jobs waiting for a limit: a deque (arrival order), or the dispatcher's fair queue
+    (by their tenants' turns, :mod:`.fair`)."""
+
+    def __len__(self) -> int: ...
+
+    def append(self, item: Waiting, /) -> None: ...
+
+    def popleft(self) -> Waiting: ...
+
 
 BURST_SECONDS = 0.1
 """A bucket holds at most this many seconds worth of tokens (at least one token)."""
@@ -35,7 +47,8 @@ def fleet_share(rate: float, owned: int, total: int) -> float:
 def fleet_cap_share(cap: int, owned: int, total: int) -> int:
     """This worker's part of a fleet-wide concurrency ``cap``: its share of the ``total``
     partitions, rounded down so the fleet never exceeds the cap, but at least 1 while it owns
-    any (a cap smaller than the number of workers owning partitions is exceeded so)."""
+    any (so a worker owning fewer than ``total / cap`` partitions takes one over its share: a
+    cap smaller than the number of workers, or an uneven assignment, is exceeded so)."""
     if cap < 0 or owned < 0 or total < 0:
         raise ValueError(f"negative cap or partition count: {cap}, {owned}, {total}")
     if total == 0 or owned == 0:
@@ -95,8 +108,9 @@ class TokenBucket:
 class TypeLimit(Generic[Waiting]):
     """Admission of one job type: at most ``cap`` running, tokens from ``bucket``.
 
-    Jobs that cannot start wait in ``waiting`` in arrival order, aside from the priority
-    queues, so a capped type never blocks the others.
+    Jobs that cannot start wait in ``waiting``, aside from the priority queues, so a capped
+    type never blocks the others: in arrival order, or by their tenants' turns when the
+    dispatcher shares the starts among tenants.
     """
 
     __slots__ = (
@@ -126,7 +140,7 @@ class TypeLimit(Generic[Waiting]):
         self.rate_limit = rate_limit
         self.bucket = TokenBucket(0.0, now) if rate_limit is not None else None
         self.running = 0
-        self.waiting: deque[Waiting] = deque()
+        self.waiting: Waitlist[Waiting] = deque()
         self.timer: object | None = None
         """The rate timer armed for the jobs waiting (the dispatcher's), or None."""
 
