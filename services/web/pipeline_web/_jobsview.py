@@ -84,8 +84,9 @@ def job_page(request: Request) -> Response:
                 timeout=10.0,
                 letters=lambda job: dashboard.letters_of_job(job, timeout=10.0),
             )
-        except PipelineError as exc:
+        except PipelineError as exc:  # the lookup did not happen: not a "nothing is known"
             context["error"] = str(exc)
+            return dashboard.render(request, "job.html", context, status_code=503)
         else:
             context.update(history=history, steps=timeline(history))
     return dashboard.render(request, "job.html", context)

@@ -73,9 +73,21 @@ class FilterError(ValueError):
     """A filter field the operator typed cannot be used; the message says why."""
 
 
+MAX_ALTERNATIVES = 20
+"""Comma-separated values a filter field takes at most. Each is tried on every dead letter
+of the index while its lock is held: thousands (a long query string) would hold up every
+page and the index's refresh for minutes."""
+
+
 def _values(fields: Mapping[str, str], name: str) -> tuple[str, ...]:
-    """Comma-separated alternatives, as the CLI's repeatable options."""
-    return tuple(v.strip() for v in (fields.get(name) or "").split(",") if v.strip())
+    """Comma-separated alternatives, as the CLI's repeatable options (each once)."""
+    text = fields.get(name) or ""
+    values = tuple(dict.fromkeys(v.strip() for v in text.split(",") if v.strip()))
+    if len(values) > MAX_ALTERNATIVES:
+        raise FilterError(
+            f"{name}: at most {MAX_ALTERNATIVES} comma-separated values, got {len(values)}"
+        )
+    return values
 
 
 def parse_filter(fields: Mapping[str, str], now: int | None = None) -> LetterFilter:

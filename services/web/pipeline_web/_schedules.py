@@ -87,8 +87,9 @@ def schedules_page(request: Request) -> Response:
     context: dict[str, object] = {"page": "schedules", "rendered_at": now_ms()}
     try:
         context["rows"] = read_rows(dashboard.settings, timeout=10.0)
-    except PipelineError as exc:
+    except PipelineError as exc:  # Kafka unreachable, or the topics missing: not a page of none
         context.update(rows=[], error=str(exc))
+        return dashboard.render(request, "schedules.html", context, status_code=503)
     return dashboard.render(request, "schedules.html", context)
 
 

@@ -1,0 +1,60 @@
+"""Links between the pages carry ids whatever characters they hold: a job id is the producer's
+(any language may write one), so ``+``, ``&`` or ``#`` in it must reach the page it names."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pipeline._deadletters import StoredLetter
+from pipeline._eventlog import JobHistory
+from pipeline._job import Job
+from pipeline._records import DeadLetter
+from pipeline_web import _jobsview
+
+from .conftest import MakeDashboard
+from .test_web_pages import _client, dashboard
+
+if TYPE_CHECKING:
+    from starlette.applications import Starlette
+
+JOB_ID = "order+42&tenant=b#1"
+
+
+@pytest.fixture
+def app(make_dashboard: MakeDashboard) -> Starlette:
+    return make_dashboard("links")
+
+
+def test_the_job_link_of_a_letter_looks_up_its_job(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = Job(id=JOB_ID, type="order.ship", payload=b"{}")
+    letter = DeadLetter(
+        reason="max_attempts",
+        message="out of stock",
+        source_topic="links.jobs.default",
+        source_partition=0,
+        source_offset=0,
+        job=job,
+        dead_at=1_000,
+    )
+    stored = StoredLetter(letter, 0, 0)
+    monkeypatch.setattr(dashboard(app).letters, "get", lambda ident, timeout: stored)
+    looked_up: list[str] = []
+
+    def history(settings: Any, job_id: str, **kwargs: Any) -> JobHistory:
+        looked_up.append(job_id)
+        return JobHistory(job_id, [], scanned=0)
+
+    monkeypatch.setattr(_jobsview, "job_history", history)
+    client = _client(app)
+    page = client.get(f"/dead-letters/{letter.id}")
+    assert page.status_code == 200
+    link = re.search(r'<a href="(/jobs\?[^"]*)">', page.text)
+    assert link is not None, page.text
+    assert client.get(html.unescape(link.group(1))).status_code == 200
+    assert looked_up == [JOB_ID]
