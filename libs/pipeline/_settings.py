@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,9 +23,10 @@ from pydantic_settings import (
 )
 
 from ._dedup import DedupScope
-from ._errors import ConfigurationError, SettingsError
+from ._errors import ConfigurationError
+from ._invalidsettings import settings_error, unused_scope
 from ._job import Priority
-from ._redact import RedactedRepr, validation_problems
+from ._redact import RedactedRepr
 from ._registrysettings import SchemaRegistrySettings
 from ._schedulersettings import SchedulerSettings
 from ._tenantsettings import TenantSettings
@@ -319,6 +322,12 @@ class Settings(RedactedRepr, BaseSettings):
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
     web: WebSettings = Field(default_factory=WebSettings)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _without_unused_invalid_sections(cls, data: Any) -> Any:
+        scope = unused_scope()
+        return scope.checked(cls, data) if scope is not None and isinstance(data, dict) else data
+
     @field_validator("bootstrap_servers")
     @classmethod
     def _names_a_server(cls, value: str) -> str:
@@ -346,18 +355,8 @@ class Settings(RedactedRepr, BaseSettings):
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> Settings:
         """Settings from a TOML file; environment variables and ``overrides`` still win."""
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigurationError(f"config file {path} does not exist")
-        previous = os.environ.get("PIPELINE_CONFIG_FILE")
-        os.environ["PIPELINE_CONFIG_FILE"] = str(path)
-        try:
+        with reading_config_file(path):
             return build_settings(cls, **overrides)
-        finally:
-            if previous is None:
-                del os.environ["PIPELINE_CONFIG_FILE"]
-            else:
-                os.environ["PIPELINE_CONFIG_FILE"] = previous
 
     def client_config(self) -> dict[str, str]:
         """librdkafka options shared by every client: servers, identity, security, passthrough."""
@@ -385,6 +384,27 @@ def _toml_source(settings_cls: type[BaseSettings], path: Path) -> PydanticBaseSe
         raise ConfigurationError(f"config file {path} cannot be read as TOML: {exc}") from None
 
 
+@contextmanager
+def reading_config_file(path: str | Path | None) -> Iterator[None]:
+    """While inside, settings are read from the TOML file at ``path`` (as if
+    ``PIPELINE_CONFIG_FILE`` named it); ``None`` changes nothing."""
+    if path is None:
+        yield
+        return
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigurationError(f"config file {path} does not exist")
+    previous = os.environ.get("PIPELINE_CONFIG_FILE")
+    os.environ["PIPELINE_CONFIG_FILE"] = str(path)
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["PIPELINE_CONFIG_FILE"]
+        else:
+            os.environ["PIPELINE_CONFIG_FILE"] = previous
+
+
 def check_config_file() -> None:
     """Raise :class:`ConfigurationError` when ``PIPELINE_CONFIG_FILE`` names a file that is
     missing or not TOML: what a service checks before it imports an application, whose
@@ -402,20 +422,3 @@ def build_settings(cls: type[Settings] | None = None, **overrides: Any) -> Setti
         return (cls or Settings)(**overrides)
     except ValidationError as exc:
         raise settings_error(exc) from exc
-
-
-def settings_error(exc: ValidationError, within: tuple[str, ...] = ()) -> SettingsError:
-    """A :class:`SettingsError` naming each invalid setting, and the environment variable
-    it came from when one is set; ``within`` is where the validated model sits in
-    :class:`Settings` (``("worker",)`` for :class:`WorkerSettings`). A value is repeated only
-    where it cannot be a secret (:func:`pipeline._redact.validation_problems`)."""
-    environ = {name.upper() for name in os.environ}
-    problems = []
-    for name, problem in validation_problems(exc, within):
-        variable = "PIPELINE_" + name.replace(".", "__").upper()
-        where = f" (environment variable {variable})" if name and variable in environ else ""
-        problems.append(f"{name or 'settings'}{where}: {problem}")
-    return SettingsError(
-        "invalid settings: " + "; ".join(problems) + ". Fix the value (environment, config file "
-        "or code) and start again"
-    )

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from pipeline_cli import cli
 
 NOWHERE = {"PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
+SCHEDULE = ["schedules", "add", "x", "--cron", "* * * * *", "--type", "a"]
 
 
 @pytest.mark.parametrize(
@@ -97,3 +98,93 @@ def test_a_header_given_twice_is_refused_not_overwritten() -> None:
     )
     assert result.exit_code == 2, result.output
     assert "header 'team' is given twice" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        # Each was sent or looked up as given: a job keyed or owned by "", a history of "".
+        (["enqueue", "a.b", "--key", ""], "'--key'"),
+        (["enqueue", "a.b", "--tenant", " "], "'--tenant'"),
+        (["jobs", "show", ""], "'ID'"),
+        (["events", "tail", "--job", ""], "'--job'"),
+        (["events", "tail", "--type", ""], "'--type'"),
+        (["dlq", "show", ""], "'ID'"),
+        (["schedules", "rm", ""], "'NAME'"),
+        (["schedules", "pause", ""], "'NAME'"),
+        (["schedules", "resume", ""], "'NAME'"),
+        (["schedules", "trigger", ""], "'NAME'"),
+        # Taken as not given: the default group, or a refusal that named an empty host.
+        (["exporter", "--group", ""], "'--group'"),
+        (["web", "--host", ""], "'--host'"),
+    ],
+)
+def test_an_empty_value_is_a_usage_error(args: list[str], hint: str) -> None:
+    result = CliRunner().invoke(cli, args, env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for {hint}: must not be empty" in result.output
+
+
+@pytest.mark.parametrize("command", ["ls", "replay", "discard"])
+@pytest.mark.parametrize("option", ["--since", "--until"])
+@pytest.mark.parametrize("value", ["99999999999d", "9999999999999w", "0001-01-01T00:00:00+01:00"])
+def test_a_time_no_date_can_hold_is_refused(command: str, option: str, value: str) -> None:
+    """99999999999d ago is before the year 1: it was accepted, as no datetime can show it."""
+    result = CliRunner().invoke(cli, ["dlq", command, option, value], env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert f"{value!r} is out of range: a time must fall between 0001-01-01 and 9999-12-31" in (
+        result.output
+    )
+
+
+def test_a_long_ago_that_a_date_holds_is_accepted() -> None:
+    from pipeline_cli._dlq import ls
+
+    context = ls.make_context("ls", ["--since", "5000w", "--until", "9999-12-31"])
+    assert context.params["since"] is not None
+    assert context.params["until"] == 253_402_214_400_000
+
+
+@pytest.mark.parametrize("at", ["99999999999999999999", "253402300800000"])
+def test_a_trigger_time_no_date_can_hold_is_refused(at: str) -> None:
+    # An epoch of 20 digits went on to a 64-bit field of the job.
+    result = CliRunner().invoke(cli, ["schedules", "trigger", "nightly", "--at", at], env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert "is out of range" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        # The library refused it only once the job was built (delay), or after Kafka (the
+        # schedule's attempts, an Avro int); the poll interval waited for ever (inf).
+        (["enqueue", "a.b", "--delay", "1e300"], "1e+300 is not in the range 0<=x<="),
+        (["enqueue", "a.b", "--max-attempts", "2147483648"], "not in the range 1<=x<=2147483647"),
+        ([*SCHEDULE, "--max-attempts", "99999999999999"], "not in the range 1<=x<=2147483647"),
+        (
+            ["outbox", "relay", "--dsn", "sqlite:///unused.db", "--poll-interval", "inf"],
+            "not a finite number of seconds",
+        ),
+    ],
+)
+def test_a_number_too_large_to_carry_is_a_usage_error(args: list[str], error: str) -> None:
+    result = CliRunner().invoke(cli, args, env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert error in result.output
+
+
+@pytest.mark.parametrize("command", [["dlq", "stats"], ["topics", "describe"], ["enqueue", "a.b"]])
+def test_an_invalid_option_value_is_named_by_its_option_not_the_variable(
+    command: list[str],
+) -> None:
+    """With PIPELINE_NAMESPACE set too, the error blamed the variable for the option's value."""
+    result = CliRunner().invoke(
+        cli,
+        [*command, "--namespace", "bad namespace!"],
+        env={**NOWHERE, "PIPELINE_NAMESPACE": "fine"},
+    )
+    assert result.exit_code == 2, result.output
+    assert "invalid settings: namespace (option --namespace): String should match" in (
+        result.output
+    )
+    assert "PIPELINE_NAMESPACE" not in result.output

@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import gc
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
+import pipeline_scheduler._cli
+import pipeline_scheduler._runtime
+import pipeline_worker._cli
+import pipeline_worker._runtime
 from pipeline import ConfigurationError, Pipeline, Settings
+from pipeline._errors import SettingsError
+from pipeline._invalidsettings import settings_error, unused_sections
 from pipeline._job import Priority
-from pipeline._settings import TopicSettings, build_settings
+from pipeline._settings import TopicSettings, WorkerSettings, build_settings
+from pipeline._websettings import WebSettings
 from pipeline_cli import cli
 
 
@@ -193,15 +204,19 @@ def test_a_secret_is_not_repeated_in_the_error() -> None:
     assert "security.sasl_password" in str(raised.value)
 
 
-@pytest.mark.parametrize("service", ["pipeline_worker", "pipeline_scheduler"])
+@pytest.mark.parametrize(
+    ("service", "setting"),
+    [("pipeline_worker", "worker.concurrency"), ("pipeline_scheduler", "scheduler.horizon_s")],
+)
 def test_services_report_an_invalid_setting_in_one_line_and_exit_2(
-    service: str, tmp_path: Path
+    service: str, setting: str, tmp_path: Path
 ) -> None:
     (tmp_path / "badenvapp.py").write_text("from pipeline import Pipeline\n\napp = Pipeline()\n")
+    variable = "PIPELINE_" + setting.replace(".", "__").upper()
     result = subprocess.run(
         [sys.executable, "-m", service, "--app", "badenvapp:app"],
         cwd=tmp_path,
-        env={**os.environ, "PIPELINE_WORKER__CONCURRENCY": "abc"},
+        env={**os.environ, variable: "abc"},
         capture_output=True,
         text=True,
         timeout=60,
@@ -210,7 +225,110 @@ def test_services_report_an_invalid_setting_in_one_line_and_exit_2(
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     [line] = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
-    assert line.startswith(
-        "Error: invalid settings: worker.concurrency (environment variable "
-        "PIPELINE_WORKER__CONCURRENCY)"
+    assert line.startswith(f"Error: invalid settings: {setting} (environment variable {variable})")
+
+
+def test_an_invalid_value_given_as_an_option_names_the_option() -> None:
+    """An option wins over the variable of the same setting: the variable is not to blame."""
+    os.environ["PIPELINE_NAMESPACE"] = "fine"  # the autouse fixture removes it afterwards
+    with pytest.raises(ValidationError) as raised:
+        Settings(namespace="bad namespace!")
+    options = {"namespace": "--namespace"}
+    message = str(settings_error(raised.value, options=options))
+    assert message.startswith("invalid settings: namespace (option --namespace): String should")
+    assert "PIPELINE_NAMESPACE" not in message
+    assert message.endswith("Fix the value (command line, environment, config file or code) "
+                            "and start again")  # fmt: skip
+    message = str(settings_error(raised.value))
+    assert "namespace (environment variable PIPELINE_NAMESPACE)" in message
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """The services configure the root logger; the next tests get it back as it was."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_an_invalid_section_a_service_does_not_use_is_warned_about_and_left_at_defaults(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "pipeline.toml"
+    config.write_text('namespace = "from-file"\n[web]\nport = -1\n')
+    os.environ["PIPELINE_WORKER__CONCURRENCY"] = "0"
+    os.environ["PIPELINE_WORKER__POLICY"] = "fifo"
+    with unused_sections("pipeline-scheduler", "worker", "web"):
+        settings = Settings.from_file(config, scheduler={"horizon_s": 300})
+        again = Pipeline().settings
+    assert settings.worker == WorkerSettings()
+    assert settings.web == WebSettings()
+    assert (settings.namespace, settings.scheduler.horizon_s) == ("from-file", 300)
+    assert again.worker == WorkerSettings()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "pipeline.settings"]
+    assert warnings == [  # once each, however many times the settings are built
+        "pipeline-scheduler does not use the web settings and ignores these invalid ones: "
+        "web.port: Input should be greater than or equal to 0, got -1",
+        "pipeline-scheduler does not use the worker settings and ignores these invalid ones: "
+        "worker.policy (environment variable PIPELINE_WORKER__POLICY): Input should be "
+        "'strict' or 'weighted', got 'fifo'; worker.concurrency (environment variable "
+        "PIPELINE_WORKER__CONCURRENCY): Input should be greater than or equal to 1, got '0'",
+    ]
+    # What the service uses is still checked; outside the scope, everything is.
+    with unused_sections("pipeline-worker", "scheduler", "web"), pytest.raises(SettingsError):
+        Pipeline()
+    with pytest.raises(SettingsError, match=r"worker\.concurrency \(environment variable"):
+        Pipeline()
+
+
+@pytest.mark.usefixtures("restored_logging")
+@pytest.mark.parametrize(
+    ("service", "variable", "with_app"),
+    [
+        ("pipeline-scheduler", "PIPELINE_WORKER__CONCURRENCY", True),
+        ("pipeline-scheduler", "PIPELINE_WORKER__CONCURRENCY", False),
+        ("pipeline-scheduler", "PIPELINE_WEB__PORT", True),
+        ("pipeline-worker", "PIPELINE_SCHEDULER__HORIZON_S", True),
+        ("pipeline-worker", "PIPELINE_WEB__PORT", True),
+    ],
+)
+def test_a_service_starts_despite_an_invalid_setting_it_does_not_use(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, service: str, variable: str, with_app: bool
+) -> None:
+    """A bad worker setting in an environment shared with the workers stopped the scheduler
+    (exit 2), which never reads it; the services name and ignore it now."""
+    module = f"sharedenv_{service.replace('-', '_')}_{variable.lower()}_{with_app}"
+    (tmp_path / f"{module}.py").write_text("from pipeline import Pipeline\n\napp = Pipeline()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(sys.modules, module, None)  # removed again afterwards
+    del sys.modules[module]
+    started: list[Settings] = []
+
+    class Runtime:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            started.append(next(a for a in args if isinstance(a, Settings)))
+
+        def run(self) -> int:
+            return 0
+
+    if service == "pipeline-worker":
+        monkeypatch.setattr(pipeline_worker._runtime, "Worker", Runtime)
+        monkeypatch.setattr(gc, "freeze", lambda: None)  # not this test process's collector
+        monkeypatch.setattr(gc, "set_threshold", lambda *args: None)
+        command = pipeline_worker._cli.command
+    else:
+        monkeypatch.setattr(pipeline_scheduler._runtime, "Scheduler", Runtime)
+        command = pipeline_scheduler._cli.main
+    result = CliRunner().invoke(
+        command, ["--app", module] if with_app else [], env={variable: "-1"}
     )
+    assert result.exit_code == 0, result.output
+    section = variable.removeprefix("PIPELINE_").partition("__")[0].lower()
+    assert f"{service} does not use the {section} settings and ignores these invalid ones: " in (
+        result.output
+    )
+    assert f"(environment variable {variable})" in result.output
+    [settings] = started
+    assert getattr(settings, section) == type(getattr(settings, section))()

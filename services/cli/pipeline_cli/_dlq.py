@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TypeVar
 import click
 
 from pipeline import Priority
+from pipeline._cliargs import not_empty
 from pipeline._deadletters import (
     LetterFilter,
     LetterStatus,
@@ -28,7 +29,7 @@ from pipeline._deadletters import (
 from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._topics import TopicNames
 
-from ._dlqoptions import filter_options, not_empty, yes_option
+from ._dlqoptions import filter_options, yes_option
 from ._dlqrender import (
     COLUMNS,
     letter_json,
@@ -123,7 +124,7 @@ def ls(
 
 
 @dlq.command()
-@click.argument("ident", metavar="ID")
+@click.argument("ident", metavar="ID", callback=not_empty)
 @timeout_option
 @json_option
 @common_options

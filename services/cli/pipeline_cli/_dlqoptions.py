@@ -8,30 +8,17 @@ from typing import Any, TypeVar
 
 import click
 
-from pipeline._deadletters import LetterFilter, parse_when
+from pipeline._cliargs import not_empty
+from pipeline._deadletters import LetterFilter
 from pipeline._records import DeadLetterReason
+
+from ._output import moment
 
 T = TypeVar("T")
 
 
-def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """A value given, but empty, is a mistake: it would match everything (``--error ""``, the
-    text found in every message) or be taken as not given (``--to-topic ""``)."""
-    values = value if isinstance(value, tuple) else (value,)
-    if any(v is not None and not v.strip() for v in values):
-        raise click.BadParameter("must not be empty")
-    return value
-
-
 def _moment(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
-    if value is None:
-        return None
-    try:
-        return parse_when(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
-    except OverflowError:  # a duration of hundreds of digits: an infinite number of ms
-        raise click.BadParameter(f"{value!r} is out of range") from None
+    return None if value is None else moment(value)
 
 
 def filter_options(command: Callable[..., T]) -> Callable[..., T]:

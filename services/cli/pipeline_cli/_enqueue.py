@@ -7,8 +7,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipeline import Pipeline, Priority
+from pipeline._cliargs import not_empty
+from pipeline._job import MAX_DELAY_S
 
 from ._output import (
+    ATTEMPTS_MAX,
     REQUEST_MAX_S,
     Seconds,
     UsageFailure,
@@ -66,20 +69,25 @@ def _parse_header(
 )
 @click.option(
     "--delay",
-    type=Seconds(min=0),
+    type=Seconds(min=0, max=MAX_DELAY_S),
     default=None,
     help="Seconds to wait before the job may run (sent through the deferred topic).",
 )
-@click.option("--key", default=None, help="Partition key: jobs with one key share a partition.")
+@click.option(
+    "--key",
+    default=None,
+    callback=not_empty,
+    help="Partition key: jobs with one key share a partition.",
+)
 @click.option(
     "--idempotency-key",
     default=None,
     help="Deduplication key; also the partition key when given.",
 )
-@click.option("--tenant", default=None, help="Tenant the job belongs to.")
+@click.option("--tenant", default=None, callback=not_empty, help="Tenant the job belongs to.")
 @click.option(
     "--max-attempts",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=ATTEMPTS_MAX),
     default=None,
     help="Attempts before dead-lettering [default: the type's with --app, else the "
     "producer.default_max_attempts setting].",

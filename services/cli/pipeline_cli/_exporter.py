@@ -22,6 +22,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from pipeline._backlog import BacklogReader
 from pipeline._backlogmodel import Backlog
+from pipeline._cliargs import not_empty
 from pipeline._errors import PipelineError
 from pipeline._logfmt import configure_logging
 from pipeline._metricsserver import MetricsServer, add_process_metrics
@@ -253,6 +254,7 @@ class Exporter:
     "--group",
     "group_id",
     default=None,
+    callback=not_empty,
     help="The workers' consumer group [default: $PIPELINE_WORKER__GROUP_ID, else "
     "<namespace>.workers].",
 )

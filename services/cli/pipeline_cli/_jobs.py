@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pipeline._cliargs import not_empty
 from pipeline._eventlog import EventFilter, follow_events, job_history
 from pipeline._human import event_detail, when
 from pipeline._records import EventKind
@@ -67,7 +68,7 @@ def jobs() -> None:
 
 
 @jobs.command()
-@click.argument("job_id", metavar="ID")
+@click.argument("job_id", metavar="ID", callback=not_empty)
 @timeout_option
 @json_option
 @common_options
@@ -132,6 +133,7 @@ def events() -> None:
     "types",
     multiple=True,
     metavar="TYPE",
+    callback=not_empty,
     help="Job type; shell wildcards match too (email.*). Repeatable.",
 )
 @click.option(
@@ -141,7 +143,9 @@ def events() -> None:
     type=click.Choice([k.value for k in EventKind]),
     help="Event kind. Repeatable.",
 )
-@click.option("--job", "job_ids", multiple=True, metavar="ID", help="Job id. Repeatable.")
+@click.option(
+    "--job", "job_ids", multiple=True, metavar="ID", callback=not_empty, help="Job id. Repeatable."
+)
 @click.option(
     "--from-beginning", is_flag=True, help="Start at the oldest retained event, not at the end."
 )

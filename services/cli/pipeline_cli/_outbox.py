@@ -14,7 +14,16 @@ import click
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._logfmt import configure_logging
 
-from ._output import UsageFailure, cli_errors, common_options, json_option, print_json, print_table
+from ._output import (
+    INTERVAL_MAX_S,
+    Seconds,
+    UsageFailure,
+    cli_errors,
+    common_options,
+    json_option,
+    print_json,
+    print_table,
+)
 
 if TYPE_CHECKING:
     from pipeline import Settings
@@ -63,7 +72,7 @@ def outbox() -> None:
 )
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0.01),
+    type=Seconds(min=0.01, max=INTERVAL_MAX_S),
     default=0.1,
     show_default=True,
     help="Seconds between two reads of an empty table.",

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from pydantic import ValidationError
 
+from pipeline._deadletters import parse_when
 from pipeline._errors import (
     ConfigurationError,
     KafkaAuthenticationError,
@@ -25,7 +26,8 @@ from pipeline._errors import (
     PipelineError,
     UnknownJobTypeError,
 )
-from pipeline._settings import Settings, settings_error
+from pipeline._invalidsettings import settings_error
+from pipeline._settings import Settings, reading_config_file
 
 if TYPE_CHECKING:
     from pipeline import Pipeline
@@ -91,18 +93,19 @@ def load_settings(
     namespace: str | None = None,
     config_file: Path | None = None,
 ) -> Settings:
-    """Settings from the environment and ``config_file``; the given values win over both."""
+    """Settings from the environment and ``config_file``; the given values win over both, and
+    an invalid one is named by its option."""
     overrides: dict[str, Any] = {}
     if bootstrap_servers is not None:
         overrides["bootstrap_servers"] = bootstrap_servers
     if namespace is not None:
         overrides["namespace"] = namespace
     try:
-        if config_file is not None:
-            return Settings.from_file(config_file, **overrides)
-        return Settings(**overrides)
+        with reading_config_file(config_file):
+            return Settings(**overrides)
     except ValidationError as exc:
-        raise settings_error(exc) from exc
+        options = {name: "--" + name.replace("_", "-") for name in overrides}
+        raise settings_error(exc, options=options) from exc
 
 
 def load_app_option(spec: str | None) -> Pipeline | None:
@@ -175,6 +178,8 @@ def common_options(command: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+ATTEMPTS_MAX = 2**31 - 1
+"""The most attempts a job can carry (an Avro int)."""
 REQUEST_MAX_S = 3600.0
 """The longest wait librdkafka takes for a request (its timeouts are at most an hour)."""
 INTERVAL_MAX_S = 86_400.0
@@ -198,6 +203,38 @@ class Seconds(click.FloatRange):
             if not math.isfinite(float(value)):
                 self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return super().convert(value, param, ctx)
+
+
+EARLIEST_MS = -62_135_596_800_000
+"""0001-01-01T00:00:00Z in epoch milliseconds: the first time a datetime holds."""
+LATEST_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z in epoch milliseconds: the last time a datetime holds."""
+
+
+def within_dates(value: str, epoch_ms: int) -> int:
+    """``epoch_ms``, the time option value ``value`` names, when it falls between the years 1
+    and 9999 (a datetime holds it, so it can be shown and sent); else a usage error."""
+    if not EARLIEST_MS <= epoch_ms <= LATEST_MS:
+        raise _out_of_range(value)
+    return epoch_ms
+
+
+def moment(value: str, *, other_forms: str = "") -> int:
+    """Epoch milliseconds of a WHEN option: an ISO-8601 datetime or a duration ago
+    (:func:`pipeline._deadletters.parse_when`) within :func:`within_dates`; else a usage error,
+    which adds ``other_forms`` to the forms it says are accepted."""
+    try:
+        return within_dates(value, parse_when(value))
+    except ValueError as exc:
+        raise click.BadParameter(f"{exc}{other_forms}") from None
+    except OverflowError:  # a duration of hundreds of digits: an infinite number of ms
+        raise _out_of_range(value) from None
+
+
+def _out_of_range(value: str) -> click.BadParameter:
+    return click.BadParameter(
+        f"{value!r} is out of range: a time must fall between 0001-01-01 and 9999-12-31"
+    )
 
 
 def timeout_option(command: F) -> F:

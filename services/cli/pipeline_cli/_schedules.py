@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from pipeline import Priority
-from pipeline._deadletters import is_duration_ago, parse_when
+from pipeline._cliargs import not_empty
+from pipeline._deadletters import is_duration_ago
 from pipeline._errors import (
     ConfigurationError,
     PayloadValidationError,
@@ -31,13 +32,16 @@ from pipeline._schedule import (
 from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
 
 from ._output import (
+    ATTEMPTS_MAX,
     cli_errors,
     common_options,
     json_object,
     json_option,
     load_app_option,
+    moment,
     print_json,
     print_table,
+    within_dates,
 )
 
 if TYPE_CHECKING:
@@ -50,7 +54,7 @@ def schedules() -> None:
 
 
 @schedules.command("add")
-@click.argument("name")
+@click.argument("name", callback=not_empty)
 @click.option("--cron", "cron", required=True, help="Cron expression, e.g. '*/5 * * * *'.")
 @click.option("--type", "job_type", required=True, help="Job type each fire enqueues.")
 @click.option(
@@ -72,7 +76,7 @@ def schedules() -> None:
 )
 @click.option(
     "--max-attempts",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=ATTEMPTS_MAX),
     default=None,
     help="Attempts of every fire [default: the job type's, else the setting].",
 )
@@ -205,7 +209,7 @@ def _json_row(record: ScheduleRecord, nxt: int | None) -> dict[str, Any]:
 
 
 @schedules.command("rm")
-@click.argument("name")
+@click.argument("name", callback=not_empty)
 @common_options
 def rm(name: str, settings: Settings) -> None:
     """Remove schedule NAME, valid or not (a tombstone on the topic)."""
@@ -218,7 +222,7 @@ def rm(name: str, settings: Settings) -> None:
 
 
 @schedules.command("pause")
-@click.argument("name")
+@click.argument("name", callback=not_empty)
 @json_option
 @common_options
 def pause(name: str, as_json: bool, settings: Settings) -> None:
@@ -232,7 +236,7 @@ def pause(name: str, as_json: bool, settings: Settings) -> None:
 
 
 @schedules.command("resume")
-@click.argument("name")
+@click.argument("name", callback=not_empty)
 @json_option
 @common_options
 def resume(name: str, as_json: bool, settings: Settings) -> None:
@@ -249,7 +253,7 @@ def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> int | 
     if value is None:
         return None
     if value.strip().isdigit():
-        return int(value)
+        return within_dates(value, int(value))
     if is_duration_ago(value):
         # WHEN names the request: "1h" ago is another time at every run, so a repeated trigger
         # would run the job again instead of once.
@@ -257,14 +261,11 @@ def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> int | 
             f"{value!r} is a duration ago, another time at each run: give the time itself "
             "(ISO-8601 or epoch milliseconds), so that repeating the trigger runs it once"
         )
-    try:
-        return parse_when(value)
-    except ValueError as exc:
-        raise click.BadParameter(f"{exc}, or epoch milliseconds") from None
+    return moment(value, other_forms=", or epoch milliseconds")
 
 
 @schedules.command("trigger")
-@click.argument("name")
+@click.argument("name", callback=not_empty)
 @click.option(
     "--at",
     "at_ms",
@@ -308,11 +309,11 @@ def _said(name: str, state: str, changed: bool, as_json: bool) -> None:
 
 
 def _when(epoch_ms: int, tz: str) -> str:
-    moment = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
+    at = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
     try:
         from zoneinfo import ZoneInfo
 
-        moment = moment.astimezone(ZoneInfo(tz))
+        at = at.astimezone(ZoneInfo(tz))
     except (ValueError, KeyError, OSError):
         pass
-    return moment.isoformat(timespec="seconds")
+    return at.isoformat(timespec="seconds")

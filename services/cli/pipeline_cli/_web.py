@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from pipeline._cliargs import not_empty
 from pipeline._logfmt import configure_logging
 
 from ._output import UsageFailure, cli_errors, common_options
@@ -39,6 +40,7 @@ def _listen(host: str, port: int) -> socket.socket:
 @click.option(
     "--host",
     default=None,
+    callback=not_empty,
     help="Address to listen on [default: $PIPELINE_WEB__HOST, else 127.0.0.1].",
 )
 @click.option(

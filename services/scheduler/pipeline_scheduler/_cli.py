@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +9,13 @@ import click
 from pydantic import ValidationError
 
 from pipeline import ConfigurationError, Pipeline, Settings
+from pipeline._cliargs import config_file_option, not_empty, service_config_file
+from pipeline._invalidsettings import settings_error, unused_sections
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
-from pipeline._settings import check_config_file, settings_error
+
+UNUSED_SECTIONS = ("worker", "web")
+"""Settings the scheduler never reads: invalid ones are warned about, not fatal."""
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -20,6 +23,7 @@ from pipeline._settings import check_config_file, settings_error
     "--app",
     "app_spec",
     metavar="MODULE[:ATTR]",
+    callback=not_empty,
     help="An application whose app.schedule(...) schedules are published, and whose job types' "
     "declared priority and max_attempts are the defaults of cron fires [default: none; "
     "schedules come from the topic alone].",
@@ -36,12 +40,7 @@ from pipeline._settings import check_config_file, settings_error
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
     help="Log level [default: INFO].",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="TOML settings file (as PIPELINE_CONFIG_FILE).",
-)
+@config_file_option
 @click.pass_context
 def main(
     ctx: click.Context,
@@ -60,12 +59,11 @@ def main(
     (PIPELINE_SCHEDULER__SESSION_TIMEOUT_MS, default 1500) when it dies. SIGTERM hands over
     at once.
     """
-    if config_file is not None:
-        os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
     configure_logging((log_level or "INFO").upper())
-    _check_config_file()
-    app = load_app_for_service(app_spec) if app_spec else None
-    settings = _settings(app, bootstrap_servers, namespace, metrics_port, log_level)
+    service_config_file(config_file)
+    with unused_sections("pipeline-scheduler", *UNUSED_SECTIONS):
+        app = load_app_for_service(app_spec) if app_spec is not None else None
+        settings = _settings(app, bootstrap_servers, namespace, metrics_port, log_level)
     configure_logging(settings.scheduler.log_level, settings.log_format)
     from ._runtime import Scheduler
 
@@ -77,15 +75,6 @@ def main(
     ctx.exit(code)
 
 
-def _check_config_file() -> None:
-    """A config file that is missing or not TOML is a usage error (see
-    :func:`pipeline._settings.check_config_file`)."""
-    try:
-        check_config_file()
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
 def _settings(
     app: Pipeline | None,
     bootstrap_servers: str | None,
@@ -93,19 +82,29 @@ def _settings(
     metrics_port: int | None,
     log_level: str | None,
 ) -> Settings:
+    """The application's settings (else the environment's and the config file's) with the
+    command line's options on top, validated; an invalid one names its option."""
     try:
         base = app.settings if app is not None else Settings()
-        data: dict[str, Any] = base.model_dump()
-        if bootstrap_servers is not None:
-            data["bootstrap_servers"] = bootstrap_servers
-        if namespace is not None:
-            data["namespace"] = namespace
-        if metrics_port is not None:
-            data["scheduler"]["metrics_port"] = metrics_port
-        if log_level is not None:
-            data["scheduler"]["log_level"] = log_level.upper()
-        return Settings.model_validate(data)
     except ValidationError as exc:
         raise click.UsageError(str(settings_error(exc))) from None
     except ConfigurationError as exc:  # Settings() read a config file it cannot use
         raise click.UsageError(str(exc)) from None
+    data: dict[str, Any] = base.model_dump()
+    options: dict[str, str] = {}
+    if bootstrap_servers is not None:
+        data["bootstrap_servers"] = bootstrap_servers
+        options["bootstrap_servers"] = "--bootstrap-servers"
+    if namespace is not None:
+        data["namespace"] = namespace
+        options["namespace"] = "--namespace"
+    if metrics_port is not None:
+        data["scheduler"]["metrics_port"] = metrics_port
+        options["scheduler.metrics_port"] = "--metrics-port"
+    if log_level is not None:
+        data["scheduler"]["log_level"] = log_level.upper()
+        options["scheduler.log_level"] = "--log-level"
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        raise click.UsageError(str(settings_error(exc, options=options))) from None

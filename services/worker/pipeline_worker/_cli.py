@@ -12,9 +12,11 @@ import click
 from pydantic import ValidationError
 
 from pipeline import ConfigurationError, Pipeline, Priority, Settings
+from pipeline._cliargs import config_file_option, not_empty, service_config_file
+from pipeline._invalidsettings import settings_error, unused_sections
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
-from pipeline._settings import WorkerSettings, check_config_file, settings_error
+from pipeline._settings import WorkerSettings
 
 from . import _signals
 
@@ -35,6 +37,8 @@ WORKER_OPTIONS = (
     "log_level",
 )
 PRIORITY_NAMES = ", ".join(p.value for p in Priority)
+UNUSED_SECTIONS = ("scheduler", "web")
+"""Settings the worker never reads: invalid ones are warned about, not fatal."""
 
 
 def _priorities(ctx: click.Context, param: click.Parameter, value: str | None) -> list[str] | None:
@@ -75,7 +79,11 @@ def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     help="The application: a module and its pipeline.Pipeline attribute (default: app).",
 )
 @click.option(
-    "--group", "group_id", metavar="NAME", help="Consumer group [default: <namespace>.workers]."
+    "--group",
+    "group_id",
+    metavar="NAME",
+    callback=not_empty,
+    help="Consumer group [default: <namespace>.workers].",
 )
 @click.option(
     "--priorities",
@@ -127,12 +135,7 @@ def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
     help="Log level [default: INFO].",
 )
-@click.option(
-    "--config",
-    "config_file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="TOML settings file (as PIPELINE_CONFIG_FILE).",
-)
+@config_file_option
 @click.option("--child-index", type=int, hidden=True)
 @click.pass_context
 def command(
@@ -152,16 +155,15 @@ def command(
     with the environment (PIPELINE_WORKER__CONCURRENCY=100, PIPELINE_BOOTSTRAP_SERVERS=...) or
     the config file; the command line wins.
     """
-    if config_file is not None:
-        os.environ["PIPELINE_CONFIG_FILE"] = str(config_file.resolve())
-    _check_config_file()
+    service_config_file(config_file)
     level = options["log_level"] or os.environ.get("PIPELINE_WORKER__LOG_LEVEL", "INFO")
     configure_logging(level.upper() if level.upper() in logging.getLevelNamesMapping() else "INFO")
-    app = load_app_for_service(app_spec)
-    if _signals.received():
-        _log.info("stopped before starting")
-        ctx.exit(0)
-    settings = _settings(app, bootstrap_servers, namespace, options)
+    with unused_sections("pipeline-worker", *UNUSED_SECTIONS):
+        app = load_app_for_service(app_spec)
+        if _signals.received():
+            _log.info("stopped before starting")
+            ctx.exit(0)
+        settings = _settings(app, bootstrap_servers, namespace, options)
     configure_logging(settings.worker.log_level, settings.log_format)
     worker = settings.worker
     if worker.processes > 1 and child_index is None:
@@ -188,34 +190,28 @@ def command(
     ctx.exit(code)
 
 
-def _check_config_file() -> None:
-    """A config file that is missing or not TOML is a usage error (see
-    :func:`pipeline._settings.check_config_file`)."""
-    try:
-        check_config_file()
-    except ConfigurationError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
 def _settings(
     app: Pipeline,
     bootstrap_servers: str | None,
     namespace: str | None,
     options: dict[str, Any],
 ) -> Settings:
-    """The application's settings with the command line's options on top, validated."""
+    """The application's settings with the command line's options on top, validated; an
+    invalid one names its option."""
     base = app.settings
-    worker = base.worker.model_dump()
-    worker.update({k: options[k] for k in WORKER_OPTIONS if options.get(k) is not None})
+    given = {k: options[k] for k in WORKER_OPTIONS if options.get(k) is not None}
+    worker = {**base.worker.model_dump(), **given}
     top: dict[str, Any] = {}
     if bootstrap_servers is not None:
         top["bootstrap_servers"] = bootstrap_servers
     if namespace is not None:
         top["namespace"] = namespace
+    spelled = {param.name: param.opts[0] for param in command.params if param.opts}
     try:
         worker_settings = WorkerSettings.model_validate(worker)
     except ValidationError as exc:
-        raise click.UsageError(str(settings_error(exc, ("worker",)))) from None
+        flags = {f"worker.{name}": spelled[name] for name in given}
+        raise click.UsageError(str(settings_error(exc, ("worker",), flags))) from None
     if options.get("weights") is not None and worker_settings.policy == "strict":
         # strict never reads the weights: running would silently ignore what was asked.
         raise click.UsageError(
@@ -228,4 +224,5 @@ def _settings(
         merged = {**base.model_dump(), **top, "worker": worker_settings}
         return type(base).model_validate(merged)
     except ValidationError as exc:
-        raise click.UsageError(str(settings_error(exc))) from None
+        flags = {name: spelled[name] for name in top}
+        raise click.UsageError(str(settings_error(exc, options=flags))) from None

@@ -1,8 +1,9 @@
-"""``pipeline-scheduler``'s arguments: wrong ones exit 2 and say what is wrong, no traceback."""
+"""``pipeline-scheduler``'s arguments: wrong ones exit 2 and say what is wrong, no traceback.
+
+A config file it cannot read is tested with the worker's in ``tests/unit/test_cliargs.py``,
+a setting it does not use in ``tests/unit/test_settings.py``."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,29 +11,27 @@ from click.testing import CliRunner
 from pipeline_scheduler._cli import main
 
 
-@pytest.mark.parametrize("via", ["option", "environment"])
-def test_a_config_file_that_is_not_toml_is_a_usage_error_not_a_traceback(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
+def test_an_empty_app_is_refused_not_taken_as_none() -> None:
+    # `--app "$UNSET"` ran the scheduler without the application's schedules.
+    result = CliRunner().invoke(main, ["--app", ""])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--app': must not be empty" in result.output
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "setting", "fine"),
+    [
+        ("--namespace", "bad namespace!", "namespace", "fine"),
+        ("--bootstrap-servers", " , ", "bootstrap_servers", "fine:9092"),
+    ],
+)
+def test_an_invalid_option_value_is_named_by_its_option_not_the_variable(
+    option: str, value: str, setting: str, fine: str
 ) -> None:
-    bad = tmp_path / "bad.toml"
-    bad.write_text("namespace = [\n")
-    monkeypatch.delenv("PIPELINE_CONFIG_FILE", raising=False)
-    args: list[str] = []
-    env: dict[str, str] = {}
-    if via == "option":
-        args = ["--config", str(bad)]
-    else:
-        env["PIPELINE_CONFIG_FILE"] = str(bad)
-    result = CliRunner().invoke(main, args, env=env)
+    """The option wins over the variable: the variable, set and valid, was blamed."""
+    variable = "PIPELINE_" + setting.upper()
+    result = CliRunner().invoke(main, [option, value], env={variable: fine})
     assert result.exit_code == 2, result.output
-    assert f"config file {bad}" in result.output
-    assert "cannot be read as TOML" in result.output
-    assert isinstance(result.exception, SystemExit)
-
-
-def test_a_config_file_named_by_the_environment_that_does_not_exist(tmp_path: Path) -> None:
-    missing = tmp_path / "missing.toml"
-    result = CliRunner().invoke(main, [], env={"PIPELINE_CONFIG_FILE": str(missing)})
-    assert result.exit_code == 2, result.output
-    assert f"config file {missing} (PIPELINE_CONFIG_FILE) does not exist" in result.output
+    assert f"invalid settings: {setting} (option {option}): " in result.output
+    assert variable not in result.output
     assert isinstance(result.exception, SystemExit)

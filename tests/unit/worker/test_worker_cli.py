@@ -63,6 +63,8 @@ def invoke(*args: str) -> tuple[int, str]:
         (["--app", "x", "--concurrency", "0"], "0 is not in the range x>=1"),
         (["--app", "x", "--metrics-port", "70000"], "70000 is not in the range"),
         (["--app", "x", "--config", "/nonexistent/worker.toml"], "does not exist"),
+        # The default group instead: another group's partitions, its jobs run twice.
+        (["--app", "x", "--group", ""], "Invalid value for '--group': must not be empty"),
         (["--concurrency", "5"], "Missing option '--app'"),
         (["--app", "x", "--bogus"], "No such option '--bogus'"),
     ],
@@ -130,6 +132,25 @@ def test_flags_override_the_application_settings() -> None:
         _settings(app, None, "bad namespace!", dict.fromkeys(WORKER_OPTIONS))
 
 
+def test_an_invalid_option_value_is_named_by_its_option_not_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The option wins over the variable: the variable, set and valid, was blamed."""
+    monkeypatch.setenv("PIPELINE_NAMESPACE", "fine")
+    monkeypatch.setenv("PIPELINE_WORKER__CONCURRENCY", "8")
+    app = Pipeline(Settings())
+    options: dict[str, Any] = dict.fromkeys(WORKER_OPTIONS)
+    with pytest.raises(click.UsageError) as raised:
+        _settings(app, None, "bad namespace!", options)
+    assert "invalid settings: namespace (option --namespace): " in str(raised.value)
+    assert "PIPELINE_NAMESPACE" not in str(raised.value)
+    options.update(concurrency=0, group_id="workers")  # as if click had let 0 through
+    with pytest.raises(click.UsageError) as raised:
+        _settings(app, None, None, options)
+    assert "invalid settings: worker.concurrency (option --concurrency): " in str(raised.value)
+    assert "PIPELINE_WORKER__CONCURRENCY" not in str(raised.value)
+
+
 def test_children_get_the_parents_options() -> None:
     args = child_arguments(
         {
@@ -176,27 +197,6 @@ def test_a_stop_signal_during_start_up_exits_cleanly(tmp_path: Path) -> None:
         output = child.stdout.read().decode()
         assert child.wait(30) == 0, output
     assert "stopped before starting" in output
-
-
-@pytest.mark.parametrize("via", ["option", "environment"])
-def test_a_config_file_that_is_not_toml_is_a_usage_error_not_a_traceback(
-    project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, via: str
-) -> None:
-    # The application's Pipeline() read the file at import: a traceback, before this fix.
-    bad = tmp_path / "bad.toml"
-    bad.write_text("namespace = [\n")
-    monkeypatch.delenv("PIPELINE_CONFIG_FILE", raising=False)
-    args = ["--app", project.name]
-    env: dict[str, str] = {}
-    if via == "option":
-        args += ["--config", str(bad)]
-    else:
-        env["PIPELINE_CONFIG_FILE"] = str(bad)
-    result = CliRunner().invoke(main, args, env=env)
-    assert result.exit_code == 2, result.output
-    assert f"config file {bad}" in result.output
-    assert "cannot be read as TOML" in result.output
-    assert "Traceback" not in result.output
 
 
 def test_weights_with_the_strict_policy_are_refused_not_ignored(project: Path) -> None:
