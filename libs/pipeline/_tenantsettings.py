@@ -50,6 +50,12 @@ class TenantSettings(BaseModel):
         for name in named:
             if not name or name == OTHER_TENANT:
                 raise ValueError(f"a named tenant needs a name other than '' and {OTHER_TENANT!r}")
+            if name != name.strip():
+                # A tenant is matched as the producer wrote it: " acme" never meets "acme".
+                raise ValueError(
+                    f"the named tenant {name!r} has spaces around it: it would match no job of "
+                    f"{name.strip()!r}"
+                )
         return named
 
     def weight_of(self, tenant: str | None) -> float:
