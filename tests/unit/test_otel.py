@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.propagators.textmap import TextMapPropagator
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -15,7 +18,7 @@ from opentelemetry.trace import SpanContext, SpanKind, StatusCode, Tracer
 from pipeline import ConfigurationError, Job, JobContext, Pipeline, Retry
 from pipeline._deadletters import replay_message
 from pipeline._records import DeadLetter
-from pipeline.otel import TracingInterceptor
+from pipeline.otel import MESSAGE_MAX, STACKTRACE_MAX, TracingInterceptor
 from pipeline.testing import FakeClock, InMemoryTransport, JobStatus, run_job, stub_worker
 
 
@@ -36,17 +39,30 @@ class Traced:
 
 
 @pytest.fixture
-def traced() -> Iterator[Traced]:
-    provider = TracerProvider()
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    app = Pipeline(
-        transport=InMemoryTransport(),
-        namespace="otel",
-        middleware=[TracingInterceptor(tracer_provider=provider)],
-    )
-    yield Traced(app, provider.get_tracer("test"), exporter)
-    provider.shutdown()
+def traced_with() -> Iterator[Callable[..., Traced]]:
+    """Makes a :class:`Traced` whose interceptor takes the options given."""
+    providers: list[TracerProvider] = []
+
+    def make(**options: Any) -> Traced:
+        provider = TracerProvider()
+        providers.append(provider)
+        exporter = InMemorySpanExporter()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        app = Pipeline(
+            transport=InMemoryTransport(),
+            namespace="otel",
+            middleware=[TracingInterceptor(tracer_provider=provider, **options)],
+        )
+        return Traced(app, provider.get_tracer("test"), exporter)
+
+    yield make
+    for provider in providers:
+        provider.shutdown()
+
+
+@pytest.fixture
+def traced(traced_with: Callable[..., Traced]) -> Traced:
+    return traced_with()
 
 
 def _traceparent(context: SpanContext) -> str:
@@ -221,3 +237,150 @@ def test_without_the_extra_the_interceptor_says_what_to_install(
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
     with pytest.raises(ConfigurationError, match=r"pip install 'kafka-pipeline\[otel\]'"):
         TracingInterceptor()
+
+
+@pytest.mark.parametrize(
+    ("propagator", "headers"),
+    [
+        (None, None),
+        (None, {"x": "1"}),  # headers, but no trace context in them
+        (W3CBaggagePropagator(), {"x": "1"}),  # it reads into the current context by default
+    ],
+    ids=["no headers", "other headers", "baggage propagator"],
+)
+def test_a_job_without_trace_context_starts_a_trace_not_a_child_of_the_workers_span(
+    traced_with: Callable[..., Traced],
+    propagator: TextMapPropagator | None,
+    headers: dict[str, str] | None,
+) -> None:
+    """A consumer without a propagated context was parented to whatever span was current in
+    the worker: unrelated jobs piled up under it, as one trace."""
+    traced = traced_with(propagator=propagator)
+    app = traced.app
+
+    @app.job("greet")
+    def greet() -> None: ...
+
+    with stub_worker(app, clock=FakeClock()) as worker:
+        app.enqueue("greet", {}, headers=headers)
+        app.enqueue("greet", {}, headers=headers)
+        with traced.tracer.start_as_current_span("the worker's own") as ambient:
+            assert len(worker.drain().succeeded) == 2
+    first, second = traced.job_spans()
+    for span in (first, second):
+        assert span.parent is None, "a root span: the start of the job's own trace"
+        assert span.context.trace_id != ambient.get_span_context().trace_id
+    assert first.context.trace_id != second.context.trace_id
+
+
+SECRET = "hunter2"
+URL = f"postgres://app:{SECRET}@db.internal/orders"
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no str")
+
+
+def _exception_event(span: ReadableSpan) -> dict[str, Any]:
+    (event,) = [e for e in span.events if e.name == "exception"]
+    return dict(event.attributes or {})
+
+
+@pytest.mark.parametrize("limit", [None, 40])
+def test_a_failures_messages_on_the_span_are_cut_and_hide_url_passwords(
+    traced_with: Callable[..., Traced], limit: int | None
+) -> None:
+    """The whole message went on the span (status, event, stack trace): payload values with
+    it, and a connection string's password."""
+    options: dict[str, Any] = {} if limit is None else {"max_message_length": limit}
+    traced = traced_with(**options)
+    limit = limit or MESSAGE_MAX
+
+    cards: dict[str, str] = {}
+
+    @traced.app.job("charge")
+    def charge(card: str) -> None:
+        try:
+            cards[card]
+        except KeyError as exc:
+            raise ConnectionError(f"cannot reach {URL} for card {card}") from exc
+
+    card = "4111" * 500
+    assert run_job(traced.app, "charge", {"card": card}).status is JobStatus.RETRY
+    (span,) = traced.job_spans()
+    event = _exception_event(span)
+    message = event["exception.message"]
+    assert message.startswith("cannot reach postgres://app:**********")
+    assert len(message) == limit
+    assert message.endswith("…")
+    assert span.status.description == f"ConnectionError: {message}"
+    assert event["exception.type"] == "ConnectionError"
+    stacktrace = event["exception.stacktrace"]
+    assert "in charge" in stacktrace, "the frames are kept"
+    assert "The above exception was the direct cause of the following exception" in stacktrace
+    assert stacktrace.rstrip().endswith(f"ConnectionError: {message}")
+    everything = [str(value) for value in (*event.values(), span.status.description)]
+    for text in everything:
+        assert SECRET not in text
+        assert "4111" * 65 not in text, "every message is cut, the cause's (the card) too"
+
+
+def test_a_long_stack_trace_keeps_its_end(traced_with: Callable[..., Traced]) -> None:
+    traced = traced_with()
+
+    @traced.app.job("chained")
+    def chained(n: int) -> None:
+        error: Exception | None = None
+        for level in range(n):
+            try:
+                raise ValueError(f"level {level}") from error
+            except ValueError as exc:
+                error = exc
+        assert error is not None
+        raise error
+
+    assert run_job(traced.app, "chained", {"n": 200}).status is JobStatus.RETRY
+    (span,) = traced.job_spans()
+    stacktrace = _exception_event(span)["exception.stacktrace"]
+    assert len(stacktrace) == STACKTRACE_MAX
+    assert stacktrace.startswith("...\n")
+    assert stacktrace.endswith("ValueError: level 199\n")
+
+
+def test_an_error_whose_message_cannot_be_read_is_still_traced_and_retried(
+    traced_with: Callable[..., Traced],
+) -> None:
+    traced = traced_with()
+
+    @traced.app.job("odd")
+    def odd() -> None:
+        raise UnprintableError()
+
+    assert run_job(traced.app, "odd", {}).status is JobStatus.RETRY
+    (span,) = traced.job_spans()
+    assert _exception_event(span)["exception.message"] == "<UnprintableError: str() failed>"
+    assert span.status.description == "UnprintableError: <UnprintableError: str() failed>"
+
+
+def test_a_retry_reason_is_cut_and_hides_url_passwords_too(
+    traced_with: Callable[..., Traced],
+) -> None:
+    traced = traced_with(max_message_length=50)
+
+    @traced.app.job("later")
+    def later() -> None:
+        raise Retry(f"{URL} is busy " + "x" * 500, after=5)
+
+    assert run_job(traced.app, "later", {}).status is JobStatus.RETRY
+    (span,) = traced.job_spans()
+    (event,) = span.events
+    reason = (event.attributes or {})["pipeline.retry.reason"]
+    assert isinstance(reason, str)
+    assert SECRET not in reason
+    assert len(reason) == 50
+
+
+def test_a_message_length_below_one_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="max_message_length=0"):
+        TracingInterceptor(max_message_length=0)

@@ -288,8 +288,9 @@ class WorkerCollector(Collector):
         )
         yield GaugeMetricFamily(
             "pipeline_worker_threads_overdue",
-            "Pool threads still running a plain-function job past its time limit (a thread "
-            "cannot be killed; one whose job never returns stays overdue for good).",
+            "Pool threads still running a plain-function job that ended (its time limit, or an "
+            "interceptor gave up on it): a thread cannot be killed; one whose job never returns "
+            "stays overdue for good.",
             value=g.overdue(),
         )
         buffered = GaugeMetricFamily(

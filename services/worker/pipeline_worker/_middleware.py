@@ -7,11 +7,12 @@ topics, dead letters, lifecycle events): an ``on_outcome`` that returns an await
 offset unfinished until the awaitable is done, so a job is never committed before it was
 moved.
 
-Hooks run on the worker's event loop thread (``on_progress`` runs on the handler's thread) and
-must not block it. A hook that raises is logged and counted, never fatal to the worker. If
-``on_outcome`` fails, the offset is *not* marked finished: the partition's commit point stays
-before that job until the partition is revoked or the worker restarts, and the job is delivered
-again then (at-least-once). A middleware that must never hold a partition catches its own errors.
+Hooks run on the worker's event loop thread (``on_progress`` runs on the handler's thread,
+``on_worker_stop`` on a thread of its own) and must not block it. A hook that raises is logged
+and counted, never fatal to the worker. If ``on_outcome`` fails, the offset is *not* marked
+finished: the partition's commit point stays before that job until the partition is revoked or
+the worker restarts, and the job is delivered again then (at-least-once). A middleware that must
+never hold a partition catches its own errors.
 """
 
 from __future__ import annotations
@@ -33,7 +34,11 @@ class Middleware:
         """The worker is about to join the consumer group."""
 
     def on_worker_stop(self, worker: Worker) -> None:
-        """The worker stopped: its jobs are finished or abandoned, its offsets committed."""
+        """The worker stopped: its jobs are finished or abandoned, its offsets committed.
+
+        Runs on a thread of its own (the middleware's hooks one after the other, in their
+        order) for at most what is left of the stop's budget: one that takes longer is named in
+        the log and left behind, and the worker exits."""
 
     def on_partitions_assigned(self, worker: Worker, partitions: Sequence[PartitionRef]) -> None:
         """The worker now owns ``partitions`` (before any of their jobs is taken)."""

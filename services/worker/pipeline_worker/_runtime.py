@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 import time
@@ -30,6 +29,7 @@ from ._assembly import assemble
 from ._beats import heartbeats_of, process_client_id
 from ._metrics import WorkerMetrics, per_second
 from ._metricsexport import Gauges, make_registry
+from ._stopping import call_hooks, close_stages, drain, stop_hooks
 from ._work import PartitionState
 from .execute.processor import Processor
 from .intake.config import consumer_config
@@ -52,9 +52,8 @@ REFUSED = KafkaAuthenticationError.exit_code
 EXIT_S = 5.0
 """A stop's budget beyond ``shutdown_timeout_s`` (running jobs) and ``FINAL_COMMIT_S`` (the
 final commit): for what follows the commit (leaving the group, the executors, the retry relay,
-the events stream, the heartbeats), which gets what is left of it (docs/worker.md, Shutdown)."""
-RELAY_STOP_S = 10.0
-"""The retry relay's own wait for its thread (and last commit) at most."""
+the events stream, the heartbeats, the ``on_worker_stop`` hooks), which gets what is left of it
+(docs/worker.md, Shutdown; :mod:`._stopping`)."""
 
 
 class Worker:
@@ -222,24 +221,14 @@ class Worker:
             heartbeat.cancel()
             if beating is not None:
                 beating.cancel()
-            # After the final commit: what is left of the budget, the steps side by side, so
-            # that one that hangs neither keeps the process up nor starves the others. The
-            # executors close here: a job that ignores its cancellation is left behind.
+            # After the final commit: what is left of the budget (see _stopping).
             budget = self._budget if self._budget is not None else _signals.StopBudget(EXIT_S)
-            steps = [budget.wait("the executors", processor.close())]
-            if beats is not None:
-                steps.append(budget.call("the heartbeats", beats.close))
-            if relay is not None:  # refused by Kafka, it has nothing to commit: no wait
-                relay_s = 0.5 if self._exit_code == REFUSED else min(RELAY_STOP_S, budget.left())
-                steps.append(budget.call("the retry relay", functools.partial(relay.stop, relay_s)))
-            if events is not None:
-                close = functools.partial(events.close, budget.left())
-                steps.append(budget.call("the events stream", close))
-            if server is not None:
-                steps.append(budget.call("the metrics server", server.close))
-            await asyncio.gather(*steps)
+            await close_stages(
+                budget, processor, beats=beats, relay=relay, refused=self._exit_code == REFUSED,
+                events=events, server=server,
+            )  # fmt: skip
             signals.remove()
-        self._call_hooks("on_worker_stop", self)
+        await stop_hooks(budget, self.middleware, self, self.metrics)
         return self._exit_code
 
     async def _heartbeat(self) -> None:
@@ -280,24 +269,7 @@ class Worker:
         worker = self.settings.worker
         budget = _signals.StopBudget(worker.shutdown_timeout_s + FINAL_COMMIT_S + EXIT_S)
         self._budget = budget
-        processor.stopping = True
-        consumer.intake_stopped = True
-        dropped = processor.drop(self._states())
-        running = processor.in_flight
-        _log.info(
-            "stopping: intake stopped",
-            extra={"running": running, "dropped_buffered": dropped},
-        )
-        if running and not await processor.wait_idle((), worker.shutdown_timeout_s):
-            _log.warning(
-                "shutdown timeout: abandoning %d running job(s); their offsets are not "
-                "committed, so they will run again",
-                processor.in_flight,
-                extra={"timeout_s": worker.shutdown_timeout_s},
-            )
-        consumer.stop_requested = True
-        # The final commit (bounded by FINAL_COMMIT_S) comes first, then leaving the group.
-        await budget.wait("the consumer (final commit, leaving the group)", _closed(consumer))
+        await drain(budget, processor, consumer, self._states(), worker.shutdown_timeout_s)
         self._log_summary()
 
     def _log_summary(self) -> None:
@@ -392,15 +364,7 @@ class Worker:
     # -- helpers -------------------------------------------------------------------------------
 
     def _call_hooks(self, name: str, *args: object, **kwargs: object) -> None:
-        for middleware in self.middleware:
-            hook = getattr(middleware, name, None)
-            if hook is None:
-                continue
-            try:
-                hook(*args, **kwargs)
-            except Exception:
-                self.metrics.hook_failures += 1
-                _log.exception("%s.%s failed", type(middleware).__name__, name)
+        call_hooks(self.middleware, self.metrics, name, *args, **kwargs)
 
     def _start_http(self, processor: Processor) -> MetricsServer | None:
         port = self.settings.worker.metrics_port
@@ -426,8 +390,3 @@ class Worker:
         for state in self._states():
             counts[state.priority.value] += max(0, state.buffered)
         return counts
-
-
-async def _closed(consumer: ConsumerThread) -> None:
-    while not consumer.done.is_set():
-        await asyncio.sleep(0.01)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 import pytest
@@ -43,3 +44,34 @@ def test_the_worker_runs_the_interceptors_registered_on_its_app(
             ("E", "noop_async"),
             ("O", "noop_async"),
         ]
+
+
+def test_a_key_waits_for_the_thread_of_a_job_whose_interceptor_stopped_waiting_for_it(
+    kit: WorkerKit, tmp_path: Path
+) -> None:
+    """The interceptor ends each job after 50 ms while its handler sleeps 300 ms on its thread:
+    the job's key stays taken until the thread returns, so the key's runs never overlap."""
+    ids = [
+        kit.producer.enqueue("impatient", {"n": n, "ms": 300.0}, key="k", priority="default")
+        for n in range(10)
+    ]
+    kit.producer.flush(60)
+    launcher = WorkerLauncher(kit.settings, kit.recording.path, tmp_path, app=INTERCEPTED_APP)
+    try:
+        worker = launcher.start("--key-ordering", "--concurrency", "8", "--burst")
+        assert worker.wait(timeout=120) == 0, worker.log_tail()
+    finally:
+        launcher.stop_all()
+
+    kit.recording.refresh()
+    runs = [e for e in kit.recording.events if e.job_type == "impatient" and e.kind in "SE"]
+    # File order is write order: S E S E ... A burst run may exit before the thread of the last
+    # job wrote its end (its offset was done when its interceptor gave up), and a job whose
+    # interceptor gave up before a thread took it is not run at all (so a loaded machine may
+    # run fewer than all).
+    kinds = "".join(e.kind for e in runs)
+    assert re.fullmatch("(SE)*S?", kinds), f"runs of one key overlapped: {kinds}"
+    started = [e for e in runs if e.kind == "S"]
+    assert len(started) >= 5, f"only {len(started)} of 10 ran: {worker.log_tail()}"
+    assert {e.job_id for e in started} <= set(ids)
+    assert [e.n for e in started] == sorted(e.n for e in started), "run out of order"

@@ -1,6 +1,7 @@
 """A graceful stop has a budget: the final commit comes first, and every step after it (leaving
 the group, the executors, the retry relay, the events stream, the heartbeats, the metrics
-server) gets what is left of the budget; one that hangs is named in the log and left behind."""
+server, then the ``on_worker_stop`` hooks) gets what is left of the budget; one that hangs is
+named in the log and left behind."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from pipeline import Pipeline, Settings
-from pipeline_worker import _runtime
+from pipeline_worker import Middleware, _runtime
 from pipeline_worker._runtime import Worker
 from tests.waiting import wait_for
 
@@ -118,12 +119,33 @@ class FakeBeats:
         self.steps.step("heartbeats")
 
 
+class Flusher(Middleware):
+    """Flushes something at the end (to a collector that may never answer)."""
+
+    def __init__(self, steps: Steps) -> None:
+        self.steps = steps
+
+    def on_worker_stop(self, worker: Any) -> None:
+        self.steps.step("Flusher.on_worker_stop")
+
+
+class Closer(Flusher):
+    def on_worker_stop(self, worker: Any) -> None:
+        self.steps.step("Closer.on_worker_stop")
+
+
+class Failing(Flusher):
+    def on_worker_stop(self, worker: Any) -> None:
+        self.steps.step("Failing.on_worker_stop")
+        raise RuntimeError("the collector refused")
+
+
 @pytest.fixture
 def worker_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A worker whose parts are fakes, one of them hanging; the budget is BUDGET_S."""
     made: list[Steps] = []
 
-    def make(hang: str) -> tuple[Worker, Steps]:
+    def make(hang: str, *middleware: type[Flusher]) -> tuple[Worker, Steps]:
         steps = Steps(hang)
         made.append(steps)
         processor = FakeProcessor(steps)
@@ -145,7 +167,8 @@ def worker_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
         monkeypatch.setattr(_runtime, "FINAL_COMMIT_S", 0.0, raising=False)
         monkeypatch.setattr(_runtime, "EXIT_S", BUDGET_S, raising=False)
         settings = Settings(namespace="ns", worker={"shutdown_timeout_s": 0})
-        return Worker(Pipeline(settings)), steps
+        hooks = [kind(steps) for kind in middleware]
+        return Worker(Pipeline(settings), middleware=hooks), steps
 
     yield make
     for steps in made:
@@ -176,3 +199,47 @@ def test_a_step_after_the_final_commit_that_hangs_does_not_keep_the_worker_from_
     if hang != "leaving the group":  # the steps after it go side by side: the others finish
         after = {"executors", "retry relay", "events stream", "heartbeats"}
         assert set(steps.done) == {"final commit", "leaving the group"} | (after - {hang})
+
+
+def _run(worker: Worker) -> list[int]:
+    """Run the worker, stop it, and wait for it to exit (or fail the test after NEVER_S)."""
+    codes: list[int] = []
+    running = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    running.start()
+    assert wait_for(lambda: worker._consumer is not None, 10)
+    worker.stop()
+    running.join(NEVER_S)
+    assert not running.is_alive(), "the worker did not exit"
+    return codes
+
+
+def test_an_on_worker_stop_hook_that_hangs_is_named_and_left_behind(
+    worker_with: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The hooks ran on the event loop after every bounded step, with no bound of their own:
+    a flush that never returned kept the process up until the orchestrator killed it."""
+    worker, steps = worker_with("Flusher.on_worker_stop", Flusher, Closer)
+    with caplog.at_level(logging.INFO, logger="pipeline.worker"):
+        assert _run(worker) == [0]
+    assert "Flusher.on_worker_stop" not in steps.done
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert messages == [
+        "stopping: Flusher.on_worker_stop did not finish within the shutdown budget; left behind",
+        # The hooks keep their order on one thread: the next one waits for the hung one.
+        "stopping: Closer.on_worker_stop had no time left; left behind",
+    ]
+    assert "Closer.on_worker_stop" not in steps.done
+
+
+def test_on_worker_stop_hooks_run_in_order_after_the_stages_and_one_that_fails_is_counted(
+    worker_with: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker, steps = worker_with("nothing", Failing, Closer)
+    with caplog.at_level(logging.INFO, logger="pipeline.worker"):
+        assert _run(worker) == [0]
+    assert steps.done[-2:] == ["Failing.on_worker_stop", "Closer.on_worker_stop"]
+    assert {"executors", "retry relay", "events stream", "heartbeats"} <= set(steps.done[:-2])
+    assert worker.metrics.hook_failures == 1
+    [failed] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert failed.getMessage() == "Failing.on_worker_stop failed"
+    assert failed.exc_info is not None

@@ -5,8 +5,10 @@ as a coroutine on the async runners: the chain, outermost first, then the innerm
 which calls a coroutine handler in place or hands a plain function to the thread pool and
 awaits its run there. The time limit and the failure classification are those of any coroutine
 job: the runner cancels the chain at the deadline, and what leaves the chain (a value, or an
-error) is the job's end. Without interceptors none of this exists and jobs go straight to the
-runners or the pool.
+error) is the job's end. A chain may end before its plain function's thread is back (the time
+limit, or an interceptor that stopped waiting for ``next``): the thread then keeps the job's key
+and its type's and tenant's slots until it is back (:mod:`.overtime`). Without interceptors
+none of this exists and jobs go straight to the runners or the pool.
 """
 
 from __future__ import annotations
@@ -27,23 +29,26 @@ def _no_pool(work: Work) -> None:
     raise RuntimeError("the chain was built without a thread pool")
 
 
+def _no_late(batch: list[Completion]) -> None:
+    raise RuntimeError("the chain was built without a receiver of late threads")
+
+
 class Chain:
     """The interceptors of a worker, composed once; :meth:`start` makes one job's coroutine."""
 
     def __init__(
-        self,
-        interceptors: Sequence[Interceptor],
-        loop: asyncio.AbstractEventLoop,
-        on_late: Callable[[list[Completion]], None],
+        self, interceptors: Sequence[Interceptor], loop: asyncio.AbstractEventLoop
     ) -> None:
         self._loop = loop
-        self._on_late = on_late
-        """Gets the plain functions whose thread came back after their chain timed out."""
+        self.on_late: Callable[[list[Completion]], None] = _no_late
+        """Gets the plain functions whose thread came back after their job ended (set by the
+        processor: :meth:`.Overtime.threads_back`)."""
         self.submit: Callable[[Work], None] = _no_pool
         """Hands a plain-function job to the thread pool (set once the pool exists)."""
         self._waiting: dict[Work, asyncio.Future[tuple[BaseException | None, Any]]] = {}
         """Plain-function jobs on the pool, by their work, and the future their chain awaits
-        (or awaited: a job stays here until its thread is back)."""
+        (or awaited: a job stays here until its thread is back, even if its chain was cancelled
+        or ended)."""
         self._call = compose(interceptors, self._innermost)
 
     def start(self, work: Work) -> Coroutine[Any, Any, Any]:
@@ -71,7 +76,7 @@ class Chain:
         work.context = contextvars.copy_context()
         started = work.started
         future: asyncio.Future[tuple[BaseException | None, Any]] = self._loop.create_future()
-        self._waiting[work] = future  # until its thread is back, even if the chain is cancelled
+        self._waiting[work] = future  # until its thread is back, whatever its chain does
         self.submit(work)
         try:
             error, result = await future
@@ -88,19 +93,21 @@ class Chain:
         return work in self._waiting
 
     def resolve(self, batch: list[Completion]) -> None:
-        """Plain functions ran on the pool: their chains carry on with the result or error."""
+        """Plain functions ran on the pool: their chains carry on with the result or error
+        (those still waiting for it); those whose job ended meanwhile go to :attr:`on_late`."""
         waiting = self._waiting
         late: list[Completion] = []
         for completion in batch:
             work, error, _, result = completion
             future = waiting.pop(work, None)
-            if future is None or future.done():
-                if work.expired:
-                    late.append(completion)  # its chain was cancelled at the time limit
-                continue
-            future.set_result((error, result))
+            if future is not None and not future.done():
+                future.set_result((error, result))  # for a task of the chain that still waits
+            if work.finished:
+                # Its job ended before its thread came back: at the time limit, or when its
+                # chain ended without waiting (an interceptor gave up on ``next``).
+                late.append(completion)
         if late:
-            self._on_late(late)
+            self.on_late(late)
 
 
 class JobEnds(Protocol):
@@ -108,7 +115,6 @@ class JobEnds(Protocol):
 
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None: ...
     def complete_batch(self, batch: list[Completion]) -> None: ...
-    def threads_back(self, batch: list[Completion]) -> None: ...
     def on_suspend(self, work: Work) -> None: ...
     def pump(self) -> None: ...
 
@@ -128,7 +134,7 @@ def executors(
     if not interceptors:
         pool = ThreadPool(loop, threads, ends.complete_batch, context)
         return AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context), pool, None
-    chain = Chain(interceptors, loop, ends.threads_back)
+    chain = Chain(interceptors, loop)
     pool = ThreadPool(loop, threads, chain.resolve, context)
     chain.submit = pool.submit
     runners = AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context, chain.start)

@@ -5,7 +5,8 @@ plain attribute updates, no locks, no per-job logging, no per-job task or wake-u
 loop is :meth:`Processor.on_batch` (decoding in :mod:`.decoding`) -> :meth:`Processor.pump` ->
 an executor -> :meth:`complete`. Every other end of a job (failures, outcome hooks, keys,
 messages that never run) is in :mod:`..route.endings`; jobs taken before their ``not_before``
-are in :mod:`..dispatch.holds`.
+are in :mod:`..dispatch.holds`; time limits and the threads that outlive their jobs in
+:mod:`.overtime`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from pipeline import (
     PayloadValidationError,
     Pipeline,
     Priority,
-    TimeLimitError,
 )
 from pipeline._calls import call_error, codec_failure
 from pipeline._context import JobContext
@@ -40,6 +40,7 @@ from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
 from .chain import executors
 from .decoding import BatchDecoder
+from .overtime import Overtime
 from .runners import Completion, ThreadPool
 
 if TYPE_CHECKING:
@@ -76,7 +77,6 @@ class Processor:
         dedup: Deduplicator | None = None,
     ) -> None:
         self._app = app
-        self._loop = loop
         self._metrics = metrics
         if events is not None:
             middleware = (*middleware, events)  # it sees outcomes and progress like any other
@@ -115,8 +115,6 @@ class Processor:
         self._ready: deque[Work] = deque()
         """Held jobs whose time came while every slot was taken."""
         self._pumping = False
-        self._outliving: set[Work] = set()
-        """Plain functions past their time limit whose slot was freed or thread came back."""
         self.idle = IdleWaiters(loop, lambda: self.in_flight)
         """Waiting for the jobs of some partitions to end (revocation, shutdown)."""
         self._hooks = Hooks(loop, metrics, middleware, on_resolved=self.pump)
@@ -132,6 +130,13 @@ class Processor:
             events=events,
         )
         """How jobs end, unless they simply succeed (see :mod:`..route.endings`)."""
+        self._overtime = Overtime(
+            loop, self.types, self._pool, self._runners, self._chain,
+            finish=self._endings.finish, release=self.dispatcher.release, pump=self.pump,
+        )  # fmt: skip
+        """Time limits, and plain functions whose thread outlives their job."""
+        if self._chain is not None:
+            self._chain.on_late = self._overtime.threads_back
         self._decoder = BatchDecoder(
             app=app,
             types=self.types,
@@ -291,34 +296,11 @@ class Processor:
             self._runners.submit(work)  # with interceptors every job runs its chain there
         else:
             if limit is not None:
-                work.timer = self._loop.call_later(limit, self._expire, work)
+                self._overtime.arm(work, limit)
             self._pool.submit(work)
 
     def on_suspend(self, work: Work) -> None:
-        # A coroutine job only needs its time limit armed once it awaits something: until then
-        # it runs synchronously and nothing could interrupt it anyway.
-        limit = self.types.entries[work.job.type].time_limit
-        if limit is not None and work.timer is None and not work.finished:
-            delay = work.started + limit - time.monotonic()
-            work.timer = self._loop.call_later(max(0.0, delay), self._expire, work)
-
-    def _expire(self, work: Work) -> None:
-        if work.finished:
-            return
-        work.expired = True
-        work.timer = None
-        limit = self.types.entries[work.job.type].time_limit or 0.0
-        self._endings.finish(
-            work,
-            OutcomeKind.TIMED_OUT,
-            TimeLimitError(work.job.type, limit),
-            time.monotonic() - work.started,
-        )
-        # A coroutine is cancelled; a thread cannot be: another may start in its place.
-        if self._pooled(work):
-            self._pool.lend()
-        self._runners.cancel_job(work)
-        self.pump()
+        self._overtime.on_suspend(work)
 
     # -- finishing -----------------------------------------------------------------------------
 
@@ -327,10 +309,13 @@ class Processor:
         if work.finished:
             # Failed at its deadline already; the late result is discarded. Its thread is back
             # only now: so are its key and its type's and tenant's slots (see free_slot).
-            if work.expired:
-                self._outlived(work, back=True)
+            if self._chain is None:
+                self._overtime.back(work)
             return
-        if error is None and self._plain:
+        # A chain that ended without waiting for its plain function's thread: the job ends
+        # now, its thread keeps its key and its caps (see free_slot).
+        outlived = self._chain is not None and self._overtime.ended(work)
+        if error is None and self._plain and not outlived:
             # The common case, inlined: a success with no middleware to tell.
             work.finished = True
             if work.timer is not None:
@@ -394,38 +379,12 @@ class Processor:
 
     # -- the endings' calls (JobSlots) ---------------------------------------------------------
 
-    def _pooled(self, work: Work) -> bool:
-        """Whether ``work``'s plain function is on the pool (a chain may be cancelled first)."""
-        if self._chain is not None:
-            return self._chain.on_pool(work)
-        return not work.job_type.is_async
-
-    def _outlived(self, work: Work, *, back: bool = False) -> None:
-        """A plain function past its time limit: its slot was freed, or its thread came back
-        (``back``). The second of the two frees its key and its type's and tenant's slots."""
-        if back:
-            self._pool.give_back()
-        if work in self._outliving:
-            self._outliving.discard(work)
-            self.dispatcher.release(work)
-        else:
-            self._outliving.add(work)
-
-    def threads_back(self, batch: list[Completion]) -> None:
-        """Plain functions back from their thread after their chain's time limit."""
-        for work, _, _, _ in batch:
-            self._outlived(work, back=True)
-        self.pump()
-
     def free_slot(self, work: Work) -> None:
         self.in_flight -= 1
-        if work.expired and (work in self._outliving or self._pooled(work)):
-            # Its thread may still run it: the concurrency slot is free (a thread that never
-            # returns must not take one for good), but not its key, type's and tenant's slots
-            # until the thread is back: no two runs of a key, nor more of a type than its cap.
-            self._outlived(work)
-            return
-        self.dispatcher.release(work)
+        # A thread that still runs the job's plain function keeps its key and its type's and
+        # tenant's slots until it is back (see :mod:`.overtime`); its concurrency slot is free.
+        if not self._overtime.keeps(work):
+            self.dispatcher.release(work)
 
     def release(self, work: Work) -> None:
         self.dispatcher.release(work)

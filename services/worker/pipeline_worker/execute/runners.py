@@ -235,7 +235,8 @@ class ThreadPool:
 
     @property
     def overdue(self) -> int:
-        """Threads still inside a job past its time limit (see :meth:`lend`)."""
+        """Threads still inside a job that ended: past its time limit, or given up on by an
+        interceptor (see :meth:`lend`)."""
         return self._lent
 
     def submit(self, work: Work) -> None:
@@ -247,8 +248,9 @@ class ThreadPool:
             self._arm()
 
     def lend(self) -> None:
-        """A job on the pool passed its time limit: its thread may be kept for good (it cannot
-        be killed), so another may start in its place, until :meth:`give_back`."""
+        """A job on the pool ended before its thread returned (its time limit, or its chain
+        gave up on it): the thread may be kept for good (it cannot be killed), so another may
+        start in its place, until :meth:`give_back`."""
         self._size += 1
         self._lent += 1
         if self._check is None and self._threads:

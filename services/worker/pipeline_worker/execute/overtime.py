@@ -1,0 +1,140 @@
+"""Jobs that end before their handler does: time limits, and plain functions whose thread
+outlives their job.
+
+A coroutine past its time limit is cancelled. A thread cannot be: a plain function's job ends
+at its deadline, or when an interceptor's chain ends without waiting for its run on the pool
+(say ``asyncio.wait_for`` around ``next(call)`` gave up), while its thread still runs the
+handler. Both follow one rule. The job's concurrency slot is free at its end, and the pool may
+start another thread in its place (:meth:`.ThreadPool.lend`): a thread that never returns must
+not take either for good. But its key (with key ordering) and its type's and tenant's slots are
+kept until the thread is back: no two runs of a key at the same time, nor more runs of a type
+or a tenant than its cap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from pipeline import TimeLimitError
+
+from .._work import Work
+from ..route.outcome import OutcomeKind
+
+if TYPE_CHECKING:
+    from ..dispatch.jobtypes import TypeTable
+    from .chain import Chain
+    from .runners import AsyncRunners, Completion, ThreadPool
+
+Finish = Callable[[Work, OutcomeKind, BaseException | None, float], None]
+"""``finish(work, kind, error, duration)``: the job ends so (the endings' ``finish``)."""
+
+
+class Overtime:
+    """The time limits of one processor's jobs and the threads that outlive their jobs."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        types: TypeTable,
+        pool: ThreadPool,
+        runners: AsyncRunners,
+        chain: Chain | None,
+        *,
+        finish: Finish,
+        release: Callable[[Work], None],
+        pump: Callable[[], None],
+    ) -> None:
+        self._loop = loop
+        self._types = types
+        self._pool = pool
+        self._runners = runners
+        self._chain = chain
+        self._finish = finish
+        self._release = release
+        """Frees a job's key and its type's and tenant's slots (the dispatcher's)."""
+        self._pump = pump
+        self._lent: set[Work] = set()
+        """Jobs that ended while their plain function was on the pool, until it is back; a
+        thread was lent for each."""
+        self._kept: set[Work] = set()
+        """Those of them whose concurrency slot is free: their release waits for the thread."""
+
+    # -- time limits ---------------------------------------------------------------------------
+
+    def arm(self, work: Work, limit: float) -> None:
+        """A plain function without interceptors goes to the pool: its limit counts from now."""
+        work.timer = self._loop.call_later(limit, self.expire, work)
+
+    def on_suspend(self, work: Work) -> None:
+        # A coroutine job only needs its time limit armed once it awaits something: until then
+        # it runs synchronously and nothing could interrupt it anyway.
+        limit = self._types.entries[work.job.type].time_limit
+        if limit is not None and work.timer is None and not work.finished:
+            delay = work.started + limit - time.monotonic()
+            work.timer = self._loop.call_later(max(0.0, delay), self.expire, work)
+
+    def expire(self, work: Work) -> None:
+        """``work`` reached its time limit: it fails now; a coroutine is cancelled, a thread
+        is left to return when it does (:meth:`ended`)."""
+        if work.finished:
+            return
+        work.expired = True
+        work.timer = None
+        limit = self._types.entries[work.job.type].time_limit or 0.0
+        self.ended(work)  # before its end, which may free its slot at once
+        self._finish(
+            work,
+            OutcomeKind.TIMED_OUT,
+            TimeLimitError(work.job.type, limit),
+            time.monotonic() - work.started,
+        )
+        self._runners.cancel_job(work)
+        self._pump()
+
+    # -- threads that outlive their jobs -------------------------------------------------------
+
+    def _on_pool(self, work: Work) -> bool:
+        """Whether ``work``'s plain function is on the pool, queued or on a thread (with
+        interceptors the chain knows; without, a plain function not ended is on the pool)."""
+        if self._chain is not None:
+            return self._chain.on_pool(work)
+        return not work.job_type.is_async
+
+    def ended(self, work: Work) -> bool:
+        """``work`` ends now (call before its end): True if its plain function is still on the
+        pool, and then a thread is lent in its place until it is back."""
+        if work in self._lent:
+            return True
+        if not self._on_pool(work):
+            return False
+        self._lent.add(work)
+        self._pool.lend()
+        return True
+
+    def keeps(self, work: Work) -> bool:
+        """``work``'s concurrency slot is free: whether its thread still has it, so that its key
+        and its type's and tenant's slots are freed when the thread is back (:meth:`back`),
+        not now by the caller."""
+        if work in self._lent:
+            self._kept.add(work)
+            return True
+        return False
+
+    def back(self, work: Work) -> None:
+        """The thread of a job that ended before it is back (the caller pumps)."""
+        if work not in self._lent:
+            return  # it never ran (its job ended before a thread took it), or never outlived it
+        self._lent.discard(work)
+        self._pool.give_back()
+        if work in self._kept:
+            self._kept.discard(work)
+            self._release(work)
+
+    def threads_back(self, batch: list[Completion]) -> None:
+        """Plain functions back from their thread after their job ended (with interceptors)."""
+        for work, _, _, _ in batch:
+            self.back(work)
+        self._pump()
