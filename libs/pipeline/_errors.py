@@ -26,6 +26,16 @@ class SettingsError(ConfigurationError):
     """A setting has an invalid value; the message names each one and where it came from."""
 
 
+class UnknownPriorityError(ConfigurationError, ValueError):
+    """A priority that is none of the four (``priority=`` of an enqueue, a job type, a
+    schedule, a replay); the message names the valid ones. A ``ValueError`` too, as it was."""
+
+    def __init__(self, value: object, priorities: Sequence[str]) -> None:
+        super().__init__(f"unknown priority {value!r}; use one of: {', '.join(priorities)}")
+        self.value = value
+        self.priorities = tuple(priorities)
+
+
 class PayloadValidationError(PipelineError, ValueError):
     """A job's payload does not match its job type's schema; nothing was sent.
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
+from ._errors import UnknownPriorityError
+
 
 def now_ms() -> int:
     """Milliseconds since the Unix epoch: the wire's unit of time."""
@@ -65,11 +67,12 @@ class Priority(StrEnum):
 
     @classmethod
     def parse(cls, value: str | Priority) -> Priority:
+        """``value`` as a priority; one that names none raises :class:`UnknownPriorityError`
+        (a :class:`ConfigurationError`, and a ``ValueError``) naming the four."""
         try:
             return cls(value)
         except ValueError:
-            names = ", ".join(p.value for p in cls)
-            raise ValueError(f"unknown priority {value!r}; use one of: {names}") from None
+            raise UnknownPriorityError(value, [p.value for p in cls]) from None
 
 
 class PayloadEncoding(StrEnum):

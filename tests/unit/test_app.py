@@ -462,3 +462,11 @@ def test_the_enqueue_command_refuses_a_blank_idempotency_key_as_a_usage_error() 
     )
     assert result.exit_code == 2, result.output
     assert "idempotency key must not be empty" in result.output
+
+
+def test_the_enqueue_command_names_the_priorities_it_takes() -> None:
+    result = CliRunner().invoke(
+        cli, ["enqueue", "t", "--payload", "{}", "--priority", "urgent", "--timeout", "1"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "'urgent' is not one of 'critical', 'high', 'default', 'low'" in result.output

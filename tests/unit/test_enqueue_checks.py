@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -80,6 +81,32 @@ def test_a_mistyped_option_is_a_configuration_error_naming_it(
 
     with pytest.raises(ConfigurationError, match=message):
         typed.with_options(**options)
+    app.flush()
+    assert transport.messages == []
+
+
+PRIORITIES = "unknown priority 'urgent'; use one of: critical, high, default, low"
+
+
+def test_an_unknown_priority_is_a_configuration_error_naming_the_valid_ones(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    # It was a bare ValueError: no PipelineError, so `except PipelineError` let it through.
+    @app.job("typed")
+    def typed() -> None: ...
+
+    calls: list[Callable[[], object]] = [
+        lambda: app.enqueue("t", {}, priority="urgent"),
+        lambda: app.enqueue("t", {}, priority="urgent", wait=True),
+        lambda: app.submit("t", {}, priority="urgent"),
+        lambda: app.enqueue_many("t", [{}], priority="urgent"),
+        lambda: typed.with_options(priority="urgent").enqueue(),
+        lambda: app.job("other", priority="urgent"),
+    ]
+    for call in calls:
+        with pytest.raises(ConfigurationError, match=PRIORITIES) as caught:
+            call()
+        assert isinstance(caught.value, ValueError)  # what it was, for those who caught that
     app.flush()
     assert transport.messages == []
 
