@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from functools import partial
 from types import TracebackType
 from typing import Any, cast
 
@@ -13,13 +12,8 @@ from confluent_kafka import KafkaError, Message
 from . import _exitflush
 from ._dedupstores import DedupStore
 from ._delivery import FailureLog, JobHandle, PipelineFailure
-from ._errors import (
-    ConfigurationError,
-    EnqueueError,
-    KafkaUnavailableError,
-    PayloadValidationError,
-    PipelineError,
-)
+from ._enqueuemany import send_many
+from ._errors import ConfigurationError, EnqueueError, KafkaUnavailableError, PipelineError
 from ._interceptors import Interceptor, check_interceptors, header_source
 from ._job import Priority, new_job_id, now_ms
 from ._jobfunction import (
@@ -33,7 +27,6 @@ from ._jobfunction import (
 from ._jobtemplate import JobTemplate
 from ._producer import (
     PRODUCE_OVERHEAD,
-    DeliveryCallback,
     KafkaTransport,
     Transport,
     message_max_bytes,
@@ -208,46 +201,23 @@ class Pipeline:
         A payload that fails validation, or a job larger than the producer sends
         (``message.max.bytes``), raises :class:`PayloadValidationError`: the jobs before it
         are sent, as one enqueue each would have sent them, it and the ones after it are not.
-        The error of a job too large names its index in ``payloads``.
+        The error names its index in ``payloads`` (``index``) and carries the ids of the jobs
+        sent before it (``enqueued_ids``).
         """
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         if route.idempotency_key is not None:
             # The workers would run the first job and drop the others as its duplicates.
             raise ConfigurationError(SHARED_KEY)
         template = JobTemplate(self.codec, route.job(new_job_id(), b"{}"))
-        transport = self._transport
-        produce_many = getattr(transport, "produce_many", None)
-        if produce_many is None:  # a transport without it gets one produce() per job
-            produce_many = partial(_produce_each, transport.produce)
-        topic, key, on_delivery, log = route.topic, route.key, self._on_delivery, self._failures
-        room = self._room - len(key or b"")
-        encode, make_id, checked = template.encode, new_job_id.at, self._payload_bytes
-        # Nothing to check but what the codec checks itself (a mapping, encodable): call it alone.
-        codec_only = route.registered is None and route.check is None
-        codec, job_type = route.payload_codec.encode, route.job_type
-        ids: list[str] = []
-        values: list[bytes] = []
-        try:
-            for payload in payloads:
-                created_at = now_ms()
-                job_id = make_id(created_at)
-                data = codec(job_type, payload) if codec_only else checked(route, payload)
-                value = encode(job_id, data, created_at)
-                if len(value) > room:
-                    raise self._too_large(job_type, len(value) + len(key or b""), len(ids))
-                values.append(value)
-                ids.append(job_id)
-                if len(values) == _BATCH:
-                    batch, values = values, []  # handed over: never sent twice, whatever fails
-                    log.sent += _BATCH
-                    produce_many(topic, batch, key, on_delivery)
-                    transport.poll(0)  # serve delivery callbacks so they never pile up
-        finally:
-            # The jobs before a payload that failed validation are sent, as one by one would.
-            if values:
-                log.sent += len(values)
-                produce_many(topic, values, key, on_delivery)
-        return ids
+        return send_many(
+            self._transport,
+            route,
+            template,
+            payloads,
+            on_delivery=self._on_delivery,
+            log=self._failures,
+            max_bytes=self._max_bytes,
+        )
 
     def outbox(self, connection: Any, *, table: str = DEFAULT_TABLE) -> Outbox:
         """Enqueue jobs in ``connection``'s open transaction (a ``sqlite3`` or ``psycopg`` one).
@@ -360,7 +330,7 @@ class Pipeline:
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         job_id = new_job_id()
         route = outbox_route(route, job_id)
-        value = self.codec.encode(route.job(job_id, self._payload_bytes(route, _or_empty(payload))))
+        value = self.codec.encode(route.job(job_id, route.payload_bytes(_or_empty(payload))))
         return OutboxJob(job_id, route.topic, route.key, value)
 
     def _send(
@@ -372,7 +342,7 @@ class Pipeline:
         handle: JobHandle | None = None,
     ) -> str:
         """Produce one job; ``handle`` learns its id before its delivery report can come."""
-        data = self._payload_bytes(route, payload)
+        data = route.payload_bytes(payload)
         if template is None:
             job_id = new_job_id()
             value = self.codec.encode(route.job(job_id, data))
@@ -382,7 +352,7 @@ class Pipeline:
             value = template.encode(job_id, data, created_at)
         key = route.key
         if len(value) > self._room - len(key or b""):
-            raise self._too_large(route.job_type, len(value) + len(key or b""))
+            raise too_large(route.job_type, len(value) + len(key or b""), self._max_bytes)
         if handle is not None:
             handle.job_id = job_id
         self._transport.produce(route.topic, value, key, on_delivery)
@@ -393,33 +363,6 @@ class Pipeline:
             self._transport.poll(0)
         return job_id
 
-    def _too_large(
-        self, job_type: str, size: int, index: int | None = None
-    ) -> PayloadValidationError:
-        """A job of ``size`` bytes the producer would refuse; ``index``: its place in a batch."""
-        if index is None:
-            return too_large(job_type, size, self._max_bytes)
-        where = (
-            f"job #{index} of the batch (the {index} before it were enqueued, "
-            "it and the ones after it were not): "
-        )
-        return too_large(job_type, size, self._max_bytes, where)
-
-    @staticmethod
-    def _payload_bytes(route: Route, payload: Mapping[str, Any]) -> bytes:
-        """The validated, encoded payload of a job of ``route``."""
-        if type(payload) is not dict and not isinstance(payload, Mapping):
-            raise PayloadValidationError(
-                route.job_type, f"payload must be a mapping, got {type(payload).__name__}"
-            )
-        registered = route.registered
-        if registered is not None:
-            registered.check_payload(payload)
-        payload_bytes = route.payload_codec.encode(route.job_type, payload)
-        if route.check is not None:
-            route.check(payload, payload_bytes)
-        return payload_bytes
-
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         self._failures.answered += 1
         if error is None:
@@ -429,18 +372,3 @@ class Pipeline:
 
 def _or_empty(payload: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return {} if payload is None else payload  # not `or {}`: [] or "" is refused, not sent
-
-
-_BATCH = 1000
-"""Jobs of ``enqueue_many`` encoded before they are handed to the producer together."""
-
-
-def _produce_each(
-    produce: Callable[[str, bytes, bytes | None, DeliveryCallback], None],
-    topic: str,
-    values: list[bytes],
-    key: bytes | None,
-    on_delivery: DeliveryCallback,
-) -> None:
-    for value in values:
-        produce(topic, value, key, on_delivery)

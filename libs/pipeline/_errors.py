@@ -37,17 +37,46 @@ class UnknownPriorityError(ConfigurationError, ValueError):
 
 
 class PayloadValidationError(PipelineError, ValueError):
-    """A job's payload does not match its job type's schema; nothing was sent.
+    """A job's payload does not match its job type's schema; that job was not sent.
 
     ``errors`` lists one ``"field: problem (got value)"`` line per bad field when the payload
-    was checked against the handler's annotations (empty otherwise).
+    was checked against the handler's annotations (empty otherwise). Raised by a batch
+    (``enqueue_many``), ``index`` is the failing payload's place in it and ``enqueued_ids`` the
+    ids of the batch's jobs that were enqueued before it (``flush()`` waits for them); the
+    message names both. Outside a batch ``index`` is None and ``enqueued_ids`` empty.
     """
 
-    def __init__(self, job_type: str, reason: str, errors: tuple[str, ...] = ()) -> None:
-        super().__init__(f"invalid payload for job type {job_type!r}: {reason}")
+    def __init__(
+        self,
+        job_type: str,
+        reason: str,
+        errors: tuple[str, ...] = (),
+        *,
+        index: int | None = None,
+        enqueued_ids: Sequence[str] = (),
+    ) -> None:
+        where = "" if index is None else _place_in_batch(index, len(enqueued_ids))
+        super().__init__(f"invalid payload for job type {job_type!r}: {where}{reason}")
         self.job_type = job_type
         self.reason = reason
         self.errors = errors
+        self.index = index
+        self.enqueued_ids = list(enqueued_ids)
+
+    def in_batch(self, index: int, enqueued_ids: Sequence[str]) -> PayloadValidationError:
+        """This error, as that of payload ``index`` of a batch whose jobs ``enqueued_ids`` were
+        enqueued before it."""
+        return PayloadValidationError(
+            self.job_type, self.reason, self.errors, index=index, enqueued_ids=enqueued_ids
+        )
+
+
+def _place_in_batch(index: int, enqueued: int) -> str:
+    before = f"the {index}" if enqueued == index else f"{enqueued} of the {index}"
+    return (
+        f"job #{index} of the batch ({before} before it were enqueued, it and the ones after it "
+        "were not): "
+    )
 
 
 class UnknownJobTypeError(PipelineError, LookupError):

@@ -111,12 +111,12 @@ def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_siz
     return len(value) + len(key or b"") + headers_size + RECORD_OVERHEAD <= max_bytes
 
 
-def too_large(job_type: str, size: int, max_bytes: int, where: str = "") -> PayloadValidationError:
-    """The error for a job of ``size`` bytes (value and key) that :func:`fits_in_message` does
-    not take; ``where`` says which job of a batch it is and what happened to the others."""
+def too_large(job_type: str, size: int, max_bytes: int) -> PayloadValidationError:
+    """The error for a job of ``size`` bytes (value and key) that a producer sending at most
+    ``max_bytes`` refuses."""
     return PayloadValidationError(
         job_type,
-        f"{where}the job takes {size:,} bytes and more as a Kafka message, more than the "
+        f"the job takes {size:,} bytes and more as a Kafka message, more than the "
         f"{max_bytes:,} the producer sends (message.max.bytes): keep large data elsewhere and "
         "pass a reference",
     )

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ._codec import JobCodec, JsonPayload, PayloadCodec
-from ._errors import ConfigurationError
+from ._errors import ConfigurationError, PayloadValidationError
 from ._job import Job, Priority, delay_s, due_at_ms, due_in_ms, new_job_id
 from ._jobfunction import EnqueueOptions
 from ._jobtemplate import JobTemplate
@@ -61,6 +61,20 @@ class Route:
             tenant=self.tenant,
             headers=self.headers.copy() if self.headers else {},
         )
+
+    def payload_bytes(self, payload: Mapping[str, Any]) -> bytes:
+        """``payload`` validated (the handler's signature and annotations) and encoded."""
+        if type(payload) is not dict and not isinstance(payload, Mapping):
+            raise PayloadValidationError(
+                self.job_type, f"payload must be a mapping, got {type(payload).__name__}"
+            )
+        registered = self.registered
+        if registered is not None:
+            registered.check_payload(payload)
+        payload_bytes = self.payload_codec.encode(self.job_type, payload)
+        if self.check is not None:
+            self.check(payload, payload_bytes)
+        return payload_bytes
 
 
 def not_before_ms(delay: float | timedelta | None, run_at: datetime | None) -> int | None:

@@ -380,12 +380,42 @@ def test_enqueue_many_sends_the_jobs_before_a_bad_payload_and_none_after(
 ) -> None:
     payloads: list[Any] = [{"i": i} for i in range(1600)]
     payloads[bad_at] = {"i": float("nan")}
-    with pytest.raises(PayloadValidationError, match="field 'i'"):
+    with pytest.raises(PayloadValidationError, match="field 'i'") as caught:
         app.enqueue_many("bulk", payloads)
     app.flush()
-    assert [json.loads(j.payload)["i"] for j in transport.jobs("acme.jobs.default")] == list(
-        range(bad_at)
+    sent = transport.jobs("acme.jobs.default")
+    assert [json.loads(j.payload)["i"] for j in sent] == list(range(bad_at))
+    # The error names the failing payload and carries what was sent before it.
+    error = caught.value
+    assert (error.job_type, error.index) == ("bulk", bad_at)
+    assert error.enqueued_ids == [j.id for j in sent]
+    assert str(error).startswith(
+        f"invalid payload for job type 'bulk': job #{bad_at} of the batch (the {bad_at} before "
+        "it were enqueued, it and the ones after it were not): "
     )
+
+
+def test_enqueue_many_names_the_failing_payload_of_a_registered_type_with_its_fields(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    @app.job("report.build")
+    def build(report_id: int) -> None:
+        return None
+
+    payloads = ({"report_id": n} if n != 2 else {"report_id": "two"} for n in range(4))
+    with pytest.raises(PayloadValidationError) as caught:
+        app.enqueue_many("report.build", payloads)
+    error = caught.value
+    assert error.index == 2
+    assert "'report.build': job #2 of the batch" in str(error)
+    [field] = error.errors
+    assert field.startswith("report_id:")
+    app.flush()
+    assert error.enqueued_ids == [j.id for j in transport.jobs("acme.jobs.default")]
+    assert len(error.enqueued_ids) == 2
+    with pytest.raises(PayloadValidationError) as single:
+        app.enqueue("report.build", {"report_id": "two"})
+    assert (single.value.index, single.value.enqueued_ids) == (None, [])
 
 
 class _RefusingSecondBatch(_BatchRecorder):

@@ -216,6 +216,8 @@ def test_enqueue_many_sends_the_jobs_before_one_too_large_and_names_its_index(
     app.flush()
     sent = transport.jobs("acme.jobs.default")
     assert [json.loads(job.payload)["i"] for job in sent] == list(range(big_at))
+    assert caught.value.index == big_at
+    assert caught.value.enqueued_ids == [job.id for job in sent]
 
 
 def test_the_enqueue_bound_is_librdkafkas_own() -> None:

@@ -1,0 +1,84 @@
+"""``enqueue_many``: the jobs of one route validated, encoded and handed to the producer in
+batches, each refused payload named by its place in the batch."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from typing import Any
+
+from ._delivery import FailureLog
+from ._errors import PayloadValidationError
+from ._job import new_job_id, now_ms
+from ._jobtemplate import JobTemplate
+from ._producer import PRODUCE_OVERHEAD, DeliveryCallback, Transport, too_large
+from ._route import Route
+
+__all__ = ["BATCH", "send_many"]
+
+BATCH = 1000
+"""Jobs encoded before they are handed to the producer together."""
+
+
+def send_many(
+    transport: Transport,
+    route: Route,
+    template: JobTemplate,
+    payloads: Iterable[Mapping[str, Any]],
+    *,
+    on_delivery: DeliveryCallback,
+    log: FailureLog,
+    max_bytes: int,
+) -> list[str]:
+    """Send a job of ``route`` (encoded by ``template``) per payload; return their ids.
+
+    A payload that fails validation, or a job larger than a producer sending ``max_bytes``
+    takes, raises :class:`PayloadValidationError` naming its index and carrying the ids of the
+    jobs before it (:meth:`~PayloadValidationError.in_batch`): those are sent, as one enqueue
+    each would have sent them; it and the ones after it are not.
+    """
+    produce_many = getattr(transport, "produce_many", None)
+    if produce_many is None:  # a transport without it gets one produce() per job
+        produce_many = partial(_produce_each, transport.produce)
+    topic, key = route.topic, route.key
+    room = max_bytes - PRODUCE_OVERHEAD - len(key or b"")
+    encode, make_id, checked = template.encode, new_job_id.at, route.payload_bytes
+    # Nothing to check but what the codec checks itself (a mapping, encodable): call it alone.
+    codec_only = route.registered is None and route.check is None
+    codec, job_type = route.payload_codec.encode, route.job_type
+    ids: list[str] = []
+    values: list[bytes] = []
+    try:
+        for payload in payloads:
+            created_at = now_ms()
+            job_id = make_id(created_at)
+            data = codec(job_type, payload) if codec_only else checked(payload)
+            value = encode(job_id, data, created_at)
+            if len(value) > room:
+                raise too_large(job_type, len(value) + len(key or b""), max_bytes)
+            values.append(value)
+            ids.append(job_id)
+            if len(values) == BATCH:
+                batch, values = values, []  # handed over: never sent twice, whatever fails
+                log.sent += BATCH
+                produce_many(topic, batch, key, on_delivery)
+                transport.poll(0)  # serve delivery callbacks so they never pile up
+    except PayloadValidationError as exc:
+        raise exc.in_batch(len(ids), ids) from exc.__cause__
+    finally:
+        # The jobs before a payload that failed validation are sent, as one by one would.
+        if values:
+            log.sent += len(values)
+            produce_many(topic, values, key, on_delivery)
+    return ids
+
+
+def _produce_each(
+    produce: Callable[[str, bytes, bytes | None, DeliveryCallback], None],
+    topic: str,
+    values: list[bytes],
+    key: bytes | None,
+    on_delivery: DeliveryCallback,
+) -> None:
+    for value in values:
+        produce(topic, value, key, on_delivery)
