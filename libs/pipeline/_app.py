@@ -25,20 +25,15 @@ from ._jobfunction import (
     takes_ctx_first,
 )
 from ._jobtemplate import JobTemplate
-from ._producer import (
-    PRODUCE_OVERHEAD,
-    KafkaTransport,
-    Transport,
-    message_max_bytes,
-    refusal_of,
-    too_large,
-)
+from ._messagesize import PRODUCE_OVERHEAD, message_max_bytes, too_large
+from ._producer import KafkaTransport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
 from ._route import SHARED_KEY, PlainRoutes, Route, resolve_route
 from ._schemaregistry import job_codec
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
+from ._transport import Transport, fatal_of, refusal_of
 from .outbox._dialect import DEFAULT_TABLE
 from .outbox._writer import Outbox, OutboxJob, outbox_route
 
@@ -249,7 +244,8 @@ class Pipeline:
             )
         failures = self._failures.take()
         if failures:
-            first = failures[0]
+            # A producer that failed for good is what the caller most needs to hear of.
+            first = next((f for f in failures if f.fatal is not None), failures[0])
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
             raise first.error(self.settings) from EnqueueError(first.job_id, first.reason + more)
 
@@ -367,7 +363,7 @@ class Pipeline:
         self._failures.answered += 1
         if error is None:
             return
-        self._failures.add(PipelineFailure.from_delivery(error, message))
+        self._failures.add(PipelineFailure.from_delivery(error, message, fatal_of(self._transport)))
 
 
 def _or_empty(payload: Mapping[str, Any] | None) -> Mapping[str, Any]:

@@ -12,10 +12,10 @@ from confluent_kafka import KafkaError, Message
 
 from ._avro import HEADER_SIZE, MARKER
 from ._avrogen import _read_long as read_long
-from ._errors import EnqueueError, KafkaUnavailableError, not_authorized
-from ._producer import UNREACHABLE_CODES, Transport, refusal_of
+from ._errors import EnqueueError, KafkaUnavailableError, ProducerFatalError, not_authorized
 from ._schemaregistry import FRAME_SIZE, MAGIC
 from ._settings import Settings
+from ._transport import UNREACHABLE_CODES, Transport, fatal_of, refusal_of
 
 _MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
 _UNKNOWN_ID = "<unknown>"
@@ -52,21 +52,34 @@ def job_id_of(value: bytes) -> str:
 
 @dataclass(frozen=True, slots=True)
 class PipelineFailure:
-    """A job Kafka did not acknowledge, as reported by its delivery callback."""
+    """A job Kafka did not acknowledge, as reported by its delivery callback; ``fatal``: the
+    fatal error of the producer that held it, when that one failed for good."""
 
     job_id: str
     topic: str
     code: int
     reason: str
+    fatal: str | None = None
 
     @classmethod
-    def from_delivery(cls, error: KafkaError, message: Message) -> PipelineFailure:
+    def from_delivery(
+        cls, error: KafkaError, message: Message, fatal: str | None = None
+    ) -> PipelineFailure:
         """The failure of ``message``, a job envelope (its id is read, not decoded: see
         :func:`job_id_of`)."""
         job_id = job_id_of(message.value() or b"")
-        return cls(job_id, message.topic() or "?", error.code(), error.str())
+        return cls(job_id, message.topic() or "?", error.code(), error.str(), fatal)
+
+    @property
+    def why(self) -> str:
+        """The reason, with the producer's fatal error when there is one."""
+        if self.fatal is None:
+            return self.reason
+        return f"{self.reason} (the producer failed for good: {self.fatal})"
 
     def error(self, settings: Settings) -> EnqueueError | KafkaUnavailableError:
+        if self.fatal is not None:
+            return ProducerFatalError(self.job_id, self.reason, self.fatal)
         if self.code in UNREACHABLE_CODES:
             return KafkaUnavailableError(
                 f"job {self.job_id} was not acknowledged by Kafka at {settings.bootstrap_servers}"
@@ -183,7 +196,11 @@ class JobHandle:
             self._failures.answered += 1
         if error is not None:
             failure = PipelineFailure(
-                self.job_id, message.topic() or "?", error.code(), error.str()
+                self.job_id,
+                message.topic() or "?",
+                error.code(),
+                error.str(),
+                fatal_of(self._transport),
             )
             self._failure = failure
             if self._failures is not None:

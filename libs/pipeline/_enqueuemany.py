@@ -11,8 +11,9 @@ from ._delivery import FailureLog
 from ._errors import PayloadValidationError
 from ._job import new_job_id, now_ms
 from ._jobtemplate import JobTemplate
-from ._producer import PRODUCE_OVERHEAD, DeliveryCallback, Transport, too_large
+from ._messagesize import PRODUCE_OVERHEAD, too_large
 from ._route import Route
+from ._transport import DeliveryCallback, Transport
 
 __all__ = ["BATCH", "send_many"]
 

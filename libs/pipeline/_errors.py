@@ -193,6 +193,26 @@ class EnqueueError(PipelineError):
         self.reason = reason
 
 
+class ProducerFatalError(EnqueueError):
+    """The Kafka producer failed for good while it held this job: one of librdkafka's fatal
+    errors (``cause``), e.g. the idempotent producer's broken sequence. No call of that producer
+    can succeed any more; the application made a new one, which sends the jobs enqueued since.
+    A job the failed producer still had queued was never sent; one in flight may have been
+    written: enqueue it again if it must run (with an ``idempotency_key``, a copy runs once).
+    """
+
+    def __init__(self, job_id: str, reason: str, cause: str) -> None:
+        PipelineError.__init__(
+            self,
+            f"job {job_id} may not have reached Kafka: the producer failed for good ({cause}) "
+            f"while it held the job ({reason}). The jobs enqueued since go to a new producer; "
+            "enqueue this one again if it must run",
+        )
+        self.job_id = job_id
+        self.reason = reason
+        self.cause = cause
+
+
 class TimeLimitError(PipelineError, TimeoutError):
     """A job ran past its type's ``time_limit``; the worker failed it at the deadline."""
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol
 
-from ._producer import UNREACHABLE_CODES
+from ._transport import UNREACHABLE_CODES
 
 if TYPE_CHECKING:
     from ._delivery import PipelineFailure
@@ -97,9 +97,7 @@ def report_lost(
     if refused:
         why = _why("not sent", [refused])
     elif unacknowledged:
-        why = _why(
-            f"still unacknowledged {timeout:g}s after exit began", [f.reason for f in failures]
-        )
+        why = _why(f"still unacknowledged {timeout:g}s after exit began", [f.why for f in failures])
     else:
         why = _failed(app.settings, failures)
     _log.error(
@@ -121,12 +119,17 @@ def _why(what: str, reasons: Sequence[str]) -> str:
 
 
 def _failed(settings: Settings, failures: Sequence[PipelineFailure]) -> str:
-    """Why the delivery reports of ``failures`` failed: Kafka refused the jobs, or did not
-    acknowledge them within the delivery timeout (which is no refusal: it may be down)."""
-    timed_out = [f.reason for f in failures if f.code in UNREACHABLE_CODES]
-    refused = [f.reason for f in failures if f.code not in UNREACHABLE_CODES]
+    """Why the delivery reports of ``failures`` failed: their producer failed for good, Kafka
+    refused the jobs, or did not acknowledge them within the delivery timeout (which is no
+    refusal: it may be down)."""
+    fatal = [f.fatal for f in failures if f.fatal is not None]
+    told = [f for f in failures if f.fatal is None]
+    timed_out = [f.reason for f in told if f.code in UNREACHABLE_CODES]
+    refused = [f.reason for f in told if f.code not in UNREACHABLE_CODES]
     timeout = settings.producer.delivery_timeout_s
-    parts = [_why("refused", refused)] if refused else []
+    parts = [_why("the producer failed for good", fatal)] if fatal else []
+    if refused:
+        parts.append(_why("refused", refused))
     if timed_out:
         parts.append(
             _why(f"not acknowledged within the delivery timeout of {timeout:g}s", timed_out)

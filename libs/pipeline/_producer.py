@@ -3,35 +3,57 @@
 It is wrapped, not subclassed, so that the rest of the package depends on four methods only and
 tests can swap it for an in-memory transport. A producer Kafka refuses (credentials, TLS:
 :mod:`._authfailure`) raises :class:`KafkaAuthenticationError` from the next call, and its
-waits stop at the refusal instead of at ``delivery.timeout.ms``.
+waits stop at the refusal instead of at ``delivery.timeout.ms``. A producer that fails for good
+(one of librdkafka's fatal errors) is replaced by a new one, as Spring Kafka and Confluent's
+guidance do: the jobs it still held fail with the cause (:class:`ProducerFatalError`, see
+:func:`fatal_of`), the next ones go to the new producer.
 """
 
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import threading
 import time
 import weakref
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from ._authfailure import authentication_error
-from ._brokerhealth import BrokerHealth, DeliveryCallback
-from ._errors import (
-    KafkaAuthenticationError,
-    KafkaUnavailableError,
-    PayloadValidationError,
-    PipelineError,
+from ._brokerhealth import BrokerHealth
+from ._clientlog import is_fatal
+from ._errors import KafkaAuthenticationError, KafkaUnavailableError, PipelineError
+from ._messagesize import (
+    LIBRDKAFKA_MESSAGE_MAX_BYTES,
+    PRODUCE_OVERHEAD,
+    RECORD_OVERHEAD,
+    fits_in_message,
+    message_max_bytes,
+    too_large,
 )
+from ._producerconfig import producer_config
 from ._settings import Settings
+from ._transport import (
+    UNREACHABLE_CODES,
+    DeliveryCallback,
+    Transport,
+    describe_fatal,
+    fatal_of,
+    refusal_of,
+)
 
 __all__ = [
+    "LIBRDKAFKA_MESSAGE_MAX_BYTES",
+    "PRODUCE_OVERHEAD",
+    "RECORD_OVERHEAD",
     "UNREACHABLE_CODES",
     "DeliveryCallback",
     "KafkaTransport",
     "Transport",
+    "fatal_of",
     "fits_in_message",
     "message_max_bytes",
     "producer_config",
@@ -39,117 +61,15 @@ __all__ = [
     "too_large",
 ]
 
+_log = logging.getLogger("pipeline.producer")
 WAIT_STEP_S = 0.2
 """A flush waits in steps this long, to stop at a refusal of the credentials."""
 _PROPAGATION_MAX_MS = 30_000
 """How long a producer waits for a topic it cannot find at most (librdkafka's default); half
 the delivery timeout when that is shorter, so that such a job fails as a missing topic."""
-LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
-"""librdkafka's default ``message.max.bytes``: the largest message a producer sends."""
 REFUSAL_FRESH_S = 30.0
 """A refusal counts this long after librdkafka last reported it (it repeats it at each attempt,
 every second or so): a producer whose credentials are accepted later works again."""
-
-# librdkafka error codes that mean "Kafka could not be reached", as opposed to "Kafka said no".
-UNREACHABLE_CODES = frozenset(
-    {
-        KafkaError._MSG_TIMED_OUT,
-        KafkaError._TIMED_OUT,
-        KafkaError._TRANSPORT,
-        KafkaError._ALL_BROKERS_DOWN,
-        KafkaError.REQUEST_TIMED_OUT,
-    }
-)
-
-
-class Transport(Protocol):
-    """What the application needs from a producer; the in-memory broker implements it too.
-
-    A transport may also have ``purge()``: drop what is still queued, each with a failed
-    delivery callback, so that the exit report names the jobs it loses; and ``refused()``:
-    the :class:`KafkaAuthenticationError` to raise once Kafka refused it (see
-    :func:`refusal_of`).
-    """
-
-    def produce(
-        self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
-    ) -> None: ...
-
-    def poll(self, timeout: float = 0) -> int: ...
-
-    def flush(self, timeout: float) -> int: ...
-
-    def close(self) -> None: ...
-
-
-def refusal_of(transport: Transport) -> KafkaAuthenticationError | None:
-    """The error to raise when Kafka refused ``transport``'s credentials (None: it did not)."""
-    refused = getattr(transport, "refused", None)
-    return refused() if refused is not None else None
-
-
-def message_max_bytes(settings: Settings) -> int:
-    """The largest message (value, key and headers) the services' producers send: librdkafka
-    refuses a larger one at once, which inside a transaction aborts it."""
-    limit = settings.kafka.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
-    return int(limit)
-
-
-RECORD_OVERHEAD = 512
-"""Room left for what a record adds to its value, key and headers (lengths, timestamp), where a
-record is written later than it is checked (the outbox, moves, dead letters)."""
-PRODUCE_OVERHEAD = 36
-"""What librdkafka itself adds to a record's value, key and headers when it checks
-``message.max.bytes`` as it takes the record (measured: with no key nor headers, a value of
-``message.max.bytes - 36`` bytes is taken, one byte more refused): the bound of an enqueue,
-which produces at once, so that every job librdkafka would take is taken."""
-
-
-def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_size: int = 0) -> bool:
-    """Whether a record of ``value``, ``key`` and ``headers_size`` bytes of headers is one a
-    producer sending at most ``max_bytes`` (:func:`message_max_bytes`) takes."""
-    return len(value) + len(key or b"") + headers_size + RECORD_OVERHEAD <= max_bytes
-
-
-def too_large(job_type: str, size: int, max_bytes: int) -> PayloadValidationError:
-    """The error for a job of ``size`` bytes (value and key) that a producer sending at most
-    ``max_bytes`` refuses."""
-    return PayloadValidationError(
-        job_type,
-        f"the job takes {size:,} bytes and more as a Kafka message, more than the "
-        f"{max_bytes:,} the producer sends (message.max.bytes): keep large data elsewhere and "
-        "pass a reference",
-    )
-
-
-def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]:
-    """librdkafka options for producing jobs: idempotent, ``acks=all``, bounded delivery time.
-
-    ``bulk``: the options of the producer that ``enqueue_many`` uses, which lingers
-    ``producer.bulk_linger_ms`` to fill bigger batches.
-    """
-    conf: dict[str, Any] = {
-        "enable.idempotence": True,
-        "acks": "all",
-        # The Java client's partitioner, so that a key maps to the same partition whichever
-        # language produced the job (librdkafka's default hashes keys with CRC32 instead).
-        "partitioner": "murmur2_random",
-        # Unkeyed jobs go to a random partition each. librdkafka's default sticks to one
-        # partition for a while, so a burst (all of it, from a producer still fetching
-        # metadata) lands on one partition and one worker runs it while the others idle.
-        "sticky.partitioning.linger.ms": 0,
-        "linger.ms": settings.producer.bulk_linger_ms if bulk else settings.producer.linger_ms,
-        "compression.type": settings.producer.compression,
-        "delivery.timeout.ms": int(settings.producer.delivery_timeout_s * 1000),
-        "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 1_048_576,
-        # A job is one small request: sent at once, not held back until the broker acknowledges
-        # the previous one (Nagle's algorithm against its delayed ACKs). Only recent librdkafka
-        # releases turn Nagle off by default; older ones that confluent-kafka 2.6 brings do not.
-        "socket.nagle.disable": True,
-    }
-    conf.update(settings.client_config())
-    return conf
 
 
 class KafkaTransport:
@@ -157,8 +77,14 @@ class KafkaTransport:
 
     Two producers when ``producer.bulk_linger_ms`` differs from ``producer.linger_ms``: single
     jobs go out at once, batches of ``enqueue_many`` linger to fill bigger requests (a linger
-    is one setting for a whole librdkafka producer). A keyed job waits until the other producer
-    has delivered what it holds, so that a key's jobs keep the order they were enqueued in.
+    is one setting for a whole librdkafka producer). A keyed job waits until the other producers
+    have delivered what they hold, so that a key's jobs keep the order they were enqueued in.
+
+    A producer that fails for good is *retired*: the next call makes a new one, and the retired
+    one is still served (polled, flushed, purged) until it has told the fate of every job it
+    held, each failed one with its fatal error (:meth:`failed_for_good`). confluent-kafka
+    raises such an error once, from whichever poll or flush serves it (never to ``error_cb``),
+    and ``produce`` then refuses every job with ``_FATAL``: both are caught here.
 
     A forked child gets producers of its own on its first call (see :func:`_after_fork`).
     """
@@ -167,8 +93,11 @@ class KafkaTransport:
         self._settings = settings
         self._producer: Producer | None = None
         self._bulk: Producer | None = None
+        self._retired: dict[Producer, KafkaError] = {}
+        """Producers that failed for good (with their fatal error), until they hold nothing."""
+        self._serving = threading.local()
+        """``fatal``: the fatal error of the retired producer this thread serves now."""
         self._lock = threading.Lock()
-        self._fatal: KafkaError | None = None
         self._refusal: str | None = None
         self._refused_at = 0.0
         self._health = BrokerHealth.of(settings.bootstrap_servers)
@@ -178,11 +107,12 @@ class KafkaTransport:
     def _forget_parents_producers(self) -> None:
         """In a forked child: the parent's producers queue jobs but have no threads to send
         them (nor to flush at exit what the parent itself sends); the next call makes new ones."""
-        for producer in self._producers():
+        for producer in self._all():
             _never_destroy(producer)
         self._producer = self._bulk = None
+        self._retired = {}
+        self._serving = threading.local()
         self._lock = threading.Lock()  # another thread of the parent may have held it
-        self._fatal = None
 
     def _get(self, bulk: bool = False) -> Producer:
         bulk = bulk and self._two
@@ -208,26 +138,81 @@ class KafkaTransport:
             "topic.metadata.propagation.max.ms", min(_PROPAGATION_MAX_MS, propagation_ms)
         )
         # librdkafka's errors and log lines go to the cluster's health tracker (logging, one
-        # line per outage), not straight to stderr.
+        # line per outage), not straight to stderr. What else it reports to error_cb, it
+        # retries until delivery.timeout.ms, and each job's delivery report tells its fate.
         conf.update(
-            self._health.callbacks("producer", on_error=self._on_error, on_refused=self._on_refused)
+            self._health.callbacks("producer", on_error=_ignore, on_refused=self._on_refused)
         )
         return conf
 
     def _producers(self) -> list[Producer]:
+        """The producers that take new jobs."""
         return [p for p in (self._producer, self._bulk) if p is not None]
 
-    def _after_the_other(self, bulk: bool, key: bytes | None) -> None:
-        """Before a keyed job: let the other producer deliver what it holds (keeps key order)."""
-        other = self._producer if bulk else self._bulk
-        if key is not None and self._two and other is not None and len(other):
-            other.flush(self._settings.producer.delivery_timeout_s)
+    def _all(self) -> list[Producer]:
+        """Every producer that may hold jobs: those that take new ones, then the retired."""
+        return [*self._producers(), *self._retired]
 
-    def _on_error(self, error: KafkaError) -> None:
-        # Transport errors are retried by librdkafka until delivery.timeout.ms; only a fatal
-        # error (e.g. the idempotent producer was fenced) makes the producer unusable.
-        if error.fatal():
-            self._fatal = error
+    # -- a producer that fails for good ---------------------------------------------------
+
+    def _retire(self, producer: Producer, error: KafkaError) -> None:
+        """``producer`` failed for good with ``error``: the next call makes a new one."""
+        with self._lock:
+            if producer in self._retired:
+                return
+            self._retired[producer] = error
+            if producer is self._producer:
+                self._producer = None
+            if producer is self._bulk:
+                self._bulk = None
+        _log.error(
+            "the Kafka producer failed for good (%s); a new one sends the jobs enqueued from "
+            "now on, and the jobs the failed one held fail with this cause (flush() raises "
+            "ProducerFatalError for them)",
+            describe_fatal(error),
+        )
+
+    def _serve(self, producer: Producer, call: Callable[[float], int], timeout: float) -> int:
+        """``call(timeout)``, a poll or flush of ``producer``, with the fatal error it may
+        raise taken as the producer's end (retired, and the queue length returned)."""
+        fatal = self._retired.get(producer)
+        self._serving.fatal = fatal  # the delivery reports served now are of a failed producer
+        try:
+            return int(call(timeout))
+        except KafkaException as exc:
+            error = exc.args[0]
+            if not is_fatal(error):
+                raise
+            self._retire(producer, error)
+            return len(producer)
+        finally:
+            self._serving.fatal = None
+
+    def failed_for_good(self) -> str | None:
+        """The fatal error of the retired producer whose delivery reports this thread serves
+        now (None: a working producer's), for :func:`fatal_of`."""
+        fatal: KafkaError | None = getattr(self._serving, "fatal", None)
+        return describe_fatal(fatal) if fatal is not None else None
+
+    def _drop_drained(self) -> None:
+        """Release the retired producers that told the fate of every job they held."""
+        if self._retired:
+            with self._lock:
+                for producer in [p for p in self._retired if not len(p)]:
+                    del self._retired[producer]
+
+    # -- producing ------------------------------------------------------------------------
+
+    def _after_the_others(self, bulk: bool, key: bytes | None) -> None:
+        """Before a keyed job: let the other producers deliver what they hold (keeps key order)."""
+        if key is None:
+            return
+        timeout = self._settings.producer.delivery_timeout_s
+        other = self._producer if bulk else self._bulk
+        if self._two and other is not None and len(other):
+            self._serve(other, other.flush, timeout)
+        for retired in list(self._retired) if self._retired else ():
+            self._serve(retired, retired.flush, timeout)
 
     def _on_refused(self, text: str) -> None:
         self._refusal = text
@@ -245,8 +230,6 @@ class KafkaTransport:
         return authentication_error(self._settings, self._refusal)
 
     def _check(self) -> None:
-        if self._fatal is not None:
-            raise PipelineError(f"the Kafka producer failed for good: {self._fatal.str()}")
         refused = self.refused()
         if refused is not None:
             raise refused
@@ -256,16 +239,14 @@ class KafkaTransport:
     ) -> None:
         producer = self._get()
         self._check()
-        self._after_the_other(False, key)
+        self._after_the_others(False, key)
         if self._health.down:  # an acknowledgement now tells that Kafka is back
             on_delivery = self._health.watch_delivery("producer", on_delivery)
         try:
             producer.produce(topic, value, key, on_delivery=on_delivery)
-        except BufferError:
-            # The local queue is full: wait for Kafka to drain it, within the delivery timeout.
-            self._wait_for_room(producer, topic, value, key, on_delivery)
-        except KafkaException as exc:
-            raise PipelineError(f"cannot produce to {topic}: {exc.args[0].str()}") from exc
+        except (BufferError, KafkaException):
+            # The local queue is full, or the producer refused the job: as a batch of one.
+            self._produce_on(producer, topic, (value,), key, on_delivery, bulk=False)
 
     def produce_many(
         self, topic: str, values: list[bytes], key: bytes | None, on_delivery: DeliveryCallback
@@ -273,18 +254,61 @@ class KafkaTransport:
         """:meth:`produce` each of ``values``, with the checks made once for all of them."""
         producer = self._get(bulk=True)
         self._check()
-        self._after_the_other(True, key)
+        self._after_the_others(True, key)
         if self._health.down:
             on_delivery = self._health.watch_delivery("producer", on_delivery)
+        self._produce_on(producer, topic, values, key, on_delivery, bulk=True)
+
+    def _produce_on(
+        self,
+        producer: Producer,
+        topic: str,
+        values: Sequence[bytes],
+        key: bytes | None,
+        on_delivery: DeliveryCallback,
+        *,
+        bulk: bool,
+    ) -> None:
+        """Hand ``values`` to ``producer``, and what it did not take because it failed for
+        good to a new one."""
+        taken = self._produce_all(producer, topic, values, key, on_delivery)
+        if taken < len(values):
+            rest = values[taken:]
+            if self._produce_all(self._get(bulk), topic, rest, key, on_delivery) < len(rest):
+                raise PipelineError(
+                    f"cannot produce to {topic}: a new Kafka producer failed for good at once"
+                )
+
+    def _produce_all(
+        self,
+        producer: Producer,
+        topic: str,
+        values: Sequence[bytes],
+        key: bytes | None,
+        on_delivery: DeliveryCallback,
+    ) -> int:
+        """Hand ``values`` to ``producer``; how many it took before it failed for good (all of
+        them, unless it did: it is retired then)."""
         produce = producer.produce
+        taken = 0
         try:
             for value in values:
                 try:
                     produce(topic, value, key, on_delivery=on_delivery)
                 except BufferError:
+                    # The local queue is full: wait for Kafka to drain it, within the delivery
+                    # timeout.
                     self._wait_for_room(producer, topic, value, key, on_delivery)
+                taken += 1
         except KafkaException as exc:
-            raise PipelineError(f"cannot produce to {topic}: {exc.args[0].str()}") from exc
+            error = exc.args[0]
+            if not is_fatal(error):
+                raise PipelineError(f"cannot produce to {topic}: {error.str()}") from exc
+            # produce() says only _FATAL: the cause waits in the queue poll() serves.
+            self._serve(producer, producer.poll, 0)
+            self._retire(producer, error)  # no-op once the poll told (and retired it)
+            return taken
+        return len(values)
 
     def _wait_for_room(
         self,
@@ -296,7 +320,7 @@ class KafkaTransport:
     ) -> None:
         deadline = time.monotonic() + self._settings.producer.delivery_timeout_s
         while True:
-            producer.poll(0.05)
+            self._serve(producer, producer.poll, 0.05)
             self._check()
             try:
                 producer.produce(topic, value, key, on_delivery=on_delivery)
@@ -310,35 +334,46 @@ class KafkaTransport:
             else:
                 return
 
+    # -- serving --------------------------------------------------------------------------
+
     def poll(self, timeout: float = 0) -> int:
-        producers = self._producers()
+        producers = self._all()
         if not producers:
             return 0
-        served = sum(int(p.poll(0)) for p in producers[1:])
-        return served + int(producers[0].poll(timeout))
+        first, *others = producers
+        served = sum(self._serve(p, p.poll, 0) for p in others)
+        served += self._serve(first, first.poll, timeout)
+        self._drop_drained()
+        return served
 
     def flush(self, timeout: float) -> int:
         """Wait up to ``timeout`` for every queued job's acknowledgement; return how many are
         left (at once when Kafka refused the producer: :meth:`refused` says why)."""
         deadline = time.monotonic() + timeout
         left = 0
-        for producer in self._producers():
+        for producer in self._all():
             while True:
                 step = min(WAIT_STEP_S, max(0.0, deadline - time.monotonic()))
-                left_here = int(producer.flush(step))
+                left_here = self._serve(producer, producer.flush, step)
                 if not left_here or self._refused_now() or time.monotonic() >= deadline:
                     break
             left += left_here
+        self._drop_drained()
         return left
 
     def purge(self) -> None:
         """Drop the jobs still queued or in flight; their delivery callbacks report the loss."""
-        for producer in self._producers():
+        for producer in self._all():
             producer.purge()
 
     def close(self) -> None:
         self._producer = None
         self._bulk = None
+        self._retired = {}
+
+
+def _ignore(_error: KafkaError) -> None:
+    return None
 
 
 _transports: weakref.WeakSet[KafkaTransport] = weakref.WeakSet()

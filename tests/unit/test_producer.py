@@ -108,11 +108,19 @@ def test_produce_many_turns_a_refusal_into_a_pipeline_error(transport: KafkaTran
         transport.produce_many("t", [b"x"], None, _ignore)
 
 
-def test_produce_many_refuses_after_a_fatal_error(transport: KafkaTransport) -> None:
-    _fake(transport)
-    transport._on_error(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
-    with pytest.raises(PipelineError, match="failed for good"):
-        transport.produce_many("t", [b"x"], None, _ignore)
+def test_a_producer_that_failed_for_good_is_replaced_by_a_new_one(
+    transport: KafkaTransport,
+) -> None:
+    # It was kept, and refused every later job until the process restarted.
+    transport.produce_many("t", [b"1"], None, _ignore)
+    failed = _fake(transport)
+    failed.refuse = KafkaError(KafkaError._FATAL, "Local: Fatal error")
+    transport.produce_many("t", [b"2", b"3"], None, _ignore)
+    fresh = _fake(transport)
+    assert fresh is not failed
+    assert [v for _t, v, _k in fresh.sent] == [b"2", b"3"]
+    retired: dict[Any, KafkaError] = transport._retired
+    assert retired == {failed: failed.refuse}
 
 
 def test_batches_have_a_lingering_producer_of_their_own(transport: KafkaTransport) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from .._producer import fits_in_message
+from .._messagesize import fits_in_message
 from .._ratelog import RateLimitedLog
 from ._dialect import OutboxRow
 

@@ -1,0 +1,57 @@
+"""How large a Kafka message the producers send: librdkafka's ``message.max.bytes``.
+
+librdkafka refuses a larger record at once (inside a transaction, that aborts it), so the jobs
+are measured before they are produced, and a job too large is refused with an error that says
+what to do instead.
+"""
+
+from __future__ import annotations
+
+from ._errors import PayloadValidationError
+from ._settings import Settings
+
+__all__ = [
+    "LIBRDKAFKA_MESSAGE_MAX_BYTES",
+    "PRODUCE_OVERHEAD",
+    "RECORD_OVERHEAD",
+    "fits_in_message",
+    "message_max_bytes",
+    "too_large",
+]
+
+LIBRDKAFKA_MESSAGE_MAX_BYTES = 1_000_000
+"""librdkafka's default ``message.max.bytes``: the largest message a producer sends."""
+
+
+def message_max_bytes(settings: Settings) -> int:
+    """The largest message (value, key and headers) the services' producers send: librdkafka
+    refuses a larger one at once, which inside a transaction aborts it."""
+    limit = settings.kafka.get("message.max.bytes", LIBRDKAFKA_MESSAGE_MAX_BYTES)
+    return int(limit)
+
+
+RECORD_OVERHEAD = 512
+"""Room left for what a record adds to its value, key and headers (lengths, timestamp), where a
+record is written later than it is checked (the outbox, moves, dead letters)."""
+PRODUCE_OVERHEAD = 36
+"""What librdkafka itself adds to a record's value, key and headers when it checks
+``message.max.bytes`` as it takes the record (measured: with no key nor headers, a value of
+``message.max.bytes - 36`` bytes is taken, one byte more refused): the bound of an enqueue,
+which produces at once, so that every job librdkafka would take is taken."""
+
+
+def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_size: int = 0) -> bool:
+    """Whether a record of ``value``, ``key`` and ``headers_size`` bytes of headers is one a
+    producer sending at most ``max_bytes`` (:func:`message_max_bytes`) takes."""
+    return len(value) + len(key or b"") + headers_size + RECORD_OVERHEAD <= max_bytes
+
+
+def too_large(job_type: str, size: int, max_bytes: int) -> PayloadValidationError:
+    """The error for a job of ``size`` bytes (value and key) that a producer sending at most
+    ``max_bytes`` refuses."""
+    return PayloadValidationError(
+        job_type,
+        f"the job takes {size:,} bytes and more as a Kafka message, more than the "
+        f"{max_bytes:,} the producer sends (message.max.bytes): keep large data elsewhere and "
+        "pass a reference",
+    )
