@@ -31,8 +31,14 @@ def message_max_bytes(settings: Settings) -> int:
 
 
 RECORD_OVERHEAD = 512
-"""Room left for what a record adds to its value, key and headers (lengths, timestamp), where a
-record is written later than it is checked (the outbox, moves, dead letters)."""
+"""Room left for what a record adds to its value, key and headers, where a record is written
+in a transaction later than it is checked (the outbox, moves, dead letters). The broker
+measures a record *batch* (61 bytes of header and the record's own fields, up to 36 bytes)
+against the topic's ``max.message.bytes``: where that equals the producer's
+``message.max.bytes`` (both raised together), a record within :data:`PRODUCE_OVERHEAD` is taken
+by librdkafka and refused by the broker (measured: value and key of ``message.max.bytes - 36``
+bytes refused, of ``- 72`` written), which fails the whole transaction, every time it is tried.
+An enqueue, which fails alone then, keeps librdkafka's own bound."""
 PRODUCE_OVERHEAD = 36
 """What librdkafka itself adds to a record's value, key and headers when it checks
 ``message.max.bytes`` as it takes the record (measured: with no key nor headers, a value of
