@@ -25,9 +25,11 @@ from ._errors import (
     NotAuthorizedError,
     PayloadValidationError,
     PipelineError,
+    ProducerFatalError,
     SchemaNotFoundError,
     TimeLimitError,
     UnknownJobTypeError,
+    UnknownPriorityError,
 )
 from ._interceptors import CallNext, Interceptor, JobCall
 from ._job import AttemptError, Job, PayloadEncoding, Priority
@@ -65,10 +67,12 @@ __all__ = [
     "Pipeline",
     "PipelineError",
     "Priority",
+    "ProducerFatalError",
     "Retry",
     "SchemaNotFoundError",
     "Settings",
     "TimeLimitError",
     "UnknownJobTypeError",
+    "UnknownPriorityError",
     "__version__",
 ]

@@ -46,6 +46,8 @@ class JobOptions:
     """Seconds a key is held; None: the ``worker.dedup_ttl_s`` setting (an hour)."""
 
     def __post_init__(self) -> None:
+        # "high" as well as Priority.HIGH; anything else names the four (UnknownPriorityError)
+        object.__setattr__(self, "priority", Priority.parse(self.priority))
         for name in ("max_attempts", "concurrency"):
             value = getattr(self, name)
             if value is not None and value < 1:

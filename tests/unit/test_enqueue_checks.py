@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from pipeline import ConfigurationError, PayloadValidationError, Pipeline, Settings
+from pipeline import (
+    ConfigurationError,
+    JobOptions,
+    PayloadValidationError,
+    Pipeline,
+    Priority,
+    Settings,
+)
 from pipeline.testing import InMemoryTransport
 
 
@@ -234,3 +241,11 @@ def test_the_enqueue_bound_is_librdkafkas_own() -> None:
     assert refused.value.args[0].code() == KafkaError.MSG_SIZE_TOO_LARGE
     producer.purge()
     producer.flush(0)
+
+
+def test_job_options_made_directly_check_their_priority_too() -> None:
+    # `JobType(name, handler, JobOptions(priority="urgent"))` skipped the check of @app.job and
+    # failed later, at the first enqueue, as a bare ValueError far from the mistake.
+    assert JobOptions(priority="high").priority is Priority.HIGH  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=PRIORITIES):
+        JobOptions(priority="urgent")  # type: ignore[arg-type]

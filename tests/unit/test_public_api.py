@@ -36,11 +36,13 @@ PUBLIC = {
     "Pipeline",
     "PipelineError",
     "Priority",
+    "ProducerFatalError",
     "Retry",
     "SchemaNotFoundError",
     "Settings",
     "TimeLimitError",
     "UnknownJobTypeError",
+    "UnknownPriorityError",
     "__version__",
 }
 
@@ -58,7 +60,7 @@ def test_every_exported_name_exists() -> None:
 def test_errors_share_one_base() -> None:
     exported = [getattr(pipeline, n) for n in pipeline.__all__]
     errors = [e for e in exported if isinstance(e, type) and issubclass(e, BaseException)]
-    assert len(errors) == 12  # ten errors, Retry and TimeLimitError
+    assert len(errors) == 14  # twelve errors, Retry and TimeLimitError
     for error in errors:
         assert issubclass(error, pipeline.PipelineError), error
 
