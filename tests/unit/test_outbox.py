@@ -150,6 +150,22 @@ def test_one_file_lock_holder_at_a_time(database: Path) -> None:
     assert second.try_acquire()
 
 
+def test_a_symlink_to_the_database_takes_the_same_lock(database: Path, tmp_path: Path) -> None:
+    # The lock file was named after the path as given: a relay started with a symlink to the
+    # database had a lock of its own, and both relays were active.
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "shop.db"
+    link.symlink_to(database)
+    direct, linked = FileLock(database, "pipeline_outbox"), FileLock(link, "pipeline_outbox")
+    assert direct.try_acquire()
+    try:
+        assert not linked.try_acquire()
+    finally:
+        direct.release()
+    assert linked.try_acquire()
+    linked.release()
+
+
 def test_advisory_lock_keys_are_stable_and_positive() -> None:
     assert lock_key("pipeline_outbox") == lock_key("pipeline_outbox")
     assert lock_key("pipeline_outbox") != lock_key("other")
@@ -352,3 +368,24 @@ def test_an_autocommit_connection_outside_a_transaction_is_refused(
     job_id = app.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
     connection.execute("COMMIT")
     assert [row[4] for row in rows(database)] == [job_id]
+
+
+@pytest.mark.parametrize("table", ["order", "group", "select", "Order", "main.order"])
+def test_a_table_named_by_an_sql_keyword_is_written_read_and_deleted(
+    app: Pipeline, tmp_path: Path, table: str
+) -> None:
+    # The name went into the SQL unquoted: every statement on such a table was a syntax error,
+    # and a relay of it gave up being active and tried again each second, for ever.
+    path = tmp_path / "service.db"
+    connection = sqlite3.connect(path)
+    create_table(connection, table)
+    job_ids = app.outbox(connection, table=table).enqueue_many("typed", [{"count": 1}] * 3)
+    connection.commit()
+    plain = table.rpartition(".")[2].lower()
+    assert outbox_status(f"sqlite:///{path}", table).pending == 3
+    batch = read_batch(connection, SQLITE, plain, 10, 2**20)
+    assert [row[4] for row in batch] == job_ids
+    cursor = connection.cursor()
+    assert SQLITE.delete(cursor, plain, [row[0] for row in batch]) == 3
+    connection.commit()
+    assert outbox_status(f"sqlite:///{path}", plain).pending == 0

@@ -28,6 +28,7 @@ __all__ = [
     "dialect_of",
     "no_database",
     "relay_table",
+    "sql_name",
     "sqlite_path",
 ]
 
@@ -52,9 +53,8 @@ class Dialect:
     blob: str
 
     def create(self, table: str) -> str:
-        table = checked_table(table)
         return (
-            f"CREATE TABLE IF NOT EXISTS {table} ("
+            f"CREATE TABLE IF NOT EXISTS {sql_name(table)} ("
             f"id {self.id_column}, topic TEXT NOT NULL, key {self.blob}, "
             f"value {self.blob} NOT NULL, job_id TEXT NOT NULL, created_at_ms BIGINT NOT NULL)"
         )
@@ -73,7 +73,7 @@ class Dialect:
     def insert(self, table: str) -> str:
         p = self.placeholder
         return (
-            f"INSERT INTO {table} (topic, key, value, job_id, created_at_ms) "
+            f"INSERT INTO {sql_name(table)} (topic, key, value, job_id, created_at_ms) "
             f"VALUES ({p}, {p}, {p}, {p}, {p})"
         )
 
@@ -81,8 +81,8 @@ class Dialect:
         """The id and size (value and key bytes) of the first rows, in id order: a few bytes a
         row, the values left in the database (both read a value's length from its header)."""
         return (
-            f"SELECT id, length(value) + coalesce(length(key), 0) FROM {table} ORDER BY id "
-            f"LIMIT {self.placeholder}"
+            f"SELECT id, length(value) + coalesce(length(key), 0) FROM {sql_name(table)} "
+            f"ORDER BY id LIMIT {self.placeholder}"
         )
 
     def select(self, cursor: Any, table: str, ids: list[int]) -> None:
@@ -91,7 +91,7 @@ class Dialect:
         the first and the last of ``ids`` are those rows. On PostgreSQL a transaction still open
         may commit an id in between: the ids are named."""
         p = self.placeholder
-        columns = f"SELECT id, topic, key, value, job_id FROM {table}"
+        columns = f"SELECT id, topic, key, value, job_id FROM {sql_name(table)}"
         if self.name == "postgresql":
             cursor.execute(f"{columns} WHERE id = ANY({p}) ORDER BY id", (ids,))
         else:
@@ -99,22 +99,22 @@ class Dialect:
 
     def jobs_between(self, table: str) -> str:
         """The (id, job_id) of the rows whose ids are between two bounds, in id order."""
-        p = self.placeholder
-        return f"SELECT id, job_id FROM {table} WHERE id BETWEEN {p} AND {p} ORDER BY id"
+        p, name = self.placeholder, sql_name(table)
+        return f"SELECT id, job_id FROM {name} WHERE id BETWEEN {p} AND {p} ORDER BY id"
 
     def delete(self, cursor: Any, table: str, ids: list[int]) -> int:
         """Delete the rows ``ids``; how many there were (one statement with an array on
         PostgreSQL, a statement per row on SQLite, which runs in-process: no round trip to
         save)."""
-        p = self.placeholder
+        p, name = self.placeholder, sql_name(table)
         if self.name == "postgresql":
-            cursor.execute(f"DELETE FROM {table} WHERE id = ANY({p})", (ids,))
+            cursor.execute(f"DELETE FROM {name} WHERE id = ANY({p})", (ids,))
         else:
-            cursor.executemany(f"DELETE FROM {table} WHERE id = {p}", [(i,) for i in ids])
+            cursor.executemany(f"DELETE FROM {name} WHERE id = {p}", [(i,) for i in ids])
         return int(cursor.rowcount)
 
     def pending(self, table: str) -> str:
-        return f"SELECT count(*), min(created_at_ms) FROM {table}"
+        return f"SELECT count(*), min(created_at_ms) FROM {sql_name(table)}"
 
 
 POSTGRES = Dialect("postgresql", "%s", "BIGSERIAL PRIMARY KEY", "BYTEA")
@@ -130,6 +130,13 @@ def checked_table(table: str) -> str:
             "(optionally schema.table)"
         )
     return table
+
+
+def sql_name(table: str) -> str:
+    """``table`` as it goes into SQL text: each part quoted, so that a name that is also an SQL
+    keyword (``order``, ``group``) is a name; in lower case, which is where both databases find
+    it unquoted (PostgreSQL folds an unquoted name to lower case; SQLite ignores the case)."""
+    return ".".join(f'"{part}"' for part in checked_table(table).lower().split("."))
 
 
 def dialect_of(connection: Any) -> Dialect:

@@ -123,7 +123,9 @@ class FileLock:
 
     def __init__(self, database: Path, table: str) -> None:
         self.database = database
-        self.path = database.with_name(f"{database.name}.{relay_table(table, SQLITE)}.relay-lock")
+        # Beside the file itself: a symlink to it must not make a lock of its own (two actives).
+        real = database.resolve()
+        self.path = real.with_name(f"{real.name}.{relay_table(table, SQLITE)}.relay-lock")
         self._fd: int | None = None
 
     def try_acquire(self) -> bool:

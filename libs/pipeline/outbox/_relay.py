@@ -18,7 +18,9 @@ relay's own topic (:mod:`._progress`), and the next active relay deletes them be
 so they are not published twice. The registration also fences an old active relay that lost
 its lock without noticing: its next commit fails.
 
-While Kafka does not answer, the batch is retried (a warning each time, the rows stay); a row
+While Kafka does not answer, the batch is retried (a warning each time, the rows stay), after
+the last committed record is read back as at takeover: a commit that timed out in librdkafka may
+have gone through, and its rows are then deleted rather than published again. A row
 for a topic Kafka does not have waits, with the rows after it, until the topic exists
 (:mod:`._topicgate`); while the database does not answer, the relay gives up being active and
 tries again as a standby.
@@ -43,6 +45,7 @@ from .._errors import (
     TransactionFencedError,
 )
 from .._producer import message_max_bytes, producer_config
+from .._ratelog import RateLimitedLog
 from .._settings import Settings
 from .._transactions import Transactions
 from ._batch import read_batch
@@ -147,10 +150,15 @@ class OutboxRelay:
                 raise
             except Exception as exc:  # the database (or Kafka) failed under us
                 _log.warning("%s; no longer active, trying again", exc)
-                stop.wait(options.standby_retry_s)
+            else:
+                continue  # stopped, or the lock lost (a standby now): nothing failed
             finally:
                 self.active.clear()
                 self._lock.release()
+            # A pause, the lock released, before the next try: a producer failing for good while
+            # the lock stays ours (fenced by a relay of another database with this table name,
+            # refused its transactional id) would otherwise be replaced at once, for ever.
+            stop.wait(options.standby_retry_s)
 
     # -- the active relay -------------------------------------------------------------------------
 
@@ -201,6 +209,10 @@ class OutboxRelay:
                     continue
                 if not self._publish(txn, rows, progress, stall):
                     stop.wait(options.retry_s)
+                    # A commit whose answer never came may have committed: what Kafka has is
+                    # read back (and its rows deleted) before the rows go out again.
+                    if not self._recover(connection, dialect, progress, stop):
+                        return
                     continue
                 health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
                 self._delete(connection, dialect, [row[0] for row in rows])
@@ -217,13 +229,16 @@ class OutboxRelay:
         self, connection: Any, dialect: Dialect, progress: RelayProgress, stop: threading.Event
     ) -> bool:
         """Delete the rows of the last batch Kafka committed, should they still be there (the
-        relay before stopped between Kafka's commit and the database's). False: stopped first."""
+        relay before stopped between Kafka's commit and the database's, or this one never heard
+        back from its commit). False: stopped first."""
+        unread = RateLimitedLog(_log, interval_s=_AWAY_LOG_S)
         while not stop.is_set():
             try:
                 progress.ensure_topic(timeout=10.0)
                 batch = progress.last_committed(timeout=10.0)
             except KafkaException as exc:
-                _log.warning(
+                unread.warning(
+                    "unread",
                     "cannot read the last committed batch of %s from Kafka (%s); trying again",
                     self.options.table,
                     exc.args[0] if exc.args else exc,
@@ -235,8 +250,8 @@ class OutboxRelay:
             if deleted:
                 _log.warning(
                     "%d rows of the last batch Kafka committed (ids %d to %d) were still in %s "
-                    "(the relay before stopped between Kafka's commit and the database's): "
-                    "deleted, not published again",
+                    "(a relay stopped between Kafka's commit and the database's, or did not "
+                    "hear back from its commit): deleted, not published again",
                     deleted,
                     ids[0],
                     ids[-1],
