@@ -66,6 +66,11 @@ class SchedulerMetrics:
             "Undecodable deferred messages dead-lettered",
             registry=r,
         )
+        self.state_records_skipped = Counter(
+            "pipeline_scheduler_state_records_skipped",
+            "Records of <ns>.scheduler-state a new leader could not read and skipped",
+            registry=r,
+        )
 
     def watch(self, held: Callable[[], float], parked: Callable[[], float]) -> None:
         self.held.set_function(held)

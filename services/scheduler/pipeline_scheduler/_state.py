@@ -7,7 +7,8 @@ committed offsets and the jobs on the job topics.
 
 Any writer can put anything on the topic: a record of another shape (or one too large to
 trust, see :mod:`._progress`) is logged and skipped, and the record of its key before it, if
-any, stands. Taking the lead never fails on one.
+any, stands. Taking the lead never fails on one. :attr:`SchedulerState.skipped` counts them,
+for ``pipeline_scheduler_state_records_skipped_total`` (:mod:`._metrics`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,10 @@ class SchedulerState:
 
     progress: dict[tuple[str, int], SavedProgress] = field(default_factory=dict)
     last_fires: dict[str, int] = field(default_factory=dict)
+    skipped: int = 0
+    """Records read and skipped as unreadable (each logged): without its progress record a
+    partition starts from its committed offset, without its last fire a schedule from its
+    missed-fire policy, so jobs may be released or fired again."""
 
 
 def load_state(settings: Settings, timeout: float = 60.0) -> SchedulerState:
@@ -56,6 +61,7 @@ def load_state(settings: Settings, timeout: float = 60.0) -> SchedulerState:
                 else:
                     state.last_fires[rest] = decode_last_fire(value)
         except ValueError as exc:  # the decoders raise nothing else, whatever the bytes
+            state.skipped += 1
             _log.warning(
                 "unreadable scheduler state record skipped: %s",
                 exc,
