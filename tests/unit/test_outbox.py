@@ -240,8 +240,12 @@ def test_enqueue_many_adds_a_row_per_payload_in_order(app: Pipeline, database: P
     connection = sqlite3.connect(database)
     outbox = app.outbox(connection)
     ids = outbox.enqueue_many("typed", ({"count": n} for n in range(20)), priority="low")
-    with pytest.raises(PayloadValidationError):
+    with pytest.raises(
+        PayloadValidationError, match=r"job #1 of the batch \(0 of the 1 before"
+    ) as e:
         outbox.enqueue_many("typed", [{"count": 1}, {"count": "x"}])
+    # Which payload it was, and that nothing of the batch went in (as the message says).
+    assert (e.value.index, e.value.enqueued_ids) == (1, [])
     connection.commit()
     found = rows(database)
     assert [row[4] for row in found] == ids

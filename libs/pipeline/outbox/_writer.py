@@ -16,7 +16,7 @@ from typing import Any
 
 from .._errors import ConfigurationError, PayloadValidationError
 from .._job import now_ms
-from .._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES, fits_in_message
+from .._messagesize import LIBRDKAFKA_MESSAGE_MAX_BYTES, fits_in_message, too_large
 from .._route import SHARED_KEY, Route
 from ._dialect import DEFAULT_TABLE, Dialect, checked_table, dialect_of
 
@@ -133,13 +133,7 @@ class Outbox:
         in the caller's transaction, as ``enqueue`` would have been refused by the producer."""
         job = self._encode(job_type, payload, options)
         if not fits_in_message(self._max_bytes, job.value, job.key):
-            size = len(job.value) + len(job.key or b"")
-            raise PayloadValidationError(
-                job_type,
-                f"the job takes {size:,} bytes and more as a Kafka message, more than the "
-                f"{self._max_bytes:,} the producer sends (message.max.bytes): keep large data "
-                "elsewhere and pass a reference",
-            )
+            raise too_large(job_type, len(job.value) + len(job.key or b""), self._max_bytes)
         return job
 
     def enqueue(
@@ -169,7 +163,12 @@ class Outbox:
         if options.get("idempotency_key") is not None:
             raise ConfigurationError(SHARED_KEY)
         self._in_transaction()
-        jobs = [self._job(job_type, payload, options) for payload in payloads]
+        jobs = []
+        for index, payload in enumerate(payloads):
+            try:
+                jobs.append(self._job(job_type, payload, options))
+            except PayloadValidationError as exc:  # none of the batch is inserted
+                raise exc.in_batch(index, []) from None
         at = now_ms()
         cursor = self._connection.cursor()
         try:
