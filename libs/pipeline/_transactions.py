@@ -13,7 +13,8 @@ librdkafka sets on each :class:`~confluent_kafka.KafkaError`:
   :meth:`Transactions.run` and :meth:`Transactions.rewrite` do that themselves, a bounded
   number of times.
 - ``retriable()``: the same step is called again after a short pause, a bounded number of
-  times; after the last, the transaction is aborted and :class:`KafkaUnavailableError` raised.
+  times; after the last, the transaction is aborted and :class:`KafkaUnavailableError` raised
+  (a commit may stay unconfirmed instead: see below).
 - anything else (a programming or configuration error): aborted, :class:`TransactionError`.
 
 Two ways to use it:
@@ -44,6 +45,18 @@ Two ways to use it:
       except TransactionFencedError:       # a zombie: stop the worker
           raise
 
+While Kafka does not answer, each call waits at most ``timeout_s`` (:data:`STEP_TIMEOUT_S`
+for the long-running services: a healthy step takes milliseconds) and a step is tried
+``attempts`` times, with ``sleep`` between attempts. librdkafka goes on in the background with
+a commit or an abort whose call timed out, and refuses every other transactional call
+(``_CONFLICT``) until that one is called again and ends. So a commit given up on is
+*unconfirmed*, not failed (:attr:`Transactions.committing`, with
+:class:`KafkaUnavailableError`): it may yet be committed, and :meth:`Transactions.commit` (which
+sends no offsets again) learns its outcome. An abort given up on (:attr:`Transactions.aborting`)
+is finished by the next :meth:`Transactions.begin` before it opens a transaction (so is an
+unconfirmed commit, whose outcome is then only logged); while Kafka still does not answer,
+that raises :class:`KafkaUnavailableError` and nothing is open.
+
 Methods are called from one thread (the one that owns the producer).
 """
 
@@ -52,63 +65,42 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from ._errors import (
     KafkaUnavailableError,
-    PipelineError,
     TransactionAbortedError,
     TransactionError,
     TransactionFencedError,
 )
+from ._txnproducer import (
+    STEP_TIMEOUT_S,
+    Headers,
+    Message,
+    MessageTooLargeError,
+    TransactionalProducer,
+    request_timeout_ms,
+)
 
-__all__ = ["Headers", "Message", "MessageTooLargeError", "TransactionalProducer", "Transactions"]
+__all__ = [
+    "STEP_TIMEOUT_S",
+    "Headers",
+    "Message",
+    "MessageTooLargeError",
+    "TransactionalProducer",
+    "Transactions",
+    "request_timeout_ms",
+]
 
 _log = logging.getLogger("pipeline.transactions")
 
-Headers = list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None
-Message = tuple[str, bytes | None, bytes | None, Headers, int | None]
-"""What :meth:`Transactions.produce_all` writes: (topic, value, key, headers, partition)."""
 _FENCED = frozenset(
     {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
 )
-
-
-class MessageTooLargeError(PipelineError):
-    """The producer refused a message as larger than its ``message.max.bytes`` before taking
-    it; the open transaction goes on without it (see :meth:`Transactions.produce`)."""
-
-
-class TransactionalProducer(Protocol):
-    """The part of ``confluent_kafka.Producer`` the loop uses (a fake implements it in tests)."""
-
-    def init_transactions(self, timeout: float = -1, /) -> None: ...
-
-    def begin_transaction(self) -> None: ...
-
-    def produce(
-        self,
-        topic: str,
-        value: bytes | None = None,
-        key: bytes | None = None,
-        partition: int = -1,
-        *,
-        headers: Headers = None,
-    ) -> None: ...
-
-    def send_offsets_to_transaction(
-        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
-    ) -> None: ...
-
-    def commit_transaction(self, timeout: float = -1, /) -> None: ...
-
-    def abort_transaction(self, timeout: float = -1, /) -> None: ...
-
-    def poll(self, timeout: float = -1, /) -> int: ...
-
-    def flush(self, timeout: float = -1, /) -> int: ...
+_COMMIT = "commit"
+_ABORT = "abort"
 
 
 class Transactions:
@@ -139,11 +131,23 @@ class Transactions:
         self._pause = pause_s
         self._sleep = sleep
         self._open = False
+        self._unfinished: str | None = None  # commit or abort: see the module docstring
 
     @property
     def open(self) -> bool:
-        """Whether a transaction is open (begun, neither committed nor aborted)."""
+        """Whether a transaction is open (begun, neither committed nor aborted); an
+        unconfirmed commit (:attr:`committing`) keeps it open."""
         return self._open
+
+    @property
+    def committing(self) -> bool:
+        """Whether a commit Kafka did not confirm goes on (:meth:`commit` learns its outcome)."""
+        return self._unfinished == _COMMIT
+
+    @property
+    def aborting(self) -> bool:
+        """Whether an abort Kafka did not confirm goes on (:meth:`begin` finishes it)."""
+        return self._unfinished == _ABORT
 
     def init(self, timeout_s: float | None = None) -> None:
         """Register the transactional id, fencing every older producer of it (what they left
@@ -171,7 +175,13 @@ class Transactions:
         return False
 
     def begin(self) -> None:
-        """Open a transaction unless one is open."""
+        """Open a transaction unless one is open. An abort Kafka left unconfirmed is finished
+        first (:class:`KafkaUnavailableError` while Kafka still does not answer: nothing is
+        open then), and so is a commit left unconfirmed, whose outcome is only logged."""
+        if self._unfinished == _ABORT:
+            self._finish_abort()
+        elif self._unfinished == _COMMIT:
+            self._finish_commit()
         if not self._open:
             self._step("begin a transaction", self.producer.begin_transaction)
             self._open = True
@@ -228,10 +238,17 @@ class Transactions:
 
     def commit(self, offsets: Sequence[TopicPartition] = (), group_metadata: Any = None) -> None:
         """Commit the open transaction with the consumed ``offsets`` of the consumer whose
-        ``consumer_group_metadata()`` is ``group_metadata``; a no-op when none is open."""
+        ``consumer_group_metadata()`` is ``group_metadata``; a no-op when none is open.
+
+        When Kafka does not confirm the commit in ``attempts`` calls it goes on in the
+        background: :class:`KafkaUnavailableError` is raised and :attr:`committing` is set. The
+        next call ends that commit, sending no offsets (those sent before are the ones it
+        commits): it returns once Kafka committed it, raises :class:`TransactionAbortedError`
+        if Kafka aborted it instead, and :class:`KafkaUnavailableError` again while Kafka still
+        does not answer."""
         if not self._open:
             return
-        if offsets:
+        if offsets and self._unfinished != _COMMIT:
             self._step(
                 "send the consumed offsets",
                 self.producer.send_offsets_to_transaction,
@@ -239,28 +256,38 @@ class Transactions:
                 group_metadata,
                 self._timeout,
             )
-        self._step("commit a transaction", self.producer.commit_transaction, self._timeout)
+        self._step(
+            "commit a transaction", self.producer.commit_transaction, self._timeout, resumable=True
+        )
         self._open = False
+        self._unfinished = None
 
     def abort(self) -> None:
         """Abort the open transaction, if any. Best effort: a transaction whose abort fails
-        is aborted by the broker after ``transaction.timeout.ms``."""
+        is aborted by the broker after ``transaction.timeout.ms``. An abort Kafka does not
+        confirm in time goes on in the background (:attr:`aborting`); a commit Kafka has not
+        confirmed (:attr:`committing`) cannot be aborted: Kafka commits it or aborts it."""
         if not self._open:
             return
+        exc = self._abort_calls()
+        if exc is None:
+            self._open = False
+            self._unfinished = None
+            return
+        error: KafkaError = exc.args[0]
+        conflict = error.code() == KafkaError._CONFLICT
+        if conflict and self._unfinished == _COMMIT:
+            _log.info(
+                "not aborted: Kafka goes on with the commit it has not confirmed",
+                extra={"producer": self.name},
+            )
+            return
         self._open = False
-        for attempt in range(1, self._attempts + 1):
-            try:
-                self.producer.abort_transaction(self._timeout)
-                return
-            except KafkaException as exc:
-                error: KafkaError = exc.args[0]
-                if error.retriable() and not error.fatal() and attempt < self._attempts:
-                    self._sleep(self._pause * attempt)
-                    continue
-                _log.warning(
-                    "aborting a transaction failed: %s", error.str(), extra={"producer": self.name}
-                )
-                return
+        retriable = error.retriable() and not error.fatal() and not conflict
+        self._unfinished = _ABORT if retriable else None
+        _log.warning(
+            "aborting a transaction failed: %s", error.str(), extra={"producer": self.name}
+        )
 
     def run(
         self,
@@ -292,6 +319,52 @@ class Transactions:
 
     # -- internals -----------------------------------------------------------------------------
 
+    def _abort_calls(self) -> KafkaException | None:
+        """Call ``abort_transaction`` up to ``attempts`` times while it fails retriably; the
+        last error, or None once it succeeded."""
+        for attempt in range(1, self._attempts + 1):
+            try:
+                self.producer.abort_transaction(self._timeout)
+                return None
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                again = error.retriable() and not error.fatal()
+                # _CONFLICT: librdkafka goes on with another call (a commit), asking again
+                # changes nothing.
+                if again and error.code() != KafkaError._CONFLICT and attempt < self._attempts:
+                    self._sleep(self._pause * attempt)
+                    continue
+                return exc
+        raise AssertionError("unreachable: the last attempt returns")
+
+    def _finish_abort(self) -> None:
+        """End the abort Kafka left unconfirmed, or raise :class:`KafkaUnavailableError`."""
+        exc = self._abort_calls()
+        if exc is None:
+            self._unfinished = None
+            return
+        error: KafkaError = exc.args[0]
+        if error.retriable() and not error.fatal():
+            raise KafkaUnavailableError(
+                f"Kafka did not let {self.name} finish aborting a transaction in "
+                f"{self._attempts} attempts ({error.str()}); nothing of it was committed, and "
+                "nothing new is written until it is finished. Is the cluster up and reachable?"
+            ) from exc
+        self._unfinished = None
+        if error.fatal() or error.code() in _FENCED:
+            self._failed(exc, "finish aborting a transaction", self._attempts)
+        # Anything else: librdkafka holds no abort to finish any more; begin as usual.
+        _log.info("finishing an abort: %s", error.str(), extra={"producer": self.name})
+
+    def _finish_commit(self) -> None:
+        """End the unconfirmed commit of a caller that begins anew; only log its outcome."""
+        outcome = "committed after all: its records are in Kafka"
+        try:
+            self.commit()
+        except TransactionAbortedError as exc:
+            outcome = f"aborted by Kafka: nothing of it is visible ({exc})"
+        _log.warning("an unconfirmed commit was %s", outcome, extra={"producer": self.name})
+
     def _units_of(self, write: Callable[[Transactions], None], end: Callable[[], None]) -> None:
         for unit in range(1, self._units + 1):
             try:
@@ -309,20 +382,26 @@ class Transactions:
                     "transaction aborted, writing it again: %s", exc, extra={"producer": self.name}
                 )
 
-    def _step(self, doing: str, method: Callable[..., None], *args: Any) -> None:
+    def _step(
+        self, doing: str, method: Callable[..., None], *args: Any, resumable: bool = False
+    ) -> None:
         for attempt in range(1, self._attempts + 1):
             try:
                 method(*args)
                 return
             except KafkaException as exc:
-                self._failed(exc, doing, attempt)
+                self._failed(exc, doing, attempt, resumable=resumable)
 
-    def _failed(self, exc: KafkaException, doing: str, attempt: int) -> None:
-        """Classify one failed step: return to retry it, raise otherwise."""
+    def _failed(
+        self, exc: KafkaException, doing: str, attempt: int, *, resumable: bool = False
+    ) -> None:
+        """Classify one failed step: return to retry it, raise otherwise. ``resumable``: the
+        commit, which librdkafka goes on with after a call that timed out."""
         error: KafkaError = exc.args[0]
         reason = error.str()
         if error.fatal() or (error.code() in _FENCED and not error.txn_requires_abort()):
             self._open = False  # nothing can be aborted any more: the broker aborts it
+            self._unfinished = None
             if error.code() in _FENCED or "fenced" in reason.lower():
                 message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
             else:
@@ -332,6 +411,7 @@ class Transactions:
                 )
             raise TransactionFencedError(message, reason) from exc
         if error.txn_requires_abort():
+            self._unfinished = None  # a commit that went on has ended: Kafka wants an abort
             self.abort()
             raise TransactionAbortedError(
                 f"Kafka aborted the transaction while {self.name} tried to {doing}: {reason}"
@@ -341,11 +421,23 @@ class Transactions:
                 _log.info("retrying to %s: %s", doing, reason, extra={"producer": self.name})
                 self._sleep(self._pause * attempt)
                 return
-            self.abort()
+            if resumable:
+                # librdkafka goes on with the commit, and refuses the abort meanwhile.
+                self._unfinished = _COMMIT
+                self.abort()
+                if self._unfinished == _COMMIT:
+                    raise KafkaUnavailableError(
+                        f"Kafka did not confirm {self.name}'s commit in {attempt} attempts "
+                        f"({reason}); it goes on in the background and may yet be committed: "
+                        "commit again to learn its outcome. Is the cluster up and reachable?"
+                    ) from exc
+            else:
+                self.abort()
             raise KafkaUnavailableError(
                 f"Kafka did not let {self.name} {doing} in {attempt} attempts ({reason}); "
                 "nothing of the open transaction was committed. Is the cluster up and reachable?"
             ) from exc
+        self._unfinished = None
         self.abort()
         raise TransactionError(
             f"Kafka refused to let {self.name} {doing}: {reason} ({error.name()}); "

@@ -370,3 +370,154 @@ def test_init_until_raises_on_an_error_waiting_cannot_cure() -> None:
     with pytest.raises(TransactionFencedError, match="another test took over"):
         txn.init_until(lambda: False)
     assert producer.calls == ["init_transactions"] * 2
+
+
+OUTAGE = frozenset({"init_transactions", "send_offsets_to_transaction", "commit_transaction"})
+"""The calls that wait for Kafka (with ``abort_transaction``, which a commit in progress
+refuses first): the producer's side of a broker outage."""
+
+
+class OutageProducer(FakeProducer):
+    """librdkafka's transactional producer while the calls in ``down`` get no answer: such a
+    call waits out its timeout (recorded in ``waited``) and fails retriably. As librdkafka does,
+    a commit or an abort that timed out goes on in the background, and every other
+    transactional call is refused (``_CONFLICT``, retriable) until that one is called again
+    and ends (``produce`` too, while a commit goes on); when Kafka answers again, a commit that
+    went on ends committed, or aborted if ``aborts_unconfirmed``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down: frozenset[str] = frozenset()
+        self.waited: list[tuple[str, float]] = []
+        self.in_progress: str | None = None
+        self.aborts_unconfirmed = False
+
+    def outage(self) -> None:
+        self.down = OUTAGE | {"abort_transaction"}
+
+    def _api(self, name: str, timeout: float | None, *, resumable: bool) -> None:
+        """Refuse a call that conflicts with one in progress; time out one that gets no answer."""
+        if self.in_progress is not None and self.in_progress != name:
+            self.calls.append(f"{name} refused")
+            raise KafkaException(
+                KafkaError(
+                    KafkaError._CONFLICT,
+                    f"Conflicting {self.in_progress} API call is already in progress",
+                    retriable=True,
+                )
+            )
+        if name in self.down:
+            assert timeout is not None, f"{name} without a timeout"
+            assert timeout >= 0, f"{name} without a timeout"
+            self.calls.append(f"{name} timed out")
+            self.waited.append((name, timeout))
+            if resumable:
+                self.in_progress = name
+            raise KafkaException(
+                KafkaError(KafkaError._TIMED_OUT, "Timed out, retry call to resume", retriable=True)
+            )
+
+    def init_transactions(self, timeout: float = -1, /) -> None:
+        self._api("init_transactions", timeout, resumable=True)
+        self.in_progress = None
+        super().init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._api("begin_transaction", None, resumable=False)
+        super().begin_transaction()
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int = -1,
+        *,
+        headers: Headers = None,
+    ) -> None:
+        if self.in_progress == "commit_transaction":
+            raise KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state"))
+        super().produce(topic, value, key, partition, headers=headers)
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
+    ) -> None:
+        self._api("send_offsets_to_transaction", timeout, resumable=False)
+        super().send_offsets_to_transaction(positions, group_metadata, timeout)
+
+    def commit_transaction(self, timeout: float = -1, /) -> None:
+        self._api("commit_transaction", timeout, resumable=True)
+        resumed, self.in_progress = self.in_progress, None
+        if resumed and self.aborts_unconfirmed:
+            self._txn = []
+            raise abortable()
+        super().commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float = -1, /) -> None:
+        self._api("abort_transaction", timeout, resumable=True)
+        self.in_progress = None
+        super().abort_transaction(timeout)
+
+
+def test_an_abort_kafka_does_not_confirm_is_finished_before_the_next_transaction_begins() -> None:
+    """librdkafka refuses begin_transaction() while an abort it went on with is not called
+    again: the next begin finishes it, and raises while Kafka still does not answer."""
+    producer = OutageProducer()
+    txn, _ = transactions(producer)
+    txn.produce("ns.jobs.default", b"a")
+    producer.outage()
+    with pytest.raises(KafkaUnavailableError, match="nothing of the open transaction"):
+        txn.commit(OFFSETS, "group-metadata")  # the offsets time out, then the abort does
+    assert (txn.open, txn.aborting, txn.committing) == (False, True, False)
+    with pytest.raises(KafkaUnavailableError, match="finish aborting"):
+        txn.produce("ns.jobs.default", b"b")
+    assert not txn.open
+    assert "begin_transaction refused" not in producer.calls
+    producer.down = frozenset()
+    txn.produce("ns.jobs.default", b"b")
+    txn.commit(OFFSETS, "group-metadata")
+    assert producer.committed == [[("ns.jobs.default", b"b")]]
+    assert not txn.aborting
+
+
+@pytest.mark.parametrize("outcome", ["committed", "aborted"])
+def test_a_commit_kafka_does_not_confirm_is_asked_again_not_called_lost(outcome: str) -> None:
+    """A commit whose call timed out may yet be committed: it is not reported as aborted (its
+    abort is refused meanwhile), and the next commit learns the outcome, sending no offsets."""
+    producer = OutageProducer()
+    txn, _ = transactions(producer)
+    txn.produce("ns.jobs.default", b"a")
+    producer.down = frozenset({"commit_transaction"})  # the offsets went, then Kafka went away
+    with pytest.raises(KafkaUnavailableError, match="may yet be committed"):
+        txn.commit(OFFSETS, "group-metadata")
+    assert (txn.open, txn.committing) == (True, True)
+    assert "abort_transaction refused" in producer.calls
+    with pytest.raises(KafkaUnavailableError, match="may yet be committed"):
+        txn.commit([TopicPartition("ns.retry.0", 0, 50)], "group-metadata")  # still down
+    producer.down = frozenset()
+    producer.aborts_unconfirmed = outcome == "aborted"
+    if outcome == "committed":
+        txn.commit([TopicPartition("ns.retry.0", 0, 50)], "group-metadata")
+        assert producer.committed == [[("ns.jobs.default", b"a")]]
+    else:
+        with pytest.raises(TransactionAbortedError):
+            txn.commit([TopicPartition("ns.retry.0", 0, 50)], "group-metadata")
+        assert producer.committed == []
+    assert producer.sent_offsets == [(OFFSETS, "group-metadata")]  # sent once, never again
+    assert (txn.open, txn.committing) == (False, False)
+
+
+def test_a_transaction_begun_after_an_unconfirmed_commit_ends_that_commit_first(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    producer = OutageProducer()
+    txn, _ = transactions(producer)
+    txn.produce("ns.jobs.default", b"a")
+    producer.down = frozenset({"commit_transaction"})
+    with pytest.raises(KafkaUnavailableError):
+        txn.commit()
+    producer.down = frozenset()
+    txn.run(lambda t: t.produce("ns.jobs.default", b"b"))
+    assert producer.committed == [[("ns.jobs.default", b"a")], [("ns.jobs.default", b"b")]]
+    assert "unconfirmed commit was committed after all" in caplog.text
+    assert not any(call.endswith("refused") for call in producer.calls[-4:])

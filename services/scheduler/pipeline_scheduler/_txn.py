@@ -7,12 +7,17 @@ pause, a partition) can no longer commit. The transaction loop and its errors ar
 or could not commit in time makes the leader rewind to the committed state; a fenced producer
 (:class:`TransactionFencedError`) stops the process.
 
-While Kafka is down each step of a transaction (commit, abort, registering the id) is tried
-:data:`ATTEMPTS` times, each call waiting at most :data:`STEP_TIMEOUT_S`: a call returns as soon
-as Kafka answers, and an outage costs the loop at most about :data:`ATTEMPTS` x
-:data:`STEP_TIMEOUT_S` per step (it was five times 30 s per step: the commit, then the abort,
-then the next term's registration, minutes in all). Between attempts the leader serves its
-leadership group (``serve``), so a revocation is seen and its membership never lapses.
+While Kafka is down each step of a transaction (sending the offsets, commit, abort, registering
+the id) is tried :data:`ATTEMPTS` times, each call waiting at most :data:`STEP_TIMEOUT_S` (its
+requests time out as soon: sending the offsets waits for its request, whatever the call's
+timeout, 60 s by librdkafka's default here): a call returns as soon as Kafka answers, and an
+outage costs the loop at most about :data:`ATTEMPTS` x :data:`STEP_TIMEOUT_S` per step (it was
+five times 30 s per step: the commit, then the abort, then the next term's registration,
+minutes in all). Between attempts the leader serves its leadership group (``serve``), so a
+revocation is seen and its membership never lapses. A commit Kafka did not confirm may yet be
+committed (the library's ``committing``): the term ends as after an abort, and the next
+leader's ``init_transactions()`` waits until Kafka has decided it, so the state it reads is the
+one committed either way.
 """
 
 from __future__ import annotations
@@ -27,16 +32,19 @@ from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import ConfigurationError
 from pipeline._producer import producer_config
 from pipeline._settings import Settings
-from pipeline._transactions import Transactions
+from pipeline._transactions import STEP_TIMEOUT_S, Transactions, request_timeout_ms
+
+__all__ = ["ATTEMPTS", "STEP_TIMEOUT_S", "leader_transactions", "transactional_id"]
 
 
 def transactional_id(settings: Settings) -> str:
     return settings.scheduler.transactional_id or f"{settings.namespace}.scheduler"
 
 
-STEP_TIMEOUT_S = 5.0
-"""The longest one call to the transactional producer waits (a healthy commit takes ms)."""
 ATTEMPTS = 5
+"""Calls of one step; each waits at most the library's :data:`STEP_TIMEOUT_S` (the worker's
+moves wait as long per call)."""
+TRANSACTION_TIMEOUT_MS = 60_000
 
 
 def leader_transactions(
@@ -52,7 +60,9 @@ def leader_transactions(
         {
             "transactional.id": txn_id,
             "linger.ms": 1,
-            "transaction.timeout.ms": 60_000,
+            "transaction.timeout.ms": TRANSACTION_TIMEOUT_MS,
+            # Else sending the offsets waits 60 s for its request, whatever the call's timeout.
+            "socket.timeout.ms": request_timeout_ms(TRANSACTION_TIMEOUT_MS, timeout_s),
             **BrokerHealth.of(settings.bootstrap_servers).callbacks("scheduler producer"),
         }
     )

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 import pipeline_scheduler._runtime as runtime
+import pipeline_scheduler._txn as txn_module
 from pipeline._errors import (
     KafkaUnavailableError,
     TransactionAbortedError,
@@ -203,3 +204,21 @@ def test_the_leader_session_is_given_the_leadership_poll_to_wait_in(
     monkeypatch.setattr(runtime, "LeaderSession", Session)
     scheduler.run()
     assert 0.25 in polled
+
+
+def test_the_leader_s_requests_time_out_with_its_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka's send_offsets_to_transaction() waits for its request's own timeout (with a
+    transactional id, transaction.timeout.ms: 60 s here), not for the call's."""
+    confs: list[dict[str, Any]] = []
+
+    def producer(conf: dict[str, Any]) -> TimingOutProducer:
+        confs.append(conf)
+        return TimingOutProducer()
+
+    monkeypatch.setattr(txn_module, "Producer", producer)
+    leader_transactions(Settings(bootstrap_servers="localhost:1"))
+    assert confs[-1]["socket.timeout.ms"] == 5000
+    leader_transactions(
+        Settings(bootstrap_servers="localhost:1", kafka={"socket.timeout.ms": "9000"})
+    )
+    assert confs[-1]["socket.timeout.ms"] == "9000"  # `kafka` wins, as everywhere

@@ -14,6 +14,7 @@ from confluent_kafka import TopicPartition
 from pipeline import Settings
 from pipeline._errors import TransactionFencedError
 from pipeline._topics import TopicNames
+from pipeline_worker.commit import moves
 from pipeline_worker.commit.moves import Mover
 from pipeline_worker.route.policy import Record
 
@@ -106,8 +107,9 @@ def test_a_commit_the_loop_gave_up_on_writes_the_moves_again_and_commits_them_on
 ) -> None:
     """A step Kafka refused, or one whose retries ran out, aborts the transaction too: the moves
     in it must be written again, not forgotten (a commit without them would pass their offsets)."""
-    # One refusal, or as many retriable errors as the loop tries (5) before it gives up.
-    raised = [refused()] if error == "refused" else [retriable() for _ in range(5)]
+    # One refusal, or as many retriable errors as the loop tries before it gives up (an abort
+    # that works after them: Kafka answers again, and aborted the commit it did not confirm).
+    raised = [refused()] if error == "refused" else [retriable() for _ in range(moves.ATTEMPTS)]
     producer = FakeProducer().failing("commit_transaction", *raised)
     mover = mover_on(producer, loop)
     mover._txn._sleep = lambda seconds: None

@@ -149,8 +149,9 @@ class Committer:
             where = (state.topic, state.partition)
             if where in stranded:
                 self._errors.warning(
-                    "stranded", "not committing %s[%d]: moves of its jobs were lost with a "
-                    "failed transaction; the jobs since its last commit run again",
+                    "stranded", "not committing %s[%d]: moves of its jobs are in no transaction "
+                    "(Kafka did not answer: they are written again first; or it failed for good: "
+                    "the jobs since its last commit run again)",
                     state.topic, state.partition,
                 )  # fmt: skip
                 continue

@@ -17,30 +17,38 @@ idempotency keys submits one for every job, and a wake-up of the loop per job wo
 consumer thread and the loop more than the records do.
 
 Errors are handled by the library's one transaction loop (:class:`pipeline._transactions.
-Transactions`): a retriable error is retried; when the transaction must be aborted it is, and
-the moves still owned are written again in a new one (the offsets were not committed either);
-a fatal one, a fenced producer included, stops the worker (the jobs run again elsewhere:
-at-least-once, and their moves were never committed).
+Transactions`): when the transaction must be aborted it is, and the moves still owned are
+written again in a new one (the offsets were not committed either); a fatal one, a fenced
+producer included, stops the worker (the jobs run again elsewhere: at-least-once, and their
+moves were never committed).
+
+While Kafka does not answer, the consumer thread must get back to polling within seconds (or
+``max.poll.interval.ms`` runs out and ``/healthz`` calls it stuck): each producer call waits at
+most :data:`TIMEOUT_S`, a step is tried :data:`ATTEMPTS` time(s), and the thread's next turn,
+after a poll, is the retry. A commit Kafka did not confirm may yet happen, so it is only asked
+again (:meth:`Mover.commit`); a transaction whose abort Kafka did not confirm holds its moves in
+:attr:`Mover._in_txn`, in no transaction, their partitions committed by nobody
+(:meth:`Mover.stranded`), until a drain finishes the abort and writes them again. Meanwhile new
+moves wait in the queue, their jobs unfinished: nothing is lost, nothing committed past a move.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer, TopicPartition
 
-from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import KafkaUnavailableError, TransactionError
-from pipeline._producer import producer_config
+from pipeline._ratelog import RateLimitedLog
 from pipeline._topics import TopicNames
-from pipeline._transactions import Transactions
+from pipeline._transactions import STEP_TIMEOUT_S, Transactions
 
 from .marks import max_moved
+from .txnconfig import transactional_config
 
 if TYPE_CHECKING:
     import asyncio
@@ -55,7 +63,9 @@ Where = tuple[str, int]
 ChangelogKey = tuple[int | None, bytes | None]
 """A changelog record's partition and key: one idempotency key's place."""
 Done = Callable[[bool], None]
-TIMEOUT_S = 30.0
+TIMEOUT_S = STEP_TIMEOUT_S
+"""The longest one producer call waits (it was 30 s, 5 times a step: minutes without a poll)."""
+ATTEMPTS = 1
 WHEN_FENCED = (
     "a newer generation of the consumer group took this worker's partitions (it was cut off "
     "from the group for longer than session.timeout.ms); the worker stops and its jobs run again "
@@ -64,30 +74,9 @@ WHEN_FENCED = (
 
 
 _NOT_COMMITTED = (TransactionError, KafkaUnavailableError)
-"""What the transaction loop raises after it aborted the open transaction (Kafka aborted it, a
-retriable error outlasted its retries, Kafka refused a step): its moves are lost with it and are
-written again, so that moves and key records in :attr:`Mover._in_txn` are always in the open
-transaction (a commit made without it would pass their offsets and lose them)."""
-
-
-def transactional_config(settings: Settings, role: str, source: str) -> dict[str, Any]:
-    """librdkafka options of a worker process's transactional producer (``role``: ``worker``
-    for the moves, ``relay`` for the retry relay; ``source`` names it in outage reports)."""
-    conf: dict[str, Any] = producer_config(settings)
-    # One id per process: fencing of a zombie comes from the consumer group's generation,
-    # sent with the offsets (KIP-447), not from a shared transactional.id.
-    conf.update(
-        {
-            "transactional.id": f"{settings.namespace}.{role}.{uuid.uuid4().hex}",
-            "linger.ms": 1,
-            "transaction.timeout.ms": settings.worker.transaction_timeout_ms,
-            # librdkafka wants a message's delivery to time out within its transaction's.
-            "delivery.timeout.ms": settings.worker.transaction_timeout_ms,
-            **BrokerHealth.of(settings.bootstrap_servers).callbacks(source),
-        }
-    )
-    conf.update(settings.kafka)
-    return conf
+"""What the transaction loop raises after it aborted the open transaction: its moves are lost
+with it and are written again, so that moves and key records in :attr:`Mover._in_txn` are in
+the open transaction, or in none and their partitions not committed (:meth:`Mover.stranded`)."""
 
 
 class _Pending:
@@ -115,12 +104,13 @@ class Mover:
         *,
         producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
     ) -> None:
-        conf = transactional_config(settings, "worker", "moves producer")
+        conf = transactional_config(settings, "worker", "moves producer", timeout_s=TIMEOUT_S)
         self._txn = Transactions(
             producer_factory(conf),
             name="the worker's transactional producer",
             when_fenced=WHEN_FENCED,
             timeout_s=TIMEOUT_S,
+            attempts=ATTEMPTS,
         )
         self._loop = loop
         self._changelog = TopicNames(settings.namespace).dedup
@@ -138,6 +128,9 @@ class Mover:
         """Moves written so far: the last one's :attr:`_Pending.written`."""
         self._resolved: list[tuple[Done, bool]] = []
         """What to tell the loop when the drain (or forget) that resolved these is over."""
+        self._unwritten = False
+        """The moves of :attr:`_in_txn` are in no transaction (Kafka did not answer)."""
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
         self.initialized = False
 
     @property
@@ -166,23 +159,15 @@ class Mover:
         self.initialized = True
 
     def drain(self, owned: Callable[[Where], bool], commit_point: Callable[[Where], int]) -> bool:
-        """Write queued moves into the open transaction; returns whether any was written."""
-        wrote = False
+        """Write queued moves into the open transaction; returns whether any was written.
+
+        While Kafka does not answer (see the module docstring) the moves stay queued."""
         try:
-            for where in [w for w, held in self._waiting.items() if held]:
-                still: deque[_Pending] = deque()
-                for pending in self._waiting[where]:
-                    if self._room(where, commit_point(where), pending.offset):
-                        self._unhold(pending.records)
-                        wrote |= self._write(pending, owned)
-                    else:
-                        still.append(pending)
-                if still:
-                    self._waiting[where] = still
-                else:
-                    del self._waiting[where]
+            if not self._writable(owned):
+                return False
+            wrote = self._drain_waiting(owned, commit_point)
             queue = self._queue
-            while queue:
+            while queue and not self._unwritten:
                 pending = queue.popleft()
                 where = pending.where
                 if pending.move and not self._room(where, commit_point(where), pending.offset):
@@ -197,6 +182,46 @@ class Mover:
         finally:
             self._tell()
         return wrote
+
+    def _drain_waiting(
+        self, owned: Callable[[Where], bool], commit_point: Callable[[Where], int]
+    ) -> bool:
+        """Write the waiting moves that have room now; returns whether any was written."""
+        wrote = False
+        for where in [w for w, held in self._waiting.items() if held]:
+            still: deque[_Pending] = deque()
+            for pending in self._waiting[where]:
+                # Not after Kafka stopped answering during this drain (see _rewrite).
+                if not self._unwritten and self._room(where, commit_point(where), pending.offset):
+                    self._unhold(pending.records)
+                    wrote |= self._write(pending, owned)
+                else:
+                    still.append(pending)
+            if still:
+                self._waiting[where] = still
+            else:
+                del self._waiting[where]
+        return wrote
+
+    def _writable(self, owned: Callable[[Where], bool]) -> bool:
+        """Whether moves may be written now: not while a commit Kafka has not confirmed goes
+        on; before the first, the transactional id is registered, and the moves of an aborted
+        transaction are written again. False while Kafka does not answer."""
+        if self._txn.committing:
+            return False
+        if not (self._queue or self._waiting or self._unwritten):
+            return True
+        try:
+            if not self.initialized:
+                self.init()
+        except KafkaUnavailableError as exc:
+            self._errors.warning("init", "moves wait: %s", exc)
+            return False
+        if self._txn.aborting:
+            self._unwritten = True  # no move goes in before that abort is finished
+        if self._unwritten:
+            self._rewrite(owned)
+        return not self._unwritten
 
     def _room(self, where: Where, commit_point: int, offset: int) -> bool:
         """Whether a move of ``offset`` may be written now. The job at the commit point always
@@ -247,12 +272,11 @@ class Mover:
         if not owned(pending.where):
             self._resolve(pending, False)
             return False
-        if not self.initialized:
-            self.init()
         try:
             self._txn.produce_all(pending.records)
         except _NOT_COMMITTED as exc:
             _log.warning("transaction aborted, writing its moves again: %s", exc)
+            # Unless Kafka does not answer: then this move waits with the others, in _in_txn.
             self._rewrite(owned, pending.records)
         if pending.move:
             self.moved.setdefault(pending.where, set()).add(pending.offset)
@@ -267,10 +291,11 @@ class Mover:
         return list(self._in_txn)
 
     def stranded(self) -> set[Where]:
-        """Partitions with moves in a transaction that failed for good (a fatal error, or
-        writing them again failed): the loop counted their jobs finished, but none of their
-        records will ever be in Kafka, so no commit of these partitions may be made (the
-        consumer thread stops; their jobs run again with the next owner)."""
+        """Partitions with moves in no open transaction: the loop counted their jobs finished,
+        but their records are not in Kafka, so no commit of these partitions may be made.
+        Either Kafka did not answer when they were to be written again (the next drain does
+        it), or the transaction failed for good (a fatal error, or Kafka refused to write them
+        again: the consumer thread stops; their jobs run again with the next owner)."""
         return set() if self._txn.open else set(self._in_txn)
 
     def restore_moved(self, where: Where, offsets: Iterable[int]) -> None:
@@ -294,14 +319,29 @@ class Mover:
         generation sent with the offsets is stale), its moves are written again in a new
         transaction and False is returned: the caller keeps polling, which completes the
         rebalance, and commits again later.
+
+        A commit Kafka does not confirm goes on (False): the next call asks Kafka again. If it
+        says committed, that commit holds the offsets sent then, not ``offsets``: the moves are
+        done, and False still tells the caller that ``offsets`` wait for a commit of their own.
         """
+        resumed = self._txn.committing
         try:
             self._txn.commit(offsets, group_metadata)
-        except _NOT_COMMITTED as exc:
+        except KafkaUnavailableError as exc:
+            if self._txn.committing:
+                self._errors.warning("commit", "moves' commit unconfirmed, asking again: %s", exc)
+                return False
+            _log.info("transaction not committed, its moves are written again: %s", exc)
+            self._rewrite(owned)
+            return False
+        except TransactionError as exc:
             _log.info("transaction aborted, its moves are written again: %s", exc)
             self._rewrite(owned)
             return False
         self._in_txn.clear()
+        if resumed:
+            _log.info("the moves' unconfirmed commit is confirmed: committed")
+            return False
         for tp in offsets:
             self._prune((tp.topic, tp.partition), tp.offset)
         return True
@@ -329,8 +369,15 @@ class Mover:
                     queue.append(pending)
         finally:
             self._tell()
-        if self.open and gone & set(self._in_txn):
+        if not gone & set(self._in_txn):
+            return
+        if self.open and not self._txn.committing:
             self._rewrite(lambda where: where not in gone)
+            return
+        # In no transaction (written again later, without them), or in one whose commit Kafka
+        # has not confirmed, which cannot be changed: committed, their offsets go with them
+        # (a new owner's read of the offsets waits for its outcome); aborted, they are gone.
+        self._in_txn = {w: p for w, p in self._in_txn.items() if w not in gone}
 
     def close(self) -> None:
         self._txn.close(5.0)
@@ -345,11 +392,17 @@ class Mover:
 
     def _rewrite(self, owned: Callable[[Where], bool], then: Sequence[Record] = ()) -> None:
         """Abort the open transaction and write the moves of the partitions still owned (and
-        ``then``) into a new one, which stays open."""
+        ``then``) into a new one, which stays open. While Kafka does not let the abort finish,
+        they wait (:attr:`_unwritten`; ``then`` too, its move being put in :attr:`_in_txn`)."""
         kept = {w: p for w, p in self._in_txn.items() if owned(w)}
         for where in set(self._in_txn) - set(kept):
             self.moved.pop(where, None)  # not ours any more: the new owner redoes these jobs
         self._in_txn = kept
+        if self._txn.aborting and not self._unwritten:
+            # Kafka did not confirm the abort just made: try again at the next drain, not at
+            # once, so that the consumer thread goes back to polling in between.
+            self._unwritten = True
+            return
 
         # In the order they were first written: the records of one idempotency key may come
         # from moves of several partitions (one per priority), and the last one must stay last.
@@ -361,7 +414,13 @@ class Mover:
             txn.produce_all(then)
             txn.producer.poll(0)
 
-        self._txn.rewrite(write)
+        try:
+            self._txn.rewrite(write)
+        except KafkaUnavailableError as exc:
+            self._unwritten = True
+            self._errors.warning("rewrite", "moves wait to be written again: %s", exc)
+            return
+        self._unwritten = False
 
     def _resolve(self, pending: _Pending, done: bool) -> None:
         """``pending.done(done)`` on the loop, with the others of this drain (:meth:`_tell`)."""
