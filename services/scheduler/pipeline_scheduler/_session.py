@@ -108,6 +108,7 @@ class LeaderSession:
             if written:
                 _log.info("schedules published", extra={"schedules": ",".join(written)})
         state = load_state(self.settings)
+        self.metrics.state_records_skipped.inc(state.skipped)
         self.firing.cron.load_last_fires(state.last_fires)
         conf: dict[str, Any] = {
             "group.id": deferred_group(self.settings),

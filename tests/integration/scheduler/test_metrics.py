@@ -6,9 +6,12 @@ import threading
 import urllib.request
 from collections.abc import Callable
 
+from confluent_kafka import Producer
+
 from pipeline import Pipeline
 from pipeline._schedulersettings import SchedulerSettings
 from pipeline._settings import Settings
+from pipeline._topics import TopicNames
 from pipeline_scheduler import Scheduler
 from tests import waiting
 
@@ -43,6 +46,30 @@ def test_metrics_and_health(topics: Settings) -> None:
         assert "pipeline_scheduler_is_leader 1.0" in text
         assert "pipeline_scheduler_release_lateness_seconds_count 3.0" in text
         assert "pipeline_scheduler_held_jobs 0.0" in text
+    finally:
+        scheduler.stop()
+        thread.join(30)
+    assert codes == [0]
+
+
+def test_the_state_records_a_takeover_skips_are_counted(topics: Settings) -> None:
+    """Skipped, a bad record may make the new leader release a job or fire a cron schedule a
+    second time: the operator sees the count (alert PipelineSchedulerStateSkipped)."""
+    names = TopicNames(topics.namespace)
+    producer = Producer({"bootstrap.servers": topics.bootstrap_servers})
+    producer.produce(names.scheduler_state, b'{"v":1,"last":1e400}', b"cron:nightly")
+    producer.produce(names.scheduler_state, b"[" * 10_000, f"offsets:{names.deferred}:0".encode())
+    assert producer.flush(30) == 0
+    settings = topics.model_copy(update={"scheduler": SchedulerSettings(metrics_port=0)})
+    scheduler = Scheduler(settings)
+    codes: list[int] = []
+    thread = threading.Thread(target=lambda: codes.append(scheduler.run()))
+    thread.start()
+    try:
+        wait_for(lambda: scheduler.is_leader and scheduler.metrics_port is not None)
+        port = scheduler.metrics_port
+        assert port is not None
+        assert "pipeline_scheduler_state_records_skipped_total 2.0" in get(port, "/metrics")
     finally:
         scheduler.stop()
         thread.join(30)

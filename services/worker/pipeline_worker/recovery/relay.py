@@ -60,7 +60,7 @@ from pipeline._topics import TopicNames, retry_group
 from pipeline._transactions import Headers, MessageTooLargeError, Transactions
 
 from .._metrics import WorkerMetrics
-from ..commit.moves import transactional_config
+from ..commit.txnconfig import transactional_config
 from ..intake.config import COOPERATIVE, membership_config
 from .detours import Detours
 
