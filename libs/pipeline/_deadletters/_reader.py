@@ -42,12 +42,23 @@ class _Reader:
     """One consumer and one deadline: reads whole topics, committed messages only."""
 
     def __init__(
-        self, settings: Settings, timeout: float, *, prefetch_kb: int | None = None
+        self,
+        settings: Settings,
+        timeout: float,
+        *,
+        prefetch_kb: int | None = None,
+        idle_timeout: bool = False,
     ) -> None:
         """``prefetch_kb``: at most this much read ahead (librdkafka's default is 64 MB), for a
-        reader kept alive, whose process would keep the memory of a bigger read-ahead."""
+        reader kept alive, whose process would keep the memory of a bigger read-ahead.
+
+        ``idle_timeout``: ``timeout`` bounds how long Kafka may go without handing over a
+        record while a read goes on, not the whole read, which takes longer than that on a
+        deep topic although Kafka answers all along. Without it, the whole read must end
+        within ``timeout`` (a caller that reads in bounded steps, as the index does)."""
         self.settings = settings
         self.timeout = timeout
+        self._idle_timeout = idle_timeout
         self._end = time.monotonic() + timeout
         self._log = LastProblemLog()
         conf: dict[str, Any] = {
@@ -155,8 +166,11 @@ class _Reader:
                         f"{left} not read to the end, {len(ends)} partition(s) left"
                     )
                 # A short wait: consume() returns when it has 500 messages or the wait is over.
+                progress = False
                 for message in self.consumer.consume(500, 0.02):
-                    self._take(message, ends, messages, keep)
+                    progress = self._take(message, ends, messages, keep) or progress
+                if progress and self._idle_timeout:
+                    self._end = time.monotonic() + self.timeout
         finally:
             # Stop fetching: a reader kept for another read would otherwise fetch on, and its
             # next watermark requests would wait behind those fetches.
@@ -188,13 +202,16 @@ class _Reader:
         ends: dict[tuple[str, int], int],
         out: dict[str, list[Message]],
         keep: Callable[[Message], bool] | None,
-    ) -> None:
+    ) -> bool:
+        """Take one message of a read; whether it was progress (a record or an end reached),
+        rather than an error."""
         where = (message.topic() or "", message.partition() or 0)
         error = message.error()
         if error is not None:
             if error.code() == KafkaError._PARTITION_EOF:
                 ends.pop(where, None)
-            elif error.code() in _UNAVAILABLE or error.retriable():
+                return True
+            if error.code() in _UNAVAILABLE or error.retriable():
                 _log.info("retrying after an error reading %s: %s", where[0], error.str())
             elif error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED:
                 group = f"{self.settings.namespace}.dlq-reader"
@@ -202,15 +219,16 @@ class _Reader:
                 raise NotAuthorizedError("GROUP", group, "DESCRIBE", user)
             else:
                 raise PipelineError(f"reading {where[0]} failed: {error.str()} ({error.name()})")
-            return
+            return False
         end = ends.get(where)
         offset = message.offset() or 0
         if end is None:
-            return
+            return True
         if offset < end and (keep is None or keep(message)):
             out[where[0]].append(message)
         if offset + 1 >= end:  # what comes after was written after this read started
             del ends[where]
+        return True
 
     def close(self) -> None:
         self.consumer.close()
@@ -246,7 +264,7 @@ def decode_letter(codec: DeadLetterCodec, message: Message) -> DeadLetter | None
 def read_states(settings: Settings, *, timeout: float = 30.0) -> dict[str, LetterState]:
     """The whole ``<ns>.dlq-state`` table: dead-letter id -> what was done to it."""
     topic = TopicNames(settings.namespace).dlq_state
-    with _Reader(settings, timeout) as reader:
+    with _Reader(settings, timeout, idle_timeout=True) as reader:
         return fold_states(_keyed(reader.read(topic)[topic]))
 
 
@@ -254,26 +272,34 @@ def read_dead_letters(settings: Settings, *, timeout: float = 30.0) -> DeadLette
     """Every dead letter on ``<ns>.dlq`` (as of the call) with its state, oldest first.
 
     Records that are not dead letters are counted in ``undecodable`` and left out. Raises
-    :class:`KafkaUnavailableError` when Kafka does not answer within ``timeout`` seconds and
-    :class:`ConfigurationError` when the topics do not exist.
+    :class:`KafkaUnavailableError` when Kafka does not answer within ``timeout`` seconds (the
+    whole read may take longer while records keep coming) and :class:`ConfigurationError` when
+    the topics do not exist.
     """
     names = TopicNames(settings.namespace)
     codec = DeadLetterCodec()
-    with _Reader(settings, timeout) as reader:
-        read = reader.read(names.dlq, names.dlq_state)
-    states = fold_states(_keyed(read[names.dlq_state]))
     letters: list[StoredLetter] = []
     seen: set[str] = set()
     undecodable = 0
-    for message in read[names.dlq]:
+
+    def keep(message: Message) -> bool:
+        # Each dead letter is decoded as it is read and its record let go: holding the records
+        # until the end would hold every dead letter twice, as bytes and decoded.
+        nonlocal undecodable
+        if message.topic() == names.dlq_state:
+            return True
         letter = decode_letter(codec, message)
         if letter is None:
             undecodable += 1
-            continue
-        if letter.id in seen:  # written twice (a non-transactional producer's retry)
-            continue
-        seen.add(letter.id)
-        position = (message.partition() or 0, message.offset() or 0)
-        letters.append(StoredLetter(letter, *position, states.get(letter.id)))
+        elif letter.id not in seen:  # else written twice (a non-transactional producer's retry)
+            seen.add(letter.id)
+            letters.append(StoredLetter(letter, message.partition() or 0, message.offset() or 0))
+        return False
+
+    with _Reader(settings, timeout, idle_timeout=True) as reader:
+        read = reader.read(names.dlq, names.dlq_state, keep=keep)
+    states = fold_states(_keyed(read[names.dlq_state]))
+    for stored in letters:
+        stored.state = states.get(stored.letter.id)
     letters.sort(key=letter_order)
     return DeadLetterSnapshot(names.dlq, letters, undecodable)

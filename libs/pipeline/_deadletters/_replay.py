@@ -12,7 +12,7 @@ from __future__ import annotations
 import getpass
 import socket
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -34,7 +34,7 @@ from .._settings import Settings
 from .._topics import TopicNames
 from .._transactions import Transactions
 from ._reader import read_states
-from ._state import LetterState, LetterStatus, StoredLetter, actionable
+from ._state import LetterState, LetterStatus, StoredLetter
 
 
 def dlq_transactional_id(namespace: str) -> str:
@@ -156,6 +156,24 @@ def _operator() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def _to_write(
+    letters: Sequence[StoredLetter], states: Mapping[str, LetterState], *, force: bool
+) -> tuple[list[StoredLetter], Counter[LetterStatus]]:
+    """The letters to act on, with their state as ``states`` has it now, and how many are
+    skipped by status: the pending ones, and with ``force`` also those whose state is still
+    the one the caller read. A letter someone else replayed or discarded since the caller read
+    it is skipped even with ``force``: forcing it would send it a second time."""
+    todo: list[StoredLetter] = []
+    skipped: Counter[LetterStatus] = Counter()
+    for seen in letters:
+        stored = replace(seen, state=states.get(seen.letter.id))
+        if stored.status is LetterStatus.PENDING or (force and stored.state == seen.state):
+            todo.append(stored)
+        else:
+            skipped[stored.status] += 1
+    return todo, skipped
+
+
 _Record = tuple[str, bytes | None, bytes, list[Any] | None]
 _Build = Callable[[StoredLetter, int], tuple[list[_Record], LetterState]]
 
@@ -179,8 +197,7 @@ def _write(
         # Read the state only now: no other command of this transactional id can commit any
         # more, so a concurrent replay or discard cannot act on the same letters behind our back.
         states = read_states(settings, timeout=timeout)
-        fresh = [replace(s, state=states.get(s.letter.id)) for s in letters]
-        todo, skipped = actionable(fresh, force=force)
+        todo, skipped = _to_write(letters, states, force=force)
         missing = needed_topics(todo) - _topics(producer, settings, timeout) if todo else set()
         if missing:  # nothing was written
             raise TopicMissingError(sorted(missing), settings.namespace)
@@ -194,7 +211,17 @@ def _write(
                 built, state = build(stored, stamp)
                 records += built
                 acted.append(replace(stored, state=state))
-            txn.run(partial(_produce_all, records))
+            try:
+                txn.run(partial(_produce_all, records))
+            except KafkaUnavailableError as exc:
+                if not txn.committing:
+                    raise  # nothing of this batch was committed, as the error says
+                raise KafkaUnavailableError(
+                    "Kafka did not confirm the commit of the last batch of dead letters "
+                    f"({len(batch)}, after {len(done)} committed): it may yet be committed. "
+                    "Run the same command again, without --force, once Kafka answers: it "
+                    "skips the dead letters already done"
+                ) from exc
             done += acted
             if on_progress is not None:
                 on_progress(len(batch))
@@ -256,8 +283,10 @@ def replay_letters(
     ``by`` is who the state records and events name (default: ``user@host`` of this process).
 
     Letters already replayed or discarded (by the state read after fencing any concurrent
-    command) are skipped unless ``force``. Each batch is one transaction holding the messages,
-    their ``replayed`` state records and their ``replayed`` events (unless events are off).
+    command) are skipped unless ``force``, which replays again those still in the state they
+    have in ``letters`` (not one replayed or discarded by someone else since). Each batch is
+    one transaction holding the messages, their ``replayed`` state records and their
+    ``replayed`` events (unless events are off).
     """
     state_topic = TopicNames(settings.namespace).dlq_state
     codec = JobCodec()

@@ -28,6 +28,7 @@ from pipeline._deadletters import (
 )
 from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._topics import TopicNames
+from pipeline._topicspec import scheduler_control_topic
 
 from ._dlqoptions import filter_options, yes_option
 from ._dlqrender import (
@@ -161,6 +162,10 @@ def _run_write(
 def _check_target(to_topic: str | None, namespace: str) -> None:
     """Refuse a ``--to-topic`` of the namespace that no worker reads jobs from: the jobs
     would be lost there, and their dead letters marked replayed."""
+    if to_topic is None:
+        return
+    from pipeline.outbox._progress import progress_topic  # imported when it is needed
+
     names = TopicNames(namespace)
     no_jobs = {
         names.dlq,
@@ -168,10 +173,11 @@ def _check_target(to_topic: str | None, namespace: str) -> None:
         names.dedup,
         names.schedules,
         names.scheduler_state,
+        scheduler_control_topic(namespace),
         names.events,
         names.workers,
     }
-    if to_topic in no_jobs:
+    if to_topic in no_jobs or to_topic.startswith(progress_topic(namespace, "")):
         raise click.BadParameter(
             f"{to_topic} holds no jobs: no worker would run them there, and their dead "
             f"letters would be marked replayed; give a jobs topic such as {names.jobs('default')}",

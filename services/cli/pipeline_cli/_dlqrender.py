@@ -28,6 +28,22 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
+def shown(value: object) -> object:
+    """``value`` safe to print to a terminal: a string's characters that are not printable
+    (control characters such as ESC, which start terminal escape sequences, line breaks,
+    bidirectional overrides...) written as Python escapes (``\\x1b``, ``\\n``, ``\\u202e``).
+    Dead letters carry what producers and handlers wrote: printed as they are, an error
+    message could rewrite the operator's screen, title or clipboard, or hide other lines."""
+    if not isinstance(value, str) or value.isprintable():
+        return value
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in value)
+
+
+def _lines(text: str) -> list[str]:
+    """The lines of a multi-line text, each :func:`shown`."""
+    return [str(shown(line)) for line in text.splitlines()]
+
+
 def plural(count: int, noun: str = "dead letter") -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
@@ -107,7 +123,7 @@ def _error_cell(stored: StoredLetter) -> str:
     letter = stored.letter
     short = (letter.error_class or "").rpartition(".")[2]
     text = f"{short}: {letter.message}" if short else letter.message
-    text = " ".join(text.split())
+    text = str(shown(" ".join(text.split())))
     return text if len(text) <= _ERROR_WIDTH else text[: _ERROR_WIDTH - 1] + "…"
 
 
@@ -121,7 +137,7 @@ COLUMNS = ["id", "job id", "type", "reason", "error", "attempts", "dead at", "so
 
 def row(stored: StoredLetter) -> list[object]:
     letter, job = stored.letter, stored.letter.job
-    return [
+    cells: list[object] = [
         letter.id,
         letter.job_id,
         letter.job_type,
@@ -132,6 +148,7 @@ def row(stored: StoredLetter) -> list[object]:
         _source(stored),
         stored.status.value,
     ]
+    return [shown(cell) for cell in cells]
 
 
 def warn_undecodable(snapshot: DeadLetterSnapshot) -> None:
@@ -153,7 +170,7 @@ def skipped_text(skipped: Counter[LetterStatus]) -> str:
 
 
 def targets_text(topics: Iterable[str | None]) -> str:
-    counts = Counter(t for t in topics if t is not None)
+    counts = Counter(str(shown(t)) for t in topics if t is not None)
     if len(counts) == 1:
         return next(iter(counts))
     return ", ".join(f"{topic} ({count})" for topic, count in sorted(counts.items()))
@@ -188,12 +205,15 @@ def show_lines(stored: StoredLetter) -> list[str]:
             ("headers", ", ".join(f"{k}={v}" for k, v in job.headers.items()) or None),
         ]
     width = max(len(name) for name, _ in fields)
-    lines = [f"{name.ljust(width)}  {'-' if value is None else value}" for name, value in fields]
+    lines = [
+        f"{name.ljust(width)}  {'-' if value is None else shown(str(value))}"
+        for name, value in fields
+    ]
     if job is not None:
         payload, payload_format = _payload(job)
         lines.append(f"payload ({job.payload_encoding.value}, {len(job.payload)} bytes):")
         text = json.dumps(payload, indent=2) if payload_format == "json" else hexdump(job.payload)
-        lines += ["  " + line for line in text.splitlines()]
+        lines += ["  " + line for line in _lines(text)]
         lines.append(f"attempts ({len(job.errors)} failed):" if job.errors else "attempts: none")
         for error in job.errors:
             retry = "retryable" if error.retryable else "not retryable"
@@ -202,18 +222,19 @@ def show_lines(stored: StoredLetter) -> list[str]:
                 for x in [retry, error.worker and f"worker {error.worker}", error.traceback_digest]
                 if x
             )
-            lines.append(f"  #{error.attempt}  {when(error.at)}  {error.error_class} ({extra})")
-            lines += ["      " + line for line in error.message.splitlines() or [""]]
+            head = f"#{error.attempt}  {when(error.at)}  {error.error_class} ({extra})"
+            lines.append(f"  {shown(head)}")
+            lines += ["      " + line for line in _lines(error.message) or [""]]
     if letter.traceback:
         lines.append("traceback (last error):")
-        lines += ["  " + line for line in letter.traceback.splitlines()]
+        lines += ["  " + line for line in _lines(letter.traceback)]
     if letter.raw_value is not None:
         lines.append(f"raw value ({len(letter.raw_value)} bytes):")
         lines += ["  " + line for line in hexdump(letter.raw_value).splitlines()]
         lines.append(f"  base64: {_b64(letter.raw_value[:PREVIEW_BYTES])}")
     if letter.raw_headers:
         lines.append("raw headers:")
-        lines += [f"  {k}: {bytes_text(v)}" for k, v in letter.raw_headers.items()]
+        lines += [f"  {shown(f'{k}: {bytes_text(v)}')}" for k, v in letter.raw_headers.items()]
     return lines
 
 
@@ -278,4 +299,4 @@ def print_stats(counts: DlqStats, as_json: bool) -> None:
     for title, table in [("reason", counts.pending_by_reason), ("type", counts.pending_by_type)]:
         if table:
             click.echo()
-            print_table(table.items(), [title, "pending"])
+            print_table([(shown(name), count) for name, count in table.items()], [title, "pending"])

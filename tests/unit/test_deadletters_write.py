@@ -1,0 +1,93 @@
+"""``replay_letters`` when Kafka stops answering during a commit, without Kafka."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from pipeline import Settings
+from pipeline._deadletters import StoredLetter, _replay, replay_letters
+from pipeline._errors import KafkaUnavailableError
+from pipeline._job import Job
+from pipeline._records import DeadLetter
+
+
+class CommitUnconfirmed:
+    """Transactions whose commits are confirmed until ``confirmed`` ran, then not."""
+
+    def __init__(self, confirmed: int) -> None:
+        self.confirmed = confirmed
+        self.committing = False
+        self.runs = 0
+
+    def init(self) -> None:
+        return None
+
+    def run(self, write: Callable[[Any], None]) -> None:
+        self.runs += 1
+        if self.runs > self.confirmed:
+            self.committing = True
+            raise KafkaUnavailableError(
+                "Kafka did not confirm the producer's commit in 5 attempts; it goes on in the "
+                "background and may yet be committed: commit again to learn its outcome"
+            )
+
+    def close(self) -> None:
+        return None
+
+
+def letters(count: int) -> list[StoredLetter]:
+    return [
+        StoredLetter(
+            DeadLetter(
+                id=f"dl-{n}",
+                reason="max_attempts",
+                message="boom",
+                source_topic="ns.jobs.default",
+                source_partition=0,
+                source_offset=n,
+                job=Job(id=f"job-{n}", type="email.send", payload=b"{}"),
+            ),
+            0,
+            n,
+        )
+        for n in range(count)
+    ]
+
+
+def test_an_unconfirmed_commit_says_to_run_the_command_again_not_to_force_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The error told the operator to "commit again to learn its outcome", which a command
+    cannot do; running it again is what learns it (and --force would send the batch twice)."""
+    txn = CommitUnconfirmed(confirmed=2)
+    monkeypatch.setattr(_replay, "_dlq_transactions", lambda settings, timeout: (txn, None))
+    monkeypatch.setattr(_replay, "read_states", lambda settings, timeout: {})
+    monkeypatch.setattr(
+        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.default", "ns.dlq-state"}
+    )
+    settings = Settings(namespace="ns", events="off")
+    with pytest.raises(KafkaUnavailableError) as raised:
+        replay_letters(settings, letters(5), batch_size=2, timeout=1.0)
+    message = str(raised.value)
+    assert "last batch of dead letters (1, after 4 committed)" in message
+    assert "Run the same command again, without --force" in message
+    assert "commit again" not in message
+
+
+def test_a_failure_before_any_commit_is_passed_on_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    txn = CommitUnconfirmed(confirmed=0)
+
+    def refused(write: Callable[[Any], None]) -> None:
+        raise KafkaUnavailableError("nothing of the open transaction was committed")
+
+    txn.run = refused  # type: ignore[method-assign]
+    monkeypatch.setattr(_replay, "_dlq_transactions", lambda settings, timeout: (txn, None))
+    monkeypatch.setattr(_replay, "read_states", lambda settings, timeout: {})
+    monkeypatch.setattr(
+        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.default", "ns.dlq-state"}
+    )
+    with pytest.raises(KafkaUnavailableError, match=r"^nothing of the open transaction"):
+        replay_letters(Settings(namespace="ns", events="off"), letters(1), timeout=1.0)

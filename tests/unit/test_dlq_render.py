@@ -1,0 +1,120 @@
+"""What ``pipeline dlq`` prints of dead letters whose texts hold unusual characters."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from pipeline._deadletters import DeadLetterSnapshot, LetterState, LetterStatus, StoredLetter
+from pipeline._deadletters import dlq_stats as stats_of
+from pipeline._job import AttemptError, Job
+from pipeline._records import DeadLetter
+from pipeline_cli._dlqrender import print_stats, row, show_lines
+
+NOW = 1_767_225_600_000
+ESC = "\x1b"
+# What a hostile or careless producer or handler can put in a dead letter's texts: a terminal
+# title change and a screen clear (ESC sequences), a bell, a carriage return that hides what
+# came before it on the line, and a right-to-left override that reorders what follows.
+NASTY = f"{ESC}]0;owned\x07{ESC}[2J\rhidden\u202e"
+
+
+def nasty_letter() -> StoredLetter:
+    job = Job(
+        id=f"job{ESC}[1m",
+        type=f"email{ESC}[31m.send",
+        payload=b"{}",
+        attempt=2,
+        max_attempts=2,
+        created_at=NOW,
+        idempotency_key=f"key{ESC}[8m",
+        tenant=f"acme{ESC}[5m",
+        headers={"traceparent": f"00{ESC}[0m"},
+        errors=[
+            AttemptError(
+                attempt=1,
+                at=NOW,
+                error_class=f"app.Error{ESC}[7m",
+                message=f"first line\nsecond {NASTY}",
+                retryable=True,
+                worker=f"w{ESC}c",
+            )
+        ],
+    )
+    letter = DeadLetter(
+        id="dl-1",
+        reason=f"max_attempts{ESC}[K",
+        message=f"invalid address {NASTY}",
+        error_class="app.Error",
+        source_topic="ns.jobs.default",
+        source_partition=0,
+        source_offset=1,
+        job=job,
+        raw_key=b"k",
+        dead_at=NOW,
+        traceback=f"Traceback (most recent call last):\n  {NASTY}\napp.Error: {NASTY}",
+    )
+    state = LetterState(status=LetterStatus.DISCARDED, at=NOW, by=f"ada{ESC}[2J@ops")
+    return StoredLetter(letter, 0, 0, state)
+
+
+def raw_letter() -> StoredLetter:
+    letter = DeadLetter(
+        id="dl-raw",
+        reason="decode_error",
+        message=f"cannot decode {NASTY}",
+        source_topic="ns.jobs.low",
+        source_partition=0,
+        source_offset=2,
+        raw_value=b"\x1b[2Jbytes",
+        raw_key=b"\xff\xfe\x1b",
+        raw_headers={f"h{ESC}[1m": b"\x1b[2J", "ok": b"fine"},
+        dead_at=NOW,
+    )
+    return StoredLetter(letter, 0, 1)
+
+
+def unprintable(texts: list[str]) -> list[str]:
+    return [text for text in texts if not text.isprintable()]
+
+
+@pytest.mark.parametrize("make", [nasty_letter, raw_letter])
+def test_a_listing_row_prints_no_control_character(make: Callable[[], StoredLetter]) -> None:
+    cells = [str(cell) for cell in row(make()) if cell is not None]
+    assert unprintable(cells) == []
+
+
+def test_a_listing_row_shows_control_characters_as_escapes() -> None:
+    cells = row(nasty_letter())
+    assert cells[2] == "email\\x1b[31m.send"
+    assert str(cells[4]).startswith("Error: invalid address \\x1b]0;owned\\x07\\x1b[2J ")
+
+
+@pytest.mark.parametrize("make", [nasty_letter, raw_letter])
+def test_show_prints_no_control_character_and_keeps_every_line(
+    make: Callable[[], StoredLetter],
+) -> None:
+    lines = show_lines(make())
+    assert unprintable(lines) == []
+    text = "\n".join(lines)
+    if make is nasty_letter:
+        assert "invalid address \\x1b]0;owned\\x07\\x1b[2J\\rhidden\\u202e" in text
+        assert "ada\\x1b[2J@ops" in text  # who discarded it: read from the state topic
+        assert "      first line" in lines  # the attempt's message, a line each
+        # A carriage return breaks the line there: what came before it stays visible.
+        assert "      second \\x1b]0;owned\\x07\\x1b[2J" in lines
+        assert "  app.Error: \\x1b]0;owned\\x07\\x1b[2J" in lines  # the traceback
+        assert "  hidden\\u202e" in lines
+    else:
+        assert "  h\\x1b[1m: 0x1b5b324a" in lines
+        assert "key           0xfffe1b" in lines
+
+
+def test_stats_print_no_control_character(capsys: pytest.CaptureFixture[str]) -> None:
+    pending = nasty_letter()
+    pending.state = None
+    print_stats(stats_of(DeadLetterSnapshot("ns.dlq", [pending, raw_letter()])), False)
+    lines = capsys.readouterr().out.splitlines()
+    assert unprintable(lines) == []
+    assert any(line.startswith("email\\x1b[31m.send ") for line in lines)
