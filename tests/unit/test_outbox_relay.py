@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline import Settings
+from pipeline import KafkaUnavailableError, Settings
+from pipeline._transactions import Transactions
 from pipeline.outbox import OutboxRelay, RelayOptions
+from tests.unit.test_transactions import OutageProducer, transactions
 
 SETTINGS = Settings(bootstrap_servers="127.0.0.1:1", namespace="unit")
 """Nothing listens there: the relay's producer is a fake."""
@@ -85,3 +88,60 @@ def test_a_producer_failing_for_good_is_replaced_after_a_pause_not_at_once(
     assert stop.waits == [7.0]
     assert caplog.text.count("back to standby") == 1
     assert not relay.active.is_set()
+
+
+class _Waits(threading.Event):
+    """The relay's stop event: records its pauses; Kafka answers again after the first one
+    (``back``), or never, and the relay is stopped at the second (``back`` None)."""
+
+    def __init__(self, back: Callable[[], None] | None) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+        self._back = back
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        if self._back is not None:
+            self._back()
+        elif len(self.waits) >= 2:
+            self.set()
+        return self.is_set()
+
+
+def _unconfirmed(producer: OutageProducer) -> Transactions:
+    """A transaction holding a batch whose commit Kafka did not confirm."""
+    txn, _ = transactions(producer)
+    txn.produce("unit.jobs.default", b"row-1")
+    producer.down = frozenset({"commit_transaction"})
+    with pytest.raises(KafkaUnavailableError, match="may yet be committed"):
+        txn.commit()
+    assert txn.committing
+    return txn
+
+
+@pytest.mark.parametrize("outcome", ["committed", "aborted"])
+def test_a_commit_kafka_did_not_confirm_is_settled_before_the_batch_is_read_back(
+    database: Path, outcome: str
+) -> None:
+    """Read back while that commit still went on, the batch did not show yet, and the next
+    transaction (which ends that commit first) published its rows a second time."""
+    producer = OutageProducer()
+    txn = _unconfirmed(producer)
+    producer.aborts_unconfirmed = outcome == "aborted"
+    stop = _Waits(back=lambda: setattr(producer, "down", frozenset()))
+    relay = OutboxRelay(SETTINGS, f"sqlite:///{database}", RelayOptions(retry_s=3.0))
+    assert relay._settle(txn, stop)
+    assert stop.waits == [3.0]  # asked once more after a pause, then Kafka answered
+    assert not txn.committing
+    expected = [[("unit.jobs.default", b"row-1")]] if outcome == "committed" else []
+    assert producer.committed == expected
+
+
+def test_settling_a_commit_waits_for_kafka_until_the_relay_is_stopped(database: Path) -> None:
+    producer = OutageProducer()
+    txn = _unconfirmed(producer)
+    stop = _Waits(back=None)
+    relay = OutboxRelay(SETTINGS, f"sqlite:///{database}", RelayOptions(retry_s=3.0))
+    assert not relay._settle(txn, stop)
+    assert stop.waits == [3.0, 3.0]
+    assert txn.committing  # still unknown: nothing is read back nor written meanwhile

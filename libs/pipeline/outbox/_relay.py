@@ -209,10 +209,12 @@ class OutboxRelay:
                     continue
                 if not self._publish(txn, rows, progress, stall):
                     stop.wait(options.retry_s)
-                    # A commit whose answer never came may have committed: what Kafka has is
-                    # read back (and its rows deleted) before the rows go out again.
-                    if not self._recover(connection, dialect, progress, stop):
-                        return
+                    # A commit whose answer never came may have committed: its outcome is
+                    # learnt, then what Kafka has is read back (and its rows deleted) before
+                    # the rows go out again.
+                    settled = self._settle(txn, stop)
+                    if not (settled and self._recover(connection, dialect, progress, stop)):
+                        return  # stopped
                     continue
                 health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
                 self._delete(connection, dialect, [row[0] for row in rows])
@@ -224,6 +226,21 @@ class OutboxRelay:
                 progress.close()
             stall.close()
             connection.close()
+
+    def _settle(self, txn: Transactions, stop: threading.Event) -> bool:
+        """Learn the outcome of a commit Kafka did not confirm (:attr:`Transactions.committing`)
+        before the last batch is read back. Read back while that commit still goes on, the batch
+        would not show yet, and the next transaction, which ends that commit first, would publish
+        its rows a second time. False: stopped first."""
+        while txn.committing:
+            try:
+                txn.commit()  # no offsets: it only ends the commit under way
+            except TransactionAbortedError:
+                return True  # Kafka aborted it: nothing of it is visible, the rows go again
+            except KafkaUnavailableError:
+                if stop.wait(self.options.retry_s):
+                    return False
+        return not stop.is_set()
 
     def _recover(
         self, connection: Any, dialect: Dialect, progress: RelayProgress, stop: threading.Event

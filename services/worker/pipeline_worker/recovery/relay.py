@@ -374,7 +374,19 @@ class RetryRelay:
         self._txn.abort()
 
     def _rewind(self) -> None:
-        """After an abort: forget the uncommitted forwards and read them again."""
+        """After an abort: forget the uncommitted forwards and read them again.
+
+        A commit Kafka did not confirm may yet be committed: its outcome is learnt first, or
+        the committed offsets read now would be those before it, and its forwards would go out
+        a second time once it ends."""
+        if self._txn.committing:
+            try:
+                self._txn.commit()  # no offsets: it only ends the commit under way
+            except TransactionAbortedError:
+                pass  # aborted after all: read its jobs again
+            except KafkaUnavailableError:
+                self._rewind_due = True  # asked again on the next turn
+                return
         self._dirty.clear()
         self._parked.clear()
         owned = [TopicPartition(*where) for where in self._next]
