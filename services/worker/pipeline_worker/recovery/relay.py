@@ -31,8 +31,6 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
-    OFFSET_INVALID,
     Consumer,
     KafkaError,
     KafkaException,
@@ -63,6 +61,7 @@ from .._metrics import WorkerMetrics
 from ..commit.txnconfig import transactional_config
 from ..intake.config import COOPERATIVE, membership_config
 from .detours import Detours
+from .tieroffsets import TierOffsets
 
 _log = logging.getLogger("pipeline.worker.relay")
 
@@ -128,10 +127,7 @@ class RetryRelay:
         )
         self._parked: dict[Where, deque[Parked]] = {}
         """Per paused partition: its head and what came after it, with their due times."""
-        self._next: dict[Where, int] = {}
-        """Per owned partition: the offset to commit (one past the last forwarded)."""
-        self._dirty: set[Where] = set()
-        self._committed: dict[Where, int] = {}
+        self._offsets = TierOffsets(self._consumer, TIMEOUT_S)
         self._next_idle_commit = 0.0
         self._txn_started: float | None = None
         self._rewind_due = False
@@ -231,22 +227,10 @@ class RetryRelay:
         a lag of one per transaction.
         """
         self._next_idle_commit = time.monotonic() + IDLE_COMMIT_S
-        idle = [TopicPartition(*w) for w in self._next if w not in self._parked]
-        if not idle:
-            return
         try:
-            ahead = [
-                tp
-                for tp in self._consumer.position(idle)
-                if tp.offset >= 0 and tp.offset > self._committed.get((tp.topic, tp.partition), -1)
-            ]
-            if ahead:
-                self._consumer.commit(offsets=ahead, asynchronous=False)
+            self._offsets.commit_idle(self._parked)
         except KafkaException as exc:
             self._errors.warning("idle commit", "retry relay offset commit failed: %s", exc)
-            return
-        for tp in ahead:
-            self._committed[(tp.topic, tp.partition)] = tp.offset
 
     def _on_message(self, message: Message) -> None:
         error = message.error()
@@ -259,7 +243,7 @@ class RetryRelay:
                 self._errors.warning("consume", "retry relay consumer error: %s", error.str())
             return
         where = (message.topic() or "", message.partition() or 0)
-        if where not in self._next:
+        if not self._offsets.owns(where):
             return  # not ours any more
         parked = self._parked.get(where)
         now = now_ms()
@@ -337,24 +321,21 @@ class RetryRelay:
             topic, value, source.key(), headers=headers, too_large_raises=too_large_raises
         )
         where = (source.topic() or "", source.partition() or 0)
-        self._next[where] = (source.offset() or 0) + 1
-        self._dirty.add(where)
+        self._offsets.forwarded(where, source.offset() or 0)
 
     # -- transactions --------------------------------------------------------------------------
 
     def _commit(self) -> None:
         if self._txn_started is None:
             return
-        offsets = [TopicPartition(t, p, self._next[(t, p)]) for t, p in self._dirty]
+        offsets = self._offsets.to_commit()
         try:
             self._txn.commit(offsets, self._consumer.consumer_group_metadata())
         except NOT_COMMITTED as exc:  # an outage too: the worker waits it out, as its consumer
             self._aborted(exc)
             return
         self._txn_started = None
-        for tp in offsets:
-            self._committed[(tp.topic, tp.partition)] = tp.offset
-        self._dirty.clear()
+        self._offsets.committed(offsets)
         self._metrics.transactions += 1
 
     def _aborted(self, exc: TransactionAbortedError | KafkaUnavailableError) -> None:
@@ -363,7 +344,7 @@ class RetryRelay:
         # Forget the forwards now; read them again after the next poll, not here: this may be
         # a rebalance callback (the commit of a revocation), where a blocking consumer call
         # (the rewind asks for the committed offsets) breaks the client's per-thread state.
-        self._dirty.clear()
+        self._offsets.dirty.clear()
         self._parked.clear()
         self._rewind_due = True
 
@@ -387,30 +368,14 @@ class RetryRelay:
             except KafkaUnavailableError:
                 self._rewind_due = True  # asked again on the next turn
                 return
-        self._dirty.clear()
         self._parked.clear()
-        owned = [TopicPartition(*where) for where in self._next]
-        if not owned:
-            return
         try:
-            committed = self._consumer.committed(owned, timeout=TIMEOUT_S)
+            self._offsets.rewind()
         except KafkaException as exc:  # Kafka down: read nothing until it answers
             self._errors.warning(
                 "rewind", "retry relay: reading the committed offsets failed: %s", exc
             )
             self._rewind_due = True
-            return
-        self._consumer.resume(owned)
-        for tp in committed:
-            where = (tp.topic, tp.partition)
-            if tp.offset != OFFSET_INVALID and tp.offset >= 0:
-                self._consumer.seek(tp)
-                self._next[where] = tp.offset
-            else:
-                # Nothing committed yet: the aborted forwards were the first read, from the
-                # start of the partition (auto.offset.reset=earliest); read them from there.
-                self._consumer.seek(TopicPartition(tp.topic, tp.partition, OFFSET_BEGINNING))
-                self._next[where] = -1
 
     # -- rebalances ----------------------------------------------------------------------------
 
@@ -418,7 +383,7 @@ class RetryRelay:
         if partitions:
             _log.info("retry tier partitions assigned", extra={"partitions": len(partitions)})
         for tp in partitions:
-            self._next.setdefault((tp.topic, tp.partition), -1)
+            self._offsets.assign((tp.topic, tp.partition))
         consumer.incremental_assign(partitions)
         consumer.resume(partitions)
 
@@ -429,7 +394,7 @@ class RetryRelay:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
-        if gone & self._dirty:
+        if gone & self._offsets.dirty:
             # Their forwards cannot commit with their offsets any more: undo the transaction.
             # (The rewind reads committed offsets: not inside this callback, after the poll.)
             self._abort()
@@ -443,6 +408,4 @@ class RetryRelay:
         for tp in partitions:
             where = (tp.topic, tp.partition)
             self._parked.pop(where, None)
-            self._next.pop(where, None)
-            self._committed.pop(where, None)
-            self._dirty.discard(where)
+            self._offsets.forget(where)
