@@ -41,6 +41,11 @@ EXIT_REFUSED = KafkaAuthenticationError.exit_code
 """Kafka refused the credentials (or the TLS handshake)."""
 
 
+class LeadershipLostError(KafkaUnavailableError):
+    """The leadership group revoked this scheduler during a transaction step's retries: the
+    term ends as one whose transaction was not committed (the next leader fences it anyway)."""
+
+
 class Scheduler:
     """Runs until :meth:`stop` (or SIGTERM/SIGINT): standby, or leader while it owns leadership.
 
@@ -192,12 +197,19 @@ class Scheduler:
 
     def _serve(self, seconds: float) -> None:
         """Wait between two attempts of a transaction step while Kafka is down, serving the
-        leadership group meanwhile: a revocation is seen, the membership never lapses."""
+        leadership group meanwhile: a revocation is seen, the membership never lapses. Revoked,
+        the term ends at once (:class:`LeadershipLostError`) rather than retry a transaction
+        the next leader fences anyway."""
         self._last_turn = time.monotonic()
         if self._leadership is None:
             time.sleep(seconds)
-        else:
-            self._leadership.poll(seconds)
+            return
+        self._leadership.poll(seconds)
+        if not self._leadership.is_leader:
+            raise LeadershipLostError(
+                "the leadership moved to another scheduler while a transaction step waited to "
+                "be tried again; this term ends"
+            )
 
     def _end_session(self) -> None:
         session, self.session = self.session, None

@@ -222,3 +222,45 @@ def test_the_leader_s_requests_time_out_with_its_calls(monkeypatch: pytest.Monke
         Settings(bootstrap_servers="localhost:1", kafka={"socket.timeout.ms": "9000"})
     )
     assert confs[-1]["socket.timeout.ms"] == "9000"  # `kafka` wins, as everywhere
+
+
+def test_a_revocation_during_a_step_s_retries_ends_the_term_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leadership moved while a step waited to try again: the step stops there (it went on
+    retrying a transaction the next leader fences, up to a minute, then exited fenced)."""
+    scheduler = Scheduler(Settings(bootstrap_servers="localhost:1"))
+    seen: list[str] = []
+
+    class Revoked(FakeLeadership):
+        def poll(self, timeout: float) -> None:
+            if seen == ["retrying"]:
+                self.is_leader = False  # the revocation arrives with this poll
+            elif not self.is_leader:
+                scheduler.stop()  # a standby now: the test is over
+
+    class Session:
+        held = parked = 0
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._serve = kwargs["serve"]
+
+        def start(self) -> None:
+            pass
+
+        def step(self) -> None:
+            seen.append("retrying")
+            self._serve(0.1)  # between two attempts of a commit Kafka does not answer
+            seen.append("retried after the revocation")
+
+        def partitions_changed(self) -> bool:
+            return False
+
+        def close(self) -> None:
+            seen.append("closed")
+
+    monkeypatch.setattr(runtime, "Leadership", Revoked)
+    monkeypatch.setattr(runtime, "LeaderSession", Session)
+    assert scheduler.run() == 0
+    assert seen == ["retrying", "closed"]
+    assert scheduler.session is None
