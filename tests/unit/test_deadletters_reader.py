@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError
+from confluent_kafka import KafkaError, Message
 
 from pipeline import Settings
 from pipeline._codec import DeadLetterCodec
@@ -17,33 +16,6 @@ from pipeline._records import DeadLetter
 NS = "ns"
 DLQ, STATE = f"{NS}.dlq", f"{NS}.dlq-state"
 SECONDS_PER_CONSUME = 0.4
-
-
-@dataclass
-class FakeMessage:
-    _topic: str
-    _partition: int
-    _offset: int
-    _value: bytes | None
-    _error: KafkaError | None = None
-
-    def topic(self) -> str:
-        return self._topic
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return None
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def error(self) -> KafkaError | None:
-        return self._error
 
 
 class Clock:
@@ -77,24 +49,26 @@ class SlowConsumer:
             for n in range(letters)
         ]
         self.stall_after = stall_after
-        self.queue: list[FakeMessage] = []
+        self.queue: list[Message] = []
 
     def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
         return (0, len(self.values) if tp.topic == DLQ else 0)
 
     def assign(self, partitions: list[Any]) -> None:
         self.queue = [
-            FakeMessage(DLQ, 0, n, value)
+            Message(topic=DLQ, partition=0, offset=n, value=value)
             for tp in partitions
             if tp.topic == DLQ
             for n, value in enumerate(self.values)
             if n >= tp.offset
         ]
 
-    def consume(self, count: int, timeout: float) -> list[FakeMessage]:
+    def consume(self, count: int, timeout: float) -> list[Message]:
         self.clock.now += SECONDS_PER_CONSUME
-        if self.stall_after is not None and self.queue[0].offset() >= self.stall_after:
-            return [FakeMessage(DLQ, 0, -1, None, KafkaError(KafkaError._TRANSPORT))]
+        if self.stall_after is not None and (self.queue[0].offset() or 0) >= self.stall_after:
+            return [
+                Message(topic=DLQ, partition=0, offset=-1, error=KafkaError(KafkaError._TRANSPORT))
+            ]
         return [self.queue.pop(0)]
 
     def unassign(self) -> None:

@@ -90,12 +90,12 @@ class FakeConsumer:
             self.log.pop((tp.topic, tp.partition), None)
 
 
-class CommittingProducer(FakeProducer):
-    """A transactional producer whose committed offsets land in the consumer's group, and
-    which refuses a message larger than it sends, as librdkafka does before taking it."""
+class GroupCommits(FakeProducer):
+    """A fake transactional producer whose committed offsets land in the consumer's group
+    (``group``); mixed in before the fake it extends."""
 
-    def __init__(self) -> None:
-        super().__init__(MAX_BYTES)
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.group: FakeConsumer | None = None
         self._offsets: list[TopicPartition] = []
 
@@ -109,6 +109,14 @@ class CommittingProducer(FakeProducer):
         super().commit_transaction(timeout)
         assert self.group is not None
         self.group.commit(offsets=self._offsets)
+
+
+class CommittingProducer(GroupCommits):
+    """:class:`GroupCommits` refusing a message larger than it sends, as librdkafka does before
+    taking it."""
+
+    def __init__(self) -> None:
+        super().__init__(MAX_BYTES)
 
 
 Relay = tuple[relay_module.RetryRelay, FakeConsumer, CommittingProducer]

@@ -7,36 +7,22 @@ transaction (which ends that commit first) forwarded them a second time.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from confluent_kafka import TopicPartition
 
 from pipeline import Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker.recovery import relay as relay_module
 from tests.unit.test_transactions import OutageProducer
-from tests.unit.worker.test_worker_relay import TIER, FakeConsumer, jobs_on_the_tier
+from tests.unit.worker.test_worker_relay import (
+    TIER,
+    FakeConsumer,
+    GroupCommits,
+    jobs_on_the_tier,
+)
 
 
-class GroupOutageProducer(OutageProducer):
+class GroupOutageProducer(GroupCommits, OutageProducer):
     """:class:`OutageProducer` whose committed offsets land in the consumer's group."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.group: FakeConsumer | None = None
-        self._offsets: list[TopicPartition] = []
-
-    def send_offsets_to_transaction(
-        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
-    ) -> None:
-        super().send_offsets_to_transaction(positions, group_metadata, timeout)
-        self._offsets = positions
-
-    def commit_transaction(self, timeout: float = -1, /) -> None:
-        super().commit_transaction(timeout)
-        assert self.group is not None
-        self.group.commit(offsets=self._offsets)
 
 
 def forwarded(relay: relay_module.RetryRelay, producer: GroupOutageProducer) -> list[str]:
