@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Message, TopicPartition
 from ops.webproc import start_logged
 
+from pipeline import Pipeline
 from pipeline.outbox import connect, create_table, outbox_status
 from tests.waiting import wait_for
 
@@ -22,7 +24,7 @@ from ..worker.harness import REPO_ROOT, WorkerProcess
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from pipeline import Pipeline, Settings
+    from pipeline import Settings
     from pipeline.outbox import OutboxRelay
 
 
@@ -160,3 +162,12 @@ def read_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[Me
         return records
     finally:
         consumer.close()
+
+
+def assert_published_once(settings: Settings, written: Written) -> None:
+    """Every committed job is on ``<ns>.jobs.default`` exactly once (none lost, none doubled)."""
+    codec = Pipeline(settings).codec
+    records = read_topic(settings, f"{settings.namespace}.jobs.default")
+    published = Counter(codec.decode(record.value() or b"").id for record in records)
+    assert sorted(published) == sorted(written.committed)
+    assert set(published.values()) == {1}, "a batch was published twice"

@@ -24,7 +24,14 @@ from tests.conftest import start_dev_cluster, stop_dev_cluster
 from tests.waiting import wait_for
 
 from ..worker.harness import Recording, WorkerLauncher, check_ran, wait_until
-from .relays import RelayLauncher, pending, read_topic, relay_in_thread, write_orders
+from .relays import (
+    RelayLauncher,
+    assert_published_once,
+    pending,
+    read_topic,
+    relay_in_thread,
+    write_orders,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -251,11 +258,7 @@ def test_a_batch_kafka_committed_is_not_published_again_after_a_crash_before_its
     with caplog.at_level(logging.INFO, logger="pipeline.outbox"), relay_in_thread(relay):
         assert wait_for(lambda: pending(outbox_dsn) == 0, RELAY_TIMEOUT_S)
     assert relay.failed
-    codec = Pipeline(settings).codec
-    records = read_topic(settings, f"{settings.namespace}.jobs.default")
-    published = Counter(codec.decode(record.value() or b"").id for record in records)
-    assert sorted(published) == sorted(written.committed)
-    assert set(published.values()) == {1}, "a batch was published twice"
+    assert_published_once(settings, written)
     assert "100 rows of the last batch Kafka committed" in caplog.text
 
 
