@@ -33,8 +33,9 @@ from ._stopping import call_hooks, close_stages, drain, stop_hooks
 from ._work import PartitionState
 from .execute.processor import Processor
 from .intake.config import consumer_config
-from .intake.consumer import FINAL_COMMIT_S, ConsumerThread
+from .intake.consumer import ConsumerThread
 from .intake.loopside import Batch
+from .intake.shutdown import FINAL_COMMIT_S
 from .recovery.relay import RetryRelay
 from .route.dedup import Deduplicator
 from .route.outcome import JobHooks, PartitionRef

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline._topics import TopicNames
-from pipeline_worker.intake.consumer import FINAL_COMMIT_S
+from pipeline_worker.intake.shutdown import FINAL_COMMIT_S
 
 from .checks import env_of, matches, setting_problems, settings_from
 

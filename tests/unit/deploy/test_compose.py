@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from pipeline_cli._devjars import KAFKA_VERSION
-from pipeline_worker.intake.consumer import FINAL_COMMIT_S
+from pipeline_worker.intake.shutdown import FINAL_COMMIT_S
 
 from .checks import setting_problems, settings_from
 from .tools import ROOT, compose_config, docker_compose, promtool, run

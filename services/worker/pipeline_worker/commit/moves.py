@@ -1,4 +1,4 @@
-"""Moves of failed jobs and the offsets that go with them, in Kafka transactions.
+"""The mover: moves of failed jobs queued from the event loop, until written in a transaction.
 
 A failed job leaves its partition by a *move*: to a retry tier, to ``<ns>.deferred`` or to the
 dead-letter topic. The move is written by a transactional producer, and the transaction commits
@@ -16,20 +16,15 @@ the moves a drain wrote in one callback, not one per move: a worker whose jobs c
 idempotency keys submits one for every job, and a wake-up of the loop per job would cost the
 consumer thread and the loop more than the records do.
 
-Errors are handled by the library's one transaction loop (:class:`pipeline._transactions.
-Transactions`): when the transaction must be aborted it is, and the moves still owned are
-written again in a new one (the offsets were not committed either); a fatal one, a fenced
-producer included, stops the worker (the jobs run again elsewhere: at-least-once, and their
-moves were never committed).
+What goes into the open transaction, and what becomes of it when Kafka aborts it or does not
+answer, is :mod:`.movetxn`'s.
 
 While Kafka does not answer, the consumer thread must get back to polling within seconds (or
 ``max.poll.interval.ms`` runs out and ``/healthz`` calls it stuck): each producer call waits at
 most :data:`TIMEOUT_S`, a step is tried :data:`ATTEMPTS` time(s), and the thread's next turn,
-after a poll, is the retry. A commit Kafka did not confirm may yet happen, so it is only asked
-again (:meth:`Mover.commit`); a transaction whose abort Kafka did not confirm holds its moves in
-:attr:`Mover._in_txn`, in no transaction, their partitions committed by nobody
-(:meth:`Mover.stranded`), until a drain finishes the abort and writes them again. Meanwhile new
-moves wait in the queue, their jobs unfinished: nothing is lost, nothing committed past a move.
+after a poll, is the retry. While moves already written wait to be written again (see
+:mod:`.movetxn`), new moves wait in the queue, their jobs unfinished: nothing is lost, nothing
+committed past a move.
 """
 
 from __future__ import annotations
@@ -42,12 +37,13 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer, TopicPartition
 
-from pipeline._errors import KafkaUnavailableError, TransactionError
+from pipeline._errors import KafkaUnavailableError
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topics import TopicNames
 from pipeline._transactions import STEP_TIMEOUT_S, Transactions
 
 from .marks import max_moved
+from .movetxn import Done, MoveTransaction, Pending, Where
 from .txnconfig import transactional_config
 
 if TYPE_CHECKING:
@@ -59,10 +55,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.worker.moves")
 
-Where = tuple[str, int]
 ChangelogKey = tuple[int | None, bytes | None]
 """A changelog record's partition and key: one idempotency key's place."""
-Done = Callable[[bool], None]
 TIMEOUT_S = STEP_TIMEOUT_S
 """The longest one producer call waits (it was 30 s, 5 times a step: minutes without a poll)."""
 ATTEMPTS = 1
@@ -71,27 +65,6 @@ WHEN_FENCED = (
     "from the group for longer than session.timeout.ms); the worker stops and its jobs run again "
     "where they are now: restart it"
 )
-
-
-_NOT_COMMITTED = (TransactionError, KafkaUnavailableError)
-"""What the transaction loop raises after it aborted the open transaction: its moves are lost
-with it and are written again, so that moves and key records in :attr:`Mover._in_txn` are in
-the open transaction, or in none and their partitions not committed (:meth:`Mover.stranded`)."""
-
-
-class _Pending:
-    __slots__ = ("done", "move", "offset", "records", "where", "written")
-
-    def __init__(
-        self, where: Where, offset: int, records: Sequence[Record], done: Done, move: bool
-    ) -> None:
-        self.where = where
-        self.offset = offset
-        self.records = records
-        self.done = done
-        self.move = move
-        self.written = 0
-        """Its place in the order of writes (a rewrite keeps that order)."""
 
 
 class Mover:
@@ -115,21 +88,18 @@ class Mover:
         self._loop = loop
         self._changelog = TopicNames(settings.namespace).dedup
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)
-        self._queue: deque[_Pending] = deque()
-        self._waiting: dict[Where, deque[_Pending]] = {}
+        self._queue: deque[Pending] = deque()
+        self._waiting: dict[Where, deque[Pending]] = {}
         self._waiting_keys: Counter[ChangelogKey] = Counter()
         """The idempotency keys of the changelog records in :attr:`_waiting` (see
         :meth:`_supersede`)."""
         """Moves waiting because their partition has ``max_moved`` moves above its commit point."""
-        self._in_txn: dict[Where, list[_Pending]] = {}
+        self._transaction = MoveTransaction(self._txn, dropped=self._drop_moved)
+        """The moves written into the open transaction."""
         self.moved: dict[Where, set[int]] = {}
         """Offsets moved above each partition's commit point (consumer thread)."""
-        self._writes = 0
-        """Moves written so far: the last one's :attr:`_Pending.written`."""
         self._resolved: list[tuple[Done, bool]] = []
         """What to tell the loop when the drain (or forget) that resolved these is over."""
-        self._unwritten = False
-        """The moves of :attr:`_in_txn` are in no transaction (Kafka did not answer)."""
         self._errors = RateLimitedLog(_log, interval_s=10.0)
         self.initialized = False
 
@@ -149,7 +119,7 @@ class Mover:
         ``move=False``: records that go with the offset of a job that stays where it is (the
         idempotency keys it settled); the offset is not skipped by a later owner.
         """
-        self._queue.append(_Pending(where, offset, records, done, move))
+        self._queue.append(Pending(where, offset, records, done, move))
 
     # -- consumer thread -----------------------------------------------------------------------
 
@@ -167,7 +137,7 @@ class Mover:
                 return False
             wrote = self._drain_waiting(owned, commit_point)
             queue = self._queue
-            while queue and not self._unwritten:
+            while queue and not self._transaction.unwritten:
                 pending = queue.popleft()
                 where = pending.where
                 if pending.move and not self._room(where, commit_point(where), pending.offset):
@@ -189,10 +159,12 @@ class Mover:
         """Write the waiting moves that have room now; returns whether any was written."""
         wrote = False
         for where in [w for w, held in self._waiting.items() if held]:
-            still: deque[_Pending] = deque()
+            still: deque[Pending] = deque()
             for pending in self._waiting[where]:
-                # Not after Kafka stopped answering during this drain (see _rewrite).
-                if not self._unwritten and self._room(where, commit_point(where), pending.offset):
+                # Not after Kafka stopped answering during this drain (MoveTransaction._rewrite).
+                if not self._transaction.unwritten and self._room(
+                    where, commit_point(where), pending.offset
+                ):
                     self._unhold(pending.records)
                     wrote |= self._write(pending, owned)
                 else:
@@ -209,7 +181,7 @@ class Mover:
         transaction are written again. False while Kafka does not answer."""
         if self._txn.committing:
             return False
-        if not (self._queue or self._waiting or self._unwritten):
+        if not (self._queue or self._waiting or self._transaction.unwritten):
             return True
         try:
             if not self.initialized:
@@ -217,11 +189,7 @@ class Mover:
         except KafkaUnavailableError as exc:
             self._errors.warning("init", "moves wait: %s", exc)
             return False
-        if self._txn.aborting:
-            self._unwritten = True  # no move goes in before that abort is finished
-        if self._unwritten:
-            self._rewrite(owned)
-        return not self._unwritten
+        return self._transaction.resume(owned)
 
     def _room(self, where: Where, commit_point: int, offset: int) -> bool:
         """Whether a move of ``offset`` may be written now. The job at the commit point always
@@ -268,35 +236,24 @@ class Mover:
         changelog = self._changelog
         return [(r.partition, r.key) for r in records if r.topic == changelog]
 
-    def _write(self, pending: _Pending, owned: Callable[[Where], bool]) -> bool:
+    def _write(self, pending: Pending, owned: Callable[[Where], bool]) -> bool:
         if not owned(pending.where):
             self._resolve(pending, False)
             return False
-        try:
-            self._txn.produce_all(pending.records)
-        except _NOT_COMMITTED as exc:
-            _log.warning("transaction aborted, writing its moves again: %s", exc)
-            # Unless Kafka does not answer: then this move waits with the others, in _in_txn.
-            self._rewrite(owned, pending.records)
+        self._transaction.write(pending, owned)
         if pending.move:
             self.moved.setdefault(pending.where, set()).add(pending.offset)
-        self._writes += 1
-        pending.written = self._writes
-        self._in_txn.setdefault(pending.where, []).append(pending)
         self._resolve(pending, True)
         return True
 
     def touched(self) -> list[Where]:
         """Partitions with moves in the open transaction: their offsets must be sent with it."""
-        return list(self._in_txn)
+        return self._transaction.touched()
 
     def stranded(self) -> set[Where]:
-        """Partitions with moves in no open transaction: the loop counted their jobs finished,
-        but their records are not in Kafka, so no commit of these partitions may be made.
-        Either Kafka did not answer when they were to be written again (the next drain does
-        it), or the transaction failed for good (a fatal error, or Kafka refused to write them
-        again: the consumer thread stops; their jobs run again with the next owner)."""
-        return set() if self._txn.open else set(self._in_txn)
+        """Partitions with moves in no open transaction, which no commit may cover (see
+        :meth:`.movetxn.MoveTransaction.stranded`)."""
+        return self._transaction.stranded()
 
     def restore_moved(self, where: Where, offsets: Iterable[int]) -> None:
         """Offsets a previous owner moved above the commit point (read from its commit mark)."""
@@ -313,34 +270,9 @@ class Mover:
         self, offsets: list[TopicPartition], group_metadata: Any, owned: Callable[[Where], bool]
     ) -> bool:
         """Commit the open transaction with ``offsets`` (each partition with moves in it must be
-        among them); returns whether it committed.
-
-        When the transaction must be aborted (typically: the group is rebalancing, so the
-        generation sent with the offsets is stale), its moves are written again in a new
-        transaction and False is returned: the caller keeps polling, which completes the
-        rebalance, and commits again later.
-
-        A commit Kafka does not confirm goes on (False): the next call asks Kafka again. If it
-        says committed, that commit holds the offsets sent then, not ``offsets``: the moves are
-        done, and False still tells the caller that ``offsets`` wait for a commit of their own.
+        among them); returns whether it committed (see :meth:`.movetxn.MoveTransaction.commit`).
         """
-        resumed = self._txn.committing
-        try:
-            self._txn.commit(offsets, group_metadata)
-        except KafkaUnavailableError as exc:
-            if self._txn.committing:
-                self._errors.warning("commit", "moves' commit unconfirmed, asking again: %s", exc)
-                return False
-            _log.info("transaction not committed, its moves are written again: %s", exc)
-            self._rewrite(owned)
-            return False
-        except TransactionError as exc:
-            _log.info("transaction aborted, its moves are written again: %s", exc)
-            self._rewrite(owned)
-            return False
-        self._in_txn.clear()
-        if resumed:
-            _log.info("the moves' unconfirmed commit is confirmed: committed")
+        if not self._transaction.commit(offsets, group_metadata, owned):
             return False
         for tp in offsets:
             self._prune((tp.topic, tp.partition), tp.offset)
@@ -369,15 +301,7 @@ class Mover:
                     queue.append(pending)
         finally:
             self._tell()
-        if not gone & set(self._in_txn):
-            return
-        if self.open and not self._txn.committing:
-            self._rewrite(lambda where: where not in gone)
-            return
-        # In no transaction (written again later, without them), or in one whose commit Kafka
-        # has not confirmed, which cannot be changed: committed, their offsets go with them
-        # (a new owner's read of the offsets waits for its outcome); aborted, they are gone.
-        self._in_txn = {w: p for w, p in self._in_txn.items() if w not in gone}
+        self._transaction.forget(gone)
 
     def close(self) -> None:
         self._txn.close(5.0)
@@ -390,39 +314,11 @@ class Mover:
             for offset in [o for o in moved if o < committed]:
                 moved.discard(offset)
 
-    def _rewrite(self, owned: Callable[[Where], bool], then: Sequence[Record] = ()) -> None:
-        """Abort the open transaction and write the moves of the partitions still owned (and
-        ``then``) into a new one, which stays open. While Kafka does not let the abort finish,
-        they wait (:attr:`_unwritten`; ``then`` too, its move being put in :attr:`_in_txn`)."""
-        kept = {w: p for w, p in self._in_txn.items() if owned(w)}
-        for where in set(self._in_txn) - set(kept):
-            self.moved.pop(where, None)  # not ours any more: the new owner redoes these jobs
-        self._in_txn = kept
-        if self._txn.aborting and not self._unwritten:
-            # Kafka did not confirm the abort just made: try again at the next drain, not at
-            # once, so that the consumer thread goes back to polling in between.
-            self._unwritten = True
-            return
+    def _drop_moved(self, where: Where) -> None:
+        """``where``'s moves left the transaction, not ours any more: forget its moved offsets."""
+        self.moved.pop(where, None)
 
-        # In the order they were first written: the records of one idempotency key may come
-        # from moves of several partitions (one per priority), and the last one must stay last.
-        again = sorted((p for moves in kept.values() for p in moves), key=_written)
-
-        def write(txn: Transactions) -> None:
-            for pending in again:
-                txn.produce_all(pending.records)
-            txn.produce_all(then)
-            txn.producer.poll(0)
-
-        try:
-            self._txn.rewrite(write)
-        except KafkaUnavailableError as exc:
-            self._unwritten = True
-            self._errors.warning("rewrite", "moves wait to be written again: %s", exc)
-            return
-        self._unwritten = False
-
-    def _resolve(self, pending: _Pending, done: bool) -> None:
+    def _resolve(self, pending: Pending, done: bool) -> None:
         """``pending.done(done)`` on the loop, with the others of this drain (:meth:`_tell`)."""
         self._resolved.append((pending.done, done))
 
@@ -433,10 +329,6 @@ class Mover:
         resolved, self._resolved = self._resolved, []
         with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is exiting
             self._loop.call_soon_threadsafe(_run_all, resolved)
-
-
-def _written(pending: _Pending) -> int:
-    return pending.written
 
 
 def _run_all(resolved: list[tuple[Done, bool]]) -> None:

@@ -33,7 +33,6 @@ from pipeline._dedupstores import DedupStore
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._groupadmin import ensure_group_configs
 from pipeline._ratelog import RateLimitedLog
-from pipeline._topiccheck import is_missing_topic
 
 from .._metrics import WorkerMetrics
 from .._work import PartitionState
@@ -46,8 +45,10 @@ from .cluster import ClusterView
 from .config import consumer_config
 from .flow import FlowControl
 from .groupproto import copartitioning_problem, incremental
+from .handover import Handover
 from .loopside import Batch, LoopSide
 from .rebalance import Rebalance
+from .shutdown import close_clients, final_commit
 
 _log = logging.getLogger("pipeline.worker.consumer")
 
@@ -62,8 +63,6 @@ CHORES_S = 0.005
 """How long the work besides polling (assignments, resumes, moves, poison leases, commits, lag)
 may wait after a batch is handed. Done at once, it held the GIL while the event loop, then the
 pool thread that runs the job, waited for it: a job started about 0.1 ms later."""
-FINAL_COMMIT_S = 10.0
-"""How long the last commit may keep retrying while the group rebalances."""
 LEASE_BATCHES = 2
 """Poison-pill leases: offsets handed ahead of the last commit, in ``consume_batch`` units."""
 MAX_WINDOW = 256
@@ -140,6 +139,15 @@ class ConsumerThread:
             slots=slots if shared and len(topics) > 1 else None,
         )
         """Newly assigned partitions, paused until their marks and keys are read back."""
+        self._handover = Handover(
+            states=self.states,
+            assignment=self.assignment,
+            flow=self._flow,
+            poison=self._poison,
+            cluster=self._cluster,
+            deliver=self._deliver,
+            on_fatal=self._on_error,
+        )
         self._burst_watch = BurstWatch(
             self._consumer, self._committer, self.states, self._cluster.known_partition_counts
         )
@@ -206,15 +214,7 @@ class ConsumerThread:
             self._notify(self._side.on_consumer_failed, exc)
         finally:
             self.rebalance.closing = True
-            try:
-                self._consumer.close()
-            except Exception as exc:  # already closed, or the broker is gone
-                _log.warning("closing the consumer failed: %s", exc)
-            if self._mover is not None:
-                try:
-                    self._mover.close()
-                except Exception as exc:
-                    _log.warning("closing the transactional producer failed: %s", exc)
+            close_clients(self._consumer, self._mover)
             self.done.set()
 
     def _loop(self) -> None:
@@ -291,39 +291,15 @@ class ConsumerThread:
             self.member_id = self._consumer.memberid() or self.member_id
 
     def _final_commit(self) -> None:
-        """Commit every owned partition synchronously before closing, whatever it takes.
-
-        A commit sent while the group rebalances is refused (the generation changes under it).
-        Then keep taking part in the rebalance (poll) and try again with the new generation.
-        """
-        deadline = time.monotonic() + FINAL_COMMIT_S
-        committer = self._committer
-        if self._mover is not None and not committer.in_transaction:
-            # As in the chores: no transaction opens while a commit is unanswered (see
-            # Committer.awaiting); polling serves its answer.
-            while committer.awaiting(time.monotonic()) and not self.health.down:
-                self._poll_during_final_commit(0.05)
-        self._drain_moves()
-        if self.health.down and self.states:
-            # A synchronous commit would wait for the group coordinator up to the session
-            # timeout, and the stop (a burst run giving up on Kafka included) with it.
-            _log.error(
-                "not committing the final offsets: %s; the jobs finished since the last "
-                "commit will run again",
-                self.health.describe(),
-            )
-            return
-        while not committer.commit(self.states.values(), time.monotonic(), sync=True, clean=True):
-            if time.monotonic() >= deadline:
-                _log.error(
-                    "could not commit the final offsets within %gs; the jobs finished since the "
-                    "last commit will run again",
-                    FINAL_COMMIT_S,
-                )
-                return
-            until = time.monotonic() + 0.2
-            while time.monotonic() < until:
-                self._poll_during_final_commit(0.05)
+        """Commit every owned partition before closing (see :func:`.shutdown.final_commit`)."""
+        final_commit(
+            self._committer,
+            self.states,
+            self.health,
+            moves=self._mover is not None,
+            drain_moves=self._drain_moves,
+            poll=self._poll_during_final_commit,
+        )
 
     def _poll_during_final_commit(self, timeout: float) -> None:
         msg = self._consumer.poll(timeout)
@@ -331,44 +307,8 @@ class ConsumerThread:
             self._hand([msg])  # counted as handed: never committed past by position
 
     def _hand(self, messages: list[Message], *, held: bool = False) -> None:
-        """Group a batch by partition, count it into the buffers, pause full ones, hand it over
-        (but for what poison-pill detection withholds for now: it is counted all the same).
-
-        ``held``: messages consumed earlier and held until their partition was read back; an
-        end-of-partition event that came after them still stands."""
-        states = self.states
-        batch: Batch = []
-        state: PartitionState | None = None
-        group: list[Message] = []
-        for msg in messages:
-            if msg.error() is not None:
-                self._message_error(msg)
-                state = None  # a message after an end-of-partition event starts a new group
-                continue
-            partition = msg.partition()
-            topic = msg.topic()
-            if state is None or partition != state.partition or topic != state.topic:
-                state = states.get((topic, partition))  # type: ignore[arg-type]
-                if state is None:
-                    continue  # not ours any more (cannot happen after incremental_unassign)
-                if not held:
-                    state.at_end = False
-                group = []
-                batch.append((state, group))
-            group.append(msg)
-        assignment = self.assignment
-        if assignment.pending:  # not read back yet: held until it is
-            batch = [(s, g) for s, g in batch if not assignment.hold(s, g)]
-        if not batch:
-            return
-        for state, group in batch:
-            state.handed += len(group)
-            last = group[-1].offset() + 1  # type: ignore[operator]
-            state.handed_next = max(state.handed_next, last)
-        self._flow.pause_full(state for state, _ in batch)
-        batch = self._poison.screen(batch)
-        if batch:
-            self._notify(self._side.on_batch, batch)
+        """Hand a batch to the loop (see :meth:`.handover.Handover.hand`)."""
+        self._handover.hand(messages, held=held)
 
     def _deliver(self, batch: Batch) -> None:
         """Hand messages withheld by poison-pill detection (counted as handed already)."""
@@ -399,30 +339,6 @@ class ConsumerThread:
         self._notify(self._side.on_share, owned, total)
 
     # -- errors --------------------------------------------------------------------------------
-
-    def _message_error(self, msg: Message) -> None:
-        error = msg.error()
-        if error is not None and error.code() == KafkaError._PARTITION_EOF:
-            # Burst mode asks for these: the partition is consumed up to its end (for now).
-            state = self.states.get((msg.topic(), msg.partition()))  # type: ignore[arg-type]
-            if state is not None:
-                state.at_end = True
-            return
-        if is_missing_topic(error):
-            self._cluster.topic_missing(time.monotonic())  # checked after this poll
-            return
-        if error is not None and is_fatal(error):
-            # How librdkafka reports a fatal consumer error to a polling consumer (e.g. its
-            # static member id taken by another one): it reads nothing more.
-            self._on_error(error)
-            return
-        self._errors.warning(
-            "message",
-            "consumer error on %s[%s]: %s",
-            msg.topic(),
-            msg.partition(),
-            error.str() if error is not None else "?",
-        )
 
     def _on_error(self, error: KafkaError) -> None:
         if is_fatal(error):
