@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from pipeline import Settings
-from pipeline._deadletters import StoredLetter, _replay, replay_letters
+from pipeline import JobCodec, Settings
+from pipeline._deadletters import LetterState, LetterStatus, StoredLetter, _replay, replay_letters
 from pipeline._errors import KafkaUnavailableError
 from pipeline._job import Job
 from pipeline._records import DeadLetter
@@ -91,3 +91,65 @@ def test_a_failure_before_any_commit_is_passed_on_as_it_is(monkeypatch: pytest.M
     )
     with pytest.raises(KafkaUnavailableError, match=r"^nothing of the open transaction"):
         replay_letters(Settings(namespace="ns", events="off"), letters(1), timeout=1.0)
+
+
+class Recorded:
+    """Transactions that commit every unit, keeping what each wrote."""
+
+    committing = False
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, bytes | None]] = []
+
+    def init(self) -> None:
+        return None
+
+    def run(self, write: Callable[[Any], None]) -> None:
+        write(self)
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, **kw: Any) -> None:
+        self.records.append((topic, value))
+
+    def close(self) -> None:
+        return None
+
+
+def letter_of(letter_id: str, job_id: str, attempt: int, dead_at: int) -> DeadLetter:
+    job = Job(id=job_id, type="email.send", payload=b"{}", attempt=attempt)
+    return DeadLetter(
+        id=letter_id,
+        reason="max_attempts",
+        message="boom",
+        source_topic="ns.jobs.default",
+        source_partition=0,
+        source_offset=dead_at,
+        dead_at=dead_at,
+        job=job,
+    )
+
+
+def test_a_forced_replay_sends_a_job_once_with_its_newest_letter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """job-1 was dead-lettered, replayed, failed again and was dead-lettered again: `dlq replay
+    --id job-1 --force` took both letters and sent the job twice (it ran twice)."""
+    replayed = LetterState(status=LetterStatus.REPLAYED, at=5, by="ops@host", to="ns.jobs.default")
+    chosen = [
+        StoredLetter(letter_of("dl-old", "job-1", attempt=3, dead_at=10), 0, 0, replayed),
+        StoredLetter(letter_of("dl-new", "job-1", attempt=6, dead_at=20), 0, 1),
+        StoredLetter(letter_of("dl-other", "job-2", attempt=3, dead_at=15), 0, 2),
+    ]
+    txn = Recorded()
+    monkeypatch.setattr(_replay, "_dlq_transactions", lambda settings, timeout: (txn, None))
+    monkeypatch.setattr(_replay, "read_states", lambda settings, timeout: {"dl-old": replayed})
+    monkeypatch.setattr(
+        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.default", "ns.dlq-state"}
+    )
+    report = replay_letters(Settings(namespace="ns", events="off"), chosen, force=True)
+    codec = JobCodec()
+    sent = [codec.decode(v or b"") for topic, v in txn.records if topic == "ns.jobs.default"]
+    # Once each, job-1 as its newest letter holds it (a replay counts one attempt more).
+    assert sorted((job.id, job.attempt) for job in sent) == [("job-1", 7), ("job-2", 4)]
+    states = [value for topic, value in txn.records if topic == "ns.dlq-state"]
+    assert len(states) == 3  # every letter taken is marked replayed, the older one too
+    assert {stored.letter.id for stored in report.done} == {"dl-old", "dl-new", "dl-other"}

@@ -34,7 +34,7 @@ from .._settings import Settings
 from .._topics import TopicNames
 from .._transactions import Transactions
 from ._reader import read_states
-from ._state import LetterState, LetterStatus, StoredLetter
+from ._state import LetterState, LetterStatus, StoredLetter, letter_order
 
 
 def dlq_transactional_id(namespace: str) -> str:
@@ -175,7 +175,24 @@ def _to_write(
 
 
 _Record = tuple[str, bytes | None, bytes, list[Any] | None]
-_Build = Callable[[StoredLetter, int], tuple[list[_Record], LetterState]]
+_Build = Callable[[StoredLetter, int, bool], tuple[list[_Record], LetterState]]
+"""``build(stored, at, sends)``: the records of acting on a letter and its new state; ``sends``
+is False for an older letter of a job the command sends with a newer one (see :func:`_senders`)."""
+
+
+def _senders(todo: Sequence[StoredLetter]) -> set[str]:
+    """The letters whose job a replay sends: one per job, its newest letter (a job replayed,
+    failed again and dead-lettered again has several; sending each would run it once per
+    letter), and every letter that names no job."""
+    newest: dict[str, StoredLetter] = {}
+    senders: set[str] = set()
+    for stored in todo:
+        job_id = stored.letter.job_id
+        if job_id is None:
+            senders.add(stored.letter.id)
+        elif job_id not in newest or letter_order(stored) > letter_order(newest[job_id]):
+            newest[job_id] = stored
+    return senders | {stored.letter.id for stored in newest.values()}
 
 
 def _write(
@@ -189,6 +206,8 @@ def _write(
     timeout: float,
     on_progress: Callable[[int], None] | None,
 ) -> WriteReport:
+    """Act on the ``letters`` still to be acted on (:func:`_to_write`), in transactions of
+    ``batch_size`` letters, each holding what ``build`` makes of its letters."""
     if not letters:
         return WriteReport([], Counter())
     txn, producer = _dlq_transactions(settings, timeout)
@@ -202,13 +221,14 @@ def _write(
         if missing:  # nothing was written
             raise TopicMissingError(sorted(missing), settings.namespace)
         stamp = now_ms()
+        senders = _senders(todo)
         done: list[StoredLetter] = []
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             records: list[_Record] = []
             acted: list[StoredLetter] = []
             for stored in batch:
-                built, state = build(stored, stamp)
+                built, state = build(stored, stamp, stored.letter.id in senders)
                 records += built
                 acted.append(replace(stored, state=state))
             try:
@@ -284,9 +304,11 @@ def replay_letters(
 
     Letters already replayed or discarded (by the state read after fencing any concurrent
     command) are skipped unless ``force``, which replays again those still in the state they
-    have in ``letters`` (not one replayed or discarded by someone else since). Each batch is
-    one transaction holding the messages, their ``replayed`` state records and their
-    ``replayed`` events (unless events are off).
+    have in ``letters`` (not one replayed or discarded by someone else since). A job is sent
+    once, with its newest letter, however many of its letters are replayed (one replayed
+    before, failed and dead-lettered again: ``--force`` takes both); its older letters are
+    marked replayed to the same topic. Each batch is one transaction holding the messages,
+    their ``replayed`` state records and their ``replayed`` events (unless events are off).
     """
     state_topic = TopicNames(settings.namespace).dlq_state
     codec = JobCodec()
@@ -305,16 +327,16 @@ def replay_letters(
         for s in letters
     }
 
-    def build(stored: StoredLetter, at: int) -> tuple[list[_Record], LetterState]:
+    def build(stored: StoredLetter, at: int, sends: bool) -> tuple[list[_Record], LetterState]:
         letter = stored.letter
         out = outgoing[letter.id]
         state = LetterState(
             status=LetterStatus.REPLAYED, at=at, by=by, to=out.topic, job_id=letter.job_id
         )
-        records: list[_Record] = [
-            (out.topic, out.key, out.value, out.headers or None),
-            (state_topic, letter.id.encode(), state.to_json(), None),
-        ]
+        records: list[_Record] = [(state_topic, letter.id.encode(), state.to_json(), None)]
+        if not sends:  # its job goes once, with its newest letter, in this command
+            return records, state
+        records.insert(0, (out.topic, out.key, out.value, out.headers or None))
         detail = f"dead letter {letter.id} replayed to {out.topic} by {by}"
         records += _event_record(
             settings, events, letter, kind=EventKind.REPLAYED, job=out.job, at=at, detail=detail
@@ -352,8 +374,8 @@ def discard_letters(
     events = EventCodec()
     by = by or _operator()
 
-    def build(stored: StoredLetter, at: int) -> tuple[list[_Record], LetterState]:
-        letter = stored.letter
+    def build(stored: StoredLetter, at: int, sends: bool) -> tuple[list[_Record], LetterState]:
+        letter = stored.letter  # a discard sends nothing, whatever ``sends`` says
         state = LetterState(status=LetterStatus.DISCARDED, at=at, by=by, job_id=letter.job_id)
         records: list[_Record] = [(state_topic, letter.id.encode(), state.to_json(), None)]
         detail = f"dead letter {letter.id} discarded by {by}"
