@@ -25,10 +25,10 @@ run: setup
 ## more load than they allow
 TEST_WORKERS ?= 0
 test: setup
-	$(BIN)/pytest -m "not slow and not chaos and not image and not containers" -q --durations=25 \
+	$(BIN)/pytest -m "not slow and not chaos and not image and not containers" -q --durations=40 \
 		-n $(TEST_WORKERS) --dist loadfile
 
-## test-slow: the long scenarios left out of make test: more SIGKILLs, clusters, scale, real cron fires (~9 min)
+## test-slow: the long scenarios left out of make test: more SIGKILLs, clusters, scale, real cron fires (~10 min)
 test-slow: setup
 	$(BIN)/pytest -m "slow and not chaos" -q --durations=10
 

@@ -315,6 +315,7 @@ def test_the_worker_retries_and_restores_its_idempotency_keys(
     assert "AUTHORIZATION" not in first.log() + second.log()
 
 
+@pytest.mark.slow  # the operator's role runs by default in the replay and status test
 def test_the_operator_serves_the_dashboard(
     roles: Roles, workers: tuple[WorkerLauncher, Recording]
 ) -> None:
@@ -355,6 +356,7 @@ def test_the_operator_serves_the_dashboard(
             assert "Kafka could not be read" not in page.text, (path, page.text)
 
 
+@pytest.mark.slow  # the worker's restore with its role runs by default (the test above)
 def test_a_worker_refused_its_restore_stops_naming_the_acl(
     roles: Roles, secure_cluster: DevCluster, workers: tuple[WorkerLauncher, Recording]
 ) -> None:

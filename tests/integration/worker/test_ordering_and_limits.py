@@ -73,6 +73,7 @@ def test_concurrency_cap_of_a_job_type_holds_while_other_jobs_use_the_slack(kit:
 RATE = 200.0
 
 
+@pytest.mark.slow  # 15 s of a measured rate; the token bucket's unit tests run by default
 def test_rate_limit_holds_within_10_percent_across_two_workers(kit: WorkerKit) -> None:
     env = {RATE_LIMIT_ENV: str(RATE)}
     pair = [kit.workers.start("--concurrency", "20", env=env) for _ in range(2)]
