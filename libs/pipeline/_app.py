@@ -143,7 +143,7 @@ class Pipeline:
 
     def publish_schedules(self, timeout: float = 30.0) -> list[str]:
         """Write the registered schedules to ``<ns>.schedules``; return the names that changed."""
-        from ._schedule import publish_schedules
+        from ._scheduletable import publish_schedules
 
         return publish_schedules(self.settings, list(self.schedules.values()), timeout)
 

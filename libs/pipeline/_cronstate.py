@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from ._schedule import read_table
+from ._tablereader import read_table
 from ._topics import TopicNames
 
 if TYPE_CHECKING:

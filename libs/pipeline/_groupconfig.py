@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 from ._topics import retry_group, worker_group
 
 if TYPE_CHECKING:
-    from ._settings import Settings, WorkerSettings
+    from ._settings import Settings
+    from ._workersettings import WorkerSettings
 
 SESSION_TIMEOUT = "consumer.session.timeout.ms"
 HEARTBEAT_INTERVAL = "consumer.heartbeat.interval.ms"

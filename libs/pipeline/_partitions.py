@@ -6,7 +6,7 @@ Kafka were down. :func:`cluster_metadata` asks in steps of at most a second inst
 each unanswered step reads the client's log lines (:class:`~pipeline._clientlog.LastProblemLog`):
 a refusal raises :class:`~pipeline.KafkaAuthenticationError` (exit code 4) there and then, an
 unreachable Kafka gets until the deadline. :func:`topic_partitions` is what the table reader
-(:func:`pipeline._schedule.read_table`) and the dead-letter reader call: it tells a missing
+(:func:`pipeline._tablereader.read_table`) and the dead-letter reader call: it tells a missing
 topic from one Kafka will not describe to this client, and either from an outage.
 """
 

@@ -33,7 +33,8 @@ from ._delivery import JobHandle
 from ._errors import PipelineError, ScheduleNotFoundError
 from ._job import Job, new_job_id, now_ms
 from ._producer import KafkaTransport
-from ._schedule import _write, fire_job, read_schedule_records
+from ._schedule import fire_job
+from ._scheduletable import _write, read_schedule_records
 from ._schemaregistry import job_codec
 from ._topics import TopicNames
 

@@ -19,7 +19,8 @@ from ._backlog import BacklogReader
 from ._backlogmodel import GroupMember, GroupMembers, TopicBacklog
 from ._cronexpr import next_fire_ms
 from ._cronstate import read_last_fires
-from ._schedule import count_from, read_schedules
+from ._schedule import count_from
+from ._scheduletable import read_schedules
 from ._topicspec import scheduler_control_topic
 from ._workerbeats import WorkerBeat, by_client_id, read_process_beats
 

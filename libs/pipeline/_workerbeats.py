@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._job import now_ms
-from ._schedule import read_table
+from ._tablereader import read_table
 from ._topics import TopicNames
 
 if TYPE_CHECKING:

@@ -75,7 +75,7 @@ def _messages(jobs: int, topic: str) -> list[list[Any]]:
 async def _drain(jobs: int, warmup: int, measure: Callable[[], int] | None) -> tuple[float, int]:
     """Run ``warmup`` then ``jobs`` jobs; return (seconds, ``measure()`` delta) for the latter."""
     from pipeline import Priority
-    from pipeline._settings import WorkerSettings
+    from pipeline._workersettings import WorkerSettings
     from pipeline_worker._metrics import WorkerMetrics
     from pipeline_worker._work import PartitionState
 

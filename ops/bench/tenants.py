@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pipeline import Pipeline, Settings
-from pipeline._settings import WorkerSettings
+from pipeline._workersettings import WorkerSettings
 
 from .app import RECORD_ENV
 from .env import broker, fresh_namespace, machine, say, start_worker, stop, tail

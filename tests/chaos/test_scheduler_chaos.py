@@ -11,7 +11,8 @@ import pytest
 
 from pipeline import Pipeline
 from pipeline._admin import apply_topics
-from pipeline._schedule import make_schedule, publish_schedules
+from pipeline._schedule import make_schedule
+from pipeline._scheduletable import publish_schedules
 from pipeline._settings import Settings
 from tests.integration.scheduler.conftest import (
     SchedulerFactory,

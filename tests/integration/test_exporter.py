@@ -11,7 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline import Pipeline
 from pipeline._admin import apply_topics
-from pipeline._settings import Settings, WorkerSettings
+from pipeline._settings import Settings
+from pipeline._workersettings import WorkerSettings
 from pipeline_cli._exporter import Exporter
 from pipeline_worker import Worker
 from tests import waiting

@@ -17,7 +17,8 @@ import pytest
 from pipeline import Pipeline
 from pipeline._admin import apply_topics
 from pipeline._schedulersettings import SchedulerSettings
-from pipeline._settings import Settings, WorkerSettings
+from pipeline._settings import Settings
+from pipeline._workersettings import WorkerSettings
 from pipeline_cli._exporter import Exporter
 from pipeline_scheduler import Scheduler
 from pipeline_worker import Worker

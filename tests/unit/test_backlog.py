@@ -5,8 +5,9 @@ from __future__ import annotations
 from pipeline._backlog import _numbered
 from pipeline._backlogmodel import Backlog, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import DlqStats
-from pipeline._settings import Settings, WorkerSettings
+from pipeline._settings import Settings
 from pipeline._topics import worker_group
+from pipeline._workersettings import WorkerSettings
 
 NO_LETTERS = DlqStats({"pending": 0, "replayed": 0, "discarded": 0}, {}, {}, 0)
 

@@ -23,8 +23,9 @@ from pipeline import ConfigurationError, Pipeline, Settings
 from pipeline._errors import SettingsError
 from pipeline._invalidsettings import settings_error, unused_sections
 from pipeline._job import Priority
-from pipeline._settings import TopicSettings, WorkerSettings, build_settings
+from pipeline._settings import TopicSettings, build_settings
 from pipeline._websettings import WebSettings
+from pipeline._workersettings import WorkerSettings
 from pipeline_cli import cli
 
 

@@ -20,16 +20,9 @@ from pipeline._errors import (
 )
 from pipeline._job import now_ms
 from pipeline._records import MissedFires, Schedule
-from pipeline._schedule import (
-    ScheduleRecord,
-    delete_schedule,
-    make_schedule,
-    next_fire_ms,
-    payload_text,
-    read_schedule_records,
-    save_schedules,
-)
+from pipeline._schedule import ScheduleRecord, make_schedule, next_fire_ms, payload_text
 from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
+from pipeline._scheduletable import delete_schedule, read_schedule_records, save_schedules
 
 from ._output import (
     ATTEMPTS_MAX,

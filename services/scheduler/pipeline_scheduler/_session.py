@@ -23,7 +23,7 @@ from pipeline._job import now_ms
 from pipeline._producer import message_max_bytes
 from pipeline._records import Schedule
 from pipeline._registry import Registry
-from pipeline._schedule import publish_schedules
+from pipeline._scheduletable import publish_schedules
 from pipeline._schemaregistry import job_codec
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, deferred_group

@@ -17,8 +17,8 @@ import logging
 from dataclasses import dataclass, field
 
 from pipeline._cronstate import decode_last_fire
-from pipeline._schedule import read_table
 from pipeline._settings import Settings
+from pipeline._tablereader import read_table
 from pipeline._topics import TopicNames
 
 from ._progress import SavedProgress

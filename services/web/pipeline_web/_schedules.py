@@ -21,8 +21,9 @@ from pipeline._cronexpr import next_fire_ms
 from pipeline._cronstate import read_last_fires
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._job import now_ms
-from pipeline._schedule import payload_text, read_schedule_records
+from pipeline._schedule import payload_text
 from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
+from pipeline._scheduletable import read_schedule_records
 
 from ._dashboard import dashboard_of
 from ._notices import signed_notice

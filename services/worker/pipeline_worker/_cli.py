@@ -16,7 +16,7 @@ from pipeline._cliargs import config_file_option, not_empty, service_config_file
 from pipeline._invalidsettings import settings_error, unused_sections
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
-from pipeline._settings import WorkerSettings
+from pipeline._workersettings import WorkerSettings
 
 from . import _signals
 

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 import pytest
 
-from pipeline._schedule import fires_between, make_schedule, publish_schedules
+from pipeline._schedule import fires_between, make_schedule
+from pipeline._scheduletable import publish_schedules
 
 from .conftest import Released, SchedulerFactory, collect, job_consumer, scheduler_env
 

@@ -13,7 +13,8 @@ import pytest
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined, unused-ignore]
 
 from pipeline import Pipeline
-from pipeline._schedule import fire_job_id, make_schedule, publish_schedules
+from pipeline._schedule import fire_job_id, make_schedule
+from pipeline._scheduletable import publish_schedules
 from pipeline._settings import Settings
 from pipeline._topics import scheduler_group
 from tests.waiting import wait_for

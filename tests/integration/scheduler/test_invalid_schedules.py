@@ -19,7 +19,8 @@ from pipeline import Pipeline
 from pipeline._codec import ScheduleCodec
 from pipeline._job import now_ms
 from pipeline._records import Schedule
-from pipeline._schedule import make_schedule, publish_schedules
+from pipeline._schedule import make_schedule
+from pipeline._scheduletable import publish_schedules
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames
 from pipeline_cli._main import cli

@@ -4,8 +4,9 @@ fire; resumed, it fires again, and none of the fires of its paused time are run.
 from __future__ import annotations
 
 from pipeline._job import now_ms
-from pipeline._schedule import make_schedule, publish_schedules
+from pipeline._schedule import make_schedule
 from pipeline._scheduleops import pause_schedule, resume_schedule
+from pipeline._scheduletable import publish_schedules
 
 from .conftest import Released, SchedulerFactory, collect, job_consumer
 

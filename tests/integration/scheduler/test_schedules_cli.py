@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from pipeline._schedule import read_schedule_records, read_schedules
+from pipeline._scheduletable import read_schedule_records, read_schedules
 from pipeline._settings import Settings
 from pipeline_cli._main import cli
 

@@ -6,7 +6,8 @@ import json
 
 from click.testing import CliRunner, Result
 
-from pipeline._schedule import make_schedule, publish_schedules, read_schedules
+from pipeline._schedule import make_schedule
+from pipeline._scheduletable import publish_schedules, read_schedules
 from pipeline._settings import Settings
 from pipeline_cli._main import cli
 

@@ -27,7 +27,8 @@ from pipeline._codec import DeadLetterCodec, JobCodec
 from pipeline._deadletters import read_dead_letters
 from pipeline._errors import EnqueueError, NotAuthorizedError, TopicAdminError
 from pipeline._records import DeadLetter
-from pipeline._schedule import make_schedule, publish_schedules
+from pipeline._schedule import make_schedule
+from pipeline._scheduletable import publish_schedules
 from pipeline._topics import TopicNames
 from pipeline._topicspec import deferred_tier_topic
 from pipeline_cli import cli

@@ -10,7 +10,8 @@ import pytest
 from selenium.webdriver.common.by import By
 
 from pipeline._admin import apply_topics
-from pipeline._schedule import make_schedule, publish_schedules
+from pipeline._schedule import make_schedule
+from pipeline._scheduletable import publish_schedules
 from pipeline_web._throttle import MAX_FAILURES
 from tests.waiting import wait_for
 

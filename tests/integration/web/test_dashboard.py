@@ -16,8 +16,9 @@ from selenium.webdriver.common.by import By
 from pipeline._admin import apply_topics
 from pipeline._deadletters import LetterStatus, read_dead_letters
 from pipeline._eventlog import job_history
-from pipeline._schedule import make_schedule, publish_schedules, read_schedule_records
+from pipeline._schedule import make_schedule
 from pipeline._scheduleops import trigger_idempotency_key
+from pipeline._scheduletable import publish_schedules, read_schedule_records
 from tests.waiting import wait_for
 
 from ..test_dlq_cli import email_letter, write_letters

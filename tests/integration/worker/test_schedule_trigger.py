@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pipeline._job import now_ms
-from pipeline._schedule import fire_job_id, make_schedule, publish_schedules
+from pipeline._schedule import fire_job_id, make_schedule
 from pipeline._scheduleops import pause_schedule, trigger_schedule
+from pipeline._scheduletable import publish_schedules
 from tests.waiting import wait_for
 
 from .harness import wait_joined

@@ -14,8 +14,9 @@ from pipeline._dedup import Verdict
 from pipeline._deduptable import DedupTable
 from pipeline._job import Priority
 from pipeline._records import Schedule
-from pipeline._schedule import _write, count_from, fire_job, make_schedule, read_schedules
+from pipeline._schedule import count_from, fire_job, make_schedule
 from pipeline._scheduleops import TRIGGER_HEADER, trigger_idempotency_key, trigger_job
+from pipeline._scheduletable import _write, read_schedules
 from pipeline_scheduler._cron import CronTable
 
 EVERY_10S = "* * * * * */10"

@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from pipeline import DecodeError, Job, JobType, Pipeline, Priority
-from pipeline._settings import WorkerSettings
+from pipeline._workersettings import WorkerSettings
 from pipeline_worker import Middleware, Outcome, OutcomeKind
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
 from pipeline_worker._work import PartitionState, Work

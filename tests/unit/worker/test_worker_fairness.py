@@ -9,8 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline import Job, JobType, Pipeline
-from pipeline._settings import Settings, WorkerSettings
+from pipeline._settings import Settings
 from pipeline._tenantsettings import TenantSettings
+from pipeline._workersettings import WorkerSettings
 from pipeline.testing import InMemoryTransport
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
 from pipeline_worker._metricsexport import make_registry

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from confluent_kafka import Message
 
-    from pipeline._settings import WorkerSettings
+    from pipeline._workersettings import WorkerSettings
 
     from ..route.dedup import Deduplicator
     from ..route.events import EventStream

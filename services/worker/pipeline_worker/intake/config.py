@@ -6,7 +6,7 @@ from typing import Any
 
 from pipeline import Settings
 from pipeline._groupconfig import group_protocol, heartbeat_interval_ms
-from pipeline._settings import WorkerSettings
+from pipeline._workersettings import WorkerSettings
 
 from .groupproto import CO_PARTITIONING
 
