@@ -332,6 +332,9 @@ def test_fold_states_later_record_wins() -> None:
             ("b", b"not json"),  # ignored: b stays discarded
             ("b", b'{"status": "lost", "at": 1}'),
             ("b", b'["replayed"]'),
+            # Another writer's: this table's `to` and `job_id` are text, never a number or a list.
+            ("b", b'{"status": "replayed", "at": 7, "by": "x", "to": 5}'),
+            ("b", b'{"status": "replayed", "at": 8, "by": "x", "job_id": ["j"]}'),
         ]
     )
     assert set(states) == {"a", "b"}

@@ -55,7 +55,13 @@ class LetterState:
     def from_json(cls, data: bytes) -> LetterState:
         """Raises ``ValueError`` for anything that is not a state record."""
         record = json.loads(data)
-        if not isinstance(record, dict) or not isinstance(record.get("at"), int):
+        if (
+            not isinstance(record, dict)
+            or not isinstance(record.get("at"), int)
+            or not all(isinstance(record.get(f), str | None) for f in ("to", "job_id"))
+        ):
+            # ``to`` and ``job_id`` are printed and looked up as text: another writer's record
+            # with a number or a list there is no record of this table.
             raise ValueError(f"not a dead-letter state record: {data[:100]!r}")
         return cls(
             status=LetterStatus(str(record.get("status"))),
