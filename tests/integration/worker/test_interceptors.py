@@ -49,8 +49,9 @@ def test_the_worker_runs_the_interceptors_registered_on_its_app(
 def test_a_key_waits_for_the_thread_of_a_job_whose_interceptor_stopped_waiting_for_it(
     kit: WorkerKit, tmp_path: Path
 ) -> None:
-    """The interceptor ends each job after 50 ms while its handler sleeps 300 ms on its thread:
-    the job's key stays taken until the thread returns, so the key's runs never overlap."""
+    """The interceptor ends each job after 50 ms while its handler runs on its thread (until
+    another job of the key starts beside it, or 300 ms pass): the job's key stays taken until the
+    thread returns, so the key's runs never overlap."""
     ids = [
         kit.producer.enqueue("impatient", {"n": n, "ms": 300.0}, key="k", priority="default")
         for n in range(10)

@@ -48,10 +48,11 @@ class GivesUp:
 
 class Overlaps:
     """A plain handler that records overlapping runs; job 0 sets ``entered`` (an event of the
-    loop's), then blocks until ``release``."""
+    loop's), then blocks until ``release``; any other job sets ``later`` as it starts."""
 
     def __init__(self) -> None:
         self.entered = asyncio.Event()
+        self.later = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.lock = threading.Lock()
         self.running: set[int] = set()
@@ -69,6 +70,9 @@ class Overlaps:
             assert self.loop is not None
             self.loop.call_soon_threadsafe(self.entered.set)
             self.release.wait(10)
+        else:
+            assert self.loop is not None
+            self.loop.call_soon_threadsafe(self.later.set)
         with self.lock:
             self.running.discard(i)
 
@@ -150,8 +154,9 @@ def test_without_outcome_hooks_a_chain_that_answered_early_keeps_the_key_too() -
             assert handler.started == [0]
         finally:
             handler.release.set()
-        while h.processor.finished < 2:  # nothing to await without middleware: poll
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(handler.later.wait(), 5)  # job 1, once job 0's thread was back
+        assert await h.processor.wait_idle([], 5)  # and its end
+        assert h.processor.finished == 2
         assert handler.started == [0, 1]
         assert handler.overlaps == []
         assert pool.overdue == 0

@@ -9,7 +9,7 @@ an ``impatient`` job after ``GIVE_UP_S`` and answers for it, while its thread ru
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from typing import Any
 
 from pipeline import CallNext, JobCall, Pipeline
@@ -30,6 +30,12 @@ class Recorded:
 
 GIVE_UP_S = 0.05
 
+_impatient = threading.Condition()
+_started: list[int] = []
+"""The ``impatient`` jobs started in this process, in order."""
+_given_up: set[str] = set()
+"""The ids of the ``impatient`` jobs whose interceptor stopped waiting for their handler."""
+
 
 class GivesUp:
     """Stops waiting for an ``impatient`` job's handler after ``GIVE_UP_S``: the job succeeds
@@ -41,6 +47,9 @@ class GivesUp:
         try:
             return await asyncio.wait_for(next(call), GIVE_UP_S)
         except TimeoutError:
+            with _impatient:
+                _given_up.add(call.job.id)
+                _impatient.notify_all()
             return None
 
 
@@ -63,7 +72,14 @@ async def noop_async(n: int, ctx: Any) -> None:
 
 @app.job("impatient")
 def impatient(n: int, ms: float, ctx: Any) -> None:
-    """Runs longer than its interceptor waits for it."""
+    """Runs on after its interceptor stopped waiting for it: until another ``impatient`` job
+    starts beside it (two runs of the key at once: it ends at once, and the recording shows
+    the overlap), or ``ms`` milliseconds pass without one."""
     record.line("S", ctx, "impatient", n)
-    time.sleep(ms / 1000)
+    with _impatient:
+        _started.append(n)
+        mine = len(_started)
+        _impatient.notify_all()
+        _impatient.wait_for(lambda: ctx.job.id in _given_up, timeout=30)
+        _impatient.wait_for(lambda: len(_started) > mine, timeout=ms / 1000)
     record.line("E", ctx, "impatient", n)
