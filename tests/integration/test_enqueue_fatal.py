@@ -58,28 +58,30 @@ def test_after_a_fatal_error_the_next_jobs_reach_kafka_on_a_new_producer(
     app = Pipeline(settings.model_copy(update={"producer": lingering}))
     transport = app._transport
     assert isinstance(transport, KafkaTransport)
-    before = app.submit("t", {"n": 0}).wait(timeout=30)
-    failed = transport._producer
-    assert failed is not None
-    held = [app.enqueue("t", {"n": n}) for n in range(1, 4)]
-    fail_for_good(failed, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "provoked by the test")
-
-    after = app.submit("t", {"n": 4}).wait(timeout=30)  # it was refused until a restart
-    many = app.enqueue_many("t", ({"n": n} for n in range(5, 8)))
-    assert transport._producer is not failed
     try:
-        app.flush(timeout=30)
-    except ProducerFatalError as caught:
-        error = caught
-    else:
-        raise AssertionError("the held jobs' loss was not raised")
-    assert error.job_id in held
-    assert error.cause == "OUT_OF_ORDER_SEQUENCE_NUMBER: test_fatal_error: provoked by the test"
-    assert "(and 2 more)" in str(error.__cause__)
-    app.flush(timeout=30)  # told once
-    assert not transport._retired  # the failed producer is released once it told everything
+        before = app.submit("t", {"n": 0}).wait(timeout=30)
+        failed = transport._producer
+        assert failed is not None
+        held = [app.enqueue("t", {"n": n}) for n in range(1, 4)]
+        fail_for_good(failed, KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "provoked by the test")
 
-    messages = read_all(bootstrap_servers, app.topics.jobs("default"), 5)
-    sent = sorted(app.codec.decode(m.value() or b"").id for m in messages)
-    assert sent == sorted([before.job_id, after.job_id, *many])
-    app.close()
+        after = app.submit("t", {"n": 4}).wait(timeout=30)  # it was refused until a restart
+        many = app.enqueue_many("t", ({"n": n} for n in range(5, 8)))
+        assert transport._producer is not failed
+        try:
+            app.flush(timeout=30)
+        except ProducerFatalError as caught:
+            error = caught
+        else:
+            raise AssertionError("the held jobs' loss was not raised")
+        assert error.job_id in held
+        assert error.cause == "OUT_OF_ORDER_SEQUENCE_NUMBER: test_fatal_error: provoked by the test"
+        assert "(and 2 more)" in str(error.__cause__)
+        app.flush(timeout=30)  # told once
+        assert not transport._retired  # the failed producer is released once it told everything
+
+        messages = read_all(bootstrap_servers, app.topics.jobs("default"), 5)
+        sent = sorted(app.codec.decode(m.value() or b"").id for m in messages)
+        assert sent == sorted([before.job_id, after.job_id, *many])
+    finally:
+        app.close()

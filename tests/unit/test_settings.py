@@ -229,9 +229,11 @@ def test_services_report_an_invalid_setting_in_one_line_and_exit_2(
     assert line.startswith(f"Error: invalid settings: {setting} (environment variable {variable})")
 
 
-def test_an_invalid_value_given_as_an_option_names_the_option() -> None:
+def test_an_invalid_value_given_as_an_option_names_the_option(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """An option wins over the variable of the same setting: the variable is not to blame."""
-    os.environ["PIPELINE_NAMESPACE"] = "fine"  # the autouse fixture removes it afterwards
+    monkeypatch.setenv("PIPELINE_NAMESPACE", "fine")
     with pytest.raises(ValidationError) as raised:
         Settings(namespace="bad namespace!")
     options = {"namespace": "--namespace"}
@@ -255,12 +257,12 @@ def restored_logging() -> Iterator[None]:
 
 
 def test_an_invalid_section_a_service_does_not_use_is_warned_about_and_left_at_defaults(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     config = tmp_path / "pipeline.toml"
     config.write_text('namespace = "from-file"\n[web]\nport = -1\n')
-    os.environ["PIPELINE_WORKER__CONCURRENCY"] = "0"
-    os.environ["PIPELINE_WORKER__POLICY"] = "fifo"
+    monkeypatch.setenv("PIPELINE_WORKER__CONCURRENCY", "0")
+    monkeypatch.setenv("PIPELINE_WORKER__POLICY", "fifo")
     with unused_sections("pipeline-scheduler", "worker", "web"):
         settings = Settings.from_file(config, scheduler={"horizon_s": 300})
         again = Pipeline().settings

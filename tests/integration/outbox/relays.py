@@ -22,7 +22,7 @@ from tests.waiting import wait_for
 from ..worker.harness import REPO_ROOT, WorkerProcess
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator
 
     from pipeline import Settings
     from pipeline.outbox import OutboxRelay
@@ -164,10 +164,11 @@ def read_topic(settings: Settings, topic: str, timeout: float = 60.0) -> list[Me
         consumer.close()
 
 
-def assert_published_once(settings: Settings, written: Written) -> None:
-    """Every committed job is on ``<ns>.jobs.default`` exactly once (none lost, none doubled)."""
+def assert_published_once(settings: Settings, job_ids: Iterable[str]) -> None:
+    """Every job of ``job_ids`` (the committed ones) is on ``<ns>.jobs.default`` exactly once,
+    and no other job is (none lost, none doubled)."""
     codec = Pipeline(settings).codec
     records = read_topic(settings, f"{settings.namespace}.jobs.default")
     published = Counter(codec.decode(record.value() or b"").id for record in records)
-    assert sorted(published) == sorted(written.committed)
+    assert sorted(published) == sorted(job_ids)
     assert set(published.values()) == {1}, "a batch was published twice"

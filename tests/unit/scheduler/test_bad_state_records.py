@@ -6,12 +6,10 @@ from __future__ import annotations
 import logging
 
 import pytest
-from prometheus_client import generate_latest
 
 from pipeline._cronstate import decode_last_fire, encode_last_fire
 from pipeline._settings import Settings
 from pipeline_scheduler import _state
-from pipeline_scheduler._metrics import SchedulerMetrics
 from pipeline_scheduler._progress import SavedProgress
 from pipeline_scheduler._state import load_state, progress_key
 
@@ -108,23 +106,3 @@ def test_load_state_skips_bad_records_and_keeps_every_other(
     skipped = [r for r in caplog.records if "scheduler state record skipped" in r.getMessage()]
     assert len(skipped) == 7
     assert state.skipped == 7
-
-
-def test_skipped_records_are_counted_on_the_scheduler_s_metrics_page(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """An operator sees them without reading the log: the counter on ``/metrics`` (docs/metrics.md,
-    alert PipelineSchedulerStateSkipped), added to by the leader from what it read."""
-    records: list[tuple[str, bytes | None]] = [
-        (progress_key("ns.deferred", 0).decode(), b"[" * 100_000),
-        ("cron:nightly", b'{"v":1,"last":true}'),
-        ("cron:hourly", encode_last_fire(2_000)),
-    ]
-    monkeypatch.setattr(_state, "read_table", lambda *args, **kwargs: records)
-    metrics = SchedulerMetrics()
-    page = generate_latest(metrics.registry).decode()
-    assert "pipeline_scheduler_state_records_skipped_total 0.0" in page
-    metrics.state_records_skipped.inc(load_state(Settings(namespace="ns")).skipped)
-    page = generate_latest(metrics.registry).decode()
-    assert "# TYPE pipeline_scheduler_state_records_skipped_total counter" in page
-    assert "pipeline_scheduler_state_records_skipped_total 2.0" in page
