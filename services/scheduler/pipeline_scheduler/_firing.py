@@ -57,6 +57,12 @@ class CronFiring:
         self._offsets: dict[str, int] = {}
         """Per schedule: the offset of its record on ``<ns>.schedules`` (for a dead letter)."""
 
+    def begin(self, low: int, high: int) -> None:
+        """A term starts with ``<ns>.schedules`` holding offsets ``low`` to ``high``: nothing
+        fires before the read reaches ``high`` (at once if the topic holds nothing)."""
+        self.end = high
+        self.ready = high <= low
+
     def next_due(self) -> int | None:
         """When the next fire is due (None: no schedule, or the schedules are not read yet)."""
         return self.cron.next_due() if self.ready else None

@@ -166,6 +166,12 @@ class Scheduler:
         assert session is not None
         try:
             session.step()
+        except LeadershipLostError as exc:  # not an abort: the next leader goes on from here
+            _log.info(
+                "no longer the leader during a transaction's retries", extra={"error": str(exc)}
+            )
+            self._end_session()
+            return
         except (TransactionError, KafkaUnavailableError) as exc:
             _log.warning("transaction not committed: rewinding", extra={"error": str(exc)})
             self.metrics.aborts.inc()

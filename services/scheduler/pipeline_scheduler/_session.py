@@ -146,8 +146,7 @@ class LeaderSession:
             assignment.append(TopicPartition(tp.topic, tp.partition, start))
         schedules = TopicPartition(self.names.schedules, 0, OFFSET_BEGINNING)
         low, high = consumer.get_watermark_offsets(schedules, timeout=30)
-        self.firing.end = high
-        self.firing.ready = high <= low
+        self.firing.begin(low, high)
         consumer.assign([*assignment, schedules])
         _log.info(
             "leading",

@@ -262,9 +262,10 @@ class Dispatcher:
             return True
         if limit not in self._limits:
             self._limits.add(limit)
-            if self._fair is not None and not limit.waiting:
-                # By the tenants' turns (see the module doc). With key ordering, a key's jobs
-                # reach a limit one at a time (the others wait in the keys' table).
+            if self._fair is not None and not limit.waiting and limit is work.limit:
+                # By the tenants' turns (see the module doc): a type's limit; a tenant's holds
+                # one tenant's jobs, in order. With key ordering, a key's jobs reach a limit one
+                # at a time (the others wait in the keys' table).
                 limit.waiting = FairQueue(self._fair, key_ordering=False)
         limit.waiting.append(work)
         self._arm(limit)

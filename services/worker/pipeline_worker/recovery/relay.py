@@ -344,7 +344,7 @@ class RetryRelay:
         # Forget the forwards now; read them again after the next poll, not here: this may be
         # a rebalance callback (the commit of a revocation), where a blocking consumer call
         # (the rewind asks for the committed offsets) breaks the client's per-thread state.
-        self._offsets.dirty.clear()
+        self._offsets.abandon()
         self._parked.clear()
         self._rewind_due = True
 
@@ -394,7 +394,7 @@ class RetryRelay:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         gone = {(tp.topic, tp.partition) for tp in partitions}
-        if gone & self._offsets.dirty:
+        if self._offsets.pending(gone):
             # Their forwards cannot commit with their offsets any more: undo the transaction.
             # (The rewind reads committed offsets: not inside this callback, after the poll.)
             self._abort()

@@ -26,7 +26,7 @@ class TierOffsets:
         self._timeout = timeout_s
         self._next: dict[Where, int] = {}
         """Per owned partition: the offset to commit (one past the last forwarded; -1: none)."""
-        self.dirty: set[Where] = set()
+        self._dirty: set[Where] = set()
         """The partitions whose forwards are in the open transaction."""
         self._committed: dict[Where, int] = {}
         """Per owned partition: the offset committed last, by a transaction or as idle."""
@@ -41,22 +41,30 @@ class TierOffsets:
         """``where`` is not ours any more."""
         self._next.pop(where, None)
         self._committed.pop(where, None)
-        self.dirty.discard(where)
+        self._dirty.discard(where)
 
     def forwarded(self, where: Where, offset: int) -> None:
         """The message at ``offset`` of ``where`` went into the open transaction."""
         self._next[where] = offset + 1
-        self.dirty.add(where)
+        self._dirty.add(where)
+
+    def abandon(self) -> None:
+        """The open transaction was aborted: none of its forwards is pending any more."""
+        self._dirty.clear()
+
+    def pending(self, partitions: set[Where]) -> bool:
+        """Whether the open transaction holds forwards of any of ``partitions``."""
+        return not self._dirty.isdisjoint(partitions)
 
     def to_commit(self) -> list[TopicPartition]:
         """The offsets the open transaction commits."""
-        return [TopicPartition(t, p, self._next[(t, p)]) for t, p in self.dirty]
+        return [TopicPartition(t, p, self._next[(t, p)]) for t, p in self._dirty]
 
     def committed(self, offsets: list[TopicPartition]) -> None:
         """Kafka committed the open transaction with ``offsets``."""
         for tp in offsets:
             self._committed[(tp.topic, tp.partition)] = tp.offset
-        self.dirty.clear()
+        self._dirty.clear()
 
     def commit_idle(self, busy: Container[Where]) -> None:
         """Commit the position of the partitions not ``busy`` (their heads parked) where it
@@ -79,7 +87,7 @@ class TierOffsets:
         what Kafka committed (from its start where nothing was: the aborted forwards were the
         first read, ``auto.offset.reset=earliest``). Raises the consumer's
         :class:`KafkaException` (Kafka does not answer) having moved nothing."""
-        self.dirty.clear()
+        self._dirty.clear()
         owned = [TopicPartition(*where) for where in self._next]
         if not owned:
             return
