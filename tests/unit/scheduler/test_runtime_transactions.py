@@ -264,3 +264,8 @@ def test_a_revocation_during_a_step_s_retries_ends_the_term_at_once(
     assert scheduler.run() == 0
     assert seen == ["retrying", "closed"]
     assert scheduler.session is None
+    # Not an abort: the leadership moved, Kafka aborted nothing.
+    aborts = scheduler.metrics.registry.get_sample_value(
+        "pipeline_scheduler_transaction_aborts_total"
+    )
+    assert aborts == 0.0
