@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pipeline._errors import PipelineError
-from pipeline_cli import devbroker
+from pipeline_cli import _devprocs, devbroker
 from pipeline_cli.devbroker import (
     DevBrokerError,
     PortInUseError,
@@ -239,3 +239,17 @@ def test_default_dirs_follow_the_environment(
     assert devbroker.default_cache_dir("4.1.1") == tmp_path / "cache" / "pipeline" / "kafka-4.1.1"
     monkeypatch.setenv("PIPELINE_DEV_DIR", str(tmp_path / "dev"))
     assert devbroker.default_data_dir() == tmp_path / "dev"
+
+
+def test_a_pid_reused_after_a_broker_exited_is_seen_running(
+    sleeper: subprocess.Popen[bytes],
+) -> None:
+    # A broker this process spawned exited; the system gave its pid to another process since.
+    exited = subprocess.Popen([sys.executable, "-c", "pass"])
+    exited.wait()
+    exited.pid = sleeper.pid
+    _devprocs._children[sleeper.pid] = exited
+    try:
+        assert _devprocs._pid_running(sleeper.pid)
+    finally:
+        _devprocs._children.pop(sleeper.pid, None)

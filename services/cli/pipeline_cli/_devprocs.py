@@ -152,8 +152,8 @@ def _pid_running(pid: int) -> bool:
     if child is not None:
         if child.poll() is None:
             return True
-        del _children[pid]  # reaped: the pid may now belong to anyone
-        return False
+        # Reaped now or long ago: the pid may since belong to another process, so ask /proc.
+        del _children[pid]
     try:
         # The state follows the parenthesised command name; Z (zombie) has closed its files.
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
