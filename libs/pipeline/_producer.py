@@ -244,9 +244,11 @@ class KafkaTransport:
             on_delivery = self._health.watch_delivery("producer", on_delivery)
         try:
             producer.produce(topic, value, key, on_delivery=on_delivery)
-        except (BufferError, KafkaException):
-            # The local queue is full, or the producer refused the job: as a batch of one.
+        except BufferError:  # the local queue is full: as a batch of one, which waits for room
             self._produce_on(producer, topic, (value,), key, on_delivery, bulk=False)
+        except KafkaException as exc:  # it failed for good: a new producer takes the job
+            self._refused(producer, topic, exc)
+            self._produce_on(self._get(), topic, (value,), key, on_delivery, bulk=False)
 
     def produce_many(
         self, topic: str, values: list[bytes], key: bytes | None, on_delivery: DeliveryCallback
@@ -301,14 +303,19 @@ class KafkaTransport:
                     self._wait_for_room(producer, topic, value, key, on_delivery)
                 taken += 1
         except KafkaException as exc:
-            error = exc.args[0]
-            if not is_fatal(error):
-                raise PipelineError(f"cannot produce to {topic}: {error.str()}") from exc
-            # produce() says only _FATAL: the cause waits in the queue poll() serves.
-            self._serve(producer, producer.poll, 0)
-            self._retire(producer, error)  # no-op once the poll told (and retired it)
+            self._refused(producer, topic, exc)
             return taken
         return len(values)
+
+    def _refused(self, producer: Producer, topic: str, exc: KafkaException) -> None:
+        """``producer.produce`` raised ``exc``: raises it as a :class:`PipelineError`, unless
+        the producer failed for good; it is retired then."""
+        error = exc.args[0]
+        if not is_fatal(error):
+            raise PipelineError(f"cannot produce to {topic}: {error.str()}") from exc
+        # produce() says only _FATAL: the cause waits in the queue poll() serves.
+        self._serve(producer, producer.poll, 0)
+        self._retire(producer, error)  # no-op once the poll told (and retired it)
 
     def _wait_for_room(
         self,

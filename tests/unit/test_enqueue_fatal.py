@@ -39,6 +39,9 @@ class _FailingProducer:
         self.fatal: KafkaError | None = None
         self._untold: KafkaError | None = None
         self.taken = 0
+        self.refusals = 0
+        self.refuse_with: KafkaError | None = None
+        """A local error (not fatal) ``produce`` raises for every message."""
         made.append(self)
 
     def fail(self, error: KafkaError = CAUSE) -> None:
@@ -49,9 +52,11 @@ class _FailingProducer:
         return len(self.queued) + (self._untold is not None)
 
     def produce(self, topic: str, value: bytes, key: bytes | None, *, on_delivery: Any) -> None:
-        if self.fatal is not None:
+        if self.fatal is not None or self.refuse_with is not None:
+            self.refusals += 1
             raise KafkaException(
-                KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
+                self.refuse_with
+                or KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
             )
         self.queued.append((Message(topic=topic, value=value, key=key), on_delivery))
         self.taken += 1
@@ -109,6 +114,7 @@ def test_the_next_enqueue_works_on_a_new_producer_and_flush_names_the_cause(
         after = app.enqueue("t", {"n": 3})  # refused by the failed producer: a new one takes it
     failed_first, fresh = made
     assert failed_first is failed
+    assert failed.refusals == 1  # asked once: its refusal is not tried on it again
     assert len(fresh.queued) == 1
     [line] = caplog.records
     assert "failed for good (OUT_OF_ORDER_SEQUENCE_NUMBER: the broker lost the sequence)" in (
@@ -213,3 +219,14 @@ def test_a_forked_child_forgets_the_failed_producers_too(monkeypatch: pytest.Mon
     app.enqueue("t", {"n": 3})
     assert len(made) == 3
     app.close()
+
+
+def test_a_job_the_producer_refuses_without_failing_for_good_is_an_error_asked_once() -> None:
+    app = _app()
+    app.enqueue("t", {"n": 0})
+    [producer] = made
+    producer.refuse_with = KafkaError(KafkaError._UNKNOWN_PARTITION, "Local: Unknown partition")
+    with pytest.raises(PipelineError, match=r"cannot produce to acme\.jobs\.default: .*Unknown"):
+        app.enqueue("t", {"n": 1})
+    assert producer.refusals == 1
+    assert made == [producer]  # not replaced: it works, it refused this job
