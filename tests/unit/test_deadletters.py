@@ -364,6 +364,20 @@ def test_actionable_skips_replayed_and_discarded_unless_forced() -> None:
     assert not skipped
 
 
+def test_actionable_with_states_read_again_forces_only_what_nobody_changed_since() -> None:
+    letters = [stored(letter("a")), stored(letter("b"), "replayed"), stored(letter("c"))]
+    again = LetterState(status=LetterStatus.REPLAYED, at=NOW + 1, by="someone else")
+    replayed = letters[1].state
+    assert replayed is not None
+    now = {"b": replayed, "c": again}
+    todo, skipped = actionable(letters, force=True, states=now)
+    assert [(s.letter.id, s.state) for s in todo] == [("a", None), ("b", replayed)]
+    assert skipped == Counter({LetterStatus.REPLAYED: 1})  # c: replayed by someone since
+    todo, skipped = actionable(letters, states=now)
+    assert [s.letter.id for s in todo] == ["a"]
+    assert skipped == Counter({LetterStatus.REPLAYED: 2})
+
+
 def test_snapshot_find_by_letter_id_or_unique_job_id() -> None:
     twice = job("job-2")
     snapshot = DeadLetterSnapshot(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import getpass
 import socket
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -34,7 +34,7 @@ from .._settings import Settings
 from .._topics import TopicNames
 from .._transactions import Transactions
 from ._reader import read_states
-from ._state import LetterState, LetterStatus, StoredLetter, letter_order
+from ._state import LetterState, LetterStatus, StoredLetter, actionable, letter_order
 
 
 def dlq_transactional_id(namespace: str) -> str:
@@ -156,24 +156,6 @@ def _operator() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def _to_write(
-    letters: Sequence[StoredLetter], states: Mapping[str, LetterState], *, force: bool
-) -> tuple[list[StoredLetter], Counter[LetterStatus]]:
-    """The letters to act on, with their state as ``states`` has it now, and how many are
-    skipped by status: the pending ones, and with ``force`` also those whose state is still
-    the one the caller read. A letter someone else replayed or discarded since the caller read
-    it is skipped even with ``force``: forcing it would send it a second time."""
-    todo: list[StoredLetter] = []
-    skipped: Counter[LetterStatus] = Counter()
-    for seen in letters:
-        stored = replace(seen, state=states.get(seen.letter.id))
-        if stored.status is LetterStatus.PENDING or (force and stored.state == seen.state):
-            todo.append(stored)
-        else:
-            skipped[stored.status] += 1
-    return todo, skipped
-
-
 _Record = tuple[str, bytes | None, bytes, list[Any] | None]
 _Build = Callable[[StoredLetter, int, bool], tuple[list[_Record], LetterState]]
 """``build(stored, at, sends)``: the records of acting on a letter and its new state; ``sends``
@@ -206,7 +188,7 @@ def _write(
     timeout: float,
     on_progress: Callable[[int], None] | None,
 ) -> WriteReport:
-    """Act on the ``letters`` still to be acted on (:func:`_to_write`), in transactions of
+    """Act on the ``letters`` still to be acted on (:func:`actionable`), in transactions of
     ``batch_size`` letters, each holding what ``build`` makes of its letters."""
     if not letters:
         return WriteReport([], Counter())
@@ -216,7 +198,7 @@ def _write(
         # Read the state only now: no other command of this transactional id can commit any
         # more, so a concurrent replay or discard cannot act on the same letters behind our back.
         states = read_states(settings, timeout=timeout)
-        todo, skipped = _to_write(letters, states, force=force)
+        todo, skipped = actionable(letters, force=force, states=states)
         missing = needed_topics(todo) - _topics(producer, settings, timeout) if todo else set()
         if missing:  # nothing was written
             raise TopicMissingError(sorted(missing), settings.namespace)

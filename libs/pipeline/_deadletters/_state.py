@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -145,13 +145,22 @@ class DeadLetterSnapshot:
 
 
 def actionable(
-    letters: Iterable[StoredLetter], *, force: bool = False
+    letters: Iterable[StoredLetter],
+    *,
+    force: bool = False,
+    states: Mapping[str, LetterState] | None = None,
 ) -> tuple[list[StoredLetter], Counter[LetterStatus]]:
-    """The pending letters (all of them with ``force``), and how many were skipped, by status."""
+    """The pending letters (all of them with ``force``), and how many were skipped, by status.
+
+    ``states``: the letters' states as they are now, read again just before acting; each letter
+    is returned with it. ``force`` then takes only a letter whose state is still the one it was
+    read with: one someone else replayed or discarded since is skipped, as forcing it would send
+    it a second time."""
     todo: list[StoredLetter] = []
     skipped: Counter[LetterStatus] = Counter()
-    for stored in letters:
-        if force or stored.status is LetterStatus.PENDING:
+    for seen in letters:
+        stored = seen if states is None else replace(seen, state=states.get(seen.letter.id))
+        if stored.status is LetterStatus.PENDING or (force and stored.state == seen.state):
             todo.append(stored)
         else:
             skipped[stored.status] += 1
