@@ -145,7 +145,11 @@ class StopBudget:
         return max(0.0, self._deadline - self._clock())
 
     async def call(self, name: str, step: Callable[[], object]) -> bool:
-        """Run the blocking ``step`` for at most what is left; False (logged) if it ran out."""
+        """Run the blocking ``step`` for at most what is left; False (logged) if it ran out.
+        A step whose turn comes once the budget is spent is not started."""
+        if not self.left():
+            self._left_behind(name, 0.0)
+            return False
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -172,13 +176,16 @@ class StopBudget:
         try:
             await asyncio.wait_for(step, left)
         except TimeoutError:
-            _log.error(
-                "stopping: %s %s; left behind",
-                name,
-                "did not finish within the shutdown budget" if left else "had no time left",
-                extra={"budget_s": self.seconds},
-            )
+            self._left_behind(name, left)
             return False
         except Exception:
             _log.exception("stopping: %s failed", name)
         return True
+
+    def _left_behind(self, name: str, given: float) -> None:
+        _log.error(
+            "stopping: %s %s; left behind",
+            name,
+            "did not finish within the shutdown budget" if given else "had no time left",
+            extra={"budget_s": self.seconds},
+        )

@@ -4,20 +4,18 @@ lifecycle hooks, called safely.
 Intake stops, the running jobs get ``shutdown_timeout_s`` to end, the consumer commits and
 leaves the group (:func:`drain`). After that final commit, the stages close side by side (the
 executors, the heartbeats, the retry relay, the events stream, the metrics server), then the
-``on_worker_stop`` hooks run. They are user code, so they run on a daemon thread of their own,
-one after the other in the middleware's order, and each is awaited for at most what is left of
-the budget: one that hangs (a flush to an unreachable collector) is named in the log and left
+``on_worker_stop`` hooks run. They are user code, so each runs on a daemon thread of its own,
+one after the other in the middleware's order, and is awaited for at most what is left of the
+budget: one that hangs (a flush to an unreachable collector) is named in the log and left
 behind, as any other step, and the worker exits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._signals import StopBudget
@@ -121,32 +119,12 @@ def call_hooks(
 async def stop_hooks(
     budget: StopBudget, middleware: Sequence[object], worker: object, metrics: WorkerMetrics
 ) -> None:
-    """Run each middleware's ``on_worker_stop(worker)``, in order, on a thread of their own;
-    each is awaited for at most what is left of ``budget`` (see the module docstring)."""
-    hooks: list[tuple[str, Callable[[object], object]]] = [
-        (f"{type(item).__name__}.on_worker_stop", hook)
-        for item in middleware
-        if (hook := getattr(item, "on_worker_stop", None)) is not None
-    ]
-    if not hooks:
-        return
-    loop = asyncio.get_running_loop()
-    returned = [loop.create_future() for _ in hooks]
-
-    def back(future: asyncio.Future[None]) -> None:
-        if not future.done():  # else given up on already
-            future.set_result(None)
-
-    def run() -> None:
-        for (name, hook), future in zip(hooks, returned, strict=True):
-            try:
-                hook(worker)
-            except Exception:
-                metrics.hook_failures += 1
-                _log.exception("%s failed", name)
-            with contextlib.suppress(RuntimeError):  # the loop is closed: the worker is gone
-                loop.call_soon_threadsafe(back, future)
-
-    threading.Thread(target=run, name="pipeline-stop-hooks", daemon=True).start()
-    for (name, _), future in zip(hooks, returned, strict=True):
-        await budget.wait(name, future)
+    """Run each middleware's ``on_worker_stop(worker)``, in order, each on a thread of its own
+    (:meth:`StopBudget.call`) and awaited for at most what is left of ``budget`` (see the
+    module docstring)."""
+    for item in middleware:
+        if getattr(item, "on_worker_stop", None) is not None:
+            name = f"{type(item).__name__}.on_worker_stop"
+            await budget.call(
+                name, functools.partial(call_hooks, (item,), metrics, "on_worker_stop", worker)
+            )

@@ -225,7 +225,7 @@ def test_an_on_worker_stop_hook_that_hangs_is_named_and_left_behind(
     messages = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert messages == [
         "stopping: Flusher.on_worker_stop did not finish within the shutdown budget; left behind",
-        # The hooks keep their order on one thread: the next one waits for the hung one.
+        # The hooks keep their order: the next one is not started once the budget is spent.
         "stopping: Closer.on_worker_stop had no time left; left behind",
     ]
     assert "Closer.on_worker_stop" not in steps.done
@@ -243,3 +243,20 @@ def test_on_worker_stop_hooks_run_in_order_after_the_stages_and_one_that_fails_i
     [failed] = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert failed.getMessage() == "Failing.on_worker_stop failed"
     assert failed.exc_info is not None
+
+
+def test_a_step_whose_turn_comes_once_the_budget_is_spent_is_not_started(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from pipeline_worker._signals import StopBudget
+
+    now = [0.0]
+    budget = StopBudget(1.0, clock=lambda: now[0])
+    ran: list[str] = []
+    now[0] = 1.0
+    with caplog.at_level(logging.ERROR, logger="pipeline.worker"):
+        assert asyncio.run(budget.call("the late step", lambda: ran.append("late"))) is False
+    assert ran == []
+    assert [r.getMessage() for r in caplog.records] == [
+        "stopping: the late step had no time left; left behind"
+    ]
