@@ -169,14 +169,49 @@ def test_a_capped_type_waits_aside_without_blocking_other_types() -> None:
     assert started == [slow[0], slow[1], *fast]
     assert d.pop() is None
     assert limit.running == 2
-    assert isinstance(limit.waiting, deque)  # no tenant fairness: in arrival order
-    assert list(limit.waiting) == slow[2:]
+    assert len(limit.waiting) == 2
     d.release(slow[0])
     assert d.pop() is slow[2]  # admitted as soon as a slot frees, in arrival order
     assert d.pop() is None
     d.release(slow[1])
     assert d.pop() is slow[3]
     assert limit.running == 2
+
+
+def test_a_freed_slot_of_a_capped_type_goes_to_its_highest_priority_waiting() -> None:
+    d = dispatcher()
+    jobs = Jobs()
+    limit = TypeLimit[Work]("capped", cap=1, rate_limit=None, now=0.0)
+    low = [jobs.work(state(3), "capped", limit=limit) for _ in range(3)]
+    for work in low:
+        enqueue(d, work)
+    assert d.pop() is low[0]
+    assert d.pop() is None  # low[1:] wait in the limit
+    critical = jobs.work(state(0), "capped", limit=limit)
+    enqueue(d, critical)
+    assert d.pop() is None  # waits too, but ahead of the low jobs that came first
+    d.release(low[0])
+    assert drain(d, 3) == [critical, low[1], low[2]]
+    assert not limit.waiting
+
+
+def test_a_capped_types_waiting_jobs_follow_the_weighted_shares() -> None:
+    d = dispatcher(WeightedPolicy([3, 1, 1, 1]))
+    jobs = Jobs()
+    limit = TypeLimit[Work]("capped", cap=1, rate_limit=None, now=0.0)
+    low = [jobs.work(state(3), "capped", limit=limit) for _ in range(8)]
+    for work in low:
+        enqueue(d, work)
+    first = d.pop()
+    assert first is low[0]
+    assert d.pop() is None  # 7 low jobs wait in the limit
+    for _ in range(8):
+        enqueue(d, jobs.work(state(0), "capped", limit=limit))
+    assert d.pop() is None  # and 8 critical ones after them
+    d.release(first)
+    started = drain(d, 8)
+    # The weights decide among the waiting jobs as among the queues: 3 critical to 1 low.
+    assert Counter(w.state.pidx for w in started) == {0: 6, 3: 2}
 
 
 def test_a_key_successor_still_respects_its_type_cap() -> None:

@@ -9,7 +9,8 @@ aside, never spun on: behind the running job of its key (per-key ordering), or i
 limit, then its type's (concurrency cap or rate limit; a job waiting in its type's limit holds
 its tenant's slot). When the blocking job finishes (:meth:`Dispatcher.release`) or the rate
 allows (a timer), the job set aside moves on to the ``admitted`` queue, which :meth:`pop`
-serves first. With tenant fairness, the jobs waiting for a limit leave it by their tenants'
+serves first; the jobs waiting for a limit leave it by the priority policy, as the queues do
+(:mod:`.waitlists`). With tenant fairness, the jobs waiting for a limit leave it by their tenants'
 turns too: a limit shared by tenants (a type's) would otherwise start one tenant's whole flood,
 set aside in one pass, before another tenant's jobs read just after it.
 """
@@ -22,7 +23,8 @@ from typing import Literal, Protocol
 
 from .._work import PartitionState, Work
 from .fair import FairQueue, Weight
-from .limits import TypeLimit, Waitlist
+from .limits import TypeLimit
+from .waitlists import ByPriority, remove_where
 
 Policy = Literal["strict", "weighted"]
 Clock = Callable[[], float]
@@ -44,6 +46,10 @@ class StrictPolicy:
     """Always the first non-empty queue: lower priorities wait until higher ones are empty."""
 
     __slots__ = ()
+
+    def fresh(self) -> StrictPolicy:
+        """The same policy for another set of queues (this one keeps no state)."""
+        return self
 
     def pick(self, queues: Sequence[object]) -> int:
         for index, queue in enumerate(queues):
@@ -68,6 +74,10 @@ class WeightedPolicy:
             raise ValueError(f"weights must be positive integers, got {list(weights)}")
         self._weights = list(weights)
         self._credit = [0] * len(weights)
+
+    def fresh(self) -> WeightedPolicy:
+        """The same weights for another set of queues, with credits of its own."""
+        return WeightedPolicy(self._weights)
 
     def pick(self, queues: Sequence[object]) -> int:
         credit = self._credit
@@ -262,14 +272,26 @@ class Dispatcher:
             return True
         if limit not in self._limits:
             self._limits.add(limit)
-            if self._fair is not None and not limit.waiting and limit is work.limit:
-                # By the tenants' turns (see the module doc): a type's limit; a tenant's holds
-                # one tenant's jobs, in order. With key ordering, a key's jobs reach a limit one
-                # at a time (the others wait in the keys' table).
-                limit.waiting = FairQueue(self._fair, key_ordering=False)
+            if not limit.waiting:
+                limit.waiting = self._waitlist(fair=limit is work.limit)
         limit.waiting.append(work)
         self._arm(limit)
         return False
+
+    def _waitlist(self, *, fair: bool) -> ByPriority:
+        """A limit's waiting list: by priority, as the queues are served (see
+        :mod:`.waitlists`); inside a priority by the tenants' turns for a type's limit
+        (``fair``) when the starts are shared among tenants (a tenant's limit holds one
+        tenant's jobs, in order). With key ordering, a key's jobs reach a limit one at a time
+        (the others wait in the keys' table)."""
+        fairness = self._fair if fair else None
+        return ByPriority(
+            [
+                deque() if fairness is None else FairQueue(fairness, key_ordering=False)
+                for _ in self.queues
+            ],
+            self._policy.fresh(),
+        )
 
     def _drain(self, limit: TypeLimit[Work]) -> bool:
         now = self._clock()
@@ -339,15 +361,15 @@ class Dispatcher:
         dropped: list[Work] = []
         freed: set[TypeLimit[Work]] = set()
         for queue in self.queues:
-            dropped.extend(_remove(queue, condemned))
-        for work in _remove(self.admitted, condemned):
+            dropped.extend(remove_where(queue, condemned))
+        for work in remove_where(self.admitted, condemned):
             for limit in (work.limit, work.tenant_limit):
                 if limit is not None:
                     limit.release()
                     freed.add(limit)
             dropped.append(work)
         for limit in self._limits:
-            for work in _remove(limit.waiting, condemned):
+            for work in remove_where(limit.waiting, condemned):
                 if limit is work.limit and work.tenant_limit is not None:
                     work.tenant_limit.release()  # it held its tenant's slot
                     freed.add(work.tenant_limit)
@@ -361,16 +383,3 @@ class Dispatcher:
         # job of the limit need be running to release one, nor a timer be armed).
         self._drain_all(freed)
         return dropped
-
-
-def _remove(queue: Waitlist[Work], condemned: Callable[[Work], bool]) -> list[Work]:
-    """Take the condemned jobs out of ``queue`` (keeping the order of the others)."""
-    if isinstance(queue, FairQueue):
-        return queue.remove_where(condemned)
-    assert isinstance(queue, deque)
-    removed = [w for w in queue if condemned(w)]
-    if removed:
-        kept = [w for w in queue if not condemned(w)]
-        queue.clear()
-        queue.extend(kept)
-    return removed

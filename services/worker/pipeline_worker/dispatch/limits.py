@@ -21,8 +21,9 @@ Waiting = TypeVar("Waiting")
 
 
 class Waitlist(Protocol[Waiting]):
-    """The jobs waiting for a limit: a deque (arrival order), or the dispatcher's fair queue
-    (by their tenants' turns, :mod:`.fair`)."""
+    """The jobs waiting for a limit: a deque (arrival order), or the dispatcher's list by
+    priority (:mod:`.waitlists`), whose priorities hold deques or fair queues (by their
+    tenants' turns, :mod:`.fair`)."""
 
     def __len__(self) -> int: ...
 
@@ -109,8 +110,8 @@ class TypeLimit(Generic[Waiting]):
     """Admission of one job type: at most ``cap`` running, tokens from ``bucket``.
 
     Jobs that cannot start wait in ``waiting``, aside from the priority queues, so a capped
-    type never blocks the others: in arrival order, or by their tenants' turns when the
-    dispatcher shares the starts among tenants.
+    type never blocks the others; the dispatcher keeps them by priority, and inside a priority
+    in arrival order, or by their tenants' turns when it shares the starts among tenants.
     """
 
     __slots__ = (
