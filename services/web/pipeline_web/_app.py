@@ -99,9 +99,10 @@ async def _logout(request: Request) -> Response:
     return response
 
 
-def _healthz(request: Request) -> Response:
+async def _healthz(request: Request) -> Response:
     """``ok`` once Kafka was read and while it is; 503 with the reason otherwise, before the
-    first reading too (it may never come)."""
+    first reading too (it may never come). On the event loop: it only reads what the monitor
+    keeps, and must answer while every thread of the pool serves a page waiting for Kafka."""
     monitor = dashboard_of(request).monitor
     problem = monitor.problem
     if problem is None and monitor.latest is None:

@@ -3,8 +3,10 @@ of Kafka, and the caching of pages, on a Kafka that does not answer (nothing lis
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
+import anyio.to_thread
 import pytest
 from starlette.testclient import TestClient
 
@@ -52,3 +54,38 @@ def test_static_files_may_be_cached(app: Starlette) -> None:
     style = _client(app).get("/static/app.css")
     assert style.status_code == 200
     assert "no-store" not in style.headers.get("cache-control", "")
+
+
+def test_healthz_answers_while_every_pool_thread_is_taken(app: Starlette) -> None:
+    # Pages run on the server's thread pool and may wait up to the read timeout for Kafka: a
+    # probe waiting behind them would fail and have a working dashboard restarted.
+    holder = object()
+    with _client(app) as client:
+
+        async def take_the_pool() -> float:
+            limiter = anyio.to_thread.current_default_thread_limiter()
+            tokens = limiter.total_tokens
+            limiter.total_tokens = 1
+            await limiter.acquire_on_behalf_of(holder)
+            return tokens
+
+        async def give_it_back(tokens: float) -> None:
+            limiter = anyio.to_thread.current_default_thread_limiter()
+            limiter.release_on_behalf_of(holder)
+            limiter.total_tokens = tokens
+
+        tokens = client.portal.call(take_the_pool)  # type: ignore[union-attr]
+        answers: list[int] = []
+        answered = threading.Event()
+
+        def probe() -> None:
+            answers.append(client.get("/healthz").status_code)
+            answered.set()
+
+        threading.Thread(target=probe, daemon=True).start()
+        try:
+            assert answered.wait(10), "/healthz waited for a pool thread"
+        finally:
+            client.portal.call(give_it_back, tokens)  # type: ignore[union-attr]
+            answered.wait(10)
+        assert answers == [503]  # not read yet: it answered, and said so
