@@ -182,7 +182,7 @@ class AdminSession:
                         "check the brokers' health, then run `pipeline topics apply` again"
                     ) from exc
             threading.Event().wait(pause)  # a bounded back-off between polls
-            pause = min(pause * 2, 0.5)
+            pause = min(pause * 2, 0.1)
 
     def metadata(self) -> ClusterMetadata:
         try:

@@ -90,21 +90,27 @@ def _apply(
     if changes:
         _alter(session, changes, validate_only=dry_run)
         if not dry_run:
-            _wait_visible(session, wanted)
+            _wait_visible(session, wanted, len(session.metadata().brokers))
     return changes
 
 
-def _wait_visible(session: AdminSession, wanted: Mapping[str, Mapping[str, str]]) -> None:
+def _wait_visible(
+    session: AdminSession, wanted: Mapping[str, Mapping[str, str]], brokers: int
+) -> None:
     """Wait (within the session's time) until the brokers answer with the new values: a
     broker behind the metadata log still shows the old ones, and an apply run right after
-    would then set them again. Any broker may answer a read, so one read that shows them
-    is not enough: :data:`VISIBLE_READS` in a row must."""
+    would then set them again. Any of the ``brokers`` may answer a read, so with several one
+    read that shows them is not enough: :data:`VISIBLE_READS` in a row must (one for a
+    single broker, which answers them all)."""
+    reads = min(VISIBLE_READS, max(1, brokers))
     deadline = time.monotonic() + min(VISIBLE_WAIT_S, session.remaining())
     seen = 0
-    while seen < VISIBLE_READS and time.monotonic() < deadline:
+    pause = 0.02
+    while seen < reads and time.monotonic() < deadline:
         seen = 0 if plan_group_configs(wanted, _read(session, wanted)) else seen + 1
-        if seen < VISIBLE_READS:
-            time.sleep(0.1)
+        if seen < reads:
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
 
 
 def apply_group_configs(

@@ -36,8 +36,16 @@ def test_the_new_values_must_show_in_several_reads_in_a_row(
     """Any broker may answer a read: one that shows the new values while the next broker
     still shows the old ones is not enough."""
     reads = _answers(monkeypatch, [STALE, FRESH, STALE, FRESH, FRESH, FRESH, STALE])
-    _groupadmin._wait_visible(SimpleNamespace(remaining=lambda: 30.0), WANTED)  # type: ignore[arg-type]
+    _groupadmin._wait_visible(SimpleNamespace(remaining=lambda: 30.0), WANTED, 3)  # type: ignore[arg-type]
     assert reads == [STALE, FRESH, STALE, FRESH, FRESH, FRESH]
+
+
+def test_one_read_that_shows_them_is_enough_on_a_single_broker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reads = _answers(monkeypatch, [STALE, FRESH, STALE])
+    _groupadmin._wait_visible(SimpleNamespace(remaining=lambda: 30.0), WANTED, 1)  # type: ignore[arg-type]
+    assert reads == [STALE, FRESH]
 
 
 def test_the_wait_ends_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,5 +58,5 @@ def test_the_wait_ends_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_groupadmin, "_read", read)
     monkeypatch.setattr("pipeline._groupadmin.time.sleep", lambda seconds: None)
     monkeypatch.setattr("pipeline._groupadmin.time.monotonic", lambda: clock[0])
-    _groupadmin._wait_visible(SimpleNamespace(remaining=lambda: 30.0), WANTED)  # type: ignore[arg-type]
+    _groupadmin._wait_visible(SimpleNamespace(remaining=lambda: 30.0), WANTED, 3)  # type: ignore[arg-type]
     assert clock[0] == _groupadmin.VISIBLE_WAIT_S

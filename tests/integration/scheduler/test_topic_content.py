@@ -139,6 +139,7 @@ def _released(
     return released, scheduler.output()[-3000:]
 
 
+@pytest.mark.slow  # an edge of releasing; the undecodable one above stays in the default run
 def test_a_delayed_job_larger_than_the_scheduler_sends_is_dead_lettered_and_stops_nothing(
     schedulers: SchedulerFactory,
 ) -> None:
