@@ -155,7 +155,6 @@ def test_topics_apply_with_replication_three_and_min_isr_two(cluster: DevCluster
     assert app.submit("t", {"x": 1}, priority="critical").wait(timeout=60).offset == 0
 
 
-@pytest.mark.slow  # the replicated-fault scenarios kill leaders; the default run forms the cluster
 def test_killed_leader_is_survived_and_restarted(cluster: DevCluster) -> None:
     index = wait_for_full_isr(cluster.bootstrap_servers) - 1  # the leader: the hardest case
     killed_pid = cluster.stop_node(index, hard=True)
