@@ -28,6 +28,7 @@ from pipeline._job import AttemptError, Job, Priority, now_ms
 from pipeline._records import DeadLetter
 from pipeline._topics import TopicNames
 from pipeline_cli._main import cli
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -225,6 +226,12 @@ def write_letters(
         producer.produce(topic, codec.encode(letter))
     producer.flush(10)
     producer.abort_transaction(10)
+    # A commit returns before its markers reach the partitions: until then a reader of
+    # committed records stops short of them.
+    written = {letter.id for letter in letters}
+    assert wait_for(
+        lambda: written <= {s.letter.id for s in read_dead_letters(settings).letters}, 30
+    ), "the committed dead letters never became readable"
 
 
 # --- tests ----------------------------------------------------------------------------------
@@ -527,3 +534,37 @@ def test_replay_to_a_missing_topic_says_which_option_and_that_nothing_was_writte
     assert "pipeline topics apply" not in failed.output  # it would not create that topic
     assert end_offsets(settings, every_topic(settings)) == before
     assert set(ids(dlq_json(settings, "ls"))) == letters.all
+
+
+def test_a_letter_with_nothing_to_send_is_left_and_the_others_are_replayed(
+    topics: Settings,
+) -> None:
+    # A message too large to keep whole: its letter holds neither the job nor the raw bytes.
+    settings = topics
+    empty = DeadLetter(
+        reason="too_large",
+        message="1,010,000-byte value left out",
+        source_topic=TopicNames(settings.namespace).deferred,
+        source_partition=0,
+        source_offset=7,
+        raw_key=b"big",
+    )
+    sent = email_letter(settings, 1)
+    write_letters(settings, [empty, sent])
+
+    preview = dlq(settings, "replay", "--dry-run")
+    assert "would replay 1 dead letter to " in preview.stderr
+    one = "1 holds neither a job nor the raw message, so nothing to replay: discard it"
+    assert one in preview.stderr
+    replayed = json.loads(dlq(settings, "replay", "--yes", "--json").stdout)
+    assert [item["id"] for item in replayed["replayed"]] == [sent.id]
+    assert replayed["skipped"] == {"nothing_to_replay": 1}
+    [job] = read_topic(settings, TopicNames(settings.namespace).jobs("default"))
+    assert JobCodec().decode(job.value).id == sent.job_id
+    statuses = {item["id"]: item["status"] for item in dlq_json(settings, "ls", "--all")}
+    assert statuses == {empty.id: "pending", sent.id: "replayed"}
+
+    again = dlq(settings, "replay", "--id", empty.id, "--yes")
+    assert f"nothing to replay; {one}" in again.stdout
+    dlq(settings, "discard", "--id", empty.id, "--yes")
+    assert dlq_json(settings, "ls") == []

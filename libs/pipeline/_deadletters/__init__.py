@@ -33,9 +33,11 @@ from ._replay import (
     WriteReport,
     discard_letters,
     dlq_transactional_id,
+    nothing_to_replay,
     replay_job,
     replay_letters,
     replay_message,
+    sendable,
 )
 from ._state import (
     DeadLetterNotFoundError,
@@ -76,10 +78,12 @@ __all__ = [
     "fold_states",
     "is_duration_ago",
     "letter_order",
+    "nothing_to_replay",
     "parse_when",
     "read_dead_letters",
     "read_states",
     "replay_job",
     "replay_letters",
     "replay_message",
+    "sendable",
 ]

@@ -68,6 +68,19 @@ class Outgoing:
     job: Job | None
 
 
+def sendable(letter: DeadLetter) -> bool:
+    """Whether replaying ``letter`` has something to send: its job, or the raw message. A
+    message too large to keep whole in its letter has neither; only a discard is left for it."""
+    return letter.job is not None or letter.raw_value is not None
+
+
+def nothing_to_replay(count: int) -> str:
+    """How a command says that ``count`` letters were left as they hold nothing to send."""
+    if count == 1:
+        return "1 holds neither a job nor the raw message, so nothing to replay: discard it"
+    return f"{count} hold neither a job nor the raw message, so nothing to replay: discard them"
+
+
 def replay_message(
     letter: DeadLetter,
     namespace: str,
@@ -146,6 +159,8 @@ class WriteReport:
 
     done: list[StoredLetter]
     skipped: Counter[LetterStatus]
+    empty: int = 0
+    """Letters a replay left alone as they hold nothing to send (:func:`sendable`)."""
 
 
 def _operator() -> str:
@@ -291,11 +306,15 @@ def replay_letters(
     before, failed and dead-lettered again: ``--force`` takes both); its older letters are
     marked replayed to the same topic. Each batch is one transaction holding the messages,
     their ``replayed`` state records and their ``replayed`` events (unless events are off).
+    A letter with nothing to send (:func:`sendable`) is left as it is, and counted in
+    :attr:`WriteReport.empty`.
     """
     state_topic = TopicNames(settings.namespace).dlq_state
     codec = JobCodec()
     events = EventCodec(codec.store)
     by = by or _operator()
+    empty = sum(not sendable(s.letter) for s in letters)
+    letters = [s for s in letters if sendable(s.letter)] if empty else letters
     # Built before anything is written, so that a letter that cannot be replayed stops it all.
     outgoing = {
         s.letter.id: replay_message(
@@ -328,7 +347,7 @@ def replay_letters(
     def needed(todo: list[StoredLetter]) -> set[str]:
         return {outgoing[s.letter.id].topic for s in todo} | _state_topics(settings)
 
-    return _write(
+    report = _write(
         settings,
         letters,
         build,
@@ -338,6 +357,8 @@ def replay_letters(
         timeout=timeout,
         on_progress=on_progress,
     )
+    report.empty = empty
+    return report
 
 
 def discard_letters(

@@ -25,6 +25,7 @@ from pipeline._deadletters import (
     read_dead_letters,
     replay_letters,
     replay_message,
+    sendable,
 )
 from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._topics import TopicNames
@@ -265,6 +266,8 @@ def replay(
     _check_target(to_topic, settings.namespace)
     snapshot = _read(settings, timeout)
     todo, skipped = actionable(snapshot.select(filters), force=force)
+    empty = sum(not sendable(s.letter) for s in todo)
+    todo = [s for s in todo if sendable(s.letter)]
     with cli_errors():
         targets = [
             replay_message(
@@ -286,13 +289,13 @@ def replay(
             print_table([row(s) for s in todo], COLUMNS)
         where = f" to {targets_text(targets)}" if todo else ""
         click.echo(
-            f"would replay {plural(len(todo))}{where}{skipped_text(skipped)}; dry run, "
+            f"would replay {plural(len(todo))}{where}{skipped_text(skipped, empty)}; dry run, "
             "nothing was changed",
             err=True,
         )
         return
     if not todo:
-        print_write(as_json, "replay", WriteReport([], skipped))
+        print_write(as_json, "replay", WriteReport([], skipped, empty))
         return
     _confirm(f"Replay {plural(len(todo))} to {targets_text(targets)}?", yes)
     report = _run_write(
@@ -312,6 +315,7 @@ def replay(
         to_topic,
     )
     report.skipped.update(skipped)
+    report.empty += empty
     print_write(as_json, "replay", report)
 
 

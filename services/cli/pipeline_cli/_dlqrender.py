@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pipeline._deadletters import DlqStats, LetterStatus, StoredLetter, WriteReport
+from pipeline._deadletters import (
+    DlqStats,
+    LetterStatus,
+    StoredLetter,
+    WriteReport,
+    nothing_to_replay,
+)
 from pipeline._human import PREVIEW_BYTES, bytes_text, hexdump, when
 from pipeline._job import Job, PayloadEncoding
 
@@ -160,13 +166,16 @@ def warn_undecodable(snapshot: DeadLetterSnapshot) -> None:
         )
 
 
-def skipped_text(skipped: Counter[LetterStatus]) -> str:
+def skipped_text(skipped: Counter[LetterStatus], empty: int = 0) -> str:
+    """What was left alone: already replayed or discarded, then (``empty``) the letters
+    holding nothing to replay."""
     parts = []
     if skipped[LetterStatus.REPLAYED]:
         parts.append(f"{skipped[LetterStatus.REPLAYED]} already replayed")
     if skipped[LetterStatus.DISCARDED]:
         parts.append(f"{skipped[LetterStatus.DISCARDED]} discarded")
-    return f" ({', '.join(parts)}, skipped)" if parts else ""
+    text = f" ({', '.join(parts)}, skipped)" if parts else ""
+    return f"{text}; {nothing_to_replay(empty)}" if empty else text
 
 
 def targets_text(topics: Iterable[str | None]) -> str:
@@ -250,7 +259,10 @@ def print_write(as_json: bool, verb: str, report: WriteReport) -> None:
                     }
                     for s in report.done
                 ],
-                "skipped": {status.value: count for status, count in report.skipped.items()},
+                "skipped": {
+                    **{status.value: count for status, count in report.skipped.items()},
+                    **({"nothing_to_replay": report.empty} if report.empty else {}),
+                },
             }
         )
         return
@@ -258,9 +270,9 @@ def print_write(as_json: bool, verb: str, report: WriteReport) -> None:
     where = f" to {targets_text(s.state.to for s in done if s.state)}" if verb == "replay" else ""
     past = "replayed" if verb == "replay" else "discarded"
     if not done:
-        click.echo(f"nothing to {verb}{skipped_text(report.skipped)}")
+        click.echo(f"nothing to {verb}{skipped_text(report.skipped, report.empty)}")
         return
-    click.echo(f"{past} {plural(len(done))}{where}{skipped_text(report.skipped)}")
+    click.echo(f"{past} {plural(len(done))}{where}{skipped_text(report.skipped, report.empty)}")
 
 
 def listing_summary(

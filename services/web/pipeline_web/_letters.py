@@ -23,7 +23,7 @@ import json
 import logging
 import sys
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlencode
 
 from starlette.concurrency import run_in_threadpool
@@ -37,6 +37,7 @@ from pipeline._deadletters import (
     LetterStatus,
     actionable,
     discard_letters,
+    nothing_to_replay,
     parse_when,
     read_dead_letters,
     replay_letters,
@@ -259,6 +260,24 @@ class CountChangedError(Exception):
         self.digest = letters_digest(matching)
 
 
+class ActionReport(NamedTuple):
+    """What an action did: the letters acted on, how many were skipped as already replayed
+    or discarded, and how many a replay left as they hold nothing to replay."""
+
+    done: list[StoredLetter]
+    skipped: int
+    empty: int = 0
+
+    def notice(self, verb: str) -> str:
+        done = len(self.done)
+        text = f"{done} dead letter{'' if done == 1 else 's'} {verb}"
+        if self.skipped:
+            text += f"; {self.skipped} already replayed or discarded were left alone"
+        if self.empty:
+            text += f"; {nothing_to_replay(self.empty)}"
+        return f"{text}."
+
+
 def _act(
     dashboard: Dashboard,
     action: str,
@@ -266,11 +285,10 @@ def _act(
     confirmed: str | None,
     who: str,
     reset: bool,
-) -> tuple[list[StoredLetter], int]:
+) -> ActionReport:
     """Run ``action`` on the pending letters ``letter_filter`` matches, as the CLI does, if
     the letters it matches are those of the digest ``confirmed`` (else raise
-    :class:`CountChangedError`); the letters acted on, and how many were skipped as already
-    replayed or discarded."""
+    :class:`CountChangedError`)."""
     settings = dashboard.settings
     # Read again, not taken from the index: the index may not have read every letter yet.
     matching = read_dead_letters(settings, timeout=30.0).select(letter_filter)
@@ -278,13 +296,15 @@ def _act(
         raise CountChangedError(matching)
     todo, skipped = actionable(matching)
     if not todo:
-        return [], sum(skipped.values())
+        return ActionReport([], sum(skipped.values()))
     by = f"{who} (pipeline web)"
     if action == "replay":
         report = replay_letters(settings, todo, reset_attempts=reset, by=by, timeout=30.0)
     else:
         report = discard_letters(settings, todo, by=by, timeout=30.0)
-    return report.done, sum(skipped.values()) + sum(report.skipped.values())
+    return ActionReport(
+        report.done, sum(skipped.values()) + sum(report.skipped.values()), report.empty
+    )
 
 
 def _pin_time(fields: Mapping[str, str]) -> int:
@@ -352,7 +372,7 @@ async def letters_action(request: Request) -> Response:
     target = _filter_json(letter_filter)
     reset = fields.get("reset_attempts") == "1"
     try:
-        done, skipped = await run_in_threadpool(
+        acted = await run_in_threadpool(
             _act, dashboard, action, letter_filter, fields.get("digest"), who, reset
         )
     except CountChangedError as changed:
@@ -363,10 +383,8 @@ async def letters_action(request: Request) -> Response:
         dashboard.audit.record(who, f"dlq.{action}", target=target, count=0, outcome=str(exc))
         notice = f"The {action} failed: {exc}"
     else:
-        dashboard.audit.record(who, f"dlq.{action}", target=target, count=len(done))
-        verb = "replayed" if action == "replay" else "discarded"
-        extra = f"; {skipped} already replayed or discarded were left alone" if skipped else ""
-        notice = f"{len(done)} dead letter{'' if len(done) == 1 else 's'} {verb}{extra}."
+        dashboard.audit.record(who, f"dlq.{action}", target=target, count=len(acted.done))
+        notice = acted.notice("replayed" if action == "replay" else "discarded")
     if (problem := await _refresh_after(dashboard)) is not None:
         notice = f"{notice} (list not refreshed: {problem})"
     back = _query_string(fields, **signed_notice(dashboard.gate, notice))

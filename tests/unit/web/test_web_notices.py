@@ -89,7 +89,7 @@ def test_the_notice_of_an_action_is_shown_on_the_page_it_redirects_to(app: Starl
 def test_a_dead_letter_action_shows_its_notice(
     app: Starlette, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_letters, "_act", lambda *args: ([], 2))
+    monkeypatch.setattr(_letters, "_act", lambda *args: _letters.ActionReport([], 2, 1))
     found: Dashboard = app.state.dashboard
     monkeypatch.setattr(found.letters, "refresh", lambda *args, **kwargs: None)
     client = _client(app)
@@ -98,7 +98,10 @@ def test_a_dead_letter_action_shows_its_notice(
     answer = client.post("/dead-letters/replay", data={**form, "id": "x"})
     assert answer.status_code == 303
     shown = _shown(client.get(answer.headers["location"]).text)
-    assert shown == "0 dead letters replayed; 2 already replayed or discarded were left alone."
+    assert shown == (
+        "0 dead letters replayed; 2 already replayed or discarded were left alone; 1 holds "
+        "neither a job nor the raw message, so nothing to replay: discard it."
+    )
 
 
 def test_a_notice_with_other_words_or_too_old_is_not_shown(

@@ -89,9 +89,9 @@ class _Acted:
     def __init__(self) -> None:
         self.filters: list[LetterFilter] = []
 
-    def __call__(self, *args: Any) -> tuple[list[StoredLetter], int]:
+    def __call__(self, *args: Any) -> _letters.ActionReport:
         self.filters.append(args[2])
-        return [], 0
+        return _letters.ActionReport([], 0)
 
 
 @pytest.fixture
