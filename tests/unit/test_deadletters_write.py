@@ -14,6 +14,18 @@ from pipeline._job import Job
 from pipeline._records import DeadLetter
 
 
+def kafka_of(
+    monkeypatch: pytest.MonkeyPatch, txn: object, states: dict[str, LetterState] | None = None
+) -> None:
+    """The dead-letter commands write through ``txn``, read ``states`` (none by default) and
+    find the namespace's default priority topic and state topic."""
+    monkeypatch.setattr(_replay, "_dlq_transactions", lambda settings, timeout: (txn, None))
+    monkeypatch.setattr(_replay, "read_states", lambda settings, timeout: states or {})
+    monkeypatch.setattr(
+        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.default", "ns.dlq-state"}
+    )
+
+
 class CommitUnconfirmed:
     """Transactions whose commits are confirmed until ``confirmed`` ran, then not."""
 
@@ -63,11 +75,7 @@ def test_an_unconfirmed_commit_says_to_run_the_command_again_not_to_force_it(
     """The error told the operator to "commit again to learn its outcome", which a command
     cannot do; running it again is what learns it (and --force would send the batch twice)."""
     txn = CommitUnconfirmed(confirmed=2)
-    monkeypatch.setattr(_replay, "_dlq_transactions", lambda settings, timeout: (txn, None))
-    monkeypatch.setattr(_replay, "read_states", lambda settings, timeout: {})
-    monkeypatch.setattr(
-        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.default", "ns.dlq-state"}
-    )
+    kafka_of(monkeypatch, txn)
     settings = Settings(namespace="ns", events="off")
     with pytest.raises(KafkaUnavailableError) as raised:
         replay_letters(settings, letters(5), batch_size=2, timeout=1.0)
@@ -84,11 +92,7 @@ def test_a_failure_before_any_commit_is_passed_on_as_it_is(monkeypatch: pytest.M
         raise KafkaUnavailableError("nothing of the open transaction was committed")
 
     txn.run = refused  # type: ignore[method-assign]
-    monkeypatch.setattr(_replay, "_dlq_transactions", lambda settings, timeout: (txn, None))
-    monkeypatch.setattr(_replay, "read_states", lambda settings, timeout: {})
-    monkeypatch.setattr(
-        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.default", "ns.dlq-state"}
-    )
+    kafka_of(monkeypatch, txn)
     with pytest.raises(KafkaUnavailableError, match=r"^nothing of the open transaction"):
         replay_letters(Settings(namespace="ns", events="off"), letters(1), timeout=1.0)
 
@@ -140,11 +144,7 @@ def test_a_forced_replay_sends_a_job_once_with_its_newest_letter(
         StoredLetter(letter_of("dl-other", "job-2", attempt=3, dead_at=15), 0, 2),
     ]
     txn = Recorded()
-    monkeypatch.setattr(_replay, "_dlq_transactions", lambda settings, timeout: (txn, None))
-    monkeypatch.setattr(_replay, "read_states", lambda settings, timeout: {"dl-old": replayed})
-    monkeypatch.setattr(
-        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.default", "ns.dlq-state"}
-    )
+    kafka_of(monkeypatch, txn, {"dl-old": replayed})
     report = replay_letters(Settings(namespace="ns", events="off"), chosen, force=True)
     codec = JobCodec()
     sent = [codec.decode(v or b"") for topic, v in txn.records if topic == "ns.jobs.default"]
@@ -153,3 +153,22 @@ def test_a_forced_replay_sends_a_job_once_with_its_newest_letter(
     states = [value for topic, value in txn.records if topic == "ns.dlq-state"]
     assert len(states) == 3  # every letter taken is marked replayed, the older one too
     assert {stored.letter.id for stored in report.done} == {"dl-old", "dl-new", "dl-other"}
+
+
+def test_a_letter_with_nothing_to_send_is_left_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = DeadLetter(
+        id="dl-empty",
+        reason="too_large",
+        message="value left out",
+        source_topic="ns.deferred",
+        source_partition=0,
+        source_offset=9,
+        raw_key=b"big",
+    )
+    chosen = [StoredLetter(empty, 0, 9), *letters(2)]
+    txn = Recorded()
+    kafka_of(monkeypatch, txn)
+    report = replay_letters(Settings(namespace="ns", events="off"), chosen)
+    assert report.empty == 1
+    assert {stored.letter.id for stored in report.done} == {"dl-0", "dl-1"}
+    assert [topic for topic, _ in txn.records].count("ns.dlq-state") == 2  # none for dl-empty
