@@ -59,6 +59,10 @@ class LetterFilter:
     tenants: tuple[str, ...] = ()
     ids: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Reasons compare without case: lowered once here, not for every letter matched.
+        object.__setattr__(self, "reasons", tuple(r.lower() for r in self.reasons))
+
     @property
     def empty(self) -> bool:
         """True when it matches every dead letter."""
@@ -68,7 +72,7 @@ class LetterFilter:
         return (
             (not self.ids or letter.id in self.ids or letter.job_id in self.ids)
             and (not self.types or _type_matches(letter.job_type, self.types))
-            and (not self.reasons or letter.reason.lower() in {r.lower() for r in self.reasons})
+            and (not self.reasons or letter.reason.lower() in self.reasons)
             and (not self.tenants or letter.tenant in self.tenants)
             and (self.since is None or letter.dead_at >= self.since)
             and (self.until is None or letter.dead_at < self.until)
