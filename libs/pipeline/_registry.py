@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,13 @@ from ._retry import Backoff
 
 if TYPE_CHECKING:
     from ._codec import PayloadCodec
+
+
+RATE_MIN = 1e-6
+"""The lowest ``rate_limit`` (runs per second, about one in 11.6 days): a smaller one rounds
+to a share of 0 in a worker, and its jobs would never start."""
+RATE_MAX = 1e9
+"""The highest ``rate_limit``: a larger one is no limit, and its token bucket would overflow."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,10 +60,13 @@ class JobOptions:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {value}")
-        for name in ("time_limit", "rate_limit"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise ConfigurationError(f"{name} must be positive, got {value}")
+        if self.time_limit is not None and not 0 < self.time_limit < math.inf:
+            raise ConfigurationError(f"time_limit must be positive, got {self.time_limit}")
+        if self.rate_limit is not None and not RATE_MIN <= self.rate_limit <= RATE_MAX:
+            raise ConfigurationError(
+                f"rate_limit must be from {RATE_MIN:g} to {RATE_MAX:g} runs per second, "
+                f"got {self.rate_limit}"
+            )
         if isinstance(self.fatal, type):
             object.__setattr__(self, "fatal", (self.fatal,))
         else:

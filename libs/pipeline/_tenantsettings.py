@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, field_validator
 
+from ._registry import RATE_MAX, RATE_MIN
+
 OTHER_TENANT = "other"
 """The metric label of every tenant not named in the settings (and of jobs without one)."""
 
@@ -24,8 +26,8 @@ class TenantOptions(BaseModel):
         "takes its share of the partitions, at least 1)",
     )  # fmt: skip
     rate_limit: float | None = Field(
-        None, gt=0, description="most of its jobs started per second across the fleet (each "
-        "worker takes its share of the partitions)",
+        None, ge=RATE_MIN, le=RATE_MAX, description="most of its jobs started per second across "
+        "the fleet (each worker takes its share of the partitions)",
     )  # fmt: skip
 
 

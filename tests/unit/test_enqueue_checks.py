@@ -249,3 +249,22 @@ def test_job_options_made_directly_check_their_priority_too() -> None:
     assert JobOptions(priority="high").priority is Priority.HIGH  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match=PRIORITIES):
         JobOptions(priority="urgent")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"rate_limit": 5e-324}, "rate_limit must be from 1e-06 to 1e"),  # a share rounds to 0
+        ({"rate_limit": 1e308}, "rate_limit must be from"),  # its token bucket overflows
+        ({"rate_limit": float("nan")}, "rate_limit must be from"),
+        ({"rate_limit": 0.0}, "rate_limit must be from"),
+        ({"time_limit": float("inf")}, "time_limit must be positive"),
+        ({"time_limit": float("nan")}, "time_limit must be positive"),
+    ],
+)
+def test_job_options_refuse_limits_a_worker_cannot_keep(
+    options: dict[str, float], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        JobOptions(**options)  # type: ignore[arg-type]
+    assert JobOptions(rate_limit=1 / 3600, time_limit=0.5).rate_limit == 1 / 3600

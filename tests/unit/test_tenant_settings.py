@@ -29,3 +29,9 @@ def test_a_name_with_spaces_around_it_is_refused_as_it_would_match_no_job(name: 
         ValidationError, match="has spaces around it: it would match no job of 'acme'"
     ):
         TenantSettings.model_validate({"named": {name: {"weight": 2}}})
+
+
+@pytest.mark.parametrize("rate", [5e-324, 1e308])
+def test_a_tenant_rate_a_worker_cannot_keep_is_refused(rate: float) -> None:
+    with pytest.raises(ValidationError, match="rate_limit"):
+        TenantSettings.model_validate({"named": {"acme": {"rate_limit": rate}}})
