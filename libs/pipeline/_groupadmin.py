@@ -90,8 +90,17 @@ def _apply(
     if changes:
         _alter(session, changes, validate_only=dry_run)
         if not dry_run:
-            _wait_visible(session, wanted, len(session.metadata().brokers))
+            _wait_visible(session, wanted, _brokers(session))
     return changes
+
+
+def _brokers(session: AdminSession) -> int:
+    """How many brokers may answer a read; several if the cluster does not say (the change
+    is made: a failed look must not fail it)."""
+    try:
+        return len(session.metadata().brokers)
+    except PipelineError:
+        return VISIBLE_READS
 
 
 def _wait_visible(
@@ -102,7 +111,7 @@ def _wait_visible(
     would then set them again. Any of the ``brokers`` may answer a read, so with several one
     read that shows them is not enough: :data:`VISIBLE_READS` in a row must (one for a
     single broker, which answers them all)."""
-    reads = min(VISIBLE_READS, max(1, brokers))
+    reads = 1 if brokers == 1 else VISIBLE_READS
     deadline = time.monotonic() + min(VISIBLE_WAIT_S, session.remaining())
     seen = 0
     pause = 0.02

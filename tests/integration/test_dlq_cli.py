@@ -556,6 +556,8 @@ def test_a_letter_with_nothing_to_send_is_left_and_the_others_are_replayed(
     assert "would replay 1 dead letter to " in preview.stderr
     one = "1 holds neither a job nor the raw message, so nothing to replay: discard it"
     assert one in preview.stderr
+    going = {item["id"]: item["replay_to"] for item in dlq_json(settings, "replay", "--dry-run")}
+    assert going == {sent.id: TopicNames(settings.namespace).jobs("default"), empty.id: None}
     replayed = json.loads(dlq(settings, "replay", "--yes", "--json").stdout)
     assert [item["id"] for item in replayed["replayed"]] == [sent.id]
     assert replayed["skipped"] == {"nothing_to_replay": 1}

@@ -307,7 +307,8 @@ def replay_letters(
     marked replayed to the same topic. Each batch is one transaction holding the messages,
     their ``replayed`` state records and their ``replayed`` events (unless events are off).
     A letter with nothing to send (:func:`sendable`) is left as it is, and counted in
-    :attr:`WriteReport.empty`.
+    :attr:`WriteReport.empty`; a job sent with it taken is sent as its newest letter that holds
+    it (the same job, id and payload, with an older attempt history).
     """
     state_topic = TopicNames(settings.namespace).dlq_state
     codec = JobCodec()

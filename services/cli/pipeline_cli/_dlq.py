@@ -266,8 +266,9 @@ def replay(
     _check_target(to_topic, settings.namespace)
     snapshot = _read(settings, timeout)
     todo, skipped = actionable(snapshot.select(filters), force=force)
-    empty = sum(not sendable(s.letter) for s in todo)
-    todo = [s for s in todo if sendable(s.letter)]
+    left = [s for s in todo if not sendable(s.letter)]
+    empty = len(left)
+    todo = [s for s in todo if sendable(s.letter)] if left else todo
     with cli_errors():
         targets = [
             replay_message(
@@ -281,8 +282,10 @@ def replay(
         ]
     if dry_run:
         if as_json:
+            # A letter with nothing to send is listed too, going nowhere.
             print_json(
                 [{**letter_json(s), "replay_to": t} for s, t in zip(todo, targets, strict=True)]
+                + [{**letter_json(s), "replay_to": None} for s in left]
             )
             return
         if todo:

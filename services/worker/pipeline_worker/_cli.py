@@ -100,7 +100,10 @@ def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     "--weights",
     callback=_weights,
     metavar="C,H,D,L",
-    help="Weights of critical,high,default,low for --policy weighted [default: 10,5,3,1].",
+    help=(
+        "Weights of critical,high,default,low for --policy weighted, and for the jobs waiting "
+        "for a job type's or tenant's limit under either policy [default: 10,5,3,1]."
+    ),
 )
 @click.option(
     "--concurrency", type=click.IntRange(min=1), help="Jobs in flight per process [default: 64]."
@@ -212,12 +215,6 @@ def _settings(
     except ValidationError as exc:
         flags = {f"worker.{name}": spelled[name] for name in given}
         raise click.UsageError(str(settings_error(exc, ("worker",), flags))) from None
-    if options.get("weights") is not None and worker_settings.policy == "strict":
-        # strict never reads the weights: running would silently ignore what was asked.
-        raise click.UsageError(
-            "--weights applies to --policy weighted, but the policy is strict; "
-            "drop --weights or use --policy weighted"
-        )
     try:
         if not top:
             return base.model_copy(update={"worker": worker_settings})

@@ -146,10 +146,8 @@ class StopBudget:
 
     async def call(self, name: str, step: Callable[[], object]) -> bool:
         """Run the blocking ``step`` for at most what is left; False (logged) if it ran out.
-        A step whose turn comes once the budget is spent is not started."""
-        if not self.left():
-            self._left_behind(name, 0.0)
-            return False
+        It is started even with no time left: a stage asked to stop (the retry relay, the
+        metrics server) stops on its thread, also in a process that goes on after the worker."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
 
@@ -180,6 +178,14 @@ class StopBudget:
             return False
         except Exception:
             _log.exception("stopping: %s failed", name)
+        return True
+
+    def spent(self, name: str) -> bool:
+        """Whether no time is left, logged as ``name`` left behind: for a step that need not
+        start then (user code, which may hang as the step before it did)."""
+        if self.left():
+            return False
+        self._left_behind(name, 0.0)
         return True
 
     def _left_behind(self, name: str, given: float) -> None:

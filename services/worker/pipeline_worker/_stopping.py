@@ -121,10 +121,13 @@ async def stop_hooks(
 ) -> None:
     """Run each middleware's ``on_worker_stop(worker)``, in order, each on a thread of its own
     (:meth:`StopBudget.call`) and awaited for at most what is left of ``budget`` (see the
-    module docstring)."""
+    module docstring); one whose turn comes once the budget is spent is not started, so that
+    the hooks never run side by side."""
     for item in middleware:
         if getattr(item, "on_worker_stop", None) is not None:
             name = f"{type(item).__name__}.on_worker_stop"
+            if budget.spent(name):
+                continue
             await budget.call(
                 name, functools.partial(call_hooks, (item,), metrics, "on_worker_stop", worker)
             )

@@ -199,7 +199,10 @@ def test_a_stop_signal_during_start_up_exits_cleanly(tmp_path: Path) -> None:
     assert "stopped before starting" in output
 
 
-def test_weights_with_the_strict_policy_are_refused_not_ignored(project: Path) -> None:
-    code, output = invoke("--app", project.name, "--policy", "strict", "--weights", "1,2,3,4")
-    assert code == 2
-    assert "--weights applies to --policy weighted, but the policy is strict" in output
+def test_weights_with_the_strict_policy_are_kept_for_the_jobs_waiting_for_a_limit() -> None:
+    from pipeline import Pipeline
+    from pipeline_worker._cli import _settings
+
+    options = {"policy": "strict", "weights": [1, 2, 3, 4]}
+    worker = _settings(Pipeline(), None, None, options).worker
+    assert (worker.policy, worker.weights) == ("strict", [1, 2, 3, 4])

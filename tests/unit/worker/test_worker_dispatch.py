@@ -33,7 +33,7 @@ def dispatcher(
     timers = timers or FakeTimers()
     return Dispatcher(
         4,
-        policy or StrictPolicy(),
+        policy or StrictPolicy([10, 5, 3, 1]),
         key_ordering=key_ordering,
         clock=timers.clock,
         schedule=timers.schedule,
@@ -178,7 +178,7 @@ def test_a_capped_type_waits_aside_without_blocking_other_types() -> None:
     assert limit.running == 2
 
 
-def test_a_freed_slot_of_a_capped_type_goes_to_its_highest_priority_waiting() -> None:
+def test_a_freed_slot_of_a_capped_type_goes_to_a_critical_job_before_earlier_low_ones() -> None:
     d = dispatcher()
     jobs = Jobs()
     limit = TypeLimit[Work]("capped", cap=1, rate_limit=None, now=0.0)
@@ -212,6 +212,44 @@ def test_a_capped_types_waiting_jobs_follow_the_weighted_shares() -> None:
     started = drain(d, 8)
     # The weights decide among the waiting jobs as among the queues: 3 critical to 1 low.
     assert Counter(w.state.pidx for w in started) == {0: 6, 3: 2}
+
+
+def test_a_low_job_holding_its_tenants_slot_in_a_capped_type_is_not_starved_under_strict() -> None:
+    """A job waiting for its type's cap holds its tenant's slot: starved there by another
+    tenant's stream of critical jobs of the type, a low job would hold back every job of its
+    tenant, of any type and priority."""
+    d = dispatcher()  # strict
+    jobs = Jobs()
+    capped = TypeLimit[Work]("T", cap=1, rate_limit=None, now=0.0)
+    tenant_a = TypeLimit[Work]("tenant a", cap=1, rate_limit=None, now=0.0)
+
+    def add(pidx: int, job_type: str, limit: TypeLimit[Work] | None, tenant: bool) -> Work:
+        work = jobs.work(state(pidx), job_type, limit=limit)
+        work.tenant_limit = tenant_a if tenant else None
+        enqueue(d, work)
+        return work
+
+    running = [add(0, "T", capped, False)]
+    assert d.pop() is running[0]  # tenant b's critical job of T runs
+    for _ in range(3):
+        add(0, "T", capped, False)  # more of them wait for T
+    assert d.pop() is None
+    a_low = add(3, "T", capped, True)  # a's low job takes a's slot and waits for T
+    assert d.pop() is None
+    a_critical = add(0, "U", None, True)  # a's critical job of an uncapped type waits for a's
+    assert d.pop() is None
+    started: list[Work] = []
+    for _ in range(20):  # b sends one more critical job of T each time one ends
+        add(0, "T", capped, False)
+        d.release(running.pop())
+        while (work := d.pop()) is not None:
+            started.append(work)
+            if work.limit is capped:
+                running.append(work)
+            else:
+                d.release(work)
+    assert a_low in started
+    assert a_critical in started
 
 
 def test_a_key_successor_still_respects_its_type_cap() -> None:

@@ -185,7 +185,7 @@ def test_removing_a_partition_keeps_the_rest_in_order() -> None:
 def dispatcher(timers: FakeTimers) -> Dispatcher:
     return Dispatcher(
         4,
-        StrictPolicy(),
+        StrictPolicy([10, 5, 3, 1]),
         key_ordering=False,
         clock=timers.clock,
         schedule=timers.schedule,

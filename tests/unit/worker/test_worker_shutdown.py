@@ -245,18 +245,45 @@ def test_on_worker_stop_hooks_run_in_order_after_the_stages_and_one_that_fails_i
     assert failed.exc_info is not None
 
 
-def test_a_step_whose_turn_comes_once_the_budget_is_spent_is_not_started(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+class _AskedToStop:
+    """A stage that records being asked to stop (``stop`` of the relay, ``close`` of the rest)."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+
+    def stop(self, timeout: float) -> None:
+        self.asked.set()
+
+    def close(self, *args: object) -> None:
+        self.asked.set()
+
+
+async def _no_close() -> None:
+    return None
+
+
+def test_the_stages_are_asked_to_stop_even_once_the_budget_is_spent() -> None:
+    """The final commit may take the whole budget: the retry relay, the metrics server, the
+    heartbeats and the events must still be told to stop (an embedded worker's process goes on
+    after ``run`` returns, and the relay would keep relaying)."""
     from pipeline_worker._signals import StopBudget
+    from pipeline_worker._stopping import close_stages
 
     now = [0.0]
     budget = StopBudget(1.0, clock=lambda: now[0])
-    ran: list[str] = []
-    now[0] = 1.0
-    with caplog.at_level(logging.ERROR, logger="pipeline.worker"):
-        assert asyncio.run(budget.call("the late step", lambda: ran.append("late"))) is False
-    assert ran == []
-    assert [r.getMessage() for r in caplog.records] == [
-        "stopping: the late step had no time left; left behind"
-    ]
+    now[0] = 2.0  # spent
+    relay, server, beats, events = _AskedToStop(), _AskedToStop(), _AskedToStop(), _AskedToStop()
+    processor = type("Closed", (), {"close": staticmethod(_no_close)})()
+    asyncio.run(
+        close_stages(
+            budget,
+            processor,
+            beats=beats,  # type: ignore[arg-type]
+            relay=relay,  # type: ignore[arg-type]
+            refused=False,
+            events=events,  # type: ignore[arg-type]
+            server=server,  # type: ignore[arg-type]
+        )
+    )
+    for stage in (relay, server, beats, events):
+        assert stage.asked.wait(5)

@@ -9,7 +9,7 @@ aside, never spun on: behind the running job of its key (per-key ordering), or i
 limit, then its type's (concurrency cap or rate limit; a job waiting in its type's limit holds
 its tenant's slot). When the blocking job finishes (:meth:`Dispatcher.release`) or the rate
 allows (a timer), the job set aside moves on to the ``admitted`` queue, which :meth:`pop`
-serves first; the jobs waiting for a limit leave it by the priority policy, as the queues do
+serves first; the jobs waiting for a limit leave it by the priorities' weights
 (:mod:`.waitlists`). With tenant fairness, the jobs waiting for a limit leave it by their tenants'
 turns too: a limit shared by tenants (a type's) would otherwise start one tenant's whole flood,
 set aside in one pass, before another tenant's jobs read just after it.
@@ -43,13 +43,20 @@ class WorkQueue(Sized, Protocol):
 
 
 class StrictPolicy:
-    """Always the first non-empty queue: lower priorities wait until higher ones are empty."""
+    """Always the first non-empty queue: lower priorities wait until higher ones are empty.
 
-    __slots__ = ()
+    Not for the jobs waiting for a limit, though (:meth:`fresh`): one of those may hold its
+    tenant's slot while it waits, so a low one starved there would hold back every job of its
+    tenant. They leave by ``weights``: mostly the higher priorities, never none of the lower."""
 
-    def fresh(self) -> StrictPolicy:
-        """The same policy for another set of queues (this one keeps no state)."""
-        return self
+    __slots__ = ("_weights",)
+
+    def __init__(self, weights: Sequence[int]) -> None:
+        self._weights = list(weights)
+
+    def fresh(self) -> WeightedPolicy:
+        """The policy of a limit's waiting jobs (see above), with credits of its own."""
+        return WeightedPolicy(self._weights)
 
     def pick(self, queues: Sequence[object]) -> int:
         for index, queue in enumerate(queues):
@@ -98,7 +105,7 @@ class WeightedPolicy:
 
 def make_policy(policy: Policy, weights: Sequence[int]) -> StrictPolicy | WeightedPolicy:
     if policy == "strict":
-        return StrictPolicy()
+        return StrictPolicy(weights)
     if policy == "weighted":
         return WeightedPolicy(weights)
     raise ValueError(f"unknown policy {policy!r}; use strict or weighted")

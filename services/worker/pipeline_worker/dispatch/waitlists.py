@@ -1,11 +1,13 @@
 """The jobs waiting for one limit, by priority, and taking jobs out of any waiting list.
 
 A capped or rate-limited job type collects jobs of every priority while its slots are taken.
-:class:`ByPriority` keeps them in one list per priority and gives a freed slot to the priority
-the worker's policy picks (``strict``: the highest one waiting; ``weighted``: by the weights, so
-a low priority still gets its share), exactly as the priority queues do: a critical job of a
-capped type never waits behind the low ones that reached the limit first. Inside a priority
-they leave in the order they came, or by their tenants' turns (:mod:`.fair`).
+:class:`ByPriority` keeps them in one list per priority and gives a freed slot to a priority by
+the worker's weights (smooth weighted round robin, as the ``weighted`` policy serves the
+queues), so a critical job of a capped type does not wait behind the low ones that reached the
+limit first, and a low one gets its share. Not strictly by priority, even under the ``strict``
+policy: a job waiting for its type's limit holds its tenant's slot, and a low one starved there
+would hold back every other job of its tenant. Inside a priority they leave in the order they
+came, or by their tenants' turns (:mod:`.fair`).
 """
 
 from __future__ import annotations
