@@ -763,6 +763,59 @@ def test_a_plain_function_past_its_time_limit_keeps_its_key_until_its_thread_is_
     run(main)
 
 
+@pytest.mark.parametrize("interceptors", [False, True])
+def test_a_coroutine_that_ignores_its_cancellation_keeps_its_key_until_it_ends(
+    interceptors: bool,
+) -> None:
+    """Cancelled at its time limit, a coroutine may go on (a long clean-up, or it swallows the
+    cancellation): its slot is free, but the next job of its key and of its capped type wait
+    until it is out of its runner."""
+
+    async def main() -> None:
+        middleware = [_Passing()] if interceptors else []
+        app = Pipeline(transport=InMemoryTransport(), middleware=middleware)
+        running: set[int] = set()
+        overlaps: list[tuple[int, set[int]]] = []
+        started: list[int] = []
+        release = asyncio.Event()
+
+        @app.job("stubborn", time_limit=0.05, concurrency=1)
+        async def stubborn(i: int) -> None:
+            if running:
+                overlaps.append((i, set(running)))
+            running.add(i)
+            started.append(i)
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                await release.wait()  # carries on after its cancellation
+            finally:
+                running.discard(i)
+
+        h = Harness(app, concurrency=4, threads=2, key_ordering=True)
+        h.feed(*(h.message("stubborn", {"i": i}, key=b"k") for i in range(3)))
+        try:
+            timed_out = await h.recorder.wait_for(1)
+            assert timed_out[0].kind is OutcomeKind.TIMED_OUT
+            assert h.processor.in_flight == 0  # job 1 waits for the key, not for a slot
+            limit = h.processor.types.entries["stubborn"].limit
+            assert limit is not None
+            assert limit.running == 1  # job 0's coroutine holds its type's slot
+        finally:
+            release.set()  # the coroutines end, whatever the assertions said
+        outcomes = await h.recorder.wait_for(3)
+        assert [o.kind for o in outcomes] == [
+            OutcomeKind.TIMED_OUT,
+            OutcomeKind.SUCCEEDED,
+            OutcomeKind.SUCCEEDED,
+        ]
+        assert started == [0, 1, 2]
+        assert overlaps == []
+        assert limit.running == 0
+
+    run(main)
+
+
 def test_a_plain_function_past_its_time_limit_before_a_thread_took_it_is_not_run() -> None:
     async def main() -> None:
         app = make_app()

@@ -116,6 +116,7 @@ class JobEnds(Protocol):
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None: ...
     def complete_batch(self, batch: list[Completion]) -> None: ...
     def on_suspend(self, work: Work) -> None: ...
+    def cancelled_out(self, work: Work) -> None: ...
     def pump(self) -> None: ...
 
 
@@ -133,9 +134,14 @@ def executors(
     """
     if not interceptors:
         pool = ThreadPool(loop, threads, ends.complete_batch, context)
-        return AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context), pool, None
+        runners = AsyncRunners(
+            loop, ends.complete, ends.on_suspend, ends.pump, context, on_late=ends.cancelled_out
+        )
+        return runners, pool, None
     chain = Chain(interceptors, loop)
     pool = ThreadPool(loop, threads, chain.resolve, context)
     chain.submit = pool.submit
-    runners = AsyncRunners(loop, ends.complete, ends.on_suspend, ends.pump, context, chain.start)
+    runners = AsyncRunners(
+        loop, ends.complete, ends.on_suspend, ends.pump, context, chain.start, ends.cancelled_out
+    )
     return runners, pool, chain

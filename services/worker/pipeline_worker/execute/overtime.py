@@ -1,14 +1,16 @@
 """Jobs that end before their handler does: time limits, and plain functions whose thread
 outlives their job.
 
-A coroutine past its time limit is cancelled. A thread cannot be: a plain function's job ends
-at its deadline, or when an interceptor's chain ends without waiting for its run on the pool
-(say ``asyncio.wait_for`` around ``next(call)`` gave up), while its thread still runs the
-handler. Both follow one rule. The job's concurrency slot is free at its end, and the pool may
-start another thread in its place (:meth:`.ThreadPool.lend`): a thread that never returns must
-not take either for good. But its key (with key ordering) and its type's and tenant's slots are
-kept until the thread is back: no two runs of a key at the same time, nor more runs of a type
-or a tenant than its cap.
+A coroutine past its time limit is cancelled, and may take its time to stop (a ``finally`` that
+closes a connection) or not stop at all (it catches ``CancelledError`` and carries on). A thread
+cannot be cancelled: a plain function's job ends at its deadline, or when an interceptor's chain
+ends without waiting for its run on the pool (say ``asyncio.wait_for`` around ``next(call)``
+gave up), while its thread still runs the handler. All follow one rule. The job's concurrency
+slot is free at its end, and the pool may start another thread in its place
+(:meth:`.ThreadPool.lend`; a coroutine holds no thread): a handler that never returns must not
+take either for good. But its key (with key ordering) and its type's and tenant's slots are kept
+until the handler is out: no two runs of a key at the same time, nor more runs of a type or a
+tenant than its cap.
 """
 
 from __future__ import annotations
@@ -59,8 +61,10 @@ class Overtime:
         self._lent: set[Work] = set()
         """Jobs that ended while their plain function was on the pool, until it is back; a
         thread was lent for each."""
+        self._cancelled: set[Work] = set()
+        """Coroutine jobs cancelled at their time limit, until their runner is out of them."""
         self._kept: set[Work] = set()
-        """Those of them whose concurrency slot is free: their release waits for the thread."""
+        """Those of them whose concurrency slot is free: their release waits for the handler."""
 
     # -- time limits ---------------------------------------------------------------------------
 
@@ -84,7 +88,9 @@ class Overtime:
         work.expired = True
         work.timer = None
         limit = self._types.entries[work.job.type].time_limit or 0.0
-        self.ended(work)  # before its end, which may free its slot at once
+        # Before its end, which may free its slot at once.
+        if not self.ended(work) and work.runner is not None:
+            self._cancelled.add(work)  # a coroutine inside its runner: out when it takes the cancel
         self._finish(
             work,
             OutcomeKind.TIMED_OUT,
@@ -115,13 +121,21 @@ class Overtime:
         return True
 
     def keeps(self, work: Work) -> bool:
-        """``work``'s concurrency slot is free: whether its thread still has it, so that its key
-        and its type's and tenant's slots are freed when the thread is back (:meth:`back`),
-        not now by the caller."""
-        if work in self._lent:
+        """``work``'s concurrency slot is free: whether its handler still runs, so that its key
+        and its type's and tenant's slots are freed when it is out (:meth:`back`,
+        :meth:`out`), not now by the caller."""
+        if work in self._lent or work in self._cancelled:
             self._kept.add(work)
             return True
         return False
+
+    def out(self, work: Work) -> None:
+        """A coroutine cancelled at its time limit left its runner (the caller pumps). With
+        interceptors, a plain function's chain leaves it too, while its thread may still run:
+        that one waits for :meth:`back`."""
+        if work in self._cancelled:
+            self._cancelled.discard(work)
+            self._free(work)
 
     def back(self, work: Work) -> None:
         """The thread of a job that ended before it is back (the caller pumps)."""
@@ -129,6 +143,9 @@ class Overtime:
             return  # it never ran (its job ended before a thread took it), or never outlived it
         self._lent.discard(work)
         self._pool.give_back()
+        self._free(work)
+
+    def _free(self, work: Work) -> None:
         if work in self._kept:
             self._kept.discard(work)
             self._release(work)

@@ -302,6 +302,12 @@ class Processor:
     def on_suspend(self, work: Work) -> None:
         self._overtime.on_suspend(work)
 
+    def cancelled_out(self, work: Work) -> None:
+        """A coroutine cancelled at its time limit is out of its runner: its key and its
+        type's and tenant's slots are free now (see :mod:`.overtime`)."""
+        self._overtime.out(work)
+        self.pump()
+
     # -- finishing -----------------------------------------------------------------------------
 
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None:
@@ -381,8 +387,9 @@ class Processor:
 
     def free_slot(self, work: Work) -> None:
         self.in_flight -= 1
-        # A thread that still runs the job's plain function keeps its key and its type's and
-        # tenant's slots until it is back (see :mod:`.overtime`); its concurrency slot is free.
+        # A handler that still runs (a thread, a cancelled coroutine) keeps the job's key and
+        # its type's and tenant's slots until it is out (see :mod:`.overtime`); its
+        # concurrency slot is free.
         if not self._overtime.keeps(work):
             self.dispatcher.release(work)
 

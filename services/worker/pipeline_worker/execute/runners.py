@@ -96,8 +96,12 @@ class AsyncRunners:
         refill: Callable[[], None],
         context: contextvars.Context,
         start: Callable[[Work], Coroutine[Any, Any, Any]] | None = None,
+        on_late: Callable[[Work], None] | None = None,
     ) -> None:
+        """``on_late(work)``: a job cancelled at its time limit (failed then already) is out of
+        its runner."""
         self._loop = loop
+        self._on_late = on_late
         self._start = start
         """Makes a job's coroutine (its interceptor chain); None: call the handler itself."""
         self._on_done = on_done
@@ -160,6 +164,8 @@ class AsyncRunners:
                     # (Not a cancel of close(): that one ends the runner, at its next await.)
                     while task.cancelling() and not self._closing:
                         task.uncancel()
+                    if self._on_late is not None:
+                        self._on_late(work)
                 else:
                     on_done(work, error, time.monotonic())
             # Out of queued jobs: start more (their slots freed meanwhile) before idling.
