@@ -48,13 +48,15 @@ def test_a_forked_child_enqueues_with_a_producer_of_its_own(settings: Settings) 
 # multiprocessing ends its forked children with os._exit(), which runs no atexit function: the
 # jobs a child enqueued without flush() were dropped with no word. A Process and a Pool's workers.
 ENQUEUE_IN_MULTIPROCESSING_CHILDREN = """
-    import multiprocessing, sys
+    import multiprocessing, os, sys
     from pipeline import Pipeline
 
     app = Pipeline(producer={"delivery_timeout_s": 10, "exit_flush_timeout_s": 10})
 
     def work(n):
-        print(app.enqueue("report.build", {"n": n}), flush=True)
+        # One write a line: the pool's two children print at the same time, and print()
+        # writes the id and its newline apart.
+        os.write(1, (app.enqueue("report.build", {"n": n}) + "\\n").encode())
 
     context = multiprocessing.get_context("fork")
     child = context.Process(target=work, args=(1,))
