@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
@@ -38,6 +39,10 @@ def read_new_letters(letters: LetterIndex, timeout: float) -> None:
     letters.refresh(timeout, limit=INDEX_STEP)
 
 
+JOB_LOOKUPS = 2
+"""Job lookups (``/jobs?id=``) one dashboard process runs at once; another is answered 503."""
+
+
 @dataclass
 class Dashboard:
     """Everything the pages share."""
@@ -48,6 +53,10 @@ class Dashboard:
     audit: AuditLog
     templates: Jinja2Templates
     letters: LetterIndex
+    lookups: threading.BoundedSemaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(JOB_LOOKUPS)
+    )
+    """Job lookups running: each reads ``<ns>.events`` to its end (see :mod:`._jobsview`)."""
 
     @property
     def web(self) -> WebSettings:

@@ -15,8 +15,9 @@ from starlette.routing import Route
 from pipeline._errors import PipelineError
 from pipeline._eventlog import job_history
 from pipeline._human import event_detail
+from pipeline._topics import TopicNames
 
-from ._dashboard import dashboard_of
+from ._dashboard import JOB_LOOKUPS, dashboard_of
 
 if TYPE_CHECKING:
     from starlette.requests import Request
@@ -77,6 +78,13 @@ def job_page(request: Request) -> Response:
     job_id = (request.query_params.get("id") or "").strip()
     context: dict[str, object] = {"page": "jobs", "job_id": job_id}
     if job_id:
+        # Each lookup reads the events topic to its end: a few at once, not one per request.
+        if not dashboard.lookups.acquire(blocking=False):
+            events = TopicNames(dashboard.settings.namespace).events
+            context["error"] = (
+                f"{JOB_LOOKUPS} job lookups are reading {events} already; try again in a moment"
+            )
+            return dashboard.render(request, "job.html", context, status_code=503)
         try:
             history = job_history(
                 dashboard.settings,
@@ -89,6 +97,8 @@ def job_page(request: Request) -> Response:
             return dashboard.render(request, "job.html", context, status_code=503)
         else:
             context.update(history=history, steps=timeline(history))
+        finally:
+            dashboard.lookups.release()
     return dashboard.render(request, "job.html", context)
 
 

@@ -3,6 +3,7 @@ page that reads Kafka answers when Kafka cannot be read (503, not a page of noth
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from pipeline._deadletters import LetterFilter, LetterPage
 from pipeline._errors import KafkaUnavailableError
 from pipeline_web import _jobsview, _letters, _schedules
+from pipeline_web._dashboard import JOB_LOOKUPS
 
 from .conftest import MakeDashboard
 from .test_web_pages import _Acted, _add_letter, _client, _csrf, dashboard
@@ -106,3 +108,40 @@ def test_a_job_lookup_kafka_could_not_answer_is_503(
     answer = _client(app).get("/jobs", params={"id": "job-1"})
     assert answer.status_code == 503
     assert "did not answer within 10s" in answer.text
+
+
+def test_job_lookups_beyond_a_few_at_once_are_503_and_the_slots_come_back(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each lookup reads the events topic to its end: a reader asking for many at once must
+    # not start as many reads.
+    inside = threading.Semaphore(0)
+    release = threading.Event()
+
+    def slow_history(*args: Any, **kwargs: Any) -> NoReturn:
+        inside.release()
+        release.wait(10)
+        raise KafkaUnavailableError("Kafka did not answer within 10s")
+
+    monkeypatch.setattr(_jobsview, "job_history", slow_history)
+    client = _client(app)
+    answers: list[int] = []
+    lookups = [
+        threading.Thread(target=lambda: answers.append(client.get("/jobs?id=j").status_code))
+        for _ in range(JOB_LOOKUPS)
+    ]
+    for lookup in lookups:
+        lookup.start()
+    try:
+        for _ in lookups:
+            assert inside.acquire(timeout=10)
+        busy = client.get("/jobs", params={"id": "job-9"})
+        assert busy.status_code == 503
+        assert f"{JOB_LOOKUPS} job lookups are reading limits.events already" in busy.text
+    finally:
+        release.set()
+        for lookup in lookups:
+            lookup.join(10)
+    assert answers == [503] * JOB_LOOKUPS  # as slow_history failed them
+    monkeypatch.setattr(_jobsview, "job_history", _unreachable)
+    assert "did not answer" in client.get("/jobs", params={"id": "job-9"}).text  # slots back
