@@ -169,15 +169,17 @@ class StopBudget:
 
     async def wait(self, name: str, step: Awaitable[object]) -> bool:
         """Await ``step`` for at most what is left (cancelled after); False (logged) if it
-        ran out of time."""
+        ran out of time. It is started even with no time left (its first step runs: closing
+        the executors stops the pool and cancels the runners there), as :meth:`call` does."""
         left = self.left()
-        try:
-            await asyncio.wait_for(step, left)
-        except TimeoutError:
+        task = asyncio.ensure_future(step)
+        await asyncio.wait({task}, timeout=left)  # yields once at least: the task starts
+        if not task.done():
+            task.cancel()
             self._left_behind(name, left)
             return False
-        except Exception:
-            _log.exception("stopping: %s failed", name)
+        if not task.cancelled() and task.exception() is not None:
+            _log.error("stopping: %s failed", name, exc_info=task.exception())
         return True
 
     def spent(self, name: str) -> bool:

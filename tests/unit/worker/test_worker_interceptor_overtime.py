@@ -163,3 +163,75 @@ def test_without_outcome_hooks_a_chain_that_answered_early_keeps_the_key_too() -
         await asyncio.gather(*interceptor.tasks, return_exceptions=True)
 
     run(main)
+
+
+class CleansUp:
+    """An interceptor whose clean-up of job 0 after its time limit (a ``finally`` after
+    ``next``: closing a connection, say) lasts until ``done`` is set."""
+
+    def __init__(self) -> None:
+        self.done = asyncio.Event()
+        self.cleaning: set[int] = set()
+        self.overlaps: list[tuple[int, set[int]]] = []
+
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        i = call.kwargs["i"]
+        if self.cleaning:
+            self.overlaps.append((i, set(self.cleaning)))
+        try:
+            return await next(call)
+        finally:
+            if i == 0:
+                self.cleaning.add(i)
+                try:
+                    await self.done.wait()
+                finally:
+                    self.cleaning.discard(i)
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["plain", "coroutine"])
+def test_an_interceptors_clean_up_past_the_time_limit_keeps_the_key(plain: bool) -> None:
+    """The chain is cancelled at the deadline; its clean-up keeps the job's key until it is
+    out of its runner, even when a plain function's thread is back before it."""
+
+    async def main() -> None:
+        cleans = CleansUp()
+        app = Pipeline(transport=InMemoryTransport(), middleware=[cleans])
+        thread_go = threading.Event()
+
+        if plain:
+
+            @app.job("slow", time_limit=0.05)
+            def slow(i: int) -> None:
+                if i == 0:
+                    thread_go.wait(10)
+
+        else:
+
+            @app.job("slow", time_limit=0.05)
+            async def slow(i: int) -> None:
+                if i == 0:
+                    await asyncio.Event().wait()  # until cancelled
+
+        h = Harness(app, concurrency=4, threads=2, key_ordering=True)
+        h.feed(*(h.message("slow", {"i": i}, key=b"k") for i in range(2)))
+        try:
+            [timed_out] = await h.recorder.wait_for(1)
+            assert timed_out.kind is OutcomeKind.TIMED_OUT
+            thread_go.set()  # the thread comes back while the clean-up still runs
+
+            async def thread_back() -> None:
+                while h.processor.pool.overdue:  # a counter with no event to wait for
+                    await asyncio.sleep(0.005)
+
+            await asyncio.wait_for(thread_back(), 10)
+            assert cleans.cleaning == {0}
+            assert h.processor.in_flight == 0  # job 1 waits for the key
+        finally:
+            thread_go.set()
+            cleans.done.set()
+        outcomes = await h.recorder.wait_for(2)
+        assert [o.kind for o in outcomes] == [OutcomeKind.TIMED_OUT, OutcomeKind.SUCCEEDED]
+        assert cleans.overlaps == []
+
+    run(main)

@@ -287,3 +287,40 @@ def test_the_stages_are_asked_to_stop_even_once_the_budget_is_spent() -> None:
     )
     for stage in (relay, server, beats, events):
         assert stage.asked.wait(5)
+
+
+def test_the_executors_are_stopped_even_once_the_budget_is_spent() -> None:
+    """Their close is awaited with no time left: it must still run its first step (the pool
+    told to stop, the runners cancelled), or an embedded worker's pool threads stay."""
+    from pipeline.testing import InMemoryTransport
+    from pipeline_worker._signals import StopBudget
+    from pipeline_worker._stopping import close_stages
+
+    from .support import Harness
+
+    async def main() -> list[threading.Thread]:
+        app = Pipeline(transport=InMemoryTransport())
+
+        @app.job("plain")
+        def plain(i: int) -> None:
+            return None
+
+        before = set(threading.enumerate())  # other tests' threads are not this pool's
+        h = Harness(app, concurrency=4, threads=2)
+        h.feed(h.message("plain", {"i": 0}))
+        await h.recorder.wait_for(1)
+        threads = [
+            t for t in set(threading.enumerate()) - before if t.name.startswith("pipeline-pool-")
+        ]
+        assert threads
+        now = [0.0]
+        budget = StopBudget(1.0, clock=lambda: now[0])
+        now[0] = 2.0  # spent: the final commit took it all
+        await close_stages(
+            budget, h.processor, beats=None, relay=None, refused=False, events=None, server=None
+        )
+        return threads
+
+    for thread in asyncio.run(main()):
+        thread.join(10)
+        assert not thread.is_alive(), f"{thread.name} was never told to stop"

@@ -88,9 +88,12 @@ class Overtime:
         work.expired = True
         work.timer = None
         limit = self._types.entries[work.job.type].time_limit or 0.0
-        # Before its end, which may free its slot at once.
-        if not self.ended(work) and work.runner is not None:
-            self._cancelled.add(work)  # a coroutine inside its runner: out when it takes the cancel
+        # Before its end, which may free its slot at once: a thread lent (a plain function
+        # still on the pool), a coroutine inside its runner (the handler, or the interceptors'
+        # chain around either kind), or both; the job's key and caps wait for all to be out.
+        self.ended(work)
+        if work.runner is not None:
+            self._cancelled.add(work)
         self._finish(
             work,
             OutcomeKind.TIMED_OUT,
@@ -131,8 +134,8 @@ class Overtime:
 
     def out(self, work: Work) -> None:
         """A coroutine cancelled at its time limit left its runner (the caller pumps). With
-        interceptors, a plain function's chain leaves it too, while its thread may still run:
-        that one waits for :meth:`back`."""
+        interceptors around a plain function, its thread may still run: the key and the caps
+        then wait for :meth:`back` too."""
         if work in self._cancelled:
             self._cancelled.discard(work)
             self._free(work)
@@ -146,7 +149,8 @@ class Overtime:
         self._free(work)
 
     def _free(self, work: Work) -> None:
-        if work in self._kept:
+        """Release what ``work`` kept once neither its thread nor its coroutine runs."""
+        if work in self._kept and work not in self._lent and work not in self._cancelled:
             self._kept.discard(work)
             self._release(work)
 
