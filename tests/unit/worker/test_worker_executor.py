@@ -711,106 +711,86 @@ class _Passing:
         return await next(call)
 
 
-@pytest.mark.parametrize("interceptors", [False, True])
-def test_a_plain_function_past_its_time_limit_keeps_its_key_until_its_thread_is_back(
-    interceptors: bool,
+class _Runs:
+    """Which jobs' handlers run now, and every start that overlapped another."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running: set[int] = set()
+        self.started: list[int] = []
+        self.overlaps: list[tuple[int, set[int]]] = []
+
+    def enter(self, i: int) -> None:
+        with self.lock:
+            if self.running:
+                self.overlaps.append((i, set(self.running)))
+            self.running.add(i)
+            self.started.append(i)
+
+    def leave(self, i: int) -> None:
+        with self.lock:
+            self.running.discard(i)
+
+
+@pytest.mark.parametrize("interceptors", [False, True], ids=["bare", "intercepted"])
+@pytest.mark.parametrize("kind", ["plain", "coroutine"])
+def test_a_job_past_its_time_limit_keeps_its_key_and_cap_until_its_handler_is_out(
+    kind: str, interceptors: bool
 ) -> None:
     """Its slot is free at the deadline, but a key's jobs never run at the same time, nor more
-    of a type than its cap: the next job of the key waits for the thread. With an interceptor
-    too, whose chain awaits the thread on a runner (it gave them back at the deadline)."""
+    of a type than its cap: the next job of the key waits until the handler is out. A plain
+    function's thread cannot be stopped; a coroutine may carry on after its cancellation (a
+    long clean-up, or it swallows it). With an interceptor too, whose chain runs on a runner."""
 
     async def main() -> None:
         middleware = [_Passing()] if interceptors else []
         app = Pipeline(transport=InMemoryTransport(), middleware=middleware)
-        running: set[int] = set()
-        overlaps: list[tuple[int, set[int]]] = []
-        started: list[int] = []
-        lock = threading.Lock()
-        release = threading.Event()
+        runs = _Runs()
+        thread_go = threading.Event()
+        coroutine_go = asyncio.Event()
 
-        @app.job("slow", time_limit=0.05, concurrency=1)
-        def slow(i: int) -> None:
-            with lock:
-                if running:
-                    overlaps.append((i, set(running)))
-                running.add(i)
-                started.append(i)
-            release.wait(5)
-            with lock:
-                running.discard(i)
+        if kind == "plain":
+
+            @app.job("slow", time_limit=0.05, concurrency=1)
+            def slow(i: int) -> None:
+                runs.enter(i)
+                thread_go.wait(5)
+                runs.leave(i)
+
+        else:
+
+            @app.job("slow", time_limit=0.05, concurrency=1)
+            async def slow(i: int) -> None:
+                runs.enter(i)
+                try:
+                    await coroutine_go.wait()
+                except asyncio.CancelledError:
+                    await coroutine_go.wait()  # carries on after its cancellation
+                finally:
+                    runs.leave(i)
 
         h = Harness(app, concurrency=4, threads=2, key_ordering=True)
         h.feed(*(h.message("slow", {"i": i}, key=b"k") for i in range(3)))
-        timed_out = await h.recorder.wait_for(1)
-        assert timed_out[0].kind is OutcomeKind.TIMED_OUT
-        # Job 0's slot was freed at its deadline, and the jobs after it were pumped then: job 1
-        # waits for the key (with it free, it would be on the second thread by now).
-        assert h.processor.in_flight == 0
         limit = h.processor.types.entries["slow"].limit
         assert limit is not None
-        assert limit.running == 1  # job 0's thread holds its type's slot
-        release.set()
-        outcomes = await h.recorder.wait_for(3)
-        assert [o.kind for o in outcomes] == [
-            OutcomeKind.TIMED_OUT,
-            OutcomeKind.SUCCEEDED,
-            OutcomeKind.SUCCEEDED,
-        ]
-        assert started == [0, 1, 2]
-        assert overlaps == []
-        assert limit.running == 0
-
-    run(main)
-
-
-@pytest.mark.parametrize("interceptors", [False, True])
-def test_a_coroutine_that_ignores_its_cancellation_keeps_its_key_until_it_ends(
-    interceptors: bool,
-) -> None:
-    """Cancelled at its time limit, a coroutine may go on (a long clean-up, or it swallows the
-    cancellation): its slot is free, but the next job of its key and of its capped type wait
-    until it is out of its runner."""
-
-    async def main() -> None:
-        middleware = [_Passing()] if interceptors else []
-        app = Pipeline(transport=InMemoryTransport(), middleware=middleware)
-        running: set[int] = set()
-        overlaps: list[tuple[int, set[int]]] = []
-        started: list[int] = []
-        release = asyncio.Event()
-
-        @app.job("stubborn", time_limit=0.05, concurrency=1)
-        async def stubborn(i: int) -> None:
-            if running:
-                overlaps.append((i, set(running)))
-            running.add(i)
-            started.append(i)
-            try:
-                await release.wait()
-            except asyncio.CancelledError:
-                await release.wait()  # carries on after its cancellation
-            finally:
-                running.discard(i)
-
-        h = Harness(app, concurrency=4, threads=2, key_ordering=True)
-        h.feed(*(h.message("stubborn", {"i": i}, key=b"k") for i in range(3)))
         try:
             timed_out = await h.recorder.wait_for(1)
             assert timed_out[0].kind is OutcomeKind.TIMED_OUT
-            assert h.processor.in_flight == 0  # job 1 waits for the key, not for a slot
-            limit = h.processor.types.entries["stubborn"].limit
-            assert limit is not None
-            assert limit.running == 1  # job 0's coroutine holds its type's slot
+            # Job 0's slot was freed at its deadline, and the jobs after it were pumped then:
+            # job 1 waits for the key (with it free, it would be running by now).
+            assert h.processor.in_flight == 0
+            assert limit.running == 1  # job 0's handler holds its type's slot
         finally:
-            release.set()  # the coroutines end, whatever the assertions said
+            thread_go.set()  # the handlers end, whatever the assertions said
+            coroutine_go.set()
         outcomes = await h.recorder.wait_for(3)
         assert [o.kind for o in outcomes] == [
             OutcomeKind.TIMED_OUT,
             OutcomeKind.SUCCEEDED,
             OutcomeKind.SUCCEEDED,
         ]
-        assert started == [0, 1, 2]
-        assert overlaps == []
+        assert runs.started == [0, 1, 2]
+        assert runs.overlaps == []
         assert limit.running == 0
 
     run(main)
