@@ -558,9 +558,13 @@ def test_a_letter_with_nothing_to_send_is_left_and_the_others_are_replayed(
     assert one in preview.stderr
     going = {item["id"]: item["replay_to"] for item in dlq_json(settings, "replay", "--dry-run")}
     assert going == {sent.id: TopicNames(settings.namespace).jobs("default"), empty.id: None}
+    declined = dlq(settings, "replay", stdin="n\n", code=1)
+    assert f"Replay 1 dead letter to {TopicNames(settings.namespace).jobs('default')} ({one})?" in (
+        declined.output
+    )
     replayed = json.loads(dlq(settings, "replay", "--yes", "--json").stdout)
     assert [item["id"] for item in replayed["replayed"]] == [sent.id]
-    assert replayed["skipped"] == {"nothing_to_replay": 1}
+    assert (replayed["skipped"], replayed["nothing_to_replay"]) == ({}, [empty.id])
     [job] = read_topic(settings, TopicNames(settings.namespace).jobs("default"))
     assert JobCodec().decode(job.value).id == sent.job_id
     statuses = {item["id"]: item["status"] for item in dlq_json(settings, "ls", "--all")}
@@ -570,3 +574,6 @@ def test_a_letter_with_nothing_to_send_is_left_and_the_others_are_replayed(
     assert f"nothing to replay; {one}" in again.stdout
     dlq(settings, "discard", "--id", empty.id, "--yes")
     assert dlq_json(settings, "ls") == []
+    # Discarded, it is one more letter --force skips, not one to tell to discard.
+    forced = dlq(settings, "replay", "--id", empty.id, "--force", "--dry-run")
+    assert "would replay 0 dead letters (1 discarded, skipped); dry run" in forced.stderr

@@ -169,6 +169,23 @@ def test_a_letter_with_nothing_to_send_is_left_and_counted(monkeypatch: pytest.M
     txn = Recorded()
     kafka_of(monkeypatch, txn)
     report = replay_letters(Settings(namespace="ns", events="off"), chosen)
-    assert report.empty == 1
+    assert [stored.letter.id for stored in report.empty] == ["dl-empty"]
     assert {stored.letter.id for stored in report.done} == {"dl-0", "dl-1"}
     assert [topic for topic, _ in txn.records].count("ns.dlq-state") == 2  # none for dl-empty
+
+
+def test_a_letter_with_nothing_to_send_discarded_since_it_was_read_is_skipped_as_such(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    empty = DeadLetter(
+        id="dl-empty",
+        reason="too_large",
+        message="value left out",
+        source_topic="ns.deferred",
+        source_partition=0,
+        source_offset=9,
+    )
+    discarded = LetterState(status=LetterStatus.DISCARDED, at=5, by="ops@host")
+    kafka_of(monkeypatch, Recorded(), {"dl-empty": discarded})
+    report = replay_letters(Settings(namespace="ns", events="off"), [StoredLetter(empty, 0, 9)])
+    assert (report.empty, dict(report.skipped)) == ([], {LetterStatus.DISCARDED: 1})

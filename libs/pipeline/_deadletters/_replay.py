@@ -13,7 +13,7 @@ import getpass
 import socket
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -72,6 +72,25 @@ def sendable(letter: DeadLetter) -> bool:
     """Whether replaying ``letter`` has something to send: its job, or the raw message. A
     message too large to keep whole in its letter has neither; only a discard is left for it."""
     return letter.job is not None or letter.raw_value is not None
+
+
+def leave_empty(
+    todo: Sequence[StoredLetter], skipped: Counter[LetterStatus]
+) -> tuple[list[StoredLetter], list[StoredLetter]]:
+    """What a replay sends of ``todo`` (as :func:`actionable` picked it), and the pending
+    letters it leaves as they hold nothing to send (:func:`sendable`). One of those already
+    replayed or discarded (taken by ``force``) is counted in ``skipped`` by its status: there
+    is nothing more to say about it."""
+    sent: list[StoredLetter] = []
+    empty: list[StoredLetter] = []
+    for stored in todo:
+        if sendable(stored.letter):
+            sent.append(stored)
+        elif stored.status is LetterStatus.PENDING:
+            empty.append(stored)
+        else:
+            skipped[stored.status] += 1
+    return sent, empty
 
 
 def nothing_to_replay(count: int) -> str:
@@ -159,8 +178,8 @@ class WriteReport:
 
     done: list[StoredLetter]
     skipped: Counter[LetterStatus]
-    empty: int = 0
-    """Letters a replay left alone as they hold nothing to send (:func:`sendable`)."""
+    empty: list[StoredLetter] = field(default_factory=list)
+    """Pending letters a replay left as they hold nothing to send (:func:`leave_empty`)."""
 
 
 def _operator() -> str:
@@ -202,9 +221,11 @@ def _write(
     batch_size: int,
     timeout: float,
     on_progress: Callable[[int], None] | None,
+    sends: bool = False,
 ) -> WriteReport:
     """Act on the ``letters`` still to be acted on (:func:`actionable`), in transactions of
-    ``batch_size`` letters, each holding what ``build`` makes of its letters."""
+    ``batch_size`` letters, each holding what ``build`` makes of its letters; ``sends``: a
+    replay, which leaves the letters holding nothing to send (:func:`leave_empty`)."""
     if not letters:
         return WriteReport([], Counter())
     txn, producer = _dlq_transactions(settings, timeout)
@@ -214,6 +235,7 @@ def _write(
         # more, so a concurrent replay or discard cannot act on the same letters behind our back.
         states = read_states(settings, timeout=timeout)
         todo, skipped = actionable(letters, force=force, states=states)
+        todo, empty = leave_empty(todo, skipped) if sends else (todo, [])
         missing = needed_topics(todo) - _topics(producer, settings, timeout) if todo else set()
         if missing:  # nothing was written
             raise TopicMissingError(sorted(missing), settings.namespace)
@@ -242,7 +264,7 @@ def _write(
             done += acted
             if on_progress is not None:
                 on_progress(len(batch))
-        return WriteReport(done, skipped)
+        return WriteReport(done, skipped, empty)
     finally:
         txn.close()
 
@@ -306,16 +328,14 @@ def replay_letters(
     before, failed and dead-lettered again: ``--force`` takes both); its older letters are
     marked replayed to the same topic. Each batch is one transaction holding the messages,
     their ``replayed`` state records and their ``replayed`` events (unless events are off).
-    A letter with nothing to send (:func:`sendable`) is left as it is, and counted in
-    :attr:`WriteReport.empty`; a job sent with it taken is sent as its newest letter that holds
-    it (the same job, id and payload, with an older attempt history).
+    A pending letter with nothing to send is left as it is (:func:`leave_empty`,
+    :attr:`WriteReport.empty`); a job sent with it taken is sent as its newest letter that
+    holds it (the same job, id and payload, with an older attempt history).
     """
     state_topic = TopicNames(settings.namespace).dlq_state
     codec = JobCodec()
     events = EventCodec(codec.store)
     by = by or _operator()
-    empty = sum(not sendable(s.letter) for s in letters)
-    letters = [s for s in letters if sendable(s.letter)] if empty else letters
     # Built before anything is written, so that a letter that cannot be replayed stops it all.
     outgoing = {
         s.letter.id: replay_message(
@@ -327,6 +347,7 @@ def replay_letters(
             codec=codec,
         )
         for s in letters
+        if sendable(s.letter)
     }
 
     def build(stored: StoredLetter, at: int, sends: bool) -> tuple[list[_Record], LetterState]:
@@ -348,7 +369,7 @@ def replay_letters(
     def needed(todo: list[StoredLetter]) -> set[str]:
         return {outgoing[s.letter.id].topic for s in todo} | _state_topics(settings)
 
-    report = _write(
+    return _write(
         settings,
         letters,
         build,
@@ -357,9 +378,8 @@ def replay_letters(
         batch_size=batch_size,
         timeout=timeout,
         on_progress=on_progress,
+        sends=True,
     )
-    report.empty = empty
-    return report
 
 
 def discard_letters(

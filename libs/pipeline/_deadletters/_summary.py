@@ -1,6 +1,7 @@
 """Summaries of dead letters: what :class:`~pipeline._deadletters.LetterIndex` keeps of each.
 
-A summary is the letter without its payload, raw bytes, headers and traceback, with its repeated
+A summary is the letter without its payload, raw bytes (empty ones stand for them), headers and
+traceback, with its repeated
 strings (job types, error classes, messages, topics...) shared between letters: about 1.7 KB
 against about 10 KB for a whole letter. It keeps every field the filters and a listing need,
 the attempt history included.
@@ -56,7 +57,8 @@ def summary_of(letter: DeadLetter, share: SharedStrings) -> DeadLetter:
         error_class=share(letter.error_class),
         source_topic=share(letter.source_topic) or "",
         tenant=share(letter.tenant),
-        raw_value=None,
+        # Empty, not None, where it held raw bytes: a replay still finds something to send.
+        raw_value=None if letter.raw_value is None else b"",
         raw_key=None,
         raw_headers={},
         traceback=None,

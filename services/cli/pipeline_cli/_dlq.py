@@ -22,10 +22,12 @@ from pipeline._deadletters import (
     actionable,
     discard_letters,
     dlq_stats,
+    leave_empty,
+    letter_order,
+    nothing_to_replay,
     read_dead_letters,
     replay_letters,
     replay_message,
-    sendable,
 )
 from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._topics import TopicNames
@@ -266,9 +268,7 @@ def replay(
     _check_target(to_topic, settings.namespace)
     snapshot = _read(settings, timeout)
     todo, skipped = actionable(snapshot.select(filters), force=force)
-    left = [s for s in todo if not sendable(s.letter)]
-    empty = len(left)
-    todo = [s for s in todo if sendable(s.letter)] if left else todo
+    todo, left = leave_empty(todo, skipped)
     with cli_errors():
         targets = [
             replay_message(
@@ -282,25 +282,25 @@ def replay(
         ]
     if dry_run:
         if as_json:
-            # A letter with nothing to send is listed too, going nowhere.
-            print_json(
-                [{**letter_json(s), "replay_to": t} for s, t in zip(todo, targets, strict=True)]
-                + [{**letter_json(s), "replay_to": None} for s in left]
-            )
+            # A letter with nothing to send is listed too, going nowhere; oldest first.
+            going = dict(zip((s.letter.id for s in todo), targets, strict=True))
+            listed = sorted([*todo, *left], key=letter_order)
+            print_json([{**letter_json(s), "replay_to": going.get(s.letter.id)} for s in listed])
             return
         if todo:
             print_table([row(s) for s in todo], COLUMNS)
         where = f" to {targets_text(targets)}" if todo else ""
         click.echo(
-            f"would replay {plural(len(todo))}{where}{skipped_text(skipped, empty)}; dry run, "
+            f"would replay {plural(len(todo))}{where}{skipped_text(skipped, len(left))}; dry run, "
             "nothing was changed",
             err=True,
         )
         return
     if not todo:
-        print_write(as_json, "replay", WriteReport([], skipped, empty))
+        print_write(as_json, "replay", WriteReport([], skipped, left))
         return
-    _confirm(f"Replay {plural(len(todo))} to {targets_text(targets)}?", yes)
+    kept = f" ({nothing_to_replay(len(left))})" if left else ""
+    _confirm(f"Replay {plural(len(todo))} to {targets_text(targets)}{kept}?", yes)
     report = _run_write(
         "replaying",
         todo,
@@ -318,7 +318,7 @@ def replay(
         to_topic,
     )
     report.skipped.update(skipped)
-    report.empty += empty
+    report.empty[:0] = left
     print_write(as_json, "replay", report)
 
 

@@ -259,10 +259,13 @@ def print_write(as_json: bool, verb: str, report: WriteReport) -> None:
                     }
                     for s in report.done
                 ],
-                "skipped": {
-                    **{status.value: count for status, count in report.skipped.items()},
-                    **({"nothing_to_replay": report.empty} if report.empty else {}),
-                },
+                "skipped": {status.value: count for status, count in report.skipped.items()},
+                # Pending, with nothing to send: a replay leaves them (a discard clears them).
+                **(
+                    {"nothing_to_replay": [s.letter.id for s in report.empty]}
+                    if verb == "replay"
+                    else {}
+                ),
             }
         )
         return
@@ -270,9 +273,11 @@ def print_write(as_json: bool, verb: str, report: WriteReport) -> None:
     where = f" to {targets_text(s.state.to for s in done if s.state)}" if verb == "replay" else ""
     past = "replayed" if verb == "replay" else "discarded"
     if not done:
-        click.echo(f"nothing to {verb}{skipped_text(report.skipped, report.empty)}")
+        click.echo(f"nothing to {verb}{skipped_text(report.skipped, len(report.empty))}")
         return
-    click.echo(f"{past} {plural(len(done))}{where}{skipped_text(report.skipped, report.empty)}")
+    click.echo(
+        f"{past} {plural(len(done))}{where}{skipped_text(report.skipped, len(report.empty))}"
+    )
 
 
 def listing_summary(

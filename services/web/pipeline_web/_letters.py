@@ -37,6 +37,7 @@ from pipeline._deadletters import (
     LetterStatus,
     actionable,
     discard_letters,
+    leave_empty,
     nothing_to_replay,
     parse_when,
     read_dead_letters,
@@ -241,22 +242,34 @@ def letters_digest(letters: Iterable[StoredLetter]) -> str:
     return hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:32]
 
 
-def _counted(dashboard: Dashboard, letter_filter: LetterFilter) -> tuple[int, str]:
-    """How many pending letters of the index ``letter_filter`` matches, and the digest of
-    every letter it matches (one query, so that both come from the same refresh)."""
+def _todo(action: str, letters: list[StoredLetter]) -> tuple[list[StoredLetter], int, int]:
+    """What ``action`` acts on of ``letters``, as the CLI picks it: the pending ones (a
+    replay leaves those holding nothing to send), how many it skips as already replayed or
+    discarded, and how many a replay leaves."""
+    todo, skipped = actionable(letters)
+    empty: list[StoredLetter] = []
+    if action == "replay":
+        todo, empty = leave_empty(todo, skipped)
+    return todo, sum(skipped.values()), len(empty)
+
+
+def _counted(dashboard: Dashboard, action: str, letter_filter: LetterFilter) -> tuple[int, str]:
+    """How many letters of the index ``letter_filter`` matches ``action`` would act on, and
+    the digest of every letter it matches (one query, so that both come from the same
+    refresh)."""
     found = dashboard.letters.query(
         letter_filter, status="all", limit=sys.maxsize, newest_first=False
     )
-    return found.by_status.get(LetterStatus.PENDING.value, 0), letters_digest(found.letters)
+    return len(_todo(action, found.letters)[0]), letters_digest(found.letters)
 
 
 class CountChangedError(Exception):
     """The letters the filter matches on the topic are not those the confirmation counted
     (the index had not read them yet, or some died since): nothing was done."""
 
-    def __init__(self, matching: list[StoredLetter]) -> None:
+    def __init__(self, action: str, matching: list[StoredLetter]) -> None:
         super().__init__("the dead letters matching the filter changed since they were counted")
-        self.pending = len(actionable(matching)[0])
+        self.pending = len(_todo(action, matching)[0])
         self.digest = letters_digest(matching)
 
 
@@ -293,17 +306,17 @@ def _act(
     # Read again, not taken from the index: the index may not have read every letter yet.
     matching = read_dead_letters(settings, timeout=30.0).select(letter_filter)
     if letters_digest(matching) != confirmed:
-        raise CountChangedError(matching)
-    todo, skipped = actionable(matching)
+        raise CountChangedError(action, matching)
+    todo, skipped, empty = _todo(action, matching)
     if not todo:
-        return ActionReport([], sum(skipped.values()))
+        return ActionReport([], skipped, empty)
     by = f"{who} (pipeline web)"
     if action == "replay":
         report = replay_letters(settings, todo, reset_attempts=reset, by=by, timeout=30.0)
     else:
         report = discard_letters(settings, todo, by=by, timeout=30.0)
     return ActionReport(
-        report.done, sum(skipped.values()) + sum(report.skipped.values()), report.empty
+        report.done, skipped + sum(report.skipped.values()), empty + len(report.empty)
     )
 
 
@@ -364,7 +377,7 @@ async def letters_action(request: Request) -> Response:
     page = _confirmation(action, fields, at, pinned)
     if not confirmed:
         # A new filter scans the whole index: off the event loop, which serves every page.
-        count, digest = await run_in_threadpool(_counted, dashboard, letter_filter)
+        count, digest = await run_in_threadpool(_counted, dashboard, action, letter_filter)
         index = dashboard.letters
         page.update(count=count, digest=digest, indexing=not index.caught_up, indexed=len(index))
         return dashboard.render(request, "confirm.html", page)

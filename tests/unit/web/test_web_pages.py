@@ -336,6 +336,34 @@ def test_a_bulk_action_acts_only_on_the_letters_its_confirmation_counted(
     assert sorted(topic.replayed) == sorted(s.letter.id for s in topic.stored)
 
 
+def test_a_replay_confirmation_counts_no_letter_with_nothing_to_send(
+    app: Starlette, topic: _Topic
+) -> None:
+    """A letter holding neither a job nor the raw bytes (too large to keep) cannot be replayed:
+    the confirmation does not offer it, and the replay says it was left."""
+    sendable = _add_letter(app, dead_at=now_ms() - 60_000, job_type="report.build")
+    empty = replace(
+        _letter(now_ms() - 50_000, "report.build"), id="dl-empty", job=None, reason="too_large"
+    )
+    undecodable = replace(
+        _letter(now_ms() - 40_000, "report.build"), id="dl-raw", job=None, raw_value=b"\x00"
+    )
+    index = dashboard(app).letters
+    with index._lock:
+        index._fold([StoredLetter(empty, 0, 1), StoredLetter(undecodable, 0, 2)], [])
+    for letter in (sendable, empty, undecodable):
+        topic.add(letter)
+    client = _client(app)
+    asked = client.post("/dead-letters/replay", data={"csrf": _csrf(client), "type": "report.*"})
+    assert _heading(asked.text) == "Replay 2 dead letters?"  # the raw bytes can go back
+    done = client.post("/dead-letters/replay", data=_confirmation(asked.text))
+    assert sorted(topic.replayed) == sorted([sendable.id, "dl-raw"])
+    assert _notice(done.headers["location"]) == (
+        "2 dead letters replayed; 1 holds neither a job nor the raw message, so nothing to "
+        "replay: discard it."
+    )
+
+
 def test_a_confirmation_sent_again_after_its_letters_were_replayed_replays_nothing(
     app: Starlette, topic: _Topic
 ) -> None:
