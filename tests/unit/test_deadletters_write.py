@@ -155,8 +155,9 @@ def test_a_forced_replay_sends_a_job_once_with_its_newest_letter(
     assert {stored.letter.id for stored in report.done} == {"dl-old", "dl-new", "dl-other"}
 
 
-def test_a_letter_with_nothing_to_send_is_left_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
-    empty = DeadLetter(
+def _empty_letter() -> DeadLetter:
+    """A message too large to keep whole in its letter: neither a job nor raw bytes."""
+    return DeadLetter(
         id="dl-empty",
         reason="too_large",
         message="value left out",
@@ -165,7 +166,10 @@ def test_a_letter_with_nothing_to_send_is_left_and_counted(monkeypatch: pytest.M
         source_offset=9,
         raw_key=b"big",
     )
-    chosen = [StoredLetter(empty, 0, 9), *letters(2)]
+
+
+def test_a_letter_with_nothing_to_send_is_left_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    chosen = [StoredLetter(_empty_letter(), 0, 9), *letters(2)]
     txn = Recorded()
     kafka_of(monkeypatch, txn)
     report = replay_letters(Settings(namespace="ns", events="off"), chosen)
@@ -177,15 +181,8 @@ def test_a_letter_with_nothing_to_send_is_left_and_counted(monkeypatch: pytest.M
 def test_a_letter_with_nothing_to_send_discarded_since_it_was_read_is_skipped_as_such(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    empty = DeadLetter(
-        id="dl-empty",
-        reason="too_large",
-        message="value left out",
-        source_topic="ns.deferred",
-        source_partition=0,
-        source_offset=9,
-    )
     discarded = LetterState(status=LetterStatus.DISCARDED, at=5, by="ops@host")
     kafka_of(monkeypatch, Recorded(), {"dl-empty": discarded})
-    report = replay_letters(Settings(namespace="ns", events="off"), [StoredLetter(empty, 0, 9)])
+    chosen = [StoredLetter(_empty_letter(), 0, 9)]
+    report = replay_letters(Settings(namespace="ns", events="off"), chosen)
     assert (report.empty, dict(report.skipped)) == ([], {LetterStatus.DISCARDED: 1})
