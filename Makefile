@@ -28,7 +28,7 @@ test: setup
 	$(BIN)/pytest -m "not slow and not chaos and not image and not containers" -q --durations=40 \
 		-n $(TEST_WORKERS) --dist loadfile
 
-## test-slow: the long scenarios left out of make test: more SIGKILLs, clusters, scale, real cron fires (~10 min)
+## test-slow: the long scenarios left out of make test: more SIGKILLs, clusters, scale, real cron fires (~12 min)
 test-slow: setup
 	$(BIN)/pytest -m "slow and not chaos" -q --durations=10
 
