@@ -32,34 +32,30 @@ class Picker(Protocol):
 class ByPriority:
     """One limit's waiting jobs, a waiting list per priority, served by a priority policy."""
 
-    __slots__ = ("_lists", "_policy", "_size")
+    __slots__ = ("_lists", "_policy")
 
     def __init__(self, lists: Sequence[Waitlist[Work]], policy: Picker) -> None:
         """``lists``: one per priority, in the worker's priority order (``Work.state.pidx``);
         ``policy``: this limit's own (a weighted policy keeps credits per set of queues)."""
         self._lists = list(lists)
         self._policy = policy
-        self._size = 0
 
     def __len__(self) -> int:
-        return self._size
+        return sum(map(len, self._lists))
 
     def append(self, work: Work, /) -> None:
         self._lists[work.state.pidx].append(work)
-        self._size += 1
 
     def popleft(self) -> Work:
         index = self._policy.pick(self._lists)
         if index < 0:
             raise IndexError("popleft from an empty waiting list")
-        self._size -= 1
         return self._lists[index].popleft()
 
     def remove_where(self, condemned: Callable[[Work], bool]) -> list[Work]:
         removed: list[Work] = []
         for waiting in self._lists:
             removed += remove_where(waiting, condemned)
-        self._size -= len(removed)
         return removed
 
 
