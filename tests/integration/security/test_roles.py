@@ -213,7 +213,7 @@ def test_the_scheduler_releases_a_delayed_job(
     roles: Roles, workers: tuple[WorkerLauncher, Recording], tmp_path: Path
 ) -> None:
     launcher, recording = workers
-    launcher.start()
+    worker = launcher.start()
     schedulers = SchedulerFactory(roles.users[Role.SCHEDULER], tmp_path)
     env = {**roles.env(Role.SCHEDULER), **scheduler_env(horizon_s=2, wait_tiers_s=[1, 3])}
     # With an app whose schedule is declared in code: the leader publishes it, then fires it.
@@ -225,7 +225,9 @@ def test_the_scheduler_releases_a_delayed_job(
         finally:
             app.close()
         ran = wait_for(lambda: started(recording, job_id), 60)
-        assert ran, scheduler.output()[-3000:]
+        # Both sides' logs (the scheduler's start, before its cron fires fill it): which of
+        # them held the delayed job back.
+        assert ran, f"{scheduler.output()[:3000]}\n--- worker ---\n{worker.log_tail()}"
         fired = job_arrives(roles.superuser, "cron.declared", 60)
         assert fired, scheduler.output()[-3000:]
         assert "AUTHORIZATION" not in scheduler.output()
