@@ -176,7 +176,12 @@ class StopBudget:
         await asyncio.wait({task}, timeout=left)  # yields once at least: the task starts
         if not task.done():
             task.cancel()
-            self._left_behind(name, left)
+            self._left_behind(
+                name,
+                "did not finish within the shutdown budget; left behind"
+                if left
+                else "had no time left; started, not waited for",
+            )
             return False
         if not task.cancelled() and task.exception() is not None:
             _log.error("stopping: %s failed", name, exc_info=task.exception())
@@ -187,13 +192,8 @@ class StopBudget:
         start then (user code, which may hang as the step before it did)."""
         if self.left():
             return False
-        self._left_behind(name, 0.0)
+        self._left_behind(name, "had no time left; not started")
         return True
 
-    def _left_behind(self, name: str, given: float) -> None:
-        _log.error(
-            "stopping: %s %s; left behind",
-            name,
-            "did not finish within the shutdown budget" if given else "had no time left",
-            extra={"budget_s": self.seconds},
-        )
+    def _left_behind(self, name: str, what: str) -> None:
+        _log.error("stopping: %s %s", name, what, extra={"budget_s": self.seconds})

@@ -226,7 +226,7 @@ def test_an_on_worker_stop_hook_that_hangs_is_named_and_left_behind(
     assert messages == [
         "stopping: Flusher.on_worker_stop did not finish within the shutdown budget; left behind",
         # The hooks keep their order: the next one is not started once the budget is spent.
-        "stopping: Closer.on_worker_stop had no time left; left behind",
+        "stopping: Closer.on_worker_stop had no time left; not started",
     ]
     assert "Closer.on_worker_stop" not in steps.done
 
@@ -324,3 +324,29 @@ def test_the_executors_are_stopped_even_once_the_budget_is_spent() -> None:
     for thread in asyncio.run(main()):
         thread.join(10)
         assert not thread.is_alive(), f"{thread.name} was never told to stop"
+
+
+def test_a_step_started_with_no_time_left_is_logged_as_not_waited_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """It is started (a stage asked to stop must be told), then not waited for: the line said
+    "left behind" as for one that hung, also when it ended at once."""
+    from pipeline_worker._signals import StopBudget
+
+    now = [0.0]
+    budget = StopBudget(1.0, clock=lambda: now[0])
+    now[0] = 2.0  # spent
+    ran, release = threading.Event(), threading.Event()
+
+    def step() -> None:
+        ran.set()
+        release.wait(NEVER_S)  # returns once the call has given up on it
+
+    with caplog.at_level(logging.ERROR, logger="pipeline.worker"):
+        waited = asyncio.run(budget.call("the retry relay", step))
+    release.set()
+    assert ran.wait(NEVER_S)
+    assert waited is False
+    assert [r.getMessage() for r in caplog.records] == [
+        "stopping: the retry relay had no time left; started, not waited for"
+    ]
