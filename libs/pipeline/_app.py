@@ -25,7 +25,7 @@ from ._jobfunction import (
     takes_ctx_first,
 )
 from ._jobtemplate import JobTemplate
-from ._messagesize import PRODUCE_OVERHEAD, message_max_bytes, too_large
+from ._messagesize import enqueue_room, message_max_bytes, too_large
 from ._producer import KafkaTransport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
@@ -77,7 +77,6 @@ class Pipeline:
         """Headers the interceptors add to every job at enqueue (None: none do, no cost)."""
         self._failures = FailureLog()
         self._max_bytes = message_max_bytes(self.settings)
-        self._room = self._max_bytes - PRODUCE_OVERHEAD
         """The largest job (value and key) the producer sends: a larger one is refused before."""
         # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
         # such an application alive from its first enqueue on (in-memory ones are not held).
@@ -347,7 +346,7 @@ class Pipeline:
             job_id = new_job_id.at(created_at)
             value = template.encode(job_id, data, created_at)
         key = route.key
-        if len(value) > self._room - len(key or b""):
+        if len(value) > enqueue_room(self._max_bytes, key):
             raise too_large(route.job_type, len(value) + len(key or b""), self._max_bytes)
         if handle is not None:
             handle.job_id = job_id

@@ -11,7 +11,7 @@ from ._delivery import FailureLog
 from ._errors import PayloadValidationError
 from ._job import new_job_id, now_ms
 from ._jobtemplate import JobTemplate
-from ._messagesize import PRODUCE_OVERHEAD, too_large
+from ._messagesize import enqueue_room, too_large
 from ._route import Route
 from ._transport import DeliveryCallback, Transport
 
@@ -42,7 +42,7 @@ def send_many(
     if produce_many is None:  # a transport without it gets one produce() per job
         produce_many = partial(_produce_each, transport.produce)
     topic, key = route.topic, route.key
-    room = max_bytes - PRODUCE_OVERHEAD - len(key or b"")
+    room = enqueue_room(max_bytes, key)
     encode, make_id, checked = template.encode, new_job_id.at, route.payload_bytes
     # Nothing to check but what the codec checks itself (a mapping, encodable): call it alone.
     codec_only = route.registered is None and route.check is None

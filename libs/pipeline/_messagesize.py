@@ -14,6 +14,7 @@ __all__ = [
     "LIBRDKAFKA_MESSAGE_MAX_BYTES",
     "PRODUCE_OVERHEAD",
     "RECORD_OVERHEAD",
+    "enqueue_room",
     "fits_in_message",
     "message_max_bytes",
     "too_large",
@@ -44,6 +45,12 @@ PRODUCE_OVERHEAD = 36
 ``message.max.bytes`` as it takes the record (measured: with no key nor headers, a value of
 ``message.max.bytes - 36`` bytes is taken, one byte more refused): the bound of an enqueue,
 which produces at once, so that every job librdkafka would take is taken."""
+
+
+def enqueue_room(max_bytes: int, key: bytes | None) -> int:
+    """The largest encoded job an enqueue with ``key`` produces at once to a producer sending
+    at most ``max_bytes``: librdkafka's own bound (:data:`PRODUCE_OVERHEAD`)."""
+    return max_bytes - PRODUCE_OVERHEAD - len(key or b"")
 
 
 def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_size: int = 0) -> bool:
