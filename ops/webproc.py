@@ -8,7 +8,6 @@ run leaves no server behind.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import re
 import signal
@@ -19,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pipeline._deathsignal import death_signal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -31,10 +32,7 @@ _URL = re.compile(r"dashboard of namespace .* at (http://\S+)")
 
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn``: the child gets SIGKILL when the thread that started it dies (Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here, not in the forked child
-    return lambda: prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    return death_signal(signal.SIGKILL)
 
 
 def start_logged(

@@ -26,6 +26,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from pipeline._deathsignal import death_signal
 from pipeline._errors import ConfigurationError, KafkaAuthenticationError
 
 from . import _signals
@@ -137,7 +138,11 @@ class Supervisor:
         command = [sys.executable, "-m", "pipeline_worker", *child.extra]
         self._starting = child  # a signal meanwhile must not take it for one waiting to restart
         try:
-            child.process = subprocess.Popen(command, process_group=0, preexec_fn=_die_with_parent)  # noqa: PLW1509
+            child.process = subprocess.Popen(
+                command,
+                process_group=0,
+                preexec_fn=death_signal(signal.SIGTERM),  # noqa: PLW1509 - one prctl, looked up before
+            )
         finally:
             self._starting = None
         child.started = time.monotonic()
@@ -186,15 +191,3 @@ class Supervisor:
                 child.process.send_signal(signum)
             elif child.process is None and child is not self._starting:
                 child.done = True  # waiting for a restart: stay down
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: get SIGTERM when the supervisor dies (Linux only)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
