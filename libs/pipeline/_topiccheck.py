@@ -6,11 +6,13 @@ such an event asks the cluster with :func:`missing_topics` and, if the topics ar
 missing, stops with a :class:`~pipeline._errors.TopicMissingError` naming them and
 ``pipeline topics apply``. Asking first matters on a cluster whose brokers learn of a new topic
 one after the other. On a cluster that authorizes, a topic the client may not describe is
-missing from the metadata too: :func:`not_authorized` tells the two apart.
+missing from the metadata too: :func:`not_authorized` tells the two apart. A name Kafka would
+refuse is told apart before any of that, locally: :func:`topic_name_problem`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Protocol
 
@@ -18,6 +20,11 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import ClusterMetadata
 
 _MISSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC})
+MAX_TOPIC_NAME_LENGTH = 249
+"""The longest topic name Kafka accepts."""
+TOPIC_NAME_RULE = "1 to 249 characters of a-z, A-Z, 0-9, '.', '_' and '-', other than '.' and '..'"
+"""Kafka's rule for a topic name (``org.apache.kafka.common.internals.Topic.validate``)."""
+_ILLEGAL_CHARACTER = re.compile(r"[^a-zA-Z0-9._-]")
 
 
 class MetadataClient(Protocol):
@@ -27,6 +34,25 @@ class MetadataClient(Protocol):
 def is_missing_topic(error: KafkaError | None) -> bool:
     """Whether ``error`` says that a topic does not exist."""
     return error is not None and error.code() in _MISSING
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why Kafka refuses ``name`` as a topic name (:data:`TOPIC_NAME_RULE`); None: it does not.
+
+    Checked locally, before any lookup: Kafka answers a lookup of such a name with an error that
+    does not say the topic is missing, and librdkafka refuses a name over 512 characters with a
+    ``RuntimeError`` of its own."""
+    if not name:
+        return "it is empty"
+    if name in {".", ".."}:
+        return f"{name!r} is not allowed"
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        return f"it is {len(name)} characters long, more than {MAX_TOPIC_NAME_LENGTH}"
+    illegal = sorted(set(_ILLEGAL_CHARACTER.findall(name)))
+    if illegal:
+        more = ", ..." if len(illegal) > 5 else ""
+        return "it holds " + ", ".join(repr(c) for c in illegal[:5]) + more
+    return None
 
 
 def missing_topics(client: MetadataClient, topics: Iterable[str], timeout: float) -> list[str]:

@@ -21,9 +21,10 @@ its lock without noticing: its next commit fails.
 While Kafka does not answer, the batch is retried (a warning each time, the rows stay), after
 the last committed record is read back as at takeover: a commit that timed out in librdkafka may
 have gone through, and its rows are then deleted rather than published again. A row
-for a topic Kafka does not have waits, with the rows after it, until the topic exists
-(:mod:`._topicgate`); while the database does not answer, the relay gives up being active and
-tries again as a standby.
+for a topic Kafka does not have waits, with the rows after it, until the topic exists, and a
+row whose topic name Kafka refuses waits until it is fixed or deleted (:mod:`._topicgate`);
+while the database does not answer, the relay gives up being active and tries again as a
+standby.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ class OutboxRelay:
                     continue
                 rows = rows[: gate.passable(rows)]
                 rows = rows[: sizes.passable(rows)]
-                if not rows:  # the first row's topic is missing or it is too large (logged)
+                if not rows:  # the first row's topic is invalid or missing, or it is too large
                     stop.wait(options.retry_s)
                     continue
                 if not self._publish(txn, rows, progress, stall):
