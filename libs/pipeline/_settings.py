@@ -170,7 +170,11 @@ class Settings(RedactedRepr, BaseSettings):
     )
 
     bootstrap_servers: str = "localhost:9092"
-    namespace: str = Field("pipeline", pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$")
+    namespace: str = Field(
+        "pipeline", max_length=200, pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$"
+    )
+    """Every topic's prefix: at most 200 characters, so the longest name it makes
+    (``<namespace>.scheduler-control``) stays within Kafka's 249."""
     client_id: str = "pipeline"
     security: SecuritySettings = Field(default_factory=SecuritySettings)
     kafka: dict[str, str] = Field(

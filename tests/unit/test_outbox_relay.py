@@ -145,3 +145,15 @@ def test_settling_a_commit_waits_for_kafka_until_the_relay_is_stopped(database: 
     assert not relay._settle(txn, stop)
     assert stop.waits == [3.0, 3.0]
     assert txn.committing  # still unknown: nothing is read back nor written meanwhile
+
+
+def test_a_table_whose_progress_topic_kafka_refuses_is_refused_at_once(database: Path) -> None:
+    """The relay's own topic is ``<ns>.outbox-relay.<table>``: a name over Kafka's 249
+    characters failed only once the relay was active, creating that topic, over and over."""
+    from pipeline import ConfigurationError
+
+    settings = SETTINGS.model_copy(update={"namespace": "n" * 200})
+    table = "outbox_" + "t" * 50  # a name both databases take
+    with pytest.raises(ConfigurationError, match=f"would be 'n+.outbox-relay.{table}'"):
+        OutboxRelay(settings, f"sqlite:///{database}", RelayOptions(table=table))
+    OutboxRelay(SETTINGS, f"sqlite:///{database}", RelayOptions(table=table))

@@ -152,6 +152,7 @@ def test_security_maps_to_librdkafka_and_hides_secrets() -> None:
     "bad",
     [
         {"namespace": "has space"},
+        {"namespace": "n" * 201},  # its topics' names would be longer than Kafka takes
         {"topics": {"partitions": 0}},
         {"topics": {"retry_delays_s": [30, 5]}},
         {"topics": {"replication_factor": 1, "min_insync_replicas": 2}},
@@ -335,3 +336,16 @@ def test_a_service_starts_despite_an_invalid_setting_it_does_not_use(
     assert f"(environment variable {variable})" in result.output
     [settings] = started
     assert getattr(settings, section) == type(getattr(settings, section))()
+
+
+def test_the_longest_namespace_makes_topic_names_kafka_takes() -> None:
+    from pipeline._topiccheck import topic_name_problem
+    from pipeline._topics import TopicNames
+    from pipeline._topicspec import deferred_tier_topic, scheduler_control_topic
+
+    namespace = Settings(namespace="n" * 200).namespace
+    names = TopicNames(namespace)
+    topics = [*names.all_jobs(), names.retry(99), names.deferred, names.dlq, names.dlq_state]
+    topics += [names.dedup, names.schedules, names.scheduler_state, names.events, names.workers]
+    topics += [scheduler_control_topic(namespace), deferred_tier_topic(namespace, 99)]
+    assert [t for t in topics if topic_name_problem(t)] == []

@@ -48,12 +48,13 @@ from .._errors import (
 from .._producer import message_max_bytes, producer_config
 from .._ratelog import RateLimitedLog
 from .._settings import Settings
+from .._topiccheck import topic_name_problem
 from .._transactions import Transactions
 from ._batch import read_batch
 from ._conninfo import RELAY_KEEPALIVES
 from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
-from ._progress import CommittedBatch, RelayProgress, batch_digest
+from ._progress import CommittedBatch, RelayProgress, batch_digest, progress_topic
 from ._sizegate import SizeGate
 from ._stall import StallWatch
 from ._topicgate import TopicGate
@@ -110,6 +111,13 @@ class OutboxRelay:
         self.settings = settings
         self.dsn = dsn
         self.options = options or RelayOptions()
+        topic = progress_topic(settings.namespace, self.options.table)
+        problem = topic_name_problem(topic)
+        if problem is not None:
+            raise ConfigurationError(
+                f"the relay's own topic for table {self.options.table!r} would be {topic!r}, "
+                f"which Kafka refuses ({problem}): use a shorter table name or namespace"
+            )
         self.relayed = 0
         """Rows published and deleted by this relay so far."""
         self.active = threading.Event()
