@@ -72,3 +72,14 @@ def test_a_principal_must_be_a_user() -> None:
     result = CliRunner().invoke(cli, ["acls", "plan", "--role", "admin", "--principal", "bob"])
     assert result.exit_code == 2
     assert "User:<name>" in result.output
+
+
+def test_the_wildcard_principal_is_planned_with_a_warning() -> None:
+    """``User:*`` is every client that connects: a plan for it was printed like any other."""
+    args = ["acls", "plan", "--role", "worker", "--principal", "User:*", "--json"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "warning: User:* is Kafka's wildcard principal" in result.stderr
+    assert "warning" not in result.stdout  # the JSON stays whole
+    plain = CliRunner().invoke(cli, [*args[:-2], "User:alice", "--json"])
+    assert "warning" not in plain.stderr

@@ -38,6 +38,10 @@ def acls() -> None:
     """
 
 
+WILDCARD = "User:*"
+"""Kafka's principal that matches every user."""
+
+
 def _role_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option(
         "--principal",
@@ -55,9 +59,17 @@ def _role_options(command: Callable[..., Any]) -> Callable[..., Any]:
 
 def _plan(settings: Settings, role: str, principal: str) -> list[AclRule]:
     try:
-        return plan_acls(role, principal, settings)
+        rules = plan_acls(role, principal, settings)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--principal'") from None
+    if principal == WILDCARD:
+        click.echo(
+            f"warning: {WILDCARD} is Kafka's wildcard principal: every client that connects "
+            f"(ANONYMOUS too, on a listener without authentication) gets the {role} role's "
+            "ACLs; name one user (User:NAME) unless that is what you mean",
+            err=True,
+        )
+    return rules
 
 
 def _print(rules: Sequence[AclRule], states: Sequence[str] | None = None) -> None:
