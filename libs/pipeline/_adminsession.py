@@ -260,8 +260,22 @@ class AdminSession:
             request_timeout=self.remaining(),
             validate_only=validate_only,
         )
+        grown_meanwhile = []
         for name, future in futures.items():
-            self.result(future, "add partitions to", name)
+            try:
+                self.result(future, "add partitions to", name)
+            except TopicAdminError as exc:
+                if not has_code(exc.__cause__, KafkaError.INVALID_PARTITIONS):
+                    raise
+                grown_meanwhile.append((name, exc))
+        if grown_meanwhile:
+            # Grown to as many (or more) by a concurrent apply, Kafka says so: fine, as for a
+            # topic created meanwhile. Fewer: the refusal is real (it names the count).
+            metadata = self.metadata()
+            for name, exc in grown_meanwhile:
+                topic = metadata.topics.get(name)
+                if topic is None or len(topic.partitions) < counts[name]:
+                    raise exc
 
     def alter(self, configs: Mapping[str, Mapping[str, str]], *, validate_only: bool) -> None:
         resources = config_sets(ResourceType.TOPIC, configs)

@@ -15,6 +15,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
+    NewPartitions,
     ResourceType,
 )
 
@@ -220,6 +221,25 @@ def test_more_partitions_are_added(settings: Settings, admin: AdminClient) -> No
     counts = partitions_of(admin, [f"{ns}.jobs.high", f"{ns}.dlq", f"{ns}.schedules"])
     assert counts == {f"{ns}.jobs.high": 8, f"{ns}.dlq": 8, f"{ns}.schedules": 1}
     assert apply_topics(grown).summary() == "nothing to change"
+
+
+def test_partitions_added_meanwhile_by_another_apply_are_not_an_error(
+    settings: Settings, admin: AdminClient
+) -> None:
+    """Two applies (two deploys' init containers) both saw 6 and asked for 8: Kafka refuses
+    the second with INVALID_PARTITIONS ("already has 8"), which failed that apply."""
+    from pipeline._adminsession import AdminSession
+
+    apply_topics(settings)
+    topic = f"{settings.namespace}.jobs.high"
+    for future in admin.create_partitions([NewPartitions(topic, 8)]).values():
+        future.result(30)  # the other apply, first
+
+    AdminSession(settings, 30).grow({topic: 8}, validate_only=False)
+
+    assert partitions_of(admin, [topic]) == {topic: 8}
+    assert apply_topics(with_topics(settings, partitions=8)).changed  # the others still grow
+    assert partitions_of(admin, [topic]) == {topic: 8}
 
 
 def test_fewer_partitions_are_left_with_a_warning(settings: Settings, admin: AdminClient) -> None:
