@@ -4,7 +4,8 @@ For ``subprocess.Popen(preexec_fn=...)``: everything is looked up in the parent,
 child only makes one system call (importing or loading a library between fork and exec can
 deadlock). A parent that dies before the child has asked (between the fork and the call) would
 leave it running for good, so the child checks that its parent is still the one that forked it,
-and signals itself otherwise.
+and kills itself otherwise (SIGKILL: until the exec it runs the parent's signal handlers, which
+may catch any other signal, and nothing of its own has started yet).
 """
 
 from __future__ import annotations
@@ -30,11 +31,11 @@ def death_signal(sig: signal.Signals) -> Callable[[], None] | None:
     except (OSError, AttributeError):
         return None
     parent = os.getpid()
-    getppid, kill, number = os.getppid, os.kill, int(sig)
+    getppid, getpid, kill, number = os.getppid, os.getpid, os.kill, int(sig)
 
     def in_child() -> None:
         prctl(PR_SET_PDEATHSIG, number)
         if getppid() != parent:  # the parent died before the call: nobody will signal us
-            kill(os.getpid(), number)
+            kill(getpid(), signal.SIGKILL)
 
     return in_child
