@@ -272,10 +272,10 @@ class AdminSession:
             # Grown to as many (or more) by a concurrent apply, Kafka says so: fine, as for a
             # topic created meanwhile. Fewer: the refusal is real (it names the count).
             metadata = self.metadata()
-            for name, exc in grown_meanwhile:
+            for name, refusal in grown_meanwhile:
                 topic = metadata.topics.get(name)
                 if topic is None or len(topic.partitions) < counts[name]:
-                    raise exc
+                    raise refusal
 
     def alter(self, configs: Mapping[str, Mapping[str, str]], *, validate_only: bool) -> None:
         resources = config_sets(ResourceType.TOPIC, configs)
