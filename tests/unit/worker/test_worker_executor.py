@@ -665,6 +665,40 @@ def test_a_job_given_up_at_revocation_is_not_moved_when_it_fails_later() -> None
     run(main)
 
 
+def test_a_message_that_never_ran_given_up_at_revocation_is_not_moved_when_its_hook_ends() -> None:
+    """An undecodable message (a poison pill, a job of no type alike) waits for a slow
+    ``on_outcome`` hook before its dead letter: given up meanwhile with its partition, the
+    letter was still written, and could land in the partition's next assignment, which
+    dead-letters the message a second time."""
+
+    class SlowOutcomes(Middleware):
+        def __init__(self) -> None:
+            self.gate = asyncio.Event()
+
+        def on_outcome(self, outcome: Outcome) -> Awaitable[None] | None:
+            return self._wait()
+
+        async def _wait(self) -> None:
+            await self.gate.wait()
+
+    async def main() -> None:
+        hook = SlowOutcomes()
+        router = HeldRouter()
+        h = Harness(make_app(), router=router, middleware=[hook])
+        h.feed(h.message("any", value=b"\x00not a job"))
+        state = h.partition
+        assert state.in_flight == 1  # waiting for the hook
+        state.active = False  # the revocation, as the worker's revoke() does it...
+        state.released = True  # ...and the grace period over: the message was given up
+        hook.gate.set()
+        idle = await h.processor.wait_idle([state], 5.0)
+        assert router.routed == []
+        assert idle
+        assert state.commit_offset == -1  # unfinished: the next owner reads it again
+
+    run(main)
+
+
 def test_a_payload_codec_that_fails_otherwise_than_told_fails_its_job_and_nothing_else() -> None:
     """Its KeyError escaped the start of jobs: the jobs taken with it never started, their
     slots stayed taken and the partition stopped."""

@@ -296,6 +296,9 @@ class Endings:
             self.done(state, offset, done)
 
         def resolve(done: bool) -> None:
+            if state.released:  # as in _ended: its move could land in the next assignment
+                finished(False)
+                return
             if done and self._router is not None:
                 headers = msg.headers()
                 failure = Failure(
