@@ -357,6 +357,46 @@ def test_a_transaction_opens_only_once_the_asynchronous_commit_before_it_is_answ
     assert written == [True]
 
 
+def test_a_revocation_opens_no_transaction_while_an_asynchronous_commit_is_unanswered(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """The steady state and the final commit wait for that commit's answer; the revocation's
+    wait for its jobs wrote their moves in a transaction all the same, whose offsets the
+    older commit could then overwrite at the coordinator: the moved jobs ran again."""
+    thread, fake, producer, mover = commit_in_flight(loop)
+    thread.rebalance._incremental = True
+    fake.consumer_group_metadata = lambda: None  # type: ignore[attr-defined]
+    committer = thread._committer
+    written: list[bool] = []
+    mover.submit((TOPIC, 0), 3, [Record("ns.dlq", b"3", None)], written.append)
+    # The revocation's jobs end once the wait loop has looked at the moves once.
+    looked = asyncio.run_coroutine_threadsafe(_event(), loop).result(5)
+    real_awaiting, real_drain = committer.awaiting, thread.rebalance._drain_moves
+
+    def awaiting(now: float) -> bool:
+        loop.call_soon_threadsafe(looked.set)
+        return real_awaiting(now)
+
+    def drain() -> None:
+        real_drain()
+        loop.call_soon_threadsafe(looked.set)
+
+    async def revoke(states: object, *, lost: bool) -> None:
+        await looked.wait()
+
+    committer.awaiting = awaiting  # type: ignore[method-assign]
+    thread.rebalance._drain_moves = drain
+    thread._side.revoke = revoke  # type: ignore[method-assign]
+    thread.rebalance.on_revoke(fake, [TopicPartition(TOPIC, 0)])  # type: ignore[arg-type]
+    assert "begin_transaction" not in producer.calls
+    flush(loop)
+    assert written == [False]  # not written: the partition's next owner runs the job again
+
+
+async def _event() -> asyncio.Event:
+    return asyncio.Event()
+
+
 def test_offsets_finished_while_a_commit_waited_go_with_the_next_one(
     loop: asyncio.AbstractEventLoop,
 ) -> None:

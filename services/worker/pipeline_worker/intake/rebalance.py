@@ -136,22 +136,7 @@ class Rebalance:
                 "partitions lost" if lost else "partitions revoked",
                 extra={"partitions": describe(partitions), "owned": len(self.states)},
             )
-            # The loop stops dispatching them, drops their buffered jobs and waits up to the
-            # grace period for their running jobs; polling waits meanwhile (well within
-            # max.poll.interval.ms), which keeps the assignment steady while we finish.
-            future = asyncio.run_coroutine_threadsafe(
-                self._side.revoke(states, lost=lost), self._side.loop
-            )
-            deadline = time.monotonic() + self._grace_s + 5.0
-            try:
-                # Keep writing the moves of the jobs we wait for: they finish only then.
-                while not future.done() and time.monotonic() < deadline:
-                    self._drain_moves()
-                    with contextlib.suppress(TimeoutError):
-                        future.result(timeout=0.02)
-                future.result(timeout=0)
-            except Exception as exc:
-                _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
+            self._wait_for_jobs(states, lost=lost)
             self._cluster.share_changed = True
         if not lost:
             # Kept in the table while their jobs finished, so that their moves were written.
@@ -173,6 +158,29 @@ class Rebalance:
                 self._mover.forget((s.topic, s.partition) for s in states)
         self._forget(states)
         self._unassign(consumer, partitions)
+
+    def _wait_for_jobs(self, states: list[PartitionState], *, lost: bool) -> None:
+        """The loop stops dispatching ``states``, drops their buffered jobs and waits up to the
+        grace period for their running jobs; polling waits meanwhile (well within
+        max.poll.interval.ms), which keeps the assignment steady while we finish."""
+        future = asyncio.run_coroutine_threadsafe(
+            self._side.revoke(states, lost=lost), self._side.loop
+        )
+        deadline = time.monotonic() + self._grace_s + 5.0
+        committer = self._committer
+        try:
+            # Keep writing the moves of the jobs we wait for: they finish only then. Not while
+            # an asynchronous commit is unanswered (the rule of the steady state, see
+            # Committer.awaiting): no poll answers it in here, so the moves wait up to
+            # IN_FLIGHT_WAIT_S; those still queued at the end are not ours to write.
+            while not future.done() and time.monotonic() < deadline:
+                if committer.in_transaction or not committer.awaiting(time.monotonic()):
+                    self._drain_moves()
+                with contextlib.suppress(TimeoutError):
+                    future.result(timeout=0.02)
+            future.result(timeout=0)
+        except Exception as exc:
+            _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._incremental:
