@@ -9,6 +9,9 @@ with 100,000 dead letters. :class:`LetterIndex` reads each record once: the firs
 It keeps a *summary* of each dead letter (see :mod:`._summary`), about 1.7 KB against about
 10 KB for the whole letters that ``read_dead_letters`` holds (docs/benchmarks.md has the
 figures). :meth:`~LetterIndex.get` reads one whole letter back from ``<ns>.dlq`` by its position.
+States are held only for letters on ``<ns>.dlq`` (the compacted ``<ns>.dlq-state`` keeps them
+all): a letter below its partition's low watermark (deleted) leaves with its state, and a state
+no letter claims is dropped once a later refresh read ``<ns>.dlq`` to its end.
 
 Threads: one thread refreshes (say, every second, in the background) while any number of
 request threads call :meth:`~LetterIndex.query`, :meth:`~LetterIndex.counts`,
@@ -46,6 +49,8 @@ from ._stats import DlqStats, dlq_stats
 from ._summary import SharedStrings, summary_of
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from confluent_kafka import Message
 
 ALL: Literal["all"] = "all"
@@ -72,13 +77,14 @@ class LetterPage:
 @dataclass(frozen=True, slots=True)
 class Refreshed:
     """What one :meth:`LetterIndex.refresh` read: new dead letters, state records, records that
-    are not dead letters, and dead letters dropped because retention deleted them."""
+    are not dead letters; dead letters and states dropped as retention deleted the letters."""
 
     letters: int
     states: int
     undecodable: int
     expired: int
     seconds: float
+    states_dropped: int = 0
 
 
 @dataclass(slots=True)
@@ -144,6 +150,9 @@ class LetterIndex:
         self._letters: list[StoredLetter] = []  # oldest first (letter_order)
         self._by_id: dict[str, StoredLetter] = {}
         self._states: dict[str, LetterState] = {}
+        # Keys of _states with no letter held, read by an earlier refresh: dropped by the next
+        # refresh that reads to the end of <ns>.dlq (their letters, if on it, are then held).
+        self._orphans: set[str] = set()
         self._undecodable = 0
         self._refreshed_at: int | None = None
         self._caught_up = False
@@ -214,47 +223,65 @@ class LetterIndex:
             read = reader.read_ranges((dlq, dlq_state), starts, ends, keep)
             lows = {p: low for (topic, p), (low, _) in marks.items() if topic == dlq}
             with self._lock:
-                expired = self._expire(lows)
-                added = self._fold(new, read[dlq_state])
+                expired, dropped = self._expire(lows)
+                added, orphans = self._fold(new, read[dlq_state])
+                if ends == marks:  # read to the end: older orphans have no letter on the topic
+                    dropped += self._drop_states(self._orphans)
+                    self._orphans = orphans
+                else:
+                    self._orphans |= orphans
                 self._undecodable += undecodable
                 self._refreshed_at = stamp
                 if expired or added or read[dlq_state]:
                     self._cache.clear()
             self._next = {where: high for where, (_, high) in ends.items()}
             self._caught_up = ends == marks
-            return Refreshed(
-                added, len(read[dlq_state]), undecodable, expired, time.perf_counter() - began
-            )
+            seconds = time.perf_counter() - began
+            return Refreshed(added, len(read[dlq_state]), undecodable, expired, seconds, dropped)
 
     def _open_reader(self) -> _Reader:
         if self._reader is None:
             raise PipelineError("the dead-letter index is closed")
         return self._reader
 
-    def _expire(self, lows: dict[int, int]) -> int:
-        """Drop the letters that retention deleted (below their partition's low watermark)."""
+    def _expire(self, lows: dict[int, int]) -> tuple[int, int]:
+        """Drop the letters that retention deleted (below their partition's low watermark),
+        and their states: how many of each."""
         moved = {p: low for p, low in lows.items() if low > self._low.get(p, 0)}
         self._low.update(moved)
         if not moved:
-            return 0
+            return 0, 0
         kept = [s for s in self._letters if s.offset >= moved.get(s.partition, 0)]
         expired = len(self._letters) - len(kept)
-        if expired:
-            self._letters = kept
-            self._by_id = {s.letter.id: s for s in kept}
-            self._share.clear()  # strings of letters gone are not kept alive
-        return expired
+        if not expired:
+            return 0, 0
+        gone = self._by_id.keys() - {s.letter.id for s in kept}
+        self._letters = kept
+        self._by_id = {s.letter.id: s for s in kept}
+        self._share.clear()  # strings of letters gone are not kept alive
+        return expired, self._drop_states(gone)
 
-    def _fold(self, new: list[StoredLetter], state_records: list[Message]) -> int:
-        records = list(_keyed(state_records))
-        fold_states(records, into=self._states)
-        for key in {key for key, _ in records}:
+    def _drop_states(self, keys: Iterable[str]) -> int:
+        return sum(self._states.pop(key, None) is not None for key in keys)
+
+    def _fold(self, new: list[StoredLetter], records: list[Message]) -> tuple[int, set[str]]:
+        """Fold in new letters and state records: how many letters were added, and the keys
+        of the states read now that no letter held has (the index's new orphans)."""
+        keyed = list(_keyed(records))
+        fold_states(keyed, into=self._states)
+        orphans: set[str] = set()
+        for key in {key for key, _ in keyed}:
+            self._orphans.discard(key)
             if (stored := self._by_id.get(key)) is not None:
                 stored.state = self._states.get(key)
+            elif key in self._states:
+                orphans.add(key)  # its letter not read yet, or deleted before it was
         added: list[StoredLetter] = []
         for stored in new:
             if stored.letter.id in self._by_id:  # written twice (a producer's retry)
                 continue
+            self._orphans.discard(stored.letter.id)
+            orphans.discard(stored.letter.id)
             stored.state = self._states.get(stored.letter.id)
             self._by_id[stored.letter.id] = stored
             added.append(stored)
@@ -264,7 +291,7 @@ class LetterIndex:
         self._letters += added
         if not in_order:
             self._letters.sort(key=letter_order)  # two sorted runs: merged in linear time
-        return len(added)
+        return len(added), orphans
 
     # --- reading ------------------------------------------------------------------------
 
