@@ -63,7 +63,9 @@ class Dashboard:
         return self.settings.web
 
     def read_new_letters(self, timeout: float) -> None:
-        read_new_letters(self.letters, timeout)
+        """:func:`read_new_letters` for a page: at once :class:`KafkaDownError` when the monitor
+        finds Kafka unreachable (see :meth:`Monitor.guarded`)."""
+        self.monitor.guarded(lambda: read_new_letters(self.letters, timeout))
 
     def letters_of_job(self, job_id: str, timeout: float) -> list[StoredLetter]:
         """The dead letters of job ``job_id`` (summaries, oldest first), from the index read

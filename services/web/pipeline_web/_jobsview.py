@@ -86,11 +86,13 @@ def job_page(request: Request) -> Response:
             )
             return dashboard.render(request, "job.html", context, status_code=503)
         try:
-            history = job_history(
-                dashboard.settings,
-                job_id,
-                timeout=10.0,
-                letters=lambda job: dashboard.letters_of_job(job, timeout=10.0),
+            history = dashboard.monitor.guarded(
+                lambda: job_history(
+                    dashboard.settings,
+                    job_id,
+                    timeout=10.0,
+                    letters=lambda job: dashboard.letters_of_job(job, timeout=10.0),
+                )
             )
         except PipelineError as exc:  # the lookup did not happen: not a "nothing is known"
             context["error"] = str(exc)

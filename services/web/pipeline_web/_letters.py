@@ -23,6 +23,7 @@ import json
 import logging
 import sys
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, NamedTuple
 from urllib.parse import urlencode
 
@@ -195,7 +196,7 @@ def letter_page(request: Request) -> Response:
     dashboard = dashboard_of(request)
     ident = request.path_params["ident"]
     try:
-        stored = dashboard.letters.get(ident, timeout=10.0)
+        stored = dashboard.monitor.guarded(lambda: dashboard.letters.get(ident, timeout=10.0))
     except DeadLetterNotFoundError as exc:
         raise HTTPException(404, str(exc)) from None
     except PipelineError as exc:  # Kafka unreachable, or the letter left the topic
@@ -384,10 +385,9 @@ async def letters_action(request: Request) -> Response:
     who = request.state.who
     target = _filter_json(letter_filter)
     reset = fields.get("reset_attempts") == "1"
+    act = partial(_act, dashboard, action, letter_filter, fields.get("digest"), who, reset)
     try:
-        acted = await run_in_threadpool(
-            _act, dashboard, action, letter_filter, fields.get("digest"), who, reset
-        )
+        acted = await run_in_threadpool(dashboard.monitor.guarded, act)
     except CountChangedError as changed:
         previous = _whole_number(fields.get("count", ""))
         page.update(count=changed.pending, digest=changed.digest, changed=True, previous=previous)

@@ -7,6 +7,10 @@ counted by ``dead_letters``: the index's counts instead of a read of the whole t
 keeps the readings of the last ``web.history_s`` seconds, so that rates in and out and the
 overview's charts come from memory: a page never waits for Kafka, whatever the backlog.
 A failed read is kept as :attr:`Monitor.problem` (shown on every page) until one succeeds.
+A read Kafka did not answer (:class:`KafkaUnavailableError`) is also an :class:`Outage`, with
+the time the first such read began: :meth:`Monitor.guarded` then fails a page's own read of
+Kafka at once with :class:`KafkaDownError` ("Kafka is unreachable since ...") instead of letting
+it wait out its timeout, and says "slow" of a timeout while the readings reach Kafka.
 A failing ``before`` is logged, and the status is read all the same: the overview, the
 backlog and ``/healthz`` do not depend on the dead-letter index.
 """
@@ -18,10 +22,11 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, TypeVar
 
 from pipeline._backlog import BacklogReader, DeadLetterCounter
-from pipeline._errors import PipelineError
+from pipeline._errors import KafkaUnavailableError, PipelineError
 from pipeline._status import read_status, topic_rates
 
 if TYPE_CHECKING:
@@ -31,6 +36,31 @@ if TYPE_CHECKING:
     from pipeline._status import StatusSnapshot
 
 _log = logging.getLogger("pipeline.web")
+T = TypeVar("T")
+
+
+def _utc(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class KafkaDownError(KafkaUnavailableError):
+    """A page's read of Kafka, not tried: the monitor's readings find Kafka unreachable."""
+
+
+class KafkaSlowError(KafkaUnavailableError):
+    """A page's read of Kafka timed out while the monitor's readings reach Kafka."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    """Kafka did not answer the monitor's readings from ``since`` (epoch seconds: when the
+    first of them began) on; ``reason``: the last one's error."""
+
+    since: float
+    reason: str
+
+    def error(self) -> KafkaDownError:
+        return KafkaDownError(f"Kafka is unreachable since {_utc(self.since)}: {self.reason}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,12 +100,14 @@ class Monitor:
         timeout: float = 10.0,
         before: Callable[[float], object] | None = None,
         dead_letters: DeadLetterCounter | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._settings = settings
         self._refresh_s = refresh_s
         self._timeout = timeout
         self._before = before
         self._dead_letters = dead_letters
+        self._clock = clock
         self._history: deque[Reading] = deque(maxlen=max(2, round(history_s / refresh_s) + 1))
         self._lock = threading.Lock()
         self._read = threading.Condition(self._lock)
@@ -85,6 +117,8 @@ class Monitor:
         self._before_problem: str | None = None
         self.problem: str | None = None
         """Why the last read failed (None after a successful one)."""
+        self.outage: Outage | None = None
+        """Set while the reads fail as Kafka does not answer them (None once one is answered)."""
 
     def start(self) -> None:
         """Start reading, once: later calls do nothing."""
@@ -114,28 +148,57 @@ class Monitor:
             self._read.wait_for(lambda: bool(self._history) or self.problem is not None, timeout)
             return self._history[-1] if self._history else None
 
+    def guarded(self, read: Callable[[], T]) -> T:
+        """``read()``, a page's read of Kafka, unless the readings find Kafka unreachable: then
+        :class:`KafkaDownError` at once. Its :class:`KafkaUnavailableError` becomes that too
+        if they found Kafka unreachable meanwhile, or :class:`KafkaSlowError` if they reach it."""
+        if (outage := self.outage) is not None:
+            raise outage.error()
+        try:
+            return read()
+        except (KafkaDownError, KafkaSlowError):
+            raise  # a guarded read within
+        except KafkaUnavailableError as exc:
+            if (outage := self.outage) is not None:
+                raise outage.error() from exc
+            if (latest := self.latest) is None or self.problem is not None:
+                raise  # no word of Kafka either way
+            answered = _utc(latest.at / 1000)
+            raise KafkaSlowError(
+                f"Kafka is slow: it answered the dashboard's last reading (at {answered}) "
+                f"but not this request in time: {exc}"
+            ) from exc
+
     def _run(self) -> None:
         reader: BacklogReader | None = None
         try:
             while not self._stopping.is_set():
                 started = time.monotonic()
                 self._run_before()
-                try:
-                    if reader is None:
-                        reader = BacklogReader(
-                            self._settings, timeout=self._timeout, dead_letters=self._dead_letters
-                        )
-                    self._take(read_status(self._settings, timeout=self._timeout, reader=reader))
-                except PipelineError as exc:
-                    self._fail(str(exc))
-                except Exception as exc:  # a bug must not end the readings; it is logged
-                    _log.exception("reading the namespace failed")
-                    self._fail(f"{type(exc).__name__}: {exc}")
+                reader = self._read_once(reader)
                 elapsed = time.monotonic() - started
                 self._stopping.wait(max(0.0, self._refresh_s - elapsed))
         finally:
             if reader is not None:
                 reader.close()
+
+    def _read_once(self, reader: BacklogReader | None) -> BacklogReader | None:
+        """One reading of the status, on ``reader`` (opened if None); returns the reader."""
+        began = self._clock()
+        try:
+            if reader is None:
+                reader = BacklogReader(
+                    self._settings, timeout=self._timeout, dead_letters=self._dead_letters
+                )
+            self._take(read_status(self._settings, timeout=self._timeout, reader=reader))
+        except KafkaUnavailableError as exc:
+            self._fail(str(exc), unreachable_since=began)
+        except PipelineError as exc:
+            self._fail(str(exc))
+        except Exception as exc:  # a bug must not end the readings; it is logged
+            _log.exception("reading the namespace failed")
+            self._fail(f"{type(exc).__name__}: {exc}")
+        return reader
 
     def _run_before(self) -> None:
         """Run ``before``; a failure is logged once until it changes, never fatal."""
@@ -160,11 +223,18 @@ class Monitor:
             if self.problem is not None:
                 _log.info("reading the namespace again")
             self.problem = None
+            self.outage = None
             self._read.notify_all()
 
-    def _fail(self, problem: str) -> None:
+    def _fail(self, problem: str, *, unreachable_since: float | None = None) -> None:
+        """A failed reading; ``unreachable_since``: Kafka did not answer it, begun then."""
         with self._read:
             if problem != self.problem:
                 _log.warning("reading the namespace failed: %s", problem)
             self.problem = problem
+            if unreachable_since is None:
+                self.outage = None  # Kafka answered (a topic missing, say): it is up
+            else:
+                since = unreachable_since if self.outage is None else self.outage.since
+                self.outage = Outage(since, problem)
             self._read.notify_all()

@@ -9,6 +9,7 @@ from: submitting the same form twice enqueues one job, run once.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -86,8 +87,9 @@ def read_rows(settings: Settings, timeout: float) -> list[ScheduleRow]:
 def schedules_page(request: Request) -> Response:
     dashboard = dashboard_of(request)
     context: dict[str, object] = {"page": "schedules", "rendered_at": now_ms()}
+    settings = dashboard.settings
     try:
-        context["rows"] = read_rows(dashboard.settings, timeout=10.0)
+        context["rows"] = dashboard.monitor.guarded(lambda: read_rows(settings, timeout=10.0))
     except PipelineError as exc:  # Kafka unreachable, or the topics missing: not a page of none
         context.update(rows=[], error=str(exc))
         return dashboard.render(request, "schedules.html", context, status_code=503)
@@ -115,14 +117,14 @@ async def schedule_action(request: Request) -> Response:
     if action not in ACTIONS:
         raise HTTPException(404, f"no schedule action {action!r}")
     name = _schedule_name(request)
-    settings = dashboard.settings
+    settings, guarded = dashboard.settings, dashboard.monitor.guarded
     target: dict[str, object] = {"schedule": name}
     try:
         if action == "pause":
-            await run_in_threadpool(pause_schedule, settings, name, timeout=10.0)
+            await run_in_threadpool(guarded, partial(pause_schedule, settings, name, timeout=10.0))
             notice = f"Schedule {name} paused: it fires no more until resumed."
         elif action == "resume":
-            await run_in_threadpool(resume_schedule, settings, name, timeout=10.0)
+            await run_in_threadpool(guarded, partial(resume_schedule, settings, name, timeout=10.0))
             notice = f"Schedule {name} resumed."
         else:
             raw_at = form.get("at")
@@ -133,7 +135,8 @@ async def schedule_action(request: Request) -> Response:
                     400, f"'at' must be epoch milliseconds, got {raw_at!r}"
                 ) from None
             target["at"] = at
-            job = await run_in_threadpool(trigger_schedule, settings, name, at, timeout=10.0)
+            trigger = partial(trigger_schedule, settings, name, at, timeout=10.0)
+            job = await run_in_threadpool(guarded, trigger)
             target["job_id"] = job.id
             notice = f"Schedule {name} triggered: job {job.id} enqueued."
     except PipelineError as exc:
