@@ -16,6 +16,12 @@ A record, not an offset committed with the transaction (``send_offsets_to_transa
 call can block past its timeout, for good, when the broker it cached as the group coordinator
 went away (librdkafka issues 5456 and 5511), which a broker restart in the middle of a batch
 did to the relay.
+
+Creating the topic fails for good when Kafka refuses it for what it is: a name that collides with
+an existing topic's once '.' and '_' are taken as one (tables ``billing.outbox`` and
+``billing_outbox`` of one namespace), a config or a topic policy the cluster refuses. The relay
+then stops with a :class:`~pipeline.ConfigurationError` naming the topic (exit code 2), instead
+of trying again every few seconds for ever; an outage or a timeout is tried again.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from .._errors import ConfigurationError
 from .._settings import Settings
 from ._dialect import OutboxRow
 
@@ -46,6 +53,17 @@ MARK = "outbox-relay/2:"
 """What a progress record starts with (the format's version)."""
 _MARK_IDS_ONLY = "outbox-relay/1:"
 """The first format: the ids alone."""
+_REFUSED_FOR_GOOD = {
+    KafkaError.TOPIC_EXCEPTION: "its name is invalid, or collides with an existing topic's "
+    "once '.' and '_' are taken as one: use another table name or namespace",
+    KafkaError.INVALID_PARTITIONS: "create it beforehand: compacted, one partition",
+    KafkaError.INVALID_CONFIG: "create it beforehand (compacted, one partition), or change the "
+    "settings' topics options",
+    KafkaError.POLICY_VIOLATION: "create it beforehand (compacted, one partition), or have the "
+    "cluster's topic policy take it",
+}
+"""Refusals of the creation that trying again will not change, and what to do about each.
+(INVALID_REPLICATION_FACTOR is tried again: Kafka answers it while brokers restart.)"""
 MAX_RANGES = 10_000
 """The most id ranges a batch's record lists. A range is at most 40 characters (two 19-digit
 ids, a dash, a comma), so a record is at most about 400 KB: well under the 1,000,000 bytes of
@@ -122,7 +140,9 @@ class RelayProgress:
         )
 
     def ensure_topic(self, timeout: float) -> None:
-        """Create the topic unless it exists (compacted: one live record per table)."""
+        """Create the topic unless it exists (compacted: one live record per table). Raises
+        :class:`ConfigurationError` when Kafka refuses it for good, :class:`KafkaException`
+        when it may take it later (it does not answer in ``timeout``, among others)."""
         t = self.settings.topics
         spec = NewTopic(
             self.topic,
@@ -139,9 +159,20 @@ class RelayProgress:
         future = admin.create_topics([spec], request_timeout=timeout)[self.topic]
         try:
             future.result(timeout)
+        except TimeoutError as exc:  # concurrent.futures' (the built-in one since 3.11)
+            error = KafkaError(KafkaError._TIMED_OUT, f"creating {self.topic} timed out")
+            raise KafkaException(error) from exc
         except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise
+            error = exc.args[0]
+            if error.code() == KafkaError.TOPIC_ALREADY_EXISTS:
+                return
+            todo = _REFUSED_FOR_GOOD.get(error.code())
+            if todo is not None:
+                raise ConfigurationError(
+                    f"Kafka refuses to create the outbox relay's topic {self.topic!r} "
+                    f"({error.str()}): {todo}"
+                ) from exc
+            raise
 
     def value(self, rows: Sequence[OutboxRow]) -> bytes:
         """The record of the batch of ``rows`` (in id order)."""

@@ -22,9 +22,9 @@ While Kafka does not answer, the batch is retried (a warning each time, the rows
 the last committed record is read back as at takeover: a commit that timed out in librdkafka may
 have gone through, and its rows are then deleted rather than published again. A row
 for a topic Kafka does not have waits, with the rows after it, until the topic exists, and a
-row whose topic name Kafka refuses waits until it is fixed or deleted (:mod:`._topicgate`);
-while the database does not answer, the relay gives up being active and tries again as a
-standby.
+row whose topic name Kafka refuses waits until it is fixed or deleted (:mod:`._topicgate`), as
+does a row whose columns have the wrong types (:mod:`._typegate`); while the database does not
+answer, the relay gives up being active and tries again as a standby.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,8 +55,9 @@ from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
 from ._lock import RelayLock, lock_for
 from ._progress import CommittedBatch, RelayProgress, batch_digest, progress_topic
 from ._sizegate import SizeGate
-from ._stall import StallWatch
+from ._stall import StallWatch, saying_kafka_is_away
 from ._topicgate import TopicGate
+from ._typegate import TypeGate
 from ._writer import create_table
 
 __all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
@@ -68,7 +68,9 @@ _LOCK_CHECK_S = 1.0
 _CLIENT = "outbox relay"
 """The relay's producer, in the health tracker's lines."""
 _AWAY_LOG_S = 30.0
-"""How often a relay waiting for Kafka to answer says so."""
+"""How often a relay waiting for the database or Kafka to answer says so."""
+_Gates = tuple[TypeGate, TopicGate, SizeGate]
+"""What holds a batch's rows from its first that may not go out yet, in the order they ask."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,7 +189,7 @@ class OutboxRelay:
                 options.table,
                 settings.bootstrap_servers,
             )
-            waiting = _saying_kafka_is_away(stop, settings.bootstrap_servers, txn.producer.poll)
+            waiting = saying_kafka_is_away(stop, settings.bootstrap_servers, txn.producer.poll)
             if not txn.init_until(waiting):
                 return
             progress = RelayProgress(settings, options.table)
@@ -195,8 +197,11 @@ class OutboxRelay:
                 return
             self.active.set()
             health = BrokerHealth.of(settings.bootstrap_servers)
-            gate = TopicGate(options.table, producer)
-            sizes = SizeGate(options.table, message_max_bytes(settings))
+            gates = (
+                TypeGate(options.table),
+                TopicGate(options.table, producer),
+                SizeGate(options.table, message_max_bytes(settings)),
+            )
             checked = time.monotonic()
             while not stop.is_set():
                 if time.monotonic() - checked >= _LOCK_CHECK_S:
@@ -205,16 +210,7 @@ class OutboxRelay:
                         return
                     checked = time.monotonic()
                 txn.producer.poll(0)  # serves librdkafka's callbacks: its errors, health lines
-                rows = read_batch(
-                    connection, dialect, options.table, options.batch_size, options.batch_max_bytes
-                )
-                if not rows:
-                    stop.wait(options.poll_interval_s)
-                    continue
-                rows = rows[: gate.passable(rows)]
-                rows = rows[: sizes.passable(rows)]
-                if not rows:  # the first row's topic is invalid or missing, or it is too large
-                    stop.wait(options.retry_s)
+                if not (rows := self._next_rows(connection, dialect, gates, stop)):
                     continue
                 if not self._publish(txn, rows, progress, stall):
                     stop.wait(options.retry_s)
@@ -235,6 +231,26 @@ class OutboxRelay:
                 progress.close()
             stall.close()
             connection.close()
+
+    def _next_rows(
+        self, connection: Any, dialect: Dialect, gates: _Gates, stop: threading.Event
+    ) -> list[OutboxRow]:
+        """The next batch up to its first row that waits (each gate logs why); none, after a
+        pause: the table is empty, or its first row waits."""
+        options = self.options
+        batch = read_batch(
+            connection, dialect, options.table, options.batch_size, options.batch_max_bytes
+        )
+        if not batch and batch.malformed is None:
+            stop.wait(options.poll_interval_s)
+            return []
+        types, topics, sizes = gates
+        rows = batch[: types.passable(batch)]
+        rows = rows[: topics.passable(rows)]
+        rows = rows[: sizes.passable(rows)]
+        if not rows:  # the first row is malformed, its topic invalid or missing, or too large
+            stop.wait(options.retry_s)
+        return rows
 
     def _settle(self, txn: Transactions, stop: threading.Event) -> bool:
         """Learn the outcome of a commit Kafka did not confirm (:attr:`Transactions.committing`)
@@ -380,28 +396,3 @@ class OutboxRelay:
             when_fenced="another relay of this table became active",
             timeout_s=10.0,
         )
-
-
-def _saying_kafka_is_away(
-    stop: threading.Event, servers: str, poll: Callable[[float], object]
-) -> Callable[[], bool]:
-    """``stop.is_set``, for :meth:`Transactions.init_until`, which calls it before each try
-    to register the transactional id: from the second on, Kafka did not answer; say so at
-    once, then every :data:`_AWAY_LOG_S` seconds. Each call also serves the producer's
-    callbacks (``poll``), so that its health lines come while the outage lasts."""
-    tries = 0
-    logged = 0.0
-
-    def stopped() -> bool:
-        nonlocal tries, logged
-        poll(0)
-        tries += 1
-        if tries > 1 and time.monotonic() - logged >= _AWAY_LOG_S:
-            logged = time.monotonic()
-            _log.warning(
-                "Kafka at %s is unreachable: the rows wait in the table until it answers",
-                servers,
-            )
-        return stop.is_set()
-
-    return stopped

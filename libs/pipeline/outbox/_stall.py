@@ -1,15 +1,19 @@
-"""A log line while Kafka holds up a batch: librdkafka's transactional calls block (and serve
-no callbacks) while it retries, so the relay's own thread cannot say that it waits."""
+"""Log lines while Kafka holds up a batch: librdkafka's transactional calls block (and serve
+no callbacks) while it retries, so the relay's own thread cannot say that it waits; and while
+Kafka does not answer the registration of the relay's transactional id."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from collections.abc import Callable
 
-__all__ = ["StallWatch"]
+__all__ = ["StallWatch", "saying_kafka_is_away"]
 
 _log = logging.getLogger("pipeline.outbox")
+_AWAY_LOG_S = 30.0
+"""How often a relay waiting for Kafka to answer its registration says so."""
 
 
 class StallWatch:
@@ -61,3 +65,28 @@ class StallWatch:
                     now - since,
                     self._table,
                 )
+
+
+def saying_kafka_is_away(
+    stop: threading.Event, servers: str, poll: Callable[[float], object]
+) -> Callable[[], bool]:
+    """``stop.is_set``, for :meth:`Transactions.init_until`, which calls it before each try
+    to register the transactional id: from the second on, Kafka did not answer; say so at
+    once, then every :data:`_AWAY_LOG_S` seconds. Each call also serves the producer's
+    callbacks (``poll``), so that its health lines come while the outage lasts."""
+    tries = 0
+    logged = 0.0
+
+    def stopped() -> bool:
+        nonlocal tries, logged
+        poll(0)
+        tries += 1
+        if tries > 1 and time.monotonic() - logged >= _AWAY_LOG_S:
+            logged = time.monotonic()
+            _log.warning(
+                "Kafka at %s is unreachable: the rows wait in the table until it answers",
+                servers,
+            )
+        return stop.is_set()
+
+    return stopped
