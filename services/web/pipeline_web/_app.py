@@ -118,7 +118,7 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
     Mount it in an ASGI service, or serve it with ``pipeline web``. It reads Kafka from a
     background thread started with the application's lifespan; ``timeout`` bounds each read.
     """
-    from . import _jobsview, _letters, _overview, _schedules
+    from . import _jobsview, _letteractions, _letters, _overview, _schedules
 
     web = settings.web
     environment = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=True)
@@ -148,6 +148,7 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
         *_overview.ROUTES,
         *_jobsview.ROUTES,
         *_letters.ROUTES,
+        *_letteractions.ROUTES,
         *_schedules.ROUTES,
         Route("/login", _login_page, methods=["GET", "POST"]),
         Route("/logout", _logout, methods=["POST"]),

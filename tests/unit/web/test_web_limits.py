@@ -10,7 +10,7 @@ import pytest
 
 from pipeline._deadletters import LetterFilter, LetterPage
 from pipeline._errors import KafkaUnavailableError
-from pipeline_web import _jobsview, _letters, _schedules
+from pipeline_web import _jobsview, _letteractions, _letters, _schedules
 from pipeline_web._dashboard import JOB_LOOKUPS
 
 from .conftest import MakeDashboard
@@ -74,7 +74,7 @@ def test_a_bulk_action_of_too_many_alternatives_is_refused(
     app: Starlette, scans: list[LetterFilter | None], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     acted = _Acted()
-    monkeypatch.setattr(_letters, "_act", acted)
+    monkeypatch.setattr(_letteractions, "_act", acted)
     client = _client(app)
     form = {"csrf": _csrf(client), "type": _alternatives(500)}
     scans.clear()  # the page that gave the CSRF token queried the index

@@ -15,7 +15,7 @@ from pipeline import Settings
 from pipeline._errors import KafkaUnavailableError
 from pipeline._job import now_ms
 from pipeline._websettings import WebSettings
-from pipeline_web import _letters, _schedules
+from pipeline_web import _letteractions, _schedules
 from pipeline_web._notices import NOTICE_MAX_AGE_S, notice_of, signed_notice
 from pipeline_web._schedules import ScheduleRow
 from pipeline_web._security import Gate
@@ -89,7 +89,7 @@ def test_the_notice_of_an_action_is_shown_on_the_page_it_redirects_to(app: Starl
 def test_a_dead_letter_action_shows_its_notice(
     app: Starlette, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_letters, "_act", lambda *args: _letters.ActionReport([], 2, 1))
+    monkeypatch.setattr(_letteractions, "_act", lambda *args: _letteractions.ActionReport([], 2, 1))
     found: Dashboard = app.state.dashboard
     monkeypatch.setattr(found.letters, "refresh", lambda *args, **kwargs: None)
     client = _client(app)

@@ -17,7 +17,7 @@ from pipeline._backlogmodel import GroupMembers
 from pipeline._errors import KafkaUnavailableError, TopicMissingError
 from pipeline._job import now_ms
 from pipeline._status import StatusSnapshot
-from pipeline_web import _jobsview, _letters, _monitor, _schedules
+from pipeline_web import _jobsview, _letteractions, _monitor, _schedules
 from pipeline_web._monitor import KafkaDownError, Monitor, Outage
 
 from .conftest import T0, FakeClock, MakeDashboard
@@ -118,7 +118,7 @@ def _ask(app: Starlette, client: TestClient, page: str, monkeypatch: pytest.Monk
     elif page in ("pause", "trigger"):
         monkeypatch.setattr(_schedules, f"{page}_schedule", reads)
     else:
-        monkeypatch.setattr(_letters, "read_dead_letters", reads)
+        monkeypatch.setattr(_letteractions, "read_dead_letters", reads)
         monkeypatch.setattr(dashboard(app).letters, "refresh", reads)
     return reads
 

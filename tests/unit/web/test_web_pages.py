@@ -27,7 +27,7 @@ from pipeline._deadletters import (
 from pipeline._errors import KafkaUnavailableError
 from pipeline._job import Job, now_ms
 from pipeline._records import DeadLetter, Schedule
-from pipeline_web import _letters, _schedules
+from pipeline_web import _letteractions, _schedules
 from pipeline_web._schedules import ScheduleRow
 
 from .conftest import MakeDashboard
@@ -84,21 +84,21 @@ def _add_letter(app: Starlette, dead_at: int, job_type: str = "email.send") -> D
 
 
 class _Acted:
-    """Stands for :func:`_letters._act`: records the filter and acts on nothing."""
+    """Stands for :func:`_letteractions._act`: records the filter and acts on nothing."""
 
     def __init__(self) -> None:
         self.filters: list[LetterFilter] = []
 
-    def __call__(self, *args: Any) -> _letters.ActionReport:
+    def __call__(self, *args: Any) -> _letteractions.ActionReport:
         self.filters.append(args[2])
-        return _letters.ActionReport([], 0)
+        return _letteractions.ActionReport([], 0)
 
 
 @pytest.fixture
 def acted(app: Starlette, monkeypatch: pytest.MonkeyPatch) -> _Acted:
     """The actions act on nothing, and the index refresh after them reads nothing."""
     recorder = _Acted()
-    monkeypatch.setattr(_letters, "_act", recorder)
+    monkeypatch.setattr(_letteractions, "_act", recorder)
     monkeypatch.setattr(dashboard(app).letters, "refresh", lambda *args, **kwargs: None)
     return recorder
 
@@ -288,8 +288,8 @@ class _Topic:
 def topic(app: Starlette, monkeypatch: pytest.MonkeyPatch) -> _Topic:
     """A fresh read of the dead letters reads this topic, and a replay writes to it."""
     fake = _Topic()
-    monkeypatch.setattr(_letters, "read_dead_letters", fake.read)
-    monkeypatch.setattr(_letters, "replay_letters", fake.replay)
+    monkeypatch.setattr(_letteractions, "read_dead_letters", fake.read)
+    monkeypatch.setattr(_letteractions, "replay_letters", fake.replay)
     monkeypatch.setattr(dashboard(app).letters, "refresh", lambda *args, **kwargs: None)
     return fake
 
