@@ -66,7 +66,9 @@ class PartitionState:
         self.released = False
         """True once the revocation is over (its grace period waited for the running jobs):
         a job of this partition that ends later was given up, and the partition's next owner,
-        perhaps this worker again, runs it again. Loop thread."""
+        perhaps this worker again, runs it again. Loop thread; the consumer thread sets it too
+        when it hands the partition over without the loop's word (the revocation's wait gave
+        up), and moves of this assignment are not written from then on (see ..commit.moves)."""
         # Consumer thread writes: messages handed to the loop, one past the last handed offset,
         # and whether the partition is paused. Loop thread writes: messages taken out of the
         # buffer (started, skipped or dropped), so handed - taken is what the buffer holds.

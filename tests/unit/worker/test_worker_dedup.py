@@ -39,6 +39,7 @@ class HeldMover:
         done: Callable[[bool], None],
         *,
         move: bool = True,
+        state: PartitionState | None = None,
     ) -> None:
         assert not move
         self.records += records

@@ -16,6 +16,12 @@ the moves a drain wrote in one callback, not one per move: a worker whose jobs c
 idempotency keys submits one for every job, and a wake-up of the loop per job would cost the
 consumer thread and the loop more than the records do.
 
+A move belongs to the assignment of its partition it was submitted for (its
+:class:`PartitionState`), not just to the partition: a partition given up (its jobs still
+running past the revocation's wait, see :mod:`..intake.rebalance`) may be assigned to this
+worker again, and that next assignment reads and runs the job again. A move of an assignment
+that is over (``state.released``) is never written, whoever owns the partition now.
+
 What goes into the open transaction, and what becomes of it when Kafka aborts it or does not
 answer, is :mod:`.movetxn`'s.
 
@@ -43,7 +49,7 @@ from pipeline._topics import TopicNames
 from pipeline._transactions import STEP_TIMEOUT_S, Transactions
 
 from .marks import max_moved
-from .movetxn import Done, MoveTransaction, Pending, Where
+from .movetxn import Done, MoveTransaction, Pending, StateDone, Where
 from .txnconfig import transactional_config
 
 if TYPE_CHECKING:
@@ -51,6 +57,7 @@ if TYPE_CHECKING:
 
     from pipeline import Settings
 
+    from .._work import PartitionState
     from ..route.policy import Record
 
 _log = logging.getLogger("pipeline.worker.moves")
@@ -111,15 +118,29 @@ class Mover:
     # -- any thread ----------------------------------------------------------------------------
 
     def submit(
-        self, where: Where, offset: int, records: Sequence[Record], done: Done, *, move: bool = True
+        self,
+        where: Where,
+        offset: int,
+        records: Sequence[Record],
+        done: Done,
+        *,
+        move: bool = True,
+        state: PartitionState | None = None,
     ) -> None:
         """Queue a move; ``done(True)`` runs on the loop once it is in the open transaction,
         ``done(False)`` if the partition was given up first (the job is not finished then).
 
         ``move=False``: records that go with the offset of a job that stays where it is (the
         idempotency keys it settled); the offset is not skipped by a later owner.
+
+        ``state``: the assignment the move belongs to (a :class:`.movetxn.StateDone` ``done``
+        names it too). The move is written only while that assignment lasts: a partition given
+        up and assigned to this worker again is another assignment, which runs the job again
+        (``done(False)`` then). Without it, whichever assignment owns ``where`` takes the move.
         """
-        self._queue.append(Pending(where, offset, records, done, move))
+        if state is None and type(done) is StateDone:
+            state = done.state
+        self._queue.append(Pending(where, offset, records, done, move, state))
 
     # -- consumer thread -----------------------------------------------------------------------
 
@@ -141,6 +162,9 @@ class Mover:
                 pending = queue.popleft()
                 where = pending.where
                 if pending.move and not self._room(where, commit_point(where), pending.offset):
+                    if pending.given_up:  # not to wait for room in the next assignment
+                        self._resolve(pending, False)
+                        continue
                     self._waiting.setdefault(where, deque()).append(pending)
                     self._waiting_keys.update(self._keys(pending.records))
                     continue
@@ -162,8 +186,9 @@ class Mover:
             still: deque[Pending] = deque()
             for pending in self._waiting[where]:
                 # Not after Kafka stopped answering during this drain (MoveTransaction._rewrite).
-                if not self._transaction.unwritten and self._room(
-                    where, commit_point(where), pending.offset
+                if pending.given_up or (
+                    not self._transaction.unwritten
+                    and self._room(where, commit_point(where), pending.offset)
                 ):
                     self._unhold(pending.records)
                     wrote |= self._write(pending, owned)
@@ -237,7 +262,9 @@ class Mover:
         return [(r.partition, r.key) for r in records if r.topic == changelog]
 
     def _write(self, pending: Pending, owned: Callable[[Where], bool]) -> bool:
-        if not owned(pending.where):
+        """Write ``pending`` if its assignment still owns its partition (see :meth:`submit`)."""
+        state = pending.state
+        if not owned(pending.where) or (state is not None and state.released):
             self._resolve(pending, False)
             return False
         self._transaction.write(pending, owned)
@@ -291,7 +318,8 @@ class Mover:
                     self._resolve(pending, False)
             # Moves submitted for the assignment that ends here and not drained yet: a drain
             # after the partition came back would write them into the next one. The loop may
-            # append meanwhile (only moves of partitions still owned): one turn of the queue.
+            # append meanwhile: one turn of the queue (a late move of this assignment is
+            # refused by the drain, its assignment being released by now, see _write).
             queue = self._queue
             for _ in range(len(queue)):
                 pending = queue.popleft()

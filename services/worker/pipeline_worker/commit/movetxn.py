@@ -26,6 +26,7 @@ from pipeline._ratelog import RateLimitedLog
 from pipeline._transactions import Transactions
 
 if TYPE_CHECKING:
+    from .._work import PartitionState
     from ..route.policy import Record
 
 _log = logging.getLogger("pipeline.worker.moves")
@@ -43,18 +44,50 @@ not committed (:meth:`MoveTransaction.stranded`)."""
 class Pending:
     """A move submitted by the loop: its partition, offset and records, and whom to tell."""
 
-    __slots__ = ("done", "move", "offset", "records", "where", "written")
+    __slots__ = ("done", "move", "offset", "records", "state", "where", "written")
 
     def __init__(
-        self, where: Where, offset: int, records: Sequence[Record], done: Done, move: bool
+        self,
+        where: Where,
+        offset: int,
+        records: Sequence[Record],
+        done: Done,
+        move: bool,
+        state: PartitionState | None = None,
     ) -> None:
         self.where = where
         self.offset = offset
         self.records = records
         self.done = done
         self.move = move
+        self.state = state
+        """The assignment of ``where`` it belongs to (None: whichever owns ``where``): once that
+        assignment is over (``state.released``) it is not written, even if ``where`` is ours
+        again, since the next assignment runs its job again."""
         self.written = 0
         """Its place in the order of writes (a rewrite keeps that order)."""
+
+    @property
+    def given_up(self) -> bool:
+        """Whether the assignment it came from is over (see :attr:`state`)."""
+        state = self.state
+        return state is not None and state.released
+
+
+class StateDone:
+    """A move's ``done`` that names the assignment (the partition's :class:`PartitionState`)
+    the move belongs to, for a move that reaches :meth:`.moves.Mover.submit` through code that
+    passes only ``done`` on (the failure router): the mover ties the move to ``state`` as if
+    it had been given ``state=``."""
+
+    __slots__ = ("call", "state")
+
+    def __init__(self, state: PartitionState, call: Done) -> None:
+        self.state = state
+        self.call = call
+
+    def __call__(self, done: bool) -> None:
+        self.call(done)
 
 
 class MoveTransaction:

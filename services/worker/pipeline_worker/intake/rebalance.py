@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from pipeline._errors import TransactionError, TransactionFencedError
+
 from .._work import PartitionState
 from ..commit.committer import describe
 
@@ -180,6 +182,14 @@ class Rebalance:
                     future.result(timeout=0.02)
             future.result(timeout=0)
         except Exception as exc:
+            # Handed over all the same (the loop is blocked, or its revoke failed): the jobs
+            # still running are given up now, as the loop's revoke does at the end of the grace
+            # period, so that none of them is moved or settles its key later, perhaps into the
+            # partition's next assignment (Endings, Mover._write).
+            for state in states:
+                state.released = True
+            if isinstance(exc, (TransactionError, TransactionFencedError)):
+                raise  # the moves' producer failed for good: the consumer thread stops
             _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

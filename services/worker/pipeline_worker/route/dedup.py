@@ -139,8 +139,10 @@ class Deduplicator:
         writes, self._writes = self._writes, {}
         for state, (records, offsets, done) in writes.items():
             where = (state.topic, state.partition)
+            # Tied to ``state``: not written into a later assignment of the partition, which
+            # runs these jobs again (their offsets stay unfinished here).
             self._mover.submit(
-                where, -1, records, functools.partial(done, state, offsets), move=False
+                where, -1, records, functools.partial(done, state, offsets), move=False, state=state
             )
 
     def expire(self) -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pipeline import DecodeError, UnknownJobTypeError
 from pipeline._dedup import KeyOutcome
 
+from ..commit.movetxn import StateDone
 from .outcome import Outcome, OutcomeKind
 from .policy import Failure, Record
 
@@ -133,7 +134,8 @@ class Endings:
             keys = None
             if dedup is not None:
                 keys = functools.partial(self.moved_key, dedup, work)
-            router.route(failure, lambda moved: self._moved(work, moved), keys)
+            # Tied to this assignment: written only while it lasts (see Mover.submit).
+            router.route(failure, StateDone(state, functools.partial(self._moved, work)), keys)
             return
         if dedup is not None and self._write_key(dedup, work, kind is OutcomeKind.SUCCEEDED):
             return
@@ -143,6 +145,9 @@ class Endings:
         """A job with an idempotency key succeeded, with no middleware to tell (the processor
         counted it): its key is settled in the transaction that commits its offset."""
         assert self._dedup is not None
+        if work.state.released:  # given up, as in _ended: the next assignment runs it again
+            self._resolve(work, False)
+            return
         if not self._write_key(self._dedup, work, True):
             self._resolve(work, True)
 
@@ -242,7 +247,8 @@ class Endings:
             extra={"job_id": job.id, "job_type": job.type},
         )  # fmt: skip
         self._router.defer(state.topic, state.partition, work.offset, job, work.key,
-                           lambda done: self._deferred(work, done), keys)  # fmt: skip
+                           StateDone(state, functools.partial(self._deferred, work)),
+                           keys)  # fmt: skip
 
     def _deferred(self, work: Work, done: bool) -> None:
         """The deferral is in the open transaction (or was given up): finish the offset."""
@@ -315,7 +321,7 @@ class Endings:
                     if headers
                     else None,
                 )
-                self._router.route(failure, finished)
+                self._router.route(failure, StateDone(state, finished))
                 return
             finished(done)
 
