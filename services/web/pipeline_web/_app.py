@@ -25,6 +25,7 @@ from starlette.templating import Jinja2Templates
 from pipeline._deadletters import LetterIndex
 
 from ._audit import AuditLog
+from ._csrf import cross_site_refusal
 from ._dashboard import Dashboard, dashboard_of, read_new_letters
 from ._format import FILTERS
 from ._monitor import Monitor
@@ -46,6 +47,10 @@ class _Authenticate(BaseHTTPMiddleware):
     ) -> Response:
         dashboard = dashboard_of(request)
         dashboard.monitor.start()  # mounted in a service whose lifespan does not reach us
+        # A POST from another site is refused before its credentials are checked, so that a
+        # login another site posts from an operator's browser counts no failure.
+        if (cross_site := cross_site_refusal(request)) is not None:
+            return cross_site
         who, refusal = dashboard.gate.admit(request)
         if refusal is not None:
             return refusal

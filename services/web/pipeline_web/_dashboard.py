@@ -11,8 +11,9 @@ from starlette.exceptions import HTTPException
 
 from pipeline._deadletters import LetterFilter, LetterIndex
 
+from ._csrf import CSRF_FIELD, csrf_matches, csrf_token, set_csrf_cookie
 from ._notices import notice_of
-from ._security import CSRF_FIELD, SESSION_COOKIE, csrf_matches, csrf_token, set_csrf_cookie
+from ._security import SESSION_COOKIE
 
 if TYPE_CHECKING:
     from starlette.datastructures import FormData
@@ -105,7 +106,8 @@ class Dashboard:
         return await self.checked_form(request)
 
     async def checked_form(self, request: Request) -> FormData:
-        """The form of a POST, once it passed the CSRF check."""
+        """The form of a POST, once it passed the CSRF check (the middleware already refused
+        one from another site: see ``_csrf``)."""
         form = await request.form()
         submitted = form.get(CSRF_FIELD)
         if not csrf_matches(request, submitted if isinstance(submitted, str) else None, self.gate):

@@ -16,13 +16,9 @@ Authentication, by ``web.*`` settings:
 Credentials that fail (at ``/login`` or in the ``Authorization`` header) count against the
 client's address; too many lock it out for a while (:class:`~._throttle.LoginThrottle`).
 
-Every action is a POST carrying a CSRF token: the value of a random ``pipeline_csrf``
-cookie (``SameSite=Strict``), repeated in the form (the double-submit pattern). The cookie is
-signed (an HMAC keyed by the credentials, or by a key of the process without them), so a
-cookie planted by another site of the same host or domain (another port of localhost, a
-sibling subdomain) is not one. A POST whose token is missing, differs, or is not signed is
-refused with 403, and so is any POST in read-only mode.
-Both cookies are HttpOnly, and ``Secure`` when the request came over HTTPS. Secrets are
+Which requests may change anything (the CSRF token, and where a POST comes from) is
+``_csrf``'s; it asks the gate who a request is from (:meth:`Gate.csrf_principal`).
+The session cookie is HttpOnly, and ``Secure`` when the request came over HTTPS. Secrets are
 compared in constant time and never rendered or logged.
 """
 
@@ -51,8 +47,6 @@ if TYPE_CHECKING:
     from pipeline._websettings import WebSettings
 
 SESSION_COOKIE = "pipeline_session"
-CSRF_COOKIE = "pipeline_csrf"
-CSRF_FIELD = "csrf"
 CLOCK_SKEW_S = 60
 """How far in the future a session's issue time may be: replicas' clocks differ a little."""
 # /logout only clears the session cookie, so it needs no session: one that has just expired
@@ -83,7 +77,8 @@ def host_name(header: str | None) -> str | None:
     return header.rpartition(":")[0].lower() if ":" in header else header.lower()
 
 
-def _same(given: str, expected: str) -> bool:
+def same_secret(given: str, expected: str) -> bool:
+    """Whether ``given`` equals ``expected``, compared in constant time."""
     return hmac.compare_digest(given.encode(), expected.encode())
 
 
@@ -97,27 +92,13 @@ class Gate:
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
     """Failed credential attempts per client address, and the addresses locked out."""
     _process_key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
-    """Signs the CSRF cookies and notices when no credentials are set (one process serves
+    """Signs the CSRF tokens and notices when no credentials are set (one process serves
     then)."""
 
-    def new_csrf(self) -> str:
-        """A new CSRF cookie: a random nonce and its HMAC."""
-        nonce = secrets.token_urlsafe(24)  # letters, digits, "-" and "_": never a "."
-        return f"{nonce}.{self._csrf_mac(nonce)}"
-
-    def csrf_signed(self, cookie: str) -> bool:
-        """Whether ``cookie`` is a CSRF cookie this dashboard (any replica with the same
-        credentials) issued, not one another site of the same domain planted."""
-        nonce, dot, mac = cookie.rpartition(".")
-        return bool(dot) and _same(mac, self._csrf_mac(nonce))
-
-    def _csrf_mac(self, nonce: str) -> str:
-        return self.mac("csrf", nonce)
-
     def mac(self, purpose: str, message: str) -> str:
-        """An HMAC of ``message`` for ``purpose`` (``csrf``, ``notice``), keyed by the
-        credentials (replicas with the same ones agree), or by a key of the process without
-        them; a value signed for one purpose is not one for another."""
+        """An HMAC of ``message`` for ``purpose`` (``csrf``, ``csrf-principal``, ``notice``),
+        keyed by the credentials (replicas with the same ones agree), or by a key of the
+        process without them; a value signed for one purpose is not one for another."""
         web = self.web
         if web.token is not None:
             secret = web.token.get_secret_value().encode()
@@ -137,16 +118,22 @@ class Gate:
     def session_valid(self, cookie: str | None) -> bool:
         """Whether ``cookie`` is a session this token issued, neither too old nor from the
         future (beyond :data:`CLOCK_SKEW_S`)."""
+        if not self.session_signed(cookie):
+            return False
+        assert cookie is not None
+        age = self.clock() - int(cookie.partition(".")[0])
+        return -CLOCK_SKEW_S <= age <= self.web.session_max_age_s
+
+    def session_signed(self, cookie: str | None) -> bool:
+        """Whether ``cookie`` is a session this token issued, however old: only a client that
+        had the token can hold one."""
         if self.web.token is None or cookie is None:
             return False
         found = _SESSION.fullmatch(cookie)
         if found is None:
             return False
         issued, mac = found.groups()
-        if not _same(mac, self._session_mac(issued)):
-            return False
-        age = self.clock() - int(issued)
-        return -CLOCK_SKEW_S <= age <= self.web.session_max_age_s
+        return same_secret(mac, self._session_mac(issued))
 
     def _session_mac(self, issued: str) -> str:
         assert self.web.token is not None
@@ -155,7 +142,7 @@ class Gate:
         return hmac.new(key, message, hashlib.sha256).hexdigest()
 
     def token_matches(self, given: str) -> bool:
-        return self.web.token is not None and _same(given, self.web.token.get_secret_value())
+        return self.web.token is not None and same_secret(given, self.web.token.get_secret_value())
 
     def host_allowed(self, request: Request) -> bool:
         """Whether ``request`` names the dashboard by a loopback name or an allowed one."""
@@ -168,20 +155,44 @@ class Gate:
         if not web.auth_enabled:
             local = is_loopback(client_address(request)) and self.host_allowed(request)
             return "local" if local else None
-        header = request.headers.get("authorization", "")
-        scheme, _, value = header.partition(" ")
-        if web.token is not None:
-            if scheme.lower() == "bearer" and self.token_matches(value.strip()):
-                return "token"
-            if self.session_valid(request.cookies.get(SESSION_COOKIE)):
-                return "token"
-        if web.username is not None and web.password is not None and scheme.lower() == "basic":
-            try:
-                user, _, password = base64.b64decode(value).decode().partition(":")
-            except ValueError:  # not base64 (or not ASCII at all), or not UTF-8
-                return None
-            if _same(user, web.username) and _same(password, web.password.get_secret_value()):
-                return user
+        if self._bearer_matches(request):
+            return "token"
+        if self.session_valid(request.cookies.get(SESSION_COOKIE)):
+            return "token"
+        return self._basic_user(request)
+
+    def csrf_principal(self, request: Request) -> str | None:
+        """What a CSRF token of ``request`` is bound to (see ``_csrf``), with credentials set:
+        its bearer token, its session cookie (an expired one too, so that it can still log
+        out), or its basic user; None when it has none of them (a stranger at the login page).
+        Without credentials, None: the token is bound to a random cookie of the browser."""
+        if not self.web.auth_enabled:
+            return None
+        if self._bearer_matches(request):
+            return "bearer"
+        session = request.cookies.get(SESSION_COOKIE)
+        if session is not None and self.session_signed(session):
+            return f"session:{session}"
+        user = self._basic_user(request)
+        return None if user is None else f"user:{user}"
+
+    def _bearer_matches(self, request: Request) -> bool:
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and self.token_matches(value.strip())
+
+    def _basic_user(self, request: Request) -> str | None:
+        """The user of ``request``'s basic credentials when they are the right ones."""
+        web = self.web
+        scheme, _, value = request.headers.get("authorization", "").partition(" ")
+        if web.username is None or web.password is None or scheme.lower() != "basic":
+            return None
+        try:
+            user, _, password = base64.b64decode(value).decode().partition(":")
+        except ValueError:  # not base64 (or not ASCII at all), or not UTF-8
+            return None
+        right = web.password.get_secret_value()
+        if same_secret(user, web.username) and same_secret(password, right):
+            return user
         return None
 
     def presents_credentials(self, request: Request) -> bool:
@@ -258,7 +269,7 @@ def too_many_failures(wait: int) -> Response:
 
 def client_address(request: Request) -> str | None:
     """The address ``request`` came from, as the server saw it: behind a proxy, the one the
-    server took from the proxy's forwarded header, if it trusts it (see :func:`_https`)."""
+    server took from the proxy's forwarded header, if it trusts it (see :func:`is_https`)."""
     return request.client.host if request.client is not None else None
 
 
@@ -266,27 +277,6 @@ def _here(request: Request) -> str:
     """The path and query of ``request``, quoted to travel as one query parameter."""
     query = request.url.query
     return quote(f"{request.url.path}?{query}" if query else request.url.path, safe="/")
-
-
-def csrf_token(request: Request, gate: Gate) -> str:
-    """The request's CSRF token: its cookie's value, or a new one the response will set (also
-    in place of a cookie not signed here: planted, or from before new credentials)."""
-    existing = request.cookies.get(CSRF_COOKIE)
-    if existing and gate.csrf_signed(existing):
-        return existing
-    token: str | None = getattr(request.state, "new_csrf", None)
-    if token is None:
-        token = gate.new_csrf()
-        request.state.new_csrf = token
-    return token
-
-
-def set_csrf_cookie(request: Request, response: Response) -> None:
-    token: str | None = getattr(request.state, "new_csrf", None)
-    if token is not None:
-        response.set_cookie(
-            CSRF_COOKIE, token, httponly=True, samesite="strict", secure=_https(request)
-        )
 
 
 def set_session_cookie(request: Request, response: Response, gate: Gate) -> None:
@@ -297,26 +287,20 @@ def set_session_cookie(request: Request, response: Response, gate: Gate) -> None
         max_age=gate.web.session_max_age_s,
         httponly=True,
         samesite="strict",
-        secure=_https(request),
+        secure=is_https(request),
     )
 
 
 def clear_session_cookie(request: Request, response: Response) -> None:
     """Log the browser out. A copy of the cookie kept elsewhere stays valid until it expires
     (sessions are not stored): a new ``web.token`` ends every session at once."""
-    response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=_https(request))
+    secure = is_https(request)
+    response.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=secure)
 
 
-def _https(request: Request) -> bool:
+def is_https(request: Request) -> bool:
     """Whether ``request`` came over HTTPS, so its cookies may be ``Secure`` (a browser would
     not send them back over plain HTTP). Behind a proxy this is the scheme the server set: under
     ``pipeline web``, uvicorn takes X-Forwarded-Proto from the proxies it trusts (loopback,
     or ``FORWARDED_ALLOW_IPS``); the application itself trusts no forwarded header."""
     return request.url.scheme == "https"
-
-
-def csrf_matches(request: Request, submitted: str | None, gate: Gate) -> bool:
-    cookie = request.cookies.get(CSRF_COOKIE)
-    if not cookie or submitted is None:
-        return False
-    return _same(submitted, cookie) and gate.csrf_signed(cookie)

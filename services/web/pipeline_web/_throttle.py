@@ -9,8 +9,17 @@ success does not clear the count: a client with the right token sharing an addre
 with a guesser would otherwise reset the guesser's count.
 
 An IPv6 client counts by its /64 network, which one host usually holds whole. The table
-holds ``max_clients`` addresses at most: past that, the one whose last failure is oldest is
-forgotten, so an attacker cycling addresses cannot grow it without bound.
+holds ``max_clients`` addresses at most, and forgets an address only once it counts nothing
+any more: no failure for ``max(window_s, lockout_s)``, so neither a failure in the window
+nor a lockout. Forgetting one still locked, or still counting, would let an attacker failing
+from more addresses than the table holds (an IPv6 /48 holds 65,536 /64s) guess without
+bound. While the table is full of addresses that still count, an address not in it is
+refused as if locked, unchecked, until the oldest one is forgotten: guessing stays bounded
+(``max_failures`` per ``window_s`` for each address held). Only an attacker who keeps failing
+from ``max_clients`` addresses at once holds new addresses off that way; an address already
+held (an operator who mistyped once) keeps its own count, and a session already earned is
+not checked here. A global failure limit instead would let a handful of guesses from
+anywhere lock every operator out.
 """
 
 from __future__ import annotations
@@ -54,10 +63,6 @@ class _Client:
     last: float = 0.0
     locked_until: float = 0.0
 
-    def stale(self, now: float, window_s: float) -> bool:
-        """Whether it counts nothing any more: no failure in the window, and not locked."""
-        return self.last <= now - window_s and self.locked_until <= now
-
 
 @dataclass
 class LoginThrottle:
@@ -73,22 +78,34 @@ class LoginThrottle:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def retry_after(self, host: str | None) -> int | None:
-        """Whole seconds until ``host`` may try again, or None when it may now."""
+        """Whole seconds until ``host`` may try again, or None when it may now: a locked
+        address, or one not in a table full of addresses that still count."""
+        key = client_key(host)
         with self._lock:
-            found = self._clients.get(client_key(host))
-            if found is None:
+            now = self.clock()
+            self._forget(now)
+            found = self._clients.get(key)
+            if found is not None:
+                left = found.locked_until - now
+            elif len(self._clients) >= self.max_clients:
+                oldest = next(iter(self._clients.values()))
+                left = max(oldest.last + self._keep_s - now, 1.0)
+            else:
                 return None
-            left = found.locked_until - self.clock()
         return math.ceil(left) if left > 0 else None
 
     def failed(self, host: str | None) -> None:
         """Count a failed attempt of ``host``; the one that reaches ``max_failures`` within
-        ``window_s`` locks it out for ``lockout_s``."""
+        ``window_s`` locks it out for ``lockout_s``. An address not in a full table is not
+        added (:meth:`retry_after` refuses it anyway)."""
         key = client_key(host)
         now = self.clock()
         with self._lock:
+            self._forget(now)
             found = self._clients.pop(key, None)
             if found is None:
+                if len(self._clients) >= self.max_clients:
+                    return
                 found = _Client(deque(maxlen=self.max_failures))
             self._clients[key] = found  # last: the most recent failure
             found.last = now
@@ -99,11 +116,19 @@ class LoginThrottle:
             if len(failures) >= self.max_failures:
                 found.locked_until = now + self.lockout_s
                 failures.clear()
-            clients = self._clients
-            while len(clients) > self.max_clients or (
-                clients and next(iter(clients.values())).stale(now, self.window_s)
-            ):
-                clients.popitem(last=False)
+
+    @property
+    def _keep_s(self) -> float:
+        """How long after its last failure an address still counts at most: a lockout starts
+        at a failure, so past this it has no failure in the window and is not locked."""
+        return max(self.window_s, self.lockout_s)
+
+    def _forget(self, now: float) -> None:
+        """Drop the addresses that count nothing any more: the table is in the order of the
+        last failures, so they are the first ones (called with the lock held)."""
+        clients = self._clients
+        while clients and next(iter(clients.values())).last <= now - self._keep_s:
+            clients.popitem(last=False)
 
     def __len__(self) -> int:
         """How many addresses are held."""

@@ -18,7 +18,7 @@ from pipeline_web._chart import HEIGHT, WIDTH, rate_chart
 from pipeline_web._format import stamp
 from pipeline_web._letters import FilterError, parse_filter
 from pipeline_web._monitor import measure
-from pipeline_web._security import Gate, csrf_matches, is_loopback
+from pipeline_web._security import Gate, is_loopback
 
 NOW = 1_800_000_000_000
 
@@ -141,38 +141,6 @@ def test_basic_credentials_go_together_and_secrets_stay_out_of_the_settings_repr
     assert "t0ps3cret" not in repr(settings)
     assert "p4ss" not in repr(settings)
     assert settings.web.auth_enabled
-
-
-def test_the_csrf_token_must_equal_the_cookie() -> None:
-    gate = Gate(WebSettings())
-    cookie = gate.new_csrf()
-    request = _request(cookies={"pipeline_csrf": cookie})
-    assert csrf_matches(request, cookie, gate)
-    assert not csrf_matches(request, cookie[:-1] + "x", gate)
-    assert not csrf_matches(request, None, gate)
-    assert not csrf_matches(_request(), cookie, gate)
-
-
-@pytest.mark.parametrize(
-    "web",
-    [
-        WebSettings(),
-        WebSettings(token=SecretStr("t0ps3cret")),
-        WebSettings(username="ops", password=SecretStr("p4ss")),
-    ],
-)
-def test_a_csrf_cookie_planted_by_a_site_of_the_same_domain_is_refused(web: WebSettings) -> None:
-    """Another site of the same host (another port of localhost) or domain (a sibling
-    subdomain) can set a cookie the browser then sends here, and repeat its value in a
-    form: without the dashboard's signature it is not a CSRF token."""
-    gate = Gate(web)
-    for planted in ("abc", "abc.def", f"abc.{'0' * 64}"):
-        assert not csrf_matches(_request(cookies={"pipeline_csrf": planted}), planted, gate)
-    # Replicas with the same credentials accept each other's cookies; other credentials not.
-    issued = Gate(web).new_csrf()
-    request = _request(cookies={"pipeline_csrf": issued})
-    assert csrf_matches(request, issued, gate) is web.auth_enabled
-    assert not csrf_matches(request, issued, Gate(WebSettings(token=SecretStr("another"))))
 
 
 def test_the_filter_form_reads_as_the_cli_options() -> None:

@@ -189,7 +189,16 @@ def test_both_cookies_are_secure_when_the_request_came_over_https(app: Starlette
     assert _log_in(client)["pipeline_session"]["secure"]
     page = client.get("/dead-letters")
     assert page.status_code == 200
-    assert _set_cookies(page.headers.get_list("set-cookie"))["pipeline_csrf"]["secure"]
+    cookies = _set_cookies(page.headers.get_list("set-cookie"))
+    # Over HTTPS the CSRF cookie is a __Host- one: only this origin can set it, so it must
+    # be Secure, for the path / and without a domain.
+    assert "pipeline_csrf" not in cookies
+    csrf = cookies["__Host-pipeline_csrf"]
+    assert csrf["secure"]
+    assert csrf["path"] == "/"
+    assert not csrf["domain"]
+    assert csrf["httponly"]
+    assert csrf["samesite"].lower() == "strict"
 
 
 def test_a_forwarded_scheme_is_left_to_the_server_in_front(app: Starlette) -> None:

@@ -85,6 +85,60 @@ def test_an_attacker_cycling_addresses_does_not_grow_the_table_past_its_bound() 
     assert len(throttle) == 1
 
 
+def test_a_locked_address_is_not_forgotten_to_make_room_for_others() -> None:
+    """An attacker failing from more addresses than the table holds (an IPv6 /48 holds
+    65,536 /64s) must not cycle the locks away: an address not in a full table is refused as
+    if locked, until the oldest one held counts nothing any more."""
+    clock = FakeClock()
+    throttle = LoginThrottle(max_failures=2, window_s=60, lockout_s=120, max_clients=3, clock=clock)
+    for address in ("10.0.0.1", "10.0.0.2", "10.0.0.3"):
+        throttle.failed(address)
+        throttle.failed(address)
+    for n in range(1000):
+        for _ in range(2):
+            throttle.failed(f"2001:db8:0:{n:x}::1")
+    assert len(throttle) == 3
+    assert throttle.retry_after("10.0.0.1") == 120
+    assert throttle.retry_after("2001:db8:0:7::1") == 120  # refused, the table being full
+    clock.now += 119.5
+    assert throttle.retry_after("2001:db8:0:7::1") == 1
+    clock.now += 0.5  # the lockouts are over, and the failures out of the window
+    assert throttle.retry_after("10.0.0.1") is None
+    assert throttle.retry_after("2001:db8:0:7::1") is None
+    throttle.failed("2001:db8:0:7::1")
+    assert len(throttle) == 1
+
+
+def test_an_address_whose_failures_still_count_is_not_forgotten_either() -> None:
+    """Forgetting an address with failures in the window (not locked yet) would start its
+    count again: guesses without bound, a few at a time."""
+    clock = FakeClock()
+    throttle = LoginThrottle(max_failures=3, window_s=60, lockout_s=60, max_clients=2, clock=clock)
+    throttle.failed("10.0.0.1")
+    throttle.failed("10.0.0.1")
+    throttle.failed("10.0.0.2")
+    throttle.failed("10.0.0.3")  # not held: the table is full
+    assert throttle.retry_after("10.0.0.3") == 60
+    assert len(throttle) == 2
+    throttle.failed("10.0.0.1")  # its third failure within the window
+    assert throttle.retry_after("10.0.0.1") == 60
+
+
+def test_an_address_is_held_for_the_lockout_when_it_outlasts_the_window() -> None:
+    clock = FakeClock()
+    throttle = LoginThrottle(max_failures=2, window_s=60, lockout_s=600, max_clients=2, clock=clock)
+    throttle.failed("10.0.0.1")
+    throttle.failed("10.0.0.1")
+    clock.now += 61
+    throttle.failed("10.0.0.2")
+    throttle.failed("10.0.0.3")
+    assert throttle.retry_after("10.0.0.1") == 539
+    assert throttle.retry_after("10.0.0.3") == 539  # until 10.0.0.1 is forgotten
+    clock.now += 539
+    assert throttle.retry_after("10.0.0.1") is None
+    assert throttle.retry_after("10.0.0.3") is None
+
+
 # --- through the application --------------------------------------------------------------------
 
 
@@ -177,3 +231,32 @@ def test_a_locked_out_address_may_log_in_again_after_the_lockout(
     assert client.post("/login", data={"token": TOKEN}).status_code == 429
     clock.now += LOCKOUT_S
     assert client.post("/login", data={"token": TOKEN}).status_code == 303
+
+
+def test_while_the_table_is_full_an_address_it_holds_still_logs_in_and_a_new_one_waits(
+    make_app: Callable[..., Starlette],
+) -> None:
+    """An operator whose address the table holds (one mistyped token) logs in while guessers
+    fill the table; a new address waits until the table has room; a session goes on."""
+    app = make_app(token=TOKEN)
+    throttle = app.state.dashboard.gate.throttle
+    clock = FakeClock()
+    throttle.clock = clock
+    throttle.max_clients = 3
+    operator = _client(app, "10.0.0.8")
+    _guess_tokens_at_the_login_page(operator, 1)
+    assert operator.post("/login", data={"token": TOKEN}).status_code == 303
+    for n in range(5):  # 2 held and locked, 3 refused
+        _guess_tokens_at_the_login_page(_client(app, f"10.0.1.{n}"), 0 if n >= 2 else MAX_FAILURES)
+        assert _client(app, f"10.0.1.{n}").post("/login", data={"token": "x"}).status_code == 429
+    assert len(throttle) == 3
+    newcomer = _client(app, "10.0.0.9")
+    refused = newcomer.post("/login", data={"token": TOKEN})
+    assert refused.status_code == 429
+    assert 0 < int(refused.headers["retry-after"]) <= WINDOW_S
+    assert newcomer.get("/", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 429
+    again = _client(app, "10.0.0.8")
+    assert again.post("/login", data={"token": TOKEN}).status_code == 303
+    assert operator.get("/").status_code == 200  # its session
+    clock.now += max(WINDOW_S, LOCKOUT_S)
+    assert newcomer.post("/login", data={"token": TOKEN}).status_code == 303
