@@ -4,27 +4,20 @@ those of letters still on the topic are kept, read before their letters or not."
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from pipeline._deadletters import ALL, LetterFilter, LetterIndex, LetterStatus
 
-import pytest
+from .test_dlq_index import (
+    DLQ,
+    FakeLog,
+    dead_letter,
+    discarded,
+    ids,
+    index,
+    log,
+    replayed,
+)
 
-from pipeline._deadletters import ALL, LetterFilter, LetterIndex, LetterStatus, _index
-from pipeline._settings import Settings
-
-from .test_dlq_index import DLQ, NS, FakeLog, dead_letter, discarded, ids, replayed
-
-
-@pytest.fixture
-def log(monkeypatch: pytest.MonkeyPatch) -> FakeLog:
-    fake = FakeLog()
-    monkeypatch.setattr(_index, "_Reader", lambda settings, timeout, **options: fake)
-    return fake
-
-
-@pytest.fixture
-def index(log: FakeLog) -> Iterable[LetterIndex]:
-    with LetterIndex(Settings(namespace=NS)) as opened:
-        yield opened
+__all__ = ["index", "log"]  # the fixtures
 
 
 def statuses(index: LetterIndex) -> dict[str, LetterStatus]:
