@@ -33,10 +33,14 @@ def _work(not_before: int | None) -> Work:
 
 
 def _holds(loop: FakeLoop, clock: list[float], **kwargs: Any) -> tuple[Holds, list[Work]]:
+    """Holds whose due jobs start at once (or, given up, go to ``kwargs["gone"]``); returns
+    them and the list of jobs started."""
     due: list[Work] = []
     holds = Holds(
         loop,  # type: ignore[arg-type]
-        on_due=due.append,
+        start=due.append,
+        room=kwargs.get("room", lambda: True),
+        gone=kwargs.get("gone", due.append),
         defer=kwargs.get("defer"),
         waits=kwargs.get("waits", lambda work: True),
         clock_ms=lambda: clock[0],
@@ -78,11 +82,40 @@ def test_a_job_that_is_due_starts_now_and_one_far_ahead_is_deferred() -> None:
 def test_without_a_way_to_defer_a_far_job_is_held_and_a_dropped_one_is_given_up() -> None:
     loop, clock = FakeLoop(), [0.0]
     waiting = [True]
-    holds, due = _holds(loop, clock, waits=lambda work: waiting[0])
+    gone: list[Work] = []
+    holds, due = _holds(loop, clock, waits=lambda work: waiting[0], gone=gone.append)
     far = _work(60_000)
     assert holds.take(far, clock[0])
     clock[0] = 30_000.0
     waiting[0] = False  # the worker stops: the held job is given up at once, not re-armed
     loop.fire()
-    assert due == [far]
+    assert gone == [far]
+    assert due == []
     assert loop.timers == []
+
+
+def test_a_due_job_waits_for_a_slot_unless_it_is_at_its_partition_s_commit_point() -> None:
+    """Every slot taken: a due job waits in ``ready`` (served first), but one at its
+    partition's commit point starts over the concurrency, when due or once it becomes the
+    commit point; dropping a partition takes its due jobs out."""
+    loop, clock = FakeLoop(), [0.0]
+    holds, started = _holds(loop, clock, room=lambda: False)
+    jobs, partition = Jobs(), state()
+    first, second, third = (jobs.work(partition) for _ in range(3))
+    for work in (first, second, third):
+        work.job.not_before = 10
+        assert holds.take(work, clock[0])
+    clock[0] = 10.0
+    for _ in range(3):
+        loop.fire()
+    assert started == [first]  # the commit point: over the concurrency
+    assert list(holds.ready) == [second, third]
+    holds.start_commit_points()
+    assert started == [first]  # none of them is the commit point
+    partition.tracker.finish(first.offset)
+    holds.start_commit_points()
+    assert started == [first, second]
+    assert list(holds.ready) == [third]
+    assert holds.drop([state()]) == []  # another partition's
+    assert holds.drop([partition]) == [third]
+    assert not holds.ready

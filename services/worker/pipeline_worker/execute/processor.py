@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -112,8 +111,6 @@ class Processor:
         self.stuck = 0
         """Offsets kept unfinished because an outcome hook failed."""
         self.stopping = False
-        self._ready: deque[Work] = deque()
-        """Held jobs whose time came while every slot was taken."""
         self._pumping = False
         self.idle = IdleWaiters(loop, lambda: self.in_flight)
         """Waiting for the jobs of some partitions to end (revocation, shutdown)."""
@@ -148,7 +145,9 @@ class Processor:
         )
         self._holds = Holds(
             loop,
-            on_due=self._held_due,
+            start=lambda work: self._begin(work, time.monotonic(), time.time() * 1000.0),
+            room=lambda: self.in_flight < self._concurrency,
+            gone=self._held_gone,
             defer=self._endings.defer if router is not None else None,
             waits=lambda work: not self.stopping and work.state.active,
         )
@@ -192,12 +191,12 @@ class Processor:
             pop_many = self.dispatcher.pop_many
             begin = self._begin
             take = self._holds.take
-            ready = self._ready
+            ready = self._holds.ready
             while True:
                 free = self._concurrency - self.in_flight
                 if free <= 0:
                     if ready:
-                        self._start_commit_points()
+                        self._holds.start_commit_points()
                     break
                 if ready:
                     # Held jobs whose time came while every slot was taken go first.
@@ -220,32 +219,14 @@ class Processor:
         finally:
             self._pumping = False
 
-    def _start_commit_points(self) -> None:
-        """Start the held jobs that are due and at their partition's commit point, over the
-        concurrency (see :attr:`Work.at_commit_point`); the others wait on for a slot."""
-        ready = self._ready
-        starting = [work for work in ready if work.at_commit_point]
-        if starting:
-            waiting = [work for work in ready if not work.at_commit_point]
-            ready.clear()
-            ready.extend(waiting)
-            for work in starting:
-                self._begin(work, time.monotonic(), time.time() * 1000.0)
-
-    def _held_due(self, work: Work) -> None:
+    def _held_gone(self, work: Work) -> None:
+        """A held job given up (stopping, revoked): never started, it is delivered again."""
         state = work.state
-        if self.stopping or not state.active:
-            # Never started: its offset stays unfinished and the job is delivered again.
-            state.in_flight -= 1
-            self.dispatcher.release(work)
-            if self.idle.waiting and state.in_flight == 0:
-                self.idle.wake()
-            self.pump()  # the slots it held may have admitted other partitions' jobs
-            return
-        if self.in_flight < self._concurrency or work.at_commit_point:
-            self._begin(work, time.monotonic(), time.time() * 1000.0)
-        else:
-            self._ready.append(work)
+        state.in_flight -= 1
+        self.dispatcher.release(work)
+        if self.idle.waiting and state.in_flight == 0:
+            self.idle.wake()
+        self.pump()  # the slots it held may have admitted other partitions' jobs
 
     def _begin(self, work: Work, now: float, wall_ms: float) -> None:
         """Take a slot and call the handler (on a runner or the thread pool)."""
@@ -373,10 +354,8 @@ class Processor:
         dropped = self.dispatcher.drop(states)
         for work in dropped:
             work.state.taken += 1
-        ready = [w for w in self._ready if w.state in states]
+        ready = self._holds.drop(states)  # due while every slot was taken: never started
         if ready:
-            # Held jobs due while every slot was taken: taken already, never started.
-            self._ready = deque(w for w in self._ready if w.state not in states)
             for work in ready:
                 work.state.in_flight -= 1
                 self.dispatcher.release(work)
