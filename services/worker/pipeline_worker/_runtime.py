@@ -375,7 +375,7 @@ class Worker:
             threads=lambda: processor.pool.threads,
             overdue=lambda: processor.pool.overdue,
             buffered=self._buffered_by_priority,
-            paused=lambda: sum(1 for s in self._states() if s.paused),
+            paused=lambda: self._consumer.paused_full if self._consumer is not None else 0,
             assigned=lambda: len(self._states()),
         )
         self.registry = make_registry(self.metrics, gauges)

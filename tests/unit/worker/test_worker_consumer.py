@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline import Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
@@ -46,6 +46,15 @@ class FakeConsumer:
         """(low, high) watermarks; partitions not listed are empty."""
         self.group_committed: dict[tuple[str, int], int] = {}
         self.watermark_queries: list[tuple[str, int]] = []
+        self.watermark_calls: list[tuple[str, int, bool]] = []
+        """Each watermark query's partition and whether it was ``cached``."""
+        self.cached_ends: dict[tuple[str, int], tuple[int, int]] = {}
+        """What librdkafka's cache answers (``cached=True``) where it differs from ``ends``:
+        it learns a high watermark only from fetch responses."""
+        self.unanswered: set[tuple[str, int]] = set()
+        """Partitions whose leader does not answer an uncached query (it times out)."""
+        self.topic_lists: list[str] = []
+        """Each ``list_topics`` request's topic."""
         self.member: str | None = None
         """What ``memberid()`` answers (None: not joined)."""
 
@@ -84,10 +93,17 @@ class FakeConsumer:
     def get_watermark_offsets(
         self, tp: TopicPartition, timeout: float = 0, cached: bool = False
     ) -> tuple[int, int]:
-        self.watermark_queries.append((tp.topic, tp.partition))
-        return self.ends.get((tp.topic, tp.partition), (0, 0))
+        where = (tp.topic, tp.partition)
+        self.watermark_queries.append(where)
+        self.watermark_calls.append((tp.topic, tp.partition, cached))
+        if cached and where in self.cached_ends:
+            return self.cached_ends[where]
+        if not cached and where in self.unanswered:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out"))
+        return self.ends.get(where, (0, 0))
 
     def list_topics(self, topic: str, timeout: float) -> Any:
+        self.topic_lists.append(topic)
         partitions = dict.fromkeys(range(self.partitions))
         return SimpleNamespace(topics={topic: SimpleNamespace(error=None, partitions=partitions)})
 

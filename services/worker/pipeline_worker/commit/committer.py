@@ -147,13 +147,7 @@ class Committer:
         for state in states:
             offset = max(state.commit_offset, positions.get(state, -1), state.committed)
             where = (state.topic, state.partition)
-            if where in stranded:
-                self._errors.warning(
-                    "stranded", "not committing %s[%d]: moves of its jobs are in no transaction "
-                    "(Kafka did not answer: they are written again first; or it failed for good: "
-                    "the jobs since its last commit run again)",
-                    state.topic, state.partition,
-                )  # fmt: skip
+            if where in stranded:  # see _left_out
                 continue
             guard = guards.get(where)
             if guard is not None:
@@ -220,7 +214,8 @@ class Committer:
     ) -> bool:
         """Commit the commit points of ``states`` (with the open transaction, if any).
 
-        Returns whether everything is committed (an asynchronous commit counts as done).
+        Returns whether everything is committed (an asynchronous commit counts as done); not
+        if a partition was left out, its moves being in no transaction (see :meth:`offsets`).
         """
         self._next = now + self._interval
         if finished is not None:
@@ -255,8 +250,9 @@ class Committer:
             # finished map and its lease as sent, and this commit is not.
             return True
         offsets = self.offsets(states, clean=clean, force=force)
+        left = self._left_out(states, sync=sync, clean=clean)
         if not offsets:
-            return True
+            return not left
         if not sync:
             self._started.append(now)
             try:
@@ -266,7 +262,7 @@ class Committer:
                 self._unmapped(offsets)
                 self._metrics.count_commit("async", False, None)
                 self._errors.warning("commit", "offset commit failed: %s", exc)
-            return True
+            return not left
         started = time.monotonic()
         try:
             result = self._consumer.commit(offsets=offsets, asynchronous=False)
@@ -279,7 +275,18 @@ class Committer:
             )
             return False
         self._metrics.count_commit("sync", True, time.monotonic() - started)
-        return self._record(result or [])
+        return self._record(result or []) and not left
+
+    def _left_out(self, states: list[PartitionState], *, sync: bool, clean: bool) -> list[str]:
+        """Those of ``states`` :meth:`offsets` left out: their moves are in no transaction."""
+        stranded = self._mover.stranded() if self._mover is not None else set()
+        left = [f"{s.topic}[{s.partition}]" for s in states if (s.topic, s.partition) in stranded]
+        if left:
+            self._errors.warning(f"stranded {sync} {clean}", "not committing %s: moves of its "
+                "jobs are in no transaction (Kafka did not answer: they are written again first; "
+                "or it failed for good: its jobs since its last commit run again)", ",".join(left)
+            )  # fmt: skip
+        return left
 
     def _commit_transaction(
         self, states: list[PartitionState], *, clean: bool, force: bool = False

@@ -3,7 +3,9 @@
 First locally: every owned partition consumed to its end and every job finished. The end of a
 partition is librdkafka's end-of-partition event (``enable.partition.eof``, on in burst mode),
 which costs nothing; querying watermarks instead would wait behind the long-polling fetch.
-Then the owned partitions are committed synchronously, and the group's committed offsets of
+Then the owned partitions are committed synchronously, none left out (one whose moves are in
+no transaction, Kafka not answering, is not committed: the run goes on, or gives up after
+``unhealthy_after_s`` of an outage), and the group's committed offsets of
 *every* partition of the topics must have reached their ends: a member must not leave while a
 rebalance moves partitions with jobs left between members (``--processes N``, or several burst
 workers), nor while another member still drains its own.
@@ -53,7 +55,7 @@ class BurstWatch:
         states = list(self._states.values())
         if not all(_done(state) for state in states):
             return False
-        if not self._committer.commit(states, now, sync=True):
+        if not self._committer.commit(states, now, sync=True):  # refused, or left one out
             return False
         if now < self._next_group_check:
             return False

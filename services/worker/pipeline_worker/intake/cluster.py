@@ -14,6 +14,7 @@ from collections.abc import Mapping
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import TopicMissingError
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import missing_topics
@@ -24,6 +25,9 @@ from .._work import PartitionState
 _log = logging.getLogger("pipeline.worker.consumer")
 
 LAG_INTERVAL_S = 5.0
+PAUSED_WATERMARK_TIMEOUT_S = 0.5
+"""How long the high watermark of a paused partition is waited for (see :meth:`ClusterView.
+update_lag`): one such query a paused partition every ``LAG_INTERVAL_S``."""
 TOPIC_CHECK_RETRY_S = 1.0
 
 
@@ -37,8 +41,12 @@ class ClusterView:
         states: Mapping[tuple[str, int], PartitionState],
         metrics: WorkerMetrics,
         namespace: str,
+        *,
+        health: BrokerHealth | None = None,
     ) -> None:
         self._consumer = consumer
+        self._health = health
+        """Whether Kafka is reachable: no uncached query while it is not (None: ask anyway)."""
         self._topics = list(topics)
         self._states = states
         self._metrics = metrics
@@ -72,7 +80,14 @@ class ClusterView:
         return owned, dict(self.partition_counts)
 
     def update_lag(self, now: float) -> None:
-        """Every ``LAG_INTERVAL_S``: high watermark minus position, per owned partition."""
+        """Every ``LAG_INTERVAL_S``: high watermark minus position, per owned partition.
+
+        librdkafka's cached high watermark comes from fetch responses, and a paused partition
+        is not fetched: the lag of a saturated worker's partitions would stand still. So the
+        high watermark of a paused partition is asked of its leader (one query, waiting at most
+        ``PAUSED_WATERMARK_TIMEOUT_S``), unless Kafka is unreachable (the query would only
+        time out); after a query fails the round's others take the cached value.
+        """
         if now < self._next_lag:
             return
         self._next_lag = now + LAG_INTERVAL_S
@@ -82,10 +97,15 @@ class ClusterView:
             return
         tps = [TopicPartition(s.topic, s.partition) for s in states]
         lag: dict[tuple[str, int], int] = {}
+        ask = self._health is None or not self._health.down
         try:
             positions = self._consumer.position(tps)
             for state, tp in zip(states, positions, strict=True):
-                low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                fresh = None
+                if state.paused and ask:
+                    fresh = self._ask_watermarks(tp)
+                    ask = fresh is not None
+                low, high = fresh or self._consumer.get_watermark_offsets(tp, cached=True)
                 if high < 0:
                     continue
                 position = tp.offset if tp.offset >= 0 else state.committed
@@ -96,6 +116,16 @@ class ClusterView:
             self._errors.warning("lag", "could not read consumer lag: %s", exc)
             return
         self._metrics.lag = lag
+
+    def _ask_watermarks(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """``tp``'s watermarks from its leader (None: no answer in time)."""
+        try:
+            return self._consumer.get_watermark_offsets(
+                tp, timeout=PAUSED_WATERMARK_TIMEOUT_S, cached=False
+            )
+        except KafkaException as exc:
+            self._errors.warning("watermarks", "could not read a paused partition's end: %s", exc)
+            return None
 
     def topic_missing(self, now: float) -> None:
         """The consumer said a subscribed topic is not available: ask the cluster soon."""

@@ -125,7 +125,7 @@ class ConsumerThread:
         self._flow = FlowControl(self._consumer, self.states, worker.buffer_size, metrics)
         self._committer.attach(self._consumer, self.states, self._poison.guards, self._flow.hold)
         self._cluster = ClusterView(
-            self._consumer, topics, self.states, metrics, settings.namespace
+            self._consumer, topics, self.states, metrics, settings.namespace, health=self.health
         )
         shared = worker.dedup_scope is DedupScope.NAMESPACE
         slots = Slots(list(topics), self.states, self._cluster.partition_counts)
@@ -187,6 +187,12 @@ class ConsumerThread:
 
     def join(self, timeout: float | None = None) -> None:
         self._thread.join(timeout)
+
+    @property
+    def paused_full(self) -> int:
+        """Owned partitions paused because their buffer is full (any thread may read it); not
+        those paused until read back, held for their offset map, or at shutdown."""
+        return len(self._flow.paused)
 
     # -- the thread ----------------------------------------------------------------------------
 
@@ -274,15 +280,13 @@ class ConsumerThread:
             committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
         cluster.check_topics(now)
         self._read_member_id(now)
-        if cluster.share_changed and reachable:
+        if cluster.share_changed and reachable:  # the burst check needs the counts too
             self._update_share()
         cluster.update_lag(now)
-        if idle and self._burst and self.rebalance.assigned_once and not self.intake_stopped:
-            if cluster.share_changed:
-                self._update_share()
-            if self._burst_watch.drained(now):
-                self._burst = False
-                self._notify(self._side.on_burst_drained)
+        burst = idle and self._burst and self.rebalance.assigned_once
+        if burst and not self.intake_stopped and self._burst_watch.drained(now):
+            self._burst = False
+            self._notify(self._side.on_burst_drained)
 
     def _read_member_id(self, now: float) -> None:
         """Read :attr:`member_id` again, every :data:`MEMBER_ID_S` once the group assigned."""
