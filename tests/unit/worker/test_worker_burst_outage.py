@@ -136,6 +136,32 @@ def test_the_final_commit_does_not_pass_a_stranded_partition_as_committed(
     assert committed_of_p0(run) == []
 
 
+def test_the_final_commit_writes_the_moves_again_once_kafka_answers_and_commits_them(
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its retries only polled: a partition whose moves were in no transaction stayed out of
+    the commit for the whole 10 s, even with Kafka answering again after the first try."""
+    run = stranded(loop)
+    idle_turns(run.thread, 1000.0, 2)
+    clock = [5000.0]
+
+    def poll(timeout: float) -> None:
+        clock[0] += timeout
+        run.producer.down = frozenset()  # Kafka answers again, after the first try
+
+    monkeypatch.setattr(shutdown, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    shutdown.final_commit(
+        run.thread._committer,
+        run.thread.states,
+        run.thread.health,
+        moves=True,
+        drain_moves=run.thread._drain_moves,
+        poll=poll,
+    )
+    assert [value for _, value in run.producer.committed[0]] == [b"0@1"]
+    assert committed_of_p0(run) == [5]
+
+
 def test_an_idle_burst_turn_asks_for_no_partition_counts_while_kafka_is_unreachable(
     loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -67,6 +67,10 @@ def final_commit(
         until = time.monotonic() + 0.2
         while time.monotonic() < until:
             poll(0.05)
+        # Moves left in no transaction (Kafka did not answer) keep their partition out of the
+        # commit until they are written again: only a drain writes them.
+        if moves and (committer.in_transaction or not committer.awaiting(time.monotonic())):
+            drain_moves()
 
 
 def close_clients(consumer: Consumer, mover: Mover | None) -> None:
