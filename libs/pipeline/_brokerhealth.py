@@ -27,15 +27,21 @@ A client Kafka *refuses* (bad credentials, a TLS certificate it does not trust:
 logs nothing but DEBUG lines, however often librdkafka repeats it; the worker and the scheduler
 read :attr:`~BrokerHealth.refusal` and exit with one line. A broker a client reports ``UP``
 (which it is only once authenticated) clears it.
+
+A forked child starts every tracker afresh (:func:`_after_fork`): the parent's clients, whose
+evidence they hold, are not the child's, and a lock a parent's thread held at the fork would
+stay held in the child for good.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -76,6 +82,11 @@ class BrokerHealth:
     def __init__(self, servers: str, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.servers = servers
         self._clock = clock
+        self._start_afresh()
+        _every_tracker.add(self)
+
+    def _start_afresh(self) -> None:
+        """What the tracker knows, as a new one (its own locks included)."""
         self._lock = threading.Lock()
         self._since: float | None = None
         self._since_wall = 0.0
@@ -296,6 +307,24 @@ class _TrackerLog:
     def log(self, level: int, fmt: str, *args: object) -> None:
         facility, text = split_log_call(fmt, args)
         self._health.log_line(self._source, level, facility, text, self._on_refused)
+
+
+_every_tracker: weakref.WeakSet[BrokerHealth] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    """In a forked child: every tracker (and the registry) starts afresh, with new locks.
+
+    The same objects, since the parent's transports (which the child's producers reuse) hold
+    them. A lock a parent's thread held at the fork (serving an error callback during an
+    outage) stayed held in the child, which then hung, its exit flush included.
+    """
+    BrokerHealth._trackers_lock = threading.Lock()
+    for tracker in list(_every_tracker):
+        tracker._start_afresh()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _plain(text: str) -> str:

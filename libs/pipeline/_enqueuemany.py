@@ -3,6 +3,7 @@ batches, each refused payload named by its place in the batch."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
@@ -36,7 +37,9 @@ def send_many(
     A payload that fails validation, or a job larger than a producer sending ``max_bytes``
     takes, raises :class:`PayloadValidationError` naming its index and carrying the ids of the
     jobs before it (:meth:`~PayloadValidationError.in_batch`): those are sent, as one enqueue
-    each would have sent them; it and the ones after it are not.
+    each would have sent them; it and the ones after it are not. Any other exception (the
+    iterable of payloads raising, a producer failing) is raised as it is, with the ids of the
+    jobs sent before it attached (:func:`_tell_sent`).
     """
     produce_many = getattr(transport, "produce_many", None)
     if produce_many is None:  # a transport without it gets one produce() per job
@@ -49,29 +52,58 @@ def send_many(
     codec, job_type = route.payload_codec.encode, route.job_type
     ids: list[str] = []
     values: list[bytes] = []
+    sent = 0  # ids[:sent] are the producer's; a hand-over that raised leaves its jobs out
+
+    def hand_over() -> None:
+        nonlocal values, sent
+        batch, values = values, []  # handed over: never sent twice, whatever fails
+        log.sent += len(batch)
+        produce_many(topic, batch, key, on_delivery)
+        sent += len(batch)
+
     try:
-        for payload in payloads:
-            created_at = now_ms()
-            job_id = make_id(created_at)
-            data = codec(job_type, payload) if codec_only else checked(payload)
-            value = encode(job_id, data, created_at)
-            if len(value) > room:
-                raise too_large(job_type, len(value) + len(key or b""), max_bytes)
-            values.append(value)
-            ids.append(job_id)
-            if len(values) == BATCH:
-                batch, values = values, []  # handed over: never sent twice, whatever fails
-                log.sent += BATCH
-                produce_many(topic, batch, key, on_delivery)
-                transport.poll(0)  # serve delivery callbacks so they never pile up
+        try:
+            for payload in payloads:
+                created_at = now_ms()
+                job_id = make_id(created_at)
+                data = codec(job_type, payload) if codec_only else checked(payload)
+                value = encode(job_id, data, created_at)
+                if len(value) > room:
+                    raise too_large(job_type, len(value) + len(key or b""), max_bytes)
+                values.append(value)
+                ids.append(job_id)
+                if len(values) == BATCH:
+                    hand_over()
+                    transport.poll(0)  # serve delivery callbacks so they never pile up
+        finally:
+            # The jobs before a payload that failed (or before the payloads' iterable raised)
+            # are sent, as one by one would.
+            if values:
+                hand_over()
     except PayloadValidationError as exc:
         raise exc.in_batch(len(ids), ids) from exc.__cause__
-    finally:
-        # The jobs before a payload that failed validation are sent, as one by one would.
-        if values:
-            log.sent += len(values)
-            produce_many(topic, values, key, on_delivery)
+    except BaseException as exc:
+        _tell_sent(exc, ids[:sent], len(ids) - sent)
+        raise
     return ids
+
+
+def _tell_sent(exc: BaseException, enqueued_ids: list[str], unsure: int) -> None:
+    """Attach to ``exc``, whatever its type, the ids of the jobs sent before it was raised
+    (``enqueued_ids``, as :class:`PayloadValidationError` has them) and a note that counts
+    them: without them a caller cannot tell what to send again without duplicates.
+    ``unsure``: jobs handed to a producer that raised, some of which it may have sent."""
+    with contextlib.suppress(AttributeError):  # an exception that takes no attribute
+        exc.enqueued_ids = enqueued_ids  # type: ignore[attr-defined]
+    unsure_part = (
+        f"; of the {unsure} after them, handed to a producer as it raised, some may have been"
+        if unsure
+        else ""
+    )
+    exc.add_note(
+        f"enqueue_many sent the {len(enqueued_ids)} job(s) of the batch before this error "
+        f"(their ids are its enqueued_ids){unsure_part}; no later payload was sent"
+    )
 
 
 def _produce_each(

@@ -9,7 +9,8 @@ non-zero calls ``app.flush()`` (or uses ``with Pipeline() as app:``), which rais
 
 A child process of :mod:`multiprocessing` (a ``Process``, a ``Pool``'s worker) ends with
 ``os._exit()``, which runs no atexit function: there the flush is one of multiprocessing's own
-exit finalizers, which its children do run (see :func:`_hook_multiprocessing`).
+exit finalizers, which its children do run (see :func:`_hook_multiprocessing`), including a
+child that imports this package only once it runs (see :func:`_hook_this_child`).
 """
 
 from __future__ import annotations
@@ -160,17 +161,49 @@ def _register_after_fork(util: ModuleType) -> None:
     util.register_after_fork(flush_all, _flush_when_the_child_ends)
 
 
+_finalized_in: int | None = None
+"""The process (id) whose multiprocessing finalizers already hold :func:`flush_all`."""
+
+
 def _flush_when_the_child_ends(flush: Callable[[], None]) -> None:
-    """In a new child of multiprocessing: flush at its end, which no atexit function sees."""
+    """In a new child of multiprocessing: flush at its end, which no atexit function sees.
+
+    Once per process: the after-fork hook and :func:`_hook_this_child` may both ask.
+    """
+    global _finalized_in  # noqa: PLW0603 - a per-process mark, reset by a fork's new pid
+    if _finalized_in == os.getpid():
+        return
     import multiprocessing.util
 
     multiprocessing.util.Finalize(None, flush, exitpriority=_EXIT_PRIORITY)
+    _finalized_in = os.getpid()
+
+
+def _hook_this_child() -> None:
+    """This process is a child of multiprocessing that imports the package only now (its
+    parent never did, or it was started by ``forkserver`` or ``spawn``): the after-fork
+    functions have run already, without :func:`flush_all`, so add it to the finalizers now.
+
+    A ``fork`` or ``forkserver`` child ends with ``os._exit()``: without this, the jobs it
+    enqueued were neither flushed nor reported.
+    """
+    process = sys.modules.get("multiprocessing.process")  # not imported: no such child
+    if process is not None and process.parent_process() is not None:
+        _flush_when_the_child_ends(flush_all)
+
+
+def _after_fork_in_child() -> None:
+    """A lock a parent's thread held at the fork stays held in the child, where nothing
+    would release it (the child's exit flush then hung): the child takes a new one."""
+    global _lock  # noqa: PLW0603 - module state, replaced in the forked child only
+    _lock = threading.Lock()
 
 
 # Registered when the package is imported, before any application exists: atexit runs its
 # functions last-registered first, so this runs before logging's own shutdown hook.
 atexit.register(flush_all)
 # multiprocessing forks (``fork``) with its ``util`` module imported; a ``spawn`` or
-# ``forkserver`` child imports this package before it starts its target.
-os.register_at_fork(before=_hook_multiprocessing)
+# ``forkserver`` child imports this package before it starts its target, or inside it.
+os.register_at_fork(before=_hook_multiprocessing, after_in_child=_after_fork_in_child)
 _hook_multiprocessing()
+_hook_this_child()
