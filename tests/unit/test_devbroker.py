@@ -19,6 +19,7 @@ from pipeline_cli.devbroker import (
     node_properties,
     plan_nodes,
 )
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -144,7 +145,9 @@ def test_down_stops_a_process_that_is_the_node(tmp_path: Path, hard: bool, signa
     fake = subprocess.Popen([str(java), "-c", code, "kafka.Kafka", str(node.properties_file)])
     try:
         node.pid_file.write_text(f"{fake.pid}\n")
-        assert node.pid() == fake.pid
+        # Popen returns as the child's exec begins (vfork): its /proc command line stays empty
+        # until the new image has set up its arguments, longer on a loaded machine.
+        assert wait_for(lambda: node.pid() == fake.pid, 10), _devprocs._cmdline(fake.pid)
         assert devbroker.status(tmp_path).running
 
         assert devbroker.down(tmp_path, timeout=10, hard=hard) == [fake.pid]
