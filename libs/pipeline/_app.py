@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from types import TracebackType
 from typing import Any, cast
 
@@ -76,6 +77,9 @@ class Pipeline:
         self._header_source = header_source(self.middleware)
         """Headers the interceptors add to every job at enqueue (None: none do, no cost)."""
         self._failures = FailureLog()
+        add_poll_hook = getattr(self._transport, "add_poll_hook", None)
+        if add_poll_hook is not None:  # failed jobs nobody flushes are logged as they fail
+            add_poll_hook(partial(self._failures.tell, self.settings))
         self._max_bytes = message_max_bytes(self.settings)
         """The largest job (value and key) the producer sends: a larger one is refused before."""
         # Only a Kafka producer loses what it holds when the process exits; the exit hook keeps
@@ -280,6 +284,9 @@ class Pipeline:
 
     def _flush_at_exit(self) -> None:
         """The interpreter is exiting: flush, then report what never reached Kafka."""
+        stop_polling = getattr(self._transport, "stop_polling", None)
+        if stop_polling is not None:  # this flush serves the producer alone from now on
+            stop_polling()
         timeout = self.settings.producer.exit_flush_timeout_s
         remaining = self._failures.unanswered(self._transport.flush(timeout))
         refused = refusal_of(self._transport)
@@ -290,7 +297,7 @@ class Pipeline:
             self._transport.flush(0)
         _exitflush.report_lost(
             self,
-            self._failures.take(),
+            self._failures.take(told=False),  # those the polling thread logged are told
             remaining,
             timeout,
             str(refused) if refused is not None else None,
@@ -353,16 +360,19 @@ class Pipeline:
         self._transport.produce(route.topic, value, key, on_delivery)
         log = self._failures
         log.sent += 1
-        # Serve delivery callbacks now and then so they never pile up in librdkafka's queue.
+        # Serve delivery callbacks now and then so they never pile up in librdkafka's queue (a
+        # busy producer's: the producer's polling thread stays out of the way while this serves).
         if not log.sent % 1000:
             self._transport.poll(0)
         return job_id
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        self._failures.answered += 1
+        """Served by any thread that polls the producer, its background one too."""
         if error is None:
-            return
-        self._failures.add(PipelineFailure.from_delivery(error, message, fatal_of(self._transport)))
+            self._failures.answer()
+        else:
+            fatal = fatal_of(self._transport)
+            self._failures.answer(PipelineFailure.from_delivery(error, message, fatal))
 
 
 def _or_empty(payload: Mapping[str, Any] | None) -> Mapping[str, Any]:

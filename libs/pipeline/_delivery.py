@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -21,6 +22,11 @@ _MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_
 _UNKNOWN_ID = "<unknown>"
 _MAX_ID_BYTES = 1024
 """A longer "id" is taken for bytes that are no job envelope."""
+TELL_EVERY_S = 10.0
+"""Failed jobs nobody raised are logged at most this often, in one line that counts them."""
+_TOLD_IDS = 10
+"""Job ids such a line names at most."""
+_log = logging.getLogger("pipeline.producer")
 
 
 def job_id_of(value: bytes) -> str:
@@ -104,15 +110,35 @@ class FailureLog:
     (``answered``).
 
     Those two count the jobs still unanswered (:meth:`unanswered`): the producer's queue length
-    also counts librdkafka's pending events, so it can exceed the jobs by one or two. They are
-    plain counters, not locked (one is bumped per job): a flush takes the smaller of them and
-    the queue length. A forked child starts with none (see :meth:`_forget_the_parents`).
+    also counts librdkafka's pending events, so it can exceed the jobs by one or two. ``sent``
+    is a plain counter, bumped by the enqueuing thread; ``answered`` is bumped under the lock
+    (:meth:`answer`), since delivery reports are served by any thread, the producer's polling
+    thread among them. A flush takes the smaller of them and the queue length. A forked child
+    starts with none (see :meth:`_forget_the_parents`).
+
+    The failures no call will raise (no ``flush()`` took them yet, no handle waits for them)
+    are also logged at ERROR as they come, at most once per :data:`TELL_EVERY_S` (:meth:`tell`,
+    from the producer's polling thread): a process that never flushes, or is killed before its
+    exit flush, has said which jobs it lost.
     """
 
-    __slots__ = ("__weakref__", "_failures", "_lock", "answered", "sent")
+    __slots__ = (
+        "__weakref__",
+        "_failures",
+        "_lock",
+        "_told",
+        "_told_at",
+        "_untold",
+        "answered",
+        "sent",
+    )
 
     def __init__(self) -> None:
         self._failures: list[PipelineFailure] = []
+        self._untold: list[PipelineFailure] = []
+        self._told: set[int] = set()
+        """``id()`` of the failures :meth:`tell` logged (held in ``_failures`` until taken)."""
+        self._told_at = -TELL_EVERY_S
         self._lock = threading.Lock()
         self.sent = 0
         self.answered = 0
@@ -123,6 +149,8 @@ class FailureLog:
         reports (at its flush or exit); the child would tell them again as its own. A lock that
         another thread of the parent held stays held in the child: it gets a new one."""
         self._failures = []
+        self._untold = []
+        self._told = set()
         self._lock = threading.Lock()
         self.sent = self.answered = 0
 
@@ -130,21 +158,73 @@ class FailureLog:
         """How many of the ``queued`` messages and events a producer still holds are jobs."""
         return max(0, min(queued, self.sent - self.answered))
 
+    def answer(self, failure: PipelineFailure | None = None, *, tell: bool = True) -> None:
+        """A job's delivery report came: acknowledged, or ``failure`` (``tell``: to be logged
+        unless a call raises it first)."""
+        with self._lock:
+            self.answered += 1
+            if failure is not None:
+                self._failures.append(failure)
+                if tell:
+                    self._untold.append(failure)
+
     def add(self, failure: PipelineFailure) -> None:
         with self._lock:
             self._failures.append(failure)
+            self._untold.append(failure)
 
     def discard(self, failure: PipelineFailure) -> None:
         """``failure`` was raised to the caller: it needs no other report."""
         with self._lock:
             if failure in self._failures:
                 self._failures.remove(failure)
+            if failure in self._untold:
+                self._untold.remove(failure)
 
-    def take(self) -> list[PipelineFailure]:
-        """The failures not reported yet, oldest first; they count as reported now."""
+    def take(self, *, told: bool = True) -> list[PipelineFailure]:
+        """The failures not reported yet, oldest first; they count as reported now.
+        ``told=False``: without those :meth:`tell` logged already (the exit report's: a job
+        is not named twice; a ``flush()`` raises them all the same)."""
         with self._lock:
             failures, self._failures = self._failures, []
+            if not told:
+                failures = [f for f in failures if id(f) not in self._told]
+            self._untold = []
+            self._told = set()
         return failures
+
+    def tell(self, settings: Settings, now: float | None = None) -> None:
+        """Log at ERROR the failures no call raised nor logged yet, unless a line was logged
+        less than :data:`TELL_EVERY_S` ago (they wait for the next). They stay for ``flush()``
+        and the exit report."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if not self._untold or now - self._told_at < TELL_EVERY_S:
+                return
+            failures, self._untold = self._untold, []
+            self._told.update(map(id, failures))
+            self._told_at = now
+        ids = [f.job_id for f in failures]
+        timeout = settings.producer.delivery_timeout_s
+        reasons = sorted({_reason(f, timeout) for f in failures})
+        _log.error(
+            "%d enqueued job(s) never reached Kafka at %s and will not run (%s); job ids: %s%s. "
+            "Nothing retries them: enqueue them again if they must run (flush() and "
+            "enqueue(..., wait=True) raise such failures; see docs/operations.md, "
+            "'When Kafka is down')",
+            len(failures),
+            settings.bootstrap_servers,
+            "; ".join(reasons[:3]),
+            ", ".join(ids[:_TOLD_IDS]),
+            f" and {len(ids) - _TOLD_IDS} more" if len(ids) > _TOLD_IDS else "",
+            extra={"failed_jobs": len(failures), "job_ids": ids[:_TOLD_IDS]},
+        )
+
+
+def _reason(failure: PipelineFailure, timeout: float) -> str:
+    if failure.fatal is None and failure.code in UNREACHABLE_CODES:
+        return f"not acknowledged within the delivery timeout of {timeout:g}s: {failure.reason}"
+    return failure.why
 
 
 _logs: weakref.WeakSet[FailureLog] = weakref.WeakSet()
@@ -167,6 +247,7 @@ class JobHandle:
         "_failures",
         "_settings",
         "_transport",
+        "_waited",
         "job_id",
         "offset",
         "partition",
@@ -190,10 +271,12 @@ class JobHandle:
         self._failures = failures
         self._done = threading.Event()
         self._failure: PipelineFailure | None = None
+        self._waited = False
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        if self._failures is not None:
-            self._failures.answered += 1
+        """Served by whichever thread polls the producer (the producer's own, too): what it
+        sets is read once ``_done`` is set."""
+        failure = None
         if error is not None:
             failure = PipelineFailure(
                 self.job_id,
@@ -203,10 +286,10 @@ class JobHandle:
                 fatal_of(self._transport),
             )
             self._failure = failure
-            if self._failures is not None:
-                # Reported at flush or at exit, unless wait() raises it first.
-                self._failures.add(failure)
-        else:
+        if self._failures is not None:
+            # Reported at flush or at exit, unless wait() raises it first (then not logged).
+            self._failures.answer(failure, tell=not self._waited)
+        if error is None:
             self.topic = message.topic()
             self.partition = message.partition()
             self.offset = message.offset()
@@ -220,6 +303,7 @@ class JobHandle:
         credentials (:class:`KafkaAuthenticationError`, at once) or did not answer."""
         if timeout is None:
             timeout = self._settings.producer.delivery_timeout_s + 5
+        self._waited = True
         deadline = time.monotonic() + timeout
         while not self._done.is_set():
             remaining = deadline - time.monotonic()

@@ -6,17 +6,15 @@ tests can swap it for an in-memory transport. A producer Kafka refuses (credenti
 waits stop at the refusal instead of at ``delivery.timeout.ms``. A producer that fails for good
 (one of librdkafka's fatal errors) is replaced by a new one, as Spring Kafka and Confluent's
 guidance do: the jobs it still held fail with the cause (:class:`ProducerFatalError`, see
-:func:`fatal_of`), the next ones go to the new producer.
+:func:`fatal_of`), the next ones go to the new producer. A thread serves the producers'
+callbacks when the application does not (:class:`BackgroundPoll`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -38,12 +36,14 @@ from ._producerconfig import producer_config
 from ._settings import Settings
 from ._transport import (
     UNREACHABLE_CODES,
+    BackgroundPoll,
     DeliveryCallback,
     Transport,
     describe_fatal,
     fatal_of,
     refusal_of,
 )
+from ._transport import never_destroy as _never_destroy
 
 __all__ = [
     "LIBRDKAFKA_MESSAGE_MAX_BYTES",
@@ -86,7 +86,8 @@ class KafkaTransport:
     raises such an error once, from whichever poll or flush serves it (never to ``error_cb``),
     and ``produce`` then refuses every job with ``_FATAL``: both are caught here.
 
-    A forked child gets producers of its own on its first call (see :func:`_after_fork`).
+    A forked child gets producers of its own on its first call, and a polling thread of its own
+    with them (:meth:`_forget_parents_producers`).
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -102,7 +103,10 @@ class KafkaTransport:
         self._refused_at = 0.0
         self._health = BrokerHealth.of(settings.bootstrap_servers)
         self._two = settings.producer.bulk_linger_ms != settings.producer.linger_ms
-        _transports.add(self)
+        self._poller = BackgroundPoll(
+            self.poll, "pipeline-producer-poll", in_child=self._forget_parents_producers
+        )
+        """Serves the producers' callbacks when nothing else does, from the first producer on."""
 
     def _forget_parents_producers(self) -> None:
         """In a forked child: the parent's producers queue jobs but have no threads to send
@@ -113,6 +117,7 @@ class KafkaTransport:
         self._retired = {}
         self._serving = threading.local()
         self._lock = threading.Lock()  # another thread of the parent may have held it
+        self._poller.forget()
 
     def _get(self, bulk: bool = False) -> Producer:
         bulk = bulk and self._two
@@ -126,6 +131,7 @@ class KafkaTransport:
                         self._bulk = producer
                     else:
                         self._producer = producer
+            self._poller.start()  # not under the lock: a turn may need it (to retire one)
         return producer
 
     def _config(self, bulk: bool) -> dict[str, Any]:
@@ -177,6 +183,7 @@ class KafkaTransport:
         raise taken as the producer's end (retired, and the queue length returned)."""
         fatal = self._retired.get(producer)
         self._serving.fatal = fatal  # the delivery reports served now are of a failed producer
+        self._poller.served()
         try:
             return int(call(timeout))
         except KafkaException as exc:
@@ -215,8 +222,8 @@ class KafkaTransport:
             self._serve(retired, retired.flush, timeout)
 
     def _on_refused(self, text: str) -> None:
+        self._refused_at = time.monotonic()  # first: a thread that reads the refusal sees it fresh
         self._refusal = text
-        self._refused_at = time.monotonic()
 
     def _refused_now(self) -> bool:
         refused = self._refusal is not None
@@ -343,6 +350,14 @@ class KafkaTransport:
 
     # -- serving --------------------------------------------------------------------------
 
+    def add_poll_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` on the polling thread every :data:`POLL_EVERY_S`, after its poll."""
+        self._poller.hooks.append(hook)
+
+    def stop_polling(self) -> None:
+        """No thread serves the producers from now on (until a new producer is made)."""
+        self._poller.stop()
+
     def poll(self, timeout: float = 0) -> int:
         producers = self._all()
         if not producers:
@@ -374,6 +389,7 @@ class KafkaTransport:
             producer.purge()
 
     def close(self) -> None:
+        self._poller.stop()  # first: it never polls a producer released here
         self._producer = None
         self._bulk = None
         self._retired = {}
@@ -381,26 +397,3 @@ class KafkaTransport:
 
 def _ignore(_error: KafkaError) -> None:
     return None
-
-
-_transports: weakref.WeakSet[KafkaTransport] = weakref.WeakSet()
-
-
-def _never_destroy(producer: Producer) -> None:
-    """Keep one of the parent's producers alive for good, in a forked child.
-
-    Destroying it waits for its threads and takes its locks, which are the parent's: a lock one
-    of those threads held at the fork stays held in the child, where the destruction then waited
-    for ever (or for seconds). Holding it from a Python list was not enough: the interpreter
-    frees such objects when it shuts down, which hung the child's normal exit. A reference that
-    nothing owns is never released.
-    """
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(producer))
-
-
-def _after_fork() -> None:
-    for transport in list(_transports):
-        transport._forget_parents_producers()
-
-
-os.register_at_fork(after_in_child=_after_fork)

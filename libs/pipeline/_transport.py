@@ -1,26 +1,39 @@
 """What the application needs from a producer (:class:`Transport`), and how it asks one why
 jobs failed: Kafka refused its credentials (:func:`refusal_of`), or the producer failed for good
 (:func:`fatal_of`). :class:`pipeline._producer.KafkaTransport` is the Kafka one;
-:class:`pipeline.testing.InMemoryTransport` the in-memory one.
+:class:`pipeline.testing.InMemoryTransport` the in-memory one. :class:`BackgroundPoll` serves a
+Kafka one's callbacks when the application does not.
 """
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from confluent_kafka import KafkaError
 
 from ._brokerhealth import DeliveryCallback
+from ._ratelog import RateLimitedLog
 
 if TYPE_CHECKING:
     from ._errors import KafkaAuthenticationError
 
 __all__ = [
+    "POLL_EVERY_S",
     "UNREACHABLE_CODES",
+    "BackgroundPoll",
     "DeliveryCallback",
     "Transport",
     "describe_fatal",
     "fatal_of",
+    "never_destroy",
     "refusal_of",
 ]
 
@@ -72,3 +85,130 @@ def fatal_of(transport: Transport) -> str | None:
 def describe_fatal(error: KafkaError) -> str:
     """A fatal error as its messages name it: its code and librdkafka's words."""
     return f"{error.name()}: {error.str()}"
+
+
+POLL_EVERY_S = 0.5
+"""How often a background thread serves a producer that nothing else served meanwhile."""
+_log = logging.getLogger("pipeline.producer")
+_turn_errors = RateLimitedLog(_log, interval_s=60.0)
+
+
+class BackgroundPoll:
+    """A daemon thread that runs ``turn`` (a poll of a transport's producers), then ``hooks``,
+    every :data:`POLL_EVERY_S`.
+
+    librdkafka runs a producer's delivery reports, error callbacks and log lines only inside a
+    ``poll()`` or ``flush()``: a process that enqueues now and then and never flushes (a web
+    service) heard of a job Kafka failed, or of an outage, only at exit, if ever. The thread
+    skips a turn while the application serves the producer itself (:meth:`served`: the
+    periodic poll of a fast enqueue loop, a ``flush()``, a handle's ``wait()``), so that a busy
+    producer's callbacks are not served by two threads fighting for the GIL. It holds the
+    transport weakly: a transport dropped without ``close()`` ends it.
+
+    :meth:`start` is idempotent. After :meth:`stop` no turn runs (one in progress is waited
+    for; turns check the stop under the same lock), so the caller may release its producers.
+    A forked child has no thread: ``in_child`` is called there (it calls :meth:`forget`), and
+    the next :meth:`start` makes its own.
+    """
+
+    def __init__(
+        self,
+        turn: Callable[[], object],
+        name: str,
+        *,
+        in_child: Callable[[], object] | None = None,
+    ) -> None:
+        self._turn = weakref.WeakMethod(turn)
+        self._in_child = weakref.WeakMethod(in_child) if in_child else None
+        self._name = name
+        self.hooks: list[Callable[[], None]] = []
+        """Called after each turn, on the thread (even when the turn was skipped)."""
+        self.served_at = 0.0
+        """When the producers were last served (``time.monotonic()``), by any thread."""
+        self.forget()
+        _pollers.add(self)
+
+    def forget(self) -> None:
+        """No thread, new locks: in a forked child (the parent's thread is not there)."""
+        self._state = threading.Lock()
+        self._turning = threading.RLock()  # a hook that closes the transport may stop it
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    def served(self) -> None:
+        self.served_at = time.monotonic()
+
+    def start(self) -> None:
+        with self._state:
+            if self._thread is not None:
+                return
+            self._stopped = stopped = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, args=(stopped,), name=self._name, daemon=True
+            )
+            self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the thread; once this returns, no turn runs."""
+        with self._state:
+            thread, self._thread = self._thread, None
+            self._stopped.set()
+        with self._turning:  # the turn in progress, if any, is over; none starts after
+            pass
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _run(self, stopped: threading.Event) -> None:
+        while not stopped.wait(POLL_EVERY_S):
+            with self._turning:
+                turn = self._turn()
+                if stopped.is_set() or turn is None:
+                    return
+                try:
+                    if time.monotonic() - self.served_at >= POLL_EVERY_S / 2:
+                        turn()
+                    for hook in list(self.hooks):
+                        hook()
+                except Exception:
+                    _turn_errors.error(
+                        "poll", "serving the producer in the background failed", exc_info=True
+                    )
+                del turn
+
+
+_pollers: weakref.WeakSet[BackgroundPoll] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_pollers() -> None:
+    """At exit no thread serves a producer any more (the exit flush serves them itself)."""
+    for poller in list(_pollers):
+        poller.stop()
+
+
+def _after_fork() -> None:
+    for poller in list(_pollers):
+        in_child = poller._in_child() if poller._in_child is not None else None
+        if in_child is not None:
+            in_child()
+        else:
+            poller.forget()
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def never_destroy(producer: object) -> None:
+    """Keep one of the parent's producers alive for good, in a forked child.
+
+    Destroying it waits for its threads and takes its locks, which are the parent's: a lock one
+    of those threads held at the fork stays held in the child, where the destruction then waited
+    for ever (or for seconds). Holding it from a Python list was not enough: the interpreter
+    frees such objects when it shuts down, which hung the child's normal exit. A reference that
+    nothing owns is never released.
+    """
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(producer))

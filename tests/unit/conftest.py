@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from pipeline._transport import _stop_pollers
 from pipeline.outbox import create_table
 
 
@@ -25,3 +27,11 @@ def database(tmp_path: Path) -> Path:
     with sqlite3.connect(path) as connection:
         create_table(connection)
     return path
+
+
+@pytest.fixture(autouse=True)
+def _no_producer_polling_after_the_test() -> Iterator[None]:
+    """The thread serving a producer the test left open stops with the test: it would serve
+    (and log) that producer's callbacks during the next tests."""
+    yield
+    _stop_pollers()

@@ -16,6 +16,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
 import pipeline._producer as producer_module
+import pipeline._transport as transport_module
 from pipeline import EnqueueError, Pipeline, PipelineError, Settings
 from pipeline._errors import ProducerFatalError
 from pipeline._producer import KafkaTransport
@@ -87,6 +88,7 @@ class _FailingProducer:
 @pytest.fixture(autouse=True)
 def _stand_in(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(producer_module, "Producer", _FailingProducer)
+    monkeypatch.setattr(transport_module, "POLL_EVERY_S", 3600.0)  # the test polls, alone
     _FailingProducer.fail_after = None
     made.clear()
 

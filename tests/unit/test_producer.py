@@ -8,6 +8,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 import pipeline._producer as producer_module
+import pipeline._transport as transport_module
 from pipeline import PipelineError, Settings
 from pipeline._producer import KafkaTransport, producer_config
 
@@ -72,6 +73,7 @@ class _FakeProducer:
 @pytest.fixture
 def transport(monkeypatch: pytest.MonkeyPatch) -> KafkaTransport:
     monkeypatch.setattr(producer_module, "Producer", _FakeProducer)
+    monkeypatch.setattr(transport_module, "POLL_EVERY_S", 3600.0)  # the test polls, alone
     made.clear()
     return KafkaTransport(Settings(bootstrap_servers="localhost:1"))
 
