@@ -50,6 +50,20 @@ def test_pages_are_not_stored_by_browsers_or_proxies(app: Starlette, path: str) 
     assert page.headers.get("cache-control") == "no-store"
 
 
+@pytest.mark.parametrize("path", ["/", "/dead-letters", "/login", "/static/app.js"])
+def test_responses_allow_only_the_dashboard_s_own_scripts_and_styles(
+    app: Starlette, path: str
+) -> None:
+    """A second line behind escaping: a payload that ever reached a page as markup could
+    run no inline script, load nothing from elsewhere, nor post a form elsewhere."""
+    policy = _client(app).get(path).headers.get("content-security-policy", "")
+    directives = dict(d.strip().partition(" ")[::2] for d in policy.split(";"))
+    assert directives.get("script-src") == "'self'"
+    assert directives.get("default-src") == "'self'"
+    assert directives.get("form-action") == "'self'"
+    assert directives.get("frame-ancestors") == "'none'"
+
+
 def test_static_files_may_be_cached(app: Starlette) -> None:
     style = _client(app).get("/static/app.css")
     assert style.status_code == 200
