@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline._topics import TopicNames
+from pipeline_worker._runtime import EXIT_S
 from pipeline_worker.intake.shutdown import FINAL_COMMIT_S
 
 from .checks import env_of, matches, setting_problems, settings_from
@@ -172,13 +173,14 @@ def grace_problems(objects: list[Manifest]) -> list[str]:
     drain = settings_from(env_of(container, objects)).worker.shutdown_timeout_s
     prestop = _prestop_seconds(container)
     grace = worker["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
-    needed = prestop + drain + FINAL_COMMIT_S
+    needed = prestop + drain + FINAL_COMMIT_S + EXIT_S
     if prestop <= 0:
         return [f"{WORKER}: no preStop pause"]
     if not needed < grace:
         return [
             f"{WORKER}: terminationGracePeriodSeconds {grace} must exceed preStop {prestop:g} s "
-            f"+ shutdown_timeout_s {drain:g} s + the final commit's {FINAL_COMMIT_S:g} s"
+            f"+ shutdown_timeout_s {drain:g} s + the final commit's {FINAL_COMMIT_S:g} s "
+            f"+ the rest of the stop's {EXIT_S:g} s"
         ]
     return []
 

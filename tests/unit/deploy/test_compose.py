@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from pipeline_cli._devjars import KAFKA_VERSION
+from pipeline_worker._runtime import EXIT_S
 from pipeline_worker.intake.shutdown import FINAL_COMMIT_S
 
 from .checks import setting_problems, settings_from
@@ -88,7 +89,7 @@ def test_healthchecks_and_grace_period_follow_the_settings(services: dict[str, A
         assert f"localhost:{_metrics_port(services, name)}/healthz" in probe, name
     worker = services["worker"]
     drain = settings_from(worker["environment"]).worker.shutdown_timeout_s
-    assert _seconds(worker["stop_grace_period"]) > drain + FINAL_COMMIT_S
+    assert _seconds(worker["stop_grace_period"]) > drain + FINAL_COMMIT_S + EXIT_S
 
 
 def test_prometheus_scrapes_every_worker_and_scheduler_and_loads_the_rules(
