@@ -7,14 +7,16 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline._backlogmodel import Backlog
-from pipeline._errors import KafkaUnavailableError
+from pipeline._errors import KafkaUnavailableError, PipelineError
 from pipeline._settings import Settings
 from pipeline_cli._exporter import Exporter
 from tests import waiting
@@ -144,3 +146,90 @@ def test_deferred_help_counts_the_jobs_the_scheduler_holds() -> None:
     (family,) = (f for f in exporter.registry.collect() if f.name == "pipeline_deferred_depth")
     assert "not read" not in family.documentation
     assert "not committed by the scheduler leader" in family.documentation
+
+
+def test_the_dead_letters_are_counted_from_an_index_refreshed_at_each_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each read took ``<ns>.dlq`` whole, holding every whole letter (about 7 KB each): a
+    deep DLQ outgrew the exporter's memory limit at every interval."""
+    from pipeline_cli import _exporter
+
+    calls: list[str] = []
+
+    class Index:
+        def __init__(self, settings: Settings, *, timeout: float) -> None:
+            calls.append(f"index {timeout:g}")
+
+        def __enter__(self) -> Index:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            calls.append("index closed")
+
+        caught_up = True
+
+        def refresh(self, timeout: float, *, limit: int) -> None:
+            calls.append(f"refresh {timeout:.1f} {limit}")
+
+        def __len__(self) -> int:
+            return 7
+
+        def stats(self) -> str:
+            calls.append("stats")
+            return "counted"
+
+    exporter = Exporter(Settings(namespace="ns"), port=0, interval=0.1, timeout=3.0)
+
+    class Reader:
+        def __init__(self, settings: Settings, *, timeout: float, dead_letters: Any) -> None:
+            self.dead_letters = dead_letters
+
+        def __enter__(self) -> Reader:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+        def read(self) -> Backlog:
+            assert self.dead_letters(2.5) == "counted"
+            exporter.stop()
+            return backlog()
+
+    monkeypatch.setattr(_exporter, "LetterIndex", Index)
+    monkeypatch.setattr(_exporter, "BacklogReader", Reader)
+    assert exporter.run() == 0
+    assert calls == ["index 3", "refresh 2.5 20000", "stats", "index closed"]
+
+
+def test_a_deep_dead_letter_topic_is_indexed_in_steps_kept_from_one_read_to_the_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pipeline_cli import _exporter
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+
+    class Deep:
+        """Each step takes 4 s and reads one of 5 steps' worth."""
+
+        read = 0
+
+        @property
+        def caught_up(self) -> bool:
+            return self.read == 5
+
+        def refresh(self, timeout: float, *, limit: int) -> None:
+            clock[0] += 4.0
+            self.read += 1
+
+        def __len__(self) -> int:
+            return self.read * _exporter.INDEX_STEP
+
+        def stats(self) -> object:
+            return "all of them"
+
+    count = _exporter.indexed(Deep())  # type: ignore[arg-type]
+    with pytest.raises(PipelineError, match="still reading the dead letters: 60,000 so far"):
+        count(10.0)  # three steps fit
+    assert count(10.0) == "all of them"  # type: ignore[comparison-overlap]  # two more
