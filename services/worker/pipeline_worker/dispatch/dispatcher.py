@@ -13,10 +13,17 @@ serves first; the jobs waiting for a limit leave it by the priorities' weights
 (:mod:`.waitlists`). With tenant fairness, the jobs waiting for a limit leave it by their tenants'
 turns too: a limit shared by tenants (a type's) would otherwise start one tenant's whole flood,
 set aside in one pass, before another tenant's jobs read just after it.
+
+A limit's waiting jobs take their slots and tokens only when a concurrency slot is free for them
+(``room``): with every slot taken, a timer or a freed slot of the limit just marks the limit
+*due*, and the next :meth:`pop` (the processor pops whenever slots free) admits its jobs first.
+A timer that moved jobs to ``admitted`` with no slot to run them would spend the rate on them,
+and they would all start at once when slots free: a burst far over the bucket's capacity.
 """
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence, Sized
 from typing import Literal, Protocol
@@ -30,6 +37,8 @@ Policy = Literal["strict", "weighted"]
 Clock = Callable[[], float]
 Schedule = Callable[[float, Callable[[], None]], object]
 """``schedule(delay_seconds, callback)``: run ``callback`` on the dispatcher's thread later."""
+UNBOUNDED = sys.maxsize
+"""The free slots of a dispatcher not told its room."""
 
 
 class WorkQueue(Sized, Protocol):
@@ -124,9 +133,12 @@ class Dispatcher:
         schedule: Schedule,
         on_ready: Callable[[], None],
         fairness: Weight | None = None,
+        room: Callable[[], int] | None = None,
     ) -> None:
         """``fairness``: the weight of a tenant, to share each priority among tenants (None:
-        each queue is served in the order jobs were read)."""
+        each queue is served in the order jobs were read). ``room``: the free concurrency
+        slots (None: unbounded); the caller must pop whenever slots free, or a due limit's
+        jobs wait for the next pop."""
         self.queues: list[WorkQueue] = (
             [deque() for _ in range(queues)]
             if fairness is None
@@ -141,9 +153,15 @@ class Dispatcher:
         self._on_ready = on_ready
         self._limits: set[TypeLimit[Work]] = set()
         """The limits that had jobs waiting (a revocation looks for its jobs there)."""
+        self._room = room
+        self._due: dict[TypeLimit[Work], None] = {}
+        """Limits whose waiting jobs may start but found no free slot, in the order they came
+        due (an ordered set): the next pop admits them first, before any other job."""
 
     def pop(self) -> Work | None:
         """The next job that may start now (its limit slot is reserved), or ``None``."""
+        if self._due:
+            self._drain_due(1)
         admitted = self.admitted
         if admitted:
             return admitted.popleft()
@@ -170,17 +188,14 @@ class Dispatcher:
 
     def pop_many(self, limit: int) -> list[Work]:
         """Up to ``limit`` jobs that may start now, in the order :meth:`pop` would give them."""
+        if self._due:
+            self._drain_due(limit)
         taken: list[Work] = []
         admitted = self.admitted
         while admitted and len(taken) < limit:
             taken.append(admitted.popleft())
         if self._key_ordering:
-            while len(taken) < limit:
-                work = self.pop()
-                if work is None:
-                    break
-                taken.append(work)
-            return taken
+            return self._take_keyed(taken, limit)
         queues = self.queues
         nonempty = [queue for queue in queues if queue]
         if len(nonempty) == 1:
@@ -203,6 +218,14 @@ class Dispatcher:
             work = queues[index].popleft()
             if (work.limit is None and work.tenant_limit is None) or self._enter(work):
                 taken.append(work)
+        return taken
+
+    def _take_keyed(self, taken: list[Work], limit: int) -> list[Work]:
+        while len(taken) < limit:
+            work = self.pop()
+            if work is None:
+                break
+            taken.append(work)
         return taken
 
     def _take_fair(self, queue: FairQueue, taken: list[Work], limit: int) -> list[Work]:
@@ -300,11 +323,45 @@ class Dispatcher:
             self._policy.fresh(),
         )
 
-    def _drain(self, limit: TypeLimit[Work]) -> bool:
+    def _drain_due(self, wanted: int) -> None:
+        """Admit the due limits' jobs, in the order the limits came due, for ``wanted`` free
+        slots (less the jobs admitted already); the limits left out stay due, in order."""
+        due = list(self._due)
+        self._due.clear()
+        budget = wanted - len(self.admitted)
+        for limit in due:
+            budget -= self._drain(limit, budget)
+
+    def _budget(self) -> int:
+        """How many jobs a limit may admit outside a pop: the free slots not promised to
+        admitted jobs; none while other limits are due (it takes its turn behind them)."""
+        if self._due:
+            return 0
+        room = self._room
+        if room is None:
+            return UNBOUNDED
+        return room() - len(self.admitted)
+
+    def _drain(self, limit: TypeLimit[Work], budget: int | None = None) -> int:
+        """Admit what may start of ``limit``'s waiting jobs, at most ``budget`` of them (None:
+        as many as the free slots not promised to admitted jobs, and none while other limits
+        are due: it takes its turn behind them); how many were admitted.
+
+        Out of budget with a job that may start, the limit is due and takes nothing more (not a
+        token, not a slot): no timer is armed, the next pop drains it."""
+        if budget is None:
+            budget = self._budget()
         now = self._clock()
         waiting = limit.waiting
-        moved = False
-        while waiting and limit.try_admit(now):
+        moved = 0
+        while waiting:
+            if moved >= budget:
+                if not limit.may_admit(now):
+                    break  # it waits for its timer or a freed slot of its cap, as below
+                self._due[limit] = None
+                return moved
+            if not limit.try_admit(now):
+                break
             work = waiting.popleft()
             type_limit = work.limit
             if (
@@ -314,7 +371,8 @@ class Dispatcher:
             ):
                 continue  # on to wait in its type's limit, holding the tenant's slot
             self.admitted.append(work)
-            moved = True
+            moved += 1
+        self._due.pop(limit, None)
         if waiting:
             self._arm(limit)
         return moved
@@ -331,8 +389,8 @@ class Dispatcher:
             if limit.timer is not fire:
                 return  # superseded by a timer at a newer rate (refresh_limits)
             limit.timer = None
-            if self._drain(limit):
-                self._on_ready()
+            if self._drain(limit) or limit in self._due:
+                self._on_ready()  # due: the pump drains it if a slot is free after all
 
         limit.timer = fire
         self._schedule(delay, fire)
@@ -350,8 +408,8 @@ class Dispatcher:
         moved = False
         for limit in limits:
             if limit.waiting:
-                moved = self._drain(limit) or moved
-        if moved:
+                moved = self._drain(limit) > 0 or moved
+        if moved or self._due:
             self._on_ready()
 
     def drop(self, states: Iterable[PartitionState]) -> list[Work]:

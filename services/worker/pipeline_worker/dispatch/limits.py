@@ -154,6 +154,12 @@ class TypeLimit(Generic[Waiting]):
         self.running += 1
         return True
 
+    def may_admit(self, now: float) -> bool:
+        """Whether :meth:`try_admit` would reserve a slot now (this takes nothing)."""
+        if self.cap is not None and self.running >= self.cap:
+            return False
+        return self.bucket is None or self.bucket.delay(now) <= 0.0
+
     def release(self) -> None:
         self.running -= 1
 

@@ -98,6 +98,7 @@ class Processor:
             schedule=loop.call_later,
             on_ready=self.pump,
             fairness=self.tenants.weight if worker.tenants.fairness else None,
+            room=lambda: self._concurrency - self.in_flight,
         )
         self._runners, self._pool, self._chain = executors(
             app.middleware, loop, worker.threads or worker.concurrency, context, self
