@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import threading
-import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -188,23 +188,29 @@ def test_close_waits_for_a_poll_in_progress_and_no_poll_comes_after(
     producer.release.set()
     closer.join(5)
     assert not closer.is_alive()
-    polls = len(producer.pollers)
-    time.sleep(0.5)
-    assert len(producer.pollers) == polls
-    assert not _poll_threads() & set(producer.pollers)
+    # close() joined the thread: it has ended, so no poll of it can come after.
+    background = {t for t in producer.pollers if t.name == THREAD}
+    assert background
+    assert not any(thread.is_alive() for thread in background)
+    assert not _poll_threads() & background
 
 
 def test_the_thread_stays_out_while_the_application_serves_the_producer(
     transport: KafkaTransport, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transport_module, "POLL_EVERY_S", 0.5)  # out: served within 0.25 s
+    """The thread's turns come on time; the clock it reads says whether the application served
+    the producer within half a turn (frozen here: served just now, until the test moves it)."""
+    clock = [1000.0]
+    monkeypatch.setattr(transport_module, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     [producer] = made
-    deadline = time.monotonic() + 1.0
-    while time.monotonic() < deadline:  # an enqueue loop serving its reports now and then
-        transport.poll(0)
-        time.sleep(0.02)
+    turns = threading.Semaphore(0)
+    transport.add_poll_hook(turns.release)  # after every turn, a skipped one too
+    transport.poll(0)  # an enqueue loop serving its reports: at 1000.0
+    for _ in range(3):
+        assert turns.acquire(timeout=5)
     assert producer.background_polls() == 0
-    assert wait_for(lambda: producer.background_polls() > 0, timeout=5)  # it stopped: served
+    clock[0] += transport_module.POLL_EVERY_S  # the application stopped serving it
+    assert wait_for(lambda: producer.background_polls() > 0, timeout=5)
     transport.close()
 
 
