@@ -582,7 +582,9 @@ class HeldRouter:
         self.unsettled: list[Callable[[bool], None]] = []
         self.changed = asyncio.Event()
 
-    def route(self, failure: Any, settle: Callable[[bool], None], keys: Any = None) -> None:
+    def route(
+        self, failure: Any, settle: Callable[[bool], None], keys: Any = None, state: Any = None
+    ) -> None:
         self.routed.append(failure.offset)
         self.unsettled.append(settle)
         self.changed.set()

@@ -49,7 +49,7 @@ from pipeline._topics import TopicNames
 from pipeline._transactions import STEP_TIMEOUT_S, Transactions
 
 from .marks import max_moved
-from .movetxn import Done, MoveTransaction, Pending, StateDone, Where
+from .movetxn import Done, MoveTransaction, Pending, Where
 from .txnconfig import transactional_config
 
 if TYPE_CHECKING:
@@ -133,13 +133,11 @@ class Mover:
         ``move=False``: records that go with the offset of a job that stays where it is (the
         idempotency keys it settled); the offset is not skipped by a later owner.
 
-        ``state``: the assignment the move belongs to (a :class:`.movetxn.StateDone` ``done``
-        names it too). The move is written only while that assignment lasts: a partition given
-        up and assigned to this worker again is another assignment, which runs the job again
-        (``done(False)`` then). Without it, whichever assignment owns ``where`` takes the move.
+        ``state``: the assignment the move belongs to. The move is written only while that
+        assignment lasts: a partition given up and assigned to this worker again is another
+        assignment, which runs the job again (``done(False)`` then). Without it, whichever
+        assignment owns ``where`` takes the move.
         """
-        if state is None and type(done) is StateDone:
-            state = done.state
         self._queue.append(Pending(where, offset, records, done, move, state))
 
     # -- consumer thread -----------------------------------------------------------------------

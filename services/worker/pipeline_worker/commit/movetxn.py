@@ -74,22 +74,6 @@ class Pending:
         return state is not None and state.released
 
 
-class StateDone:
-    """A move's ``done`` that names the assignment (the partition's :class:`PartitionState`)
-    the move belongs to, for a move that reaches :meth:`.moves.Mover.submit` through code that
-    passes only ``done`` on (the failure router): the mover ties the move to ``state`` as if
-    it had been given ``state=``."""
-
-    __slots__ = ("call", "state")
-
-    def __init__(self, state: PartitionState, call: Done) -> None:
-        self.state = state
-        self.call = call
-
-    def __call__(self, done: bool) -> None:
-        self.call(done)
-
-
 class MoveTransaction:
     """The moves written into the producer's open transaction; see the module docstring.
 

@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pipeline import DecodeError, UnknownJobTypeError
 from pipeline._dedup import KeyOutcome
 
-from ..commit.movetxn import StateDone
 from .outcome import Outcome, OutcomeKind
 from .policy import Failure, Record
 
@@ -135,7 +134,7 @@ class Endings:
             if dedup is not None:
                 keys = functools.partial(self.moved_key, dedup, work)
             # Tied to this assignment: written only while it lasts (see Mover.submit).
-            router.route(failure, StateDone(state, functools.partial(self._moved, work)), keys)
+            router.route(failure, functools.partial(self._moved, work), keys, state)
             return
         if dedup is not None and self._write_key(dedup, work, kind is OutcomeKind.SUCCEEDED):
             return
@@ -247,8 +246,7 @@ class Endings:
             extra={"job_id": job.id, "job_type": job.type},
         )  # fmt: skip
         self._router.defer(state.topic, state.partition, work.offset, job, work.key,
-                           StateDone(state, functools.partial(self._deferred, work)),
-                           keys)  # fmt: skip
+                           functools.partial(self._deferred, work), keys, state)  # fmt: skip
 
     def _deferred(self, work: Work, done: bool) -> None:
         """The deferral is in the open transaction (or was given up): finish the offset."""
@@ -321,7 +319,7 @@ class Endings:
                     if headers
                     else None,
                 )
-                self._router.route(failure, StateDone(state, finished))
+                self._router.route(failure, finished, state=state)
                 return
             finished(done)
 

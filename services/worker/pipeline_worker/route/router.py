@@ -16,6 +16,8 @@ from .policy import Failure, FailurePolicy, Move, Record
 if TYPE_CHECKING:
     from pipeline import Job
 
+    from .._work import PartitionState
+
 _log = logging.getLogger("pipeline.worker.failures")
 
 
@@ -33,8 +35,12 @@ class FailureRouter:
         failure: Failure,
         resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None = None,
+        state: PartitionState | None = None,
     ) -> None:
         """Move ``failure``; ``resolve(True)`` once the move is in the open transaction.
+
+        ``state``: the assignment of the partition the move belongs to (see
+        :meth:`..commit.moves.Mover.submit`).
 
         ``keys(dead)``: more records for the same transaction (the changelog of the job's
         idempotency key, which depends on whether the move is a dead letter).
@@ -67,7 +73,7 @@ class FailureRouter:
                 failure.error,
                 extra={"job_id": job.id if job is not None else None, "job_type": move.job_type},
             )
-        self._submit((failure.topic, failure.partition), failure.offset, move, resolve, keys)
+        self._submit((failure.topic, failure.partition), failure.offset, move, resolve, keys, state)
 
     def defer(
         self,
@@ -78,6 +84,7 @@ class FailureRouter:
         key: bytes | None,
         resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None = None,
+        state: PartitionState | None = None,
     ) -> None:
         """Move a job that is not due for long to ``<ns>.deferred``, like :meth:`route`."""
         try:
@@ -87,7 +94,7 @@ class FailureRouter:
                            topic, partition, offset)  # fmt: skip
             resolve(False)
             return
-        self._submit((topic, partition), offset, move, resolve, keys)
+        self._submit((topic, partition), offset, move, resolve, keys, state)
 
     def _submit(
         self,
@@ -96,8 +103,9 @@ class FailureRouter:
         move: Move,
         resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None,
+        state: PartitionState | None,
     ) -> None:
         records: Sequence[Record] = move.records
         if keys is not None:
             records = [*records, *keys(move.dead)]
-        self._mover.submit(where, offset, records, resolve)
+        self._mover.submit(where, offset, records, resolve, state=state)
