@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline._backlogmodel import Backlog
+from pipeline._deadletters import INDEX_STEP
 from pipeline._errors import KafkaUnavailableError, PipelineError
 from pipeline._settings import Settings
 from pipeline_cli._exporter import Exporter
@@ -224,7 +225,7 @@ def test_a_deep_dead_letter_topic_is_indexed_in_steps_kept_from_one_read_to_the_
             self.read += 1
 
         def __len__(self) -> int:
-            return self.read * _exporter.INDEX_STEP
+            return self.read * INDEX_STEP
 
         def stats(self) -> object:
             return "all of them"

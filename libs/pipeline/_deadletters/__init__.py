@@ -16,6 +16,7 @@ from ._filters import (
 )
 from ._index import (
     ALL,
+    INDEX_STEP,
     LetterIndex,
     LetterPage,
     Refreshed,
@@ -58,6 +59,7 @@ from ._stats import (
 
 __all__ = [
     "ALL",
+    "INDEX_STEP",
     "DeadLetterNotFoundError",
     "DeadLetterSnapshot",
     "DlqStats",

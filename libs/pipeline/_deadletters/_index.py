@@ -55,6 +55,9 @@ if TYPE_CHECKING:
 
 ALL: Literal["all"] = "all"
 """``status=ALL``: every dead letter, whatever its status."""
+INDEX_STEP = 20_000
+"""Dead letters one refresh of a reader that goes in steps (the dashboard, the exporter) reads
+at most: a deep ``<ns>.dlq`` is read in steps, each kept, each well within a timeout."""
 StatusChoice = LetterStatus | Literal["pending", "replayed", "discarded", "all"]
 _CACHED_QUERIES = 16
 # Read-ahead of the refreshing consumer: enough to keep decoding busy. A bigger one (64 MB by

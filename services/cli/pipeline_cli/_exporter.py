@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from pipeline._backlog import BacklogReader, DeadLetterCounter
 from pipeline._backlogmodel import Backlog
 from pipeline._cliargs import not_empty
-from pipeline._deadletters import DlqStats, LetterIndex
+from pipeline._deadletters import INDEX_STEP, DlqStats, LetterIndex
 from pipeline._errors import PipelineError
 from pipeline._logfmt import configure_logging
 from pipeline._metricsserver import MetricsServer, add_process_metrics
@@ -231,11 +231,6 @@ class Exporter:
         finally:
             server.close()
         return 0
-
-
-INDEX_STEP = 20_000
-"""Dead letters one refresh of the index reads at most: a deep topic is read in steps, each
-kept, so that a first read cut short by its timeout goes on at the next."""
 
 
 def indexed(letters: LetterIndex) -> DeadLetterCounter:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.exceptions import HTTPException
 
-from pipeline._deadletters import LetterFilter, LetterIndex
+from pipeline._deadletters import INDEX_STEP, LetterFilter, LetterIndex
 
 from ._csrf import CSRF_FIELD, csrf_matches, csrf_token, set_csrf_cookie
 from ._notices import notice_of
@@ -28,10 +28,6 @@ if TYPE_CHECKING:
     from ._audit import AuditLog
     from ._monitor import Monitor
     from ._security import Gate
-
-INDEX_STEP = 20_000
-"""Dead letters read into the index at most per reading: a deep ``<ns>.dlq`` is read in
-steps (the pages show what was read so far), each well within a reading's timeout."""
 
 
 def read_new_letters(letters: LetterIndex, timeout: float) -> None:
