@@ -7,13 +7,9 @@ from collections import Counter, deque
 import pytest
 
 from pipeline_worker._work import Work
-from pipeline_worker.dispatch.dispatcher import (
-    Dispatcher,
-    StrictPolicy,
-    WeightedPolicy,
-    make_policy,
-)
+from pipeline_worker.dispatch.dispatcher import Dispatcher
 from pipeline_worker.dispatch.limits import TypeLimit
+from pipeline_worker.dispatch.policies import StrictPolicy, WeightedPolicy, make_policy
 
 from .support import FakeTimers, Jobs, state
 

@@ -16,9 +16,10 @@ from pipeline.testing import InMemoryTransport
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
 from pipeline_worker._metricsexport import make_registry
 from pipeline_worker._work import PartitionState, Work
-from pipeline_worker.dispatch.dispatcher import Dispatcher, StrictPolicy, WeightedPolicy
+from pipeline_worker.dispatch.dispatcher import Dispatcher
 from pipeline_worker.dispatch.fair import FairQueue
 from pipeline_worker.dispatch.limits import TypeLimit, fleet_cap_share
+from pipeline_worker.dispatch.policies import StrictPolicy, WeightedPolicy
 from pipeline_worker.dispatch.tenants import TenantTable
 
 from ..metrics_exported import gauges

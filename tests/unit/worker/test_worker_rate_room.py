@@ -7,8 +7,9 @@ from __future__ import annotations
 import asyncio
 
 from pipeline_worker._work import Work
-from pipeline_worker.dispatch.dispatcher import Dispatcher, WeightedPolicy
+from pipeline_worker.dispatch.dispatcher import Dispatcher
 from pipeline_worker.dispatch.limits import TypeLimit
+from pipeline_worker.dispatch.policies import WeightedPolicy
 
 from .support import FakeTimers, Harness, Jobs, state
 from .test_worker_executor import make_app, run

@@ -30,9 +30,10 @@ from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
 from .._work import IdleWaiters, PartitionState, Work
-from ..dispatch.dispatcher import Dispatcher, make_policy
+from ..dispatch.dispatcher import Dispatcher
 from ..dispatch.holds import Holds
 from ..dispatch.jobtypes import TypeTable
+from ..dispatch.policies import make_policy
 from ..dispatch.tenants import TenantTable
 from ..route.endings import Endings
 from ..route.hooks import Hooks
