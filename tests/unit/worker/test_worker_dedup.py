@@ -9,6 +9,8 @@ from collections.abc import Callable, Coroutine, Sequence
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from pipeline import Job, Pipeline
 from pipeline._deduptable import DedupTable
 from pipeline._registry import JobOptions
@@ -127,3 +129,37 @@ def test_a_job_ending_while_its_partition_is_revoked_still_records_its_key() -> 
     assert record.key == b"*/k"
     store.drop((topic, 0))  # given up: the next owner runs it again
     assert dedup.settle(state, job, charge, KeyOutcome.SUCCEEDED) == []
+
+
+@pytest.mark.parametrize("plain", [True, False], ids=["inlined", "through-endings"])
+def test_a_revocation_waits_for_the_key_record_of_a_job_that_ended(plain: bool) -> None:
+    """A keyed job that succeeded just before its partition was revoked: its key's record still
+    waits for the transaction. The partition counts the job until the record is written, as it
+    counts a failed job until its move is; else the revocation released the partition at once,
+    the record was refused, the offset stayed unfinished and the next owner ran the job again."""
+
+    async def main() -> None:
+        app = Pipeline(transport=InMemoryTransport())
+
+        @app.job("charge")
+        async def charge(n: int) -> None:
+            pass
+
+        mover = HeldMover()
+        h = Harness(app, dedup=make(ChangelogStore(), mover, app), plain=plain)
+        h.feed(keyed(h, 0, "a"))
+        await until(lambda: bool(mover.records), mover.changed)
+        state = h.partition
+        assert h.processor.in_flight == 0  # its slot is free
+        assert state.in_flight == 1  # its partition still counts it
+        state.active = False  # the revocation, as the worker's runtime makes it
+        h.processor.drop([state])
+        idle = asyncio.ensure_future(h.processor.wait_idle([state], 5.0))
+        await asyncio.sleep(0)
+        assert not idle.done()
+        mover.drain()  # the record is in the transaction
+        assert await idle
+        assert state.in_flight == 0
+        assert state.commit_offset == 1  # committed with the record, not run again
+
+    run(main)

@@ -153,13 +153,16 @@ class Endings:
     def _write_key(self, dedup: Deduplicator, work: Work, succeeded: bool) -> bool:
         """Settle the key of a job that ended (succeeded, else dead) and free its slot; its
         offset finishes once the key's record is in the open transaction (the consumer thread
-        writes it within a poll or so). False: no record to write, nothing done."""
+        writes it within a poll or so). Its partition counts it until then, as it counts a
+        failed job until its move is written: a revocation waits for the record, which would
+        otherwise be refused once the partition is released, and the next owner would run the
+        job again. False: no record to write, nothing done."""
         records = self._settle_key(
             dedup, work, KeyOutcome.SUCCEEDED if succeeded else KeyOutcome.DEAD
         )
         if not records:
             return False
-        self.free(work)
+        self._slots.free_slot(work)
         dedup.write(work.state, work.offset, records, self.done_all)
         return True
 
@@ -221,7 +224,9 @@ class Endings:
         self._slots.offset_ended(state, finished=done)
 
     def done_all(self, state: PartitionState, offsets: list[int], done: bool) -> None:
-        """:meth:`done` for each of ``offsets`` (the keyed jobs of one write), in one call."""
+        """:meth:`done` for each of ``offsets`` (the keyed jobs of one write), in one call; the
+        partition stops counting them (see :meth:`_write_key`)."""
+        state.in_flight -= len(offsets)
         if done:
             finish = state.tracker.finish
             for offset in offsets:
