@@ -19,6 +19,7 @@ from ._backlog import BacklogReader
 from ._backlogmodel import GroupMember, GroupMembers, TopicBacklog
 from ._cronexpr import next_fire_ms
 from ._cronstate import read_last_fires
+from ._errors import ConfigurationError
 from ._schedule import count_from
 from ._scheduletable import read_schedules
 from ._topicspec import scheduler_control_topic
@@ -159,7 +160,9 @@ def _schedules(settings: Settings, timeout: float) -> tuple[ScheduleDue, ...]:
         after = count_from(schedule, last)
         try:
             following: int | None = next_fire_ms(schedule.cron, schedule.timezone, after)
-        except ValueError:  # read_schedules keeps only valid schedules; be safe anyway
+        except (ConfigurationError, ValueError):
+            # Valid when written (a fire within 10 years of then), it may have none within 10
+            # years of its last fire: the scheduler skips it as invalid too (a year field).
             following = None
         due.append(
             ScheduleDue(

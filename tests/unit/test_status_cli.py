@@ -4,14 +4,16 @@ Kafka unreachable, and what a snapshot computes and prints."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 from click.testing import CliRunner
 
+from pipeline import Settings, _status
 from pipeline._backlogmodel import GroupMember, GroupMembers, PartitionBacklog, TopicBacklog
 from pipeline._deadletters import LetterState, LetterStatus, StoredLetter
 from pipeline._eventlog import EventFilter, JobHistory, in_time_order
-from pipeline._records import DeadLetter, Event
+from pipeline._records import DeadLetter, Event, Schedule
 from pipeline._status import ScheduleDue, StatusSnapshot, rates
 from pipeline_cli._main import cli
 from pipeline_cli._statusrender import print_status, status_json
@@ -245,3 +247,25 @@ def test_a_discarded_dead_letter_is_a_dead_job_whether_or_not_its_event_was_read
     assert JobHistory("j1", [event("dead", 1), event("discarded", 3)], stored).state == (
         "dead (discarded)"
     )
+
+
+def test_a_schedule_out_of_fires_since_its_last_shows_no_next_fire(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Valid when written (it fires in 2038, within 10 years of 2029), it has no fire within 10
+    years of its last (2027): the status shows no next fire, as the scheduler skips it, instead
+    of failing whole with a usage error."""
+
+    def jan1(year: int) -> int:
+        return int(datetime(year, 1, 1, tzinfo=UTC).timestamp() * 1000)
+
+    yearly = Schedule(
+        name="yearly", cron="0 0 1 1 * 0 2027,2038", job_type="x", payload=b"{}",
+        created_at=jan1(2026),
+    )  # fmt: skip
+    monkeypatch.setattr(_status, "read_schedules", lambda settings, timeout: {"yearly": yearly})
+    last = {"yearly": jan1(2027)}
+    monkeypatch.setattr(_status, "read_last_fires", lambda settings, timeout: last)
+    [due] = _status._schedules(Settings(), 1.0)
+    assert due.name == "yearly"
+    assert due.next_fire is None
