@@ -34,6 +34,11 @@ def producer_config(settings: Settings, *, bulk: bool = False) -> dict[str, Any]
         # the previous one (Nagle's algorithm against its delayed ACKs). Only recent librdkafka
         # releases turn Nagle off by default; older ones that confluent-kafka 2.6 brings do not.
         "socket.nagle.disable": True,
+        # Never ask Kafka to create a topic it does not know (librdkafka's producer does by
+        # default, and so do brokers): a mistyped namespace, or an enqueue before `topics
+        # apply`, would create a topic of one partition that no worker reads, and the job
+        # would be acknowledged. It fails instead, naming the topic.
+        "allow.auto.create.topics": False,
     }
     conf.update(settings.client_config())
     return conf

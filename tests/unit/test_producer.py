@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 import pipeline._producer as producer_module
 import pipeline._transport as transport_module
-from pipeline import PipelineError, Settings
+from pipeline import EnqueueError, Pipeline, PipelineError, Settings
 from pipeline._producer import KafkaTransport, producer_config
 
 
@@ -163,3 +163,21 @@ def test_equal_lingers_make_one_producer(monkeypatch: pytest.MonkeyPatch) -> Non
     [only] = made
     assert [v for _t, v, _k in only.sent] == [b"1", b"2"]
     assert only.flushes == 0
+
+
+def test_a_job_for_a_topic_kafka_does_not_know_fails_rather_than_creating_it() -> None:
+    """Against librdkafka's mock cluster, which creates a topic a client asks it to, as brokers
+    do by default: the job fails, naming the topic, instead of landing in a new topic of one
+    partition that no worker reads."""
+    settings = Settings(
+        namespace="mistyped",
+        kafka={"test.mock.num.brokers": "1", "topic.metadata.propagation.max.ms": "500"},
+        producer={"delivery_timeout_s": 5.0},
+    )
+    app = Pipeline(settings)
+    try:
+        app.enqueue("report", {}, priority="high")
+        with pytest.raises(EnqueueError, match=r"mistyped\.jobs\.high"):
+            app.flush(10)
+    finally:
+        app.close()
