@@ -131,3 +131,58 @@ def test_an_invalid_setting_is_one_line_and_exit_2() -> None:
     assert result.exit_code == 2
     assert "producer.linger_ms (environment variable PIPELINE_PRODUCER__LINGER_MS)" in result.output
     assert "Traceback" not in result.output
+
+
+OWN_SETTINGS_MODULE = """
+from pipeline import Pipeline
+
+
+class Team:
+    async def intercept(self, call, next):
+        return await next(call)
+
+    def enqueue_headers(self):
+        return {{"team": "reports"}}
+
+
+app = Pipeline(namespace={namespace!r}, bootstrap_servers={servers!r}, middleware=[Team()])
+
+
+@app.job("report.build", priority="high")
+def build(report_id: int) -> None: ...
+"""
+
+
+def test_with_app_the_job_goes_where_the_application_sends_its_own(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The application sets its namespace and servers in code: the command sends there, with
+    its interceptors' headers, as the application does, not to the environment's namespace."""
+    name = f"ownapp_{tmp_path.name.replace('-', '_')}"
+    source = OWN_SETTINGS_MODULE.format(
+        namespace=settings.namespace, servers=settings.bootstrap_servers
+    )
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    apply_topics(settings)
+    nowhere = {"PIPELINE_NAMESPACE": "elsewhere", "PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    try:
+        args = ["enqueue", "report.build", "--app", name, "--payload", '{"report_id": 3}']
+        result = CliRunner().invoke(cli, [*args, "--json", "--timeout", "20"], env=nowhere)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["topic"] == f"{settings.namespace}.jobs.high"
+        [message] = read_all(settings.bootstrap_servers, f"{settings.namespace}.jobs.high", 1)
+        job = JobCodec().decode(message.value() or b"")
+        assert job.headers.get("team") == "reports"
+        # A --namespace on the command line wins; --config is refused, naming why.
+        other = [*args, "--namespace", "elsewhere", "--bootstrap-servers", "127.0.0.1:1"]
+        result = CliRunner().invoke(cli, [*other, "--timeout", "1"])
+        assert result.exit_code == 1, result.output
+        config = tmp_path / "pipeline.toml"
+        config.write_text('namespace = "x"\n')
+        result = CliRunner().invoke(cli, [*args, "--config", str(config)])
+        assert result.exit_code == 2, result.output
+        assert "--config and --app" in result.output
+    finally:
+        sys.modules.pop(name, None)

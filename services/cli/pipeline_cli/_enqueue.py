@@ -15,6 +15,7 @@ from ._output import (
     REQUEST_MAX_S,
     Seconds,
     UsageFailure,
+    app_settings,
     cli_errors,
     common_options,
     json_object,
@@ -134,22 +135,24 @@ def enqueue(
       pipeline enqueue report.build --app myservice.jobs:app --payload @report.json
       generate-payload | pipeline enqueue report.build --payload -
     """
-    if timeout is not None:
-        settings = settings.model_copy(
-            update={
-                "producer": settings.producer.model_copy(update={"delivery_timeout_s": timeout})
-            }
-        )
     with cli_errors():
         loaded = load_app_option(app_spec)
-        app = Pipeline(settings)
         if loaded is not None:
+            settings = app_settings(loaded, settings)
+        if timeout is not None:
+            producer = settings.producer.model_copy(update={"delivery_timeout_s": timeout})
+            settings = settings.model_copy(update={"producer": producer})
+        if loaded is None:
+            app = Pipeline(settings)
+        else:
             if job_type not in loaded.registry:
                 known = ", ".join(sorted(t.name for t in loaded.registry)) or "none"
                 raise UsageFailure(
                     f"{app_spec} has no job type {job_type!r} (it has: {known}); nothing was sent"
                 )
-            # The application's job types, with this command's connection settings.
+            # The application as it enqueues: its settings (see app_settings), its job types
+            # and the interceptors that add headers at enqueue.
+            app = Pipeline(settings, middleware=loaded.middleware)
             app.registry = loaded.registry
         handle = app.submit(
             job_type,

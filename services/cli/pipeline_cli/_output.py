@@ -37,6 +37,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 __all__ = [
     "UsageFailure",
+    "app_settings",
     "cli_errors",
     "common_options",
     "json_option",
@@ -124,6 +125,25 @@ def load_app_option(spec: str | None) -> Pipeline | None:
             f"importing the application failed: {type(exc).__name__}: {exc}",
             param_hint="'--app'",
         ) from exc
+
+
+def app_settings(app: Pipeline, settings: Settings) -> Settings:
+    """The settings of a command given ``--app``, as ``pipeline-worker --app`` takes them: the
+    application's own (its namespace, servers, codec), with ``--bootstrap-servers`` and
+    ``--namespace`` on top when given on the command line. ``--config`` is refused with
+    ``--app``: the application has its settings, and a file the command ignored would mislead."""
+    ctx = click.get_current_context()
+    if ctx.params.get("config_file") is not None:
+        raise click.UsageError(
+            "--config and --app: the application's own settings are used with --app; give "
+            "--bootstrap-servers or --namespace to change where it connects"
+        )
+    given = {
+        name: getattr(settings, name)
+        for name in ("bootstrap_servers", "namespace")
+        if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+    }
+    return app.settings.model_copy(update=given) if given else app.settings
 
 
 def _servers(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:

@@ -26,6 +26,7 @@ from pipeline._scheduletable import delete_schedule, read_schedule_records, save
 
 from ._output import (
     ATTEMPTS_MAX,
+    app_settings,
     cli_errors,
     common_options,
     json_object,
@@ -116,6 +117,7 @@ def add(
             assert app is not None  # a spec was given
             app.registry.get(job_type)  # the type must be known
             schedule = app.schedule(name, cron=cron, job_type=job_type, **options)
+            settings = app_settings(app, settings)  # saved where the application's are
         else:
             schedule = make_schedule(name, cron=cron, job_type=job_type, **options)
     except (ConfigurationError, PayloadValidationError, UnknownJobTypeError) as exc:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from pipeline._scheduletable import read_schedule_records, read_schedules
@@ -113,3 +116,31 @@ def test_add_with_app_checks_the_type_and_payload(topics: Settings) -> None:
     )  # fmt: skip
     assert "schedule r saved" in out
     assert set(read_schedules(topics)) == {"r"}
+
+
+def test_add_with_app_saves_where_the_application_s_scheduler_reads(
+    topics: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The application sets its namespace and servers in code: the schedule is saved there, not
+    in the namespace of the command's environment, where its scheduler would never see it."""
+    name = f"schedapp_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(
+        "from pipeline import Pipeline\n"
+        f"app = Pipeline(namespace={topics.namespace!r}, "
+        f"bootstrap_servers={topics.bootstrap_servers!r})\n"
+        "@app.job('t')\n"
+        "def t() -> None: ...\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    nowhere = {"PIPELINE_NAMESPACE": "elsewhere", "PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:1"}
+    try:
+        result = CliRunner().invoke(
+            cli,
+            ["schedules", "add", "s", "--cron", "0 3 * * *", "--type", "t", "--app", name],
+            env=nowhere,
+        )
+        assert result.exit_code == 0, result.output
+        assert set(read_schedules(topics)) == {"s"}
+    finally:
+        sys.modules.pop(name, None)
