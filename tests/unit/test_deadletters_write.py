@@ -9,7 +9,12 @@ import pytest
 
 from pipeline import JobCodec, Settings
 from pipeline._deadletters import LetterState, LetterStatus, StoredLetter, _replay, replay_letters
-from pipeline._errors import KafkaUnavailableError
+from pipeline._errors import (
+    KafkaUnavailableError,
+    PipelineError,
+    TransactionError,
+    TransactionFencedError,
+)
 from pipeline._job import Job
 from pipeline._records import DeadLetter
 
@@ -95,6 +100,55 @@ def test_a_failure_before_any_commit_is_passed_on_as_it_is(monkeypatch: pytest.M
     kafka_of(monkeypatch, txn)
     with pytest.raises(KafkaUnavailableError, match=r"^nothing of the open transaction"):
         replay_letters(Settings(namespace="ns", events="off"), letters(1), timeout=1.0)
+
+
+class FailsAt:
+    """Transactions that commit until run ``failing``, which raises ``error`` before its
+    commit."""
+
+    committing = False
+
+    def __init__(self, failing: int, error: PipelineError) -> None:
+        self.failing = failing
+        self.error = error
+        self.runs = 0
+
+    def init(self) -> None:
+        return None
+
+    def run(self, write: Callable[[Any], None]) -> None:
+        self.runs += 1
+        if self.runs == self.failing:
+            raise self.error
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        KafkaUnavailableError("Kafka did not let the producer begin a transaction"),
+        TransactionError("the transaction was aborted"),
+        TransactionFencedError("another replay started and stopped this one", "fenced"),
+    ],
+    ids=lambda error: type(error).__name__,
+)
+def test_a_failure_after_committed_batches_says_not_to_force_the_next_run(
+    monkeypatch: pytest.MonkeyPatch, error: PipelineError
+) -> None:
+    """Batches committed before the failure are done: the same command run again with --force
+    would send their jobs a second time. Every error says so, not only an unconfirmed commit."""
+    kafka_of(monkeypatch, FailsAt(3, error))
+    with pytest.raises(type(error)) as raised:
+        replay_letters(Settings(namespace="ns", events="off"), letters(5), batch_size=2)
+    message = str(raised.value)
+    assert message.startswith(str(error))
+    assert "4 dead letters were done in the batches committed before" in message
+    assert "without --force" in message
+    if isinstance(error, TransactionFencedError):
+        assert isinstance(raised.value, TransactionFencedError)
+        assert raised.value.reason == "fenced"
 
 
 class Recorded:

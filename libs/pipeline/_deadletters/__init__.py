@@ -22,6 +22,14 @@ from ._index import (
     Refreshed,
     StatusChoice,
 )
+from ._outgoing import (
+    Outgoing,
+    leave_empty,
+    nothing_to_replay,
+    replay_job,
+    replay_message,
+    sendable,
+)
 from ._reader import (
     _Reader as _Reader,  # reads any topic to its end, committed records only
 )
@@ -30,16 +38,10 @@ from ._reader import (
     read_states,
 )
 from ._replay import (
-    Outgoing,
     WriteReport,
     discard_letters,
     dlq_transactional_id,
-    leave_empty,
-    nothing_to_replay,
-    replay_job,
     replay_letters,
-    replay_message,
-    sendable,
 )
 from ._state import (
     DeadLetterNotFoundError,
