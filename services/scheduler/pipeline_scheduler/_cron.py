@@ -55,11 +55,17 @@ class CronTable:
         self._last.update(last_fires)
 
     def put(self, name: str, schedule: Schedule | None) -> None:
-        """Add, change (``schedule``) or remove (``None``) a schedule; skip an unusable one."""
+        """Add, change (``schedule``) or remove (``None``) a schedule; skip an unusable one.
+
+        A removed schedule's last fire is kept (its state record is tombstoned at the next
+        fire, unless the schedule is added again before): a new leader reads the schedules'
+        history after loading the last fires, and a removal there followed by the schedule
+        added again must not lose the last fire, or the fires done since it was added again
+        would fire again (:func:`count_from` takes the later of it and the record's creation).
+        """
         if schedule is None:
             known = self._schedules.pop(name, None) is not None
             if self.invalid.pop(name, None) is not None or known:
-                self._last.pop(name, None)
                 self._planned.pop(name, None)
                 self.removed.append(name)
             return
@@ -68,6 +74,8 @@ class CronTable:
         except ConfigurationError as exc:
             self._skip(name, str(exc))
             return
+        if name in self.removed:
+            self.removed.remove(name)  # added again: its last fire stays
         self.invalid.pop(name, None)
         self._schedules[name] = schedule
         self._last.setdefault(name, schedule.created_at)

@@ -259,3 +259,22 @@ def test_a_range_from_a_value_to_itself_is_that_value(cron: str, expected: list[
     second = next_fire_ms(cron, "Europe/Paris", first)
     assert [local(first), local(second)] == expected
     assert fires_between(cron, "Europe/Paris", first - 1, second, 10) == [first, second]
+
+
+def test_a_schedule_removed_and_added_again_keeps_its_last_fire_through_a_takeover() -> None:
+    """A new leader loads the last fires, then reads the schedules' history: the schedule, its
+    removal and the schedule added again. The removal must not drop the last fire loaded, or
+    the fires done since the schedule was added again fire again (and its state record is
+    tombstoned after the new last fire, losing it again)."""
+    added_again = LAST - 100_000
+    table = CronTable(grace_ms=0, max_catchup=100)
+    table.load_last_fires({"a": LAST})
+    table.put("a", schedule("a", created_at=LAST - 500_000))
+    table.put("a", None)
+    table.put("a", schedule("a", created_at=added_again))
+    assert table.removed == []  # no tombstone for its state record
+    assert [f.fire_ms for f in table.due(LAST + 15_000)] == [LAST + 10_000]
+    # Removed for good: its state record is tombstoned at the next fire.
+    table.put("a", None)
+    assert table.removed == ["a"]
+    assert table.next_due() is None
