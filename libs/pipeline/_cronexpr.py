@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadDateError, croniter
+from croniter import croniter
 
 from ._errors import ConfigurationError
 from ._records import MissedFires
@@ -58,7 +58,13 @@ def _zone(tz: str) -> ZoneInfo:
 def validate_schedule(cron: str, tz: str = "UTC", missed: str = MissedFires.SKIP) -> None:
     """Raise :class:`ConfigurationError` unless ``cron``, ``tz`` and ``missed`` are usable."""
     _zone(tz)
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
+    # As it is read (a range from a value to itself as that value): croniter accepts "0-0" in
+    # the day or month field, whose reading, 0, it refuses.
+    if (
+        not isinstance(cron, str)
+        or not croniter.is_valid(cron)
+        or not croniter.is_valid(_as_cron_reads(cron))
+    ):
         raise ConfigurationError(
             f"invalid cron expression {cron!r}: give five fields (minute hour day month weekday)"
             " or six with seconds last, e.g. '*/5 * * * *' or '* * * * * */10'"
@@ -103,7 +109,13 @@ def _as_cron_reads(cron: str) -> str:
 
 
 def _iterator(cron: str, start: datetime) -> croniter:
-    return croniter(_as_cron_reads(cron), start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    """croniter over ``cron``; :class:`ConfigurationError` for an expression it refuses (a
+    record no validation saw: from another writer, or from a release that let it through)."""
+    reads = _as_cron_reads(cron)
+    try:
+        return croniter(reads, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+    except ValueError as exc:  # croniter's errors about the expression are ValueErrors
+        raise ConfigurationError(f"invalid cron expression {cron!r}: {exc}") from None
 
 
 def _fires(cron: str, tz: str, after_ms: int) -> Iterator[int]:
@@ -112,7 +124,8 @@ def _fires(cron: str, tz: str, after_ms: int) -> Iterator[int]:
     while True:
         try:
             fire: datetime = it.get_next(datetime)
-        except (CroniterBadDateError, OverflowError):  # none in reach, or past the year 9999
+        except (ValueError, OverflowError):
+            # None in reach (CroniterBadDateError is a ValueError), or past the year 9999.
             return
         yield epoch_ms(fire)
 
@@ -137,7 +150,7 @@ def _fires_before(cron: str, tz: str, before_ms: int) -> Iterator[int]:
     while True:
         try:
             fire: datetime = it.get_prev(datetime)
-        except (CroniterBadDateError, OverflowError):
+        except (ValueError, OverflowError):  # as in _fires
             return
         yield epoch_ms(fire)
 

@@ -31,6 +31,9 @@ def raw(name: str = "x", cron: str = EVERY_10S, tz: str = "UTC", **fields: Any) 
         ("0 0 31 4 *", "UTC", "never fires"),  # April 31st
         ("0 0 1 1 * 0 2020", "UTC", "never fires"),  # a year gone by
         ("61 * * * *", "UTC", "invalid cron expression"),
+        # croniter accepts a range from 0 to itself in the day or month field, but not 0.
+        ("0 0 1 0-0 *", "UTC", "invalid cron expression"),
+        ("0 0 0-0 * *", "UTC", "invalid cron expression"),
         ("* * * * *", "America", "unknown time zone"),  # a directory of the tz database
         ("* * * * *", "x" * 300, "unknown time zone"),  # a name too long for a file
         ("* * * * *", "", "unknown time zone"),
@@ -156,10 +159,37 @@ def test_a_schedule_that_runs_out_of_fires_is_skipped_not_fatal() -> None:
     assert [f.fire_ms for f in table.due(fire + 15_000)] == [fire + 10_000]
 
 
-@pytest.mark.parametrize("created_at", [2**62, -(2**62), 253_402_300_799_000])
-def test_a_creation_time_out_of_range_is_skipped_not_fatal(created_at: int) -> None:
+LATE_9999 = int(datetime(9999, 6, 1, tzinfo=UTC).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    ("cron", "created_at"),
+    [
+        (EVERY_10S, 2**62),
+        (EVERY_10S, -(2**62)),
+        (EVERY_10S, 253_402_300_799_000),
+        ("0 0 1 1 *", LATE_9999),  # its next fire would be in the year 10000
+    ],
+)
+def test_a_creation_time_out_of_range_is_skipped_not_fatal(cron: str, created_at: int) -> None:
     table = CronTable(grace_ms=0, max_catchup=100)
-    table.put("far", raw("far", created_at=created_at))
+    table.put("far", raw("far", cron=cron, created_at=created_at))
     table.put("good", valid("good"))
     assert set(table.invalid) == {"far"}
+    assert [f.schedule.name for f in table.due(LAST + 15_000)] == ["good"]
+
+
+@pytest.mark.parametrize("cron", ["0 0 1 0-0 *", "0 0 0-0 * *"])
+def test_a_record_croniter_refuses_to_read_is_skipped_not_fatal(cron: str) -> None:
+    """Written by another writer, or by a release that let it through: the leader, the
+    ``schedules`` commands and the dashboard read it as an invalid schedule, and go on (it
+    raised croniter's own error, which stopped every scheduler that took over)."""
+    codec = ScheduleCodec()
+    record = decode_schedule("zero", codec.encode(raw("zero", cron=cron)), codec)
+    assert record.problem is not None
+    assert "invalid cron expression" in record.problem
+    table = CronTable(grace_ms=0, max_catchup=100)
+    table.put("zero", raw("zero", cron=cron, created_at=LAST))
+    table.put("good", valid("good"))
+    assert set(table.invalid) == {"zero"}
     assert [f.schedule.name for f in table.due(LAST + 15_000)] == ["good"]
