@@ -158,3 +158,13 @@ def _json_problem(value: Any, path: str) -> str | None:
         if found:
             return found
     return None
+
+
+def read_json(data: bytes) -> Any:
+    """``data`` read as JSON, to show it; ``ValueError`` when it is not JSON, or is nested
+    deeper than the json module reads (its ``RecursionError``: a payload of another producer's,
+    which must not break the listing it is shown in)."""
+    try:
+        return json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read") from None

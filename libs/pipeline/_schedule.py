@@ -23,6 +23,7 @@ from ._codec import JsonPayload, PayloadCodec, ScheduleCodec
 from ._cronexpr import due_fires, fires_between, moment, next_fire_ms, validate_schedule
 from ._errors import ConfigurationError, DecodeError
 from ._job import Job, Priority, now_ms
+from ._jsonpayload import read_json
 from ._records import MissedFires, Schedule
 
 if TYPE_CHECKING:
@@ -212,7 +213,7 @@ def payload_text(schedule: Schedule) -> str:
     """The payload for display: JSON text, or ``<N bytes AVRO>``."""
     if schedule.payload_encoding.value == "JSON":
         try:
-            return json.dumps(json.loads(schedule.payload), separators=(",", ":"))
+            return json.dumps(read_json(schedule.payload), separators=(",", ":"))
         except ValueError:
             pass
     return f"<{len(schedule.payload)} bytes {schedule.payload_encoding.value}>"

@@ -335,6 +335,9 @@ def test_fold_states_later_record_wins() -> None:
             # Another writer's: this table's `to` and `job_id` are text, never a number or a list.
             ("b", b'{"status": "replayed", "at": 7, "by": "x", "to": 5}'),
             ("b", b'{"status": "replayed", "at": 8, "by": "x", "job_id": ["j"]}'),
+            ("b", b"[" * 100_000 + b"]" * 100_000),  # deeper than the json module reads
+            ("e", state("discarded", 9)),
+            ("e", b'{"status": "pending"}'),  # by hand, as documented: pending again
         ]
     )
     assert set(states) == {"a", "b"}

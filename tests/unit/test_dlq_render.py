@@ -10,7 +10,7 @@ from pipeline._deadletters import DeadLetterSnapshot, LetterState, LetterStatus,
 from pipeline._deadletters import dlq_stats as stats_of
 from pipeline._job import AttemptError, Job
 from pipeline._records import DeadLetter
-from pipeline_cli._dlqrender import print_stats, row, show_lines
+from pipeline_cli._dlqrender import letter_json, print_stats, row, show_lines
 
 NOW = 1_767_225_600_000
 ESC = "\x1b"
@@ -118,3 +118,15 @@ def test_stats_print_no_control_character(capsys: pytest.CaptureFixture[str]) ->
     lines = capsys.readouterr().out.splitlines()
     assert unprintable(lines) == []
     assert any(line.startswith("email\\x1b[31m.send ") for line in lines)
+
+
+def test_a_payload_nested_deeper_than_json_reads_is_shown_as_base64() -> None:
+    """Another producer's payload, JSON nested a thousand deep: one such letter broke ``ls
+    --json``, ``show`` and ``replay --dry-run --json`` for every letter with a traceback."""
+    deep = b"[" * 1_000 + b"]" * 1_000
+    stored = nasty_letter()
+    assert stored.letter.job is not None
+    stored.letter.job.payload = deep
+    shown = letter_json(stored)
+    assert shown["job"]["payload_format"] == "base64"
+    assert show_lines(stored)

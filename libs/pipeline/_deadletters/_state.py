@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from .._errors import PipelineError
+from .._jsonpayload import read_json
 from .._records import DeadLetter
 
 if TYPE_CHECKING:
@@ -53,11 +54,14 @@ class LetterState:
 
     @classmethod
     def from_json(cls, data: bytes) -> LetterState:
-        """Raises ``ValueError`` for anything that is not a state record."""
-        record = json.loads(data)
+        """Raises ``ValueError`` for anything that is not a state record. A ``pending`` record
+        needs no time: it only puts a dead letter back to pending, as a tombstone does (and it
+        is the one an operator writes by hand)."""
+        record = read_json(data)
+        pending = isinstance(record, dict) and record.get("status") == LetterStatus.PENDING.value
         if (
             not isinstance(record, dict)
-            or not isinstance(record.get("at"), int)
+            or not (isinstance(record.get("at"), int) or pending)
             or not all(isinstance(record.get(f), str | None) for f in ("to", "job_id"))
         ):
             # ``to`` and ``job_id`` are printed and looked up as text: another writer's record
@@ -65,7 +69,7 @@ class LetterState:
             raise ValueError(f"not a dead-letter state record: {data[:100]!r}")
         return cls(
             status=LetterStatus(str(record.get("status"))),
-            at=record["at"],
+            at=record.get("at", 0),
             by=str(record.get("by") or "?"),
             to=record.get("to"),
             job_id=record.get("job_id"),

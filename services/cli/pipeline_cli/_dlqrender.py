@@ -19,6 +19,7 @@ from pipeline._deadletters import (
 )
 from pipeline._human import PREVIEW_BYTES, bytes_text, hexdump, when
 from pipeline._job import Job, PayloadEncoding
+from pipeline._jsonpayload import read_json
 
 from ._output import print_json, print_table
 
@@ -58,7 +59,7 @@ def _payload(job: Job) -> tuple[Any, str]:
     """The payload for JSON output: the decoded value and ``json``, or base64 and ``base64``."""
     if job.payload_encoding is PayloadEncoding.JSON:
         try:
-            return json.loads(job.payload), "json"
+            return read_json(job.payload), "json"
         except ValueError:
             pass
     return _b64(job.payload), "base64"

@@ -25,6 +25,7 @@ from pipeline._deadletters import (
 from pipeline._errors import PipelineError
 from pipeline._human import bytes_text, hexdump
 from pipeline._job import PayloadEncoding
+from pipeline._jsonpayload import read_json
 
 from ._dashboard import dashboard_of
 
@@ -161,7 +162,7 @@ def _payload_text(letter: DeadLetter) -> str | None:
         return None
     if job.payload_encoding is PayloadEncoding.JSON:
         try:
-            return json.dumps(json.loads(job.payload), indent=2, ensure_ascii=False)
+            return json.dumps(read_json(job.payload), indent=2, ensure_ascii=False)
         except ValueError:
             pass
     return hexdump(job.payload)
