@@ -60,6 +60,17 @@ def scheduler_control_topic(namespace: str) -> str:
     return f"{namespace}.scheduler-control"
 
 
+def _keys(table: dict[str, str], settings: Settings) -> dict[str, str]:
+    """The configs of ``<ns>.dedup``: a table topic whose tombstones (one per expired key) go
+    after an hour, not Kafka's default day. A restore reads every tombstone still there, so at
+    a steady rate of new keys a day of them would make it read 24 times more than an hour of
+    them (minutes, past the restore's timeout, at a few hundred new keys a second). A reader
+    must read to the end within this time not to miss one (Kafka's rule for a compacted topic):
+    a restore gives up after ``dedup_restore_timeout_s``, so this is at least twice that."""
+    restore_ms = int(2 * settings.worker.dedup_restore_timeout_s * 1000)
+    return {**table, "delete.retention.ms": str(max(HOUR_MS, restore_ms))}
+
+
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """Every topic of ``settings.namespace``, in a stable order. Extend here for new topics."""
     t = settings.topics
@@ -117,7 +128,9 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
         ),
         TopicSpec(names.dlq, t.partitions, rf, log(t.dlq_retention_ms), "dead letters"),
         TopicSpec(names.dlq_state, 1, rf, dict(table), "dead letters replayed or discarded"),
-        TopicSpec(names.dedup, t.partitions, rf, dict(table), "idempotency keys seen, by key"),
+        TopicSpec(
+            names.dedup, t.partitions, rf, _keys(table, settings), "idempotency keys seen, by key"
+        ),
         TopicSpec(names.schedules, 1, rf, dict(table), "cron schedules, by name"),
         TopicSpec(names.scheduler_state, 1, rf, dict(table), "scheduler progress"),
         TopicSpec(

@@ -100,6 +100,11 @@ def test_default_specs_retention_and_cleanup() -> None:
         assert "retention.ms" not in configs
         assert 0 < float(configs["min.cleanable.dirty.ratio"]) < 0.5
         assert int(configs["segment.ms"]) <= DAY_MS
+    # One tombstone per expired key: kept an hour, not a day, so a restore reads 24 times less,
+    # and at least twice the restore's timeout, so a restore never misses one.
+    assert specs["dedup"].configs["delete.retention.ms"] == str(3600_000)
+    slow = Settings(worker={"dedup_restore_timeout_s": 3600})
+    assert specs_by_suffix(slow)["dedup"].configs["delete.retention.ms"] == str(7200_000)
     # Heartbeats: a table whose dead workers' last records go after a day; small segments, so
     # a reader reads little beyond the latest record of each worker.
     workers = specs["workers"].configs

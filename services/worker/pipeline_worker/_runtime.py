@@ -32,6 +32,7 @@ from ._metricsexport import Gauges, make_registry
 from ._stopping import call_hooks, close_stages, drain, stop_hooks
 from ._work import PartitionState
 from .execute.processor import Processor
+from .intake.assignment import READ_MARKS_S
 from .intake.config import consumer_config
 from .intake.consumer import ConsumerThread
 from .intake.loopside import Batch
@@ -134,8 +135,13 @@ class Worker:
         limit = max(15.0, self.settings.worker.revoke_grace_s + 5.0)
         if consumer.done.is_set():
             return False, "the consumer is closed"
-        if now - consumer.last_poll > limit:
-            return False, f"the consumer has not polled for {now - consumer.last_poll:.0f}s"
+        silent = now - consumer.last_poll
+        if consumer.reading_back:
+            # A restore of many keys holds the polls for up to its own timeout (then fails):
+            # that is no stuck consumer, and a probe that restarted it would restore again.
+            limit += self.settings.worker.dedup_restore_timeout_s + READ_MARKS_S
+        if silent > limit:
+            return False, f"the consumer has not polled for {silent:.0f}s"
         if now - self._loop_beat > limit:
             return False, f"the event loop has been blocked for {now - self._loop_beat:.0f}s"
         return True, "ok"

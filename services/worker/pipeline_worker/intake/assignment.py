@@ -44,6 +44,9 @@ if TYPE_CHECKING:
     from ..recovery.poison import PoisonWatch
     from .flow import FlowControl
 
+READ_MARKS_S = 10.0
+"""How long reading the committed offsets (and their marks) of new partitions may take."""
+
 _log = logging.getLogger("pipeline.worker.consumer")
 
 KEYS_RETRY_S = 1.0
@@ -124,7 +127,7 @@ class Assignment:
         try:
             if fresh:
                 tps = [TopicPartition(s.topic, s.partition) for s in fresh]
-                committed = self._consumer.committed(tps, timeout=10.0)
+                committed = self._consumer.committed(tps, timeout=READ_MARKS_S)
                 for state, tp in zip(fresh, committed, strict=True):
                     if tp.offset >= 0:
                         self._read_mark(state, CommitMark.decode(tp.offset, tp.metadata))

@@ -174,6 +174,9 @@ class ConsumerThread:
         self.stop_requested = False
         """Set by the loop when jobs are done: commit synchronously, close, exit."""
         self.last_poll = time.monotonic()
+        self.reading_back = False
+        """Reading back newly assigned partitions (their commit marks, their idempotency keys:
+        up to ``dedup_restore_timeout_s``), which holds the thread's polls meanwhile."""
         self.member_id = ""
         """The consumer's group member id, as of its last chores ("": not joined yet); read by
         the heartbeats from the loop (``memberid()`` itself waits for this thread's poll)."""
@@ -268,7 +271,11 @@ class ConsumerThread:
             if committer.in_transaction:
                 committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
             if not committer.in_transaction:
-                early = self.assignment.load(resume=not self.intake_stopped)
+                self.reading_back = True
+                try:
+                    early = self.assignment.load(resume=not self.intake_stopped)
+                finally:
+                    self.reading_back = False
                 if early:
                     self._hand(early, held=True)
         if self._flow.paused and not self.intake_stopped:

@@ -1,0 +1,64 @@
+"""``/healthz`` of a worker reading back newly assigned partitions: a restore of many idempotency
+keys holds the consumer thread's polls for up to its own timeout, which is no stuck consumer. A
+probe that failed it then (after 15 s) had the worker restarted, to restore again."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from pipeline import Pipeline, Settings
+from pipeline_worker._runtime import Worker
+
+from .test_worker_consumer import consumer_thread, loop
+
+__all__ = ["loop"]  # the fixture
+
+
+def worker_whose_consumer(*, silent_s: float, reading_back: bool) -> Worker:
+    worker = Worker(Pipeline(Settings(namespace="ns", worker={"dedup_restore_timeout_s": 120})))
+    worker._stopped = asyncio.Event()
+    worker._consumer = SimpleNamespace(  # type: ignore[assignment]
+        done=threading.Event(),
+        last_poll=time.monotonic() - silent_s,
+        reading_back=reading_back,
+    )
+    return worker
+
+
+@pytest.mark.parametrize(
+    ("silent_s", "reading_back", "healthy"),
+    [
+        (10, False, True),
+        (60, False, False),  # no poll for a minute: stuck
+        (60, True, True),  # a minute into a restore of keys
+        (200, True, False),  # past the restore's own timeout: stuck all the same
+    ],
+)
+def test_a_consumer_reading_back_keys_is_healthy_until_the_restore_times_out(
+    silent_s: float, reading_back: bool, healthy: bool
+) -> None:
+    ok, why = worker_whose_consumer(silent_s=silent_s, reading_back=reading_back).healthy()
+    assert ok is healthy, why
+    if not healthy:
+        assert "has not polled" in why
+
+
+def test_the_consumer_thread_says_it_reads_back_while_it_does(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    thread, _, _ = consumer_thread(loop)
+    seen: list[bool] = []
+
+    def load(*, resume: bool) -> list[object]:
+        seen.append(thread.reading_back)
+        return []
+
+    thread.assignment = SimpleNamespace(pending=True, load=load)  # type: ignore[assignment]
+    thread._chores(time.monotonic(), idle=True)
+    assert seen == [True]
+    assert not thread.reading_back
