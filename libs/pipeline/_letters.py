@@ -5,7 +5,9 @@ A transaction holding a message its producer refuses can never commit: a service
 would stop at every start, with every message behind that one. So an undecodable message is
 dead-lettered with its raw bytes only when they fit (:func:`undecodable`), and a job larger than
 the producer sends is dead-lettered without them (:func:`too_large`); either letter says where
-the bytes stay (their topic, partition and offset, until the topic's retention).
+the bytes stay (their topic, partition and offset, until the topic's retention). A letter goes
+keyed by its message's key and holds that key too (``raw_key``): twice a key over half of what
+the producer sends would not fit, so such a letter leaves its copy out (:func:`keyed_within`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from ._job import Job
 from ._producer import fits_in_message
 from ._records import DeadLetter, DeadLetterReason, stored_headers
 
-__all__ = ["place", "too_large", "undecodable"]
+__all__ = ["keyed_within", "place", "too_large", "undecodable"]
 
 _log = logging.getLogger("pipeline.deadletters")
 
@@ -28,6 +30,21 @@ _log = logging.getLogger("pipeline.deadletters")
 def place(topic: str, partition: int, offset: int) -> str:
     """Where a message's bytes stay, as a letter says it."""
     return f"{topic}[{partition}] at offset {offset}"
+
+
+def keyed_within(
+    codec: DeadLetterCodec, letter: DeadLetter, key: bytes | None, max_bytes: int
+) -> bytes:
+    """``letter`` encoded, to go keyed by ``key`` (its ``raw_key``): without that copy of the
+    key when with it the record would exceed ``max_bytes``, which the producer would refuse,
+    aborting every transaction that held it. The letter's own key still carries it."""
+    encoded = codec.encode(letter)
+    if letter.raw_key is None or fits_in_message(max_bytes, encoded, key):
+        return encoded
+    _log.warning(
+        "dead letter too large: its copy of the key left out", extra={"bytes": len(key or b"")}
+    )
+    return codec.encode(replace(letter, raw_key=None))
 
 
 def undecodable(codec: DeadLetterCodec, message: Message, reason: str, max_bytes: int) -> bytes:
@@ -55,7 +72,8 @@ def undecodable(codec: DeadLetterCodec, message: Message, reason: str, max_bytes
         f"{place(*source)}"
     )
     _log.warning("dead letter too large: raw value left out", extra={"bytes": size})
-    return codec.encode(replace(letter, message=note, raw_value=None, raw_headers={}))
+    lean = replace(letter, message=note, raw_value=None, raw_headers={})
+    return keyed_within(codec, lean, message.key(), max_bytes)
 
 
 def too_large(
@@ -65,10 +83,12 @@ def too_large(
     *,
     source: tuple[str, int, int],
     key: bytes | None,
+    max_bytes: int,
 ) -> bytes:
     """The ``too_large`` letter of ``job``, which the producer refuses to send on: ``why`` (what
     was not done, and where the bytes stay), without the job, which would not fit either;
-    ``source`` is (topic, partition, offset) of what it was read from."""
+    ``source`` is (topic, partition, offset) of what it was read from; it goes keyed by
+    ``key`` (see :func:`keyed_within`)."""
     topic, partition, offset = source
     letter = DeadLetter(
         reason=DeadLetterReason.TOO_LARGE,
@@ -81,4 +101,4 @@ def too_large(
         tenant=job.tenant,
         raw_key=key,
     )
-    return codec.encode(letter)
+    return keyed_within(codec, letter, key, max_bytes)

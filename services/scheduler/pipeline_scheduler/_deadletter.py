@@ -51,7 +51,10 @@ class DeadLetters:
             f"{letters.place(topic, partition, offset)} until the topic's retention"
         )
         _log.warning("delayed job too large to release: dead-lettered", extra={"bytes": size})
-        return letters.too_large(self._codec, job, why, source=(topic, partition, offset), key=key)
+        return letters.too_large(
+            self._codec, job, why, source=(topic, partition, offset), key=key,
+            max_bytes=self._max_bytes,
+        )  # fmt: skip
 
     def fire_too_large(self, job: Job, name: str, offset: int, size: int) -> bytes:
         """The letter of the fire ``job`` of schedule ``name`` (its record at ``offset`` of
@@ -64,4 +67,6 @@ class DeadLetters:
         _log.warning("cron fire too large to enqueue: dead-lettered", extra={"schedule": name})
         source = (self.schedules_topic, 0, offset)
         key = (job.idempotency_key or "").encode()
-        return letters.too_large(self._codec, job, why, source=source, key=key)
+        return letters.too_large(
+            self._codec, job, why, source=source, key=key, max_bytes=self._max_bytes
+        )

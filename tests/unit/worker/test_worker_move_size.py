@@ -87,3 +87,19 @@ def test_a_dead_letter_too_large_is_made_to_fit(payload: int, with_job: bool) ->
         assert letter.raw_value is None
         assert "too large for a dead letter under message.max.bytes 8000" in letter.message
         assert "acme.jobs.high[2]@41" in letter.message
+
+
+def test_a_dead_letter_keyed_by_a_key_over_half_the_limit_fits() -> None:
+    """The letter goes keyed by the job's key and held a copy of it: with a key of 4,500 bytes
+    under a limit of 8,000 even the letter without the job was refused, every time."""
+    big_key = b"k" * 4_500
+    policy = FailurePolicy(
+        "acme", TIERS, codec=CODEC, worker="host:1", events=False, max_bytes=LIMIT
+    )
+    fatal = raised(DeclinedError("declined"))
+    move = policy.decide(failure(fatal, sized(2_000), key=big_key), NOW)
+    assert move.dead
+    assert fits(move)
+    [letter] = [r for r in move.records if r.topic == "acme.dlq"]
+    assert letter.key == big_key
+    assert DeadLetterCodec().decode(value(letter)).raw_key is None

@@ -86,7 +86,9 @@ class Detours:
             extra={"job_id": job.id, "bytes": size},
         )
         source = (message.topic() or "", message.partition() or 0, message.offset() or 0)
-        return letters.too_large(self._codec, job, why, source=source, key=message.key())
+        return letters.too_large(
+            self._codec, job, why, source=source, key=message.key(), max_bytes=self.max_bytes
+        )
 
 
 def _where(message: Message) -> str:

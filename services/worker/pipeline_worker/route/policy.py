@@ -29,6 +29,7 @@ from pipeline._failures import (
     traceback_text,
     with_attempt_error,
 )
+from pipeline._letters import keyed_within
 from pipeline._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES, fits_in_message
 from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind, stored_headers
 from pipeline._topics import TopicNames
@@ -195,7 +196,8 @@ class FailurePolicy:
             return value
         job = letter.job
         size = len(self._codec.encode(job)) if job is not None else len(letter.raw_value or b"")
-        return self._dlq.encode(without_job(lean_letter(letter), size, self._max_bytes))
+        lean = without_job(lean_letter(letter), size, self._max_bytes)
+        return keyed_within(self._dlq, lean, key, self._max_bytes)
 
     def _event(
         self,
