@@ -20,6 +20,7 @@ from io import BytesIO
 from typing import TYPE_CHECKING, Any
 
 import fastavro
+import fastavro.validation
 
 from ._avro import HEADER_SIZE
 from ._avroschema import RegisteredSchema, strip_logical_types
@@ -239,6 +240,15 @@ class SchemaRegistry:
             writer = self.writer(schema_id, logical_types=logical_types)
         except SchemaNotFoundError as exc:
             raise SchemaNotFoundError(exc.reason, bytes(data)) from exc
+        except _registry_error() as exc:
+            # Refused for good (a 400 or 422, say, from a proxy in between): a message no
+            # reader can read, dead-lettered with why (the scheduler and the retry relay expect
+            # a DecodeError of a message, and stopped on this).
+            raise DecodeError(
+                f"the schema registry at {self.shown_url} refused the lookup of schema id "
+                f"{schema_id}: {redact_url(str(exc))}",
+                bytes(data),
+            ) from exc
         buffer = BytesIO(data)
         buffer.seek(FRAME_SIZE)
         try:
@@ -255,6 +265,17 @@ class SchemaRegistry:
                 f"(registry schema id {schema_id})",
                 bytes(data),
             )
+        # fastavro reads an Avro int past 32 bits without a word (this library's own reader
+        # refuses it): such a record would decode, run, and never encode again for its retry
+        # or its dead letter, which left its partition stuck behind it.
+        try:
+            fastavro.validation.validate(record, reader.parsed, raise_errors=True)
+        except fastavro.validation.ValidationError as exc:
+            raise DecodeError(
+                f"a {reader.full_name} written with registry schema id {schema_id} holds values "
+                f"its schema does not allow: {exc}",
+                bytes(data),
+            ) from exc
         return record
 
     def _call(

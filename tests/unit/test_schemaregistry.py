@@ -7,6 +7,7 @@ A fake stands in for confluent-kafka's client (the real registry is in
 from __future__ import annotations
 
 import copy
+import io
 import json
 import re
 import socket
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import fastavro
 import pytest
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
@@ -272,6 +274,36 @@ def test_envelopes_round_trip_and_plain_ones_still_read() -> None:
     reading = JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=False))
     assert reading.encode(job) == JobCodec().encode(job)
     assert reading.decode(framed) == job
+
+
+def test_an_envelope_with_an_int_past_32_bits_is_a_decode_error() -> None:
+    """fastavro reads such an int without a word: the job ran, then neither its retry nor its
+    dead letter could be encoded (an Avro int), and its partition stood still behind it."""
+    registry, _ = _registry(FakeClient())
+    codec = JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True))
+    job = Job(id="j1", type="email.send", payload=b"{}")
+    framed = codec.encode(job)
+    record = codec.to_record(job)
+    record["max_attempts"] = 2**40
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, codec.schema.parsed, record)  # writes what it is given
+    with pytest.raises(DecodeError, match=r"max_attempts") as caught:
+        codec.decode(framed[:5] + body.getvalue())
+    assert caught.value.raw == framed[:5] + body.getvalue()
+
+
+def test_a_lookup_the_registry_refuses_for_good_is_a_decode_error() -> None:
+    """Neither waited out nor a missing id: a DecodeError, which every reader dead-letters (the
+    scheduler and the retry relay stopped on the registry's own error)."""
+    registry, _ = _registry(FakeClient())
+    codec = JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True))
+    framed = codec.encode(Job(id="j1", type="email.send", payload=b"{}"))
+    reading, slept = _registry(FakeClient(failures=[SchemaRegistryError(422, 42201, "bad")]))
+    reader = JobCodec(framing=EnvelopeFraming(reading, "ns.jobs-value", writes=False))
+    with pytest.raises(DecodeError, match=r"refused the lookup of schema id 1") as caught:
+        reader.decode(framed)
+    assert caught.value.raw == framed
+    assert slept == []
 
 
 def test_without_a_url_the_codec_has_no_framing_and_refuses_framed_envelopes() -> None:
