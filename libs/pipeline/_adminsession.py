@@ -149,11 +149,14 @@ class AdminSession:
         try:
             while True:  # in steps, to stop at a refusal rather than at the deadline
                 try:
-                    return future.result(timeout=min(REFUSAL_CHECK_S, end - time.monotonic()))
+                    answer = future.result(timeout=min(REFUSAL_CHECK_S, end - time.monotonic()))
                 except concurrent.futures.TimeoutError:
                     self.check_refused()
                     if time.monotonic() >= end:
                         raise
+                else:
+                    self._client_log.answered()
+                    return answer
         except concurrent.futures.TimeoutError as exc:
             raise self.unavailable(f"no answer to {doing}") from exc
         except KafkaException as exc:
@@ -191,13 +194,16 @@ class AdminSession:
                 try:
                     # No topic argument: asking for a named topic may auto-create it on some
                     # brokers.
-                    return self.client.list_topics(timeout=step)
+                    metadata: ClusterMetadata = self.client.list_topics(timeout=step)
                 except KafkaException as exc:
                     if not has_code(exc, KafkaError._TRANSPORT, KafkaError._TIMED_OUT):
                         raise
                     self.check_refused()
                     if self.remaining() <= 0.1:
                         raise
+                else:
+                    self._client_log.answered()
+                    return metadata
         except KafkaException as exc:
             raise self.error(exc, "list topics", None) from exc
         finally:

@@ -64,6 +64,12 @@ class LastProblemLog:
                 self.refusal = text
         _log.debug("%s %s", facility, text)
 
+    def answered(self) -> None:
+        """Kafka answered the client: a refusal logged before is over (a broker refused the
+        credentials a moment, as it restarted, say), and is logged again if it comes back. Kept,
+        it made every later slow answer of a long-lived client a refusal of its credentials."""
+        self.refusal = None
+
     def refused(self, settings: Settings) -> KafkaAuthenticationError | None:
         """The error to raise when Kafka refused the client, else None."""
         return authentication_error(settings, self.refusal) if self.refusal else None

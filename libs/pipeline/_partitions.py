@@ -83,6 +83,7 @@ def cluster_metadata(
         try:
             step = min(STEP_S, max(_LAST_S, deadline - time.monotonic()))
             metadata: ClusterMetadata = client.list_topics(topic, timeout=step)
+            log.answered()
             return metadata
         except KafkaException as exc:
             client.poll(0)  # serves the log lines that may say it was refused

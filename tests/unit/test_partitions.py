@@ -8,6 +8,7 @@ log lines librdkafka queued, as the real client does, among them a refusal of th
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 from types import SimpleNamespace
 
@@ -23,6 +24,7 @@ from pipeline import (
     Settings,
     _partitions,
 )
+from pipeline._adminsession import AdminSession
 from pipeline._clientlog import LastProblemLog
 from pipeline._errors import TopicMissingError
 from pipeline._partitions import STEP_S, cluster_metadata, topic_partitions, unavailable
@@ -261,3 +263,29 @@ def test_unavailable_without_a_logged_problem_names_the_reason_alone(clock: Fake
     error = unavailable(fake, fake.log, settings(), 5.0, "no answer")
     assert isinstance(error, KafkaUnavailableError)
     assert "did not answer within 5s (no answer); is Kafka running?" in str(error)
+
+
+def test_a_refusal_is_forgotten_once_kafka_answers_again(clock: FakeClock) -> None:
+    """A broker refused the credentials a moment (restarting, say), then answers: a long-lived
+    reader (the exporter's, the dashboard's) kept the refusal, and every later request that
+    failed once (a slow answer) was a refusal of its credentials, until a restart."""
+    fake = FakeConsumer(clock, described(TOPIC, 1))
+    fake.queued.append((logging.ERROR, REFUSAL))
+    fake.poll()
+    assert fake.log.refusal is not None
+    assert partitions_of(fake, clock, TOPIC, 30.0) == [0]
+    assert fake.log.refusal is None
+    fake.unanswered = len(fake.asked) + 1  # the next request fails once, then is answered
+    assert partitions_of(fake, clock, TOPIC, 30.0) == [0]
+
+
+def test_an_admin_session_forgets_a_refusal_once_answered() -> None:
+    """The same for the admin client a backlog reader keeps between reads."""
+    session = AdminSession(settings(), timeout=5.0)
+    session._client_log.log(logging.ERROR, "%s [%s] %s", "FAIL", "rdkafka#admin-1", REFUSAL)
+    with pytest.raises(KafkaAuthenticationError):
+        session.check_refused()
+    answered: concurrent.futures.Future[str] = concurrent.futures.Future()
+    answered.set_result("answer")
+    assert session.result(answered, "describe the group", None) == "answer"
+    session.check_refused()  # no refusal now
