@@ -119,8 +119,8 @@ def rates(before: TopicBacklog, after: TopicBacklog, seconds: float) -> tuple[fl
     Counted per partition, so a partition that went back cannot cancel what the others did.
     An end offset that went back (the topic was recreated) counts from 0, as Prometheus counts
     a counter reset; a commit that went back (offsets reset, or expired) counts nothing; a start
-    moved by retention or delete-records, under a partition the group never committed, is no
-    job done. A partition added since counts from offset 0.
+    moved by retention or delete-records, under a partition the group never committed or whose
+    commit retention left behind, is no job done. A partition added since counts from offset 0.
     """
     if seconds <= 0:
         return 0.0, 0.0
@@ -130,7 +130,7 @@ def rates(before: TopicBacklog, after: TopicBacklog, seconds: float) -> tuple[fl
         then = earlier.get(now.partition)
         then_end = 0 if then is None else then.end
         written += now.end - then_end if now.end >= then_end else now.end
-        if now.committed is not None:
+        if now.committed is not None and now.start <= now.committed <= now.end:
             then_position = now.start if then is None else then.position
             done += max(0, now.position - then_position)
     return written / seconds, done / seconds

@@ -124,6 +124,10 @@ def test_retention_is_no_job_done_and_a_recreated_topic_counts_from_zero() -> No
     before = lag("low", PartitionBacklog(0, 0, 100, None, None))
     after = lag("low", PartitionBacklog(0, 50, 100, None, None))
     assert rates(before, after, 2.0) == (0.0, 0.0)
+    # nor under a commit retention left behind (the workers down longer than retention)
+    before = lag("low", PartitionBacklog(0, 300, 600, 100, None))
+    after = lag("low", PartitionBacklog(0, 500, 600, 100, None))
+    assert rates(before, after, 10.0) == (0.0, 0.0)
     # the topic was recreated: 20 and 30 written since, as a counter reset is counted
     before = lag(
         "low", PartitionBacklog(0, 0, 100, None, None), PartitionBacklog(1, 0, 100, None, None)
