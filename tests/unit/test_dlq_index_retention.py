@@ -111,3 +111,21 @@ def test_a_deep_topic_read_in_steps_keeps_the_states_of_the_letters_not_read_yet
     assert len(index) == 12
     assert set(statuses(index).values()) == {LetterStatus.DISCARDED}
     assert set(index._states) == {d.id for d in letters}  # dl-999 claimed by none
+
+
+def test_the_letters_of_a_topic_deleted_and_created_again_leave_with_it(
+    log: FakeLog, index: LetterIndex
+) -> None:
+    """Kept, they were counted as pending, listed and offered for replay for good, and a bulk
+    action asked again and again, the index never matching the topic."""
+    log.add_letters(0, [dead_letter(n) for n in range(10)])
+    log.add_letters(1, [dead_letter(n) for n in (20, 21)])
+    log.add_states([discarded("dl-001")])
+    index.refresh()
+    log.partitions[DLQ, 0] = []  # deleted, and created again by `pipeline topics apply`
+    log.partitions[DLQ, 1] = []
+    log.add_letters(0, [dead_letter(n) for n in (50, 51)])
+    refreshed = index.refresh()
+    assert set(statuses(index)) == {"dl-050", "dl-051"}
+    assert (refreshed.expired, refreshed.states_dropped) == (12, 1)
+    assert index.stats().depth == 2

@@ -27,6 +27,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -36,6 +37,7 @@ from .._job import now_ms
 from .._settings import Settings
 from .._topics import TopicNames
 from ._filters import LetterFilter
+from ._ranges import bounded, where_to_start
 from ._reader import _keyed, _Reader, decode_letter
 from ._state import (
     DeadLetterSnapshot,
@@ -106,25 +108,6 @@ def _status(status: str) -> LetterStatus | None:
     except ValueError:
         known = ", ".join([*LetterStatus, ALL])
         raise ValueError(f"unknown status {status!r}; one of {known}") from None
-
-
-def _bounded(
-    marks: dict[tuple[str, int], tuple[int, int]],
-    starts: dict[tuple[str, int], int],
-    topic: str,
-    limit: int | None,
-) -> dict[tuple[str, int], tuple[int, int]]:
-    """``marks`` with the high watermarks of ``topic`` lowered so that at most about ``limit``
-    of its records are read from ``starts``."""
-    if limit is None:
-        return marks
-    partitions = [where for where in marks if where[0] == topic]
-    share = max(1, -(-limit // max(1, len(partitions))))
-    bounded = dict(marks)
-    for where in partitions:
-        low, high = marks[where]
-        bounded[where] = (low, min(high, starts[where] + share))
-    return bounded
 
 
 class LetterIndex:
@@ -203,10 +186,7 @@ class LetterIndex:
             began, stamp = time.perf_counter(), now_ms()
             reader.restart_clock(self.timeout if timeout is None else timeout)
             marks = reader.watermarks(dlq, dlq_state)
-            starts: dict[tuple[str, int], int] = {}
-            for where, (low, high) in marks.items():
-                start = self._next.get(where, low)
-                starts[where] = low if start > high or start < low else start  # recreated
+            starts, recreated = where_to_start(marks, self._next, self._low, dlq)
             new: list[StoredLetter] = []
             undecodable = 0
 
@@ -222,11 +202,13 @@ class LetterIndex:
                     new.append(StoredLetter(summary_of(letter, self._share), *position))
                 return False
 
-            ends = _bounded(marks, starts, dlq, limit)
+            ends = bounded(marks, starts, dlq, limit)
             read = reader.read_ranges((dlq, dlq_state), starts, ends, keep)
             lows = {p: low for (topic, p), (low, _) in marks.items() if topic == dlq}
             with self._lock:
-                expired, dropped = self._expire(lows)
+                expired, dropped = self._forget(recreated, lows)
+                more, dropped_too = self._expire(lows)
+                expired, dropped = expired + more, dropped + dropped_too
                 added, orphans = self._fold(new, read[dlq_state])
                 if ends == marks:  # read to the end: older orphans have no letter on the topic
                     dropped += self._drop_states(self._orphans)
@@ -247,14 +229,20 @@ class LetterIndex:
             raise PipelineError("the dead-letter index is closed")
         return self._reader
 
-    def _expire(self, lows: dict[int, int]) -> tuple[int, int]:
-        """Drop the letters that retention deleted (below their partition's low watermark),
-        and their states: how many of each."""
-        moved = {p: low for p, low in lows.items() if low > self._low.get(p, 0)}
-        self._low.update(moved)
-        if not moved:
+    def _forget(self, partitions: set[int], lows: dict[int, int]) -> tuple[int, int]:
+        """Drop the letters of ``partitions`` of a topic deleted and created again (and their
+        states): how many of each. They are on no topic any more; kept, they were counted,
+        listed and offered for replay for good."""
+        if not partitions:
             return 0, 0
-        kept = [s for s in self._letters if s.offset >= moved.get(s.partition, 0)]
+        for partition in partitions:
+            self._low[partition] = lows.get(partition, 0)
+        return self._keep(lambda s: s.partition not in partitions)
+
+    def _keep(self, kept_if: Callable[[StoredLetter], bool]) -> tuple[int, int]:
+        """Keep the letters ``kept_if`` says, dropping the others and their states: how many
+        of each were dropped."""
+        kept = [s for s in self._letters if kept_if(s)]
         expired = len(self._letters) - len(kept)
         if not expired:
             return 0, 0
@@ -263,6 +251,15 @@ class LetterIndex:
         self._by_id = {s.letter.id: s for s in kept}
         self._share.clear()  # strings of letters gone are not kept alive
         return expired, self._drop_states(gone)
+
+    def _expire(self, lows: dict[int, int]) -> tuple[int, int]:
+        """Drop the letters that retention deleted (below their partition's low watermark),
+        and their states: how many of each."""
+        moved = {p: low for p, low in lows.items() if low > self._low.get(p, 0)}
+        self._low.update(moved)
+        if not moved:
+            return 0, 0
+        return self._keep(lambda s: s.offset >= moved.get(s.partition, 0))
 
     def _drop_states(self, keys: Iterable[str]) -> int:
         return sum(self._states.pop(key, None) is not None for key in keys)
