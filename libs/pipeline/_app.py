@@ -14,6 +14,7 @@ from . import _exitflush
 from ._dedupstores import DedupStore
 from ._delivery import FailureLog, JobHandle, PipelineFailure
 from ._enqueuemany import send_many
+from ._envelopes import job_codec
 from ._errors import ConfigurationError, EnqueueError, KafkaUnavailableError, PipelineError
 from ._interceptors import Interceptor, check_interceptors, header_source
 from ._job import Priority, new_job_id, now_ms
@@ -31,7 +32,6 @@ from ._producer import KafkaTransport
 from ._records import Schedule
 from ._registry import JobOptions, JobType, Registry
 from ._route import SHARED_KEY, PlainRoutes, Route, resolve_route
-from ._schemaregistry import job_codec
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
 from ._transport import Transport, fatal_of, refusal_of

@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 
 from ._codec import ScheduleCodec
 from ._delivery import JobHandle
+from ._envelopes import job_codec
 from ._errors import PipelineError, ScheduleNotFoundError
 from ._job import Job, new_job_id, now_ms
 from ._producer import KafkaTransport
 from ._schedule import fire_job
 from ._scheduletable import _write, read_schedule_records
-from ._schemaregistry import job_codec
 from ._topics import TopicNames
 
 if TYPE_CHECKING:

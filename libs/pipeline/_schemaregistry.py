@@ -5,7 +5,7 @@ binary body. :class:`SchemaRegistry` wraps confluent-kafka's ``SchemaRegistryCli
 API and its caches) and adds what a job system needs around it: a writer schema parsed once per
 id, an incompatible schema reported as a :class:`ConfigurationError` naming the subject, an
 unknown id as a :class:`SchemaNotFoundError` (the message is dead-lettered), and an unreachable
-registry waited out rather than turned into dead letters. :class:`EnvelopeFraming` puts job
+registry waited out rather than turned into dead letters. :mod:`._envelopes` puts job
 envelopes in that format and reads them back.
 """
 
@@ -22,22 +22,18 @@ from typing import TYPE_CHECKING, Any
 import fastavro
 import fastavro.validation
 
-from ._avro import HEADER_SIZE
 from ._avroschema import RegisteredSchema, strip_logical_types
-from ._codec import JobCodec
 from ._errors import ConfigurationError, DecodeError, PipelineError, SchemaNotFoundError
 from ._redact import redact_url
 
 if TYPE_CHECKING:
     from ._registrysettings import SchemaRegistrySettings
-    from ._settings import Settings
 
 __all__ = [
     "MAGIC",
-    "EnvelopeFraming",
     "SchemaRegistry",
     "SchemaRegistryUnavailableError",
-    "job_codec",
+    "frame",
 ]
 
 log = logging.getLogger("pipeline.schemaregistry")
@@ -140,6 +136,10 @@ class SchemaRegistry:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` between two attempts (on the clock the registry was given)."""
+        self._sleep(seconds)
 
     # -- writing -------------------------------------------------------------------------
 
@@ -329,41 +329,3 @@ def _registry_error() -> type[Exception]:
     from confluent_kafka.schema_registry.error import SchemaRegistryError
 
     return SchemaRegistryError
-
-
-class EnvelopeFraming:
-    """Job envelopes in the registry's wire format: read always, written when ``writes``.
-
-    Written envelopes carry the id of ``pipeline.Job`` under ``subject``, registered at the
-    first write. Any reader with the registry reads them; one without it dead-letters them.
-    """
-
-    def __init__(self, registry: SchemaRegistry, subject: str, *, writes: bool) -> None:
-        self.registry = registry
-        self.subject = subject
-        self.writes = writes
-        self._id: int | None = None
-
-    def read(self, data: bytes, reader: RegisteredSchema) -> Any:
-        # A Job holds times as int milliseconds, even if a producer registered the envelope's
-        # schema with a logicalType (the binary is the same).
-        return self.registry.read(data, reader, logical_types=False)
-
-    def write(self, single_object: bytes, schema: RegisteredSchema) -> bytes:
-        """``single_object`` (as the store wrote it) with the registry's frame instead."""
-        if self._id is None:
-            self._id = self.registry.register(self.subject, schema.schema)
-        return frame(self._id, single_object[HEADER_SIZE:])
-
-    def close(self) -> None:
-        self.registry.close()
-
-
-def job_codec(settings: Settings) -> JobCodec:
-    """The job codec of these settings: with the registry's framing when a URL is set."""
-    registry_settings = settings.schema_registry
-    if not registry_settings.url:
-        return JobCodec()
-    subject = registry_settings.envelope_subject or f"{settings.namespace}.jobs-value"
-    registry = SchemaRegistry.from_settings(registry_settings)
-    return JobCodec(framing=EnvelopeFraming(registry, subject, writes=registry_settings.envelope))

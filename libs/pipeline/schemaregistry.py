@@ -27,14 +27,13 @@ from typing import Any
 from ._avro import HEADER_SIZE, SchemaStore
 from ._avroschema import SchemaSource
 from ._codec import AvroPayload
+from ._envelopes import EnvelopeFraming, job_codec
 from ._errors import DecodeError
 from ._schemaregistry import (
     MAGIC,
-    EnvelopeFraming,
     SchemaRegistry,
     SchemaRegistryUnavailableError,
     frame,
-    job_codec,
 )
 
 __all__ = [

@@ -11,8 +11,9 @@ from pipeline import EnqueueError, Job, KafkaUnavailableError, Pipeline, Setting
 from pipeline._avro import HEADER_SIZE
 from pipeline._codec import JobCodec
 from pipeline._delivery import job_id_of
+from pipeline._envelopes import EnvelopeFraming
 from pipeline._producer import DeliveryCallback
-from pipeline._schemaregistry import EnvelopeFraming, frame
+from pipeline._schemaregistry import frame
 from pipeline.testing import InMemoryTransport
 
 

@@ -22,6 +22,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from pipeline import DecodeError, Job, SchemaNotFoundError
 from pipeline._codec import JobCodec
+from pipeline._envelopes import service_codec
 from pipeline._settings import Settings
 from pipeline.schemaregistry import (
     EnvelopeFraming,
@@ -304,6 +305,30 @@ def test_a_lookup_the_registry_refuses_for_good_is_a_decode_error() -> None:
         reader.decode(framed)
     assert caught.value.raw == framed
     assert slept == []
+
+
+def test_a_services_writes_never_wait_for_the_registry() -> None:
+    """A worker's retries and dead letters, the scheduler's cron fires: written single-object
+    (which every reader reads) until the envelope's schema is registered, on a thread of its
+    own, again and again until the registry answers. They waited for it (on the worker's event
+    loop), then failed: the scheduler stopped at every fire, the worker left the job's offset
+    unfinished."""
+    client = FakeClient(failures=[ConnectionError("refused")] * 3)
+    registry, slept = _registry(client, wait_s=0.0)
+    codec = service_codec(JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True)))
+    job = Job(id="j1", type="email.send", payload=b"{}")
+    assert codec.encode(job) == JobCodec().encode(job)
+    framing = codec.framing
+    assert isinstance(framing, EnvelopeFraming)
+    assert framing._registering is not None
+    framing._registering.join(5)
+    assert client.subjects == {"ns.jobs-value": [1]}
+    assert slept == [0.5, 1.0, 2.0]
+    framed = codec.encode(job)
+    assert framed[:5] == b"\x00\x00\x00\x00\x01"
+    assert codec.decode(framed) == job
+    plain = JobCodec()
+    assert service_codec(plain) is plain
 
 
 def test_without_a_url_the_codec_has_no_framing_and_refuses_framed_envelopes() -> None:

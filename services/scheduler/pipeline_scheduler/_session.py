@@ -18,13 +18,13 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import DeadLetterCodec
+from pipeline._envelopes import job_codec, service_codec
 from pipeline._errors import DecodeError
 from pipeline._job import now_ms
 from pipeline._producer import message_max_bytes
 from pipeline._records import Schedule
 from pipeline._registry import Registry
 from pipeline._scheduletable import publish_schedules
-from pipeline._schemaregistry import job_codec
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, deferred_group
 from pipeline._topicspec import deferred_tier_topic
@@ -78,7 +78,7 @@ class LeaderSession:
         self.queue = DueQueue()
         self.progress: dict[Where, PartitionProgress] = {}
         self._paused: set[Where] = set()
-        self._codec = job_codec(settings)
+        self._codec = service_codec(job_codec(settings))  # cron fires never wait for it
         self._dead_letters = DeadLetters(
             DeadLetterCodec(self._codec.store), message_max_bytes(settings), self.names.schedules
         )

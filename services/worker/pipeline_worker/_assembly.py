@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pipeline import Pipeline, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._dedupstores import DedupStore
+from pipeline._envelopes import service_codec
 from pipeline._producer import message_max_bytes
 from pipeline._topics import TopicNames
 
@@ -62,7 +63,7 @@ def assemble(
     policy = FailurePolicy(
         settings.namespace,
         settings.topics.retry_delays_s,
-        codec=app.codec,
+        codec=service_codec(app.codec),  # retries and dead letters never wait for a registry
         worker=f"{socket.gethostname()}:{os.getpid()}",
         events=settings.events != "off",
         max_bytes=message_max_bytes(settings),

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from pipeline._codec import DeadLetterCodec, ScheduleCodec
+from pipeline._envelopes import EnvelopeFraming
 from pipeline._records import DeadLetterReason
 from pipeline._schedule import make_schedule
 from pipeline._settings import Settings
@@ -67,3 +68,22 @@ def test_a_fire_too_large_to_send_is_dead_lettered_and_the_rest_goes_on(
     assert letter.source_topic == "acme.schedules"
     assert letter.source_offset == 0
     assert "big" in letter.message
+
+
+def test_the_leaders_cron_fires_never_wait_for_a_schema_registry() -> None:
+    """With envelopes written in the registry's format, the leader's codec registers the
+    envelope's schema in the background: a fire while the registry is down is written
+    single-object, instead of stopping every scheduler that took over."""
+    settings = Settings(
+        bootstrap_servers="localhost:1",
+        namespace="acme",
+        schema_registry={"url": "http://registry.invalid", "envelope": True},
+    )
+    made = LeaderSession(settings, SchedulerMetrics(), [])
+    try:
+        framing = made._codec.framing
+        assert isinstance(framing, EnvelopeFraming)
+        assert framing.writes
+        assert framing.background
+    finally:
+        made.close()

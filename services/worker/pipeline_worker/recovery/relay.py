@@ -43,6 +43,7 @@ from pipeline import DecodeError, Job, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._clientlog import is_fatal
 from pipeline._codec import DeadLetterCodec
+from pipeline._envelopes import job_codec
 from pipeline._errors import (
     KafkaUnavailableError,
     PipelineError,
@@ -52,7 +53,6 @@ from pipeline._errors import (
 from pipeline._job import now_ms
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetterReason
-from pipeline._schemaregistry import job_codec
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames, retry_group
 from pipeline._transactions import Headers, MessageTooLargeError, Transactions
