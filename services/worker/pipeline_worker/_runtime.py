@@ -27,6 +27,7 @@ from pipeline._topics import TopicNames, worker_group
 from . import _signals
 from ._assembly import assemble
 from ._beats import heartbeats_of, process_client_id
+from ._loop import run_loop
 from ._metrics import WorkerMetrics, per_second
 from ._metricsexport import Gauges, make_registry
 from ._stopping import call_hooks, close_stages, drain, stop_hooks
@@ -111,8 +112,11 @@ class Worker:
     # -- public --------------------------------------------------------------------------------
 
     def run(self) -> int:
-        """Run until stopped; returns the exit code (0: stopped, drained; 1: failed; 4: refused)."""
-        return asyncio.run(self._serve())
+        """Run until stopped; returns the exit code (0: stopped, drained; 1: failed; 4: refused).
+
+        What the stop left behind (a job that ignored its cancellation, a thread of
+        ``asyncio.to_thread`` on a call that hangs) does not hold the process (:mod:`._loop`)."""
+        return run_loop(self._serve())
 
     def stop(self) -> None:
         """Begin a graceful stop (thread-safe): finish running jobs, commit, leave the group."""
