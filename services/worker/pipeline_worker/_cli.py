@@ -177,7 +177,8 @@ def command(
             for name, value in ctx.params.items()
             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
         }
-        ctx.exit(Supervisor(given, worker.processes, worker.metrics_port).run())
+        supervisor = Supervisor(given, worker.processes, worker.metrics_port, burst=worker.burst)
+        ctx.exit(supervisor.run())
     from ._runtime import Worker
 
     # The app and its imports are loaded: move them out of the collector's way, and collect

@@ -296,7 +296,10 @@ class Worker:
         _log.info("worker stopped", extra=extra)
 
     def _fail(self, code: int) -> None:
-        self._exit_code = code
+        """End the run with ``code``; the first failure's code stands (a burst's end, 0, that
+        comes after it changes nothing)."""
+        if self._exit_code == 0:
+            self._exit_code = code
         if self._stopped is not None:
             self._stopped.set()
 

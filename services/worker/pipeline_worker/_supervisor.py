@@ -7,7 +7,10 @@ code other than 0, or a signal) is restarted after a backoff that doubles per qu
 once all children have. Children run in their own process group, so a Ctrl-C in a terminal
 reaches them once (through the parent), not twice (which would make them exit at once).
 A child that exits 4 (Kafka refused the credentials) is not restarted: its siblings have the
-same settings, and the parent exits 4 too once they have, for the orchestrator to show.
+same settings, and the parent exits 4 too once they have, for the orchestrator to show. Nor,
+under ``--burst``, one that exits 1: a burst run that gave up (Kafka down, topics missing) is
+over, as a single process's is. A child that a stop killed while it started (before it could
+handle the signal) stopped cleanly: it had run nothing.
 A stop signal is never lost: one that came before the supervisor took over the handlers (the
 command records it from its first line) starts no child, and one that comes while a child is
 being started reaches that child as soon as it exists.
@@ -98,8 +101,16 @@ class _Child:
 class Supervisor:
     """Starts, watches, restarts and stops the worker processes."""
 
-    def __init__(self, given: Mapping[str, Any], processes: int, metrics_port: int | None) -> None:
+    def __init__(
+        self,
+        given: Mapping[str, Any],
+        processes: int,
+        metrics_port: int | None,
+        *,
+        burst: bool = False,
+    ) -> None:
         base = child_arguments(given)
+        self._final = (*FINAL, 1) if burst else FINAL
         self._children = []
         for index in range(processes):
             extra = ["--child-index", str(index)]
@@ -127,7 +138,13 @@ class Supervisor:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         # A child a stop kept from starting has no exit code: it did nothing, which is no failure.
-        codes = [c.exit_code for c in self._children if c.exit_code is not None]
+        # One the stop's signal killed as it started (before its handlers) did nothing either.
+        stopped = None if self._signal is None else -self._signal
+        codes = [
+            0 if c.exit_code == stopped else c.exit_code
+            for c in self._children
+            if c.exit_code is not None
+        ]
         _log.info("all worker processes exited", extra={"exit_codes": codes})
         for final in (REFUSED, USAGE):
             if final in codes:
@@ -165,8 +182,14 @@ class Supervisor:
                 continue
             child.process = None
             child.exit_code = code
-            if code in FINAL or self._stopping:
+            if code in self._final or self._stopping:
                 child.done = True  # a restart with the same credentials or settings fails again
+                if code != 0 and not self._stopping:
+                    _log.error(
+                        "worker process exited with exit code %d: not restarted (a restart "
+                        "would only fail again); the others go on", code,
+                        extra={"index": child.index},
+                    )  # fmt: skip
                 continue
             if now - child.started >= STABLE_AFTER_S:
                 child.failures = 0

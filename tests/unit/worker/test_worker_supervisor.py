@@ -23,6 +23,8 @@ def supervise(
     monkeypatch: pytest.MonkeyPatch,
     script: str,
     after_start: Callable[[Supervisor], None] = lambda supervisor: None,
+    *,
+    burst: bool = False,
 ) -> tuple[Supervisor, int, list[int]]:
     """Run a supervisor of 2 children running ``script``; return it, its exit code and the
     children started, in order. ``after_start`` runs after each start. A supervisor that never
@@ -31,7 +33,7 @@ def supervise(
     child.write_text(f"#!/bin/sh\n{script}\n")
     child.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(child))
-    supervisor = Supervisor({}, 2, None)
+    supervisor = Supervisor({}, 2, None, burst=burst)
     starts: list[int] = []
     start = supervisor._start
 
@@ -127,13 +129,13 @@ def test_a_signal_while_a_child_is_being_started_reaches_it(
     monkeypatch.setattr(subprocess, "Popen", popen)
     original_init = Supervisor.__init__
 
-    def init(self: Supervisor, *args: Any) -> None:
-        original_init(self, *args)
+    def init(self: Supervisor, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
         supervisors.append(self)
 
     monkeypatch.setattr(Supervisor, "__init__", init)
     try:
-        supervisor, _, starts = supervise(tmp_path, monkeypatch, "exec tail -f /dev/null")
+        supervisor, code, starts = supervise(tmp_path, monkeypatch, "exec tail -f /dev/null")
     finally:
         for process in children:
             if process.poll() is None:
@@ -142,3 +144,15 @@ def test_a_signal_while_a_child_is_being_started_reaches_it(
     assert starts == [0]  # the second child stays unstarted
     assert children[0].returncode == -signal.SIGTERM  # signalled, and waited for
     assert supervisor._children[0].exit_code == -signal.SIGTERM
+    # Killed by the stop before it could handle the signal: it ran nothing, a clean stop.
+    assert code == 0
+
+
+def test_a_burst_child_that_gives_up_is_not_restarted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst run exits 1 when it gives up (Kafka down, topics missing): under --processes it
+    was restarted for ever, where a single process's run ends."""
+    _, exit_code, starts = supervise(tmp_path, monkeypatch, "exit 1", burst=True)
+    assert exit_code == 1
+    assert sorted(starts) == [0, 1]
