@@ -392,6 +392,8 @@ def python_default(field: Mapping[str, Any]) -> Any:
     """A field's default as a writer value (JSON defaults of bytes are ISO-8859-1 text)."""
     default = field["default"]
     kind = field["type"]
+    if isinstance(kind, list) and kind:  # a union's default is of its first branch
+        kind = kind[0]
     kind = kind.get("type") if isinstance(kind, Mapping) else kind
     if kind in ("bytes", "fixed") and isinstance(default, str):
         return default.encode("iso-8859-1")
