@@ -146,7 +146,9 @@ def job_history(
         scanned += 1
         return message.key() == key
 
-    with TopicReader(settings, timeout) as reader:
+    # ``timeout`` bounds Kafka's silence, not the whole read: a deep events topic takes longer
+    # to read while Kafka answers all along.
+    with TopicReader(settings, timeout, idle_timeout=True) as reader:
         messages = reader.read(topic, keep=of_job)[topic]
     events = []
     for message in messages:
