@@ -86,3 +86,14 @@ def deferred_group(settings: Settings) -> str:
 def scheduler_group(settings: Settings) -> str:
     """The schedulers' leadership group (on ``<ns>.scheduler-control``)."""
     return settings.scheduler.group_id or f"{settings.namespace}.scheduler"
+
+
+def moved_to(settings: Settings) -> list[str]:
+    """The topics a worker moves jobs to, and writes their events to: the retry tiers, the
+    deferred jobs, the dead letters, and ``<ns>.events`` unless events are off."""
+    names = TopicNames(settings.namespace)
+    topics = [names.retry(tier) for tier in range(len(settings.topics.retry_delays_s))]
+    topics += [names.deferred, names.dlq]
+    if settings.events != "off":
+        topics.append(names.events)
+    return topics

@@ -10,7 +10,7 @@ binding's call state, see ``Rebalance._give_up`` in ``rebalance``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
@@ -43,6 +43,7 @@ class ClusterView:
         namespace: str,
         *,
         health: BrokerHealth | None = None,
+        written: Sequence[str] = (),
     ) -> None:
         self._consumer = consumer
         self._health = health
@@ -56,6 +57,9 @@ class ClusterView:
         """Set when the assignment changed: :meth:`share` is due after the next poll."""
         self._next_lag = 0.0
         self._check_topics_at: float | None = None
+        self._written = list(written)
+        """Topics the worker writes (its moves): checked once, at start (:meth:`check_written`)."""
+        self._check_written_at: float | None = 0.0 if written else None
         self._errors = RateLimitedLog(_log, interval_s=10.0)
 
     def known_partition_counts(self) -> dict[str, int] | None:
@@ -131,6 +135,22 @@ class ClusterView:
         """The consumer said a subscribed topic is not available: ask the cluster soon."""
         if self._check_topics_at is None:
             self._check_topics_at = now
+
+    def check_written(self, now: float) -> None:
+        """Once Kafka answers: raise :class:`TopicMissingError` if a topic the worker moves jobs
+        to is missing. Nothing else tells: the first failed job's move would abort every
+        transaction of the moves (and with them every commit of the offsets), for good."""
+        if self._check_written_at is None or now < self._check_written_at:
+            return
+        try:
+            missing = missing_topics(self._consumer, self._written, timeout=5.0)
+        except KafkaException as exc:
+            _log.debug("could not check the topics written, retrying: %s", exc)
+            self._check_written_at = now + TOPIC_CHECK_RETRY_S
+            return
+        self._check_written_at = None
+        if missing:
+            raise TopicMissingError(missing, self._namespace)
 
     def check_topics(self, now: float) -> None:
         """Raise :class:`TopicMissingError` if the cluster confirms topics are missing."""

@@ -33,6 +33,7 @@ from pipeline._dedupstores import DedupStore
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._groupadmin import ensure_group_configs
 from pipeline._ratelog import RateLimitedLog
+from pipeline._topics import moved_to
 
 from .._metrics import WorkerMetrics
 from .._work import PartitionState
@@ -125,8 +126,9 @@ class ConsumerThread:
         self._flow = FlowControl(self._consumer, self.states, worker.buffer_size, metrics)
         self._committer.attach(self._consumer, self.states, self._poison.guards, self._flow.hold)
         self._cluster = ClusterView(
-            self._consumer, topics, self.states, metrics, settings.namespace, health=self.health
-        )
+            self._consumer, topics, self.states, metrics, settings.namespace, health=self.health,
+            written=moved_to(settings),
+        )  # fmt: skip
         shared = worker.dedup_scope is DedupScope.NAMESPACE
         slots = Slots(list(topics), self.states, self._cluster.partition_counts)
         self.assignment = Assignment(
@@ -286,6 +288,8 @@ class ConsumerThread:
         if committer.due(now, self._side.finished_jobs):
             committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
         cluster.check_topics(now)
+        if reachable:
+            cluster.check_written(now)
         self._read_member_id(now)
         if cluster.share_changed and reachable:  # the burst check needs the counts too
             self._update_share()
