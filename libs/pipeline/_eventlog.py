@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, KafkaError, KafkaException, TopicPartition
 
 from ._codec import EventCodec
-from ._deadletters import StoredLetter, read_dead_letters
+from ._deadletters import LetterStatus, StoredLetter, read_dead_letters
 from ._deadletters import _Reader as TopicReader
 from ._errors import DecodeError, PipelineError
 from ._records import Event, EventKind
@@ -71,11 +71,18 @@ class JobHistory:
         """What the last thing known is: ``succeeded``, ``dead (pending|replayed|discarded)``,
         ``waiting for a retry``, ``running``, ``replayed``... or ``unknown``."""
         ended = (EventKind.DEAD, EventKind.DISCARDED)
-        if self.letters and (not self.events or self.events[-1].kind in ended):
-            return f"dead ({self.letters[-1].status.value})"
-        if not self.events:
+        newest = self.letters[-1] if self.letters else None
+        if newest is not None and newest.status is LetterStatus.PENDING:
+            return "dead (pending)"  # whatever came before: its last letter waits
+        last = self._last_known()
+        if newest is not None and (last is None or last.kind in ended):
+            return f"dead ({newest.status.value})"
+        if last is None:
             return "unknown"
-        last = self.events[-1]
+        if last.kind == EventKind.DEDUPLICATED and any(
+            e.kind == EventKind.SUCCEEDED for e in self.events
+        ):
+            return "succeeded"  # read again after it succeeded (its own id holds the key)
         states: dict[str, str] = {
             EventKind.STARTED: "running (or its worker stopped)",
             EventKind.PROGRESS: "running (or its worker stopped)",
@@ -85,6 +92,27 @@ class JobHistory:
         }
         return states.get(last.kind, last.kind)
 
+    def _last_known(self) -> Event | None:
+        """The last event, but for a ``replayed`` one that the run it sent came after: a
+        replay is stamped by the operator's clock, the run by the worker's, and they may tie
+        or disagree by a few milliseconds."""
+        if not self.events:
+            return None
+        last = self.events[-1]
+        if last.kind == EventKind.REPLAYED:
+            since = last.at - CLOCK_SKEW_MS
+            ran = [
+                e
+                for e in self.events
+                if e.kind != EventKind.REPLAYED and e.attempt >= last.attempt and e.at >= since
+            ]
+            if ran:
+                return ran[-1]
+        return last
+
+
+CLOCK_SKEW_MS = 1000
+"""How far the clocks of the operator's replay and of the worker that ran it may disagree."""
 
 _STEPS: dict[str, int] = {
     EventKind.STARTED: 0,
@@ -93,7 +121,7 @@ _STEPS: dict[str, int] = {
     EventKind.SUCCEEDED: 2,
     EventKind.RETRIED: 2,
     EventKind.DEAD: 2,
-    EventKind.REPLAYED: 3,
+    EventKind.REPLAYED: -1,  # it names the attempt it sends: before that attempt's run
     EventKind.DISCARDED: 3,
 }
 

@@ -209,7 +209,7 @@ def test_events_of_one_millisecond_keep_the_order_they_happened_in() -> None:
         event("started", 7, attempt=2),
         event("retried", 5, attempt=1),
         event("started", 5, attempt=1),
-        event("replayed", 7, attempt=2),
+        event("replayed", 7, attempt=3),  # the attempt it sends
     ]
     ordered = in_time_order(read)
     assert [(e.kind, e.attempt) for e in ordered] == [
@@ -217,7 +217,7 @@ def test_events_of_one_millisecond_keep_the_order_they_happened_in() -> None:
         ("retried", 1),
         ("started", 2),
         ("dead", 2),
-        ("replayed", 2),
+        ("replayed", 3),
     ]
     letter = DeadLetter(
         reason="fatal_error", message="no", source_topic="t", source_partition=0, source_offset=0
@@ -236,7 +236,9 @@ def test_a_job_history_says_where_the_job_is() -> None:
     assert dead.state == "dead (pending)"
     replayed = LetterState(status=LetterStatus.REPLAYED, at=3, by="op")
     again = JobHistory(
-        "j1", [event("dead", 1), event("replayed", 3)], [StoredLetter(letter, 0, 0, replayed)]
+        "j1",
+        [event("dead", 1), event("replayed", 3, attempt=2)],
+        [StoredLetter(letter, 0, 0, replayed)],
     )
     assert again.state == "replayed, waiting to run"
 
@@ -273,3 +275,33 @@ def test_a_schedule_out_of_fires_since_its_last_shows_no_next_fire(
     [due] = _status._schedules(Settings(), 1.0)
     assert due.name == "yearly"
     assert due.next_fire is None
+
+
+def test_the_run_a_replay_sent_says_where_the_job_is_whatever_the_clocks() -> None:
+    """A replay is stamped by the operator's clock, its run by the worker's: the replay sorted
+    after a run in the same millisecond, or a few milliseconds later, and the job was said to be
+    "replayed, waiting to run" after it had died again, or succeeded."""
+    letter = DeadLetter(
+        reason="fatal_error", message="no", source_topic="t", source_partition=0, source_offset=0
+    )
+    replayed = StoredLetter(letter, 0, 0, LetterState(status=LetterStatus.REPLAYED, at=5, by="o"))
+    pending = StoredLetter(letter, 0, 1)
+    died = [event("dead", 1), event("replayed", 5, attempt=2)]
+    died += [event("started", 5, attempt=2), event("dead", 5, attempt=2)]
+    assert JobHistory("j1", in_time_order(died), [replayed, pending]).state == "dead (pending)"
+    # The operator's clock 50 ms ahead of the worker's: the run came first, by the clocks.
+    ran = [event("dead", 1), event("started", 20, attempt=2), event("succeeded", 30, attempt=2)]
+    ran.append(event("replayed", 70, attempt=2))
+    assert JobHistory("j1", in_time_order(ran), [replayed]).state == "succeeded"
+    # Replayed with its attempts reset: the old run's events do not count as the new one's.
+    reset = [event("started", 1, attempt=3), event("dead", 2, attempt=3)]
+    reset.append(event("replayed", 9_000, attempt=1))
+    assert JobHistory("j1", reset, [replayed]).state == "replayed, waiting to run"
+
+
+def test_a_job_read_again_after_it_succeeded_is_said_to_have_succeeded() -> None:
+    """Read again under its own id (a crash before its offset's commit, a client that sent it
+    twice): its key says it is done, and the worker tells it was skipped."""
+    history = [event("started", 1), event("succeeded", 2), event("deduplicated", 3)]
+    assert JobHistory("j1", history).state == "succeeded"
+    assert JobHistory("j1", [event("deduplicated", 3)]).state == "skipped as a duplicate"
