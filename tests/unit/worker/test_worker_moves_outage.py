@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
+from collections import deque
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -16,11 +18,12 @@ from pipeline import Settings
 from pipeline._transactions import STEP_TIMEOUT_S
 from pipeline_worker.commit import moves
 from pipeline_worker.commit.moves import TIMEOUT_S, Mover
+from pipeline_worker.commit.movetxn import ABORTS_TOLD
 from pipeline_worker.commit.txnconfig import transactional_config
 from pipeline_worker.intake.consumer import ConsumerThread
 from pipeline_worker.route.policy import Record
 
-from ..test_transactions import OutageProducer
+from ..test_transactions import FakeProducer, OutageProducer, abortable
 from .test_worker_consumer import FakeConsumer, consumer_thread, flush, loop, messages, own
 
 __all__ = ["loop"]  # the fixture
@@ -259,3 +262,23 @@ def test_the_moves_producer_s_requests_time_out_with_its_calls() -> None:
     assert conf["socket.timeout.ms"] == 1100  # librdkafka refuses more
     relay = transactional_config(Settings(), "relay", "retry relay")
     assert "socket.timeout.ms" not in relay  # the relay's calls wait as they did
+
+
+def test_commits_aborted_again_and_again_are_an_error(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A record Kafka refuses every time (a topic written that is missing, or not allowed)
+    aborts every commit of the moves, and with them every commit of the offsets: said at INFO,
+    as a rebalance's abort is, nobody knew."""
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)  # type: ignore[arg-type]
+    submit(mover, P0, 3, [])
+    mover.drain(owned, lambda w: 0)
+    producer.fail["commit_transaction"] = deque(abortable() for _ in range(ABORTS_TOLD))
+    with caplog.at_level(logging.INFO, logger="pipeline.worker"):
+        for _ in range(ABORTS_TOLD - 1):
+            assert not mover.commit(offsets(P0), META, owned)
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert not mover.commit(offsets(P0), META, owned)
+    [error] = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert f"not committed {ABORTS_TOLD} times in a row" in error.getMessage()

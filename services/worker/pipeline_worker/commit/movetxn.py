@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from .._work import PartitionState
     from ..route.policy import Record
 
+ABORTS_TOLD = 5
+"""Commits not committed in a row after which it is an ERROR, not routine (a rebalance)."""
+
 _log = logging.getLogger("pipeline.worker.moves")
 
 Where = tuple[str, int]
@@ -89,6 +92,9 @@ class MoveTransaction:
         self._unwritten = False
         """The moves of :attr:`_in_txn` are in no transaction (Kafka did not answer)."""
         self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._aborted = 0
+        """Commits aborted in a row: a few come with rebalances; many, with a record Kafka
+        refuses every time (a topic written that is missing, or not allowed)."""
 
     @property
     def unwritten(self) -> bool:
@@ -152,18 +158,33 @@ class MoveTransaction:
             if self._txn.committing:
                 self._errors.warning("commit", "moves' commit unconfirmed, asking again: %s", exc)
                 return False
-            _log.info("transaction not committed, its moves are written again: %s", exc)
+            self._not_committed(exc)
             self._rewrite(owned)
             return False
         except TransactionError as exc:
-            _log.info("transaction aborted, its moves are written again: %s", exc)
+            self._not_committed(exc)
             self._rewrite(owned)
             return False
+        self._aborted = 0
         self._in_txn.clear()
         if resumed:
             _log.info("the moves' unconfirmed commit is confirmed: committed")
             return False
         return True
+
+    def _not_committed(self, exc: Exception) -> None:
+        self._aborted += 1
+        if self._aborted < ABORTS_TOLD:
+            _log.info("transaction not committed, its moves are written again: %s", exc)
+            return
+        self._errors.error(
+            "aborts",
+            "the moves' transaction was not committed %d times in a row, so no offset is "
+            "committed meanwhile; Kafka may refuse one of its records every time (a topic "
+            "that is missing or not allowed to this worker): %s",
+            self._aborted,
+            exc,
+        )
 
     def forget(self, gone: set[Where]) -> None:
         """Partitions given up: moves of theirs still in the open transaction (a lost
