@@ -220,21 +220,16 @@ class Dispatcher:
                 keys.pop(key, None)
 
     def _enter(self, work: Work) -> bool:
-        """Reserve ``work``'s tenant slot, then its type slot; False: it waits in one of them
-        (for its type's, holding its tenant's slot but not its token: see :meth:`_pay`)."""
+        """Reserve ``work``'s tenant slot, then its type slot; False: it waits in one of them."""
         tenant = work.tenant_limit
         if tenant is not None and not self._admit(tenant, work):
             return False
         limit = work.limit
-        if limit is None or self._admit(limit, work):
-            return True
-        if tenant is not None and tenant.bucket is not None:
-            tenant.bucket.give_back()
-        return False
+        return limit is None or self._admit(limit, work)
 
     def _admit(self, limit: TypeLimit[Work], work: Work) -> bool:
         # A limit with jobs waiting admits them first: newcomers queue behind them.
-        if not limit.waiting and not limit.owed and limit.try_admit(self._clock()):
+        if not limit.waiting and limit.try_admit(self._clock()):
             return True
         if limit not in self._limits:
             self._limits.add(limit)
@@ -288,10 +283,8 @@ class Dispatcher:
         if budget is None:
             budget = self._budget()
         now = self._clock()
-        moved = self._repay(limit, budget, now)
-        if limit.owed or limit in self._due:
-            return moved
         waiting = limit.waiting
+        moved = 0
         while waiting:
             if moved >= budget:
                 if not limit.may_admit(now):
@@ -301,15 +294,13 @@ class Dispatcher:
             if not limit.try_admit(now):
                 break
             work = waiting.popleft()
-            tenant = work.tenant_limit
-            if limit is tenant:
-                type_limit = work.limit
-                if type_limit is not None and not self._admit(type_limit, work):
-                    if limit.bucket is not None:
-                        limit.bucket.give_back()
-                    continue  # on to wait in its type's limit, holding the tenant's slot
-            elif tenant is not None and not self._pay(tenant, work, now):
-                continue  # it waits for its tenant's token, holding both slots
+            type_limit = work.limit
+            if (
+                limit is work.tenant_limit
+                and type_limit is not None
+                and not self._admit(type_limit, work)
+            ):
+                continue  # on to wait in its type's limit, holding the tenant's slot
             self.admitted.append(work)
             moved += 1
         self._due.pop(limit, None)
@@ -317,41 +308,9 @@ class Dispatcher:
             self._arm(limit)
         return moved
 
-    def _pay(self, tenant: TypeLimit[Work], work: Work, now: float) -> bool:
-        """Take the tenant's token for ``work``, which its type just admitted: a tenant's rate
-        counts starts, so a job that waited for its type takes it now, not when it began to
-        wait (the tokens of all that waited would go at once when the type frees, and they
-        would start together). With no token, ``work`` keeps its slots and waits for the
-        tenant's next tokens, ahead of the tenant's other jobs (:meth:`_repay`)."""
-        bucket = tenant.bucket
-        if bucket is None or (not tenant.owed and bucket.try_take(now)):
-            return True
-        tenant.owed.append(work)
-        self._limits.add(tenant)
-        self._arm(tenant)
-        return False
-
-    def _repay(self, limit: TypeLimit[Work], budget: int, now: float) -> int:
-        """Admit the jobs waiting for ``limit``'s token only (:meth:`_pay`), at most ``budget``
-        (out of it with a token to give, the limit is due); how many were admitted."""
-        owed = limit.owed
-        bucket = limit.bucket
-        moved = 0
-        while owed and bucket is not None and bucket.delay(now) <= 0.0:
-            if moved >= budget:
-                self._due[limit] = None
-                return moved
-            bucket.try_take(now)
-            self.admitted.append(owed.popleft())
-            moved += 1
-        if owed:
-            self._due.pop(limit, None)
-            self._arm(limit)
-        return moved
-
     def _arm(self, limit: TypeLimit[Work]) -> None:
         """Wake up when the rate allows the limit's next job (the cap needs no timer)."""
-        if limit.timer is not None or limit.bucket is None or (limit.capped and not limit.owed):
+        if limit.timer is not None or limit.capped or limit.bucket is None:
             return
         delay = limit.bucket.delay(self._clock())
         if delay == float("inf"):
@@ -379,7 +338,7 @@ class Dispatcher:
         """Admit what may start of the jobs waiting in ``limits``, and say so if any."""
         moved = False
         for limit in limits:
-            if limit.waiting or limit.owed:
+            if limit.waiting:
                 moved = self._drain(limit) > 0 or moved
         if moved or self._due:
             self._on_ready()
@@ -399,16 +358,12 @@ class Dispatcher:
         freed: set[TypeLimit[Work]] = set()
         for queue in self.queues:
             dropped.extend(remove_where(queue, condemned))
-        # Admitted jobs, and those waiting for their tenant's token only, hold both slots.
-        holding = remove_where(self.admitted, condemned)
-        for limit in self._limits:
-            holding += remove_where(limit.owed, condemned)
-        for work in holding:
-            for held in (work.limit, work.tenant_limit):
-                if held is not None:
-                    held.release()
-                    freed.add(held)
-        dropped += holding
+        for work in remove_where(self.admitted, condemned):
+            for limit in (work.limit, work.tenant_limit):
+                if limit is not None:
+                    limit.release()
+                    freed.add(limit)
+            dropped.append(work)
         for limit in self._limits:
             for work in remove_where(limit.waiting, condemned):
                 if limit is work.limit and work.tenant_limit is not None:

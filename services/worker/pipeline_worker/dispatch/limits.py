@@ -96,10 +96,6 @@ class TokenBucket:
             return True
         return False
 
-    def give_back(self) -> None:
-        """Return a token just taken (for a start that did not happen)."""
-        self._tokens = min(self.capacity, self._tokens + 1.0)
-
     def delay(self, now: float) -> float:
         """Seconds until a token is available (``inf`` at rate 0)."""
         self._refill(now)
@@ -123,7 +119,6 @@ class TypeLimit(Generic[Waiting]):
         "cap",
         "fleet_cap",
         "name",
-        "owed",
         "rate_limit",
         "running",
         "timer",
@@ -147,9 +142,6 @@ class TypeLimit(Generic[Waiting]):
         self.bucket = TokenBucket(0.0, now) if rate_limit is not None else None
         self.running = 0
         self.waiting: Waitlist[Waiting] = deque()
-        self.owed: deque[Waiting] = deque()
-        """Jobs holding this limit's slot and their other limit's, that wait for this limit's
-        token only (a tenant's, for jobs its type admitted): they take the next tokens."""
         self.timer: object | None = None
         """The rate timer armed for the jobs waiting (the dispatcher's), or None."""
 
