@@ -137,13 +137,3 @@ class WorkerSettings(RedactedRepr, BaseModel):
                 f"got {self.weights}"
             )
         return self
-
-    @model_validator(mode="after")
-    def _ports_fit(self) -> WorkerSettings:
-        port, processes = self.metrics_port, self.processes
-        if port and port + processes - 1 > 65535:
-            raise ValueError(
-                f"metrics_port {port} with processes {processes}: process k serves port "
-                f"{port} + k, up to {port + processes - 1}, past 65535; give a lower port"
-            )
-        return self

@@ -172,6 +172,13 @@ def command(
     if worker.processes > 1 and child_index is None:
         from ._supervisor import Supervisor
 
+        port, last = worker.metrics_port, (worker.metrics_port or 0) + worker.processes - 1
+        if port and last > 65535:  # the supervisor's check: a child's own port is port + k
+            raise click.UsageError(
+                f"metrics port {port} with {worker.processes} processes: process k serves "
+                f"port {port} + k, up to {last}, past 65535; give a lower port"
+            )
+
         given = {
             name: value
             for name, value in ctx.params.items()

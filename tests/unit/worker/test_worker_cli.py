@@ -206,3 +206,12 @@ def test_weights_with_the_strict_policy_are_kept_for_the_jobs_waiting_for_a_limi
     options = {"policy": "strict", "weights": [1, 2, 3, 4]}
     worker = _settings(Pipeline(), None, None, options).worker
     assert (worker.policy, worker.weights) == ("strict", [1, 2, 3, 4])
+
+
+def test_metrics_ports_past_65535_are_refused_by_the_supervisor(project: Path) -> None:
+    """Process k serves port + k: the last would fail its own check with a port no one gave,
+    exit 2 and stay down without a word, the others running on. The check is the
+    supervisor's: a child, given its own port, sees the same number of processes."""
+    code, output = invoke("--app", project.name, "--processes", "2", "--metrics-port", "65535")
+    assert code == 2
+    assert "up to 65536, past 65535" in output

@@ -1,7 +1,7 @@
 """What a worker process tells its orchestrator: ``/healthz`` while it reads back newly assigned
 partitions (a restore of many idempotency keys holds the consumer thread's polls for up to its
 own timeout, which is no stuck consumer: a probe that failed it then, after 15 s, had the worker
-restarted, to restore again), its exit code, its metrics ports."""
+restarted, to restore again), its exit code."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from pydantic import ValidationError
 
 from pipeline import Pipeline, Settings
 from pipeline_worker._runtime import Worker
@@ -73,12 +72,3 @@ def test_a_failure_s_exit_code_stands_against_a_burst_s_end() -> None:
     worker._fail(1)
     worker._fail(0)
     assert worker._exit_code == 1
-
-
-def test_metrics_ports_past_65535_are_refused_at_start() -> None:
-    """Process k serves port + k: the last would fail its own check with a port no one gave,
-    exit 2 and stay down without a word, the others running on."""
-    with pytest.raises(ValidationError, match="past 65535"):
-        Settings(worker={"metrics_port": 65535, "processes": 2})
-    assert Settings(worker={"metrics_port": 65534, "processes": 2}).worker.processes == 2
-    assert Settings(worker={"metrics_port": 0, "processes": 4}).worker.metrics_port == 0
