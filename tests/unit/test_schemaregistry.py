@@ -22,7 +22,7 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 
 from pipeline import DecodeError, Job, SchemaNotFoundError
 from pipeline._codec import JobCodec
-from pipeline._envelopes import service_codec
+from pipeline._envelopes import INT_FIELDS, service_codec
 from pipeline._settings import Settings
 from pipeline.schemaregistry import (
     EnvelopeFraming,
@@ -291,6 +291,15 @@ def test_an_envelope_with_an_int_past_32_bits_is_a_decode_error() -> None:
     with pytest.raises(DecodeError, match=r"max_attempts") as caught:
         codec.decode(framed[:5] + body.getvalue())
     assert caught.value.raw == framed[:5] + body.getvalue()
+
+
+def test_the_int_fields_checked_are_those_of_the_envelope_s_schema() -> None:
+    """The check names the fields rather than walking the record: a new int field of
+    ``pipeline.Job`` must join it."""
+    fields = {f["name"]: f["type"] for f in JobCodec().schema.schema["fields"]}
+    assert sorted(name for name, kind in fields.items() if kind == "int") == sorted(INT_FIELDS)
+    errors = fields["errors"]["items"]["fields"]
+    assert [f["name"] for f in errors if f["type"] == "int"] == ["attempt"]
 
 
 def test_a_lookup_the_registry_refuses_for_good_is_a_decode_error() -> None:
