@@ -48,17 +48,19 @@ class SlowConsumer:
             )
             for n in range(letters)
         ]
+        self.keys: list[bytes | None] = [None] * letters
+        self.topic = DLQ
         self.stall_after = stall_after
         self.queue: list[Message] = []
 
     def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
-        return (0, len(self.values) if tp.topic == DLQ else 0)
+        return (0, len(self.values) if tp.topic == self.topic else 0)
 
     def assign(self, partitions: list[Any]) -> None:
         self.queue = [
-            Message(topic=DLQ, partition=0, offset=n, value=value)
+            Message(topic=self.topic, partition=0, offset=n, key=self.keys[n], value=value)
             for tp in partitions
-            if tp.topic == DLQ
+            if tp.topic == self.topic
             for n, value in enumerate(self.values)
             if n >= tp.offset
         ]
@@ -67,7 +69,12 @@ class SlowConsumer:
         self.clock.now += SECONDS_PER_CONSUME
         if self.stall_after is not None and (self.queue[0].offset() or 0) >= self.stall_after:
             return [
-                Message(topic=DLQ, partition=0, offset=-1, error=KafkaError(KafkaError._TRANSPORT))
+                Message(
+                    topic=self.topic,
+                    partition=0,
+                    offset=-1,
+                    error=KafkaError(KafkaError._TRANSPORT),
+                )
             ]
         return [self.queue.pop(0)]
 

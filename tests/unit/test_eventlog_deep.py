@@ -4,10 +4,7 @@ longer to read failed as though Kafka were down, while Kafka answered all along.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from confluent_kafka import Message
 
 from pipeline import Settings
 from pipeline._codec import EventCodec
@@ -15,59 +12,31 @@ from pipeline._deadletters import _reader
 from pipeline._eventlog import job_history
 from pipeline._records import Event
 
-from .test_deadletters_reader import SECONDS_PER_CONSUME, Clock, clock
+from .test_deadletters_reader import Clock, SlowConsumer, clock
 
 __all__ = ["clock"]  # the fixture
 
 EVENTS = "ns.events"
 
 
-class EventsConsumer:
-    """``count`` events on one partition of ``<ns>.events``, one per ``consume()``, each call
-    taking :data:`SECONDS_PER_CONSUME` of the fake clock."""
+class EventsConsumer(SlowConsumer):
+    """``count`` events of jobs j0, j1 and j2 in turn on one partition of ``<ns>.events``, one
+    per ``consume()``, each call taking :data:`SECONDS_PER_CONSUME` of the fake clock."""
 
     def __init__(self, clock: Clock, count: int) -> None:
+        super().__init__(clock, letters=0)
         codec = EventCodec()
-        self.clock = clock
+        self.topic = EVENTS
+        self.keys = [f"j{n % 3}".encode() for n in range(count)]
         self.values = [
             codec.encode(
                 Event(
-                    job_id=f"j{n % 3}",
-                    job_type="t",
-                    kind="started",
-                    attempt=1,
-                    priority="default",
-                    at=n,
+                    job_id=f"j{n % 3}", job_type="t", kind="started", attempt=1,
+                    priority="default", at=n,
                 )
             )
             for n in range(count)
-        ]
-        self.queue: list[Message] = []
-
-    def get_watermark_offsets(self, tp: Any, timeout: float) -> tuple[int, int]:
-        return (0, len(self.values) if tp.topic == EVENTS else 0)
-
-    def assign(self, partitions: list[Any]) -> None:
-        self.queue = [
-            Message(topic=EVENTS, partition=0, offset=n, key=f"j{n % 3}".encode(), value=value)
-            for tp in partitions
-            if tp.topic == EVENTS
-            for n, value in enumerate(self.values)
-            if n >= tp.offset
-        ]
-
-    def consume(self, count: int, timeout: float) -> list[Message]:
-        self.clock.now += SECONDS_PER_CONSUME
-        return [self.queue.pop(0)]
-
-    def unassign(self) -> None:
-        self.queue = []
-
-    def poll(self, timeout: float) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
+        ]  # fmt: skip
 
 
 def test_a_lookup_on_a_deep_events_topic_succeeds_while_kafka_keeps_answering(

@@ -140,28 +140,22 @@ class ClusterView:
         """Once Kafka answers: raise :class:`TopicMissingError` if a topic the worker moves jobs
         to is missing. Nothing else tells: the first failed job's move would abort every
         transaction of the moves (and with them every commit of the offsets), for good."""
-        if self._check_written_at is None or now < self._check_written_at:
-            return
-        try:
-            missing = missing_topics(self._consumer, self._written, timeout=5.0)
-        except KafkaException as exc:
-            _log.debug("could not check the topics written, retrying: %s", exc)
-            self._check_written_at = now + TOPIC_CHECK_RETRY_S
-            return
-        self._check_written_at = None
-        if missing:
-            raise TopicMissingError(missing, self._namespace)
+        if self._check_written_at is not None and now >= self._check_written_at:
+            self._check_written_at = self._check(self._written, now)
 
     def check_topics(self, now: float) -> None:
         """Raise :class:`TopicMissingError` if the cluster confirms topics are missing."""
-        if self._check_topics_at is None or now < self._check_topics_at:
-            return
+        if self._check_topics_at is not None and now >= self._check_topics_at:
+            self._check_topics_at = self._check(self._topics, now)
+
+    def _check(self, topics: list[str], now: float) -> float | None:
+        """Raise :class:`TopicMissingError` if the cluster lacks some of ``topics``; when to
+        ask again (None: they are all there)."""
         try:
-            missing = missing_topics(self._consumer, self._topics, timeout=5.0)
+            missing = missing_topics(self._consumer, topics, timeout=5.0)
         except KafkaException as exc:
             _log.debug("could not check the topics, retrying: %s", exc)
-            self._check_topics_at = now + TOPIC_CHECK_RETRY_S
-            return
-        self._check_topics_at = None
+            return now + TOPIC_CHECK_RETRY_S
         if missing:
             raise TopicMissingError(missing, self._namespace)
+        return None
