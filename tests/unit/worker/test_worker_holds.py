@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from pipeline import Pipeline
+from pipeline.testing import InMemoryTransport
 from pipeline_worker._work import Work
 from pipeline_worker.dispatch.holds import HOLD_MAX_MS, Holds
 
-from .support import Jobs, state
+from .support import Harness, Jobs, state
 
 
 class FakeLoop:
@@ -119,3 +122,34 @@ def test_a_due_job_waits_for_a_slot_unless_it_is_at_its_partition_s_commit_point
     assert holds.drop([state()]) == []  # another partition's
     assert holds.drop([partition]) == [third]
     assert not holds.ready
+
+
+def test_a_revocation_takes_its_due_held_jobs_out_before_the_dispatcher_s_drop_pumps() -> None:
+    """The dispatcher's drop frees the limit slots of the revoked partitions' jobs and pumps
+    (other partitions' jobs waited for them). Its held jobs that came due while every slot was
+    taken were still in the ready list then, and that pump started them, after the revocation."""
+
+    async def main() -> None:
+        app = Pipeline(transport=InMemoryTransport())
+        h = Harness(app, concurrency=1)
+        processor = h.processor
+        state = h.partition
+        held = Jobs().work(state, "t")
+        state.in_flight += 1  # held: due while every slot was taken, waiting for one
+        processor._holds.ready.append(held)
+        begun: list[Work] = []
+        processor._begin = lambda work, now, wall_ms: begun.append(work)  # type: ignore[method-assign]
+        drop = processor.dispatcher.drop
+
+        def dropping(states: Any) -> list[Work]:
+            dropped = drop(states)
+            processor.pump()  # as its drain of the freed limits does (on_ready)
+            return dropped
+
+        processor.dispatcher.drop = dropping  # type: ignore[method-assign]
+        state.active = False  # the revocation
+        assert processor.drop([state]) == 1
+        assert begun == []
+        assert state.in_flight == 0
+
+    asyncio.run(asyncio.wait_for(main(), 20))

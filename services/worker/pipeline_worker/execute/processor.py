@@ -353,14 +353,16 @@ class Processor:
     def drop(self, states: Iterable[PartitionState]) -> int:
         """Forget the not-started jobs of ``states``; their offsets stay unfinished."""
         states = set(states)
+        # First the held jobs that came due while every slot was taken: the dispatcher's drop
+        # pumps when it frees limit slots, and would start them.
+        ready = self._holds.drop(states)
+        for work in ready:
+            work.state.in_flight -= 1
+            self.dispatcher.release(work)  # what this admits of ``states`` is dropped next
         dropped = self.dispatcher.drop(states)
         for work in dropped:
             work.state.taken += 1
-        ready = self._holds.drop(states)  # due while every slot was taken: never started
         if ready:
-            for work in ready:
-                work.state.in_flight -= 1
-                self.dispatcher.release(work)
             self.pump()  # their slots may have admitted other partitions' jobs
         return len(dropped) + len(ready)
 
