@@ -1,0 +1,107 @@
+"""A tenant's rate limit counts starts: a job that waited for its type's limit takes its tenant's
+token when it starts, not when it began to wait. Taken early, the tokens of every job that
+waited there were spent at once when the type freed, and they all started together, far over
+the tenant's rate. A job whose tenant has no token left keeps its place while its type's slot
+goes to the next job: a rate-limited tenant holds back no other tenant's jobs."""
+
+from __future__ import annotations
+
+from pipeline_worker._work import Work
+from pipeline_worker.dispatch.dispatcher import Dispatcher
+from pipeline_worker.dispatch.limits import TypeLimit
+
+from .support import FakeTimers, Jobs, state
+from .test_worker_dispatch import dispatcher, enqueue
+
+
+def limits(tenant_rate: float, type_cap: int) -> tuple[TypeLimit[Work], TypeLimit[Work]]:
+    tenant = TypeLimit[Work]("tenant acme", cap=None, rate_limit=tenant_rate, now=0.0)
+    tenant.set_share(1, 1, 0.0)
+    capped = TypeLimit[Work]("report", cap=type_cap, rate_limit=None, now=0.0)
+    return tenant, capped
+
+
+def queue(
+    d: Dispatcher, jobs: Jobs, count: int, capped: TypeLimit[Work], tenant: TypeLimit[Work] | None
+) -> list[Work]:
+    p = state()
+    works = [jobs.work(p, "report", limit=capped) for _ in range(count)]
+    for work in works:
+        work.tenant_limit = tenant
+        enqueue(d, work)
+    return works
+
+
+def run_instantly(d: Dispatcher) -> list[Work]:
+    """Start what may start and finish it at once, until nothing more may start: what ran in
+    this instant."""
+    ran: list[Work] = []
+    while taken := d.pop_many(64):
+        for work in taken:
+            d.release(work)
+        ran += taken
+    return ran
+
+
+def test_jobs_that_waited_for_their_type_start_at_their_tenants_rate() -> None:
+    timers = FakeTimers()
+    d = dispatcher(timers=timers)
+    tenant, capped = limits(tenant_rate=8.0, type_cap=2)
+    works = queue(d, Jobs(), 40, capped, tenant)
+    long_ones = d.pop_many(64)
+    assert long_ones == works[:1]  # the tenant's one token (a bucket of 0.1 s, at least 1)
+    timers.advance(0.125)
+    long_ones += d.pop_many(64)
+    assert long_ones == works[:2]  # the type's cap is full now
+    for _ in range(24):  # 3 s of the long jobs: the tenant's timer passes jobs to the type
+        timers.advance(0.125)
+        assert d.pop_many(64) == []
+    for work in long_ones:
+        d.release(work)
+    # The type frees both slots: its waiting jobs start as the tenant's tokens allow (one
+    # saved up), not all of those that waited (24 at once before).
+    assert len(run_instantly(d)) == 1
+    started = 0
+    for _ in range(8):
+        timers.advance(0.125)
+        started += len(run_instantly(d))
+    assert started == 8
+
+
+def test_a_rate_limited_tenant_holds_back_no_other_tenant_of_its_type() -> None:
+    """The type's slots go to the jobs that may start: those of a tenant without a rate limit
+    do not wait behind a rate-limited tenant's backlog (which held every slot of the type,
+    waiting for tokens, when the type's slot was kept for them)."""
+    timers = FakeTimers()
+    d = dispatcher(timers=timers)
+    tenant, capped = limits(tenant_rate=1.0, type_cap=2)
+    jobs = Jobs()
+    flood = queue(d, jobs, 20, capped, tenant)
+    first = d.pop_many(64)
+    assert first == flood[:1]
+    others = queue(d, jobs, 10, capped, None)
+    assert run_instantly(d) == others  # one slot free all along: none of them waits
+    d.release(first[0])
+    timers.advance(1.0)
+    assert run_instantly(d) == flood[1:2]  # the tenant's next token, a second later
+
+
+def test_a_job_waiting_for_its_tenants_token_keeps_its_place() -> None:
+    timers = FakeTimers()
+    d = dispatcher(timers=timers)
+    tenant, capped = limits(tenant_rate=1.0, type_cap=1)
+    jobs = Jobs()
+    [first] = queue(d, jobs, 1, capped, tenant)
+    assert d.pop() is first
+    [second] = queue(d, jobs, 1, capped, tenant)
+    timers.advance(1.0)  # the tenant's token passes it on to wait for its type
+    assert d.pop() is None
+    timers.advance(0.5)
+    [third] = queue(d, jobs, 1, capped, tenant)
+    assert d.pop() is None
+    d.release(first)
+    assert d.pop() is second  # ahead of the newer job, with the token saved up since
+    d.release(second)
+    assert d.pop() is None  # the third's token is a second away
+    timers.advance(1.0)
+    assert d.pop() is third
