@@ -9,17 +9,15 @@ after each step that
 - no job is popped twice or after its partition was revoked, and a key's jobs start one at a
   time in offset order;
 
-- a type limit that could admit a job holds back only jobs whose tenants have no rate token
-  left, and those tenants' timers drain it again (one tenant's rate holds back no other's);
-
-and at the end that everything drains, and that no tenant ever started more jobs in a window
-than its rate allows (the bucket's one token, then the rate).
+and at the end that everything drains. (A tenant's rate is not checked here: jobs that passed
+their tenant's gate and then waited for their type start as their type allows, which may be
+faster than the tenant's rate for a moment; docs/tenants.md says so.)
 """
 
 from __future__ import annotations
 
 import random
-from collections import defaultdict, deque
+from collections import defaultdict
 
 import pytest
 
@@ -35,7 +33,6 @@ from .support import FakeTimers, noop, state
 
 JOB_TYPE = JobType("t", noop)
 SEEDS = 25
-TENANT_RATE = 10.0
 STEPS = 300
 
 
@@ -67,7 +64,6 @@ class Model:
             fairness=(lambda t: 2.0 if t == "A" else 1.0) if fair else None,
             room=lambda: self.concurrency - len(self.running),
         )
-        self.d.admitted = Stamped(self)
         self.keys = keys
         self.types = [self.limit(f"type{i}", tenant=False) for i in range(2)]
         self.tenants = {t: self.limit(f"tenant {t}", tenant=True) for t in ("A", "B")}
@@ -79,14 +75,12 @@ class Model:
         self.dropped: set[int] = set()
         self.last_of_key: dict[tuple[int, bytes], int] = {}
         self.allowed: dict[str, int] = {}
-        self.admitted_at: dict[int, float] = {}
-        self.starts: dict[str, list[float]] = defaultdict(list)
 
     def limit(self, name: str, *, tenant: bool) -> TypeLimit[Work]:
         rng = self.rng
         if tenant:
             cap = rng.choice([None, 1, 2, 4])
-            rate = rng.choice([None, TENANT_RATE]) if cap is not None else TENANT_RATE
+            rate = rng.choice([None, 10.0]) if cap is not None else 10.0
         else:
             cap = rng.choice([None, 1, 2, 3])
             rate = rng.choice([None, 5.0, 20.0]) if cap is not None else rng.choice([5.0, 20.0])
@@ -126,9 +120,6 @@ class Model:
                 assert self.last_of_key.get(slot, -1) < work.offset, ("key order", slot)
                 self.last_of_key[slot] = work.offset
             self.running.append(work)
-            if work.tenant_limit is not None:
-                at = self.admitted_at.pop(id(work), self.timers.clock())
-                self.starts[work.tenant_limit.name].append(at)
 
     def finish(self) -> None:
         if self.running:
@@ -166,16 +157,11 @@ class Model:
                 allowed = max(limit.cap, self.allowed.get(limit.name, 0))
                 assert limit.running <= allowed, (limit.name, limit.running, allowed)
                 self.allowed[limit.name] = min(allowed, max(limit.cap, limit.running))
-            if limit.waiting and not limit.capped and limit not in due and limit.timer is None:
-                # Nothing of its own drains it again: what waits is held back by its tenants'
-                # tokens alone, and each such tenant's timer drains it again when one comes.
-                for work in listed(limit.waiting):
-                    tenant = work.tenant_limit
-                    assert tenant is not None, (limit.name, "a job of no tenant held back")
-                    assert tenant is not limit, (limit.name, "waits with no timer")
-                    assert tenant.bucket is not None, (limit.name, "a tenant of no rate")
-                    assert limit in tenant.blocked, (limit.name, "not drained again")
-                    assert tenant.timer is not None or tenant in due or tenant.bucket.rate == 0
+            bucket = limit.bucket
+            if limit.waiting and not limit.capped and limit not in due:
+                assert bucket is not None, (limit.name, "waits with a free slot and no rate")
+                if bucket.rate > 0:  # its timer starts them when the rate allows
+                    assert limit.timer is not None, (limit.name, "no timer")
         if self.keys:
             running = [(id(w.state), w.key) for w in self.running if w.key is not None]
             assert len(running) == len(set(running)), "two runs of one key"
@@ -199,29 +185,6 @@ class Model:
         for limit in self.limits:
             assert (limit.running, len(limit.waiting)) == (0, 0), limit.name
         assert not any(p.keys for p in self.states)
-
-    def check_tenant_rates(self) -> None:
-        for tenant in self.tenants.values():
-            if tenant.rate_limit is None:
-                continue
-            times = sorted(self.starts[tenant.name])
-            for first, start in enumerate(times):
-                for last in range(first, len(times)):
-                    window = times[last] - start
-                    count = last - first + 1
-                    assert count <= TENANT_RATE * window + 1 + 1e-6, (tenant.name, count, window)
-
-
-class Stamped(deque[Work]):
-    """The dispatcher's admitted jobs, noting when each was admitted: its token was taken then."""
-
-    def __init__(self, model: Model) -> None:
-        super().__init__()
-        self._model = model
-
-    def append(self, work: Work, /) -> None:
-        self._model.admitted_at[id(work)] = self._model.timers.clock()
-        super().append(work)
 
 
 @pytest.mark.parametrize("seed", range(SEEDS))
@@ -249,4 +212,3 @@ def test_the_dispatcher_keeps_its_limits_and_drains(
             model.revoke()
         model.check()
     model.drain()
-    model.check_tenant_rates()

@@ -50,8 +50,6 @@ class WorkQueue(Sized, Protocol):
 
     def popleft(self) -> Work: ...
 
-    def appendleft(self, work: Work, /) -> None: ...
-
 
 class Dispatcher:
     """Priority queues of ready jobs plus the jobs set aside by keys and limits."""
@@ -222,26 +220,16 @@ class Dispatcher:
                 keys.pop(key, None)
 
     def _enter(self, work: Work) -> bool:
-        """Reserve ``work``'s tenant slot, then its type slot; False: it waits in one of them
-        (for its type's holding its tenant's slot, not its token: see :meth:`_drain`)."""
+        """Reserve ``work``'s tenant slot, then its type slot; False: it waits in one of them."""
         tenant = work.tenant_limit
         if tenant is not None and not self._admit(tenant, work):
             return False
         limit = work.limit
-        if limit is None or self._admit(limit, work):
-            return True
-        if tenant is not None and tenant.bucket is not None:
-            tenant.bucket.give_back()
-        return False
+        return limit is None or self._admit(limit, work)
 
     def _admit(self, limit: TypeLimit[Work], work: Work) -> bool:
-        # A limit with jobs waiting admits them first: newcomers queue behind them. But for
-        # jobs held back by their tenants' tokens alone (a limit that may admit, with nothing
-        # of its own to drain it: no timer, not due), which a newcomer need not wait behind.
-        if (
-            not limit.waiting
-            or (limit.timer is None and limit not in self._due and not limit.capped)
-        ) and limit.try_admit(self._clock()):
+        # A limit with jobs waiting admits them first: newcomers queue behind them.
+        if not limit.waiting and limit.try_admit(self._clock()):
             return True
         if limit not in self._limits:
             self._limits.add(limit)
@@ -291,82 +279,38 @@ class Dispatcher:
         are due: it takes its turn behind them); how many were admitted.
 
         Out of budget with a job that may start, the limit is due and takes nothing more (not a
-        token, not a slot): no timer is armed, the next pop drains it.
-
-        A job that waited for its type takes its tenant's rate token only now, as it starts: a
-        token taken when it began to wait let all that waited start at once when the type
-        freed, faster than the tenant's rate. One whose tenant has no token left keeps its
-        place and its type's slot goes to the next job: a rate-limited tenant's backlog must
-        not hold the type's slots, and with them every other tenant. The tenant's timer drains
-        the type again when its next token comes (:attr:`TypeLimit.blocked`)."""
+        token, not a slot): no timer is armed, the next pop drains it."""
         if budget is None:
             budget = self._budget()
         now = self._clock()
         waiting = limit.waiting
         moved = 0
-        blocked: list[Work] = []
-        held_back = False  # by this limit itself (its cap or its rate), not by tenants' tokens
         while waiting:
-            if not limit.may_admit(now):
-                held_back = True  # it waits for its timer or a freed slot of its cap
-                break
             if moved >= budget:
+                if not limit.may_admit(now):
+                    break  # it waits for its timer or a freed slot of its cap, as below
                 self._due[limit] = None
+                return moved
+            if not limit.try_admit(now):
                 break
             work = waiting.popleft()
-            taken = self._take(limit, work, now)
-            if taken is None:
-                blocked.append(work)
-            elif taken:
-                self.admitted.append(work)
-                moved += 1
-        for work in reversed(blocked):
-            waiting.appendleft(work)  # their places kept, for their tenants' next tokens
-        if limit in self._due:
-            return moved
-        if held_back:
-            self._arm(limit)
-        return moved + self._unblock(limit, now)
-
-    def _take(self, limit: TypeLimit[Work], work: Work, now: float) -> bool | None:
-        """Take ``limit``'s slot and token for ``work``, which it may admit now; True: it may
-        start; False: on to wait for its type (holding its tenant's slot, not its token); None:
-        its tenant has no token left (nothing taken: it waits where it is)."""
-        tenant = work.tenant_limit
-        if limit is tenant:
-            limit.try_admit(now)
             type_limit = work.limit
-            if type_limit is None or self._admit(type_limit, work):
-                return True
-            if limit.bucket is not None:
-                limit.bucket.give_back()  # taken when it starts
-            return False
-        if tenant is not None and tenant.bucket is not None and not tenant.bucket.try_take(now):
-            self._block(tenant, limit)
-            return None
-        limit.try_admit(now)
-        return True
-
-    def _block(self, tenant: TypeLimit[Work], limit: TypeLimit[Work]) -> None:
-        """``limit`` holds jobs of ``tenant`` waiting for its next token: drained then."""
-        tenant.blocked.add(limit)
-        self._limits.add(tenant)
-        self._arm(tenant)
-
-    def _unblock(self, tenant: TypeLimit[Work], now: float) -> int:
-        """``tenant`` has a token: drain the limits that hold its jobs waiting for one."""
-        blocked = tenant.blocked
-        if not blocked:
-            return 0
-        if tenant.bucket is not None and tenant.bucket.delay(now) > 0.0:
-            self._arm(tenant)  # its own jobs took the token: the next one
-            return 0
-        tenant.blocked = set()
-        return sum(self._drain(other) for other in blocked)
+            if (
+                limit is work.tenant_limit
+                and type_limit is not None
+                and not self._admit(type_limit, work)
+            ):
+                continue  # on to wait in its type's limit, holding the tenant's slot
+            self.admitted.append(work)
+            moved += 1
+        self._due.pop(limit, None)
+        if waiting:
+            self._arm(limit)
+        return moved
 
     def _arm(self, limit: TypeLimit[Work]) -> None:
         """Wake up when the rate allows the limit's next job (the cap needs no timer)."""
-        if limit.timer is not None or limit.bucket is None or (limit.capped and not limit.blocked):
+        if limit.timer is not None or limit.capped or limit.bucket is None:
             return
         delay = limit.bucket.delay(self._clock())
         if delay == float("inf"):
@@ -394,7 +338,7 @@ class Dispatcher:
         """Admit what may start of the jobs waiting in ``limits``, and say so if any."""
         moved = False
         for limit in limits:
-            if limit.waiting or limit.blocked:
+            if limit.waiting:
                 moved = self._drain(limit) > 0 or moved
         if moved or self._due:
             self._on_ready()

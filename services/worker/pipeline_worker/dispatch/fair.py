@@ -108,19 +108,6 @@ class FairQueue:
                 keyed[(work.state, work.key)] = KeyRun(lane)
         self._size += count
 
-    def appendleft(self, work: Work, /) -> None:
-        """Put ``work`` back at the head of its tenant's lane (a job taken out that may not
-        start); a lane made for it waits for its turn."""
-        if self._keyed is not None:
-            raise NotImplementedError("a job is put back only in a queue without key order")
-        tenant = work.job.tenant
-        lane = self._lanes.get(tenant)
-        if lane is None:
-            lane = self._lanes[tenant] = Lane(tenant, self._weight(tenant))
-            self._ring.append(lane)
-        lane.jobs.appendleft(work)
-        self._size += 1
-
     def popleft(self) -> Work:
         """The next job by the lanes' turns (IndexError when empty, as a deque)."""
         taken = self.take(1)

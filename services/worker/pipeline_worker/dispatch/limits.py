@@ -31,8 +31,6 @@ class Waitlist(Protocol[Waiting]):
 
     def popleft(self) -> Waiting: ...
 
-    def appendleft(self, item: Waiting, /) -> None: ...
-
 
 BURST_SECONDS = 0.1
 """A bucket holds at most this many seconds worth of tokens (at least one token)."""
@@ -98,10 +96,6 @@ class TokenBucket:
             return True
         return False
 
-    def give_back(self) -> None:
-        """Return a token just taken (for a start that did not happen)."""
-        self._tokens = min(self.capacity, self._tokens + 1.0)
-
     def delay(self, now: float) -> float:
         """Seconds until a token is available (``inf`` at rate 0)."""
         self._refill(now)
@@ -121,7 +115,6 @@ class TypeLimit(Generic[Waiting]):
     """
 
     __slots__ = (
-        "blocked",
         "bucket",
         "cap",
         "fleet_cap",
@@ -149,9 +142,6 @@ class TypeLimit(Generic[Waiting]):
         self.bucket = TokenBucket(0.0, now) if rate_limit is not None else None
         self.running = 0
         self.waiting: Waitlist[Waiting] = deque()
-        self.blocked: set[TypeLimit[Waiting]] = set()
-        """Of a tenant's limit: the type limits holding jobs of the tenant that wait there
-        for its next rate token (see the dispatcher's drain)."""
         self.timer: object | None = None
         """The rate timer armed for the jobs waiting (the dispatcher's), or None."""
 

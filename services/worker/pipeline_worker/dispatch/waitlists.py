@@ -46,10 +46,6 @@ class ByPriority:
     def append(self, work: Work, /) -> None:
         self._lists[work.state.pidx].append(work)
 
-    def appendleft(self, work: Work, /) -> None:
-        """Put ``work`` back at the head of its priority (a job taken out that may not start)."""
-        self._lists[work.state.pidx].appendleft(work)
-
     def popleft(self) -> Work:
         index = self._policy.pick(self._lists)
         if index < 0:
