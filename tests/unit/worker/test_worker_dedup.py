@@ -154,11 +154,15 @@ def test_a_revocation_waits_for_the_key_record_of_a_job_that_ended(plain: bool) 
         assert state.in_flight == 1  # its partition still counts it
         state.active = False  # the revocation, as the worker's runtime makes it
         h.processor.drop([state])
-        idle = asyncio.ensure_future(h.processor.wait_idle([state], 5.0))
-        await asyncio.sleep(0)
-        assert not idle.done()
-        mover.drain()  # the record is in the transaction
-        assert await idle
+        waiting: list[bool] = []
+
+        def written() -> None:  # the record is in the transaction
+            waiting.append(h.processor.idle.waiting)
+            mover.drain()
+
+        asyncio.get_running_loop().call_soon(written)
+        assert await h.processor.wait_idle([state], 5.0)
+        assert waiting == [True]  # the revocation waited for the record
         assert state.in_flight == 0
         assert state.commit_offset == 1  # committed with the record, not run again
 

@@ -20,17 +20,19 @@ def test_a_task_that_ignores_its_cancellation_is_left_behind(
 ) -> None:
     started = threading.Event()
 
-    async def stubborn() -> None:
+    async def stubborn(running: asyncio.Event) -> None:
         started.set()
+        running.set()
         while True:
             try:
-                await asyncio.sleep(3600)
+                await asyncio.Event().wait()  # never set: it runs until cancelled
             except asyncio.CancelledError:
                 continue
 
     async def main() -> int:
-        asyncio.get_running_loop().create_task(stubborn(), name="stubborn job")
-        await asyncio.sleep(0)
+        running = asyncio.Event()
+        asyncio.get_running_loop().create_task(stubborn(running), name="stubborn job")
+        await running.wait()
         return 7
 
     returned: list[int] = []
@@ -48,8 +50,12 @@ def test_a_hanging_to_thread_call_does_not_hold_the_process_at_exit() -> None:
         "import asyncio, sys, threading\n"
         "from pipeline_worker._loop import run_loop\n"
         "async def main():\n"
-        "    asyncio.get_running_loop().run_in_executor(None, threading.Event().wait)\n"
-        "    await asyncio.sleep(0)\n"
+        "    calling = threading.Event()\n"
+        "    def hangs():\n"
+        "        calling.set()\n"
+        "        threading.Event().wait()\n"
+        "    asyncio.get_running_loop().run_in_executor(None, hangs)\n"
+        "    calling.wait(10)\n"
         "    return 3\n"
         "sys.exit(run_loop(main()))\n"
     )
