@@ -25,7 +25,8 @@ Reader = Callable[[bytes, int], tuple[Any, int]]
 """Reads a body from ``data`` at an offset; returns the value and the offset after it."""
 
 _PRIMITIVES = frozenset({"null", "boolean", "int", "long", "float", "double", "bytes", "string"})
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+"""What an Avro ``int`` holds (32 bits); readers of other writers check against it too."""
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 # Zig-zag varints of -64..63 are one byte; most lengths, counts and small ints are among them.
 _SMALL = tuple(bytes([((n << 1) ^ (n >> 63)) & 0xFF]) for n in range(-64, 64))
@@ -55,7 +56,7 @@ def encode_long(n: int) -> bytes:
 
 
 def _int(n: int) -> bytes:
-    if not _INT_MIN <= n <= _INT_MAX:
+    if not INT_MIN <= n <= INT_MAX:
         raise ValueError(f"{n} does not fit an Avro int (32 bits)")
     return encode_long(n)
 
@@ -80,7 +81,7 @@ def _read_int(data: bytes, pos: int) -> tuple[int, int]:
     """An Avro int: a varint in 32 bits (Java's readers refuse others; a value read past them
     could never be written again, so a job carrying one could not be retried or moved)."""
     n, pos = _read_long(data, pos)
-    if not _INT_MIN <= n <= _INT_MAX:
+    if not INT_MIN <= n <= INT_MAX:
         raise ValueError(f"{n} does not fit an Avro int (32 bits)")
     return n, pos
 

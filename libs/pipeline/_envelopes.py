@@ -12,6 +12,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ._avro import HEADER_SIZE
+from ._avrogen import INT_MAX, INT_MIN
 from ._codec import JobCodec
 from ._errors import DecodeError
 from ._redact import redact_url
@@ -110,7 +111,6 @@ def job_codec(settings: Settings) -> JobCodec:
 
 INT_FIELDS = ("attempt", "max_attempts")
 """The Avro ``int`` fields of ``pipeline.Job`` (and ``attempt`` of each of its errors)."""
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 
 
 def _check_ints(record: dict[str, Any], data: bytes) -> None:
@@ -121,7 +121,7 @@ def _check_ints(record: dict[str, Any], data: bytes) -> None:
     values = [(name, record.get(name)) for name in INT_FIELDS]
     values += [("errors[].attempt", error.get("attempt")) for error in record.get("errors") or ()]
     for name, value in values:
-        if isinstance(value, int) and not _INT_MIN <= value <= _INT_MAX:
+        if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
             raise DecodeError(
                 f"the pipeline.Job's {name} is {value}, past an Avro int (32 bits)", bytes(data)
             )
