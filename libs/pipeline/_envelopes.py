@@ -26,9 +26,6 @@ __all__ = ["EnvelopeFraming", "job_codec", "service_codec"]
 
 log = logging.getLogger("pipeline.schemaregistry")
 
-RETRY_FIRST_S, RETRY_MAX_S = 0.5, 60.0
-"""A service's registration of the envelope's schema is asked again after these waits, doubling."""
-
 
 class EnvelopeFraming:
     """Job envelopes in the registry's wire format: read always, written when ``writes``.
@@ -39,7 +36,7 @@ class EnvelopeFraming:
     ``background``: a service's writes (a worker's retries and dead letters, the scheduler's
     cron fires), which must not wait for the registry, nor fail when it is down: until the id
     is known they are written single-object, which every reader reads, and the id is registered
-    on a thread of its own, again and again until the registry answers. A producer's first
+    on a thread of its own, waiting the registry out as a reader does. A producer's first
     write waits for the id instead (up to ``wait_s``, then fails), as its caller expects.
     """
 
@@ -82,18 +79,16 @@ class EnvelopeFraming:
         self._registering.start()
 
     def _register(self, schema: RegisteredSchema) -> None:
-        delay = RETRY_FIRST_S
-        while self._id is None:
-            try:
-                self._id = self.registry.register(self.subject, schema.schema)
-            except Exception as exc:  # unreachable, or refused: said, and asked again later
-                log.warning(
-                    "could not register the job envelope's schema; writing single-object "
-                    "envelopes meanwhile",
-                    extra={"url": self.registry.shown_url, "error": redact_url(str(exc))},
-                )
-                self.registry.sleep(delay)
-                delay = min(delay * 2, RETRY_MAX_S)
+        """Until the registry answers (its own retries, each one said); a refusal for good
+        (an incompatible schema, credentials) leaves the envelopes single-object, said once."""
+        try:
+            self._id = self.registry.register(self.subject, schema.schema, until_answered=True)
+        except Exception as exc:
+            log.error(
+                "the schema registry refused the job envelope's schema: this process writes "
+                "single-object envelopes, which every reader reads",
+                extra={"url": self.registry.shown_url, "error": redact_url(str(exc))},
+            )
 
     def close(self) -> None:
         self.registry.close()

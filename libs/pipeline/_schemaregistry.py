@@ -136,17 +136,16 @@ class SchemaRegistry:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def sleep(self, seconds: float) -> None:
-        """Wait ``seconds`` between two attempts (on the clock the registry was given)."""
-        self._sleep(seconds)
-
     # -- writing -------------------------------------------------------------------------
 
-    def register(self, subject: str, schema: Mapping[str, Any]) -> int:
+    def register(
+        self, subject: str, schema: Mapping[str, Any], *, until_answered: bool = False
+    ) -> int:
         """The id of ``schema`` under ``subject``, registering it (once per process) if new.
 
         The registry applies the subject's compatibility rule; a schema it refuses raises a
-        :class:`ConfigurationError` that names the subject and the registry's reason.
+        :class:`ConfigurationError` that names the subject and the registry's reason. An
+        unreachable registry is waited out for ``wait_s`` (``until_answered``: for good).
         """
         text = _schema_text(schema)
         known = self._ids.get((subject, text))
@@ -158,7 +157,7 @@ class SchemaRegistry:
             schema_id = int(
                 self._call(
                     lambda: self.client.register_schema(subject, Schema(text, "AVRO")),
-                    self.wait_s,
+                    None if until_answered else self.wait_s,
                 )
             )
         except _registry_error() as exc:

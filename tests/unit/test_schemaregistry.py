@@ -293,6 +293,22 @@ def test_an_envelope_with_an_int_past_32_bits_is_a_decode_error() -> None:
     assert caught.value.raw == framed[:5] + body.getvalue()
 
 
+def test_a_services_envelope_schema_refused_for_good_leaves_its_writes_single_object(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = FakeClient(failures=[SchemaRegistryError(409, 409, "incompatible")])
+    registry, _ = _registry(client)
+    codec = service_codec(JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True)))
+    job = Job(id="j1", type="email.send", payload=b"{}")
+    assert codec.encode(job) == JobCodec().encode(job)
+    framing = codec.framing
+    assert isinstance(framing, EnvelopeFraming)
+    assert framing._registering is not None
+    framing._registering.join(5)
+    assert "refused the job envelope's schema" in caplog.text
+    assert codec.encode(job) == JobCodec().encode(job)  # single-object for good, never blocked
+
+
 def test_the_int_fields_checked_are_those_of_the_envelope_s_schema() -> None:
     """The check names the fields rather than walking the record: a new int field of
     ``pipeline.Job`` must join it."""
@@ -323,7 +339,7 @@ def test_a_services_writes_never_wait_for_the_registry() -> None:
     loop), then failed: the scheduler stopped at every fire, the worker left the job's offset
     unfinished."""
     client = FakeClient(failures=[ConnectionError("refused")] * 3)
-    registry, slept = _registry(client, wait_s=0.0)
+    registry, slept = _registry(client, wait_s=0.0)  # a producer's write would give up
     codec = service_codec(JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True)))
     job = Job(id="j1", type="email.send", payload=b"{}")
     assert codec.encode(job) == JobCodec().encode(job)
