@@ -31,11 +31,14 @@ def kafka_of(
     )
 
 
-class CommitUnconfirmed:
-    """Transactions whose commits are confirmed until ``confirmed`` ran, then not."""
+class FailsAt:
+    """Transactions that commit until run ``failing``, which raises ``error``: before its
+    commit, or (``committing``) in a commit Kafka did not confirm."""
 
-    def __init__(self, confirmed: int) -> None:
-        self.confirmed = confirmed
+    def __init__(self, failing: int, error: PipelineError, *, committing: bool = False) -> None:
+        self.failing = failing
+        self.error = error
+        self.fails_committing = committing
         self.committing = False
         self.runs = 0
 
@@ -44,15 +47,18 @@ class CommitUnconfirmed:
 
     def run(self, write: Callable[[Any], None]) -> None:
         self.runs += 1
-        if self.runs > self.confirmed:
-            self.committing = True
-            raise KafkaUnavailableError(
-                "Kafka did not confirm the producer's commit in 5 attempts; it goes on in the "
-                "background and may yet be committed: commit again to learn its outcome"
-            )
+        if self.runs == self.failing:
+            self.committing = self.fails_committing
+            raise self.error
 
     def close(self) -> None:
         return None
+
+
+UNCONFIRMED = KafkaUnavailableError(
+    "Kafka did not confirm the producer's commit in 5 attempts; it goes on in the background "
+    "and may yet be committed: commit again to learn its outcome"
+)
 
 
 def letters(count: int) -> list[StoredLetter]:
@@ -79,8 +85,7 @@ def test_an_unconfirmed_commit_says_to_run_the_command_again_not_to_force_it(
 ) -> None:
     """The error told the operator to "commit again to learn its outcome", which a command
     cannot do; running it again is what learns it (and --force would send the batch twice)."""
-    txn = CommitUnconfirmed(confirmed=2)
-    kafka_of(monkeypatch, txn)
+    kafka_of(monkeypatch, FailsAt(3, UNCONFIRMED, committing=True))
     settings = Settings(namespace="ns", events="off")
     with pytest.raises(KafkaUnavailableError) as raised:
         replay_letters(settings, letters(5), batch_size=2, timeout=1.0)
@@ -91,7 +96,7 @@ def test_an_unconfirmed_commit_says_to_run_the_command_again_not_to_force_it(
 
 
 def test_a_failure_before_any_commit_is_passed_on_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
-    txn = CommitUnconfirmed(confirmed=0)
+    txn = FailsAt(1, UNCONFIRMED)
 
     def refused(write: Callable[[Any], None]) -> None:
         raise KafkaUnavailableError("nothing of the open transaction was committed")
@@ -100,29 +105,6 @@ def test_a_failure_before_any_commit_is_passed_on_as_it_is(monkeypatch: pytest.M
     kafka_of(monkeypatch, txn)
     with pytest.raises(KafkaUnavailableError, match=r"^nothing of the open transaction"):
         replay_letters(Settings(namespace="ns", events="off"), letters(1), timeout=1.0)
-
-
-class FailsAt:
-    """Transactions that commit until run ``failing``, which raises ``error`` before its
-    commit."""
-
-    committing = False
-
-    def __init__(self, failing: int, error: PipelineError) -> None:
-        self.failing = failing
-        self.error = error
-        self.runs = 0
-
-    def init(self) -> None:
-        return None
-
-    def run(self, write: Callable[[Any], None]) -> None:
-        self.runs += 1
-        if self.runs == self.failing:
-            raise self.error
-
-    def close(self) -> None:
-        return None
 
 
 @pytest.mark.parametrize(
