@@ -293,11 +293,10 @@ def test_an_envelope_with_an_int_past_32_bits_is_a_decode_error() -> None:
     assert caught.value.raw == framed[:5] + body.getvalue()
 
 
-def test_a_services_envelope_schema_refused_for_good_leaves_its_writes_single_object(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    client = FakeClient(failures=[SchemaRegistryError(409, 409, "incompatible")])
-    registry, _ = _registry(client)
+def _service_writing(client: FakeClient, **kwargs: Any) -> tuple[JobCodec, Job, list[float]]:
+    """A service's codec over ``client``, its first write (single-object, at once) made, and
+    its registration in the background over; the codec, the job written, the waits slept."""
+    registry, slept = _registry(client, **kwargs)
     codec = service_codec(JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True)))
     job = Job(id="j1", type="email.send", payload=b"{}")
     assert codec.encode(job) == JobCodec().encode(job)
@@ -305,6 +304,14 @@ def test_a_services_envelope_schema_refused_for_good_leaves_its_writes_single_ob
     assert isinstance(framing, EnvelopeFraming)
     assert framing._registering is not None
     framing._registering.join(5)
+    return codec, job, slept
+
+
+def test_a_services_envelope_schema_refused_for_good_leaves_its_writes_single_object(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = FakeClient(failures=[SchemaRegistryError(409, 409, "incompatible")])
+    codec, job, _ = _service_writing(client)
     assert "refused the job envelope's schema" in caplog.text
     assert codec.encode(job) == JobCodec().encode(job)  # single-object for good, never blocked
 
@@ -339,14 +346,7 @@ def test_a_services_writes_never_wait_for_the_registry() -> None:
     loop), then failed: the scheduler stopped at every fire, the worker left the job's offset
     unfinished."""
     client = FakeClient(failures=[ConnectionError("refused")] * 3)
-    registry, slept = _registry(client, wait_s=0.0)  # a producer's write would give up
-    codec = service_codec(JobCodec(framing=EnvelopeFraming(registry, "ns.jobs-value", writes=True)))
-    job = Job(id="j1", type="email.send", payload=b"{}")
-    assert codec.encode(job) == JobCodec().encode(job)
-    framing = codec.framing
-    assert isinstance(framing, EnvelopeFraming)
-    assert framing._registering is not None
-    framing._registering.join(5)
+    codec, job, slept = _service_writing(client, wait_s=0.0)  # a producer's write would give up
     assert client.subjects == {"ns.jobs-value": [1]}
     assert slept == [0.5, 1.0, 2.0]
     framed = codec.encode(job)
