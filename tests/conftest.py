@@ -175,6 +175,19 @@ def secure_settings(secure_cluster: DevCluster, namespace: str) -> Settings:
     )
 
 
+@pytest.fixture(autouse=True)
+def _config_file_unchanged() -> Iterator[None]:
+    """A service's ``--config PATH`` makes PATH the process's ``PIPELINE_CONFIG_FILE`` (for the
+    application's ``Pipeline()`` too): a test that runs a service in this process leaves it
+    set, and the settings of every later test would read that file."""
+    before = os.environ.get("PIPELINE_CONFIG_FILE")
+    yield
+    if before is None:
+        os.environ.pop("PIPELINE_CONFIG_FILE", None)
+    else:
+        os.environ["PIPELINE_CONFIG_FILE"] = before
+
+
 @pytest.fixture
 def namespace() -> str:
     """A topic namespace of this test alone, so tests never see each other's topics."""
