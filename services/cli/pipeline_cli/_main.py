@@ -6,6 +6,8 @@ import logging
 
 import click
 
+from pipeline._processend import run_then_end
+
 from ._acls import acls
 from ._dev import dev
 from ._dlq import dlq
@@ -54,4 +56,6 @@ cli.add_command(outbox)
 
 
 def main() -> None:
-    cli(prog_name="pipeline")
+    """The ``pipeline`` command; the process ends without the interpreter's finalization
+    (see :mod:`pipeline._processend`)."""
+    run_then_end(lambda: cli(prog_name="pipeline"))

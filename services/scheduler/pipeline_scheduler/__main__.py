@@ -1,5 +1,5 @@
 """``python -m pipeline_scheduler``: the same as the ``pipeline-scheduler`` command."""
 
-from ._cli import main
+from . import main
 
-main(prog_name="pipeline-scheduler")
+main()

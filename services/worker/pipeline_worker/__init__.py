@@ -43,14 +43,17 @@ def main() -> None:
     """The ``pipeline-worker`` command (``pipeline-worker --help``).
 
     Stop signals are caught before anything heavy is imported: a worker stopped while it still
-    starts exits cleanly instead of dying of the signal.
+    starts exits cleanly instead of dying of the signal. The process ends without the
+    interpreter's finalization (see :mod:`pipeline._processend`).
     """
     from . import _signals
 
     _signals.catch_early()
+    from pipeline._processend import run_then_end
+
     from ._cli import command
 
-    command(prog_name="pipeline-worker")
+    run_then_end(lambda: command(prog_name="pipeline-worker"))
 
 
 def __getattr__(name: str) -> Any:
