@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import pytest
@@ -83,9 +84,13 @@ class _Admin:
 
     outcomes: ClassVar[list[BaseException | None]] = []
     asked: ClassVar[list[str]] = []
+    existing: ClassVar[set[str]] = set()
     last = 10
 
     def __init__(self, conf: dict[str, Any]) -> None: ...
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> SimpleNamespace:
+        return SimpleNamespace(topics={name: SimpleNamespace(error=None) for name in self.existing})
 
     def create_topics(self, specs: list[Any], request_timeout: float = -1) -> dict[str, _Future]:
         [spec] = specs
@@ -115,7 +120,7 @@ class _Consumer:
 def _fake_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(progress_module, "AdminClient", _Admin)
     monkeypatch.setattr(progress_module, "Consumer", _Consumer)
-    _Admin.outcomes, _Admin.asked, _Admin.last = [], [], 10
+    _Admin.outcomes, _Admin.asked, _Admin.existing, _Admin.last = [], [], set(), 10
 
 
 def _progress() -> RelayProgress:
@@ -132,6 +137,15 @@ def test_a_topic_kafka_refuses_for_good_is_a_configuration_error(
     message = str(caught.value)
     assert message.startswith(f"Kafka refuses to create the outbox relay's topic {TOPIC!r} (")
     assert reason in message
+
+
+def test_a_topic_created_beforehand_is_not_created_again() -> None:
+    # Kafka checks the Create permission before whether the topic exists: a relay allowed
+    # only to write and read its topic was refused for ever.
+    _Admin.existing = {TOPIC}
+    _Admin.outcomes = [KafkaException(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED))]
+    _progress().ensure_topic(timeout=10.0)
+    assert _Admin.asked == []
 
 
 def test_a_collision_says_to_rename() -> None:

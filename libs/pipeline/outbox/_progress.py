@@ -36,6 +36,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from .._errors import ConfigurationError
 from .._settings import Settings
+from .._topiccheck import missing_topics
 from ._dialect import OutboxRow
 
 __all__ = [
@@ -142,7 +143,14 @@ class RelayProgress:
     def ensure_topic(self, timeout: float) -> None:
         """Create the topic unless it exists (compacted: one live record per table). Raises
         :class:`ConfigurationError` when Kafka refuses it for good, :class:`KafkaException`
-        when it may take it later (it does not answer in ``timeout``, among others)."""
+        when it may take it later (it does not answer in ``timeout``, among others).
+
+        The topic is looked up first: Kafka checks the ``Create`` permission before it checks
+        whether a topic exists, so a relay that may not create topics, whose topic was created
+        beforehand, was refused for ever (TOPIC_AUTHORIZATION_FAILED, tried again)."""
+        admin = AdminClient({**self.settings.client_config(), "log_level": 0})
+        if not missing_topics(admin, [self.topic], timeout):
+            return
         t = self.settings.topics
         spec = NewTopic(
             self.topic,
@@ -155,7 +163,6 @@ class RelayProgress:
                 "min.insync.replicas": str(t.effective_min_insync_replicas),
             },
         )
-        admin = AdminClient({**self.settings.client_config(), "log_level": 0})
         future = admin.create_topics([spec], request_timeout=timeout)[self.topic]
         try:
             future.result(timeout)
