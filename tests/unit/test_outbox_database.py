@@ -194,3 +194,18 @@ def test_a_postgresql_server_that_does_not_answer_is_waited_for(
     assert not thread.is_alive()
     assert raised == []
     assert "s3cret-pw" not in caplog.text
+
+
+def test_a_file_that_is_no_database_is_named_by_init_status_and_the_relay(tmp_path: Path) -> None:
+    # init printed a traceback, and the relay tried again every second, for ever.
+    path = tmp_path / "notes.db"
+    path.write_text("not a database, but a file of notes\n" * 100)
+    dsn = f"sqlite:///{path}"
+    for command in ("init", "status"):
+        result = CliRunner().invoke(cli, ["outbox", command, "--dsn", dsn])
+        assert result.exit_code == 2, result.output
+        assert f"cannot open SQLite database {path}: file is not a database" in result.output
+        assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+    raised = _run_briefly(OutboxRelay(SETTINGS, dsn))
+    assert isinstance(raised, ConfigurationError), raised
+    assert f"cannot open SQLite database {path}: file is not a database" in str(raised)

@@ -10,9 +10,11 @@ ever.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +23,8 @@ from confluent_kafka import KafkaError, KafkaException
 from pipeline import KafkaUnavailableError, Settings
 from pipeline._transactions import Transactions
 from pipeline.outbox import OutboxRelay, RelayOptions
+from pipeline.outbox import _relay as relay_module
+from pipeline.outbox._progress import CommittedBatch, progress_topic
 from tests.unit.test_transactions import OutageProducer, transactions
 
 SETTINGS = Settings(bootstrap_servers="127.0.0.1:1", namespace="unit")
@@ -157,3 +161,85 @@ def test_a_table_whose_progress_topic_kafka_refuses_is_refused_at_once(database:
     with pytest.raises(ConfigurationError, match=f"would be 'n+.outbox-relay.{table}'"):
         OutboxRelay(settings, f"sqlite:///{database}", RelayOptions(table=table))
     OutboxRelay(SETTINGS, f"sqlite:///{database}", RelayOptions(table=table))
+
+
+def test_a_batch_is_watched_until_its_unconfirmed_commit_is_settled(
+    database: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "Kafka has not taken the batch" warnings stopped when the commit went unconfirmed,
+    while the relay settled it (retries of its commit through the rest of the outage)."""
+    events: list[str] = []
+
+    class Watch:
+        def __init__(self, table: str, **_: Any) -> None: ...
+
+        def begin(self, rows: int, first_id: int) -> None:
+            events.append(f"watching {rows} row(s) from {first_id}")
+
+        def end(self) -> None:
+            events.append("done watching")
+
+        def close(self) -> None: ...
+
+    class Producer(OutageProducer):
+        def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+            return SimpleNamespace(topics={topic: SimpleNamespace(error=None)})
+
+        def commit_transaction(self, timeout: float = -1, /) -> None:
+            events.append("commit" if "commit_transaction" not in self.down else "commit lost")
+            super().commit_transaction(timeout)
+
+    producer = Producer()
+    producer.down = frozenset({"commit_transaction"})
+    producer.aborts_unconfirmed = True
+
+    class Stop(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            if timeout == 3.0:  # the pause after the failed batch: Kafka answers again
+                producer.down = frozenset()
+            else:  # the table is empty: done
+                self.set()
+            return self.is_set()
+
+    class Relay(OutboxRelay):
+        def _producer(self) -> Any:
+            return producer
+
+    monkeypatch.setattr(relay_module, "StallWatch", Watch)
+    monkeypatch.setattr(relay_module, "RelayProgress", _NothingCommitted)
+    with sqlite3.connect(database) as connection:
+        connection.execute(
+            "INSERT INTO pipeline_outbox (topic, key, value, job_id, created_at_ms) "
+            "VALUES ('unit.jobs.default', NULL, x'01', 'job-1', 0)"
+        )
+    options = RelayOptions(retry_s=3.0, poll_interval_s=0.25)
+    Relay(SETTINGS, f"sqlite:///{database}", options).run(Stop())
+    # The commit is tried a few times (each lost), then settled (aborted) while still
+    # watched; then the row goes again, in a batch of its own.
+    lost = events.count("commit lost")
+    assert lost >= 1
+    assert events == [
+        *["watching 1 row(s) from 1", *["commit lost"] * lost, "commit", "done watching"],
+        *["watching 1 row(s) from 1", "commit", "done watching"],
+    ]
+    assert [[topic for topic, _ in batch] for batch in producer.committed] == [
+        ["unit.jobs.default", "unit.outbox-relay.pipeline_outbox"]
+    ]
+
+
+class _NothingCommitted:
+    """The progress topic, where no batch was committed yet."""
+
+    def __init__(self, settings: Settings, table: str) -> None:
+        self.topic = progress_topic(settings.namespace, table)
+        self.key = table.encode()
+
+    def ensure_topic(self, timeout: float) -> None: ...
+
+    def value(self, rows: list[Any]) -> bytes:
+        return b"progress"
+
+    def last_committed(self, timeout: float) -> CommittedBatch:
+        return CommittedBatch([], None)
+
+    def close(self) -> None: ...

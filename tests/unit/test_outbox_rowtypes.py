@@ -229,3 +229,29 @@ def test_a_value_and_key_of_any_bytes_type_go_as_bytes(kind: Callable[[bytes], A
     assert row == (1, TOPIC, None, b"v", "job-1")
     assert not isinstance(row, Malformed)
     assert type(row[3]) is bytes
+
+
+def test_a_topic_that_is_not_utf8_waits_in_order_naming_its_row(
+    database: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # sqlite3 raised reading it, for the whole batch: nothing went, and no line named the row.
+    _insert(database, *_good(1, 2))
+    with contextlib.closing(sqlite3.connect(database)) as connection, connection:
+        connection.execute(
+            "INSERT INTO pipeline_outbox (id, topic, key, value, job_id, created_at_ms) "
+            "VALUES (3, CAST(x'756e69742e6a6f6273e9' AS TEXT), NULL, x'01', 'job-3', 0)"
+        )
+    _insert(database, *_good(4))
+    relay = _Relay(database)
+    stop = _Pauses(lambda n, timeout: n == 2)
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"):
+        relay.run(stop)
+    progress = ("unit.outbox-relay.pipeline_outbox", b"progress")
+    assert relay.producer.committed == [[(TOPIC, b"ok1"), (TOPIC, b"ok2"), progress]]
+    assert _left(database) == [3, 4]
+    assert stop.waits == [5.0, 5.0], "not held as a gate holds a row (retry_s)"
+    assert "no longer active" not in caplog.text
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1
+    assert errors[0].startswith("outbox row 3 ")
+    assert "unit.jobs\ufffd" in errors[0]

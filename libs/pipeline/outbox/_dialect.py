@@ -258,6 +258,22 @@ def connect(
     )
 
 
+def connect_to_read(dsn: str, keepalives: Keepalives) -> tuple[Any, Dialect]:
+    """The relay's connection to an existing database, whose text columns always read as
+    ``str``, so that a row they make unsendable is held by the relay's gates with an error
+    naming it: PostgreSQL's in UTF-8 (a database encoded SQL_ASCII gives ``bytes`` otherwise,
+    and every row looked malformed), SQLite's with bytes that are not UTF-8 replaced (sqlite3
+    raises otherwise, for the whole batch, with nothing to say which row)."""
+    connection, dialect = connect(dsn, create=False, keepalives=keepalives, client_encoding="UTF8")
+    if dialect is SQLITE:
+        connection.text_factory = _lenient_text
+    return connection, dialect
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
 _PASSWORDS = re.compile(r"://[^:/@\s]*:([^@\s]+)@|\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)")
 """The password of a DSN, in either form (``scheme://user:password@``, ``password=...``)."""
 
@@ -296,5 +312,9 @@ def _open_sqlite(path: Path, create: bool) -> sqlite3.Connection:
         raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc
     # WAL: the relay's reads and deletes do not block the service's writers (nor the
     # reverse) but for the moment of a commit; busy writers are waited for, 30 s at most.
-    connection.execute("PRAGMA journal_mode=WAL")
+    try:
+        connection.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.DatabaseError as exc:  # the first read: a file that is no database, say
+        connection.close()
+        raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc
     return connection

@@ -51,7 +51,7 @@ from .._topiccheck import topic_name_problem
 from .._transactions import Transactions
 from ._batch import read_batch
 from ._conninfo import RELAY_KEEPALIVES
-from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect
+from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect_to_read
 from ._lock import RelayLock, lock_for
 from ._progress import CommittedBatch, RelayProgress, batch_digest, progress_topic
 from ._sizegate import SizeGate
@@ -176,7 +176,7 @@ class OutboxRelay:
     def _run_active(self, stop: threading.Event) -> None:
         options, settings = self.options, self.settings
         # Keepalives: a connection a NAT or firewall dropped silently would hang the relay.
-        connection, dialect = connect(self.dsn, create=False, keepalives=RELAY_KEEPALIVES)
+        connection, dialect = connect_to_read(self.dsn, RELAY_KEEPALIVES)
         txn: Transactions | None = None
         progress: RelayProgress | None = None
         stall = StallWatch(options.table)
@@ -213,12 +213,16 @@ class OutboxRelay:
                 if not (rows := self._next_rows(connection, dialect, gates, stop)):
                     continue
                 if not self._publish(txn, rows, progress, stall):
-                    stop.wait(options.retry_s)
-                    # A commit whose answer never came may have committed: its outcome is
-                    # learnt, then what Kafka has is read back (and its rows deleted) before
-                    # the rows go out again.
-                    settled = self._settle(txn, stop)
-                    if not (settled and self._recover(connection, dialect, progress, stop)):
+                    try:
+                        stop.wait(options.retry_s)
+                        # A commit whose answer never came may have committed: its outcome is
+                        # learnt, then what Kafka has is read back (and its rows deleted)
+                        # before the rows go out again. The batch waits for Kafka until then.
+                        settled = self._settle(txn, stop)
+                        recovered = settled and self._recover(connection, dialect, progress, stop)
+                    finally:
+                        stall.end()
+                    if not recovered:
                         return  # stopped
                     continue
                 health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
@@ -343,7 +347,8 @@ class OutboxRelay:
         self, txn: Transactions, rows: list[OutboxRow], progress: RelayProgress, stall: StallWatch
     ) -> bool:
         """One Kafka transaction with ``rows`` in order, then the record of their ids;
-        False: Kafka did not take it (logged). ``stall`` says when Kafka holds it up."""
+        False: Kafka did not take it (logged). ``stall`` says when Kafka holds it up, and
+        still watches the batch when Kafka did not take it (the caller ends the watch)."""
 
         def write(txn: Transactions) -> None:
             for _, topic, key, value, _job_id in rows:
@@ -364,8 +369,7 @@ class OutboxRelay:
                 self.options.retry_s,
             )
             return False
-        finally:
-            stall.end()
+        stall.end()
         return True
 
     def _producer(self) -> Producer:

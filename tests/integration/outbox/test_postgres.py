@@ -12,6 +12,7 @@ import uuid
 
 import psycopg
 import pytest
+from ops.pgserver import PostgresServer
 from psycopg.conninfo import conninfo_to_dict
 
 from pipeline import Pipeline, Settings
@@ -197,3 +198,23 @@ def test_an_autocommit_connection_writes_in_a_transaction_only(postgres_dsn: str
         with connection.transaction():
             APP.outbox(connection).enqueue("email.send", {"to": "a@b.c"})
         assert pending(postgres_dsn) == 1
+
+
+def test_a_relay_publishes_from_a_database_encoded_sql_ascii(
+    postgres: PostgresServer, settings: Settings
+) -> None:
+    # Its text columns read as bytes: every row looked malformed ("topic is BLOB") and waited.
+    name = f"t{uuid.uuid4().hex[:12]}"
+    _execute(postgres.dsn, f"CREATE DATABASE {name} ENCODING 'SQL_ASCII' TEMPLATE template0")
+    dsn = postgres.dsn.rsplit("/", 1)[0] + f"/{name}"
+    connection, _ = connect(dsn)
+    create_table(connection)
+    Pipeline(settings).outbox(connection).enqueue_many("email.send", [{"n": n} for n in range(3)])
+    connection.commit()
+    connection.close()
+
+    apply_topics(settings)
+    with relay_in_thread(OutboxRelay(settings, dsn)) as relay:
+        assert relay.active.wait(60), "the relay never became active"
+        assert wait_for(lambda: pending(dsn) == 0, 60), "the rows were held"
+    assert relay.relayed == 3
