@@ -33,6 +33,7 @@ class JobContext:
     """
 
     __slots__ = (
+        "_attempt_limit",
         "_on_progress",
         "deadline",
         "job",
@@ -54,7 +55,10 @@ class JobContext:
         key: bytes | None = None,
         deadline: float | None = None,
         on_progress: ProgressCallback | None = None,
+        attempt_limit: int | None = None,
     ) -> None:
+        """``attempt_limit``: the runs the job may have in all, its type's limit applied
+        (``pipeline._failures.attempt_limit``); None: its envelope's ``max_attempts``."""
         self.job = job
         self.topic = topic
         self.partition = partition
@@ -64,6 +68,7 @@ class JobContext:
         self.progress_fraction: float | None = None
         self.progress_detail: str | None = None
         self._on_progress = on_progress
+        self._attempt_limit = job.max_attempts if attempt_limit is None else attempt_limit
 
     def __repr__(self) -> str:
         return (
@@ -86,7 +91,9 @@ class JobContext:
 
     @property
     def max_attempts(self) -> int:
-        return self.job.max_attempts
+        """The runs the job may have in all: the smaller of its envelope's ``max_attempts``
+        and its type's (a producer that does not know the type writes the default, 5)."""
+        return self._attempt_limit
 
     @property
     def priority(self) -> Priority:
@@ -108,7 +115,7 @@ class JobContext:
     @property
     def is_last_attempt(self) -> bool:
         """Whether a failure of this run dead-letters the job instead of retrying it."""
-        return self.job.attempt >= self.job.max_attempts
+        return self.job.attempt >= self._attempt_limit
 
     def time_left(self) -> float | None:
         """Seconds until the time limit (never negative), or ``None`` without a time limit."""

@@ -75,6 +75,7 @@ class Recorder:
             "priority": str(call.ctx.priority),
             "partition": call.ctx.partition,
             "max_attempts": call.ctx.max_attempts,
+            "last": call.ctx.is_last_attempt,
             "at": self.clock(),
             "wall": wall_ms(),
             **extra,

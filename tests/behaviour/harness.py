@@ -40,7 +40,8 @@ class Call:
     priority: str
     max_attempts: int
     partition: int
-    """What ``ctx`` told the handler."""
+    last: bool
+    """What ``ctx`` told the handler (``last``: ``is_last_attempt``)."""
     at_ms: int
     """When it was called, on the harness's clock (:meth:`Harness.now_ms`)."""
     wall_ms: int
@@ -178,6 +179,7 @@ def read_calls(path: Path, job_ids: Iterable[str]) -> list[Call]:
                     fields["priority"],
                     fields["max_attempts"],
                     fields["partition"],
+                    fields["last"],
                     fields["at"],
                     fields["wall"],
                 )

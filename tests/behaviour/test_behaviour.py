@@ -92,6 +92,8 @@ def test_the_types_max_attempts_holds_for_a_producer_that_does_not_know_it(
     settled = harness.settle([job])
     assert settled[job] == Outcome("dead", "max_attempts", 3)
     assert _attempts(settled.calls_of(job)) == [(1, "raise"), (2, "raise"), (3, "raise")]
+    told = [(call.max_attempts, call.last) for call in settled.calls_of(job)]
+    assert told == [(3, False), (3, False), (3, True)], "what ctx told the handler"
 
 
 def test_a_job_a_handler_enqueues_runs_as_a_job_of_its_own(harness: Harness) -> None:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .._calls import call_error, codec_failure, compose, handler_kwargs, start_coroutine
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
-from .._failures import failed_job, judge_failure
+from .._failures import attempt_limit, failed_job, judge_failure
 from .._interceptors import CallNext, JobCall
 from .._job import now_ms
 from .._jsonpayload import JsonPayload
@@ -133,6 +133,7 @@ def _run(
         offset=message.offset,
         key=message.key,
         deadline=time.monotonic() + limit if limit is not None else None,
+        attempt_limit=attempt_limit(job, job_type),
     )
     chain = compose(app.middleware, _innermost(job_type))
     call = JobCall(job, ctx, job_type, kwargs)
