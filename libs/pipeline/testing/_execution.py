@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .._calls import call_error, codec_failure, compose, handler_kwargs, start_coroutine
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
+from .._eventloop import LEFT_BEHIND_S, BoundedRunner
 from .._failures import attempt_limit, failed_job, judge_failure
 from .._interceptors import CallNext, JobCall
 from .._job import now_ms
@@ -62,7 +63,7 @@ def execute(
     clock: Callable[[], int] | None,
     rand: random.Random,
     fail_fast: bool = False,
-    loop: asyncio.Runner | None = None,
+    loop: BoundedRunner | None = None,
 ) -> Execution:
     """Run the job in ``message`` once, at ``clock()`` (epoch ms; None: the wall clock).
 
@@ -115,7 +116,7 @@ def execute(
 
 
 def _run(
-    app: Pipeline, job: Job, job_type: JobType, message: SentMessage, loop: asyncio.Runner | None
+    app: Pipeline, job: Job, job_type: JobType, message: SentMessage, loop: BoundedRunner | None
 ) -> tuple[BaseException | None, Any]:
     """(error, None) or (None, what the handler returned)."""
     codec = job_type.options.payload or _JSON
@@ -141,17 +142,17 @@ def _run(
     async def run() -> Any:
         if limit is None:
             return await chain(call)
-        deadline = asyncio.timeout(limit)
-        try:
-            async with deadline:
-                result = await chain(call)
-        except TimeoutError as exc:
-            if deadline.expired():
-                raise TimeLimitError(job.type, limit) from exc
-            raise
-        if deadline.expired():  # the chain swallowed its cancellation: as in the worker, the
-            raise TimeLimitError(job.type, limit)  # job failed at its deadline all the same
-        return result
+        # As in the worker, the run fails at its deadline, whatever the chain does then: it is
+        # cancelled, and given a moment to end (its interceptors see the cancellation, its
+        # finally blocks run), as the worker's loop goes on; one that ignores its cancellation,
+        # or awaits a thread that never returns, is left behind.
+        running = asyncio.ensure_future(chain(call))
+        await asyncio.wait({running}, timeout=limit)
+        if running.done():
+            return running.result()
+        running.cancel()
+        await asyncio.wait({running}, timeout=LEFT_BEHIND_S)
+        raise TimeLimitError(job.type, limit)
 
     try:
         return None, _on_a_loop(run, loop)
@@ -206,7 +207,7 @@ def _in_thread(
     return future
 
 
-def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.Runner | None) -> T:
+def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: BoundedRunner | None) -> T:
     """``main()`` run on ``loop`` (or a fresh one), on a helper thread when this thread runs a
     loop already (an async test).
 
@@ -218,7 +219,7 @@ def _on_a_loop(main: Callable[[], Coroutine[Any, Any, T]], loop: asyncio.Runner 
     def run() -> T:
         if loop is not None:
             return loop.run(main(), context=context)
-        with asyncio.Runner() as fresh:
+        with BoundedRunner() as fresh:
             return fresh.run(main(), context=context)
 
     return off_the_loop(run)

@@ -15,7 +15,6 @@ scheduler releases it; a retried job when its retry is due, as the retry relay r
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import random
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING
 from .._dedup import DedupPolicy, KeyOutcome, Verdict
 from .._dedupstores import MemoryDedupStore
 from .._errors import ConfigurationError, DecodeError
+from .._eventloop import BoundedRunner
 from .._job import Priority, now_ms
 from ._clock import FakeClock
 from ._execution import execute, off_the_loop
@@ -141,7 +141,7 @@ class StubWorker:
         self._waiting: list[tuple[int, int, int, SentMessage]] = []
         """(due ms on the fake clock, arrival, priority rank, message): not due yet."""
         self._saved: Transport | None = None
-        self._loop: asyncio.Runner | None = None
+        self._loop: BoundedRunner | None = None
         """The event loop the runs share while started, as a worker's jobs share one."""
 
     def __repr__(self) -> str:
@@ -158,7 +158,7 @@ class StubWorker:
         self._saved = self.app._transport
         self.app._transport = self.transport
         self.transport.anchor_ms = now_ms()
-        self._loop = asyncio.Runner()
+        self._loop = BoundedRunner()
         return self
 
     def stop(self) -> None:

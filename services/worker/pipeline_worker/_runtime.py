@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING
 from pipeline import Pipeline, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import KafkaAuthenticationError, PipelineError
+from pipeline._eventloop import run_loop
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames, worker_group
 
 from . import _signals
 from ._assembly import assemble
 from ._beats import heartbeats_of, process_client_id
-from ._loop import run_loop
 from ._metrics import WorkerMetrics, per_second
 from ._metricsexport import Gauges, make_registry
 from ._stopping import call_hooks, close_stages, drain, stop_hooks
@@ -115,7 +115,8 @@ class Worker:
         """Run until stopped; returns the exit code (0: stopped, drained; 1: failed; 4: refused).
 
         What the stop left behind (a job that ignored its cancellation, a thread of
-        ``asyncio.to_thread`` on a call that hangs) does not hold the process (:mod:`._loop`)."""
+        ``asyncio.to_thread`` on a call that hangs) does not hold the process
+        (:mod:`pipeline._eventloop`)."""
         return run_loop(self._serve())
 
     def stop(self) -> None:

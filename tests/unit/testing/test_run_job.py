@@ -220,6 +220,61 @@ def test_a_sync_handler_past_its_time_limit_times_out_and_its_thread_is_left() -
     assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
 
 
+def _returned(run: Any) -> Any:
+    """What ``run()`` returned, run on a thread of its own; fails the test if it had not
+    returned after 30 s (waiting for what its time limit left behind)."""
+    returned: list[Any] = []
+    thread = threading.Thread(target=lambda: returned.append(run()), daemon=True)
+    thread.start()
+    thread.join(30)
+    assert returned, "the run waited for what its time limit left behind"
+    return returned[0]
+
+
+def test_a_handler_that_ignores_its_cancellation_times_out_all_the_same() -> None:
+    # run_job, and the stub's drain, waited for it for good: the test hung.
+    app = make_app()
+    cancelled = threading.Event()
+
+    @app.job("stubborn", time_limit=0.05, max_attempts=1)
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+
+    result = _returned(lambda: run_job(app, "stubborn"))
+    assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
+    assert cancelled.is_set(), "it was cancelled at its deadline"
+
+    def drained() -> Any:
+        with stub_worker(app, clock=FakeClock()) as worker:
+            app.enqueue("stubborn", {})
+            return worker.drain()
+
+    report = _returned(drained)
+    assert [(r.status, r.reason) for r in report.results] == [
+        (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
+    ]
+
+
+def test_a_coroutine_awaiting_a_thread_that_has_not_returned_times_out_without_it() -> None:
+    # Closing run_job's loop waited for the default executor's threads, with no bound.
+    app = make_app()
+    release = threading.Event()
+
+    @app.job("waits", time_limit=0.05, max_attempts=1)
+    async def waits() -> None:
+        await asyncio.to_thread(release.wait, 60)
+
+    try:
+        result = _returned(lambda: run_job(app, "waits"))
+    finally:
+        release.set()
+    assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
+
+
 def test_a_handler_s_own_timeout_error_is_not_the_time_limit() -> None:
     app = make_app()
 

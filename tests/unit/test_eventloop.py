@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from pipeline_worker._loop import DaemonThreads, run_loop
+from pipeline._eventloop import DaemonThreads, run_loop
 
 
 def test_a_task_that_ignores_its_cancellation_is_left_behind(
@@ -48,7 +48,7 @@ def test_a_hanging_to_thread_call_does_not_hold_the_process_at_exit() -> None:
     """The standard default executor's threads are joined at interpreter exit, for good."""
     program = (
         "import asyncio, sys, threading\n"
-        "from pipeline_worker._loop import run_loop\n"
+        "from pipeline._eventloop import run_loop\n"
         "async def main():\n"
         "    calling = threading.Event()\n"
         "    def hangs():\n"

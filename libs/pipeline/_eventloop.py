@@ -1,19 +1,21 @@
-"""The worker's event loop, made and closed so that nothing left running holds the process.
+"""Event loops made and closed so that nothing left running on them holds the process.
 
-``asyncio.run`` ends by waiting, with no bound, for every task still pending once it cancelled
-them, and for the threads of the loop's default executor. A worker's stop leaves behind, after
-its grace, what would not end: a coroutine job that catches its cancellation and carries on, a
-job awaiting ``asyncio.to_thread`` on a call that hangs. ``asyncio.run`` then held the process
-after its stop was complete (offsets committed, group left) until the orchestrator killed it,
-and the exit code was lost. Here the loop gives its last tasks :data:`LEFT_BEHIND_S` after
-cancelling them, and its default executor runs calls on daemon threads, which the interpreter
-does not wait for at exit.
+``asyncio.run`` (and ``asyncio.Runner``) end by waiting, with no bound, for every task still
+pending once they cancelled them, and for the threads of the loop's default executor. What a
+stop or a time limit leaves behind would not end: a coroutine job that catches its cancellation
+and carries on, a job awaiting ``asyncio.to_thread`` on a call that hangs. A worker then stayed
+up after its stop was complete (offsets committed, group left) until the orchestrator killed it,
+its exit code lost; a test of the test kit hung for good. Here a loop gives its last tasks
+:data:`LEFT_BEHIND_S` after cancelling them, and its default executor runs calls on daemon
+threads, which the interpreter does not wait for at exit: :func:`run_loop` for a worker's run,
+:class:`BoundedRunner` for the test kit's runs, one after the other on one loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import logging
 import os
@@ -22,14 +24,14 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["LEFT_BEHIND_S", "DaemonThreads", "run_loop"]
+__all__ = ["LEFT_BEHIND_S", "BoundedRunner", "DaemonThreads", "run_loop"]
 
-_log = logging.getLogger("pipeline.worker")
+_log = logging.getLogger("pipeline")
 
 T = TypeVar("T")
 
 LEFT_BEHIND_S = 1.0
-"""How long the tasks still pending when the worker's run ends get, once cancelled."""
+"""How long the tasks still pending when a loop closes get, once cancelled."""
 
 _left_behind: list[asyncio.Task[Any]] = []
 """Tasks that ignored their cancellation at exit: kept, not destroyed pending (which asyncio
@@ -39,15 +41,38 @@ reports as an error, and which throws into the coroutine once more) while the pr
 def run_loop(main: Coroutine[Any, Any, T]) -> T:
     """Run ``main`` on a new event loop, then close it without waiting for good (see the
     module docstring)."""
-    loop = asyncio.new_event_loop()
-    loop.set_default_executor(DaemonThreads())
-    try:
-        return loop.run_until_complete(main)
-    finally:
+    with BoundedRunner() as runner:
+        return runner.run(main)
+
+
+class BoundedRunner:
+    """What the test kit needs of ``asyncio.Runner``: coroutines run one after the other on
+    one loop, each in a ``contextvars`` context of the caller's choosing; closed without
+    waiting for good (see the module docstring). Use it on one thread."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._loop.set_default_executor(DaemonThreads())
+
+    def run(self, main: Coroutine[Any, Any, T], *, context: contextvars.Context | None = None) -> T:
+        """Run ``main`` to its end on the loop (in ``context``; None: a copy of this one's)."""
+        return self._loop.run_until_complete(self._loop.create_task(main, context=context))
+
+    def close(self) -> None:
+        """Cancel what still runs, give it :data:`LEFT_BEHIND_S`, close the loop."""
+        loop = self._loop
+        if loop.is_closed():
+            return
         try:
             _cancel_the_rest(loop)
         finally:
             loop.close()
+
+    def __enter__(self) -> BoundedRunner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _cancel_the_rest(loop: asyncio.AbstractEventLoop) -> None:
