@@ -26,7 +26,7 @@ from .._calls import call_error, codec_failure, compose, handler_kwargs, start_c
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._eventloop import LEFT_BEHIND_S, BoundedRunner
-from .._failures import attempt_limit, failed_job, judge_failure
+from .._failures import attempt_limit, failed_job, group_members, judge_failure
 from .._interceptors import CallNext, JobCall
 from .._job import now_ms
 from .._jsonpayload import JsonPayload
@@ -91,7 +91,7 @@ def execute(
     if error is None:
         done = JobResult(status=JobStatus.SUCCEEDED, job=job, attempt=job.attempt, value=value)
         return Execution(done)
-    if fail_fast and job_type is not None and not isinstance(error, Retry):
+    if fail_fast and job_type is not None and not _retries_only(error):
         notes = getattr(error, "__notes__", None)
         if notes:  # one exception object raised by several runs names only the last one
             notes[:] = [note for note in notes if not note.startswith(_RAISED_BY)]
@@ -113,6 +113,12 @@ def execute(
         retry_in_s=(verdict.due_ms - now) / 1000,
     )
     return Execution(retry, failed_job(job, verdict, error, now, WORKER))
+
+
+def _retries_only(error: BaseException) -> bool:
+    """Whether ``error`` is a :class:`Retry`, or a group of nothing else (a task group's)."""
+    leaves = [m for m in group_members(error) if not isinstance(m, BaseExceptionGroup)]
+    return bool(leaves) and all(isinstance(m, Retry) for m in leaves)
 
 
 def _run(

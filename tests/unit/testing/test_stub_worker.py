@@ -232,6 +232,27 @@ def test_fail_fast_still_follows_retry() -> None:
     assert [r.value for r in report.succeeded] == [2]
 
 
+def test_fail_fast_follows_a_retry_raised_in_a_task_group() -> None:
+    # The group was raised from drain(), where the worker (and fail_fast=False) retries.
+    app = make_app()
+
+    @app.job("fanned")
+    async def fanned(ctx: JobContext) -> int:
+        if ctx.attempt == 1:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(_retry_in(1))
+        return ctx.attempt
+
+    with stub_worker(app, fail_fast=True) as worker:
+        fanned.enqueue()
+        report = worker.drain()
+    assert [r.value for r in report.succeeded] == [2]
+
+
+async def _retry_in(seconds: float) -> None:
+    raise Retry(after=seconds)
+
+
 def test_a_stub_worker_cannot_be_started_twice_and_stops_once() -> None:
     app = make_app()
     worker = StubWorker(app)
