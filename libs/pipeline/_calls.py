@@ -17,6 +17,7 @@ from ._errors import DecodeError, PayloadValidationError
 from ._interceptors import CallNext, Interceptor, JobCall
 
 if TYPE_CHECKING:
+    from ._job import Job
     from ._registry import JobType
 
 
@@ -110,3 +111,14 @@ def start_coroutine(job_type: JobType, kwargs: dict[str, Any]) -> Awaitable[Any]
         if error is exc:
             raise
         raise error from exc
+
+
+def plain_function_twice(job: Job) -> RuntimeError:
+    """The error of an interceptor's ``next(call)`` made while the job's plain-function
+    handler still runs on its thread: a plain function runs once at a time (a second run would
+    share the first's record, and the first's chain would wait for its thread for ever)."""
+    return RuntimeError(
+        f"an interceptor called next() for job {job.id} ({job.type}) while its plain-function "
+        "handler was still running: a plain function runs once at the same time; await one "
+        "next(call) before calling it again"
+    )

@@ -22,7 +22,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._calls import call_error, codec_failure, compose, handler_kwargs, start_coroutine
+from .._calls import (
+    call_error,
+    codec_failure,
+    compose,
+    handler_kwargs,
+    plain_function_twice,
+    start_coroutine,
+)
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._eventloop import LEFT_BEHIND_S, BoundedRunner
@@ -171,11 +178,23 @@ def _run(
 def _innermost(job_type: JobType) -> CallNext:
     """The handler itself: a coroutine awaited, a plain function on a thread of its own."""
 
+    on_thread = False
+    """As in the worker, one thread of the run's handler at a time, until its outcome is back
+    on the loop (even if the call waiting for it was cancelled)."""
+
+    def back() -> None:
+        nonlocal on_thread
+        on_thread = False
+
     async def innermost(call: JobCall) -> Any:
+        nonlocal on_thread
         kwargs = handler_kwargs(job_type, call)
         if job_type.is_async:
             return await start_coroutine(job_type, kwargs)
-        error, result = await _in_thread(job_type.name, job_type.handler, kwargs)
+        if on_thread:
+            raise plain_function_twice(call.job)
+        on_thread = True
+        error, result = await _in_thread(job_type.name, job_type.handler, kwargs, back)
         if error is not None:
             # Raised here, not through the future: a future refuses a StopIteration (this
             # coroutine turns one into a RuntimeError, as any coroutine does; so does the worker).
@@ -186,15 +205,17 @@ def _innermost(job_type: JobType) -> CallNext:
 
 
 def _in_thread(
-    name: str, func: Callable[..., Any], kwargs: dict[str, Any]
+    name: str, func: Callable[..., Any], kwargs: dict[str, Any], back: Callable[[], None]
 ) -> asyncio.Future[tuple[BaseException | None, Any]]:
     """``func(**kwargs)`` on a daemon thread (left to finish alone if its time limit passed):
-    (what it raised, or None; what it returned)."""
+    (what it raised, or None; what it returned). ``back()`` is called on the loop when it
+    returned."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[tuple[BaseException | None, Any]] = loop.create_future()
     context = contextvars.copy_context()
 
     def settle(error: BaseException | None, result: Any) -> None:
+        back()
         if not future.done():  # else cancelled at the time limit
             future.set_result((error, result))
 

@@ -8,7 +8,7 @@ import warnings
 from pipeline import Interceptor, Pipeline, Settings, TimeLimitError
 from pipeline.testing import DeadLetterReason, InMemoryTransport, JobStatus, run_job
 
-from ..worker.test_worker_interceptor_misuse import Forgiving, Unawaited
+from ..worker.test_worker_interceptor_misuse import Forgiving, Twice, Unawaited
 
 
 def make_app(*middleware: Interceptor) -> Pipeline:
@@ -43,3 +43,18 @@ def test_a_time_limit_swallowed_inside_the_chain_still_times_the_job_out() -> No
     result = run_job(app, "stuck")
     assert (result.status, result.reason) == (JobStatus.DEAD, DeadLetterReason.TIMEOUT)
     assert isinstance(result.error, TimeLimitError)
+
+
+def test_next_called_twice_at_once_around_a_plain_function_fails_the_job() -> None:
+    # The handler ran twice at once and the job succeeded, where the worker fails it.
+    app = make_app(Twice())
+    ran: list[int] = []
+
+    @app.job("plain", max_attempts=1)
+    def plain() -> None:
+        ran.append(1)
+
+    result = run_job(app, "plain")
+    assert result.status is JobStatus.DEAD
+    assert isinstance(result.error, RuntimeError)
+    assert "at the same time" in str(result.error)

@@ -18,7 +18,13 @@ import contextvars
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Protocol, cast
 
-from pipeline._calls import call_error, compose, handler_kwargs, start_coroutine
+from pipeline._calls import (
+    call_error,
+    compose,
+    handler_kwargs,
+    plain_function_twice,
+    start_coroutine,
+)
 from pipeline._interceptors import Interceptor, JobCall
 
 from .._work import Work
@@ -67,11 +73,7 @@ class Chain:
         if work in self._waiting:
             # One run of a job on the pool at a time: a second would share (and overwrite) the
             # first's record, and the first's chain would wait for its thread for ever.
-            raise RuntimeError(
-                f"an interceptor called next() for job {work.job.id} ({work.job.type}) while "
-                "its plain-function handler was still running: a plain function runs once at "
-                "the same time; await one next(call) before calling it again"
-            )
+            raise plain_function_twice(work.job)
         work.kwargs = kwargs
         work.context = contextvars.copy_context()
         started = work.started
