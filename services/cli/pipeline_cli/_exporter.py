@@ -103,7 +103,9 @@ class BacklogCollector(Collector):
             labels=["status"],
         )
         if backlog is not None:
-            now = self._now()
+            # After a failed read, the last successful one's ages, as its depths: a job running
+            # then must not look older at every scrape while the exporter cannot read.
+            now = self._now() if state.ok else backlog.read_at
             for priority, topic in backlog.jobs.items():
                 depth.add_metric([priority], topic.waiting)
                 oldest = topic.oldest_ms
