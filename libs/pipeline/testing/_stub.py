@@ -262,22 +262,37 @@ class StubWorker:
             if rank is None and message.topic != deferred:
                 continue  # not a job topic a worker consumes
             job = self._peek(message)  # None: runs at once, and is dead-lettered
-            if job is None or job.not_before is None:
-                self._arrive(rank if rank is not None else _RANKS[Priority.DEFAULT], message, job)
-                continue
             wall_ms, fake_ms = self.transport.stamps[
                 message.topic, message.partition, message.offset
             ]
-            due = fake_ms + job.not_before - wall_ms
-            self._wait(due, _RANKS[job.priority], message)
+            # A job due when it was written to its priority topic (its due time rounds up to
+            # the next millisecond: `delay=0`) runs in its offset's order, behind the jobs of
+            # its key written before it, as the worker reads it; one on the deferred topic, or
+            # not due yet, waits for its time.
+            not_before = job.not_before if job is not None else None
+            if (
+                job is not None
+                and not_before is not None
+                and (rank is None or not_before > wall_ms + 1)
+            ):
+                self._wait(fake_ms + not_before - wall_ms, _RANKS[job.priority], message)
+                continue
+            rank = rank if rank is not None else _RANKS[Priority.DEFAULT]
+            # A worker reads it (and checks its key) as it is written: at its fake write time.
+            self._arrive(rank, message, job, fake_ms)
 
     def _wait(self, due_ms: int, rank: int, message: SentMessage) -> None:
         self._seq += 1
         heapq.heappush(self._waiting, (due_ms, self._seq, rank, message))
 
-    def _arrive(self, rank: int, message: SentMessage, job: Job | None) -> None:
-        """``message`` reached its priority topic: queued, unless a duplicate of a held key."""
-        if job is not None and job.idempotency_key is not None and not self._admit(message, job):
+    def _arrive(self, rank: int, message: SentMessage, job: Job | None, at_ms: int) -> None:
+        """``message`` reached its priority topic at ``at_ms`` (fake): queued, unless a
+        duplicate of a key held then."""
+        if (
+            job is not None
+            and job.idempotency_key is not None
+            and not self._admit(message, job, at_ms)
+        ):
             self._deduplicated.append(job)
             return
         self._seq += 1
@@ -292,7 +307,7 @@ class StubWorker:
                 message = self.transport.arrive(
                     self._topic_of(rank), message.partition, message.key, message.value
                 )
-            self._arrive(rank, message, self._peek(message))
+            self._arrive(rank, message, self._peek(message), now_ms)
 
     def _peek(self, message: SentMessage) -> Job | None:
         try:
@@ -302,8 +317,9 @@ class StubWorker:
 
     # -- idempotency keys ----------------------------------------------------------------------
 
-    def _admit(self, message: SentMessage, job: Job) -> bool:
-        """Whether a job with an idempotency key runs, as the worker's intake decides it."""
+    def _admit(self, message: SentMessage, job: Job, at_ms: int) -> bool:
+        """Whether a job with an idempotency key runs, as the worker's intake decides it when
+        it reads it, at ``at_ms``."""
         job_type = self.app.registry.find(job.type)
         if job_type is None:
             return True  # it is dead-lettered as of an unknown type
@@ -312,7 +328,7 @@ class StubWorker:
             job.idempotency_key or "",
             job.id,
             policy=self._policy(job_type),
-            now_ms=self.clock.now_ms(),
+            now_ms=at_ms,
         )
         return verdict is Verdict.RUN or verdict is Verdict.RETRY
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -288,6 +289,48 @@ def test_a_duplicate_idempotency_key_is_acknowledged_without_running_until_its_t
     assert ran == [1, 3, 4]
     assert [job.payload for job in first.deduplicated] == [b'{"n":2}']
     assert second.deduplicated == []
+
+
+def test_a_key_is_checked_when_its_job_is_written_not_when_the_test_drains() -> None:
+    # The worker reads a job (and checks its key) as it is written: a duplicate enqueued while
+    # the key is held is not run, however far the test moves the clock before it drains.
+    app = make_app()
+    clock = FakeClock()
+    ran: list[int] = []
+
+    @app.job("charge", dedup_ttl=60)
+    def charge(n: int) -> None:
+        ran.append(n)
+
+    with stub_worker(app, clock=clock) as worker:
+        app.enqueue("charge", {"n": 1}, idempotency_key="order-7")
+        worker.drain()
+        app.enqueue("charge", {"n": 2}, idempotency_key="order-7")
+        clock.advance(120)
+        late = worker.drain()
+    assert ran == [1]
+    assert [job.payload for job in late.deduplicated] == [b'{"n":2}']
+
+
+@pytest.mark.parametrize(
+    "due", [{"run_at": datetime.now(UTC) - timedelta(minutes=1)}, {"delay": 0}], ids=str
+)
+def test_a_job_due_when_written_keeps_its_place_among_its_key_s_jobs(
+    due: dict[str, Any],
+) -> None:
+    # It went through the waiting list and ran after the job of its key written after it.
+    app = make_app()
+    ran: list[str] = []
+
+    @app.job("account")
+    def account(step: str) -> None:
+        ran.append(step)
+
+    with stub_worker(app, clock=FakeClock()) as worker:
+        app.enqueue("account", {"step": "open"}, key="acct-1", **due)
+        app.enqueue("account", {"step": "close"}, key="acct-1")
+        worker.drain()
+    assert ran == ["open", "close"]
 
 
 def test_a_retried_job_keeps_its_own_key_and_a_dead_one_releases_it() -> None:
