@@ -24,7 +24,7 @@ from pipeline import KafkaUnavailableError, Settings
 from pipeline._transactions import Transactions
 from pipeline.outbox import OutboxRelay, RelayOptions
 from pipeline.outbox import _relay as relay_module
-from pipeline.outbox._progress import CommittedBatch, progress_topic
+from tests.unit.test_outbox_rowtypes import NothingCommitted
 from tests.unit.test_transactions import OutageProducer, transactions
 
 SETTINGS = Settings(bootstrap_servers="127.0.0.1:1", namespace="unit")
@@ -206,7 +206,7 @@ def test_a_batch_is_watched_until_its_unconfirmed_commit_is_settled(
             return producer
 
     monkeypatch.setattr(relay_module, "StallWatch", Watch)
-    monkeypatch.setattr(relay_module, "RelayProgress", _NothingCommitted)
+    monkeypatch.setattr(relay_module, "RelayProgress", NothingCommitted)
     with sqlite3.connect(database) as connection:
         connection.execute(
             "INSERT INTO pipeline_outbox (topic, key, value, job_id, created_at_ms) "
@@ -225,21 +225,3 @@ def test_a_batch_is_watched_until_its_unconfirmed_commit_is_settled(
     assert [[topic for topic, _ in batch] for batch in producer.committed] == [
         ["unit.jobs.default", "unit.outbox-relay.pipeline_outbox"]
     ]
-
-
-class _NothingCommitted:
-    """The progress topic, where no batch was committed yet."""
-
-    def __init__(self, settings: Settings, table: str) -> None:
-        self.topic = progress_topic(settings.namespace, table)
-        self.key = table.encode()
-
-    def ensure_topic(self, timeout: float) -> None: ...
-
-    def value(self, rows: list[Any]) -> bytes:
-        return b"progress"
-
-    def last_committed(self, timeout: float) -> CommittedBatch:
-        return CommittedBatch([], None)
-
-    def close(self) -> None: ...

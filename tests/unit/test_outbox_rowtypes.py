@@ -71,7 +71,7 @@ class _Producer(FakeProducer):
         return SimpleNamespace(topics={topic: SimpleNamespace(error=None)})
 
 
-class _Progress:
+class NothingCommitted:
     """The progress topic: nothing committed yet (the relay's records go to the producer)."""
 
     def __init__(self, settings: Settings, table: str) -> None:
@@ -117,7 +117,7 @@ class _Pauses(threading.Event):
 
 @pytest.fixture(autouse=True)
 def _no_progress_topic(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(relay_module, "RelayProgress", _Progress)
+    monkeypatch.setattr(relay_module, "RelayProgress", NothingCommitted)
 
 
 @pytest.mark.parametrize(("columns", "problems"), MALFORMED)

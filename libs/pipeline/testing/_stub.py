@@ -89,7 +89,8 @@ class _StampedTransport(InMemoryTransport):
         self.anchor_ms = now_ms()
         """The wall clock's reading at the stub's last step (start, a run, the end of a drain):
         never later than the producer's reading of it for anything produced since."""
-        self.stamps: dict[tuple[str, int, int], tuple[int, int]] = {}
+        self.stamps: dict[tuple[str, int, int], tuple[int, int, int]] = {}
+        """Per message: the anchor, the fake clock, and the wall clock when it was written."""
 
     def produce(
         self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
@@ -99,6 +100,7 @@ class _StampedTransport(InMemoryTransport):
         self.stamps[sent.topic, sent.partition, sent.offset] = (
             self.anchor_ms,
             self._clock.now_ms(),
+            now_ms(),
         )
 
     def arrive(self, topic: str, partition: int, key: bytes | None, value: bytes) -> SentMessage:
@@ -262,7 +264,7 @@ class StubWorker:
             if rank is None and message.topic != deferred:
                 continue  # not a job topic a worker consumes
             job = self._peek(message)  # None: runs at once, and is dead-lettered
-            wall_ms, fake_ms = self.transport.stamps[
+            wall_ms, fake_ms, written_ms = self.transport.stamps[
                 message.topic, message.partition, message.offset
             ]
             # A job due when it was written to its priority topic (its due time rounds up to
@@ -273,7 +275,7 @@ class StubWorker:
             if (
                 job is not None
                 and not_before is not None
-                and (rank is None or not_before > wall_ms + 1)
+                and (rank is None or not_before > written_ms + 1)
             ):
                 self._wait(fake_ms + not_before - wall_ms, _RANKS[job.priority], message)
                 continue

@@ -269,15 +269,22 @@ def _ignore(error: object, message: object) -> None:
     return None
 
 
-def test_a_duplicate_idempotency_key_is_acknowledged_without_running_until_its_ttl() -> None:
+def _charging() -> tuple[Pipeline, list[int]]:
+    """An application whose ``charge`` jobs hold their idempotency key 60 s, and the ``n`` of
+    each charge that ran."""
     app = make_app()
-    clock = FakeClock()
     ran: list[int] = []
 
     @app.job("charge", dedup_ttl=60)
     def charge(n: int) -> None:
         ran.append(n)
 
+    return app, ran
+
+
+def test_a_duplicate_idempotency_key_is_acknowledged_without_running_until_its_ttl() -> None:
+    app, ran = _charging()
+    clock = FakeClock()
     with stub_worker(app, clock=clock) as worker:
         app.enqueue("charge", {"n": 1}, idempotency_key="order-7")
         app.enqueue("charge", {"n": 2}, idempotency_key="order-7")
@@ -294,14 +301,8 @@ def test_a_duplicate_idempotency_key_is_acknowledged_without_running_until_its_t
 def test_a_key_is_checked_when_its_job_is_written_not_when_the_test_drains() -> None:
     # The worker reads a job (and checks its key) as it is written: a duplicate enqueued while
     # the key is held is not run, however far the test moves the clock before it drains.
-    app = make_app()
+    app, ran = _charging()
     clock = FakeClock()
-    ran: list[int] = []
-
-    @app.job("charge", dedup_ttl=60)
-    def charge(n: int) -> None:
-        ran.append(n)
-
     with stub_worker(app, clock=clock) as worker:
         app.enqueue("charge", {"n": 1}, idempotency_key="order-7")
         worker.drain()
