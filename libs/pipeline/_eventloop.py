@@ -51,17 +51,21 @@ class BoundedRunner:
     waiting for good (see the module docstring). Use it on one thread."""
 
     def __init__(self) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._loop.set_default_executor(DaemonThreads())
+        self._loop: asyncio.AbstractEventLoop | None = None
+        """Made by the first run (as ``asyncio.Runner`` does): a runner never used holds none."""
 
     def run(self, main: Coroutine[Any, Any, T], *, context: contextvars.Context | None = None) -> T:
         """Run ``main`` to its end on the loop (in ``context``; None: a copy of this one's)."""
-        return self._loop.run_until_complete(self._loop.create_task(main, context=context))
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.new_event_loop()
+            loop.set_default_executor(DaemonThreads())
+        return loop.run_until_complete(loop.create_task(main, context=context))
 
     def close(self) -> None:
         """Cancel what still runs, give it :data:`LEFT_BEHIND_S`, close the loop."""
         loop = self._loop
-        if loop.is_closed():
+        if loop is None or loop.is_closed():
             return
         try:
             _cancel_the_rest(loop)

@@ -6,13 +6,15 @@ lost."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import subprocess
 import sys
 import threading
+import warnings
 
 import pytest
 
-from pipeline._eventloop import DaemonThreads, run_loop
+from pipeline._eventloop import BoundedRunner, DaemonThreads, run_loop
 
 
 def test_a_task_that_ignores_its_cancellation_is_left_behind(
@@ -84,3 +86,24 @@ def test_the_daemon_threads_run_calls_and_are_kept() -> None:
         pool.shutdown()
     with pytest.raises(RuntimeError, match="after shutdown"):
         pool.submit(pow, 2, 2)
+
+
+def test_a_runner_never_used_holds_no_loop_to_leak() -> None:
+    # A stub worker started and never run made a loop that nothing closed: a ResourceWarning
+    # (an unclosed event loop and its sockets) in whichever test the collector ran.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        runner = BoundedRunner()
+        del runner
+        gc.collect()
+    assert [w.message for w in caught if issubclass(w.category, ResourceWarning)] == []
+
+
+def test_a_runner_runs_coroutines_in_turn_on_one_loop_until_closed() -> None:
+    async def loop_of() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    with BoundedRunner() as runner:
+        first, second = runner.run(loop_of()), runner.run(loop_of())
+    assert first is second
+    assert first.is_closed()
