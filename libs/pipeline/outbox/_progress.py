@@ -148,7 +148,11 @@ class RelayProgress:
         The topic is looked up first: Kafka checks the ``Create`` permission before it checks
         whether a topic exists, so a relay that may not create topics, whose topic was created
         beforehand, was refused for ever (TOPIC_AUTHORIZATION_FAILED, tried again)."""
-        admin = AdminClient({**self.settings.client_config(), "log_level": 0})
+        # Asked for by name, a topic Kafka may create (auto.create.topics.enable, the broker's
+        # default) is made with the broker's defaults, unless the client says not to.
+        admin = AdminClient(
+            {**self.settings.client_config(), "log_level": 0, "allow.auto.create.topics": False}
+        )
         if not missing_topics(admin, [self.topic], timeout):
             return
         t = self.settings.topics
