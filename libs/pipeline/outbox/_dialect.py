@@ -260,18 +260,36 @@ def connect(
 
 def connect_to_read(dsn: str, keepalives: Keepalives) -> tuple[Any, Dialect]:
     """The relay's connection to an existing database, whose text columns always read as
-    ``str``, so that a row they make unsendable is held by the relay's gates with an error
-    naming it: PostgreSQL's in UTF-8 (a database encoded SQL_ASCII gives ``bytes`` otherwise,
-    and every row looked malformed), SQLite's with bytes that are not UTF-8 replaced (sqlite3
-    raises otherwise, for the whole batch, with nothing to say which row)."""
+    ``str``, bytes that are not UTF-8 replaced, so that a row they make unsendable is held by
+    the relay's gates with an error naming it. SQLite's raised otherwise, for the whole batch,
+    naming no row. PostgreSQL's are read in UTF-8, converted by the server; but a database
+    encoded SQL_ASCII converts nothing (its text came as ``bytes``, and every row looked
+    malformed) and refuses a whole read holding bytes that are not UTF-8: its text is read
+    as it is stored."""
     connection, dialect = connect(dsn, create=False, keepalives=keepalives, client_encoding="UTF8")
     if dialect is SQLITE:
         connection.text_factory = _lenient_text
+    elif connection.info.parameter_status("server_encoding") == "SQL_ASCII":
+        _read_text_as_stored(connection)
     return connection, dialect
 
 
-def _lenient_text(raw: bytes) -> str:
-    return raw.decode("utf-8", "replace")
+def _lenient_text(raw: bytes | memoryview) -> str:
+    return bytes(raw).decode("utf-8", "replace")
+
+
+def _read_text_as_stored(connection: Any) -> None:
+    """No conversion by the server, and text columns decoded here, leniently."""
+    from psycopg.adapt import Loader
+
+    class LenientText(Loader):
+        def load(self, data: Any) -> str:
+            return _lenient_text(data)
+
+    connection.execute("SET client_encoding TO 'SQL_ASCII'")
+    connection.commit()
+    for name in ("text", "varchar", "bpchar", "name"):
+        connection.adapters.register_loader(name, LenientText)
 
 
 _PASSWORDS = re.compile(r"://[^:/@\s]*:([^@\s]+)@|\bpassword\s*=\s*('(?:[^'\\]|\\.)*'|[^\s&]+)")
