@@ -18,8 +18,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from ._failures import attempt_limit
+
 if TYPE_CHECKING:
     from ._job import Job, Priority
+    from ._registry import JobType
 
 ProgressCallback = Callable[["JobContext", float, "str | None"], None]
 """Called by :meth:`JobContext.progress` with the context, the fraction and the detail."""
@@ -33,7 +36,7 @@ class JobContext:
     """
 
     __slots__ = (
-        "_attempt_limit",
+        "_job_type",
         "_on_progress",
         "deadline",
         "job",
@@ -55,10 +58,10 @@ class JobContext:
         key: bytes | None = None,
         deadline: float | None = None,
         on_progress: ProgressCallback | None = None,
-        attempt_limit: int | None = None,
+        job_type: JobType | None = None,
     ) -> None:
-        """``attempt_limit``: the runs the job may have in all, its type's limit applied
-        (``pipeline._failures.attempt_limit``); None: its envelope's ``max_attempts``."""
+        """``job_type``: the registered type whose ``max_attempts`` holds too (None: only the
+        envelope's)."""
         self.job = job
         self.topic = topic
         self.partition = partition
@@ -68,7 +71,7 @@ class JobContext:
         self.progress_fraction: float | None = None
         self.progress_detail: str | None = None
         self._on_progress = on_progress
-        self._attempt_limit = job.max_attempts if attempt_limit is None else attempt_limit
+        self._job_type = job_type
 
     def __repr__(self) -> str:
         return (
@@ -92,8 +95,9 @@ class JobContext:
     @property
     def max_attempts(self) -> int:
         """The runs the job may have in all: the smaller of its envelope's ``max_attempts``
-        and its type's (a producer that does not know the type writes the default, 5)."""
-        return self._attempt_limit
+        and its type's (a producer that does not know the type writes the default, 5): the
+        limit the worker applies (computed when asked, not for every run)."""
+        return attempt_limit(self.job, self._job_type)
 
     @property
     def priority(self) -> Priority:
@@ -115,7 +119,7 @@ class JobContext:
     @property
     def is_last_attempt(self) -> bool:
         """Whether a failure of this run dead-letters the job instead of retrying it."""
-        return self.job.attempt >= self._attempt_limit
+        return self.job.attempt >= self.max_attempts
 
     def time_left(self) -> float | None:
         """Seconds until the time limit (never negative), or ``None`` without a time limit."""

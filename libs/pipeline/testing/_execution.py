@@ -33,7 +33,7 @@ from .._calls import (
 from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._eventloop import LEFT_BEHIND_S, BoundedRunner
-from .._failures import attempt_limit, failed_job, group_members, judge_failure
+from .._failures import failed_job, group_members, judge_failure
 from .._interceptors import CallNext, JobCall
 from .._job import now_ms
 from .._jsonpayload import JsonPayload
@@ -147,7 +147,7 @@ def _run(
         offset=message.offset,
         key=message.key,
         deadline=time.monotonic() + limit if limit is not None else None,
-        attempt_limit=attempt_limit(job, job_type),
+        job_type=job_type,
     )
     chain = compose(app.middleware, _innermost(job_type))
     call = JobCall(job, ctx, job_type, kwargs)

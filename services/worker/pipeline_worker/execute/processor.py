@@ -26,7 +26,6 @@ from pipeline import (
 )
 from pipeline._calls import call_error, codec_failure
 from pipeline._context import JobContext
-from pipeline._failures import attempt_limit
 from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
@@ -271,7 +270,7 @@ class Processor:
                 key=work.key,
                 deadline=now + limit if limit is not None else None,
                 on_progress=self._hooks.progress,
-                attempt_limit=attempt_limit(job, job_type),
+                job_type=job_type,
             )
             if chain is None:
                 kwargs["ctx"] = ctx  # with interceptors, the innermost call adds it
