@@ -13,6 +13,9 @@ What counts as a refusal:
 * ``_AUTHENTICATION``: the SASL exchange failed (a wrong user name or password, a mechanism
   the brokers do not enable: ``SASL authentication error: ... invalid credentials``,
   ``SASL SCRAM-SHA-256 mechanism handshake failed: ... Unsupported SASL mechanism``).
+  A SASL request that failed on this side (``SaslAuthenticateRequest failed: Local: Broker
+  transport failure``: the connection went away mid-exchange) is no refusal: no broker
+  answered it.
 * A TLS handshake that failed over a certificate (``SSL handshake failed: ... certificate
   verify failed``: the CA does not match the brokers' certificates; or the brokers rejected the
   client's certificate). A handshake cut off for another reason (a broker going away mid-way)
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["authentication_error", "is_refusal", "is_refused"]
 
 _SASL = re.compile(r"SASL authentication error|SASL \S+ mechanism handshake failed")
+_UNANSWERED = re.compile(r"Request failed: Local: ")
+"""A SASL request librdkafka failed itself (the connection went away, a timeout)."""
 _TLS_CODES = frozenset({KafkaError._SSL, KafkaError._TRANSPORT})
 # librdkafka's prefix (the broker) and suffix (timing, suppressed repeats) of a connection error.
 _BROKER = re.compile(r"^\S+://\S+: ")
@@ -43,6 +48,8 @@ _AFTER = re.compile(r" \(after \d+ms in state [A-Z_]+(, \d+ identical error\(s\)
 def is_refusal(code: int | None, text: str) -> bool:
     """Whether an error (``code``; None for a log line) with ``text`` is Kafka refusing this
     client's credentials or TLS handshake, as opposed to not answering."""
+    if _UNANSWERED.search(text):
+        return False
     if code == KafkaError._AUTHENTICATION:
         return True
     if code is not None and code not in _TLS_CODES:

@@ -36,6 +36,11 @@ REFUSED_CONNECTION = (
     "(after 0ms in state CONNECT)"
 )
 CUT_OFF = "sasl_ssl://localhost:9093/bootstrap: SSL handshake failed: Disconnected"
+SASL_CUT_OFF = (
+    "GroupCoordinator: SASL authentication error: SaslAuthenticateRequest failed: "
+    "Local: Broker transport failure"
+)
+"""The SASL exchange cut off by a connection that went away: no answer, no refusal."""
 
 
 @pytest.mark.parametrize(
@@ -60,6 +65,8 @@ def test_refusals(code: int | None, text: str) -> None:
         (KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"),
         (KafkaError._SSL, CUT_OFF),  # a broker going away mid-handshake: an outage
         (KafkaError._TRANSPORT, CUT_OFF),
+        (KafkaError._AUTHENTICATION, SASL_CUT_OFF),  # a worker stopped with exit 4 on it
+        (None, SASL_CUT_OFF),
         (None, REFUSED_CONNECTION),
         (KafkaError.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed"),
     ],
