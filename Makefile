@@ -101,6 +101,11 @@ dev-down: setup
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist
 
+## bench-followups: jobs that each enqueue a job, drained before and after their end waited for Kafka (~3 min)
+.PHONY: bench-followups
+bench-followups: setup
+	$(BIN)/python -m ops.bench.followups --jobs 50000 --repeats 5
+
 ## bench-outbox: outbox rows relayed per second from PostgreSQL and SQLite, against enqueue (~3 min)
 .PHONY: bench-outbox
 bench-outbox: setup

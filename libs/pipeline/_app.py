@@ -16,6 +16,7 @@ from ._delivery import FailureLog, JobHandle, PipelineFailure
 from ._enqueuemany import send_many
 from ._envelopes import job_codec
 from ._errors import ConfigurationError, EnqueueError, KafkaUnavailableError, PipelineError
+from ._followups import FollowUps, follow_ups, produce_followed
 from ._interceptors import Interceptor, check_interceptors, header_source
 from ._job import Priority, new_job_id, now_ms
 from ._jobfunction import (
@@ -207,6 +208,7 @@ class Pipeline:
             # The workers would run the first job and drop the others as its duplicates.
             raise ConfigurationError(SHARED_KEY)
         template = JobTemplate(self.codec, route.job(new_job_id(), b"{}"))
+        follow = follow_ups()  # enqueued by a running job: its success waits for these
         return send_many(
             self._transport,
             route,
@@ -215,6 +217,7 @@ class Pipeline:
             on_delivery=self._on_delivery,
             log=self._failures,
             max_bytes=self._max_bytes,
+            follow=None if follow is None else (follow, self._on_follow_up, self.poll),
         )
 
     def outbox(self, connection: Any, *, table: str = DEFAULT_TABLE) -> Outbox:
@@ -251,6 +254,13 @@ class Pipeline:
             first = next((f for f in failures if f.fatal is not None), failures[0])
             more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
             raise first.error(self.settings) from EnqueueError(first.job_id, first.reason + more)
+
+    def poll(self, timeout: float = 0.0) -> int:
+        """Serve the delivery reports of enqueued jobs that came, waiting up to ``timeout``
+        for the first; return how many were served. A background thread of the producer does
+        this twice a second; call it to learn sooner (a worker does, for its jobs'
+        follow-ups)."""
+        return self._transport.poll(timeout)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush and release the producer."""
@@ -357,7 +367,15 @@ class Pipeline:
             raise too_large(route.job_type, len(value) + len(key or b""), self._max_bytes)
         if handle is not None:
             handle.job_id = job_id
-        self._transport.produce(route.topic, value, key, on_delivery)
+        follow = follow_ups()  # enqueued by a running job: its success waits for this one
+        if follow is None:
+            self._transport.produce(route.topic, value, key, on_delivery)
+        else:
+            produce = partial(self._transport.produce, route.topic, value, key)
+            followed = self._on_follow_up if handle is None else handle._followed
+            produce_followed(
+                follow, 1, produce, plain=on_delivery, followed=followed, poll=self.poll
+            )
         log = self._failures
         log.sent += 1
         # Serve delivery callbacks now and then so they never pile up in librdkafka's queue (a
@@ -373,6 +391,15 @@ class Pipeline:
         else:
             fatal = fatal_of(self._transport)
             self._failures.answer(PipelineFailure.from_delivery(error, message, fatal))
+
+    def _on_follow_up(self, follow: FollowUps, error: KafkaError | None, message: Message) -> None:
+        """The delivery report of a job a running job enqueued: its fate is that job's."""
+        failure = None
+        if error is not None:
+            fatal = fatal_of(self._transport)
+            failure = PipelineFailure.from_delivery(error, message, fatal)
+        self._failures.answer()  # answered; a refusal is the job's, not the log's
+        follow.answered(failure, self._failures)
 
 
 def _or_empty(payload: Mapping[str, Any] | None) -> Mapping[str, Any]:

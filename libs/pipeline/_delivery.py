@@ -8,6 +8,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from typing import Protocol
 
 from confluent_kafka import KafkaError, Message
 
@@ -238,6 +239,17 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+class JobsFollowUps(Protocol):
+    """The jobs a running job enqueued, as its delivery reports tell them (the worker's side:
+    :class:`pipeline._followups.FollowUps`)."""
+
+    def answered(
+        self, failure: PipelineFailure | None, log: FailureLog | None, count: int = 1
+    ) -> None: ...
+
+    def discard(self, failure: PipelineFailure) -> None: ...
+
+
 class JobHandle:
     """The pending acknowledgement of one submitted job."""
 
@@ -245,6 +257,7 @@ class JobHandle:
         "_done",
         "_failure",
         "_failures",
+        "_follow",
         "_settings",
         "_transport",
         "_waited",
@@ -272,28 +285,42 @@ class JobHandle:
         self._done = threading.Event()
         self._failure: PipelineFailure | None = None
         self._waited = False
+        self._follow: JobsFollowUps | None = None
+        """The follow-ups of the running job that submitted this one, when one did: a refusal
+        that :meth:`wait` raises is the handler's to handle, not its job's (:meth:`_followed`)."""
 
     def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
         """Served by whichever thread polls the producer (the producer's own, too): what it
         sets is read once ``_done`` is set."""
-        failure = None
+        failure = self._answer(error, message)
+        if self._failures is not None:
+            # Reported at flush or at exit, unless wait() raises it first (then not logged).
+            self._failures.answer(failure, tell=not self._waited)
+        self._done.set()
+
+    def _followed(self, follow: JobsFollowUps, error: KafkaError | None, message: Message) -> None:
+        """The delivery report of a job a running job submitted: its fate is that job's."""
+        self._follow = follow
+        failure = self._answer(error, message)
+        if self._failures is not None:
+            self._failures.answer()  # answered; a refusal is the job's, not the log's
+        follow.answered(failure, self._failures)
+        self._done.set()
+
+    def _answer(self, error: KafkaError | None, message: Message) -> PipelineFailure | None:
         if error is not None:
-            failure = PipelineFailure(
+            self._failure = PipelineFailure(
                 self.job_id,
                 message.topic() or "?",
                 error.code(),
                 error.str(),
                 fatal_of(self._transport),
             )
-            self._failure = failure
-        if self._failures is not None:
-            # Reported at flush or at exit, unless wait() raises it first (then not logged).
-            self._failures.answer(failure, tell=not self._waited)
-        if error is None:
-            self.topic = message.topic()
-            self.partition = message.partition()
-            self.offset = message.offset()
-        self._done.set()
+            return self._failure
+        self.topic = message.topic()
+        self.partition = message.partition()
+        self.offset = message.offset()
+        return None
 
     def done(self) -> bool:
         return self._done.is_set()
@@ -320,5 +347,7 @@ class JobHandle:
         if failure is not None:
             if self._failures is not None:
                 self._failures.discard(failure)
+            if self._follow is not None:
+                self._follow.discard(failure)
             raise failure.error(self._settings)
         return self

@@ -10,6 +10,7 @@ from typing import Any
 
 from ._delivery import FailureLog
 from ._errors import PayloadValidationError
+from ._followups import Followed, FollowUps, Poll, produce_followed
 from ._job import new_job_id, now_ms
 from ._jobtemplate import JobTemplate
 from ._messagesize import enqueue_room, too_large
@@ -31,8 +32,11 @@ def send_many(
     on_delivery: DeliveryCallback,
     log: FailureLog,
     max_bytes: int,
+    follow: tuple[FollowUps, Followed, Poll] | None = None,
 ) -> list[str]:
     """Send a job of ``route`` (encoded by ``template``) per payload; return their ids.
+    ``follow``: the follow-ups of the running job that enqueues them, the delivery callback
+    that tells it their fate, and what serves their reports (see :mod:`._followups`).
 
     A payload that fails validation, or a job larger than a producer sending ``max_bytes``
     takes, raises :class:`PayloadValidationError` naming its index and carrying the ids of the
@@ -58,7 +62,14 @@ def send_many(
         nonlocal values, sent
         batch, values = values, []  # handed over: never sent twice, whatever fails
         log.sent += len(batch)
-        produce_many(topic, batch, key, on_delivery)
+        if follow is None:
+            produce_many(topic, batch, key, on_delivery)
+        else:
+            produce = partial(produce_many, topic, batch, key)
+            follow_ups, followed, poll = follow
+            produce_followed(
+                follow_ups, len(batch), produce, plain=on_delivery, followed=followed, poll=poll
+            )
         sent += len(batch)
 
     try:

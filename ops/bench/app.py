@@ -5,6 +5,8 @@ Handlers stay as close to no-ops as possible; what they record goes to the file 
 
 * ``bench.noop`` writes ``first <ns>`` on its first run in a process and ``last <ns>`` on run
   number ``BENCH_EXPECTED``, which gives the first-to-last-job time of a drain;
+* ``bench.forward`` enqueues a ``bench.noop`` job into the namespace ``BENCH_SINK_NAMESPACE``
+  (a follow-up), then writes as ``bench.noop`` does;
 * ``bench.latency`` writes ``<start ns - enqueue ns>`` for every job;
 * ``bench.due`` writes ``<start ns - not_before ns>`` for every job (a delayed job's lateness);
 * ``bench.counted`` writes ``S <n> <ns>`` when it starts and ``E <n> <ns>`` when it ends, after
@@ -25,12 +27,14 @@ import asyncio
 import hashlib
 import itertools
 import os
+import threading
 import time
 
 from pipeline import JobContext, Pipeline
 
 RECORD_ENV = "BENCH_RECORD"
 EXPECTED_ENV = "BENCH_EXPECTED"
+SINK_ENV = "BENCH_SINK_NAMESPACE"
 
 app = Pipeline()
 
@@ -55,6 +59,28 @@ def noop(n: int) -> None:
         _write(f"first {time.time_ns()}\n")
     if run == _expected:
         _write(f"last {time.time_ns()}\n")
+
+
+_sinks: list[Pipeline] = []
+_sink_lock = threading.Lock()
+
+
+def _sink() -> Pipeline:
+    """The application of namespace ``BENCH_SINK_NAMESPACE`` (made on first use)."""
+    if not _sinks:
+        with _sink_lock:
+            if not _sinks:
+                namespace = os.environ[SINK_ENV]
+                _sinks.append(Pipeline(app.settings.model_copy(update={"namespace": namespace})))
+    return _sinks[0]
+
+
+@app.job("bench.forward")
+def forward(n: int) -> None:
+    """Enqueue ``bench.noop`` job ``n`` into ``BENCH_SINK_NAMESPACE`` (a follow-up), then note
+    the first and last run as ``bench.noop`` does."""
+    _sink().enqueue("bench.noop", {"n": n})
+    noop(n)
 
 
 @app.job("bench.latency")

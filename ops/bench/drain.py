@@ -48,10 +48,10 @@ Run = tuple[float, float]
 """(wall seconds, first-to-last seconds) of one drain."""
 
 
-def _fill(settings: Settings, jobs: int) -> None:
+def _fill(settings: Settings, jobs: int, job_type: str = JOB_TYPE) -> None:
     with Pipeline(settings) as app:
         for start in range(0, jobs, 50_000):
-            app.enqueue_many(JOB_TYPE, ({"n": i} for i in range(start, min(jobs, start + 50_000))))
+            app.enqueue_many(job_type, ({"n": i} for i in range(start, min(jobs, start + 50_000))))
             app.flush(120)
 
 

@@ -255,7 +255,7 @@ class Worker:
                 burst
                 and processor is not None
                 and processor.stuck
-                and processor.in_flight == 0
+                and processor.in_progress == 0
                 and not any(s.buffered for s in self._states())
             ):
                 _log.error(

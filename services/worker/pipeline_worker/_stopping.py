@@ -49,7 +49,7 @@ async def drain(
     processor.stopping = True
     consumer.intake_stopped = True
     dropped = processor.drop(states)
-    running = processor.in_flight
+    running = processor.in_progress
     _log.info(
         "stopping: intake stopped",
         extra={"running": running, "dropped_buffered": dropped},
@@ -58,7 +58,7 @@ async def drain(
         _log.warning(
             "shutdown timeout: abandoning %d running job(s); their offsets are not "
             "committed, so they will run again",
-            processor.in_flight,
+            processor.in_progress,
             extra={"timeout_s": timeout_s},
         )
     consumer.stop_requested = True

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from pipeline import Job, JobType, Priority
     from pipeline._context import JobContext
+    from pipeline._followups import FollowUps
 
     from ._metrics import TenantStats, TypeStats
     from .dispatch.limits import TypeLimit
@@ -117,6 +118,7 @@ class Work:
         "ctx",
         "expired",
         "finished",
+        "follow_ups",
         "job",
         "job_type",
         "key",
@@ -124,6 +126,7 @@ class Work:
         "limit",
         "offset",
         "runner",
+        "slot_freed",
         "started",
         "state",
         "stats",
@@ -165,6 +168,11 @@ class Work:
         self.suspended = False
         self.expired = False
         self.finished = False
+        self.follow_ups: FollowUps | None = None
+        """The jobs its handler enqueued, from the first on (see :mod:`pipeline._followups`)."""
+        self.slot_freed = False
+        """Its handler returned and its concurrency slot, key and caps are free, while its end
+        waits for Kafka's answers for its follow-ups (its partition still counts it)."""
 
     @property
     def at_commit_point(self) -> bool:

@@ -69,6 +69,7 @@ class FakeConsumer:
 class FakeProcessor:
     stopping = False
     in_flight = 0
+    in_progress = 0
     finished = 0
     last_end = 0.0
     stuck = 0

@@ -36,6 +36,7 @@ from ..dispatch.jobtypes import TypeTable
 from ..dispatch.policies import make_policy
 from ..dispatch.tenants import TenantTable
 from ..route.endings import Endings
+from ..route.followups import FollowUpWatch
 from ..route.hooks import Hooks
 from ..route.outcome import JobHooks, OutcomeKind
 from .chain import executors
@@ -114,7 +115,7 @@ class Processor:
         """Offsets kept unfinished because an outcome hook failed."""
         self.stopping = False
         self._pumping = False
-        self.idle = IdleWaiters(loop, lambda: self.in_flight)
+        self.idle = IdleWaiters(loop, lambda: self.in_progress)
         """Waiting for the jobs of some partitions to end (revocation, shutdown)."""
         self._hooks = Hooks(loop, metrics, middleware, on_resolved=self.pump)
         self._skips = RateLimitedLog(_log, interval_s=10.0)
@@ -136,6 +137,8 @@ class Processor:
         """Time limits, and plain functions whose thread outlives their job."""
         if self._chain is not None:
             self._chain.on_late = self._overtime.threads_back
+        self._follow_ups = FollowUpWatch(loop, app.settings, self.complete, self.pump)
+        """Jobs that succeeded, until Kafka answered for the jobs they enqueued."""
         self._decoder = BatchDecoder(
             app=app,
             types=self.types,
@@ -154,6 +157,11 @@ class Processor:
             waits=lambda work: not self.stopping and work.state.active,
         )
         """Jobs taken from the buffer before their ``not_before``."""
+
+    @property
+    def in_progress(self) -> int:
+        """Jobs running, and those whose end waits for Kafka's answers for their follow-ups."""
+        return self.in_flight + self._follow_ups.waiting
 
     @property
     def pool(self) -> ThreadPool:
@@ -296,6 +304,14 @@ class Processor:
 
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None:
         """A handler returned (``error`` None) or raised. The caller pumps afterwards."""
+        if work.follow_ups is not None:  # the handler enqueued jobs
+            if error is None and not work.finished and self._follow_ups.holds(work, ended):
+                # Completed again once Kafka answered for each of them; the partition counts
+                # it and its offset waits, but another job may take its slot meanwhile.
+                self.free_slot(work)
+                work.slot_freed = True
+                return
+            error = self._follow_ups.release(work, error)
         if work.finished:
             # Failed at its deadline already; the late result is discarded. Its thread is back
             # only now: so are its key and its type's and tenant's slots (see free_slot).
@@ -317,11 +333,12 @@ class Processor:
             if self._dedup is not None and work.job.idempotency_key is not None:
                 self._endings.key_succeeded(work)  # settled in the offset's transaction
                 return
-            self.in_flight -= 1
             state = work.state
             state.in_flight -= 1
-            if work.limit is not None or work.tenant_limit is not None or self._key_ordering:
-                self.dispatcher.release(work)
+            if not work.slot_freed:
+                self.in_flight -= 1
+                if work.limit is not None or work.tenant_limit is not None or self._key_ordering:
+                    self.dispatcher.release(work)
             state.commit_offset = state.tracker.finish(work.offset)  # type: ignore[assignment]
             self.finished += 1
             self.last_end = ended
@@ -370,6 +387,8 @@ class Processor:
     # -- the endings' calls (JobSlots) ---------------------------------------------------------
 
     def free_slot(self, work: Work) -> None:
+        if work.slot_freed:
+            return  # at its handler's return, before Kafka answered for its follow-ups
         self.in_flight -= 1
         # A handler that still runs (a thread, a cancelled coroutine) keeps the job's key and
         # its type's and tenant's slots until it is out (see :mod:`.overtime`); its
@@ -396,4 +415,5 @@ class Processor:
     async def close(self) -> None:
         """Stop the executors (threads still inside a job are left to finish on their own)."""
         self._pool.close()
+        self._follow_ups.close()
         await self._runners.close()

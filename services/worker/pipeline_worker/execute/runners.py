@@ -6,7 +6,8 @@ tasks take jobs from a queue and drive each job's coroutine step by step. A job 
 without suspending (no real I/O) costs one coroutine call; a job that suspends keeps its runner
 and another runner takes over the queue. Every job still runs inside a real Task, so
 ``asyncio.current_task()``, ``asyncio.timeout()`` and libraries built on them behave as usual,
-and every job runs in its own copy of the worker's ``contextvars`` context, as a Task would.
+and every job runs in its own copy of the worker's ``contextvars`` context, as a Task would,
+marked as the job's (:data:`pipeline._followups.RUNNING`: what it enqueues are its follow-ups).
 A time limit cancels the runner while it is inside that job; the runner then carries on.
 
 Sync handlers run on up to ``threads`` pool threads fed by a ``queue.SimpleQueue``. Completions
@@ -30,6 +31,8 @@ from collections import deque
 from collections.abc import Callable, Coroutine, Generator
 from queue import SimpleQueue
 from typing import Any
+
+from pipeline._followups import RUNNING
 
 from .._work import Work
 
@@ -149,7 +152,9 @@ class AsyncRunners:
                         if start is None
                         else start(work)
                     )
-                    await _drive(coro, base.copy(), self._suspended, work)
+                    context = base.copy()
+                    context.run(RUNNING.set, work)  # what it enqueues is its follow-ups
+                    await _drive(coro, context, self._suspended, work)
                 except asyncio.CancelledError as exc:
                     if self._closing or (task.cancelling() and not work.expired):
                         raise  # the runner itself is being cancelled (shutdown)
@@ -305,7 +310,10 @@ class ThreadPool:
             if not work.finished:  # else failed at its deadline while it waited: not run
                 work.started = time.monotonic()
                 try:
-                    context = work.context if work.context is not None else base.copy()
+                    context = work.context  # the chain's, with RUNNING set
+                    if context is None:
+                        context = base.copy()
+                        context.run(RUNNING.set, work)  # what it enqueues is its follow-ups
                     result = context.run(work.job_type.handler, **(work.kwargs or {}))
                 except BaseException as exc:
                     error = exc

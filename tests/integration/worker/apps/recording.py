@@ -214,6 +214,33 @@ def brief(n: int, ctx: Any) -> None:
     record.line("E", ctx, "brief", n)
 
 
+_senders: dict[str, Pipeline] = {}
+
+
+@app.job("forward", backoff=FAST_BACKOFF, max_attempts=2)
+def forward(n: int, ctx: Any, namespace: str | None = None) -> None:
+    """Enqueues a ``noop`` job ``n``: with the app, or with an application of ``namespace``
+    (one whose topics do not exist: Kafka refuses the job within about 3 s)."""
+    record.line("S", ctx, "forward", n)
+    sender = app
+    if namespace is not None:
+        sender = _senders.get(namespace) or _senders.setdefault(
+            namespace,
+            Pipeline(
+                app.settings.model_copy(
+                    update={
+                        "namespace": namespace,
+                        "producer": app.settings.producer.model_copy(
+                            update={"delivery_timeout_s": 6.0}
+                        ),
+                    }
+                )
+            ),
+        )
+    sender.enqueue("noop", {"n": n})
+    record.line("E", ctx, "forward", n)
+
+
 @app.job("poison")
 def poison(n: int, ctx: Any, after_s: float = 0.0) -> None:
     """Kills the worker process that runs it, every time (``after_s`` seconds after it starts)."""

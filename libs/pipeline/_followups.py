@@ -1,0 +1,172 @@
+"""The jobs a running job enqueues (its *follow-ups*): its success waits until Kafka answered
+for each of them.
+
+A handler that enqueues a job hands it to the producer and returns; Kafka acknowledges it
+moments later. Were the handler's job counted as done at its return, its offset could be
+committed first, and a worker killed in between (or a follow-up Kafka refused) would lose the
+follow-up for good while its parent never runs again. So the worker marks each job's context
+with the job (:data:`RUNNING`), an enqueue made in that context (by the handler, an
+interceptor, a task or a thread it started with the context) is counted on the job's
+:class:`FollowUps`, and the worker ends the job only once every one of them was answered: a
+success when Kafka acknowledged them all, else a failure with the first refusal (retried as
+any failure is).
+
+An enqueue made outside any job's context, or after its job ended, is not counted: its fate is
+reported as for any other enqueue (``flush()``, the failure log).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message
+
+    from ._delivery import FailureLog, PipelineFailure
+    from ._transport import DeliveryCallback
+
+__all__ = ["RUNNING", "FollowUps", "Followed", "RunningJob", "follow_ups", "produce_followed"]
+
+
+class RunningJob(Protocol):
+    """A job the worker runs, as an enqueue in its context sees it."""
+
+    finished: bool
+    follow_ups: FollowUps | None
+
+
+RUNNING: ContextVar[RunningJob | None] = ContextVar("pipeline_running_job", default=None)
+"""The job whose context this is (set by the worker in each job's context; None elsewhere)."""
+
+Followed = Callable[["FollowUps", "KafkaError | None", "Message"], None]
+"""``followed(follow_ups, error, message)``: the delivery callback of a follow-up."""
+Poll = Callable[[float], int]
+"""``poll(timeout)``: serves the delivery reports of a producer (``Pipeline.poll``)."""
+
+_creating = threading.Lock()
+
+
+def follow_ups() -> FollowUps | None:
+    """The follow-ups of the job whose context this is; None outside a running job."""
+    job = RUNNING.get()
+    if job is None:
+        return None
+    follow = job.follow_ups
+    if follow is None:
+        with _creating:  # a handler may enqueue from several threads at once
+            follow = job.follow_ups
+            if follow is None and not job.finished:
+                follow = job.follow_ups = FollowUps()
+    return follow
+
+
+def produce_followed(
+    follow: FollowUps,
+    count: int,
+    produce: Callable[[DeliveryCallback], None],
+    *,
+    plain: DeliveryCallback,
+    followed: Followed,
+    poll: Poll,
+) -> None:
+    """``produce(callback)`` ``count`` jobs of ``follow``'s job: each delivery report goes to
+    ``followed(follow, error, message)``, which tells the job their fate, or to ``plain`` once
+    the job's end no longer waits for them. ``poll`` serves the reports."""
+    if not follow.sending(count, poll):
+        produce(plain)
+        return
+    try:
+        produce(partial(followed, follow))
+    except BaseException:
+        follow.not_sent(count)
+        raise
+
+
+class FollowUps:
+    """The follow-ups of one job: how many Kafka has not answered for yet, and its refusals.
+
+    Thread-safe: enqueues count on any thread, delivery reports come on whichever thread serves
+    the producer. Once the job's end no longer waits for them (:meth:`end`), what Kafka
+    refuses goes to the application's failure log, as for any enqueue.
+    """
+
+    __slots__ = ("_failures", "_lock", "_on_answered", "_pending", "_polls", "_released")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending = 0
+        self._failures: list[tuple[PipelineFailure, FailureLog]] = []
+        self._on_answered: Callable[[], None] | None = None
+        self._released = False
+        self._polls: tuple[Poll, ...] = ()
+
+    def sending(self, count: int, poll: Poll) -> bool:
+        """``count`` jobs are about to be produced, their reports served by ``poll``: False
+        once the job's end no longer waits for them (they are sent as any enqueue is)."""
+        with self._lock:
+            if self._released:
+                return False
+            self._pending += count
+            if poll not in self._polls:
+                self._polls = (*self._polls, poll)
+            return True
+
+    @property
+    def polls(self) -> tuple[Poll, ...]:
+        """What serves the delivery reports of the follow-ups (a producer's poll each)."""
+        return self._polls
+
+    def not_sent(self, count: int = 1) -> None:
+        """The producer did not take ``count`` of the jobs :meth:`sending` counted."""
+        self.answered(None, None, count)
+
+    def answered(
+        self, failure: PipelineFailure | None, log: FailureLog | None, count: int = 1
+    ) -> None:
+        """Kafka answered for a follow-up: acknowledged (``failure`` None) or refused it."""
+        with self._lock:
+            self._pending -= count
+            if failure is not None and log is not None:
+                if self._released:
+                    log.add(failure)
+                else:
+                    self._failures.append((failure, log))
+            notify = self._on_answered if self._pending <= 0 else None
+            if notify is not None:
+                self._on_answered = None
+        if notify is not None:
+            notify()
+
+    def wait(self, on_answered: Callable[[], None]) -> bool:
+        """True if Kafka answered for every follow-up; else False, and ``on_answered()`` is
+        called once it has (on the thread that served the last answer)."""
+        with self._lock:
+            if self._pending <= 0:
+                return True
+            self._on_answered = on_answered
+            return False
+
+    def discard(self, failure: PipelineFailure) -> None:
+        """``failure`` was raised to the handler (a handle's ``wait()``): the handler's to
+        handle, not the job's."""
+        with self._lock:
+            self._failures = [f for f in self._failures if f[0] is not failure]
+
+    def end(self, *, succeeded: bool) -> PipelineFailure | None:
+        """The job ends: what Kafka refuses from now on goes to the failure log. If it
+        ``succeeded``, returns the first follow-up Kafka refused (or did not acknowledge in
+        time), which fails it (the others are not logged: the job runs again); else those so
+        far go to the log too."""
+        with self._lock:
+            self._released = True
+            self._on_answered = None
+            failures, self._failures = self._failures, []
+        if succeeded and failures:
+            return failures[0][0]
+        for failure, log in failures:
+            log.add(failure)
+        return None
