@@ -64,13 +64,17 @@ def send_many(
         log.sent += len(batch)
         if follow is None:
             produce_many(topic, batch, key, on_delivery)
-        else:
-            produce = partial(produce_many, topic, batch, key)
-            follow_ups, followed, poll = follow
+            sent += len(batch)
+            return
+        # A running job's follow-ups go one by one: a producer that raises part way through a
+        # batch does not say how many it took, and the job must count each one it did.
+        follow_ups, followed, poll = follow
+        for value in batch:
+            produce = partial(produce_many, topic, [value], key)
             produce_followed(
-                follow_ups, len(batch), produce, plain=on_delivery, followed=followed, poll=poll
+                follow_ups, 1, produce, plain=on_delivery, followed=followed, poll=poll
             )
-        sent += len(batch)
+            sent += 1
 
     try:
         try:

@@ -12,6 +12,8 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from pipeline._context import JobContext
+
 from .commit.offsetmap import Runs, Skips
 from .commit.offsets import OffsetTracker
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
     from contextvars import Context
 
     from pipeline import Job, JobType, Priority
-    from pipeline._context import JobContext
+    from pipeline._context import ProgressCallback
     from pipeline._followups import FollowUps
 
     from ._metrics import TenantStats, TypeStats
@@ -173,6 +175,22 @@ class Work:
         self.slot_freed = False
         """Its handler returned and its concurrency slot, key and caps are free, while its end
         waits for Kafka's answers for its follow-ups (its partition still counts it)."""
+
+    def handler_context(self, deadline: float | None, on_progress: ProgressCallback) -> JobContext:
+        """Make the ``ctx`` its handler and interceptors see (kept in :attr:`ctx`);
+        ``deadline``: its time limit's end (``time.monotonic``), if it has one."""
+        state = self.state
+        self.ctx = JobContext(
+            self.job,
+            topic=state.topic,
+            partition=state.partition,
+            offset=self.offset,
+            key=self.key,
+            deadline=deadline,
+            on_progress=on_progress,
+            job_type=self.job_type,
+        )
+        return self.ctx
 
     @property
     def at_commit_point(self) -> bool:

@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from pipeline import EnqueueError, Pipeline
+from pipeline import CallNext, EnqueueError, JobCall, KafkaUnavailableError, Pipeline
 from pipeline._followups import follow_ups
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import OutcomeKind
+from pipeline_worker.route import followups
 
 from .support import Harness
 
@@ -218,3 +219,169 @@ def test_an_enqueue_outside_a_job_or_after_it_ended_is_no_follow_up() -> None:
 
     run(main)
     assert leftovers == [None]
+
+
+class OneAtATime(HeldTransport):
+    """Holds one job at a time (a full local queue refuses the next), and answers one job a
+    poll once :meth:`answer` was called."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    def produce_many(self, topic: str, values: list[bytes], key: Any, on_delivery: Any) -> None:
+        for value in values:
+            if self._pending:
+                self.refused += 1
+                raise KafkaUnavailableError("the local queue is full")
+            self.produce(topic, value, key, on_delivery)
+
+    def poll(self, timeout: float = 0) -> int:
+        with self._lock:
+            self.polls += 1
+            if self.held or not self._pending:
+                return 0
+            first, rest = self._pending[:1], self._pending[1:]
+            self._pending = first
+            served = InMemoryTransport.poll(self, timeout)
+            self._pending = rest
+            return served
+
+
+def test_a_batch_the_producer_took_part_of_counts_the_jobs_it_took() -> None:
+    transport = OneAtATime()
+    sender = Pipeline(transport=transport)
+    app = Pipeline(transport=InMemoryTransport())
+    sent: list[list[str]] = []
+
+    @app.job("parent")
+    def parent() -> None:
+        try:
+            sender.enqueue_many("child", [{"n": 1}, {"n": 2}])
+        except KafkaUnavailableError as exc:
+            sent.append(exc.enqueued_ids)  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        h = Harness(app)
+        h.feed(h.message("parent"))
+        await until(lambda: bool(sent))
+        assert len(sent[0]) == 1  # the first job was taken, the second refused
+        polls = transport.polls
+        await until(lambda: transport.polls >= polls + 3)
+        assert h.recorder.outcomes == []  # it waits for the job the producer took
+        transport.answer()
+        [outcome] = await h.recorder.wait_for(1)
+        assert outcome.kind is OutcomeKind.SUCCEEDED
+        assert len(transport.messages) == 1
+
+    run(main)
+    assert transport.refused == 1
+
+
+def test_a_job_whose_follow_ups_kafka_never_answers_fails_after_the_delivery_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(followups, "ANSWER_MARGIN_S", 0.1)
+    transport = HeldTransport()  # never answers: a producer closed before it told their fate
+    sender = Pipeline(transport=transport)
+    app = Pipeline(transport=InMemoryTransport(), producer={"delivery_timeout_s": 0.2})
+
+    @app.job("parent")
+    def parent() -> None:
+        sender.enqueue("child")
+
+    async def main() -> None:
+        h = Harness(app)
+        h.feed(h.message("parent"))
+        [outcome] = await h.recorder.wait_for(1)
+        assert outcome.kind is OutcomeKind.FAILED
+        assert isinstance(outcome.error, KafkaUnavailableError)
+        assert "did not answer for the jobs job job-0 enqueued within 0.3s" in str(outcome.error)
+        assert h.processor.in_progress == 0
+
+    run(main)
+
+
+@pytest.mark.parametrize("kind", ["plain", "async"])
+def test_the_follow_ups_of_a_job_past_its_time_limit_are_reported_as_any_enqueue(
+    kind: str,
+) -> None:
+    transport = InMemoryTransport(fail_with=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    app = Pipeline(transport=transport)
+    back = threading.Event()
+
+    if kind == "plain":
+
+        @app.job("parent", time_limit=0.05, max_attempts=1)
+        def parent() -> None:
+            app.enqueue("child")
+            back.wait(5)  # past its time limit
+
+    else:
+
+        @app.job("parent", time_limit=0.05, max_attempts=1)
+        async def parent() -> None:
+            app.enqueue("child")
+            await asyncio.to_thread(back.wait, 5)
+
+    async def main() -> None:
+        h = Harness(app)
+        h.feed(h.message("parent"))
+        [outcome] = await h.recorder.wait_for(1)
+        assert outcome.kind is OutcomeKind.TIMED_OUT
+        app.poll()  # Kafka refuses the follow-up after the job ended
+        back.set()
+        await until(lambda: h.processor.pool.overdue == 0)
+
+    run(main)
+    with pytest.raises(EnqueueError, match="not authorized"):
+        app.flush(1)
+
+
+class GivesUp:
+    """Gives up on job 0's run once it started (its thread runs on); runs the others."""
+
+    def __init__(self, started: asyncio.Event) -> None:
+        self.started = started
+
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        if call.kwargs["i"] != 0:
+            return await next(call)
+        run = asyncio.ensure_future(next(call))
+        await self.started.wait()
+        run.cancel()
+        return None
+
+
+def test_a_thread_still_running_a_waiting_jobs_handler_keeps_its_key() -> None:
+    transport = HeldTransport()
+    release = threading.Event()
+    started: list[int] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        first_started = asyncio.Event()
+        app = Pipeline(transport=transport, middleware=[GivesUp(first_started)])
+
+        @app.job("slow")
+        def slow(i: int) -> None:
+            started.append(i)
+            if i == 0:
+                app.enqueue("child")  # a follow-up Kafka has not answered for
+                loop.call_soon_threadsafe(first_started.set)
+                release.wait(5)
+
+        h = Harness(app, concurrency=4, threads=2, key_ordering=True)
+        h.feed(*(h.message("slow", {"i": i}, key=b"k") for i in range(2)))
+        await first_started.wait()
+        polls = transport.polls
+        # Job 0's chain ended meanwhile, and the pool had the time to grow (GROW_AFTER_S).
+        await until(lambda: transport.polls >= polls + 20)
+        assert started == [0]  # its thread still runs: job 1, of the same key, waits
+        release.set()
+        transport.answer()
+        await h.recorder.wait_for(2)
+        assert h.partition.commit_offset == 2
+
+    run(main)
+    assert started == [0, 1]

@@ -104,9 +104,10 @@ class Chain:
             future = waiting.pop(work, None)
             if future is not None and not future.done():
                 future.set_result((error, result))  # for a task of the chain that still waits
-            if work.finished:
+            if work.finished or work.slot_freed:
                 # Its job ended before its thread came back: at the time limit, or when its
-                # chain ended without waiting (an interceptor gave up on ``next``).
+                # chain ended without waiting (an interceptor gave up on ``next``), or it waits
+                # for Kafka's answers for its follow-ups with its slot free.
                 late.append(completion)
         if late:
             self.on_late(late)

@@ -25,7 +25,6 @@ from pipeline import (
     Priority,
 )
 from pipeline._calls import call_error, codec_failure
-from pipeline._context import JobContext
 from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
@@ -77,8 +76,6 @@ class Processor:
         events: EventStream | None = None,
         dedup: Deduplicator | None = None,
     ) -> None:
-        self._app = app
-        self._metrics = metrics
         if events is not None:
             middleware = (*middleware, events)  # it sees outcomes and progress like any other
         self._middleware = tuple(middleware)
@@ -137,7 +134,10 @@ class Processor:
         """Time limits, and plain functions whose thread outlives their job."""
         if self._chain is not None:
             self._chain.on_late = self._overtime.threads_back
-        self._follow_ups = FollowUpWatch(loop, app.settings, self.complete, self.pump)
+        self._follow_ups = FollowUpWatch(
+            loop, app.settings, self.complete, self.pump, free=self.free_slot,
+            outlives=self._overtime.ended if self._chain is not None else None,
+        )  # fmt: skip
         """Jobs that succeeded, until Kafka answered for the jobs they enqueued."""
         self._decoder = BatchDecoder(
             app=app,
@@ -161,7 +161,7 @@ class Processor:
     @property
     def in_progress(self) -> int:
         """Jobs running, and those whose end waits for Kafka's answers for their follow-ups."""
-        return self.in_flight + self._follow_ups.waiting
+        return self.in_flight + self._follow_ups.freed_early
 
     @property
     def pool(self) -> ThreadPool:
@@ -269,20 +269,10 @@ class Processor:
         limit = entry.time_limit
         chain = self._chain
         if job_type.wants_ctx or chain is not None:
-            state = work.state
-            ctx = JobContext(
-                job,
-                topic=state.topic,
-                partition=state.partition,
-                offset=work.offset,
-                key=work.key,
-                deadline=now + limit if limit is not None else None,
-                on_progress=self._hooks.progress,
-                job_type=job_type,
-            )
+            deadline = now + limit if limit is not None else None
+            ctx = work.handler_context(deadline, self._hooks.progress)
             if chain is None:
                 kwargs["ctx"] = ctx  # with interceptors, the innermost call adds it
-            work.ctx = ctx
         work.kwargs = kwargs
         if job_type.is_async or chain is not None:
             self._runners.submit(work)  # with interceptors every job runs its chain there
@@ -305,12 +295,8 @@ class Processor:
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None:
         """A handler returned (``error`` None) or raised. The caller pumps afterwards."""
         if work.follow_ups is not None:  # the handler enqueued jobs
-            if error is None and not work.finished and self._follow_ups.holds(work, ended):
-                # Completed again once Kafka answered for each of them; the partition counts
-                # it and its offset waits, but another job may take its slot meanwhile.
-                self.free_slot(work)
-                work.slot_freed = True
-                return
+            if error is None and self._follow_ups.hold(work, ended):
+                return  # completed again once Kafka answered for each of them
             error = self._follow_ups.release(work, error)
         if work.finished:
             # Failed at its deadline already; the late result is discarded. Its thread is back
@@ -335,7 +321,9 @@ class Processor:
                 return
             state = work.state
             state.in_flight -= 1
-            if not work.slot_freed:
+            if work.slot_freed:
+                self._follow_ups.freed_ended()
+            else:
                 self.in_flight -= 1
                 if work.limit is not None or work.tenant_limit is not None or self._key_ordering:
                     self.dispatcher.release(work)
@@ -388,7 +376,8 @@ class Processor:
 
     def free_slot(self, work: Work) -> None:
         if work.slot_freed:
-            return  # at its handler's return, before Kafka answered for its follow-ups
+            self._follow_ups.freed_ended()  # freed at its handler's return already
+            return
         self.in_flight -= 1
         # A handler that still runs (a thread, a cancelled coroutine) keeps the job's key and
         # its type's and tenant's slots until it is out (see :mod:`.overtime`); its

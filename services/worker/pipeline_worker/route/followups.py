@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 
-from pipeline import Settings
+from pipeline import KafkaUnavailableError, Settings
 from pipeline._followups import Poll
 from pipeline._ratelog import RateLimitedLog
 
@@ -34,6 +34,10 @@ POLL_EVERY_S = 0.005
 """How often the loop polls the producers while jobs wait: an answer waits this long at most,
 and a poll serves every answer that came meanwhile (far below the commit interval, which an
 offset waits for anyway)."""
+
+ANSWER_MARGIN_S = 10.0
+"""How much longer than the producer's delivery timeout a job waits for Kafka's answers: a
+producer tells every job's fate within that timeout, unless it was closed meanwhile."""
 
 Complete = Callable[[Work, BaseException | None, float], None]
 """``complete(work, error, ended)``: the processor's end of a job, called again once answered."""
@@ -48,34 +52,52 @@ class FollowUpWatch:
         settings: Settings,
         complete: Complete,
         pump: Callable[[], None],
+        *,
+        free: Callable[[Work], None],
+        outlives: Callable[[Work], object] | None = None,
     ) -> None:
+        """``free(work)`` frees a job's slot, key and caps (the processor's ``free_slot``);
+        ``outlives(work)``, with interceptors, tells the time limits that the job ends while a
+        thread may still run its handler (its key and caps wait for that thread)."""
         self._loop = loop
+        self._free = free
+        self._outlives = outlives
+        self.freed_early = 0
+        """Held jobs, from their hold until they end (as the processor's ``in_flight`` counts a
+        running job)."""
         self._settings = settings
         self._polls: tuple[Poll, ...] = ()
         """The producers' polls the follow-ups of waiting jobs need (loop thread writes)."""
         self._complete = complete
         self._pump = pump
-        self.waiting = 0
-        """Jobs whose end waits for their follow-ups (loop thread)."""
-        self._answered: deque[tuple[Work, float]] = deque()
+        self._held: dict[Work, tuple[float, float]] = {}
+        """Jobs whose end waits for their follow-ups (loop thread): when their handler
+        returned, and when to stop waiting (in the order they were held: deadlines only grow)."""
+        self._patience = settings.producer.delivery_timeout_s + ANSWER_MARGIN_S
+        self._answered: deque[Work] = deque()
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._loop_thread = 0
         """The event loop's thread (known from the first job held on)."""
 
-    def holds(self, work: Work, ended: float) -> bool:
+    def hold(self, work: Work, ended: float) -> bool:
         """Whether ``work``, whose handler returned at ``ended``, waits for its follow-ups:
-        then :meth:`_drain` completes it again once Kafka answered for every one."""
+        then its slot is free, and it is completed again once Kafka answered for every one."""
         follow = work.follow_ups
         assert follow is not None
-        if follow.wait(partial(self._on_answered, work, ended)):
+        if work.finished or follow.wait(partial(self._on_answered, work)):
             return False
+        if self._outlives is not None:
+            self._outlives(work)
+        self._free(work)
+        work.slot_freed = True
+        self.freed_early += 1
         if work.timer is not None:
             # The handler kept its time limit; its follow-ups wait for Kafka's answer, which
             # the producer's delivery timeout bounds.
             work.timer.cancel()
             work.timer = None
-        self.waiting += 1
+        self._held[work] = (ended, self._loop.time() + self._patience)
         self._loop_thread = threading.get_ident()
         for poll in follow.polls:
             if poll not in self._polls:
@@ -90,13 +112,22 @@ class FollowUpWatch:
         error: a success ends as a failure when Kafka refused a follow-up (the first names it)."""
         follow = work.follow_ups
         assert follow is not None
-        refused = follow.end(succeeded=error is None)
+        refused = follow.end(succeeded=error is None and not work.finished)
         return refused.error(self._settings) if refused is not None else error
 
-    def _on_answered(self, work: Work, ended: float) -> None:
+    def freed_ended(self) -> None:
+        """A job held here ended (its slot was freed at its hold)."""
+        self.freed_early -= 1
+
+    @property
+    def waiting(self) -> int:
+        """Jobs whose end waits for their follow-ups."""
+        return len(self._held)
+
+    def _on_answered(self, work: Work) -> None:
         """Kafka answered for ``work``'s last follow-up (on any thread that served a producer:
         on the loop's, :meth:`_poll` ends it next)."""
-        self._answered.append((work, ended))
+        self._answered.append(work)
         if threading.get_ident() == self._loop_thread:
             return
         # One wake-up per batch: answers that come before the loop drains ride along.
@@ -116,7 +147,10 @@ class FollowUpWatch:
             except Exception:
                 _log.error("poll", "serving a producer's delivery reports failed", exc_info=True)
         self._drain()
-        if self.waiting and self._timer is None:
+        self._give_up()
+        if not self._held:
+            self._polls = ()  # the applications of jobs gone are not held alive nor polled
+        elif self._timer is None:
             self._timer = self._loop.call_later(POLL_EVERY_S, self._poll)
 
     def _drain(self) -> None:
@@ -124,11 +158,33 @@ class FollowUpWatch:
         answered = self._answered
         if not answered:
             return
+        held = self._held
         while answered:
-            work, ended = answered.popleft()
-            self.waiting -= 1
-            self._complete(work, None, ended)
+            work = answered.popleft()
+            times = held.pop(work, None)
+            if times is not None:  # else given up on already
+                self._complete(work, None, times[0])
         self._pump()
+
+    def _give_up(self) -> None:
+        """Fail the jobs Kafka has not answered for in the producer's delivery timeout (and a
+        margin): a producer closed meanwhile, say, will never tell their follow-ups' fate."""
+        held = self._held
+        now = self._loop.time()
+        overdue = []
+        for work, (ended, deadline) in held.items():
+            if deadline > now:
+                break
+            overdue.append((work, ended))
+        for work, ended in overdue:
+            del held[work]
+            error = KafkaUnavailableError(
+                f"Kafka did not answer for the jobs job {work.job.id} enqueued within "
+                f"{self._patience:g}s (at {self._settings.bootstrap_servers}); is it running?"
+            )
+            self._complete(work, error, ended)
+        if overdue:
+            self._pump()
 
     def close(self) -> None:
         """Stop polling (jobs still waiting are not ended: their offsets stay unfinished)."""
