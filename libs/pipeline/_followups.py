@@ -18,15 +18,20 @@ reported as for any other enqueue (``flush()``, the failure log).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from contextvars import ContextVar
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from ._errors import KafkaUnavailableError
+
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message
 
     from ._delivery import FailureLog, PipelineFailure
+    from ._errors import PipelineError
+    from ._settings import Settings
     from ._transport import DeliveryCallback
 
 __all__ = ["RUNNING", "FollowUps", "Followed", "RunningJob", "follow_ups", "produce_followed"]
@@ -46,6 +51,11 @@ Followed = Callable[["FollowUps", "KafkaError | None", "Message"], None]
 """``followed(follow_ups, error, message)``: the delivery callback of a follow-up."""
 Poll = Callable[[float], int]
 """``poll(timeout)``: serves the delivery reports of a producer (``Pipeline.poll``)."""
+
+ANSWER_MARGIN_S = 10.0
+"""How much longer than the producer's delivery timeout a job's end waits for Kafka's answers."""
+ANSWER_POLL_S = 0.005
+"""How often a blocking wait for the answers serves the producers."""
 
 _creating = threading.Lock()
 
@@ -90,8 +100,9 @@ class FollowUps:
     """The follow-ups of one job: how many Kafka has not answered for yet, and its refusals.
 
     Thread-safe: enqueues count on any thread, delivery reports come on whichever thread serves
-    the producer. Once the job's end no longer waits for them (:meth:`end`), what Kafka
-    refuses goes to the application's failure log, as for any enqueue.
+    the producer. Once the job's end no longer waits for them (it :meth:`succeeded` or
+    :meth:`failed`), what Kafka refuses goes to the application's failure log, as for any
+    enqueue.
     """
 
     __slots__ = ("_failures", "_lock", "_on_answered", "_pending", "_polls", "_released")
@@ -156,17 +167,53 @@ class FollowUps:
         with self._lock:
             self._failures = [f for f in self._failures if f[0] is not failure]
 
-    def end(self, *, succeeded: bool) -> PipelineFailure | None:
-        """The job ends: what Kafka refuses from now on goes to the failure log. If it
-        ``succeeded``, returns the first follow-up Kafka refused (or did not acknowledge in
-        time), which fails it (the others are not logged: the job runs again); else those so
-        far go to the log too."""
+    def succeeded(self, settings: Settings) -> PipelineError | None:
+        """The job's handler succeeded and Kafka answered for its follow-ups: the error of the
+        first one Kafka refused (or did not acknowledge in time), which fails the job (the
+        others are not logged: the job runs again); None if it acknowledged them all. What
+        Kafka refuses from now on goes to the failure log."""
+        failures = self._end()
+        return failures[0][0].error(settings) if failures else None
+
+    def failed(self) -> None:
+        """The job failed: its follow-ups are sent as any enqueue is (what Kafka refused of
+        them so far, and refuses from now on, goes to the failure log)."""
+        for failure, log in self._end():
+            log.add(failure)
+
+    def _end(self) -> list[tuple[PipelineFailure, FailureLog]]:
         with self._lock:
             self._released = True
             self._on_answered = None
             failures, self._failures = self._failures, []
-        if succeeded and failures:
-            return failures[0][0]
-        for failure, log in failures:
-            log.add(failure)
-        return None
+        return failures
+
+    def patience(self, settings: Settings) -> float:
+        """How long the job's end waits for Kafka's answers: a producer tells every job's fate
+        within its delivery timeout, unless it was closed meanwhile (then never)."""
+        return settings.producer.delivery_timeout_s + ANSWER_MARGIN_S
+
+    def unanswered(self, job_id: str, settings: Settings) -> KafkaUnavailableError:
+        """The error of job ``job_id`` when Kafka did not answer within :meth:`patience` (the
+        job fails)."""
+        self.failed()
+        return KafkaUnavailableError(
+            f"Kafka did not answer for the jobs job {job_id} enqueued within "
+            f"{self.patience(settings):g}s (at {settings.bootstrap_servers}); is it running?"
+        )
+
+    def answered_by_now(self, settings: Settings) -> bool:
+        """Serve the follow-ups' producers until Kafka answered for each of them (True), for
+        :meth:`patience` at most (a caller that may block: the test kit's)."""
+        answered = threading.Event()
+        if self.wait(answered.set):
+            return True
+        deadline = time.monotonic() + self.patience(settings)
+        while not answered.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            for poll in self._polls:
+                poll(0)
+            answered.wait(min(remaining, ANSWER_POLL_S))
+        return True

@@ -34,6 +34,7 @@ from .._context import JobContext
 from .._errors import DecodeError, PayloadValidationError, TimeLimitError, UnknownJobTypeError
 from .._eventloop import LEFT_BEHIND_S, BoundedRunner
 from .._failures import failed_job, group_members, judge_failure
+from .._followups import RUNNING, FollowUps
 from .._interceptors import CallNext, JobCall
 from .._job import now_ms
 from .._jsonpayload import JsonPayload
@@ -151,8 +152,10 @@ def _run(
     )
     chain = compose(app.middleware, _innermost(job_type))
     call = JobCall(job, ctx, job_type, kwargs)
+    this_run = _Running()
 
     async def run() -> Any:
+        RUNNING.set(this_run)  # what the run enqueues are its follow-ups, as in a worker
         if limit is None:
             return await chain(call)
         # As in the worker, the run fails at its deadline, whatever the chain does then: it is
@@ -168,11 +171,34 @@ def _run(
         raise TimeLimitError(job.type, limit)
 
     try:
-        return None, _on_a_loop(run, loop)
+        value = _on_a_loop(run, loop)
     except KeyboardInterrupt:
         raise  # the test run is being interrupted
     except BaseException as exc:  # as the worker: SystemExit from a handler fails its job
+        this_run.finished = True
+        if this_run.follow_ups is not None:
+            this_run.follow_ups.failed()
         return exc, None
+    this_run.finished = True
+    follow = this_run.follow_ups
+    if follow is None:
+        return None, value
+    # As in the worker, the job succeeds once Kafka (here, the transport) acknowledged the
+    # jobs it enqueued, and fails with the first it refused.
+    if not follow.answered_by_now(app.settings):
+        return follow.unanswered(job.id, app.settings), None
+    refused = follow.succeeded(app.settings)
+    return (refused, None) if refused is not None else (None, value)
+
+
+class _Running:
+    """A run, as an enqueue in its context sees it (:class:`pipeline._followups.RunningJob`)."""
+
+    __slots__ = ("finished", "follow_ups")
+
+    def __init__(self) -> None:
+        self.finished = False
+        self.follow_ups: FollowUps | None = None
 
 
 def _innermost(job_type: JobType) -> CallNext:

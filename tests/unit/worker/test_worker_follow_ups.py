@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
+import pipeline._followups
 from pipeline import CallNext, EnqueueError, JobCall, KafkaUnavailableError, Pipeline
 from pipeline._followups import follow_ups
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import OutcomeKind
-from pipeline_worker.route import followups
 
 from .support import Harness
 
@@ -281,7 +281,7 @@ def test_a_batch_the_producer_took_part_of_counts_the_jobs_it_took() -> None:
 def test_a_job_whose_follow_ups_kafka_never_answers_fails_after_the_delivery_timeout(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(followups, "ANSWER_MARGIN_S", 0.1)
+    monkeypatch.setattr(pipeline._followups, "ANSWER_MARGIN_S", 0.1)
     transport = HeldTransport()  # never answers: a producer closed before it told their fate
     sender = Pipeline(transport=transport)
     app = Pipeline(transport=InMemoryTransport(), producer={"delivery_timeout_s": 0.2})

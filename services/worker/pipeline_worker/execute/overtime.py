@@ -89,7 +89,7 @@ class Overtime:
         work.timer = None
         if work.follow_ups is not None:
             # Failed: what Kafka refuses of its follow-ups is logged as for any enqueue.
-            work.follow_ups.end(succeeded=False)
+            work.follow_ups.failed()
         limit = self._types.entries[work.job.type].time_limit or 0.0
         # Before its end, which may free its slot at once: a thread lent (a plain function
         # still on the pool), a coroutine inside its runner (the handler, or the interceptors'

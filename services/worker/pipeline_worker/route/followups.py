@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from functools import partial
 
-from pipeline import KafkaUnavailableError, Settings
+from pipeline import Settings
 from pipeline._followups import Poll
 from pipeline._ratelog import RateLimitedLog
 
@@ -34,10 +34,6 @@ POLL_EVERY_S = 0.005
 """How often the loop polls the producers while jobs wait: an answer waits this long at most,
 and a poll serves every answer that came meanwhile (far below the commit interval, which an
 offset waits for anyway)."""
-
-ANSWER_MARGIN_S = 10.0
-"""How much longer than the producer's delivery timeout a job waits for Kafka's answers: a
-producer tells every job's fate within that timeout, unless it was closed meanwhile."""
 
 Complete = Callable[[Work, BaseException | None, float], None]
 """``complete(work, error, ended)``: the processor's end of a job, called again once answered."""
@@ -73,7 +69,6 @@ class FollowUpWatch:
         self._held: dict[Work, tuple[float, float]] = {}
         """Jobs whose end waits for their follow-ups (loop thread): when their handler
         returned, and when to stop waiting (in the order they were held: deadlines only grow)."""
-        self._patience = settings.producer.delivery_timeout_s + ANSWER_MARGIN_S
         self._answered: deque[Work] = deque()
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
@@ -97,7 +92,7 @@ class FollowUpWatch:
             # the producer's delivery timeout bounds.
             work.timer.cancel()
             work.timer = None
-        self._held[work] = (ended, self._loop.time() + self._patience)
+        self._held[work] = (ended, self._loop.time() + follow.patience(self._settings))
         self._loop_thread = threading.get_ident()
         for poll in follow.polls:
             if poll not in self._polls:
@@ -112,8 +107,10 @@ class FollowUpWatch:
         error: a success ends as a failure when Kafka refused a follow-up (the first names it)."""
         follow = work.follow_ups
         assert follow is not None
-        refused = follow.end(succeeded=error is None and not work.finished)
-        return refused.error(self._settings) if refused is not None else error
+        if error is not None or work.finished:
+            follow.failed()
+            return error
+        return follow.succeeded(self._settings)
 
     def freed_ended(self) -> None:
         """A job held here ended (its slot was freed at its hold)."""
@@ -178,11 +175,8 @@ class FollowUpWatch:
             overdue.append((work, ended))
         for work, ended in overdue:
             del held[work]
-            error = KafkaUnavailableError(
-                f"Kafka did not answer for the jobs job {work.job.id} enqueued within "
-                f"{self._patience:g}s (at {self._settings.bootstrap_servers}); is it running?"
-            )
-            self._complete(work, error, ended)
+            assert work.follow_ups is not None
+            self._complete(work, work.follow_ups.unanswered(work.job.id, self._settings), ended)
         if overdue:
             self._pump()
 
