@@ -78,6 +78,8 @@ class LeaderSession:
         self.queue = DueQueue()
         self.progress: dict[Where, PartitionProgress] = {}
         self._paused: set[Where] = set()
+        self._wakes: dict[Where, int] = {}
+        """When the head of each paused partition may leave its wait tier (``_wake_of``)."""
         self._codec = service_codec(job_codec(settings))  # cron fires never wait for it
         self._dead_letters = DeadLetters(
             DeadLetterCodec(self._codec.store), message_max_bytes(settings), self.names.schedules
@@ -171,12 +173,7 @@ class LeaderSession:
         release = due - self._lead if due is not None else None
         fire = self.firing.next_due()
         wakes = [w for w in (release, fire) if w is not None]
-        for where in self._paused:
-            parked = self.progress[where].parked
-            if parked:
-                wakes.append(
-                    self.router.tier_due(self._tier_index[where[0]], parked[0].timestamp()[1])
-                )
+        wakes.extend(self._wakes.values())
         return min(wakes) if wakes else None
 
     def partitions_changed(self) -> bool:
@@ -229,14 +226,33 @@ class LeaderSession:
             tier is not None
             and not progress.finished_before(offset)
             and self.router.tier_due(tier, message.timestamp()[1]) > now
+            and (wake := self._wake_of(tier, message, now)) > now
         ):
             # Every later message of this partition is due later: wait at the head.
             progress.parked.append(message)
+            self._wakes[where] = wake
             assert self._consumer is not None
             self._consumer.pause([TopicPartition(topic, where[1])])
             self._paused.add(where)
             return
         self._process(message, where, progress, now)
+
+    def _wake_of(self, tier: int, message: Message, now: int) -> int:
+        """When ``message``, at the head of a partition of wait tier ``tier``, may leave it:
+        the tier's delay after it was written, and no later than half a horizon before its
+        job is due, where routing would have sent it anyway. A tier whose delay grew since
+        the job was parked in it (or that a removed tier made a longer one), or a timestamp
+        ahead of this clock (a leader whose clock ran ahead), would otherwise hold the job, and
+        every job behind it, that much longer."""
+        written = min(message.timestamp()[1], now)
+        wake = self.router.tier_due(tier, written)
+        try:
+            due = self._codec.decode(message.value() or b"").not_before
+        except DecodeError:
+            return now  # dead-lettered as soon as it is processed
+        if due is not None:
+            wake = min(wake, due - self.router.horizon_ms // 2)
+        return wake
 
     def _process(
         self, message: Message, where: Where, progress: PartitionProgress, now: int
@@ -294,9 +310,12 @@ class LeaderSession:
             progress = self.progress[where]
             tier = self._tier_index[where[0]]
             parked = progress.parked
-            while parked and self.router.tier_due(tier, parked[0].timestamp()[1]) <= now:
+            while parked and self._wakes[where] <= now:
                 self._process(parked.popleft(), where, progress, now)
+                if parked:
+                    self._wakes[where] = self._wake_of(tier, parked[0], now)
             if not parked:
+                del self._wakes[where]
                 assert self._consumer is not None
                 # resume() fetches after the last message delivered, i.e. after the parked ones.
                 self._consumer.resume([TopicPartition(where[0], where[1])])
