@@ -384,3 +384,19 @@ def test_an_error_that_cannot_be_printed_or_encoded_still_moves_its_job(
         moved = letter.job
     assert moved is not None
     assert moved.errors[-1].message
+
+
+@pytest.mark.parametrize("attempt", [1, 3], ids=["retried", "dead"])
+def test_a_job_id_too_large_for_its_event_moves_the_job_without_its_event(attempt: int) -> None:
+    # Another producer may write a job whose id alone takes most of a message: its event (the
+    # id as its key and in its value) would not fit, and Kafka would refuse the whole move.
+    max_bytes = 1_000_000
+    huge = dataclasses.replace(job(attempt), id="i" * 600_000)
+    decided = FailurePolicy(
+        "acme", TIERS, codec=CODEC, worker="host:1", events=True, max_bytes=max_bytes
+    ).decide(failure(raised(RuntimeError("boom")), huge, key=None), NOW)
+    assert [record.topic for record in decided.records] == [
+        "acme.dlq" if attempt == 3 else "acme.retry.0"
+    ]
+    for record in decided.records:
+        assert len(value(record)) + len(record.key or b"") <= max_bytes

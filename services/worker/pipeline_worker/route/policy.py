@@ -221,7 +221,12 @@ class FailurePolicy:
             duration_ms=failure.duration_s * 1000,
             detail=detail,
         )
-        records.append(Record(self.names.events, self._events.encode(event), job.id.encode()))
+        value, key = self._events.encode(event), job.id.encode()
+        # Best effort: an event too large for one message (a job id of hundreds of kilobytes,
+        # which another producer may write) is left out. Kafka would refuse the whole move,
+        # and every worker that took the partition would fail on it again.
+        if fits_in_message(self._max_bytes, value, key):
+            records.append(Record(self.names.events, value, key))
 
 
 def _headers_size(headers: Headers) -> int:
