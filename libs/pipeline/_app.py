@@ -141,7 +141,14 @@ class Pipeline:
         from ._schedule import make_schedule
 
         registered = self.registry.find(job_type)
-        made = make_schedule(name, cron=cron, job_type=job_type, registered=registered, **options)
+        made = make_schedule(
+            name,
+            cron=cron,
+            job_type=job_type,
+            registered=registered,
+            max_bytes=self._max_bytes,
+            **options,
+        )
         self.schedules[name] = made
         return made
 

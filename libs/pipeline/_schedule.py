@@ -108,8 +108,11 @@ def make_schedule(
     headers: Mapping[str, str] | None = None,
     registered: JobType | None = None,
     enabled: bool = True,
+    max_bytes: int | None = None,
 ) -> Schedule:
     """A :class:`Schedule` that :func:`check_schedule` accepts, or :class:`ConfigurationError`.
+    ``max_bytes``: the largest message the producer writing it sends (its record must fit:
+    Kafka would refuse it at every write, the scheduler's at every takeover).
 
     A mapping payload is encoded as JSON, or with the payload codec of ``registered`` (the job
     type, when the application knows it), whose handler must accept it. ``priority`` and
@@ -139,6 +142,13 @@ def make_schedule(
         enabled=enabled,
     )
     check_schedule(schedule)
+    if max_bytes is not None:
+        size = len(ScheduleCodec().encode(schedule)) + len(name.encode())
+        if size > max_bytes:
+            raise ConfigurationError(
+                f"schedule {name} takes {size} bytes, more than the {max_bytes} a message may "
+                "take (`kafka.message.max.bytes`): give it a smaller payload"
+            )
     return schedule
 
 

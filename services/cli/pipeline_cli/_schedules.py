@@ -19,6 +19,7 @@ from pipeline._errors import (
     UnknownJobTypeError,
 )
 from pipeline._job import now_ms
+from pipeline._messagesize import message_max_bytes
 from pipeline._records import MissedFires, Schedule
 from pipeline._schedule import ScheduleRecord, make_schedule, next_fire_ms, payload_text
 from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_schedule
@@ -119,7 +120,8 @@ def add(
             schedule = app.schedule(name, cron=cron, job_type=job_type, **options)
             settings = app_settings(app, settings)  # saved where the application's are
         else:
-            schedule = make_schedule(name, cron=cron, job_type=job_type, **options)
+            limit = message_max_bytes(settings)
+            schedule = make_schedule(name, cron=cron, job_type=job_type, max_bytes=limit, **options)
     except (ConfigurationError, PayloadValidationError, UnknownJobTypeError) as exc:
         raise click.UsageError(str(exc)) from exc
     with cli_errors():
