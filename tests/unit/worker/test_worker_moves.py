@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -239,3 +241,35 @@ def test_a_rewrite_keeps_the_order_of_writes_across_partitions(
 
 def _ignore(done: bool) -> None:
     """A move's outcome the test does not follow."""
+
+
+class AppendedMeanwhile(deque):  # type: ignore[type-arg]
+    """The moves' queue, with the loop thread submitting one more move while the consumer
+    thread takes the queue apart (as it may: the two threads share it)."""
+
+    def __init__(self, late: Callable[[], None]) -> None:
+        super().__init__()
+        self._late: Callable[[], None] | None = late
+
+    def popleft(self) -> Any:
+        late, self._late = self._late, None
+        if late is not None:
+            late()
+        return super().popleft()
+
+
+def test_forgetting_a_partition_keeps_the_order_of_the_moves_left(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    # Two moves of one partition may settle one idempotency key: the later must stay later.
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    done: list[int] = []
+    mover._queue = AppendedMeanwhile(lambda: submit(mover, OTHER, 9, done))
+    for offset in (3, 4):
+        submit(mover, OTHER, offset, done)
+    submit(mover, WHERE, 5, done)
+    mover.forget([WHERE])
+    assert mover.drain(owned, lambda w: 0)
+    _run_ready(loop)
+    assert done == [3, 4, 9]

@@ -316,15 +316,18 @@ class Mover:
                     self._resolve(pending, False)
             # Moves submitted for the assignment that ends here and not drained yet: a drain
             # after the partition came back would write them into the next one. The loop may
-            # append meanwhile: one turn of the queue (a late move of this assignment is
-            # refused by the drain, its assignment being released by now, see _write).
+            # append meanwhile (a late move of this assignment is refused by the drain, its
+            # assignment being released by now, see _write): the moves kept go back in front
+            # of those, in their order (two moves may settle one idempotency key).
             queue = self._queue
-            for _ in range(len(queue)):
-                pending = queue.popleft()
+            taken = [queue.popleft() for _ in range(len(queue))]
+            kept = []
+            for pending in taken:
                 if pending.where in gone:
                     self._resolve(pending, False)
                 else:
-                    queue.append(pending)
+                    kept.append(pending)
+            queue.extendleft(reversed(kept))
         finally:
             self._tell()
         self._transaction.forget(gone)
