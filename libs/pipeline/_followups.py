@@ -34,7 +34,15 @@ if TYPE_CHECKING:
     from ._settings import Settings
     from ._transport import DeliveryCallback
 
-__all__ = ["RUNNING", "FollowUps", "Followed", "RunningJob", "follow_ups", "produce_followed"]
+__all__ = [
+    "RUNNING",
+    "FollowUps",
+    "Followed",
+    "RunningJob",
+    "follow_ups",
+    "patience",
+    "produce_followed",
+]
 
 
 class RunningJob(Protocol):
@@ -72,6 +80,12 @@ def follow_ups() -> FollowUps | None:
             if follow is None and not job.finished:
                 follow = job.follow_ups = FollowUps()
     return follow
+
+
+def patience(settings: Settings) -> float:
+    """How long a job's end waits for Kafka's answers for its follow-ups: a producer tells every
+    job's fate within its delivery timeout, unless it was closed meanwhile (then never)."""
+    return settings.producer.delivery_timeout_s + ANSWER_MARGIN_S
 
 
 def produce_followed(
@@ -152,6 +166,11 @@ class FollowUps:
         if notify is not None:
             notify()
 
+    @property
+    def answered_all(self) -> bool:
+        """Whether Kafka answered for every follow-up counted so far."""
+        return self._pending <= 0
+
     def wait(self, on_answered: Callable[[], None]) -> bool:
         """True if Kafka answered for every follow-up; else False, and ``on_answered()`` is
         called once it has (on the thread that served the last answer)."""
@@ -188,18 +207,13 @@ class FollowUps:
             failures, self._failures = self._failures, []
         return failures
 
-    def patience(self, settings: Settings) -> float:
-        """How long the job's end waits for Kafka's answers: a producer tells every job's fate
-        within its delivery timeout, unless it was closed meanwhile (then never)."""
-        return settings.producer.delivery_timeout_s + ANSWER_MARGIN_S
-
     def unanswered(self, job_id: str, settings: Settings) -> KafkaUnavailableError:
         """The error of job ``job_id`` when Kafka did not answer within :meth:`patience` (the
         job fails)."""
         self.failed()
         return KafkaUnavailableError(
             f"Kafka did not answer for the jobs job {job_id} enqueued within "
-            f"{self.patience(settings):g}s (at {settings.bootstrap_servers}); is it running?"
+            f"{patience(settings):g}s (at {settings.bootstrap_servers}); is it running?"
         )
 
     def answered_by_now(self, settings: Settings) -> bool:
@@ -208,7 +222,7 @@ class FollowUps:
         answered = threading.Event()
         if self.wait(answered.set):
             return True
-        deadline = time.monotonic() + self.patience(settings)
+        deadline = time.monotonic() + patience(settings)
         while not answered.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from functools import partial
 
 from pipeline import Settings
-from pipeline._followups import Poll
+from pipeline._followups import Poll, patience
 from pipeline._ratelog import RateLimitedLog
 
 from .._work import Work
@@ -62,6 +62,7 @@ class FollowUpWatch:
         """Held jobs, from their hold until they end (as the processor's ``in_flight`` counts a
         running job)."""
         self._settings = settings
+        self._patience = patience(settings)
         self._polls: tuple[Poll, ...] = ()
         """The producers' polls the follow-ups of waiting jobs need (loop thread writes)."""
         self._complete = complete
@@ -80,7 +81,7 @@ class FollowUpWatch:
         then its slot is free, and it is completed again once Kafka answered for every one."""
         follow = work.follow_ups
         assert follow is not None
-        if work.finished or follow.wait(partial(self._on_answered, work)):
+        if work.finished or follow.answered_all or follow.wait(partial(self._on_answered, work)):
             return False
         if self._outlives is not None:
             self._outlives(work)
@@ -92,8 +93,9 @@ class FollowUpWatch:
             # the producer's delivery timeout bounds.
             work.timer.cancel()
             work.timer = None
-        self._held[work] = (ended, self._loop.time() + follow.patience(self._settings))
-        self._loop_thread = threading.get_ident()
+        self._held[work] = (ended, self._loop.time() + self._patience)
+        if not self._loop_thread:
+            self._loop_thread = threading.get_ident()
         for poll in follow.polls:
             if poll not in self._polls:
                 self._polls = (*self._polls, poll)
