@@ -89,6 +89,9 @@ class TransactionSteps:
         self._pause = pause_s
         self._sleep = sleep
         self._open = False
+        self.opened_at = 0.0
+        """When the open transaction began (``time.monotonic``). Kafka aborts one open longer
+        than ``transaction.timeout.ms``, and fences its producer for good."""
         self._unfinished: str | None = None  # commit or abort: see the module docstring
 
     @property
@@ -118,6 +121,7 @@ class TransactionSteps:
         if not self._open:
             self._step("begin a transaction", self.producer.begin_transaction)
             self._open = True
+            self.opened_at = time.monotonic()
 
     def commit(self, offsets: Sequence[TopicPartition] = (), group_metadata: Any = None) -> None:
         """Commit the open transaction with the consumed ``offsets`` of the consumer whose

@@ -115,6 +115,10 @@ class Mover:
         """Whether a transaction is open: the partitions it touched commit with it."""
         return self._txn.open
 
+    def open_for(self, now: float) -> float:
+        """How long the open transaction has been open at ``now`` (0: none is)."""
+        return now - self._txn.opened_at if self._txn.open else 0.0
+
     # -- any thread ----------------------------------------------------------------------------
 
     def submit(

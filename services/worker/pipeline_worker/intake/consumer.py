@@ -166,6 +166,7 @@ class ConsumerThread:
             mover=mover,
             dedup=dedup,
             grace_s=worker.revoke_grace_s,
+            txn_commit_after_s=worker.transaction_timeout_ms / 2000,
             incremental=incremental(conf),
             drain_moves=self._drain_moves,
             notify=self._notify,

@@ -60,6 +60,7 @@ class Rebalance:
         mover: Mover | None,
         dedup: DedupStore | None,
         grace_s: float,
+        txn_commit_after_s: float,
         incremental: bool,
         drain_moves: Callable[[], None],
         notify: Callable[..., None],
@@ -76,6 +77,10 @@ class Rebalance:
         self._mover = mover
         self._dedup = dedup
         self._grace_s = grace_s
+        self._txn_commit_after_s = txn_commit_after_s
+        """How old the moves' transaction may grow while a revocation waits before it is
+        committed (half the transaction timeout: Kafka fences a producer whose transaction
+        outlives it)."""
         self._incremental = incremental
         self._drain_moves = drain_moves
         self._notify = notify
@@ -178,6 +183,7 @@ class Rebalance:
             while not future.done() and time.monotonic() < deadline:
                 if committer.in_transaction or not committer.awaiting(time.monotonic()):
                     self._drain_moves()
+                self._commit_if_old(time.monotonic())
                 with contextlib.suppress(TimeoutError):
                     future.result(timeout=0.02)
             future.result(timeout=0)
@@ -191,6 +197,19 @@ class Rebalance:
             if isinstance(exc, (TransactionError, TransactionFencedError)):
                 raise  # the moves' producer failed for good: the consumer thread stops
             _log.error("waiting for the jobs of revoked partitions failed: %s", exc)
+
+    def _commit_if_old(self, now: float) -> None:
+        """Commit the moves' transaction once it is old. Polling waits while a revocation
+        waits for its jobs, and so do the commits made between polls: the moves of the jobs that
+        fail meanwhile would keep one transaction open for the whole grace period, and Kafka
+        aborts a transaction older than its timeout and fences its producer for good (the
+        worker would stop)."""
+        mover = self._mover
+        if mover is None or mover.open_for(now) < self._txn_commit_after_s:
+            return
+        age = mover.open_for(now)
+        if self._committer.commit((), now):
+            _log.info("moves committed while a revocation waits", extra={"age_s": round(age, 3)})
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._incremental:

@@ -120,6 +120,16 @@ def gate(n: int, ctx: Any, port: int, timeout_s: float = 120.0) -> None:
     record.line("E", ctx, "gate", n)
 
 
+@app.job("gate_fail", max_attempts=1)
+def gate_fail(n: int, ctx: Any, port: int) -> None:
+    """A gate that fails once the test closes its connection (dead-lettered: one attempt)."""
+    record.line("S", ctx, "gate_fail", n)
+    with socket.create_connection(("127.0.0.1", port), timeout=120.0) as connection:
+        connection.recv(1)
+    record.line("F", ctx, "gate_fail", n)
+    raise RuntimeError(f"gate {n} fails on purpose")
+
+
 @app.job("ordered")
 async def ordered(n: int, ctx: Any, max_ms: float = 5.0) -> None:
     """A keyed job whose start/end lines show per-key order and overlap."""
