@@ -393,3 +393,16 @@ def test_a_job_waits_on_its_tier_up_to_the_longest_delay_the_worker_gives_it(
     job = Job(id="j", type="t", payload=b"{}", not_before=now + round(ahead_s * 1000))
     message = Message(topic=f"acme.retry.{tier}", partition=0, offset=7)
     assert detours.too_far(message, job, now) is deferred
+
+
+def test_the_jobs_of_an_aborted_transaction_are_counted_once_committed(fakes: Relay) -> None:
+    relay, consumer, producer = fakes
+    jobs_on_the_tier(relay, consumer, 3)
+    producer.failing("send_offsets_to_transaction", abortable())
+    relay._turn()
+    relay._commit()  # aborted: read and forwarded again below
+    assert relay._metrics.relayed == {}
+    for _ in range(2):
+        relay._turn()
+        relay._commit()
+    assert relay._metrics.relayed == {TIER: 3}

@@ -130,6 +130,9 @@ class RetryRelay:
         self._offsets = TierOffsets(self._consumer, TIMEOUT_S)
         self._next_idle_commit = 0.0
         self._txn_started: float | None = None
+        self._uncounted: list[tuple[Any, ...]] = []
+        """What the open transaction's forwards add to the metrics once it commits (a count
+        function and its labels)."""
         self._rewind_due = False
         self._fatal: KafkaError | None = None
         """A fatal consumer error (its group fenced it): the relay can read nothing more."""
@@ -289,9 +292,10 @@ class RetryRelay:
     ) -> None:
         """Forward ``message`` (``job``, decoded again if None) unchanged to ``target``, or
         dead-letter it (see the module docstring): in the open transaction, with its offset."""
+        metrics = self._metrics
         if target is None:
             self._produce(self._names.dlq, self._detours.undecodable(message, error), message)
-            self._metrics.count_move("?", True, DeadLetterReason.DECODE_ERROR)
+            self._uncounted.append((metrics.count_move, "?", True, DeadLetterReason.DECODE_ERROR))
             return
         value = message.value() or b""
         job = job or self._codec.decode(value)  # it decoded when it was read
@@ -299,12 +303,12 @@ class RetryRelay:
             self._produce(target, value, message, message.headers(), too_large_raises=True)
         except MessageTooLargeError:  # refused, it would abort every transaction
             self._produce(self._names.dlq, self._detours.too_large(job, message, target), message)
-            self._metrics.count_move("?", True, DeadLetterReason.TOO_LARGE)
+            self._uncounted.append((metrics.count_move, "?", True, DeadLetterReason.TOO_LARGE))
             return
         if target == self._detours.deferred:
-            self._metrics.count_move("?", False, "deferred")
+            self._uncounted.append((metrics.count_move, "?", False, "deferred"))
         else:
-            self._metrics.count(self._metrics.relayed, message.topic() or "")
+            self._uncounted.append((metrics.count, metrics.relayed, message.topic() or ""))
 
     def _produce(
         self,
@@ -337,10 +341,15 @@ class RetryRelay:
         self._txn_started = None
         self._offsets.committed(offsets)
         self._metrics.transactions += 1
+        # Counted once committed: an aborted transaction's jobs are read and forwarded again.
+        for count, *labels in self._uncounted:
+            count(*labels)
+        self._uncounted.clear()
 
     def _aborted(self, exc: TransactionAbortedError | KafkaUnavailableError) -> None:
         _log.warning("retry relay transaction aborted, reading again: %s", exc)
         self._txn_started = None
+        self._uncounted.clear()
         # Forget the forwards now; read them again after the next poll, not here: this may be
         # a rebalance callback (the commit of a revocation), where a blocking consumer call
         # (the rewind asks for the committed offsets) breaks the client's per-thread state.
@@ -352,6 +361,7 @@ class RetryRelay:
         if self._txn_started is None:
             return
         self._txn_started = None
+        self._uncounted.clear()
         self._txn.abort()
 
     def _rewind(self) -> None:
