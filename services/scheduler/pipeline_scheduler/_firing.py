@@ -23,7 +23,7 @@ from pipeline._transactions import MessageTooLargeError, Transactions
 
 from ._cron import CronTable
 from ._deadletter import DeadLetters
-from ._metrics import SchedulerMetrics
+from ._metrics import SchedulerMetrics, Tally
 
 _log = logging.getLogger("pipeline.scheduler")
 
@@ -39,6 +39,7 @@ class CronFiring:
         codec: JobCodec,
         dead_letters: DeadLetters,
         metrics: SchedulerMetrics,
+        tally: Tally,
         registry: Registry | None,
         default_attempts: int,
     ) -> None:
@@ -52,6 +53,8 @@ class CronFiring:
         self._schedule_codec = ScheduleCodec(codec.store)
         self._dead_letters = dead_letters
         self._metrics = metrics
+        self._tally = tally
+        """The fires of the open transaction, counted once it commits."""
         self._registry = registry  # the job types' declared options, for the fires
         self._default_attempts = default_attempts
         self._offsets: dict[str, int] = {}
@@ -118,9 +121,9 @@ class CronFiring:
                         job, schedule.name, offset, len(value)
                     )
                     txn.produce(self._names.dlq, letter, key)
-                    self._metrics.dead_letters.inc()
+                    self._tally.add(self._metrics.dead_letters.inc)
                 else:
-                    self._metrics.cron_fires.labels(schedule.name).inc()
+                    self._tally.add(self._metrics.cron_fires.labels(schedule.name).inc)
                     _log.info(
                         "cron fire",
                         extra={

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
@@ -34,7 +35,7 @@ from ._cron import CronTable
 from ._deadletter import DeadLetters
 from ._duequeue import DueQueue
 from ._firing import CronFiring
-from ._metrics import SchedulerMetrics
+from ._metrics import SchedulerMetrics, Tally
 from ._partitions import PartitionWatch, term_partitions
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router
@@ -84,12 +85,15 @@ class LeaderSession:
         self._dead_letters = DeadLetters(
             DeadLetterCodec(self._codec.store), message_max_bytes(settings), self.names.schedules
         )
+        self._tally = Tally()
+        """The counts of the open transaction (see :class:`Tally`)."""
         self.firing = CronFiring(
             CronTable(int(sched.misfire_grace_s * 1000), sched.max_catchup_fires),
             names=self.names,
             codec=self._codec,
             dead_letters=self._dead_letters,
             metrics=metrics,
+            tally=self._tally,
             registry=registry,
             default_attempts=settings.producer.default_max_attempts,
         )
@@ -164,6 +168,7 @@ class LeaderSession:
                 self._consumer.close()
                 self._consumer = None
             self.queue.clear()
+            self._tally.drop()  # not committed: the next term releases and counts them again
             self.metrics.schedules_invalid.set(0)
 
     # --- the loop step ---------------------------------------------------------------------
@@ -274,14 +279,16 @@ class LeaderSession:
         headers = message.headers()
         if decision == RELEASE:
             if self._send(self.names.jobs(job.priority), value, key, headers, where, offset):
-                self.metrics.releases.inc()
-                self.metrics.lateness.observe(max(0, now + self._lead - due) / 1000)
+                self._tally.add(self.metrics.releases.inc)
+                self._tally.add(
+                    self.metrics.lateness.observe, max(0, now + self._lead - due) / 1000
+                )
         elif decision == HOLD:
             target = self.names.jobs(job.priority)
             self.queue.push(due, where, offset, target, key, value, headers, job.id)
             progress.hold(offset)
         elif self._send(self.tier_topics[decision], value, key, headers, where, offset):
-            self.metrics.tier_moves.labels(self._tier_labels[decision]).inc()
+            self._tally.add(self.metrics.tier_moves.labels(self._tier_labels[decision]).inc)
         progress.processed(offset)
 
     def _send(
@@ -301,7 +308,7 @@ class LeaderSession:
             job = self._codec.decode(value)  # decoded before: only its size is wrong
             letter = self._dead_letters.too_large(job, where, offset, key, len(value))
             self.txn.produce(self.names.dlq, letter, key)
-            self.metrics.dead_letters.inc()
+            self._tally.add(self.metrics.dead_letters.inc)
             return False
         return True
 
@@ -323,7 +330,7 @@ class LeaderSession:
 
     def _release(self, now: int) -> None:
         send = self._send
-        observe = self.metrics.lateness.observe
+        observe = partial(self._tally.add, self.metrics.lateness.observe)
         lead = self._lead
         released = self.queue.pop_due(now + lead, self._batch_max)
         sent = 0
@@ -333,11 +340,11 @@ class LeaderSession:
                 observe(max(0, now_ms() + lead - job.due_ms) / 1000)
             self.progress[job.source].release(job.offset)
         if sent:
-            self.metrics.releases.inc(sent)
+            self._tally.add(self.metrics.releases.inc, sent)
 
     def _dead_letter(self, message: Message, exc: DecodeError) -> None:
         self.txn.produce(self.names.dlq, self._dead_letters.encode(message, exc), message.key())
-        self.metrics.dead_letters.inc()
+        self._tally.add(self.metrics.dead_letters.inc)
         _log.warning("undecodable deferred message dead-lettered", extra={"reason": exc.reason})
 
     def _commit(self) -> None:
@@ -371,6 +378,7 @@ class LeaderSession:
         for progress in self.progress.values():
             progress.dirty = False
         self.metrics.transactions.inc()
+        self._tally.committed()
 
     def _offsets_due(self, now: int) -> bool:
         """Whether offsets wait to be sent and the last were sent long enough ago."""

@@ -1,5 +1,6 @@
-"""How long the head of a wait-tier partition waits, without a broker: the tier's delay after
-it was written, and never past the moment routing would want its job out of the tier."""
+"""The leader's reading of delayed jobs, without a broker: how long the head of a wait-tier
+partition waits (the tier's delay after it was written, and never past the moment routing
+would want its job out of the tier), and when what it writes is counted (once committed)."""
 
 from __future__ import annotations
 
@@ -108,3 +109,23 @@ class Sent:
 
     def close(self) -> None:
         pass
+
+
+def released(session: LeaderSession) -> float | None:
+    return session.metrics.registry.get_sample_value("pipeline_scheduler_releases_total")
+
+
+def test_a_release_is_counted_once_its_transaction_commits(session: LeaderSession) -> None:
+    session.txn = Sent()  # type: ignore[assignment]
+    session.progress["pipeline.deferred", 0] = PartitionProgress()
+    now = now_ms()
+    job = Job(id="due", type="t", payload=b"{}", not_before=now)
+    value = JobCodec().encode(job)
+    message = Message(
+        topic="pipeline.deferred", partition=0, offset=0, key=None, value=value, timestamp=(1, now)
+    )
+    session._handle(message, now)
+    assert session.txn.sent == ["pipeline.jobs.default"]  # type: ignore[attr-defined]
+    assert released(session) == 0.0  # written, not committed: an abort would release it again
+    session._tally.committed()
+    assert released(session) == 1.0
