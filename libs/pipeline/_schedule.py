@@ -24,6 +24,7 @@ from ._cronexpr import due_fires, fires_between, moment, next_fire_ms, validate_
 from ._errors import ConfigurationError, DecodeError
 from ._job import Job, Priority, now_ms
 from ._jsonpayload import read_json
+from ._messagesize import fits_in_message
 from ._records import MissedFires, Schedule
 
 if TYPE_CHECKING:
@@ -143,11 +144,13 @@ def make_schedule(
     )
     check_schedule(schedule)
     if max_bytes is not None:
-        size = len(ScheduleCodec().encode(schedule)) + len(name.encode())
-        if size > max_bytes:
+        value, key = ScheduleCodec().encode(schedule), name.encode()
+        if not fits_in_message(max_bytes, value, key):
+            size = len(value) + len(key)
             raise ConfigurationError(
-                f"schedule {name} takes {size} bytes, more than the {max_bytes} a message may "
-                "take (`kafka.message.max.bytes`): give it a smaller payload"
+                f"schedule {name} takes {size} bytes, too many for one message of at most "
+                f"{max_bytes} with its overhead (`kafka.message.max.bytes`): give it a smaller "
+                "payload"
             )
     return schedule
 

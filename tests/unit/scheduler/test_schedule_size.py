@@ -7,6 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline import ConfigurationError, Pipeline, Settings
+from pipeline._codec import ScheduleCodec
+from pipeline._messagesize import RECORD_OVERHEAD
+from pipeline._records import Schedule
 from pipeline._schedule import make_schedule
 from pipeline.testing import InMemoryTransport
 from pipeline_cli import cli
@@ -17,23 +20,22 @@ NOWHERE = {"PIPELINE_BOOTSTRAP_SERVERS": "127.0.0.1:9"}
 def test_an_application_refuses_a_schedule_too_large_for_a_message() -> None:
     app = Pipeline(Settings(kafka={"message.max.bytes": "10000"}), transport=InMemoryTransport())
     app.schedule("small", cron="* * * * *", job_type="t", payload={"blob": "x" * 9_000})
-    with pytest.raises(ConfigurationError, match=r"schedule big takes \d+ bytes, more than"):
+    with pytest.raises(ConfigurationError, match=r"schedule big takes \d+ bytes, too many"):
         app.schedule("big", cron="* * * * *", job_type="t", payload={"blob": "x" * 10_000})
     assert set(app.schedules) == {"small"}
 
 
-def test_the_limit_counts_the_whole_record() -> None:
-    made = make_schedule("n", cron="* * * * *", job_type="t", payload={"blob": "x" * 100})
-    schedule_bytes = len(made.payload)
-    fits = make_schedule(
-        "n", cron="* * * * *", job_type="t", payload={"blob": "x" * 100}, max_bytes=10_000
-    )
-    assert fits.payload == made.payload
-    with pytest.raises(ConfigurationError):
-        make_schedule(
-            "n", cron="* * * * *", job_type="t", payload={"blob": "x" * 100},
-            max_bytes=schedule_bytes,  # the payload alone: the record is more
-        )  # fmt: skip
+def test_the_limit_counts_the_whole_record_and_its_overhead() -> None:
+    def made(max_bytes: int | None = None) -> Schedule:
+        payload = {"blob": "x" * 100}
+        return make_schedule(
+            "n", cron="* * * * *", job_type="t", payload=payload, max_bytes=max_bytes
+        )
+
+    record = len(ScheduleCodec().encode(made())) + len(b"n")
+    assert made(record + RECORD_OVERHEAD).payload == made().payload
+    with pytest.raises(ConfigurationError, match="too many for one message"):
+        made(record)  # librdkafka would refuse it
 
 
 def test_schedules_add_refuses_a_schedule_too_large_for_a_message() -> None:

@@ -14,7 +14,7 @@ import pipeline._followups
 from pipeline import CallNext, EnqueueError, JobCall, KafkaUnavailableError, Pipeline
 from pipeline._followups import follow_ups
 from pipeline.testing import InMemoryTransport
-from pipeline_worker import OutcomeKind
+from pipeline_worker import Middleware, Outcome, OutcomeKind
 
 from .support import Harness
 
@@ -385,3 +385,80 @@ def test_a_thread_still_running_a_waiting_jobs_handler_keeps_its_key() -> None:
 
     run(main)
     assert started == [0, 1]
+
+
+def test_a_job_whose_answer_another_handler_served_ends_outside_that_handler_s_context() -> None:
+    transport = HeldTransport()
+    app = Pipeline(transport=transport)
+    ended_in: list[object] = []
+    served = threading.Event()
+
+    class SeesTheContext(Middleware):
+        def on_outcome(self, outcome: Outcome) -> None:
+            if outcome.job is not None and outcome.job.type == "parent":
+                ended_in.append(pipeline._followups.RUNNING.get())
+
+    @app.job("parent")
+    def parent() -> None:
+        app.enqueue("child")
+
+    @app.job("server")
+    def server() -> None:
+        transport.answer()  # Kafka answers; this handler serves the parent's answer
+        app.poll(0)
+        served.set()
+
+    async def main() -> None:
+        h = Harness(app, middleware=[SeesTheContext()], concurrency=4, threads=1)
+        h.feed(h.message("parent"))
+        await until(lambda: h.processor.in_progress == 1 and h.processor.in_flight == 0)
+        h.feed(h.message("server"))
+        outcomes = await h.recorder.wait_for(2)
+        assert sorted(o.job.type for o in outcomes if o.job is not None) == ["parent", "server"]
+        assert served.is_set()
+
+    run(main)
+    assert ended_in == [None]
+
+
+def test_what_a_thread_outliving_its_job_enqueued_is_reported_once_it_is_back() -> None:
+    transport = InMemoryTransport(fail_with=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    release = threading.Event()
+
+    class GivesUpAtOnce:
+        async def intercept(self, call: JobCall, next: CallNext) -> Any:
+            run = asyncio.ensure_future(next(call))
+            await until(started.is_set)
+            run.cancel()  # the chain ends; the plain function's thread runs on
+            return None
+
+    started = threading.Event()
+    app = Pipeline(transport=transport, middleware=[GivesUpAtOnce()])
+
+    @app.job("slow")
+    def slow() -> None:
+        started.set()
+        release.wait(5)
+
+    async def main() -> None:
+        h = Harness(app, concurrency=2, threads=2)
+        overtime = h.processor._overtime
+        ended = overtime.ended
+
+        def enqueue_as_the_job_ends(work: Any) -> bool:
+            # The thread, still running, enqueues in the instant the job ends (its context is
+            # the job's): no end of the job sees this follow-up.
+            if work.follow_ups is None and work.context is not None:
+                work.context.copy().run(app.enqueue, "child")
+            return ended(work)
+
+        overtime.ended = enqueue_as_the_job_ends  # type: ignore[method-assign]
+        h.feed(h.message("slow"))
+        await h.recorder.wait_for(1)
+        release.set()
+        await until(lambda: h.processor.pool.overdue == 0)  # the thread is back
+
+    run(main)
+    app.poll(0)  # Kafka refuses the child
+    with pytest.raises(EnqueueError, match="not authorized"):
+        app.flush(1)

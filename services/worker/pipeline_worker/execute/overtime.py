@@ -147,6 +147,10 @@ class Overtime:
         """The thread of a job that ended before it is back (the caller pumps)."""
         if work not in self._lent:
             return  # it never ran (its job ended before a thread took it), or never outlived it
+        if work.follow_ups is not None and work.finished:
+            # What the thread enqueued after its job ended is sent as any enqueue is (a job
+            # still waiting for Kafka's answers ends with them).
+            work.follow_ups.failed()
         self._lent.discard(work)
         self._pool.give_back()
         self._free(work)

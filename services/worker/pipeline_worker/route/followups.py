@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 from collections import deque
@@ -74,6 +75,10 @@ class FollowUpWatch:
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._loop_thread = 0
+        self._context = contextvars.Context()
+        """What the jobs end in when a thread that served their answers wakes the loop: that
+        thread may be another job's handler, whose context would otherwise come along (what the
+        ending's hooks enqueue would be counted as that job's follow-ups)."""
         """The event loop's thread (known from the first job held on)."""
 
     def hold(self, work: Work, ended: float) -> bool:
@@ -134,7 +139,7 @@ class FollowUpWatch:
             self._scheduled = True
             # A closed loop: the worker exited without this job's end (its offset stays).
             with contextlib.suppress(RuntimeError):
-                self._loop.call_soon_threadsafe(self._drain)
+                self._loop.call_soon_threadsafe(self._drain, context=self._context)
 
     def _poll(self) -> None:
         """Serve the producers' answers, end the jobs answered, and poll again later while
