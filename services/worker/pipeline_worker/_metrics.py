@@ -8,6 +8,7 @@ Counting a job must cost next to nothing: the runtime bumps plain attributes of 
 from __future__ import annotations
 
 import math
+import threading
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
@@ -149,10 +150,16 @@ class WorkerMetrics:
     dedup_expired: int = 0
     """Idempotency keys dropped at the end of their TTL."""
 
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    """Held by the counts below: the loop, the consumer thread and the relay thread share some
+    of their tables, and ``table[key] = table.get(key, 0) + 1`` can lose a count between
+    threads. (The per-job counters have a single writer each and take no lock.)"""
+
     def count_move(self, job_type: str, dead: bool, reason: str) -> None:
         table = self.dead_letters if dead else self.retries
         key = (job_type, reason)
-        table[key] = table.get(key, 0) + 1
+        with self._lock:
+            table[key] = table.get(key, 0) + 1
 
     def type_stats(self, job_type: str, priority: str) -> TypeStats:
         key = (job_type, priority)
@@ -172,10 +179,17 @@ class WorkerMetrics:
         self.deduplicated[key] = self.deduplicated.get(key, 0) + 1
 
     def count(self, table: dict[str, int], key: str, amount: int = 1) -> None:
-        table[key] = table.get(key, 0) + amount
+        with self._lock:
+            table[key] = table.get(key, 0) + amount
 
     def count_commit(self, mode: str, ok: bool, seconds: float | None) -> None:
         key = (mode, "ok" if ok else "error")
-        self.commits[key] = self.commits.get(key, 0) + 1
+        with self._lock:
+            self.commits[key] = self.commits.get(key, 0) + 1
         if seconds is not None:
             self.commit_latency.observe(seconds)
+
+    def count_transaction(self) -> None:
+        """A transaction committed (the moves', on the consumer thread, or the relay's)."""
+        with self._lock:
+            self.transactions += 1

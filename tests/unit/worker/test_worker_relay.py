@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -406,3 +408,25 @@ def test_the_jobs_of_an_aborted_transaction_are_counted_once_committed(fakes: Re
         relay._turn()
         relay._commit()
     assert relay._metrics.relayed == {TIER: 3}
+
+
+def test_moves_counted_by_two_threads_at_once_are_all_counted() -> None:
+    # The loop (the router) and the relay thread count moves in one table.
+    metrics = WorkerMetrics()
+    per_thread = 100_000
+
+    def count() -> None:
+        for _ in range(per_thread):
+            metrics.count_move("t", False, "retry.0")
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can: a lost count shows
+    try:
+        threads = [threading.Thread(target=count) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    assert metrics.retries[("t", "retry.0")] == 2 * per_thread

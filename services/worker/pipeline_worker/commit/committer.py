@@ -318,7 +318,7 @@ class Committer:
         if not committed:
             self._unmapped(offsets)
             return False
-        self._metrics.transactions += 1
+        self._metrics.count_transaction()
         return self._record(offsets)
 
     def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:

@@ -340,7 +340,7 @@ class RetryRelay:
             return
         self._txn_started = None
         self._offsets.committed(offsets)
-        self._metrics.transactions += 1
+        self._metrics.count_transaction()
         # Counted once committed: an aborted transaction's jobs are read and forwarded again.
         for count, *labels in self._uncounted:
             count(*labels)
