@@ -4,9 +4,10 @@ for each of them.
 A handler that enqueues a job hands it to the producer and returns; Kafka acknowledges it
 moments later. Were the handler's job counted as done at its return, its offset could be
 committed first, and a worker killed in between (or a follow-up Kafka refused) would lose the
-follow-up for good while its parent never runs again. So the worker marks each job's context
-with the job (:data:`RUNNING`), an enqueue made in that context (by the handler, an
-interceptor, a task or a thread it started with the context) is counted on the job's
+follow-up for good while its parent never runs again. So the worker marks each job, in its
+context (:data:`RUNNING`; a plain function's on its pool thread, :data:`ON_THIS_THREAD`), an
+enqueue made there (by the handler, an interceptor, a task or a thread an ``async def``
+handler started with its context) is counted on the job's
 :class:`FollowUps`, and the worker ends the job only once every one of them was answered: a
 success when Kafka acknowledged them all, else a failure with the first refusal (retried as
 any failure is).
@@ -68,11 +69,23 @@ ANSWER_POLL_S = 0.005
 _creating = threading.Lock()
 
 
+class _ThreadJob(threading.local):
+    job: RunningJob | None = None
+
+
+ON_THIS_THREAD = _ThreadJob()
+"""The job a worker's pool thread runs now (``ON_THIS_THREAD.job``): a plain function's job is
+marked so, not in its context (:data:`RUNNING`), which costs allocations per job."""
+
+
 def follow_ups() -> FollowUps | None:
-    """The follow-ups of the job whose context this is; None outside a running job."""
+    """The follow-ups of the job whose context this is (or that this pool thread runs); None
+    outside a running job."""
     job = RUNNING.get()
     if job is None:
-        return None
+        job = ON_THIS_THREAD.job
+        if job is None:
+            return None
     follow = job.follow_ups
     if follow is None:
         with _creating:  # a handler may enqueue from several threads at once

@@ -7,7 +7,9 @@ without suspending (no real I/O) costs one coroutine call; a job that suspends k
 and another runner takes over the queue. Every job still runs inside a real Task, so
 ``asyncio.current_task()``, ``asyncio.timeout()`` and libraries built on them behave as usual,
 and every job runs in its own copy of the worker's ``contextvars`` context, as a Task would,
-marked as the job's (:data:`pipeline._followups.RUNNING`: what it enqueues are its follow-ups).
+marked as the job's (:data:`pipeline._followups.RUNNING`: what it enqueues are its follow-ups;
+a pool thread marks the plain function's job on itself instead,
+:data:`pipeline._followups.ON_THIS_THREAD`).
 A time limit cancels the runner while it is inside that job; the runner then carries on.
 
 Sync handlers run on up to ``threads`` pool threads fed by a ``queue.SimpleQueue``. Completions
@@ -32,7 +34,7 @@ from collections.abc import Callable, Coroutine, Generator
 from queue import SimpleQueue
 from typing import Any
 
-from pipeline._followups import RUNNING
+from pipeline._followups import ON_THIS_THREAD, RUNNING
 
 from .._work import Work
 
@@ -298,6 +300,7 @@ class ThreadPool:
     def _main(self, index: int) -> None:
         get = self._jobs.get
         done = self._done
+        this_thread = ON_THIS_THREAD  # thread-local: each pool thread marks its own job
         base = self._context
         taken = self._taken
         while True:
@@ -310,10 +313,8 @@ class ThreadPool:
             if not work.finished:  # else failed at its deadline while it waited: not run
                 work.started = time.monotonic()
                 try:
-                    context = work.context  # the chain's, with RUNNING set
-                    if context is None:
-                        context = base.copy()
-                        context.run(RUNNING.set, work)  # what it enqueues is its follow-ups
+                    context = work.context if work.context is not None else base.copy()
+                    this_thread.job = work  # what it enqueues is its follow-ups
                     result = context.run(work.job_type.handler, **(work.kwargs or {}))
                 except BaseException as exc:
                     error = exc
