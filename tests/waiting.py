@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -14,3 +15,15 @@ def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.
             return False
         time.sleep(interval)
     return True
+
+
+async def until(
+    condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.005
+) -> None:
+    """On an event loop: poll ``condition`` for up to ``timeout`` seconds, letting the loop run
+    between looks; fail the test saying so when it never came true."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"not true within {timeout:g}s: {condition!r}")
+        await asyncio.sleep(interval)

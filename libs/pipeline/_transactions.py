@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
@@ -61,6 +62,7 @@ __all__ = [
     "Headers",
     "Message",
     "MessageTooLargeError",
+    "Tally",
     "TransactionalProducer",
     "Transactions",
     "request_timeout_ms",
@@ -192,3 +194,23 @@ class Transactions(TransactionSteps):
                 _log.info(
                     "transaction aborted, writing it again: %s", exc, extra={"producer": self.name}
                 )
+
+
+class Tally:
+    """Counts that belong to the open transaction: added to the metrics once it commits,
+    dropped if it does not (what it wrote is written again, and counted then)."""
+
+    def __init__(self) -> None:
+        self._pending: list[Callable[[], object]] = []
+
+    def add(self, count: Callable[..., object], *args: object) -> None:
+        """``count(*args)`` once the open transaction commits."""
+        self._pending.append(partial(count, *args))
+
+    def committed(self) -> None:
+        pending, self._pending = self._pending, []
+        for count in pending:
+            count()
+
+    def drop(self) -> None:
+        self._pending = []

@@ -19,11 +19,11 @@ from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job
 from pipeline._topics import TopicNames
-from pipeline._transactions import MessageTooLargeError, Transactions
+from pipeline._transactions import MessageTooLargeError, Tally, Transactions
 
 from ._cron import CronTable
 from ._deadletter import DeadLetters
-from ._metrics import SchedulerMetrics, Tally
+from ._metrics import SchedulerMetrics
 
 _log = logging.getLogger("pipeline.scheduler")
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.registry import CollectorRegistry
@@ -76,23 +75,3 @@ class SchedulerMetrics:
     def watch(self, held: Callable[[], float], parked: Callable[[], float]) -> None:
         self.held.set_function(held)
         self.parked.set_function(parked)
-
-
-class Tally:
-    """Counts that belong to the open transaction: added to the metrics once it commits,
-    dropped if it does not (its jobs are read, released or fired again, and counted then)."""
-
-    def __init__(self) -> None:
-        self._pending: list[Callable[[], object]] = []
-
-    def add(self, count: Callable[..., object], *args: object) -> None:
-        """``count(*args)`` once the open transaction commits."""
-        self._pending.append(partial(count, *args))
-
-    def committed(self) -> None:
-        pending, self._pending = self._pending, []
-        for count in pending:
-            count()
-
-    def drop(self) -> None:
-        self._pending = []

@@ -29,13 +29,13 @@ from pipeline._scheduletable import publish_schedules
 from pipeline._settings import Settings
 from pipeline._topics import TopicNames, deferred_group
 from pipeline._topicspec import deferred_tier_topic
-from pipeline._transactions import Headers, MessageTooLargeError
+from pipeline._transactions import Headers, MessageTooLargeError, Tally
 
 from ._cron import CronTable
 from ._deadletter import DeadLetters
 from ._duequeue import DueQueue
 from ._firing import CronFiring
-from ._metrics import SchedulerMetrics, Tally
+from ._metrics import SchedulerMetrics
 from ._partitions import PartitionWatch, term_partitions
 from ._progress import PartitionProgress
 from ._routing import HOLD, RELEASE, Router

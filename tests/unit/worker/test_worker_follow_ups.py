@@ -15,6 +15,7 @@ from pipeline import CallNext, EnqueueError, JobCall, KafkaUnavailableError, Pip
 from pipeline._followups import follow_ups
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import Middleware, Outcome, OutcomeKind
+from tests.waiting import until
 
 from .support import Harness
 
@@ -46,11 +47,6 @@ class HeldTransport(InMemoryTransport):
 
 def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), 20))
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    while not condition():
-        await asyncio.sleep(0.005)
 
 
 @pytest.mark.parametrize("kind", ["plain", "async"])

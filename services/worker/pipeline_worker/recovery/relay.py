@@ -55,7 +55,7 @@ from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetterReason
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames, retry_group
-from pipeline._transactions import Headers, MessageTooLargeError, Transactions
+from pipeline._transactions import Headers, MessageTooLargeError, Tally, Transactions
 
 from .._metrics import WorkerMetrics
 from ..commit.txnconfig import transactional_config
@@ -130,9 +130,8 @@ class RetryRelay:
         self._offsets = TierOffsets(self._consumer, TIMEOUT_S)
         self._next_idle_commit = 0.0
         self._txn_started: float | None = None
-        self._uncounted: list[tuple[Any, ...]] = []
-        """What the open transaction's forwards add to the metrics once it commits (a count
-        function and its labels)."""
+        self._tally = Tally()
+        """What the open transaction's forwards add to the metrics once it commits."""
         self._rewind_due = False
         self._fatal: KafkaError | None = None
         """A fatal consumer error (its group fenced it): the relay can read nothing more."""
@@ -295,7 +294,7 @@ class RetryRelay:
         metrics = self._metrics
         if target is None:
             self._produce(self._names.dlq, self._detours.undecodable(message, error), message)
-            self._uncounted.append((metrics.count_move, "?", True, DeadLetterReason.DECODE_ERROR))
+            self._tally.add(metrics.count_move, "?", True, DeadLetterReason.DECODE_ERROR)
             return
         value = message.value() or b""
         job = job or self._codec.decode(value)  # it decoded when it was read
@@ -303,12 +302,12 @@ class RetryRelay:
             self._produce(target, value, message, message.headers(), too_large_raises=True)
         except MessageTooLargeError:  # refused, it would abort every transaction
             self._produce(self._names.dlq, self._detours.too_large(job, message, target), message)
-            self._uncounted.append((metrics.count_move, "?", True, DeadLetterReason.TOO_LARGE))
+            self._tally.add(metrics.count_move, "?", True, DeadLetterReason.TOO_LARGE)
             return
         if target == self._detours.deferred:
-            self._uncounted.append((metrics.count_move, "?", False, "deferred"))
+            self._tally.add(metrics.count_move, "?", False, "deferred")
         else:
-            self._uncounted.append((metrics.count, metrics.relayed, message.topic() or ""))
+            self._tally.add(metrics.count, metrics.relayed, message.topic() or "")
 
     def _produce(
         self,
@@ -341,15 +340,12 @@ class RetryRelay:
         self._txn_started = None
         self._offsets.committed(offsets)
         self._metrics.count_transaction()
-        # Counted once committed: an aborted transaction's jobs are read and forwarded again.
-        for count, *labels in self._uncounted:
-            count(*labels)
-        self._uncounted.clear()
+        self._tally.committed()  # an aborted transaction's jobs are read and forwarded again
 
     def _aborted(self, exc: TransactionAbortedError | KafkaUnavailableError) -> None:
         _log.warning("retry relay transaction aborted, reading again: %s", exc)
         self._txn_started = None
-        self._uncounted.clear()
+        self._tally.drop()
         # Forget the forwards now; read them again after the next poll, not here: this may be
         # a rebalance callback (the commit of a revocation), where a blocking consumer call
         # (the rewind asks for the committed offsets) breaks the client's per-thread state.
@@ -361,7 +357,7 @@ class RetryRelay:
         if self._txn_started is None:
             return
         self._txn_started = None
-        self._uncounted.clear()
+        self._tally.drop()
         self._txn.abort()
 
     def _rewind(self) -> None:
