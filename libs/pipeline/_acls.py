@@ -20,7 +20,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from ._deadletters import dlq_transactional_id
-from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
+from ._topics import (
+    TopicNames,
+    deferred_group,
+    former_retry_group,
+    retry_group,
+    scheduler_group,
+    worker_group,
+)
 from ._topicspec import scheduler_control_topic
 
 if TYPE_CHECKING:
@@ -134,7 +141,11 @@ def plan_acls(role: Role | str, principal: str, settings: Settings) -> list[AclR
                 (_G, _LIT, g, (Operation.DESCRIBE_CONFIGS,), "its timings, checked at start")
                 for g in (worker_group(settings), retry_group(settings))
             ],
-            (_G, _LIT, retry_group(settings), (_R,), "the retry relay's group"),
+            (_G, _LIT, retry_group(settings), (_R,), "the retry relays' group, one per namespace"),
+            *[
+                (_G, _LIT, g, (_D,), "the relay's group before: its offsets are taken over")
+                for g in filter(None, [former_retry_group(settings)])
+            ],
             (_G, _LIT, f"{t.dedup}.restore", (_D,), "restoring keys: their reader's coordinator"),
             (_X, _PRE, f"{ns}.worker.", (_W,), "the moves producer, one id per process"),
             (_X, _PRE, f"{ns}.relay.", (_W,), "the retry relay's producer, one id per process"),

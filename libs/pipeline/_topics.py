@@ -23,7 +23,12 @@ class TopicNames:
 
     def retry(self, tier: int) -> str:
         """Retry tier ``tier``, counting from 0."""
-        return f"{self.namespace}.retry.{tier}"
+        return f"{self.retry_prefix}{tier}"
+
+    @property
+    def retry_prefix(self) -> str:
+        """What every retry tier's name starts with."""
+        return f"{self.namespace}.retry."
 
     @property
     def deferred(self) -> str:
@@ -74,8 +79,18 @@ def worker_group(settings: Settings) -> str:
 
 
 def retry_group(settings: Settings) -> str:
-    """The workers' retry relay, on the retry tiers."""
-    return f"{worker_group(settings)}.retry"
+    """The retry relays' group, on the retry tiers: one per namespace, whatever the workers'
+    groups are called (the tiers belong to the namespace; two relay groups would each return
+    every retried job)."""
+    return f"{settings.namespace}.workers.retry"
+
+
+def former_retry_group(settings: Settings) -> str | None:
+    """The relay's group before it was one per namespace (``<workers group>.retry``), where
+    that is another group: a starting relay takes over from it
+    (``pipeline_worker.recovery.handover``)."""
+    former = f"{worker_group(settings)}.retry"
+    return None if former == retry_group(settings) else former
 
 
 def deferred_group(settings: Settings) -> str:

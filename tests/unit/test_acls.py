@@ -35,7 +35,16 @@ def test_the_producer_only_writes_jobs() -> None:
 
 def test_the_worker_uses_its_groups_and_transactional_ids() -> None:
     worker = rules(Role.WORKER, worker={"group_id": "fleet"})
-    assert {"GROUP fleet READ", "GROUP fleet.retry READ"} <= worker
+    # The relays' group is one per namespace; the one they used before is read when taken over.
+    assert {"GROUP fleet READ", "GROUP ns.workers.retry READ", "GROUP fleet.retry DESCRIBE"} <= (
+        worker
+    )
+    assert "GROUP fleet.retry READ" not in worker
+    default = rules(Role.WORKER)  # nothing to take over
+    assert {r for r in default if r.startswith("GROUP") and ".retry" in r} == {
+        "GROUP ns.workers.retry READ",
+        "GROUP ns.workers.retry DESCRIBE_CONFIGS",
+    }
     assert {"TRANSACTIONAL_ID ns.worker.* WRITE", "TRANSACTIONAL_ID ns.relay.* WRITE"} <= worker
     assert not any(r.startswith("TOPIC ns.schedules") for r in worker)
     assert not any("CREATE" in r or "ALTER" in r.split()[-1] for r in worker)

@@ -1,12 +1,13 @@
 """The retry relay: returns retried jobs from the retry tiers to their priority topics when due.
 
 Every worker process runs one on its own thread, with its own consumer (group
-``<workers group>.retry``) and its own transactional producer. A retry tier holds jobs in the
-order they failed; each carries its due time (``not_before``). The relay forwards a partition's
-head when it is due; until then it parks the head in memory and pauses the partition, so that a
-tier costs one message of memory per partition whatever its depth. The worker picks a job's tier
-by its delay (``FailurePolicy.tier_for``), so the jobs of one tier are due about as far apart as
-they failed, and a head rarely holds back a job due much earlier.
+``<ns>.workers.retry``, one per namespace: :mod:`.handover`) and its own transactional
+producer. A retry tier holds jobs in the order they failed; each carries its due time
+(``not_before``). The relay forwards a partition's head when it is due; until then it parks the
+head in memory and pauses the partition, so that a tier costs one message of memory per
+partition whatever its depth. The worker picks a job's tier by its delay
+(``FailurePolicy.tier_for``), so the jobs of one tier are due about as far apart as they
+failed, and a head rarely holds back a job due much earlier.
 
 A forward and the tier's consumed offset commit in one transaction (through the library's one
 transaction loop, :class:`pipeline._transactions.Transactions`): a job returns once. When Kafka
@@ -61,6 +62,7 @@ from .._metrics import WorkerMetrics
 from ..commit.txnconfig import transactional_config
 from ..intake.config import COOPERATIVE, membership_config
 from .detours import Detours
+from .handover import take_over
 from .tieroffsets import TierOffsets
 
 _log = logging.getLogger("pipeline.worker.relay")
@@ -93,6 +95,7 @@ class RetryRelay:
         metrics: WorkerMetrics,
         on_failed: Callable[[BaseException], None],
     ) -> None:
+        self._settings = settings
         self._names = TopicNames(settings.namespace)
         self._topics = [self._names.retry(i) for i in range(len(settings.topics.retry_delays_s))]
         self._metrics = metrics
@@ -154,7 +157,7 @@ class RetryRelay:
 
     def _main(self) -> None:
         try:
-            if not self._init():
+            if not self._init() or not take_over(self._settings, self._stop.wait):
                 return
             self._consumer.subscribe(
                 self._topics,
