@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline import Job, JobCodec, Settings
+from pipeline._admin import apply_topics
 from pipeline._deadletters import _Reader, read_dead_letters
 from pipeline._records import DeadLetterReason
 from tests.waiting import wait_for
@@ -45,8 +46,8 @@ def _noop(n: int, not_before: int | None = None, **fields: object) -> Job:
     return Job(id=str(uuid.uuid4()), type="noop", payload=payload, attempt=2, not_before=not_before)
 
 
-def _on_tier(kit: WorkerKit, *jobs: Job) -> list[bytes]:
-    """Write ``jobs`` in order to partition 0 of tier 0, as a producer allowed messages of up
+def _on_tier(kit: WorkerKit, *jobs: Job, tier: int = 0) -> list[bytes]:
+    """Write ``jobs`` in order to partition 0 of ``tier``, as a producer allowed messages of up
     to 2 MB (the broker takes up to about 1 MiB); their bytes."""
     codec = JobCodec()
     values = [codec.encode(job) for job in jobs]
@@ -58,7 +59,7 @@ def _on_tier(kit: WorkerKit, *jobs: Job) -> list[bytes]:
         }
     )
     for value in values:
-        producer.produce(kit.topics.retry(0), value, b"key", partition=0)
+        producer.produce(kit.topics.retry(tier), value, b"key", partition=0)
     assert producer.flush(30) == 0
     return values
 
@@ -96,4 +97,25 @@ def test_a_tier_job_due_in_an_hour_goes_to_the_deferred_topic_and_the_tier_moves
         deferred = reader.read(kit.topics.deferred)[kit.topics.deferred]
     assert [(m.value(), m.key()) for m in deferred] == [(far_value, b"key")]
     assert kit.recording.run_counts()[far.id] == 0
+    assert worker.alive(), "the worker stopped"
+
+
+def test_the_jobs_of_a_tier_removed_from_the_settings_still_come_back(kit: WorkerKit) -> None:
+    # The namespace had a third tier; the workers' settings no longer name it.
+    apply_topics(
+        with_retry_tiers(
+            kit.settings.bootstrap_servers, kit.settings.namespace, [*RETRY_DELAYS, 5.0]
+        )
+    )
+    far = _noop(1, not_before=int(time.time() * 1000) + 3_600_000)
+    due = _noop(2)
+    far_value, _ = _on_tier(kit, far, due, tier=2)
+    worker = kit.workers.start("--concurrency", "4", env=ENV)
+
+    assert wait_for(lambda: kit.recording.all_finished([due.id]), 60), worker.log_tail()
+    # The one due in an hour waits in <ns>.deferred, as one a known tier could not hold.
+    with _Reader(kit.settings, timeout=30) as reader:
+        deferred = reader.read(kit.topics.deferred)[kit.topics.deferred]
+    assert [(m.value(), m.key()) for m in deferred] == [(far_value, b"key")]
+    assert f"retry tiers {kit.topics.retry(2)} are not in topics.retry_delays_s" in worker.log()
     assert worker.alive(), "the worker stopped"

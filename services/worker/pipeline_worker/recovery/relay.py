@@ -48,13 +48,12 @@ from pipeline._envelopes import job_codec
 from pipeline._errors import (
     KafkaUnavailableError,
     PipelineError,
-    TopicMissingError,
     TransactionAbortedError,
 )
 from pipeline._job import now_ms
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetterReason
-from pipeline._topiccheck import is_missing_topic, missing_topics
+from pipeline._topiccheck import is_missing_topic
 from pipeline._topics import TopicNames, retry_group
 from pipeline._transactions import Headers, MessageTooLargeError, Tally, Transactions
 
@@ -64,6 +63,7 @@ from ..intake.config import COOPERATIVE, membership_config
 from .detours import Detours
 from .handover import take_over
 from .tieroffsets import TierOffsets
+from .tiers import Tiers
 
 _log = logging.getLogger("pipeline.worker.relay")
 
@@ -97,7 +97,6 @@ class RetryRelay:
     ) -> None:
         self._settings = settings
         self._names = TopicNames(settings.namespace)
-        self._topics = [self._names.retry(i) for i in range(len(settings.topics.retry_delays_s))]
         self._metrics = metrics
         self._on_failed = on_failed
         self._codec = job_codec(settings)
@@ -119,6 +118,7 @@ class RetryRelay:
             **health.callbacks("retry relay", on_error=self._on_client_error),
         }
         self._consumer = Consumer(consumer_conf)
+        self._tiers = Tiers(settings, self._consumer)
         self._txn = Transactions(
             Producer(transactional_config(settings, "relay", "retry relay producer")),
             name="the retry relay's transactional producer",
@@ -159,8 +159,11 @@ class RetryRelay:
         try:
             if not self._init() or not take_over(self._settings, self._stop.wait):
                 return
+            tiers = self._tiers.to_read(self._stop.wait)
+            if tiers is None:
+                return
             self._consumer.subscribe(
-                self._topics,
+                tiers,
                 on_assign=self._on_assign,
                 on_revoke=self._on_revoke,
                 on_lost=self._on_lost,
@@ -241,7 +244,7 @@ class RetryRelay:
         error = message.error()
         if error is not None:
             if is_missing_topic(error):
-                self._check_topics()
+                self._tiers.check()
             elif is_fatal(error):
                 self._fatal = error
             elif error.code() != KafkaError._PARTITION_EOF:
@@ -269,15 +272,6 @@ class RetryRelay:
         else:
             self._parked[where] = deque([(due, message, target, why)])
             self._consumer.pause([TopicPartition(*where)])
-
-    def _check_topics(self) -> None:
-        try:
-            missing = missing_topics(self._consumer, self._topics, timeout=5.0)
-        except KafkaException as exc:  # asked again when the consumer says so again
-            _log.debug("retry relay: could not check the retry tiers: %s", exc)
-            return
-        if missing:
-            raise TopicMissingError(missing, self._namespace)
 
     def _release(self, now: int) -> None:
         for where, parked in list(self._parked.items()):
