@@ -56,16 +56,17 @@ class DeadLetters:
             max_bytes=self._max_bytes,
         )  # fmt: skip
 
-    def fire_too_large(self, job: Job, name: str, offset: int, size: int) -> bytes:
-        """The letter of the fire ``job`` of schedule ``name`` (its record at ``offset`` of
-        ``source_topic``), ``size`` bytes encoded: not enqueued, the schedule goes on."""
+    def fire_too_large(self, job: Job, name: str, where: tuple[int, int], size: int) -> bytes:
+        """The letter of the fire ``job`` of schedule ``name`` (its record at ``where``,
+        partition and offset, of ``source_topic``), ``size`` bytes encoded: not enqueued, the
+        schedule goes on."""
         why = (
             f"the fire of schedule {name!r} at {job.not_before} ms is a job of {size} bytes, "
             f"larger than the scheduler sends (message.max.bytes {self._max_bytes}), so it was "
             "not enqueued; make the schedule's payload smaller"
         )
         _log.warning("cron fire too large to enqueue: dead-lettered", extra={"schedule": name})
-        source = (self.schedules_topic, 0, offset)
+        source = (self.schedules_topic, *where)
         key = (job.idempotency_key or "").encode()
         return letters.too_large(
             self._codec, job, why, source=source, key=key, max_bytes=self._max_bytes

@@ -2,6 +2,10 @@
 
 Nothing fires before the schedules topic is read up to where it ended when the term began
 (:meth:`CronFiring.caught_up`): a schedule deleted or paused meanwhile must not fire once more.
+``pipeline topics apply`` gives the topic one partition; one created otherwise (a cluster that
+creates topics on first write, with several partitions) is read whole. A schedule's records
+are in one partition, in order, unless partitions were added after it was written: then its
+newest record by timestamp wins (:meth:`CronFiring.read`).
 Each fire goes into the term's open transaction with the schedule's last fire on
 ``<ns>.scheduler-state``, so a fire and its record commit together or not at all. A fire too
 large to send is dead-lettered (``too_large``) instead: refused, it would abort every
@@ -11,6 +15,7 @@ transaction of every term.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -46,8 +51,8 @@ class CronFiring:
         self.cron = cron
         self.ready = False
         """Whether the schedules topic was read to its end at the term's start."""
-        self.end = 0
-        """Where ``<ns>.schedules`` ended when the term began."""
+        self._ends: dict[int, int] = {}
+        """Per partition of ``<ns>.schedules`` not read yet: where it ended when the term began."""
         self._names = names
         self._codec = codec
         self._schedule_codec = ScheduleCodec(codec.store)
@@ -57,14 +62,16 @@ class CronFiring:
         """The fires of the open transaction, counted once it commits."""
         self._registry = registry  # the job types' declared options, for the fires
         self._default_attempts = default_attempts
-        self._offsets: dict[str, int] = {}
-        """Per schedule: the offset of its record on ``<ns>.schedules`` (for a dead letter)."""
+        self._records: dict[str, tuple[int, int, int]] = {}
+        """Per schedule: the partition, timestamp and offset of its record on
+        ``<ns>.schedules`` (which is newest, and where it is for a dead letter)."""
 
-    def begin(self, low: int, high: int) -> None:
-        """A term starts with ``<ns>.schedules`` holding offsets ``low`` to ``high``: nothing
-        fires before the read reaches ``high`` (at once if the topic holds nothing)."""
-        self.end = high
-        self.ready = high <= low
+    def begin(self, offsets: Mapping[int, tuple[int, int]]) -> None:
+        """A term starts with each partition of ``<ns>.schedules`` holding offsets ``low`` to
+        ``high`` (``offsets``, by partition): nothing fires before the read reaches every
+        ``high`` (at once if the topic holds nothing)."""
+        self._ends = {p: high for p, (low, high) in offsets.items() if high > low}
+        self.ready = not self._ends
 
     def next_due(self) -> int | None:
         """When the next fire is due (None: no schedule, or the schedules are not read yet)."""
@@ -77,8 +84,12 @@ class CronFiring:
         transactions ends with a marker (or aborted records) that a read_committed consumer
         steps over but never receives."""
         if not self.ready:
-            where = TopicPartition(self._names.schedules, 0)
-            self.ready = consumer.position([where])[0].offset >= self.end
+            topic = self._names.schedules
+            wheres = [TopicPartition(topic, p) for p in self._ends]
+            for where in consumer.position(wheres):
+                if where.offset >= self._ends[where.partition]:
+                    del self._ends[where.partition]
+            self.ready = not self._ends
         return self.ready
 
     def read(self, message: Message) -> None:
@@ -88,9 +99,13 @@ class CronFiring:
             return
         name = raw_key.decode(errors="replace")
         value = message.value()
-        self._offsets[name] = message.offset() or 0
+        partition, offset = message.partition() or 0, message.offset() or 0
+        timestamp = message.timestamp()[1]
+        known = self._records.get(name)
+        if known is not None and known[0] != partition and known[1] > timestamp:
+            return  # an older record, left in the partition the name hashed to before
+        self._records[name] = (partition, timestamp, offset)
         if value is None:
-            self._offsets.pop(name, None)
             self.cron.put(name, None)
         else:
             self.cron.put_record(decode_schedule(name, value, self._schedule_codec))
@@ -116,9 +131,9 @@ class CronFiring:
                     topic = self._names.jobs(job.priority)
                     txn.produce(topic, value, key, too_large_raises=True)
                 except MessageTooLargeError:  # refused, it would abort every transaction
-                    offset = self._offsets.get(schedule.name, -1)
+                    partition, _, offset = self._records.get(schedule.name, (0, 0, -1))
                     letter = self._dead_letters.fire_too_large(
-                        job, schedule.name, offset, len(value)
+                        job, schedule.name, (partition, offset), len(value)
                     )
                     txn.produce(self._names.dlq, letter, key)
                     self._tally.add(self._metrics.dead_letters.inc)

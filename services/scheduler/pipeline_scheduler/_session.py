@@ -135,7 +135,7 @@ class LeaderSession:
         )
         wanted = [TopicPartition(t, p) for t in sources for p in partitions[t]]
         self._watch = PartitionWatch(
-            {t: len(partitions[t]) for t in sources},
+            {t: len(partitions[t]) for t in [*sources, self.names.schedules]},
             every_s=self.settings.scheduler.partitions_check_s,
         )
         assignment = []
@@ -150,10 +150,21 @@ class LeaderSession:
             self.progress[where] = PartitionProgress(committed, saved)
             start = committed if committed is not None else OFFSET_BEGINNING
             assignment.append(TopicPartition(tp.topic, tp.partition, start))
-        schedules = TopicPartition(self.names.schedules, 0, OFFSET_BEGINNING)
-        low, high = consumer.get_watermark_offsets(schedules, timeout=30)
-        self.firing.begin(low, high)
-        consumer.assign([*assignment, schedules])
+        schedules = [
+            TopicPartition(self.names.schedules, p, OFFSET_BEGINNING)
+            for p in partitions[self.names.schedules]
+        ]
+        if len(schedules) > 1:
+            _log.warning(
+                "%s has %d partitions (`pipeline topics apply` creates one): all are read, and "
+                "a schedule written to two of them counts its newest record by timestamp",
+                self.names.schedules,
+                len(schedules),
+            )
+        self.firing.begin(
+            {tp.partition: consumer.get_watermark_offsets(tp, timeout=30) for tp in schedules}
+        )
+        consumer.assign([*assignment, *schedules])
         _log.info(
             "leading",
             extra={"partitions": len(assignment), "saved_progress": len(state.progress)},

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
+from confluent_kafka import TopicPartition
 
 from pipeline._codec import ScheduleCodec
 from pipeline._records import Schedule
@@ -22,6 +23,8 @@ class Message:
     _key: bytes | None
     _value: bytes | None
     _offset: int
+    _partition: int = 0
+    _timestamp_ms: int = 0
 
     def key(self) -> bytes | None:
         return self._key
@@ -32,12 +35,18 @@ class Message:
     def offset(self) -> int:
         return self._offset
 
+    def partition(self) -> int:
+        return self._partition
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, self._timestamp_ms)  # TIMESTAMP_CREATE_TIME
+
 
 @pytest.fixture
 def session() -> Iterator[LeaderSession]:
     # No broker is contacted: nothing here starts a transaction or a consumer.
     made = LeaderSession(Settings(bootstrap_servers="localhost:1"), SchedulerMetrics(), [])
-    made.firing.end = 100
+    made.firing.begin({0: (0, 100)})
     try:
         yield made
     finally:
@@ -70,3 +79,43 @@ def test_bad_records_are_counted_and_replaced(session: LeaderSession) -> None:
     assert invalid_gauge(session) == 1.0
     session.close()
     assert invalid_gauge(session) == 0.0  # a standby skips nothing
+
+
+def test_a_schedule_in_two_partitions_takes_its_newest_record_by_timestamp(
+    session: LeaderSession,
+) -> None:
+    # Partitions added to <ns>.schedules after "a" was written: its next records hash elsewhere.
+    codec = ScheduleCodec()
+    hourly = codec.encode(make_schedule("a", cron="0 * * * *", job_type="t"))
+    minutely = codec.encode(make_schedule("a", cron="* * * * *", job_type="t"))
+    firing = session.firing
+    firing.read(Message(b"a", minutely, 0, _partition=2, _timestamp_ms=2_000))  # type: ignore[arg-type]
+    firing.read(Message(b"a", hourly, 7, _partition=0, _timestamp_ms=1_000))  # type: ignore[arg-type]
+    assert firing.cron.schedules()["a"].cron == "* * * * *"  # the older one, read later, lost
+    # Removed in the new partition: the older record elsewhere does not bring it back.
+    firing.read(Message(b"a", None, 1, _partition=2, _timestamp_ms=3_000))  # type: ignore[arg-type]
+    firing.read(Message(b"a", hourly, 8, _partition=0, _timestamp_ms=2_500))  # type: ignore[arg-type]
+    assert "a" not in firing.cron.schedules()
+    # Within one partition the offset order wins, whatever the writers' clocks said.
+    firing.read(Message(b"a", hourly, 2, _partition=2, _timestamp_ms=100))  # type: ignore[arg-type]
+    assert firing.cron.schedules()["a"].cron == "0 * * * *"
+
+
+def test_nothing_fires_before_every_partition_is_read_to_where_it_ended() -> None:
+    made = LeaderSession(Settings(bootstrap_servers="localhost:1"), SchedulerMetrics(), [])
+    topic = made.names.schedules
+    positions = {0: 5, 1: 0, 2: 3}
+
+    class Consumer:
+        def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+            return [TopicPartition(topic, tp.partition, positions[tp.partition]) for tp in tps]
+
+    try:
+        made.firing.begin({0: (0, 5), 1: (0, 0), 2: (2, 4)})
+        assert not made.firing.caught_up(Consumer())  # type: ignore[arg-type]
+        positions[2] = 4
+        assert made.firing.caught_up(Consumer())  # type: ignore[arg-type]
+        made.firing.begin({0: (3, 3)})
+        assert made.firing.caught_up(Consumer())  # type: ignore[arg-type]  # nothing to read
+    finally:
+        made.close()
