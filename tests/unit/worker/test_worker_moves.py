@@ -13,12 +13,16 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from pipeline import Settings
+from pipeline import Job, JobCodec, Settings
 from pipeline._errors import TransactionFencedError
+from pipeline._job import now_ms
 from pipeline._topics import TopicNames
+from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker.commit import moves
 from pipeline_worker.commit.moves import Mover
-from pipeline_worker.route.policy import Record
+from pipeline_worker.route.outcome import OutcomeKind
+from pipeline_worker.route.policy import Failure, FailurePolicy, Record
+from pipeline_worker.route.router import FailureRouter
 
 from ..test_transactions import FakeProducer, abortable, fenced, refused, retriable
 
@@ -273,3 +277,48 @@ def test_forgetting_a_partition_keeps_the_order_of_the_moves_left(
     assert mover.drain(owned, lambda w: 0)
     _run_ready(loop)
     assert done == [3, 4, 9]
+
+
+def test_a_move_is_counted_once_its_transaction_commits_and_not_when_it_is_dropped(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = FakeProducer().failing("commit_transaction", abortable())
+    mover = mover_on(producer, loop)
+    counted: list[int] = []
+    for where, offset in ((WHERE, 3), (OTHER, 5)):
+        record = Record("acme.dlq", f"{offset}".encode(), None)
+        mover.submit(
+            where, offset, [record], _ignore, count=functools.partial(counted.append, offset)
+        )
+    mover.drain(owned, lambda w: 0)
+    assert counted == []  # in the open transaction only
+    assert not mover.commit(offsets(WHERE, OTHER), META, owned)  # aborted: written again
+    assert counted == []
+    mover.forget([OTHER])  # lost: its new owner runs the job again
+    assert mover.commit(offsets(WHERE), META, owned)
+    assert counted == [3]
+
+
+@pytest.mark.parametrize("deferred", [False, True])
+def test_retries_dead_letters_and_deferrals_are_counted_when_committed(
+    loop: asyncio.AbstractEventLoop, deferred: bool
+) -> None:
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    metrics = WorkerMetrics()
+    router = FailureRouter(
+        FailurePolicy("acme", [5.0], codec=JobCodec(), worker="w", events=False), mover, metrics
+    )
+    job = Job(id="j", type="t", payload=b"{}", not_before=now_ms() + 3_600_000)
+    if deferred:  # read from a priority topic an hour early: moved unchanged
+        router.defer(WHERE[0], WHERE[1], 3, job, None, _ignore)
+    else:
+        failure = Failure(OutcomeKind.UNKNOWN_TYPE, *WHERE, 3, None, job, None, None)
+        router.route(failure, _ignore)
+    mover.drain(owned, lambda w: 0)
+    assert (metrics.retries, metrics.dead_letters) == ({}, {})
+    assert mover.commit(offsets(WHERE), META, owned)
+    if deferred:
+        assert (metrics.retries, metrics.dead_letters) == ({("t", "deferred"): 1}, {})
+    else:  # no handler takes type t
+        assert (metrics.retries, metrics.dead_letters) == ({}, {("?", "unknown_type"): 1})

@@ -130,9 +130,11 @@ class Mover:
         *,
         move: bool = True,
         state: PartitionState | None = None,
+        count: Callable[[], object] | None = None,
     ) -> None:
         """Queue a move; ``done(True)`` runs on the loop once it is in the open transaction,
         ``done(False)`` if the partition was given up first (the job is not finished then).
+        ``count()`` runs (on the consumer thread) once a transaction holding it commits.
 
         ``move=False``: records that go with the offset of a job that stays where it is (the
         idempotency keys it settled); the offset is not skipped by a later owner.
@@ -142,7 +144,7 @@ class Mover:
         assignment, which runs the job again (``done(False)`` then). Without it, whichever
         assignment owns ``where`` takes the move.
         """
-        self._queue.append(Pending(where, offset, records, done, move, state))
+        self._queue.append(Pending(where, offset, records, done, move, state, count))
 
     # -- consumer thread -----------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ not committed (:meth:`MoveTransaction.stranded`)."""
 class Pending:
     """A move submitted by the loop: its partition, offset and records, and whom to tell."""
 
-    __slots__ = ("done", "move", "offset", "records", "state", "where", "written")
+    __slots__ = ("count", "done", "move", "offset", "records", "state", "where", "written")
 
     def __init__(
         self,
@@ -57,6 +57,7 @@ class Pending:
         done: Done,
         move: bool,
         state: PartitionState | None = None,
+        count: Callable[[], object] | None = None,
     ) -> None:
         self.where = where
         self.offset = offset
@@ -69,6 +70,8 @@ class Pending:
         again, since the next assignment runs its job again."""
         self.written = 0
         """Its place in the order of writes (a rewrite keeps that order)."""
+        self.count = count
+        """Counts it in the metrics, once the transaction that holds it commits."""
 
     @property
     def given_up(self) -> bool:
@@ -166,6 +169,9 @@ class MoveTransaction:
             self._rewrite(owned)
             return False
         self._aborted = 0
+        for pending in (p for moves in self._in_txn.values() for p in moves):
+            if pending.count is not None:
+                pending.count()
         self._in_txn.clear()
         if resumed:
             _log.info("the moves' unconfirmed commit is confirmed: committed")

@@ -1,7 +1,9 @@
-"""The event loop's side of failure routing: decide a move, count it, hand it to the mover."""
+"""The event loop's side of failure routing: decide a move, hand it to the mover, which counts
+it once its transaction commits."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -60,7 +62,6 @@ class FailureRouter:
             )
             resolve(False)
             return
-        self._metrics.count_move(move.job_type, move.dead, move.reason)
         if move.dead:
             job = failure.job
             self._dead.warning(
@@ -73,7 +74,10 @@ class FailureRouter:
                 failure.error,
                 extra={"job_id": job.id if job is not None else None, "job_type": move.job_type},
             )
-        self._submit((failure.topic, failure.partition), failure.offset, move, resolve, keys, state)
+        count = functools.partial(self._metrics.count_move, move.job_type, move.dead, move.reason)
+        self._submit(
+            (failure.topic, failure.partition), failure.offset, move, resolve, keys, state, count
+        )
 
     def defer(
         self,
@@ -94,7 +98,8 @@ class FailureRouter:
                            topic, partition, offset)  # fmt: skip
             resolve(False)
             return
-        self._submit((topic, partition), offset, move, resolve, keys, state)
+        count = functools.partial(self._metrics.count_move, move.job_type, False, move.reason)
+        self._submit((topic, partition), offset, move, resolve, keys, state, count)
 
     def _submit(
         self,
@@ -104,8 +109,9 @@ class FailureRouter:
         resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None,
         state: PartitionState | None,
+        count: Callable[[], object] | None = None,
     ) -> None:
         records: Sequence[Record] = move.records
         if keys is not None:
             records = [*records, *keys(move.dead)]
-        self._mover.submit(where, offset, records, resolve, state=state)
+        self._mover.submit(where, offset, records, resolve, state=state, count=count)
