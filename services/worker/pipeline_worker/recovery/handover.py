@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 
 from pipeline._adminsession import AdminSession, has_code
-from pipeline._errors import KafkaUnavailableError, TopicAdminError
+from pipeline._errors import KafkaUnavailableError, NotAuthorizedError, TopicAdminError
 from pipeline._topics import TopicNames, former_retry_group, retry_group
 
 if TYPE_CHECKING:
@@ -39,7 +39,9 @@ RECHECK_S = 1.0
 _NOT_FOUND = (KafkaError.GROUP_ID_NOT_FOUND,)
 
 
-def take_over(settings: Settings, stopped: Callable[[float], bool]) -> bool:
+def take_over(
+    settings: Settings, stopped: Callable[[float], bool], session: AdminSession | None = None
+) -> bool:
     """Wait for the former group to empty, then copy its offsets; False: stopped first.
 
     ``stopped(seconds)`` waits up to that long for a stop and says whether one came. An outage
@@ -49,7 +51,7 @@ def take_over(settings: Settings, stopped: Callable[[float], bool]) -> bool:
     if former is None:
         return True
     group = retry_group(settings)
-    session = AdminSession(settings, TIMEOUT_S)
+    session = session or AdminSession(settings, TIMEOUT_S)
     said = False
     while True:
         session.restart_deadline()
@@ -76,10 +78,13 @@ def take_over(settings: Settings, stopped: Callable[[float], bool]) -> bool:
 def _members(session: AdminSession, group: str) -> int:
     futures = session.client.describe_consumer_groups([group], request_timeout=session.remaining())
     try:
-        described = session.result(futures[group], f"describe the consumer group {group} of", None)
+        described = session.result(futures[group], f"describe the consumer group {group}", None)
     except TopicAdminError as exc:
         if has_code(exc.__cause__, *_NOT_FOUND):
             return 0
+        if has_code(exc.__cause__, KafkaError.GROUP_AUTHORIZATION_FAILED):
+            user = session.settings.security.sasl_username
+            raise NotAuthorizedError("GROUP", group, "DESCRIBE", user) from exc
         raise
     return len(described.members)
 
@@ -88,7 +93,7 @@ def _committed(session: AdminSession, group: str, prefix: str) -> list[TopicPart
     futures = session.client.list_consumer_group_offsets(
         [ConsumerGroupTopicPartitions(group)], request_timeout=session.remaining()
     )
-    doing = f"list the committed offsets of group {group} in"
+    doing = f"list the committed offsets of group {group}"
     listed = session.result(futures[group], doing, None).topic_partitions or []
     return [
         TopicPartition(tp.topic, tp.partition, tp.offset)
@@ -107,7 +112,7 @@ def _copy(session: AdminSession, former: str, group: str, prefix: str) -> None:
         [ConsumerGroupTopicPartitions(group, offsets)], request_timeout=session.remaining()
     )
     try:
-        session.result(futures[group], f"commit the offsets of group {group} in", None)
+        session.result(futures[group], f"commit the offsets of group {group}", None)
     except TopicAdminError:
         if _committed(session, group, prefix):
             return  # another relay joined and committed first
