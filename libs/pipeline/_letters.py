@@ -7,7 +7,9 @@ dead-lettered with its raw bytes only when they fit (:func:`undecodable`), and a
 the producer sends is dead-lettered without them (:func:`too_large`); either letter says where
 the bytes stay (their topic, partition and offset, until the topic's retention). A letter goes
 keyed by its message's key and holds that key too (``raw_key``): twice a key over half of what
-the producer sends would not fit, so such a letter leaves its copy out (:func:`keyed_within`).
+the producer sends would not fit, so such a letter goes without a Kafka key
+(:func:`letter_key`), and leaves its copy out too where with it the letter would not fit
+(:func:`keyed_within`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from ._job import Job
 from ._producer import fits_in_message
 from ._records import DeadLetter, DeadLetterReason, stored_headers
 
-__all__ = ["keyed_within", "place", "too_large", "undecodable"]
+__all__ = ["keyed_within", "letter_key", "place", "too_large", "undecodable"]
 
 _log = logging.getLogger("pipeline.deadletters")
 
@@ -32,12 +34,21 @@ def place(topic: str, partition: int, offset: int) -> str:
     return f"{topic}[{partition}] at offset {offset}"
 
 
+def letter_key(key: bytes | None, max_bytes: int) -> bytes | None:
+    """The Kafka key of a letter about a message keyed ``key``: that key, unless it takes more
+    than half of what the producer sends (``max_bytes``; another producer allowed larger
+    messages): then none, or the letter with its copy of the key would not fit, and the producer
+    would refuse it, aborting every transaction that held it."""
+    return key if key is None or 2 * len(key) <= max_bytes else None
+
+
 def keyed_within(
     codec: DeadLetterCodec, letter: DeadLetter, key: bytes | None, max_bytes: int
 ) -> bytes:
-    """``letter`` encoded, to go keyed by ``key`` (its ``raw_key``): without that copy of the
-    key when with it the record would exceed ``max_bytes``, which the producer would refuse,
-    aborting every transaction that held it. The letter's own key still carries it."""
+    """``letter`` encoded, to go keyed by :func:`letter_key` of ``key`` (its ``raw_key``):
+    without that copy of the key when with it the record would exceed ``max_bytes``, which the
+    producer would refuse, aborting every transaction that held it."""
+    key = letter_key(key, max_bytes)
     encoded = codec.encode(letter)
     if letter.raw_key is None or fits_in_message(max_bytes, encoded, key):
         return encoded
@@ -63,7 +74,7 @@ def undecodable(codec: DeadLetterCodec, message: Message, reason: str, max_bytes
         raw_headers=stored_headers(message.headers()),
     )
     encoded = codec.encode(letter)
-    if fits_in_message(max_bytes, encoded, message.key()):
+    if fits_in_message(max_bytes, encoded, letter_key(message.key(), max_bytes)):
         return encoded
     size = len(value or b"")
     note = (

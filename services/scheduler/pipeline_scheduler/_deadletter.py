@@ -36,8 +36,13 @@ class DeadLetters:
         self.schedules_topic = schedules_topic
 
     def encode(self, message: Message, exc: DecodeError) -> bytes:
-        """The value of ``message``'s dead letter (its key stays the message's key)."""
+        """The value of ``message``'s dead letter (its key: :meth:`key`)."""
         return letters.undecodable(self._codec, message, exc.reason, self._max_bytes)
+
+    def key(self, key: bytes | None) -> bytes | None:
+        """The Kafka key of the letter of a message keyed ``key`` (see
+        :func:`pipeline._letters.letter_key`)."""
+        return letters.letter_key(key, self._max_bytes)
 
     def too_large(
         self, job: Job, source: tuple[str, int], offset: int, key: bytes | None, size: int

@@ -318,7 +318,7 @@ class LeaderSession:
         except MessageTooLargeError:
             job = self._codec.decode(value)  # decoded before: only its size is wrong
             letter = self._dead_letters.too_large(job, where, offset, key, len(value))
-            self.txn.produce(self.names.dlq, letter, key)
+            self.txn.produce(self.names.dlq, letter, self._dead_letters.key(key))
             self._tally.add(self.metrics.dead_letters.inc)
             return False
         return True
@@ -354,7 +354,8 @@ class LeaderSession:
             self._tally.add(self.metrics.releases.inc, sent)
 
     def _dead_letter(self, message: Message, exc: DecodeError) -> None:
-        self.txn.produce(self.names.dlq, self._dead_letters.encode(message, exc), message.key())
+        letter = self._dead_letters.encode(message, exc)
+        self.txn.produce(self.names.dlq, letter, self._dead_letters.key(message.key()))
         self._tally.add(self.metrics.dead_letters.inc)
         _log.warning("undecodable deferred message dead-lettered", extra={"reason": exc.reason})
 

@@ -168,3 +168,28 @@ def test_a_delayed_job_larger_than_the_scheduler_sends_is_dead_lettered_and_stop
     assert letter.raw_value is None
     assert (letter.source_topic, letter.source_partition) == (names.deferred, 0)
     assert "message.max.bytes" in letter.message
+
+
+@pytest.mark.slow  # an edge of dead-lettering; the undecodable one above stays in the default run
+def test_a_delayed_message_whose_key_alone_is_too_large_to_send_stops_nothing(
+    schedulers: SchedulerFactory,
+) -> None:
+    """Another producer (a larger ``message.max.bytes``) wrote a message whose key alone is
+    more than the scheduler's producer sends. Its dead letter went keyed by that key: refused,
+    it aborted every transaction of the leader, and no delayed job was released again."""
+    settings = schedulers.settings
+    names = TopicNames(settings.namespace)
+    producer = Producer(
+        {"bootstrap.servers": settings.bootstrap_servers, "message.max.bytes": 1_040_000}
+    )
+    producer.produce(names.deferred, b"not a job", b"k" * 1_010_000, partition=0)
+    jobs = [Job(id=new_job_id(), type="t", payload=b"{}", not_before=now_ms() + 500)]
+    jobs += [replace(jobs[0], id=new_job_id()) for _ in range(2)]
+    for job in jobs:
+        producer.produce(names.deferred, JobCodec().encode(job), job.id.encode(), partition=0)
+    assert producer.flush(30) == 0
+    released, output = _released(schedulers, 3)
+    assert {r.job.id for r in released} == {job.id for job in jobs}, output
+    [letter] = dead_letters(settings, 1, timeout=10)
+    assert letter.reason == DeadLetterReason.DECODE_ERROR
+    assert (letter.raw_key, letter.source_topic, letter.source_offset) == (None, names.deferred, 0)

@@ -51,6 +51,7 @@ from pipeline._errors import (
     TransactionAbortedError,
 )
 from pipeline._job import now_ms
+from pipeline._letters import letter_key
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetterReason
 from pipeline._topiccheck import is_missing_topic
@@ -290,7 +291,9 @@ class RetryRelay:
         dead-letter it (see the module docstring): in the open transaction, with its offset."""
         metrics = self._metrics
         if target is None:
-            self._produce(self._names.dlq, self._detours.undecodable(message, error), message)
+            self._produce(
+                self._names.dlq, self._detours.undecodable(message, error), message, letter=True
+            )
             self._tally.add(metrics.count_move, "?", True, DeadLetterReason.DECODE_ERROR)
             return
         value = message.value() or b""
@@ -298,7 +301,8 @@ class RetryRelay:
         try:
             self._produce(target, value, message, message.headers(), too_large_raises=True)
         except MessageTooLargeError:  # refused, it would abort every transaction
-            self._produce(self._names.dlq, self._detours.too_large(job, message, target), message)
+            letter = self._detours.too_large(job, message, target)
+            self._produce(self._names.dlq, letter, message, letter=True)
             self._tally.add(metrics.count_move, "?", True, DeadLetterReason.TOO_LARGE)
             return
         if target == self._detours.deferred:
@@ -313,13 +317,17 @@ class RetryRelay:
         source: Message,
         headers: Headers = None,
         too_large_raises: bool = False,
+        *,
+        letter: bool = False,
     ) -> None:
-        """Write ``value`` (with ``source``'s key) into the open transaction, with the offset."""
+        """Write ``value`` into the open transaction, with ``source``'s offset and key (a dead
+        ``letter``'s: :func:`pipeline._letters.letter_key` of it)."""
         if self._txn_started is None:
             self._txn_started = time.monotonic()
-        self._txn.produce(
-            topic, value, source.key(), headers=headers, too_large_raises=too_large_raises
-        )
+        key = source.key()
+        if letter:
+            key = letter_key(key, self._detours.max_bytes)
+        self._txn.produce(topic, value, key, headers=headers, too_large_raises=too_large_raises)
         where = (source.topic() or "", source.partition() or 0)
         self._offsets.forwarded(where, source.offset() or 0)
 

@@ -29,7 +29,7 @@ from pipeline._failures import (
     traceback_text,
     with_attempt_error,
 )
-from pipeline._letters import keyed_within
+from pipeline._letters import keyed_within, letter_key
 from pipeline._producer import LIBRDKAFKA_MESSAGE_MAX_BYTES, fits_in_message
 from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind, stored_headers
 from pipeline._topics import TopicNames
@@ -178,7 +178,8 @@ class FailurePolicy:
             dead_at=now_ms,
             traceback=traceback_text(error),
         )
-        records = [Record(self.names.dlq, self._fitted(letter, failure.key), failure.key)]
+        key = letter_key(failure.key, self._max_bytes)
+        records = [Record(self.names.dlq, self._fitted(letter, failure.key), key)]
         if job is not None:
             self._event(records, job, EventKind.DEAD, failure, letter.message, now_ms)
         # The metric's label: a type the application registers, else "?" (the type named by
@@ -187,12 +188,14 @@ class FailurePolicy:
         return Move(records, True, reason, job.type if known and job is not None else "?")
 
     def _fitted(self, letter: DeadLetter, key: bytes | None) -> bytes:
-        """``letter`` encoded, made smaller if it does not fit in one message (:mod:`.fit`)."""
+        """``letter`` encoded, made smaller if it does not fit in one message (:mod:`.fit`),
+        keyed by :func:`letter_key` of ``key``."""
+        sent_key = letter_key(key, self._max_bytes)
         value = self._dlq.encode(letter)
-        if fits_in_message(self._max_bytes, value, key):
+        if fits_in_message(self._max_bytes, value, sent_key):
             return value
         value = self._dlq.encode(lean_letter(letter))
-        if fits_in_message(self._max_bytes, value, key):
+        if fits_in_message(self._max_bytes, value, sent_key):
             return value
         job = letter.job
         size = len(self._codec.encode(job)) if job is not None else len(letter.raw_value or b"")
