@@ -24,7 +24,14 @@ from pipeline_worker.route.outcome import OutcomeKind
 from pipeline_worker.route.policy import Failure, FailurePolicy, Record
 from pipeline_worker.route.router import FailureRouter
 
-from ..test_transactions import FakeProducer, abortable, fenced, refused, retriable
+from ..test_transactions import (
+    FakeProducer,
+    OutageProducer,
+    abortable,
+    fenced,
+    refused,
+    retriable,
+)
 
 WHERE = ("acme.jobs.default", 0)
 OTHER = ("acme.jobs.default", 1)
@@ -322,3 +329,24 @@ def test_retries_dead_letters_and_deferrals_are_counted_when_committed(
         assert (metrics.retries, metrics.dead_letters) == ({("t", "deferred"): 1}, {})
     else:  # no handler takes type t
         assert (metrics.retries, metrics.dead_letters) == ({}, {("?", "unknown_type"): 1})
+
+
+def test_a_move_of_a_partition_lost_while_its_commit_was_unconfirmed_counts_if_it_committed(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = OutageProducer()
+    mover = mover_on(producer, loop)
+    counted: list[int] = []
+    for where, offset in ((WHERE, 3), (OTHER, 5)):
+        record = Record("acme.dlq", f"{offset}".encode(), None)
+        mover.submit(
+            where, offset, [record], _ignore, count=functools.partial(counted.append, offset)
+        )
+    mover.drain(owned, lambda w: 0)
+    producer.down = frozenset({"commit_transaction"})
+    assert not mover.commit(offsets(WHERE, OTHER), META, owned)  # sent, not confirmed
+    mover.forget([OTHER])  # lost meanwhile: what that commit holds goes with it, or not
+    producer.down = frozenset()
+    mover.commit(offsets(WHERE), META, lambda where: where != OTHER)  # Kafka: it committed
+    assert [value for txn in producer.committed for _, value in txn] == [b"3", b"5"]
+    assert sorted(counted) == [3, 5]

@@ -98,6 +98,9 @@ class MoveTransaction:
         self._aborted = 0
         """Commits aborted in a row: a few come with rebalances; many, with a record Kafka
         refuses every time (a topic written that is missing, or not allowed)."""
+        self._forgotten: list[Pending] = []
+        """Moves of partitions given up while their commit was unconfirmed: counted if it
+        commits after all (see :meth:`forget`)."""
 
     @property
     def unwritten(self) -> bool:
@@ -169,9 +172,10 @@ class MoveTransaction:
             self._rewrite(owned)
             return False
         self._aborted = 0
-        for pending in (p for moves in self._in_txn.values() for p in moves):
+        for pending in (*(p for moves in self._in_txn.values() for p in moves), *self._forgotten):
             if pending.count is not None:
                 pending.count()
+        self._forgotten.clear()
         self._in_txn.clear()
         if resumed:
             _log.info("the moves' unconfirmed commit is confirmed: committed")
@@ -179,6 +183,7 @@ class MoveTransaction:
         return True
 
     def _not_committed(self, exc: Exception) -> None:
+        self._forgotten.clear()  # aborted with the transaction: their next owner moves them
         self._aborted += 1
         if self._aborted < ABORTS_TOLD:
             _log.info("transaction not committed, its moves are written again: %s", exc)
@@ -204,6 +209,8 @@ class MoveTransaction:
         # In no transaction (written again later, without them), or in one whose commit Kafka
         # has not confirmed, which cannot be changed: committed, their offsets go with them
         # (a new owner's read of the offsets waits for its outcome); aborted, they are gone.
+        if self._txn.committing:
+            self._forgotten += (p for w in gone & set(self._in_txn) for p in self._in_txn[w])
         self._in_txn = {w: p for w, p in self._in_txn.items() if w not in gone}
 
     def _rewrite(self, owned: Callable[[Where], bool], then: Sequence[Record] = ()) -> None:
