@@ -30,6 +30,14 @@ class TopicNames:
         """What every retry tier's name starts with."""
         return f"{self.namespace}.retry."
 
+    def tier_number(self, topic: str) -> int | None:
+        """The number of retry tier ``topic`` of this namespace (None: it is none)."""
+        prefix = self.retry_prefix
+        number = topic[len(prefix) :] if topic.startswith(prefix) else ""
+        if not number.isascii() or not number.isdigit() or (number[0] == "0" and number != "0"):
+            return None
+        return int(number)
+
     @property
     def deferred(self) -> str:
         return f"{self.namespace}.deferred"

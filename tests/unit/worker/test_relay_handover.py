@@ -1,5 +1,6 @@
-"""The retry relay's start in a namespace whose workers' group is not the default one: it waits
-for the relays' former group to empty, then takes over its offsets (against a fake cluster)."""
+"""A starting retry relay takes over from the relay groups of earlier releases: it waits until
+none has members, then raises the namespace's one relay group to their furthest offsets
+(against a fake cluster that answers as librdkafka's admin client does)."""
 
 from __future__ import annotations
 
@@ -8,14 +9,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 
 from pipeline import Settings
 from pipeline._errors import KafkaUnavailableError, NotAuthorizedError, TopicAdminError
 from pipeline_worker.recovery.handover import RECHECK_S, take_over
 
 SETTINGS = Settings(namespace="ns", worker={"group_id": "fleet"})
-FORMER, GROUP = "fleet.retry", "ns.workers.retry"
+GROUP = "ns.workers.retry"
+Offsets = dict[tuple[str, int], int]
 
 
 def _future(value: Any) -> concurrent.futures.Future[Any]:
@@ -31,23 +33,25 @@ def _refusal(code: int) -> KafkaException:
     return KafkaException(KafkaError(code))
 
 
+class Group:
+    def __init__(self, members: list[int] | None = None, offsets: Offsets | None = None) -> None:
+        self.members = members or [0]  # one entry per look; the last one stays
+        self.offsets = offsets or {}
+
+    def look(self) -> int:
+        return self.members.pop(0) if len(self.members) > 1 else self.members[0]
+
+
 class Cluster:
-    """The groups' members and committed offsets, as an AdminSession's client sees them."""
+    """Groups, their members and committed offsets, as an AdminSession and its client see
+    them; ``refusals`` are raised by the next calls of that name, one each."""
 
-    def __init__(
-        self, members: list[int], committed: dict[str, dict[tuple[str, int], int]]
-    ) -> None:
-        self.members = members  # the former group's, one entry per look
-        self.committed = committed
-        self.describe: BaseException | None = None
-        self.alter: BaseException | None = None
-        self.altered: list[tuple[str, list[tuple[str, int, int]]]] = []
+    def __init__(self, **groups: Group) -> None:
+        self.groups = {name.replace("__", "."): group for name, group in groups.items()}
+        self.refusals: dict[str, list[BaseException]] = {}
+        self.altered: list[list[tuple[str, int, int]]] = []
         self.settings = SETTINGS
-
-    # -- the session -------------------------------------------------------------------------
-    @property
-    def client(self) -> Cluster:
-        return self
+        self.client = self
 
     def remaining(self) -> float:
         return 1.0
@@ -63,21 +67,30 @@ class Cluster:
                 raise KafkaUnavailableError(doing) from exc
             raise TopicAdminError(topic, f"Kafka refused to {doing}") from exc
 
-    # -- the admin client ----------------------------------------------------------------------
+    def _refused(self, call: str) -> BaseException | None:
+        waiting = self.refusals.get(call)
+        return waiting.pop(0) if waiting else None
+
+    def list_consumer_groups(self, **_: Any) -> concurrent.futures.Future[Any]:
+        listings = [SimpleNamespace(group_id=name) for name in self.groups]
+        return _future(self._refused("list") or SimpleNamespace(valid=listings, errors=[]))
+
     def describe_consumer_groups(self, groups: list[str], **_: Any) -> dict[str, Any]:
-        assert groups == [FORMER]
-        if self.describe is not None:
-            raised, self.describe = self.describe, None
-            return {FORMER: _future(raised)}
-        count = self.members.pop(0) if len(self.members) > 1 else self.members[0]
-        return {FORMER: _future(SimpleNamespace(members=[object()] * count))}
+        [name] = groups
+        refused = self._refused("describe")
+        if refused is None and name not in self.groups:
+            refused = _refusal(KafkaError.GROUP_ID_NOT_FOUND)
+        found = refused or SimpleNamespace(members=[object()] * self.groups[name].look())
+        return {name: _future(found)}
 
     def list_consumer_group_offsets(
         self, request: list[ConsumerGroupTopicPartitions], **_: Any
     ) -> dict[str, Any]:
         [asked] = request
+        group = self.groups.get(asked.group_id, Group())
         tps = [
-            TopicPartition(t, p, o) for (t, p), o in self.committed.get(asked.group_id, {}).items()
+            SimpleNamespace(topic=t, partition=p, offset=o, error=None)
+            for (t, p), o in group.offsets.items()
         ]
         return {asked.group_id: _future(SimpleNamespace(topic_partitions=tps))}
 
@@ -85,87 +98,121 @@ class Cluster:
         self, request: list[ConsumerGroupTopicPartitions], **_: Any
     ) -> dict[str, Any]:
         [asked] = request
-        if self.alter is not None:
-            return {asked.group_id: _future(self.alter)}
-        offsets = [(tp.topic, tp.partition, tp.offset) for tp in asked.topic_partitions or []]
-        self.altered.append((asked.group_id, offsets))
-        self.committed[asked.group_id] = {(t, p): o for t, p, o in offsets}
-        return {asked.group_id: _future(SimpleNamespace())}
+        group = self.groups.setdefault(asked.group_id, Group())
+        wanted = [(tp.topic, tp.partition, tp.offset) for tp in asked.topic_partitions or []]
+        # As librdkafka: the group's future succeeds; each partition carries its own error.
+        refused = self._refused("alter")
+        if refused is None and group.members[0]:
+            refused = _refusal(KafkaError.UNKNOWN_MEMBER_ID)  # Kafka: the group is not empty
+        error = refused.args[0] if isinstance(refused, KafkaException) else None
+        if error is None:
+            self.altered.append(wanted)
+            group.offsets.update({(t, p): o for t, p, o in wanted})
+        tps = [SimpleNamespace(topic=t, partition=p, offset=o, error=error) for t, p, o in wanted]
+        return {asked.group_id: _future(SimpleNamespace(topic_partitions=tps))}
 
 
 def _never(seconds: float) -> bool:
     return False
 
 
-def test_the_default_group_has_nothing_to_take_over() -> None:
-    assert take_over(Settings(namespace="ns"), _never, session=None)  # no cluster asked
+class Waits:
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
 
-
-def test_the_former_group_s_offsets_of_the_tiers_are_copied_once_it_is_empty() -> None:
-    former = {("ns.retry.0", 0): 3, ("ns.retry.1", 2): 7, ("elsewhere", 0): 9}
-    cluster = Cluster([2, 1, 0], {FORMER: former})
-    waits: list[float] = []
-
-    def stopped(seconds: float) -> bool:
-        waits.append(seconds)
+    def __call__(self, seconds: float) -> bool:
+        self.seconds.append(seconds)
         return False
 
-    assert take_over(SETTINGS, stopped, session=cluster)  # type: ignore[arg-type]
-    assert waits == [RECHECK_S, RECHECK_S]  # two looks with members, then empty
-    assert cluster.altered == [(GROUP, [("ns.retry.0", 0, 3), ("ns.retry.1", 2, 7)])]
+
+def _take_over(cluster: Cluster, stopped: Any = _never, settings: Settings = SETTINGS) -> bool:
+    return take_over(settings, stopped, session=cluster)  # type: ignore[arg-type]
 
 
-def test_a_group_that_committed_already_is_left_as_it_is() -> None:
-    cluster = Cluster([0], {FORMER: {("ns.retry.0", 0): 3}, GROUP: {("ns.retry.0", 0): 9}})
-    assert take_over(SETTINGS, _never, session=cluster)  # type: ignore[arg-type]
+def test_with_no_group_before_it_nothing_is_taken_over() -> None:
+    cluster = Cluster(ns__workers__retry=Group([1], {("ns.retry.0", 0): 4}))
+    assert _take_over(cluster, settings=Settings(namespace="ns"))
+    assert _take_over(cluster)
     assert cluster.altered == []
 
 
-def test_a_relay_that_joined_first_makes_the_copy_needless() -> None:
-    cluster = Cluster([0], {FORMER: {("ns.retry.0", 0): 3}})
-    cluster.alter = _refusal(KafkaError.UNKNOWN_MEMBER_ID)  # the group is not empty any more
-    cluster.committed[GROUP] = {}
-    original = cluster.list_consumer_group_offsets
-    calls = 0
-
-    def listed(request: list[ConsumerGroupTopicPartitions], **kw: Any) -> dict[str, Any]:
-        nonlocal calls
-        if request[0].group_id == GROUP:
-            calls += 1
-            if calls == 2:  # asked again after the refusal: the other relay committed
-                cluster.committed[GROUP] = {("ns.retry.0", 0): 4}
-        return original(request, **kw)
-
-    cluster.list_consumer_group_offsets = listed  # type: ignore[method-assign]
-    assert take_over(SETTINGS, _never, session=cluster)  # type: ignore[arg-type]
-    cluster.committed[GROUP] = {}
-    calls = 0
-    cluster.list_consumer_group_offsets = original  # type: ignore[method-assign]
-    with pytest.raises(TopicAdminError):  # refused, and nobody committed: said
-        take_over(SETTINGS, _never, session=cluster)  # type: ignore[arg-type]
+def test_the_former_group_s_tier_offsets_are_taken_once_it_is_empty() -> None:
+    former = {("ns.retry.0", 0): 3, ("ns.retry.1", 2): 7, ("elsewhere", 0): 9, ("ns.retry.x", 0): 1}
+    cluster = Cluster(fleet__retry=Group([2, 1, 0], former))
+    waits = Waits()
+    assert _take_over(cluster, waits)
+    assert waits.seconds == [RECHECK_S, RECHECK_S]  # two looks with members, then empty
+    assert cluster.altered == [[("ns.retry.0", 0, 3), ("ns.retry.1", 2, 7)]]
 
 
-def test_a_stop_while_the_former_group_has_members_ends_the_wait() -> None:
-    cluster = Cluster([1], {})
-    assert not take_over(SETTINGS, lambda s: True, session=cluster)  # type: ignore[arg-type]
+def test_every_former_group_of_the_namespace_is_waited_for_and_the_furthest_offset_taken() -> None:
+    cluster = Cluster(
+        fleet__retry=Group([0], {("ns.retry.0", 0): 3, ("ns.retry.0", 1): 8}),
+        bulk__retry=Group([1, 1, 0], {("ns.retry.0", 0): 5}),  # its old workers stop later
+        other__workers__retry=Group([3], {("other.retry.0", 0): 50}),  # another namespace's
+        ns__workers=Group([2], {("ns.jobs.default", 0): 90}),  # not a relays' group
+    )
+    waits = Waits()
+    assert _take_over(cluster, waits)
+    assert len(waits.seconds) == 2
+    assert cluster.altered == [[("ns.retry.0", 0, 5), ("ns.retry.0", 1, 8)]]
+
+
+def test_only_the_partitions_the_group_is_behind_on_are_raised() -> None:
+    cluster = Cluster(
+        fleet__retry=Group([0], {("ns.retry.0", 0): 3, ("ns.retry.0", 1): 8}),
+        ns__workers__retry=Group([0], {("ns.retry.0", 0): 9, ("ns.retry.0", 1): 2}),
+    )
+    assert _take_over(cluster)
+    assert cluster.altered == [[("ns.retry.0", 1, 8)]]
+    assert _take_over(cluster)  # the next start: nothing behind
+    assert len(cluster.altered) == 1
+
+
+def test_a_relay_that_joined_first_leaves_the_group_as_it_is() -> None:
+    cluster = Cluster(
+        fleet__retry=Group([0], {("ns.retry.0", 0): 3}),
+        ns__workers__retry=Group([1], {}),  # another relay joined and has not committed yet
+    )
+    assert _take_over(cluster)
     assert cluster.altered == []
 
 
-def test_an_outage_is_waited_out_and_a_missing_acl_is_named() -> None:
-    cluster = Cluster([0], {FORMER: {("ns.retry.0", 0): 3}})
-    cluster.describe = _refusal(KafkaError._TRANSPORT)
-    waits: list[float] = []
+def test_a_refused_commit_of_the_offsets_is_not_taken_for_a_take_over() -> None:
+    cluster = Cluster(fleet__retry=Group([0], {("ns.retry.0", 0): 3}))
+    cluster.refusals["alter"] = [_refusal(KafkaError.COORDINATOR_LOAD_IN_PROGRESS)]
+    waits = Waits()
+    assert _take_over(cluster, waits)  # asked again a second later, then committed
+    assert waits.seconds == [RECHECK_S]
+    assert cluster.altered == [[("ns.retry.0", 0, 3)]]
+    cluster = Cluster(fleet__retry=Group([0], {("ns.retry.0", 0): 3}))
+    cluster.refusals["alter"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)]
+    with pytest.raises(TopicAdminError, match=r"commit the offsets of group ns\.workers\.retry"):
+        _take_over(cluster)
 
-    def stopped(seconds: float) -> bool:
-        waits.append(seconds)
-        return False
 
-    assert take_over(SETTINGS, stopped, session=cluster)  # type: ignore[arg-type]
-    assert waits == [RECHECK_S]
-    assert cluster.altered
-    cluster = Cluster([0], {})
-    cluster.describe = _refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)
+def test_a_stop_while_a_former_group_has_members_ends_the_wait() -> None:
+    cluster = Cluster(fleet__retry=Group([1], {("ns.retry.0", 0): 3}))
+    assert not _take_over(cluster, lambda seconds: True)
+    assert cluster.altered == []
+
+
+@pytest.mark.parametrize(
+    "code",
+    [KafkaError._TRANSPORT, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_COORDINATOR],
+)
+def test_an_outage_or_a_moving_coordinator_is_waited_out(code: int) -> None:
+    cluster = Cluster(fleet__retry=Group([0], {("ns.retry.0", 0): 3}))
+    cluster.refusals["describe"] = [_refusal(code)]
+    cluster.refusals["list"] = [_refusal(code)]
+    waits = Waits()
+    assert _take_over(cluster, waits)
+    assert waits.seconds == [RECHECK_S, RECHECK_S]
+    assert cluster.altered == [[("ns.retry.0", 0, 3)]]
+
+
+def test_a_missing_acl_is_named() -> None:
+    cluster = Cluster(fleet__retry=Group([0], {("ns.retry.0", 0): 3}))
+    cluster.refusals["describe"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)]
     with pytest.raises(NotAuthorizedError, match=r"DESCRIBE on GROUP fleet\.retry"):
-        take_over(SETTINGS, _never, session=cluster)  # type: ignore[arg-type]
-    cluster.describe = _refusal(KafkaError.GROUP_ID_NOT_FOUND)  # never existed: nothing to wait for
-    assert take_over(SETTINGS, _never, session=cluster)  # type: ignore[arg-type]
+        _take_over(cluster)

@@ -1,17 +1,18 @@
-"""The retry relay's group is one per namespace: a starting relay takes over from the one before.
+"""The retry relays' group is one per namespace: a starting relay takes over from the ones before.
 
 The relay's group used to be ``<workers group>.retry``. Two groups of workers in one namespace
 (say one per priority) then ran two relays over the same tiers, and every retried job came
 back, and ran, once per group. It is ``<ns>.workers.retry`` now whatever the workers' group is
-called (:func:`pipeline._topics.retry_group`); for the default workers' group that is the
-group it always was, and nothing here runs.
+called (:func:`pipeline._topics.retry_group`).
 
-A relay whose workers' group has another name first waits until its former group has no
-members: workers of an earlier release still relay there, and relaying beside them would
-return their jobs twice. Then, if the new group has committed nothing yet, it commits the
-former group's offsets to it, so that what the old relays returned is not returned again.
-While two relays of new workers start at once, both copy the same offsets; once one has
-joined, Kafka refuses a copy into the group, and none is needed.
+The groups of earlier releases are found by what they did: a group other than that one (and
+named ``<something>.retry``) with offsets committed on this namespace's tiers, the relay's own
+former group included. Before it joins, a relay waits until none of them has members: workers
+of an earlier release still relay there, and relaying beside them would return their jobs
+twice (meanwhile they return every retried job, of every priority). Then it raises the new
+group's committed offsets to the furthest any of them reached, so that what the old relays
+returned is not returned again. Kafka takes offsets for a group only while it has no members:
+when another relay joined first, that relay did the same, and this one joins too.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pipeline._errors import KafkaUnavailableError, NotAuthorizedError, TopicAdm
 from pipeline._topics import TopicNames, former_retry_group, retry_group
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from pipeline import Settings
 
@@ -35,91 +36,146 @@ _log = logging.getLogger("pipeline.worker.relay")
 TIMEOUT_S = 30.0
 """One look at the groups: how long Kafka may take to answer it."""
 RECHECK_S = 1.0
-"""How often a relay waiting for its former group to empty looks again."""
+"""How often a relay waiting for the former groups to empty looks again."""
+SUFFIX = ".retry"
+"""What the name of every relay group of an earlier release ends with."""
 _NOT_FOUND = (KafkaError.GROUP_ID_NOT_FOUND,)
+_PASSING = (
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+)
+"""Errors of a group coordinator moving or starting: asked again, as in an outage."""
+
+Offsets = dict[tuple[str, int], int]
 
 
 def take_over(
     settings: Settings, stopped: Callable[[float], bool], session: AdminSession | None = None
 ) -> bool:
-    """Wait for the former group to empty, then copy its offsets; False: stopped first.
+    """Wait for the former groups to empty, then take their offsets; False: stopped first.
 
     ``stopped(seconds)`` waits up to that long for a stop and says whether one came. An outage
     is waited out; a refusal (an ACL missing) raises, saying which group and what.
     """
-    former = former_retry_group(settings)
-    if former is None:
-        return True
-    group = retry_group(settings)
     session = session or AdminSession(settings, TIMEOUT_S)
-    said = False
+    handover = _Handover(settings, session)
     while True:
         session.restart_deadline()
         try:
-            members = _members(session, former)
-            if members == 0:
-                _copy(session, former, group, TopicNames(settings.namespace).retry_prefix)
+            if handover.done():
                 return True
-            if not said:
-                _log.warning(
-                    "the retry relay waits for the %d members of group %s (the relay's group of "
-                    "workers of an earlier release) to leave before it joins %s",
-                    members,
-                    former,
-                    group,
-                )
-                said = True
         except KafkaUnavailableError as exc:
             _log.debug("the retry relay's handover waits for Kafka: %s", exc)
+        except TopicAdminError as exc:
+            if not has_code(exc.__cause__, *_PASSING):
+                raise
+            _log.debug("the retry relay's handover asks again: %s", exc)
         if stopped(RECHECK_S):
             return False
 
 
-def _members(session: AdminSession, group: str) -> int:
-    futures = session.client.describe_consumer_groups([group], request_timeout=session.remaining())
-    try:
-        described = session.result(futures[group], f"describe the consumer group {group}", None)
-    except TopicAdminError as exc:
-        if has_code(exc.__cause__, *_NOT_FOUND):
-            return 0
-        if has_code(exc.__cause__, KafkaError.GROUP_AUTHORIZATION_FAILED):
-            user = session.settings.security.sasl_username
-            raise NotAuthorizedError("GROUP", group, "DESCRIBE", user) from exc
-        raise
-    return len(described.members)
+class _Handover:
+    """One relay's look at the groups, as often as it takes."""
+
+    def __init__(self, settings: Settings, session: AdminSession) -> None:
+        self._session = session
+        self._names = TopicNames(settings.namespace)
+        self._group = retry_group(settings)
+        self._own_former = former_retry_group(settings)
+        self._told: set[str] = set()
+
+    def done(self) -> bool:
+        """Whether the relay may join now (else it looks again later)."""
+        formers = self._formers()
+        busy = {group: n for group in formers if (n := self._members(group))}
+        if busy:
+            for group in sorted(busy.keys() - self._told):
+                _log.warning(
+                    "the retry relay waits for the %d members of group %s (a relays' group of "
+                    "workers of an earlier release) to leave before it joins %s",
+                    busy[group], group, self._group,
+                )  # fmt: skip
+            self._told |= busy.keys()
+            return False
+        return self._raise(formers)
+
+    def _formers(self) -> dict[str, Offsets]:
+        """The relay groups of earlier releases, with their offsets on this namespace's tiers."""
+        session = self._session
+        future = session.client.list_consumer_groups(request_timeout=session.remaining())
+        listed = session.result(future, "list the consumer groups", None)
+        names = {g.group_id for g in listed.valid if g.group_id.endswith(SUFFIX)}
+        names |= {self._own_former} if self._own_former is not None else set()
+        names.discard(self._group)
+        found = {name: self._committed(name) for name in sorted(names)}
+        return {name: offsets for name, offsets in found.items() if offsets}
+
+    def _raise(self, formers: dict[str, Offsets]) -> bool:
+        """Commit to the new group, where it is behind, the furthest offset of the formers."""
+        current = self._committed(self._group)
+        furthest: Offsets = {}
+        for offsets in formers.values():
+            for where, offset in offsets.items():
+                furthest[where] = max(offset, furthest.get(where, -1))
+        behind = [
+            TopicPartition(topic, partition, offset)
+            for (topic, partition), offset in sorted(furthest.items())
+            if offset > current.get((topic, partition), -1)
+        ]
+        if not behind:
+            return True
+        session = self._session
+        request = [ConsumerGroupTopicPartitions(self._group, behind)]
+        futures = session.client.alter_consumer_group_offsets(
+            request, request_timeout=session.remaining()
+        )
+        doing = f"commit the offsets of group {self._group}"
+        answer = session.result(futures[self._group], doing, None)
+        # librdkafka answers each partition apart; the group's own future holds no error.
+        refused = [tp.error for tp in answer.topic_partitions or [] if tp.error is not None]
+        if not refused:
+            _log.info(
+                "the retry relays' group %s took over the offsets of %d tier partitions from %s",
+                self._group, len(behind), ", ".join(sorted(formers)),
+            )  # fmt: skip
+            return True
+        if self._members(self._group):
+            return True  # another relay joined first (having done this) and relays on
+        if refused[0].code() in _PASSING:
+            raise KafkaUnavailableError(f"Kafka did not {doing}: {refused[0].str()}")
+        raise TopicAdminError(None, f"Kafka refused to {doing}: {refused[0].str()}")
+
+    def _members(self, group: str) -> int:
+        session = self._session
+        futures = session.client.describe_consumer_groups(
+            [group], request_timeout=session.remaining()
+        )
+        try:
+            described = session.result(futures[group], f"describe the consumer group {group}", None)
+        except TopicAdminError as exc:
+            if has_code(exc.__cause__, *_NOT_FOUND):
+                return 0
+            if has_code(exc.__cause__, KafkaError.GROUP_AUTHORIZATION_FAILED):
+                user = session.settings.security.sasl_username
+                raise NotAuthorizedError("GROUP", group, "DESCRIBE", user) from exc
+            raise
+        return len(described.members)
+
+    def _committed(self, group: str) -> Offsets:
+        session = self._session
+        futures = session.client.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], request_timeout=session.remaining()
+        )
+        doing = f"list the committed offsets of group {group}"
+        answer = session.result(futures[group], doing, None)
+        return _tiers(self._names, answer.topic_partitions or [])
 
 
-def _committed(session: AdminSession, group: str, prefix: str) -> list[TopicPartition]:
-    futures = session.client.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)], request_timeout=session.remaining()
-    )
-    doing = f"list the committed offsets of group {group}"
-    listed = session.result(futures[group], doing, None).topic_partitions or []
-    return [
-        TopicPartition(tp.topic, tp.partition, tp.offset)
+def _tiers(names: TopicNames, listed: Iterable[TopicPartition]) -> Offsets:
+    """The committed offsets among ``listed`` that are on the namespace's retry tiers."""
+    return {
+        (tp.topic, tp.partition): tp.offset
         for tp in listed
-        if tp.error is None and tp.offset >= 0 and tp.topic.startswith(prefix)
-    ]
-
-
-def _copy(session: AdminSession, former: str, group: str, prefix: str) -> None:
-    if _committed(session, group, prefix):
-        return  # taken over before, or relayed since
-    offsets = _committed(session, former, prefix)
-    if not offsets:
-        return
-    futures = session.client.alter_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group, offsets)], request_timeout=session.remaining()
-    )
-    try:
-        session.result(futures[group], f"commit the offsets of group {group}", None)
-    except TopicAdminError:
-        if _committed(session, group, prefix):
-            return  # another relay joined and committed first
-        raise
-    _log.info(
-        "the retry relay's group is %s now: took over the offsets of %d tier partitions from %s",
-        group,
-        len(offsets),
-        former,
-    )
+        if tp.error is None and tp.offset >= 0 and names.tier_number(tp.topic) is not None
+    }

@@ -11,7 +11,6 @@ the worker; one left from before may be deleted at any time.
 from __future__ import annotations
 
 import logging
-import re
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaException
@@ -36,21 +35,17 @@ class Tiers:
     """The tier topics of one namespace, for the relay's consumer ``client``."""
 
     def __init__(self, settings: Settings, client: MetadataClient) -> None:
-        names = TopicNames(settings.namespace)
+        self._names = names = TopicNames(settings.namespace)
         self.configured = [names.retry(i) for i in range(len(settings.topics.retry_delays_s))]
         self._namespace = settings.namespace
-        self._numbered = re.compile(re.escape(names.retry_prefix) + r"(0|[1-9][0-9]*)")
         self._client = client
 
     def left_over(self) -> list[str]:
         """The tiers on the cluster beyond those the settings name, in order (raises
         ``KafkaException`` when the cluster does not answer)."""
         found = self._client.list_topics(timeout=LOOKUP_S).topics
-        extra = {
-            int(match.group(1)): name
-            for name in found
-            if (match := self._numbered.fullmatch(name)) is not None
-        }
+        numbered = ((self._names.tier_number(name), name) for name in found)
+        extra = {number: name for number, name in numbered if number is not None}
         return [extra[n] for n in sorted(extra) if n >= len(self.configured)]
 
     def to_read(self, stopped: Callable[[float], bool]) -> list[str] | None:
