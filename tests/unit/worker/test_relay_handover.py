@@ -87,6 +87,9 @@ class Cluster:
         self, request: list[ConsumerGroupTopicPartitions], **_: Any
     ) -> dict[str, Any]:
         [asked] = request
+        refused = self._refused(f"offsets of {asked.group_id}")
+        if refused is not None:
+            return {asked.group_id: _future(refused)}
         group = self.groups.get(asked.group_id, Group())
         tps = [
             SimpleNamespace(topic=t, partition=p, offset=o, error=None)
@@ -216,3 +219,22 @@ def test_a_missing_acl_is_named() -> None:
     cluster.refusals["describe"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)]
     with pytest.raises(NotAuthorizedError, match=r"DESCRIBE on GROUP fleet\.retry"):
         _take_over(cluster)
+
+
+def test_a_group_whose_offsets_cannot_be_read_is_passed_over_unless_it_is_our_former_one() -> None:
+    def cluster() -> Cluster:
+        made = Cluster(
+            fleet__retry=Group([0], {("ns.retry.0", 0): 3}),
+            theirs__retry=Group([1], {("theirs.retry.0", 0): 3}),
+        )
+        refused = _refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)
+        made.refusals = {"offsets of theirs.retry": [refused], "offsets of fleet.retry": []}
+        return made
+
+    passing = cluster()
+    assert _take_over(passing)
+    assert passing.altered == [[("ns.retry.0", 0, 3)]]
+    refusing = cluster()
+    refusing.refusals["offsets of fleet.retry"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)]
+    with pytest.raises(TopicAdminError, match=r"offsets of group fleet\.retry"):
+        _take_over(refusing)
