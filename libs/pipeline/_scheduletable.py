@@ -2,6 +2,13 @@
 
 Records are written as :class:`~pipeline._records.Schedule` values keyed by name, a tombstone
 removes one; what they mean, and how a reader judges one, is :mod:`pipeline._schedule`'s.
+
+The topic has one partition when ``pipeline topics apply`` creates it. One created otherwise
+(on first write, by a cluster whose ``num.partitions`` is larger) may have several, and a
+schedule's records may be in more than one; readers take its newest record by timestamp
+(:func:`pipeline._tablereader.newest`). On such a topic every record is written to partition 0,
+with a tombstone of its key, a millisecond older, in every other partition: once compaction
+removed a newer tombstone, an old record left in another partition would win again.
 """
 
 from __future__ import annotations
@@ -55,9 +62,18 @@ def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout:
         if error is not None:
             errors.append(error.str())
 
+    partitions = _partitions(producer, topic, timeout)
     for key, value in records:
         try:
-            producer.produce(topic, value, key.encode(), on_delivery=on_delivery)
+            if partitions > 1:  # see the module docstring
+                stamp = now_ms()
+                for other in range(1, partitions):
+                    producer.produce(topic, None, key.encode(), partition=other,
+                                     timestamp=stamp - 1, on_delivery=on_delivery)  # fmt: skip
+                producer.produce(topic, value, key.encode(), partition=0, timestamp=stamp,
+                                 on_delivery=on_delivery)  # fmt: skip
+            else:
+                producer.produce(topic, value, key.encode(), on_delivery=on_delivery)
         except KafkaException as exc:  # refused before sending: too large, say
             reason = exc.args[0].str() if exc.args else str(exc)
             raise PipelineError(f"schedule {key!r} could not be written: {reason}") from exc
@@ -71,6 +87,17 @@ def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout:
             f"writing to {topic} failed: {errors[0]} (does the topic exist? "
             "`pipeline topics apply` creates it)"
         )
+
+
+def _partitions(producer: Any, topic: str, timeout: float) -> int:
+    """How many partitions ``topic`` has (1 if the cluster does not say: written as before)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        found = producer.list_topics(topic, timeout=timeout).topics.get(topic)
+    except KafkaException:
+        return 1
+    return len(found.partitions) if found is not None and found.error is None else 1
 
 
 def publish_schedules(

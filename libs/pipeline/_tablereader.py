@@ -1,6 +1,10 @@
 """Reading a table whole: every committed message of a compacted topic, beginning to end.
 
 The ``<ns>.schedules`` table, the scheduler's state and the workers' heartbeats are read so.
+Such a topic has one partition when ``pipeline topics apply`` creates it; one created otherwise
+may have several, and a key's records may then be in more than one (partitions added after it
+was written): within a partition the last record of a key wins, across partitions the newest by
+timestamp (:func:`newest`).
 """
 
 from __future__ import annotations
@@ -14,14 +18,32 @@ from ._partitions import topic_partitions, unavailable
 if TYPE_CHECKING:
     from ._settings import Settings
 
-__all__ = ["read_table"]
+__all__ = ["newest", "read_table"]
+
+Read = tuple[str, "bytes | None", int, int]
+"""A record as read: its key, value, partition and timestamp (ms)."""
+
+
+def newest(records: list[Read]) -> list[tuple[str, bytes | None]]:
+    """The record of each key that wins, as (key, value), from ``records`` in the order they
+    were read: the last of its partition, and of those of several partitions the newest by
+    timestamp (a tie: the one read last)."""
+    won: dict[str, Read] = {}
+    for record in records:
+        key, _, partition, timestamp = record
+        known = won.get(key)
+        if known is None or known[2] == partition or known[3] <= timestamp:
+            won.pop(key, None)  # in the order of the winners' reading
+            won[key] = record
+    return [(key, value) for key, value, _, _ in won.values()]
 
 
 def read_table(
     settings: Settings, topic: str, timeout: float = 30.0, *, missing_ok: bool = False
 ) -> list[tuple[str, bytes | None]]:
-    """Every committed message of ``topic`` from its beginning to its end, as (key, value);
-    with ``missing_ok``, none when the topic does not exist (else :class:`TopicMissingError`).
+    """Every committed message of ``topic`` from its beginning to its end, as (key, value) (of
+    a topic of several partitions, each key's winning one: :func:`newest`); with
+    ``missing_ok``, none when the topic does not exist (else :class:`TopicMissingError`).
     A refusal of the credentials raises at once, not after ``timeout`` (see
     :mod:`pipeline._partitions`)."""
     import time
@@ -57,9 +79,9 @@ def read_table(
         except KafkaException as exc:  # the metadata came, a partition's leader did not
             reason = f"the end of {topic}: {exc.args[0].str()}"
             raise unavailable(consumer, conf["logger"], settings, timeout, reason) from exc
-        records: list[tuple[str, bytes | None]] = []
+        records: list[Read] = []
         if not pending:
-            return records
+            return []
         consumer.assign([tp for tp in tps if tp.partition in pending])
         while pending:
             if time.monotonic() > deadline:
@@ -73,12 +95,13 @@ def read_table(
                     key = message.key()
                     # A key that is not UTF-8 is no key of ours; it must not stop the reader.
                     name = key.decode(errors="replace") if key else ""
-                    records.append((name, message.value()))
+                    at = message.timestamp()[1]
+                    records.append((name, message.value(), message.partition() or 0, at))
                 elif error.code() == KafkaError._PARTITION_EOF:
                     pending.discard(message.partition())
                 else:
                     raise KafkaUnavailableError(f"reading {topic} failed: {error.str()}")
-        return records
+        return newest(records) if len(tps) > 1 else [(k, v) for k, v, _, _ in records]
     finally:
         consumer.close()
 
