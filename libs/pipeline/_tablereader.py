@@ -18,10 +18,17 @@ from ._partitions import topic_partitions, unavailable
 if TYPE_CHECKING:
     from ._settings import Settings
 
-__all__ = ["newest", "read_table"]
+__all__ = ["newest", "read_table", "replaces"]
 
 Read = tuple[str, "bytes | None", int, int]
 """A record as read: its key, value, partition and timestamp (ms)."""
+
+
+def replaces(partition: int, timestamp: int, known: tuple[int, int] | None) -> bool:
+    """Whether a key's record read at ``partition`` with ``timestamp`` replaces the one
+    ``known`` before it (its partition and timestamp; None: none): the next one of the same
+    partition does, one of another partition when it is not older."""
+    return known is None or known[0] == partition or known[1] <= timestamp
 
 
 def newest(records: list[Read]) -> list[tuple[str, bytes | None]]:
@@ -32,7 +39,7 @@ def newest(records: list[Read]) -> list[tuple[str, bytes | None]]:
     for record in records:
         key, _, partition, timestamp = record
         known = won.get(key)
-        if known is None or known[2] == partition or known[3] <= timestamp:
+        if replaces(partition, timestamp, None if known is None else (known[2], known[3])):
             won.pop(key, None)  # in the order of the winners' reading
             won[key] = record
     return [(key, value) for key, value, _, _ in won.values()]

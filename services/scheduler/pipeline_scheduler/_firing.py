@@ -23,6 +23,7 @@ from pipeline._codec import JobCodec, ScheduleCodec
 from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job
+from pipeline._tablereader import replaces
 from pipeline._topics import TopicNames
 from pipeline._transactions import MessageTooLargeError, Tally, Transactions
 
@@ -102,7 +103,7 @@ class CronFiring:
         partition, offset = message.partition() or 0, message.offset() or 0
         timestamp = message.timestamp()[1]
         known = self._records.get(name)
-        if known is not None and known[0] != partition and known[1] > timestamp:
+        if not replaces(partition, timestamp, None if known is None else known[:2]):
             return  # an older record, left in the partition the name hashed to before
         self._records[name] = (partition, timestamp, offset)
         if value is None:
