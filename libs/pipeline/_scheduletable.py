@@ -5,10 +5,10 @@ removes one; what they mean, and how a reader judges one, is :mod:`pipeline._sch
 
 The topic has one partition when ``pipeline topics apply`` creates it. One created otherwise
 (on first write, by a cluster whose ``num.partitions`` is larger) may have several, and a
-schedule's records may be in more than one; readers take its newest record by timestamp
-(:func:`pipeline._tablereader.newest`). On such a topic every record is written to partition 0,
-with a tombstone of its key, a millisecond older, in every other partition: once compaction
-removed a newer tombstone, an old record left in another partition would win again.
+schedule's records may be in more than one (:class:`pipeline._tablereader.Newest` says which
+wins). On such a topic every record is written to partition 0, then a tombstone of its key to
+every other partition: a record of an earlier release left there, newer than a removal in
+partition 0, would win again once compaction took the removal's tombstone.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ from ._tablereader import read_table
 from ._topics import TopicNames
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from ._records import Schedule
     from ._settings import Settings
 
@@ -52,9 +54,29 @@ def _producer(settings: Settings) -> Any:
 
 
 def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout: float) -> None:
+    producer = _producer(settings)
+    topic = TopicNames(settings.namespace).schedules
+    partitions = _partitions(producer, topic, timeout)
+    if partitions == 1:
+        _send(settings, producer, [(key, value, None) for key, value in records], timeout)
+        return
+    # See the module docstring. The records first: a tombstone written without its record
+    # would remove the schedule where it is the newest, and a failed write must change nothing.
+    _send(settings, producer, [(key, value, 0) for key, value in records], timeout)
+    shadows = [(key, None, other) for key, _ in records for other in range(1, partitions)]
+    _send(settings, producer, shadows, timeout)
+
+
+def _send(
+    settings: Settings,
+    producer: Any,
+    records: Sequence[tuple[str, bytes | None, int | None]],
+    timeout: float,
+) -> None:
+    """Write ``records`` (key, value, partition or None: the key's) and wait until Kafka has
+    them all; raises saying what failed."""
     from confluent_kafka import KafkaException
 
-    producer = _producer(settings)
     topic = TopicNames(settings.namespace).schedules
     errors: list[str] = []
 
@@ -62,18 +84,10 @@ def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout:
         if error is not None:
             errors.append(error.str())
 
-    partitions = _partitions(producer, topic, timeout)
-    for key, value in records:
+    for key, value, partition in records:
+        where = {} if partition is None else {"partition": partition}
         try:
-            if partitions > 1:  # see the module docstring
-                stamp = now_ms()
-                for other in range(1, partitions):
-                    producer.produce(topic, None, key.encode(), partition=other,
-                                     timestamp=stamp - 1, on_delivery=on_delivery)  # fmt: skip
-                producer.produce(topic, value, key.encode(), partition=0, timestamp=stamp,
-                                 on_delivery=on_delivery)  # fmt: skip
-            else:
-                producer.produce(topic, value, key.encode(), on_delivery=on_delivery)
+            producer.produce(topic, value, key.encode(), on_delivery=on_delivery, **where)
         except KafkaException as exc:  # refused before sending: too large, say
             reason = exc.args[0].str() if exc.args else str(exc)
             raise PipelineError(f"schedule {key!r} could not be written: {reason}") from exc

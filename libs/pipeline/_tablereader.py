@@ -1,15 +1,18 @@
 """Reading a table whole: every committed message of a compacted topic, beginning to end.
 
 The ``<ns>.schedules`` table, the scheduler's state and the workers' heartbeats are read so.
-Such a topic has one partition when ``pipeline topics apply`` creates it; one created otherwise
-may have several, and a key's records may then be in more than one (partitions added after it
-was written): within a partition the last record of a key wins, across partitions the newest by
-timestamp (:func:`newest`).
+Such a topic has one partition when ``pipeline topics apply`` creates it. One created otherwise
+may have several, and a key's records may be in more than one (written before partitions were
+added, when the key hashed elsewhere): :class:`Newest` says which record of a key wins. A
+writer of such a topic writes to partition 0 only (with a tombstone of the key in the others,
+see :mod:`pipeline._scheduletable`), so partition 0's last record of a key wins whenever there
+is one; a key partition 0 does not hold takes its newest record by timestamp among the last
+records of the other partitions (what writers of earlier releases left).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._clientlog import LastProblemLog
 from ._errors import KafkaUnavailableError, TopicMissingError
@@ -18,38 +21,47 @@ from ._partitions import topic_partitions, unavailable
 if TYPE_CHECKING:
     from ._settings import Settings
 
-__all__ = ["newest", "read_table", "replaces"]
+__all__ = ["Newest", "read_table"]
 
-Read = tuple[str, "bytes | None", int, int]
-"""A record as read: its key, value, partition and timestamp (ms)."""
-
-
-def replaces(partition: int, timestamp: int, known: tuple[int, int] | None) -> bool:
-    """Whether a key's record read at ``partition`` with ``timestamp`` replaces the one
-    ``known`` before it (its partition and timestamp; None: none): the next one of the same
-    partition does, one of another partition when it is not older."""
-    return known is None or known[0] == partition or known[1] <= timestamp
+V = TypeVar("V")
 
 
-def newest(records: list[Read]) -> list[tuple[str, bytes | None]]:
-    """The record of each key that wins, as (key, value), from ``records`` in the order they
-    were read: the last of its partition, and of those of several partitions the newest by
-    timestamp (a tie: the one read last)."""
-    won: dict[str, Read] = {}
-    for record in records:
-        key, _, partition, timestamp = record
-        known = won.get(key)
-        if replaces(partition, timestamp, None if known is None else (known[2], known[3])):
-            won.pop(key, None)  # in the order of the winners' reading
-            won[key] = record
-    return [(key, value) for key, value, _, _ in won.values()]
+class Newest(Generic[V]):
+    """Each key's winning record of a table topic, fed its records in the order they are read
+    (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._first: dict[str, V] = {}
+        """Partition 0's last record of each key."""
+        self._rest: dict[str, dict[int, tuple[int, V]]] = {}
+        """The other partitions' last record of each key, with its timestamp, by partition."""
+
+    def add(self, key: str, record: V, partition: int, timestamp: int) -> V:
+        """Take ``record`` of ``key``, read at ``partition`` with ``timestamp``; the record of
+        ``key`` that wins now."""
+        if partition == 0:
+            self._first[key] = record
+            return record
+        others = self._rest.setdefault(key, {})
+        others[partition] = (timestamp, record)
+        return self._first[key] if key in self._first else _latest(others)
+
+    def winners(self) -> dict[str, V]:
+        """The winning record of every key read."""
+        won = {key: _latest(others) for key, others in self._rest.items()}
+        won.update(self._first)
+        return won
+
+
+def _latest(records: dict[int, tuple[int, V]]) -> V:
+    return max(records.values(), key=lambda stamped: stamped[0])[1]
 
 
 def read_table(
     settings: Settings, topic: str, timeout: float = 30.0, *, missing_ok: bool = False
 ) -> list[tuple[str, bytes | None]]:
-    """Every committed message of ``topic`` from its beginning to its end, as (key, value) (of
-    a topic of several partitions, each key's winning one: :func:`newest`); with
+    """The winning record of each key of ``topic`` (:class:`Newest`), read from its beginning
+    to its end (committed messages only), as (key, value); with
     ``missing_ok``, none when the topic does not exist (else :class:`TopicMissingError`).
     A refusal of the credentials raises at once, not after ``timeout`` (see
     :mod:`pipeline._partitions`)."""
@@ -86,7 +98,7 @@ def read_table(
         except KafkaException as exc:  # the metadata came, a partition's leader did not
             reason = f"the end of {topic}: {exc.args[0].str()}"
             raise unavailable(consumer, conf["logger"], settings, timeout, reason) from exc
-        records: list[Read] = []
+        newest: Newest[bytes | None] = Newest()
         if not pending:
             return []
         consumer.assign([tp for tp in tps if tp.partition in pending])
@@ -103,12 +115,12 @@ def read_table(
                     # A key that is not UTF-8 is no key of ours; it must not stop the reader.
                     name = key.decode(errors="replace") if key else ""
                     at = message.timestamp()[1]
-                    records.append((name, message.value(), message.partition() or 0, at))
+                    newest.add(name, message.value(), message.partition() or 0, at)
                 elif error.code() == KafkaError._PARTITION_EOF:
                     pending.discard(message.partition())
                 else:
                     raise KafkaUnavailableError(f"reading {topic} failed: {error.str()}")
-        return newest(records) if len(tps) > 1 else [(k, v) for k, v, _, _ in records]
+        return list(newest.winners().items())
     finally:
         consumer.close()
 

@@ -3,9 +3,8 @@
 Nothing fires before the schedules topic is read up to where it ended when the term began
 (:meth:`CronFiring.caught_up`): a schedule deleted or paused meanwhile must not fire once more.
 ``pipeline topics apply`` gives the topic one partition; one created otherwise (a cluster that
-creates topics on first write, with several partitions) is read whole. A schedule's records
-are in one partition, in order, unless partitions were added after it was written: then its
-newest record by timestamp wins (:meth:`CronFiring.read`).
+creates topics on first write, with several partitions) is read whole, and which record of a
+schedule wins is :class:`pipeline._tablereader.Newest`'s rule.
 Each fire goes into the term's open transaction with the schedule's last fire on
 ``<ns>.scheduler-state``, so a fire and its record commit together or not at all. A fire too
 large to send is dead-lettered (``too_large``) instead: refused, it would abort every
@@ -23,7 +22,7 @@ from pipeline._codec import JobCodec, ScheduleCodec
 from pipeline._cronstate import cron_key, encode_last_fire
 from pipeline._registry import Registry
 from pipeline._schedule import decode_schedule, fire_job
-from pipeline._tablereader import replaces
+from pipeline._tablereader import Newest
 from pipeline._topics import TopicNames
 from pipeline._transactions import MessageTooLargeError, Tally, Transactions
 
@@ -63,9 +62,10 @@ class CronFiring:
         """The fires of the open transaction, counted once it commits."""
         self._registry = registry  # the job types' declared options, for the fires
         self._default_attempts = default_attempts
-        self._records: dict[str, tuple[int, int, int]] = {}
-        """Per schedule: the partition, timestamp and offset of its record on
-        ``<ns>.schedules`` (which is newest, and where it is for a dead letter)."""
+        self._newest: Newest[Message] = Newest()
+        """Each schedule's records that may win, and which does."""
+        self._where: dict[str, tuple[int, int]] = {}
+        """Per schedule: the partition and offset of its winning record (for a dead letter)."""
 
     def begin(self, offsets: Mapping[int, tuple[int, int]]) -> None:
         """A term starts with each partition of ``<ns>.schedules`` holding offsets ``low`` to
@@ -99,13 +99,10 @@ class CronFiring:
         if not raw_key:
             return
         name = raw_key.decode(errors="replace")
-        value = message.value()
-        partition, offset = message.partition() or 0, message.offset() or 0
-        timestamp = message.timestamp()[1]
-        known = self._records.get(name)
-        if not replaces(partition, timestamp, None if known is None else known[:2]):
-            return  # an older record, left in the partition the name hashed to before
-        self._records[name] = (partition, timestamp, offset)
+        partition = message.partition() or 0
+        won = self._newest.add(name, message, partition, message.timestamp()[1])
+        self._where[name] = (won.partition() or 0, won.offset() or 0)
+        value = won.value()
         if value is None:
             self.cron.put(name, None)
         else:
@@ -132,9 +129,9 @@ class CronFiring:
                     topic = self._names.jobs(job.priority)
                     txn.produce(topic, value, key, too_large_raises=True)
                 except MessageTooLargeError:  # refused, it would abort every transaction
-                    partition, _, offset = self._records.get(schedule.name, (0, 0, -1))
+                    where = self._where.get(schedule.name, (0, -1))
                     letter = self._dead_letters.fire_too_large(
-                        job, schedule.name, (partition, offset), len(value)
+                        job, schedule.name, where, len(value)
                     )
                     txn.produce(self._names.dlq, letter, key)
                     self._tally.add(self._metrics.dead_letters.inc)

@@ -2,9 +2,9 @@
 write makes it (``num.partitions``): the leader reads them all.
 
 It read only partition 0, and the schedules whose names hash elsewhere never fired. A
-schedule's records may be in several partitions (written before partitions were added): the
-newest by timestamp wins, and a write leaves a tombstone of the name in every other partition,
-so that no older record wins again once compaction removed the newer one.
+schedule's records may be in several partitions (written before partitions were added); a
+write goes to partition 0, whose last record wins, and leaves a tombstone of the name in every
+other partition, so that no older record wins again once compaction removed the newer one.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ def test_the_leader_fires_the_schedules_of_every_partition(schedulers: Scheduler
     assert set(read_schedules(settings)) == set(NAMES)
     # The removal is a tombstone in every partition, the newest in the one it was written to.
     assert _latest(settings, "gone") == dict.fromkeys(range(PARTITIONS))
-    # A write goes to partition 0 and leaves tombstones, a millisecond older, in the others.
+    # A write goes to partition 0, then leaves tombstones in the others.
     changed = make_schedule(
         NAMES[1], cron="* * * * * *", job_type=f"cron.{NAMES[1]}", payload={"v": 2}
     )

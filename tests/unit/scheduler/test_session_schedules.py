@@ -81,24 +81,23 @@ def test_bad_records_are_counted_and_replaced(session: LeaderSession) -> None:
     assert invalid_gauge(session) == 0.0  # a standby skips nothing
 
 
-def test_a_schedule_in_two_partitions_takes_its_newest_record_by_timestamp(
+def test_a_schedule_in_several_partitions_takes_the_record_that_wins(
     session: LeaderSession,
 ) -> None:
-    # Partitions added to <ns>.schedules after "a" was written: its next records hash elsewhere.
+    # Written by earlier releases to the partitions its name hashed to as partitions were added.
     codec = ScheduleCodec()
     hourly = codec.encode(make_schedule("a", cron="0 * * * *", job_type="t"))
     minutely = codec.encode(make_schedule("a", cron="* * * * *", job_type="t"))
     firing = session.firing
     firing.read(Message(b"a", minutely, 0, _partition=2, _timestamp_ms=2_000))  # type: ignore[arg-type]
-    firing.read(Message(b"a", hourly, 7, _partition=0, _timestamp_ms=1_000))  # type: ignore[arg-type]
-    assert firing.cron.schedules()["a"].cron == "* * * * *"  # the older one, read later, lost
-    # Removed in the new partition: the older record elsewhere does not bring it back.
-    firing.read(Message(b"a", None, 1, _partition=2, _timestamp_ms=3_000))  # type: ignore[arg-type]
-    firing.read(Message(b"a", hourly, 8, _partition=0, _timestamp_ms=2_500))  # type: ignore[arg-type]
-    assert "a" not in firing.cron.schedules()
-    # Within one partition the offset order wins, whatever the writers' clocks said.
-    firing.read(Message(b"a", hourly, 2, _partition=2, _timestamp_ms=100))  # type: ignore[arg-type]
+    firing.read(Message(b"a", hourly, 7, _partition=1, _timestamp_ms=1_000))  # type: ignore[arg-type]
+    assert firing.cron.schedules()["a"].cron == "* * * * *"  # the newer one, though read first
+    # This release writes to partition 0: its last record wins, whatever the stamps say.
+    firing.read(Message(b"a", hourly, 0, _partition=0, _timestamp_ms=500))  # type: ignore[arg-type]
     assert firing.cron.schedules()["a"].cron == "0 * * * *"
+    firing.read(Message(b"a", None, 1, _partition=0, _timestamp_ms=400))  # type: ignore[arg-type]
+    firing.read(Message(b"a", minutely, 8, _partition=2, _timestamp_ms=9_000))  # type: ignore[arg-type]
+    assert "a" not in firing.cron.schedules()
 
 
 def test_nothing_fires_before_every_partition_is_read_to_where_it_ended() -> None:
