@@ -37,6 +37,10 @@ class Group:
     def __init__(self, members: list[int] | None = None, offsets: Offsets | None = None) -> None:
         self.members = members or [0]  # one entry per look; the last one stays
         self.offsets = offsets or {}
+        self.later: list[Offsets] = []
+        """Offsets it commits after each read of them, one entry per read."""
+        self.unstable = 0
+        """Reads still answered UNSTABLE_OFFSET_COMMIT on its first partition."""
 
     def look(self) -> int:
         return self.members.pop(0) if len(self.members) > 1 else self.members[0]
@@ -73,7 +77,8 @@ class Cluster:
 
     def list_consumer_groups(self, **_: Any) -> concurrent.futures.Future[Any]:
         listings = [SimpleNamespace(group_id=name) for name in self.groups]
-        return _future(self._refused("list") or SimpleNamespace(valid=listings, errors=[]))
+        errors = [self._refused("list partly")] if self.refusals.get("list partly") else []
+        return _future(self._refused("list") or SimpleNamespace(valid=listings, errors=errors))
 
     def describe_consumer_groups(self, groups: list[str], **_: Any) -> dict[str, Any]:
         [name] = groups
@@ -95,6 +100,11 @@ class Cluster:
             SimpleNamespace(topic=t, partition=p, offset=o, error=None)
             for (t, p), o in group.offsets.items()
         ]
+        if group.unstable and tps:
+            group.unstable -= 1
+            tps[0].error, tps[0].offset = KafkaError(KafkaError.UNSTABLE_OFFSET_COMMIT), -1
+        if group.later:
+            group.offsets.update(group.later.pop(0))
         return {asked.group_id: _future(SimpleNamespace(topic_partitions=tps))}
 
     def alter_consumer_group_offsets(
@@ -238,3 +248,43 @@ def test_a_group_whose_offsets_cannot_be_read_is_passed_over_unless_it_is_our_fo
     refusing.refusals["offsets of fleet.retry"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)]
     with pytest.raises(TopicAdminError, match=r"offsets of group fleet\.retry"):
         _take_over(refusing)
+
+
+def test_offsets_committed_by_a_relay_that_left_during_the_look_are_taken() -> None:
+    # Read at 3; then its last relay commits 10 and leaves before the members are counted.
+    former = Group([0], {("ns.retry.0", 0): 3})
+    former.later = [{("ns.retry.0", 0): 10}]
+    cluster = Cluster(fleet__retry=former)
+    assert _take_over(cluster)
+    assert cluster.altered == [[("ns.retry.0", 0, 10)]]
+
+
+def test_offsets_a_transaction_has_not_decided_yet_are_asked_again() -> None:
+    former = Group([0], {("ns.retry.0", 0): 3})
+    former.unstable = 2
+    cluster = Cluster(fleet__retry=former)
+    waits = Waits()
+    assert _take_over(cluster, waits)
+    assert waits.seconds == [RECHECK_S, RECHECK_S]
+    assert cluster.altered == [[("ns.retry.0", 0, 3)]]
+
+
+def test_a_listing_that_missed_a_coordinator_s_groups_is_asked_again() -> None:
+    cluster = Cluster(bulk__retry=Group([2, 0], {("ns.retry.0", 0): 5}))
+    cluster.refusals["list partly"] = [_refusal(KafkaError.COORDINATOR_NOT_AVAILABLE)]
+    waits = Waits()
+    assert _take_over(cluster, waits)
+    assert len(waits.seconds) == 2  # the partial list, then bulk.retry's members
+    assert cluster.altered == [[("ns.retry.0", 0, 5)]]
+
+
+def test_another_group_whose_coordinator_is_away_does_not_hold_the_relay() -> None:
+    cluster = Cluster(
+        fleet__retry=Group([0], {("ns.retry.0", 0): 3}),
+        theirs__retry=Group([0], {("theirs.retry.0", 0): 7}),
+    )
+    cluster.refusals["offsets of theirs.retry"] = [
+        _refusal(KafkaError.COORDINATOR_LOAD_IN_PROGRESS) for _ in range(3)
+    ]
+    assert _take_over(cluster)
+    assert cluster.altered == [[("ns.retry.0", 0, 3)]]

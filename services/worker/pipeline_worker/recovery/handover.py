@@ -27,7 +27,7 @@ from pipeline._errors import KafkaUnavailableError, NotAuthorizedError, TopicAdm
 from pipeline._topics import TopicNames, former_retry_group, retry_group
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from pipeline import Settings
 
@@ -37,9 +37,13 @@ TIMEOUT_S = 30.0
 """One look at the groups: how long Kafka may take to answer it."""
 RECHECK_S = 1.0
 """How often a relay waiting for the former groups to empty looks again."""
+PATIENCE = 30
+"""Looks in a row that Kafka did not answer after which the wait is a warning."""
 SUFFIX = ".retry"
 """What the name of every relay group of an earlier release ends with."""
 _NOT_FOUND = (KafkaError.GROUP_ID_NOT_FOUND,)
+_UNSTABLE = (KafkaError.UNSTABLE_OFFSET_COMMIT,)
+"""A partition whose committed offset waits for a transaction's outcome: asked again."""
 _PASSING = (
     KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
     KafkaError.COORDINATOR_NOT_AVAILABLE,
@@ -60,17 +64,20 @@ def take_over(
     """
     session = session or AdminSession(settings, TIMEOUT_S)
     handover = _Handover(settings, session)
+    failed = 0
     while True:
         session.restart_deadline()
         try:
             if handover.done():
                 return True
-        except KafkaUnavailableError as exc:
-            _log.debug("the retry relay's handover waits for Kafka: %s", exc)
-        except TopicAdminError as exc:
-            if not has_code(exc.__cause__, *_PASSING):
+            failed = 0
+        except (KafkaUnavailableError, TopicAdminError) as exc:
+            if isinstance(exc, TopicAdminError) and not has_code(exc.__cause__, *_PASSING):
                 raise
-            _log.debug("the retry relay's handover asks again: %s", exc)
+            failed += 1
+            # Kafka's own outage is told by the consumers; this is a coordinator that stays away.
+            log = _log.warning if failed == PATIENCE else _log.debug
+            log("the retry relay waits to join %s: %s", retry_group(settings), exc)
         if stopped(RECHECK_S):
             return False
 
@@ -89,6 +96,10 @@ class _Handover:
         """Whether the relay may join now (else it looks again later)."""
         formers = self._formers()
         busy = {group: n for group in formers if (n := self._members(group))}
+        if not busy:
+            # Read again: a relay of a former group may have committed, then left, meanwhile.
+            formers = self._formers()
+            busy = {group: n for group in formers if (n := self._members(group))}
         if busy:
             for group in sorted(busy.keys() - self._told):
                 _log.warning(
@@ -105,6 +116,8 @@ class _Handover:
         session = self._session
         future = session.client.list_consumer_groups(request_timeout=session.remaining())
         listed = session.result(future, "list the consumer groups", None)
+        if listed.errors:  # a coordinator did not answer: its groups are missing from the list
+            raise KafkaUnavailableError(f"Kafka did not list every group: {listed.errors[0]}")
         names = {g.group_id for g in listed.valid if g.group_id.endswith(SUFFIX)}
         names |= {self._own_former} if self._own_former is not None else set()
         names.discard(self._group)
@@ -115,6 +128,10 @@ class _Handover:
 
     def _raise(self, formers: dict[str, Offsets]) -> bool:
         """Commit to the new group, where it is behind, the furthest offset of the formers."""
+        if not formers:
+            return True
+        if self._members(self._group):
+            return True  # Kafka takes no offsets for it now; its relays took over before
         current = self._committed(self._group)[self._group]
         furthest: Offsets = {}
         for offsets in formers.values():
@@ -171,7 +188,9 @@ class _Handover:
         session = self._session
         futures = {
             group: session.client.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group)], request_timeout=session.remaining()
+                [ConsumerGroupTopicPartitions(group)],
+                require_stable=True,  # not before a transaction's offsets are decided
+                request_timeout=session.remaining(),
             )[group]
             for group in groups
         }
@@ -181,18 +200,18 @@ class _Handover:
             try:
                 answer = session.result(future, doing, None)
             except TopicAdminError as exc:
-                if not others or group == self._own_former or has_code(exc.__cause__, *_PASSING):
+                if not others or group == self._own_former:
                     raise
+                # Not ours to read, or its coordinator is away: another namespace's, most likely.
                 _log.debug("the retry relay's handover passes over group %s: %s", group, exc)
                 continue
-            found[group] = _tiers(self._names, answer.topic_partitions or [])
+            tiers = self._names.tier_number
+            listed = [tp for tp in answer.topic_partitions or [] if tiers(tp.topic) is not None]
+            if any(tp.error is not None and tp.error.code() in _UNSTABLE for tp in listed):
+                raise KafkaUnavailableError(f"group {group} has offsets being committed")
+            found[group] = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in listed
+                if tp.error is None and tp.offset >= 0
+            }
         return found
-
-
-def _tiers(names: TopicNames, listed: Iterable[TopicPartition]) -> Offsets:
-    """The committed offsets among ``listed`` that are on the namespace's retry tiers."""
-    return {
-        (tp.topic, tp.partition): tp.offset
-        for tp in listed
-        if tp.error is None and tp.offset >= 0 and names.tier_number(tp.topic) is not None
-    }
