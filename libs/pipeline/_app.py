@@ -16,7 +16,7 @@ from ._delivery import FailureLog, JobHandle, PipelineFailure
 from ._enqueuemany import send_many
 from ._envelopes import job_codec
 from ._errors import ConfigurationError, EnqueueError, KafkaUnavailableError, PipelineError
-from ._followups import FollowUps, follow_ups, produce_followed
+from ._followups import FollowUps, follow_ups, patience, produce_followed
 from ._interceptors import Interceptor, check_interceptors, header_source
 from ._job import Priority, new_job_id, now_ms
 from ._jobfunction import (
@@ -224,7 +224,9 @@ class Pipeline:
             on_delivery=self._on_delivery,
             log=self._failures,
             max_bytes=self._max_bytes,
-            follow=None if follow is None else (follow, self._on_follow_up, self.poll),
+            follow=None
+            if follow is None
+            else (follow, self._on_follow_up, self.poll, patience(self.settings)),
         )
 
     def outbox(self, connection: Any, *, table: str = DEFAULT_TABLE) -> Outbox:
@@ -381,8 +383,9 @@ class Pipeline:
             produce = partial(self._transport.produce, route.topic, value, key)
             followed = self._on_follow_up if handle is None else handle._followed
             produce_followed(
-                follow, 1, produce, plain=on_delivery, followed=followed, poll=self.poll
-            )
+                follow, 1, produce, plain=on_delivery, followed=followed, poll=self.poll,
+                patience_s=patience(self.settings),
+            )  # fmt: skip
         log = self._failures
         log.sent += 1
         # Serve delivery callbacks now and then so they never pile up in librdkafka's queue (a

@@ -32,11 +32,12 @@ def send_many(
     on_delivery: DeliveryCallback,
     log: FailureLog,
     max_bytes: int,
-    follow: tuple[FollowUps, Followed, Poll] | None = None,
+    follow: tuple[FollowUps, Followed, Poll, float] | None = None,
 ) -> list[str]:
     """Send a job of ``route`` (encoded by ``template``) per payload; return their ids.
     ``follow``: the follow-ups of the running job that enqueues them, the delivery callback
-    that tells it their fate, and what serves their reports (see :mod:`._followups`).
+    that tells it their fate, what serves their reports and how long the producer may take to
+    (see :mod:`._followups`).
 
     A payload that fails validation, or a job larger than a producer sending ``max_bytes``
     takes, raises :class:`PayloadValidationError` naming its index and carrying the ids of the
@@ -68,12 +69,13 @@ def send_many(
             return
         # A running job's follow-ups go one by one: a producer that raises part way through a
         # batch does not say how many it took, and the job must count each one it did.
-        follow_ups, followed, poll = follow
+        follow_ups, followed, poll, patience_s = follow
         for value in batch:
             produce = partial(produce_many, topic, [value], key)
             produce_followed(
-                follow_ups, 1, produce, plain=on_delivery, followed=followed, poll=poll
-            )
+                follow_ups, 1, produce, plain=on_delivery, followed=followed, poll=poll,
+                patience_s=patience_s,
+            )  # fmt: skip
             sent += 1
 
     try:

@@ -109,11 +109,13 @@ def produce_followed(
     plain: DeliveryCallback,
     followed: Followed,
     poll: Poll,
+    patience_s: float,
 ) -> None:
     """``produce(callback)`` ``count`` jobs of ``follow``'s job: each delivery report goes to
     ``followed(follow, error, message)``, which tells the job their fate, or to ``plain`` once
-    the job's end no longer waits for them. ``poll`` serves the reports."""
-    if not follow.sending(count, poll):
+    the job's end no longer waits for them. ``poll`` serves the reports, which the producer
+    gives within ``patience_s`` (:func:`patience` of its application's settings)."""
+    if not follow.sending(count, poll, patience_s):
         produce(plain)
         return
     try:
@@ -132,7 +134,9 @@ class FollowUps:
     enqueue.
     """
 
-    __slots__ = ("_failures", "_lock", "_on_answered", "_pending", "_polls", "_released")
+    __slots__ = (
+        "_failures", "_lock", "_on_answered", "_pending", "_polls", "_released", "patience_s",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -141,16 +145,21 @@ class FollowUps:
         self._on_answered: Callable[[], None] | None = None
         self._released = False
         self._polls: tuple[Poll, ...] = ()
+        self.patience_s = 0.0
+        """How long Kafka may take to answer for them all: the longest :func:`patience` of the
+        applications that produced them."""
 
-    def sending(self, count: int, poll: Poll) -> bool:
-        """``count`` jobs are about to be produced, their reports served by ``poll``: False
-        once the job's end no longer waits for them (they are sent as any enqueue is)."""
+    def sending(self, count: int, poll: Poll, patience_s: float) -> bool:
+        """``count`` jobs are about to be produced, their reports served by ``poll`` within
+        ``patience_s``: False once the job's end no longer waits for them (they are sent as
+        any enqueue is)."""
         with self._lock:
             if self._released:
                 return False
             self._pending += count
             if poll not in self._polls:
                 self._polls = (*self._polls, poll)
+            self.patience_s = max(self.patience_s, patience_s)
             return True
 
     @property
@@ -221,21 +230,21 @@ class FollowUps:
         return failures
 
     def unanswered(self, job_id: str, settings: Settings) -> KafkaUnavailableError:
-        """The error of job ``job_id`` when Kafka did not answer within :meth:`patience` (the
+        """The error of job ``job_id`` when Kafka did not answer within :attr:`patience_s` (the
         job fails)."""
         self.failed()
         return KafkaUnavailableError(
             f"Kafka did not answer for the jobs job {job_id} enqueued within "
-            f"{patience(settings):g}s (at {settings.bootstrap_servers}); is it running?"
+            f"{self.patience_s:g}s (at {settings.bootstrap_servers}); is it running?"
         )
 
-    def answered_by_now(self, settings: Settings) -> bool:
+    def answered_by_now(self) -> bool:
         """Serve the follow-ups' producers until Kafka answered for each of them (True), for
-        :meth:`patience` at most (a caller that may block: the test kit's)."""
+        :attr:`patience_s` at most (a caller that may block: the test kit's)."""
         answered = threading.Event()
         if self.wait(answered.set):
             return True
-        deadline = time.monotonic() + patience(settings)
+        deadline = time.monotonic() + self.patience_s
         while not answered.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -185,7 +185,7 @@ def _run(
         return None, value
     # As in the worker, the job succeeds once Kafka (here, the transport) acknowledged the
     # jobs it enqueued, and fails with the first it refused.
-    if not follow.answered_by_now(app.settings):
+    if not follow.answered_by_now():
         return follow.unanswered(job.id, app.settings), None
     refused = follow.succeeded(app.settings)
     return (refused, None) if refused is not None else (None, value)

@@ -279,8 +279,10 @@ def test_a_job_whose_follow_ups_kafka_never_answers_fails_after_the_delivery_tim
 ) -> None:
     monkeypatch.setattr(pipeline._followups, "ANSWER_MARGIN_S", 0.1)
     transport = HeldTransport()  # never answers: a producer closed before it told their fate
-    sender = Pipeline(transport=transport)
-    app = Pipeline(transport=InMemoryTransport(), producer={"delivery_timeout_s": 0.2})
+    # The delivery timeout of the application that enqueued the follow-up counts, not the
+    # worker's (which would wait five minutes here).
+    sender = Pipeline(transport=transport, producer={"delivery_timeout_s": 0.2})
+    app = Pipeline(transport=InMemoryTransport(), producer={"delivery_timeout_s": 300})
 
     @app.job("parent")
     def parent() -> None:

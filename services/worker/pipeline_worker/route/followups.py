@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import heapq
 import logging
 import threading
 from collections import deque
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from functools import partial
 
 from pipeline import Settings
-from pipeline._followups import Poll, patience
+from pipeline._followups import Poll
 from pipeline._ratelog import RateLimitedLog
 
 from .._work import Work
@@ -63,14 +64,18 @@ class FollowUpWatch:
         """Held jobs, from their hold until they end (as the processor's ``in_flight`` counts a
         running job)."""
         self._settings = settings
-        self._patience = patience(settings)
         self._polls: tuple[Poll, ...] = ()
         """The producers' polls the follow-ups of waiting jobs need (loop thread writes)."""
         self._complete = complete
         self._pump = pump
-        self._held: dict[Work, tuple[float, float]] = {}
+        self._held: dict[Work, tuple[float, float, int]] = {}
         """Jobs whose end waits for their follow-ups (loop thread): when their handler
-        returned, and when to stop waiting (in the order they were held: deadlines only grow)."""
+        returned, when to stop waiting (the producers that took its follow-ups may have
+        different delivery timeouts), and the order it was held in."""
+        self._deadlines: list[tuple[float, int, Work]] = []
+        """The held jobs by deadline (a heap; jobs answered meanwhile stay until popped, or
+        until they are most of it and it is made again)."""
+        self._holds = 0
         self._answered: deque[Work] = deque()
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
@@ -98,7 +103,15 @@ class FollowUpWatch:
             # the producer's delivery timeout bounds.
             work.timer.cancel()
             work.timer = None
-        self._held[work] = (ended, self._loop.time() + self._patience)
+        self._holds += 1
+        deadline = self._loop.time() + follow.patience_s
+        self._held[work] = (ended, deadline, self._holds)
+        deadlines = self._deadlines
+        if len(deadlines) > 2 * len(self._held) + 64:  # mostly answered jobs: made again
+            deadlines[:] = [(d, n, w) for w, (_, d, n) in self._held.items()]
+            heapq.heapify(deadlines)
+        else:
+            heapq.heappush(deadlines, (deadline, self._holds, work))
         if not self._loop_thread:
             self._loop_thread = threading.get_ident()
         for poll in follow.polls:
@@ -173,17 +186,20 @@ class FollowUpWatch:
     def _give_up(self) -> None:
         """Fail the jobs Kafka has not answered for in the producer's delivery timeout (and a
         margin): a producer closed meanwhile, say, will never tell their follow-ups' fate."""
-        held = self._held
+        held, deadlines = self._held, self._deadlines
         now = self._loop.time()
-        overdue = []
-        for work, (ended, deadline) in held.items():
-            if deadline > now:
-                break
-            overdue.append((work, ended))
-        for work, ended in overdue:
-            del held[work]
+        overdue = False
+        while deadlines and deadlines[0][0] <= now:
+            _, _, work = heapq.heappop(deadlines)
+            times = held.pop(work, None)
+            if times is None:
+                continue  # answered meanwhile
+            overdue = True
             assert work.follow_ups is not None
-            self._complete(work, work.follow_ups.unanswered(work.job.id, self._settings), ended)
+            error = work.follow_ups.unanswered(work.job.id, self._settings)
+            self._complete(work, error, times[0])
+        if not held:
+            deadlines.clear()  # answered, every one: nothing to give up on
         if overdue:
             self._pump()
 
