@@ -84,9 +84,7 @@ def test_an_undecodable_delayed_message_too_large_to_dead_letter_whole_stops_not
     # Delayed jobs after it in its partition: read only once it was dealt with.
     jobs = [Job(id=new_job_id(), type="t", payload=b"{}", not_before=now_ms() + 500)]
     jobs += [replace(jobs[0], id=new_job_id()) for _ in range(2)]
-    for job in jobs:
-        producer.produce(names.deferred, JobCodec().encode(job), job.id.encode(), partition=0)
-    assert producer.flush(30) == 0
+    _behind(producer, names.deferred, jobs)
     ids = {job.id for job in jobs}
     released, output = _released(schedulers, 3)
     assert {r.job.id for r in released} == ids, output
@@ -139,6 +137,20 @@ def _released(
     return released, scheduler.output()[-3000:]
 
 
+def _behind(producer: Producer, topic: str, jobs: list[Job]) -> None:
+    """Write ``jobs`` to partition 0 of ``topic``, behind what is there, and wait for Kafka."""
+    for job in jobs:
+        producer.produce(topic, JobCodec().encode(job), job.id.encode(), partition=0)
+    assert producer.flush(30) == 0
+
+
+def _larger_messages_producer(settings: Settings) -> Producer:
+    """A producer of another language's defaults: it sends messages of up to about 1 MiB."""
+    return Producer(
+        {"bootstrap.servers": settings.bootstrap_servers, "message.max.bytes": 1_040_000}
+    )
+
+
 @pytest.mark.slow  # an edge of releasing; the undecodable one above stays in the default run
 def test_a_delayed_job_larger_than_the_scheduler_sends_is_dead_lettered_and_stops_nothing(
     schedulers: SchedulerFactory,
@@ -149,16 +161,12 @@ def test_a_delayed_job_larger_than_the_scheduler_sends_is_dead_lettered_and_stop
     It is dead-lettered (``too_large``, without its bytes, saying where they are) instead."""
     settings = schedulers.settings
     names = TopicNames(settings.namespace)
-    producer = Producer(
-        {"bootstrap.servers": settings.bootstrap_servers, "message.max.bytes": 1_040_000}
-    )
+    producer = _larger_messages_producer(settings)
     due = now_ms() + 500
     big = Job(id=new_job_id(), type="big", payload=b'"' + b"x" * 1_010_000 + b'"', not_before=due)
     producer.produce(names.deferred, JobCodec().encode(big), b"big", partition=0)
     small = [Job(id=new_job_id(), type="t", payload=b"{}", not_before=due) for _ in range(2)]
-    for job in small:
-        producer.produce(names.deferred, JobCodec().encode(job), job.id.encode(), partition=0)
-    assert producer.flush(30) == 0
+    _behind(producer, names.deferred, small)
     released, output = _released(schedulers, 2)
     assert {r.job.id for r in released} == {job.id for job in small}, output
     [letter] = dead_letters(settings, 1, timeout=10)
@@ -179,15 +187,11 @@ def test_a_delayed_message_whose_key_alone_is_too_large_to_send_stops_nothing(
     it aborted every transaction of the leader, and no delayed job was released again."""
     settings = schedulers.settings
     names = TopicNames(settings.namespace)
-    producer = Producer(
-        {"bootstrap.servers": settings.bootstrap_servers, "message.max.bytes": 1_040_000}
-    )
+    producer = _larger_messages_producer(settings)
     producer.produce(names.deferred, b"not a job", b"k" * 1_010_000, partition=0)
     jobs = [Job(id=new_job_id(), type="t", payload=b"{}", not_before=now_ms() + 500)]
     jobs += [replace(jobs[0], id=new_job_id()) for _ in range(2)]
-    for job in jobs:
-        producer.produce(names.deferred, JobCodec().encode(job), job.id.encode(), partition=0)
-    assert producer.flush(30) == 0
+    _behind(producer, names.deferred, jobs)
     released, output = _released(schedulers, 3)
     assert {r.job.id for r in released} == {job.id for job in jobs}, output
     [letter] = dead_letters(settings, 1, timeout=10)

@@ -286,11 +286,8 @@ def test_forgetting_a_partition_keeps_the_order_of_the_moves_left(
     assert done == [3, 4, 9]
 
 
-def test_a_move_is_counted_once_its_transaction_commits_and_not_when_it_is_dropped(
-    loop: asyncio.AbstractEventLoop,
-) -> None:
-    producer = FakeProducer().failing("commit_transaction", abortable())
-    mover = mover_on(producer, loop)
+def _two_counted_moves(mover: Mover) -> list[int]:
+    """Moves of offset 3 of WHERE and 5 of OTHER, written; the offsets counted so far."""
     counted: list[int] = []
     for where, offset in ((WHERE, 3), (OTHER, 5)):
         record = Record("acme.dlq", f"{offset}".encode(), None)
@@ -298,6 +295,15 @@ def test_a_move_is_counted_once_its_transaction_commits_and_not_when_it_is_dropp
             where, offset, [record], _ignore, count=functools.partial(counted.append, offset)
         )
     mover.drain(owned, lambda w: 0)
+    return counted
+
+
+def test_a_move_is_counted_once_its_transaction_commits_and_not_when_it_is_dropped(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    producer = FakeProducer().failing("commit_transaction", abortable())
+    mover = mover_on(producer, loop)
+    counted = _two_counted_moves(mover)
     assert counted == []  # in the open transaction only
     assert not mover.commit(offsets(WHERE, OTHER), META, owned)  # aborted: written again
     assert counted == []
@@ -336,13 +342,7 @@ def test_a_move_of_a_partition_lost_while_its_commit_was_unconfirmed_counts_if_i
 ) -> None:
     producer = OutageProducer()
     mover = mover_on(producer, loop)
-    counted: list[int] = []
-    for where, offset in ((WHERE, 3), (OTHER, 5)):
-        record = Record("acme.dlq", f"{offset}".encode(), None)
-        mover.submit(
-            where, offset, [record], _ignore, count=functools.partial(counted.append, offset)
-        )
-    mover.drain(owned, lambda w: 0)
+    counted = _two_counted_moves(mover)
     producer.down = frozenset({"commit_transaction"})
     assert not mover.commit(offsets(WHERE, OTHER), META, owned)  # sent, not confirmed
     mover.forget([OTHER])  # lost meanwhile: what that commit holds goes with it, or not
