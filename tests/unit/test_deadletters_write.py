@@ -3,19 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from pipeline import JobCodec, Settings
-from pipeline._deadletters import LetterState, LetterStatus, StoredLetter, _replay, replay_letters
+from pipeline._deadletters import (
+    LetterState,
+    LetterStatus,
+    StoredLetter,
+    _replay,
+    replay_letters,
+    replay_targets,
+)
 from pipeline._errors import (
     KafkaUnavailableError,
     PipelineError,
     TransactionError,
     TransactionFencedError,
 )
-from pipeline._job import Job
+from pipeline._job import Job, Priority
 from pipeline._records import DeadLetter
 
 
@@ -222,3 +230,36 @@ def test_a_letter_with_nothing_to_send_discarded_since_it_was_read_is_skipped_as
     chosen = [StoredLetter(_empty_letter(), 0, 9)]
     report = replay_letters(Settings(namespace="ns", events="off"), chosen)
     assert (report.empty, dict(report.skipped)) == ([], {LetterStatus.DISCARDED: 1})
+
+
+def test_the_older_letter_of_a_job_is_marked_replayed_where_its_job_went(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The older letter was of a job at the default priority, replayed with --priority high,
+    which died again: it was marked replayed to the default topic, where nothing went."""
+    replayed = LetterState(status=LetterStatus.REPLAYED, at=5, by="ops@host", to="ns.jobs.high")
+    old, new = letter_of("dl-old", "job-1", 3, 10), letter_of("dl-new", "job-1", 6, 20)
+    assert new.job is not None
+    new = replace(new, job=replace(new.job, priority=Priority.HIGH))
+    chosen = [StoredLetter(old, 0, 0, replayed), StoredLetter(new, 0, 1)]
+    assert replay_targets(chosen, "ns") == ["ns.jobs.high", "ns.jobs.high"]  # what is asked
+    txn = Recorded()
+    kafka_of(monkeypatch, txn, {"dl-old": replayed})
+    monkeypatch.setattr(
+        _replay, "_topics", lambda producer, settings, timeout: {"ns.jobs.high", "ns.dlq-state"}
+    )
+    report = replay_letters(Settings(namespace="ns", events="off"), chosen, force=True)
+    assert [topic for topic, _ in txn.records] == ["ns.dlq-state", "ns.jobs.high", "ns.dlq-state"]
+    assert {s.letter.id: s.state and s.state.to for s in report.done} == {
+        "dl-old": "ns.jobs.high",
+        "dl-new": "ns.jobs.high",
+    }
+
+
+def test_a_job_that_cannot_be_encoded_again_names_its_letter_and_the_way_out() -> None:
+    letter = letter_of("dl-1", "job-1", attempt=2**31 - 1, dead_at=10)  # another producer's
+    with pytest.raises(PipelineError, match=r"dead letter dl-1: .*--reset-attempts"):
+        replay_targets([StoredLetter(letter, 0, 0)], "ns")
+    assert replay_targets([StoredLetter(letter, 0, 0)], "ns", reset_attempts=True) == [
+        "ns.jobs.default"
+    ]

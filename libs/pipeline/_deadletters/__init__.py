@@ -28,7 +28,9 @@ from ._outgoing import (
     nothing_to_replay,
     replay_job,
     replay_message,
+    replay_targets,
     sendable,
+    senders,
 )
 from ._reader import (
     _Reader as _Reader,  # reads any topic to its end, committed records only
@@ -91,5 +93,7 @@ __all__ = [
     "replay_job",
     "replay_letters",
     "replay_message",
+    "replay_targets",
     "sendable",
+    "senders",
 ]

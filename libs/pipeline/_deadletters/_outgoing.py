@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .._codec import JobCodec
-from .._errors import PipelineError
+from .._errors import EncodeError, PipelineError
 from .._job import Job, Priority
 from .._records import DeadLetter
 from .._topics import TopicNames
-from ._state import LetterStatus, StoredLetter
+from ._state import LetterStatus, StoredLetter, letter_order
 
 
 def replay_job(
@@ -95,4 +95,47 @@ def replay_message(
     job = replay_job(letter.job, reset_attempts=reset_attempts, priority=priority)
     key = letter.raw_key if job.idempotency_key is None else job.idempotency_key.encode()
     topic = to_topic if to_topic is not None else TopicNames(namespace).jobs(job.priority)
-    return Outgoing(topic, key, (codec or JobCodec()).encode(job), headers, job)
+    try:
+        value = (codec or JobCodec()).encode(job)
+    except EncodeError as exc:  # another producer wrote what this one cannot write again
+        raise PipelineError(
+            f"dead letter {letter.id}: its job cannot be encoded again ({exc}); replay it with "
+            "--reset-attempts if its attempt count is at fault, or discard it"
+        ) from exc
+    return Outgoing(topic, key, value, headers, job)
+
+
+def senders(todo: Sequence[StoredLetter]) -> dict[str, StoredLetter]:
+    """For each letter of ``todo`` (by id), the letter a replay of them all sends its job with:
+    one per job, its newest letter (a job replayed, failed and dead-lettered again has several;
+    sending each would run it once per letter); a letter that names no job sends itself."""
+    newest: dict[str, StoredLetter] = {}
+    for stored in todo:
+        job_id = stored.letter.job_id
+        if job_id is not None and (
+            job_id not in newest or letter_order(stored) > letter_order(newest[job_id])
+        ):
+            newest[job_id] = stored
+    return {s.letter.id: s if s.letter.job_id is None else newest[s.letter.job_id] for s in todo}
+
+
+def replay_targets(
+    todo: Sequence[StoredLetter],
+    namespace: str,
+    *,
+    reset_attempts: bool = False,
+    priority: Priority | str | None = None,
+    to_topic: str | None = None,
+) -> list[str]:
+    """The topic a replay of ``todo`` sends each letter's job to (an older letter of a job:
+    where its newest goes), in their order; raises as :func:`replay_message` does."""
+    codec = JobCodec()
+    sending = senders(todo)
+    going = {
+        s.letter.id: replay_message(
+            s.letter, namespace, reset_attempts=reset_attempts, priority=priority,
+            to_topic=to_topic, codec=codec,
+        ).topic
+        for s in sending.values()
+    }  # fmt: skip
+    return [going[sending[s.letter.id].letter.id] for s in todo]

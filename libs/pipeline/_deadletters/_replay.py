@@ -35,9 +35,9 @@ from .._records import DeadLetter, Event, EventKind
 from .._settings import Settings
 from .._topics import TopicNames
 from .._transactions import Transactions
-from ._outgoing import leave_empty, replay_message, sendable
+from ._outgoing import leave_empty, replay_message, sendable, senders
 from ._reader import read_states
-from ._state import LetterState, LetterStatus, StoredLetter, actionable, letter_order
+from ._state import LetterState, LetterStatus, StoredLetter, actionable
 
 
 def dlq_transactional_id(namespace: str) -> str:
@@ -108,24 +108,10 @@ def _operator() -> str:
 
 
 _Record = tuple[str, bytes | None, bytes, list[Any] | None]
-_Build = Callable[[StoredLetter, int, bool], tuple[list[_Record], LetterState]]
-"""``build(stored, at, sends)``: the records of acting on a letter and its new state; ``sends``
-is False for an older letter of a job the command sends with a newer one (see :func:`_senders`)."""
-
-
-def _senders(todo: Sequence[StoredLetter]) -> set[str]:
-    """The letters whose job a replay sends: one per job, its newest letter (a job replayed,
-    failed again and dead-lettered again has several; sending each would run it once per
-    letter), and every letter that names no job."""
-    newest: dict[str, StoredLetter] = {}
-    senders: set[str] = set()
-    for stored in todo:
-        job_id = stored.letter.job_id
-        if job_id is None:
-            senders.add(stored.letter.id)
-        elif job_id not in newest or letter_order(stored) > letter_order(newest[job_id]):
-            newest[job_id] = stored
-    return senders | {stored.letter.id for stored in newest.values()}
+_Build = Callable[[StoredLetter, int, StoredLetter], tuple[list[_Record], LetterState]]
+"""``build(stored, at, sender)``: the records of acting on a letter and its new state;
+``sender`` is the letter a replay sends its job with (itself, or its job's newest letter: see
+:func:`._outgoing.senders`)."""
 
 
 def _write(
@@ -157,14 +143,14 @@ def _write(
         if missing:  # nothing was written
             raise TopicMissingError(sorted(missing), settings.namespace)
         stamp = now_ms()
-        senders = _senders(todo)
+        sending = senders(todo)
         done: list[StoredLetter] = []
         for start in range(0, len(todo), batch_size):
             batch = todo[start : start + batch_size]
             records: list[_Record] = []
             acted: list[StoredLetter] = []
             for stored in batch:
-                built, state = build(stored, stamp, stored.letter.id in senders)
+                built, state = build(stored, stamp, sending[stored.letter.id])
                 records += built
                 acted.append(replace(stored, state=state))
             try:
@@ -285,14 +271,16 @@ def replay_letters(
         if sendable(s.letter)
     }
 
-    def build(stored: StoredLetter, at: int, sends: bool) -> tuple[list[_Record], LetterState]:
+    def build(
+        stored: StoredLetter, at: int, sender: StoredLetter
+    ) -> tuple[list[_Record], LetterState]:
         letter = stored.letter
-        out = outgoing[letter.id]
+        out = outgoing[sender.letter.id]  # an older letter of a job: where its newest goes
         state = LetterState(
             status=LetterStatus.REPLAYED, at=at, by=by, to=out.topic, job_id=letter.job_id
         )
         records: list[_Record] = [(state_topic, letter.id.encode(), state.to_json(), None)]
-        if not sends:  # its job goes once, with its newest letter, in this command
+        if sender is not stored:  # its job goes once, with its newest letter, in this command
             return records, state
         records.insert(0, (out.topic, out.key, out.value, out.headers or None))
         detail = f"dead letter {letter.id} replayed to {out.topic} by {by}"
@@ -302,7 +290,8 @@ def replay_letters(
         return records, state
 
     def needed(todo: list[StoredLetter]) -> set[str]:
-        return {outgoing[s.letter.id].topic for s in todo} | _state_topics(settings)
+        going = {outgoing[s.letter.id].topic for s in senders(todo).values()}
+        return going | _state_topics(settings)
 
     return _write(
         settings,
@@ -333,8 +322,10 @@ def discard_letters(
     events = EventCodec()
     by = by or _operator()
 
-    def build(stored: StoredLetter, at: int, sends: bool) -> tuple[list[_Record], LetterState]:
-        letter = stored.letter  # a discard sends nothing, whatever ``sends`` says
+    def build(
+        stored: StoredLetter, at: int, sender: StoredLetter
+    ) -> tuple[list[_Record], LetterState]:
+        letter = stored.letter  # a discard sends nothing, whatever ``sender`` says
         state = LetterState(status=LetterStatus.DISCARDED, at=at, by=by, job_id=letter.job_id)
         records: list[_Record] = [(state_topic, letter.id.encode(), state.to_json(), None)]
         detail = f"dead letter {letter.id} discarded by {by}"

@@ -27,7 +27,7 @@ from pipeline._deadletters import (
     nothing_to_replay,
     read_dead_letters,
     replay_letters,
-    replay_message,
+    replay_targets,
 )
 from pipeline._errors import PipelineError, TopicMissingError
 from pipeline._topics import TopicNames
@@ -270,16 +270,13 @@ def replay(
     todo, skipped = actionable(snapshot.select(filters), force=force)
     todo, left = leave_empty(todo, skipped)
     with cli_errors():
-        targets = [
-            replay_message(
-                s.letter,
-                settings.namespace,
-                reset_attempts=reset_attempts,
-                priority=priority,
-                to_topic=to_topic,
-            ).topic
-            for s in todo
-        ]
+        targets = replay_targets(
+            todo,
+            settings.namespace,
+            reset_attempts=reset_attempts,
+            priority=priority,
+            to_topic=to_topic,
+        )
     if dry_run:
         if as_json:
             # A letter with nothing to send is listed too, going nowhere; oldest first.
