@@ -65,6 +65,18 @@ def missing_topics(client: MetadataClient, topics: Iterable[str], timeout: float
     return missing
 
 
+def unusable_topics(client: MetadataClient, topics: Iterable[str], timeout: float) -> list[str]:
+    """Which of ``topics`` the cluster lacks or answers for with any error: one this client
+    may not describe among them (:func:`not_authorized` tells which); raises
+    ``KafkaException`` if it does not answer."""
+    unusable = []
+    for topic in topics:
+        found = client.list_topics(topic, timeout=timeout).topics.get(topic)
+        if found is None or found.error is not None:
+            unusable.append(topic)
+    return unusable
+
+
 def not_authorized(client: MetadataClient, topic: str, timeout: float) -> bool:
     """Whether Kafka refuses to describe ``topic`` to this client (which then sees it as
     missing): asked for by name, a topic it may not see comes with TOPIC_AUTHORIZATION_FAILED."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -234,6 +235,8 @@ def test_batch_ids_travel_as_ranges(ids: list[int], text: str) -> None:
 def test_bad_id_ranges_are_refused() -> None:
     with pytest.raises(ValueError, match="range"):
         decode_ids("9-3")
+    with pytest.raises(ValueError, match="more than"):  # would take all memory, expanded
+        decode_ids("1-99999999999")
 
 
 def test_enqueue_many_adds_a_row_per_payload_in_order(app: Pipeline, database: Path) -> None:
@@ -269,6 +272,8 @@ def test_enqueue_many_refuses_one_idempotency_key_for_every_row(
 
 class _LastBatch:
     """What the progress topic holds: the record of one committed batch."""
+
+    topic = "ns.outbox-relay.pipeline_outbox"
 
     def __init__(self, record: bytes) -> None:
         self.record = record
@@ -314,6 +319,18 @@ def test_rows_that_only_share_the_ids_of_the_last_committed_batch_are_kept(
             app.outbox(connection).enqueue_many("typed", ({"count": n} for n in range(5)))
     _recover(app, database, _record_of(other, [1, 2, 3]))
     assert [row[0] for row in rows(database)] == [1, 2, 3, 4, 5]
+
+
+def test_a_progress_record_another_writer_left_is_reported_and_passed_over(
+    app: Pipeline, database: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It restarted the relay every second, for ever, and it published nothing."""
+    with contextlib.closing(sqlite3.connect(database)) as connection, connection:
+        app.outbox(connection).enqueue_many("typed", ({"count": n} for n in range(3)))
+    with caplog.at_level(logging.ERROR, logger="pipeline.outbox"):
+        _recover(app, database, b"outbox-relay/2:1-x;digest")
+    assert "is not one a relay wrote" in caplog.text
+    assert len(rows(database)) == 3  # nothing deleted: those rows go out again
 
 
 def test_a_record_of_the_first_format_still_deletes_its_ids(app: Pipeline, database: Path) -> None:

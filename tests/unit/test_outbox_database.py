@@ -209,3 +209,37 @@ def test_a_file_that_is_no_database_is_named_by_init_status_and_the_relay(tmp_pa
     raised = _run_briefly(OutboxRelay(SETTINGS, dsn))
     assert isinstance(raised, ConfigurationError), raised
     assert f"cannot open SQLite database {path}: file is not a database" in str(raised)
+
+
+def test_a_database_in_use_when_the_relay_opens_it_is_opened_without_wal(tmp_path: Path) -> None:
+    """Turning WAL on takes the whole file at once, with no busy wait: a service in the middle
+    of a transaction made `relay` and `status` exit 2, as for a configuration error."""
+    import sqlite3
+
+    from pipeline.outbox import create_table
+    from pipeline.outbox._dialect import connect
+
+    path = tmp_path / "shop.db"
+    service = sqlite3.connect(path)  # the service's own connection: no WAL yet
+    create_table(service)
+    service.commit()
+    service.execute(  # a write transaction left open
+        "INSERT INTO pipeline_outbox (topic, key, value, job_id, created_at_ms) "
+        "VALUES ('t', NULL, x'00', 'j', 0)"
+    )
+    try:
+        relay, _ = connect(f"sqlite:///{path}", create=False)
+        try:
+            assert relay.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+            assert relay.execute("SELECT count(*) FROM pipeline_outbox").fetchone()[0] == 0
+        finally:
+            relay.close()
+    finally:
+        service.commit()
+        service.close()
+    relay, _ = connect(f"sqlite:///{path}", create=False)  # nobody else in it: WAL now
+    try:
+        assert relay.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert relay.execute("SELECT count(*) FROM pipeline_outbox").fetchone()[0] == 1
+    finally:
+        relay.close()

@@ -174,3 +174,24 @@ def test_a_fixed_row_goes_once_its_topic_is_valid() -> None:
     gate = TopicGate("pipeline_outbox", cluster)
     assert gate.passable(_rows("a", "shop jobs default", "a")) == 1
     assert gate.passable(_rows("shop.jobs.default", "a")) == 2
+
+
+def test_a_topic_the_relay_may_not_describe_holds_its_row_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = _Cluster("ns.jobs.default")
+    answer = cluster.list_topics
+
+    def list_topics(topic: str | None = None, timeout: float = -1) -> Any:
+        if topic == "ns.jobs.secret":  # asked by name, as Kafka answers an ACL's refusal
+            error = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+            return SimpleNamespace(topics={topic: SimpleNamespace(error=error)})
+        return answer(topic, timeout)
+
+    cluster.list_topics = list_topics  # type: ignore[method-assign]
+    gate = TopicGate("pipeline_outbox", cluster)
+    with caplog.at_level(logging.ERROR, logger="pipeline.outbox"):
+        assert gate.passable(_rows("ns.jobs.default", "ns.jobs.secret", "ns.jobs.default")) == 1
+    assert "outbox row 2 is a job for ns.jobs.secret, which this relay may not describe" in (
+        caplog.text
+    )

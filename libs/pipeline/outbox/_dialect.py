@@ -7,6 +7,7 @@ opens its own. Two dialects differ in the placeholder, the id column and the del
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -31,6 +32,8 @@ __all__ = [
     "sql_name",
     "sqlite_path",
 ]
+
+_log = logging.getLogger("pipeline.outbox")
 
 DEFAULT_TABLE = "pipeline_outbox"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?").fullmatch
@@ -332,6 +335,14 @@ def _open_sqlite(path: Path, create: bool) -> sqlite3.Connection:
     # reverse) but for the moment of a commit; busy writers are waited for, 30 s at most.
     try:
         connection.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.OperationalError as exc:
+        if "locked" not in str(exc) and "busy" not in str(exc):
+            connection.close()
+            raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc
+        # Turning WAL on takes the whole file, at once or not at all (no busy wait): another
+        # connection was using it. This one works all the same, its writes waiting for the
+        # others' as they do without WAL; a later connection turns it on.
+        _log.info("SQLite database %s in use: not switched to WAL this time", path)
     except sqlite3.DatabaseError as exc:  # the first read: a file that is no database, say
         connection.close()
         raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc

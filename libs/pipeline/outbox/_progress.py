@@ -106,6 +106,11 @@ def _range(start: int, end: int | None) -> str:
     return str(start) if end is None or end == start else f"{start}-{end}"
 
 
+MAX_IDS = 1_000_000
+"""Most ids a progress record may name (a batch is far smaller); a record naming more is not
+one a relay wrote, and expanding it could take all memory."""
+
+
 def decode_ids(text: str) -> list[int]:
     """The ids of :func:`encode_ids`'s ranges; ValueError on anything else."""
     ids: list[int] = []
@@ -114,6 +119,8 @@ def decode_ids(text: str) -> list[int]:
         start, end = int(first), int(last) if dash else int(first)
         if end < start:
             raise ValueError(f"bad id range {part!r}")
+        if len(ids) + end - start >= MAX_IDS:
+            raise ValueError(f"more than {MAX_IDS} ids")
         ids.extend(range(start, end + 1))
     return ids
 

@@ -291,6 +291,14 @@ class OutboxRelay:
                 )
                 stop.wait(self.options.retry_s)
                 continue
+            except ValueError as exc:  # another writer's record on the relay's own topic
+                _log.error(
+                    "the last progress record of %s on %s is not one a relay wrote (%s): "
+                    "ignored, so rows of the last batch still in the table go out again (their "
+                    "idempotency keys, if they have any, run them once)",
+                    self.options.table, progress.topic, exc,
+                )  # fmt: skip
+                batch = CommittedBatch([], None)
             ids = self._still_there(connection, dialect, batch)
             deleted = self._delete(connection, dialect, ids) if ids else 0
             if deleted:

@@ -25,9 +25,9 @@ from .._ratelog import RateLimitedLog
 from .._topiccheck import (
     TOPIC_NAME_RULE,
     MetadataClient,
-    missing_topics,
     not_authorized,
     topic_name_problem,
+    unusable_topics,
 )
 from ._dialect import OutboxRow
 
@@ -61,7 +61,9 @@ class TopicGate:
         invalid = {topic: why for topic in new if (why := topic_name_problem(topic)) is not None}
         lookup = sorted(new - invalid.keys())
         try:
-            missing = set(missing_topics(self._client, lookup, LOOKUP_TIMEOUT_S))
+            # Missing, or an error of another kind: a topic this relay may not describe comes
+            # back with TOPIC_AUTHORIZATION_FAILED, and its batch would be aborted every time.
+            missing = set(unusable_topics(self._client, lookup, LOOKUP_TIMEOUT_S))
         except KafkaException:
             missing = set()
         else:
