@@ -263,3 +263,22 @@ def test_a_job_that_cannot_be_encoded_again_names_its_letter_and_the_way_out() -
     assert replay_targets([StoredLetter(letter, 0, 0)], "ns", reset_attempts=True) == [
         "ns.jobs.default"
     ]
+
+
+def test_an_older_letter_that_cannot_be_encoded_does_not_stop_a_replay_that_does_not_send_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its job was replayed with --reset-attempts and died again: the newest letter sends it,
+    as the dry run said, and the older one is only marked."""
+    replayed = LetterState(status=LetterStatus.REPLAYED, at=5, by="ops@host", to="ns.jobs.default")
+    chosen = [
+        StoredLetter(letter_of("dl-old", "job-1", attempt=2**31 - 1, dead_at=10), 0, 0, replayed),
+        StoredLetter(letter_of("dl-new", "job-1", attempt=3, dead_at=20), 0, 1),
+    ]
+    assert replay_targets(chosen, "ns") == ["ns.jobs.default", "ns.jobs.default"]  # the dry run
+    txn = Recorded()
+    kafka_of(monkeypatch, txn, {"dl-old": replayed})
+    report = replay_letters(Settings(namespace="ns", events="off"), chosen, force=True)
+    sent = [JobCodec().decode(v or b"") for t, v in txn.records if t == "ns.jobs.default"]
+    assert [(job.id, job.attempt) for job in sent] == [("job-1", 4)]
+    assert {stored.letter.id for stored in report.done} == {"dl-old", "dl-new"}

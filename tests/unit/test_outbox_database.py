@@ -243,3 +243,47 @@ def test_a_database_in_use_when_the_relay_opens_it_is_opened_without_wal(tmp_pat
         assert relay.execute("SELECT count(*) FROM pipeline_outbox").fetchone()[0] == 1
     finally:
         relay.close()
+
+
+def test_wal_is_turned_on_once_no_other_connection_is_in_the_file(tmp_path: Path) -> None:
+    """Without WAL the relay's reads make the service's commits wait: a relay that started
+    while the service was in the file stayed so for as long as it ran. It tries again between
+    batches (``wal_on``), without waiting for the file (a reader held the first try 30 s)."""
+    import sqlite3
+
+    from pipeline.outbox import create_table
+    from pipeline.outbox._dialect import connect, wal_on
+
+    path = tmp_path / "shop.db"
+    service = sqlite3.connect(path, isolation_level=None)
+    create_table(service)
+    service.execute("BEGIN")
+    service.execute("SELECT count(*) FROM pipeline_outbox").fetchall()  # a read under way
+    relay, _ = connect(f"sqlite:///{path}", create=False)
+    try:
+        assert not wal_on(relay)
+        assert relay.execute("PRAGMA busy_timeout").fetchone()[0] == 30_000  # put back
+        service.execute("COMMIT")  # the service leaves the file for a moment
+        assert wal_on(relay)
+        another = sqlite3.connect(path)  # the file's mode, whoever asks
+        try:
+            assert another.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        finally:
+            another.close()
+    finally:
+        relay.close()
+        service.close()
+
+
+def test_a_batch_larger_than_a_progress_record_reads_back_is_refused() -> None:
+    """Its record would be taken, at the next relay's start, for one no relay wrote."""
+    from pipeline.outbox._progress import MAX_IDS
+
+    assert RelayOptions(batch_size=MAX_IDS).batch_size == MAX_IDS
+    with pytest.raises(ConfigurationError, match="batch_size must be at most 1,000,000"):
+        RelayOptions(batch_size=MAX_IDS + 1)
+    result = CliRunner().invoke(
+        cli, ["outbox", "relay", "--dsn", "sqlite:///x.db", "--batch-size", str(MAX_IDS + 1)]
+    )
+    assert result.exit_code == 2
+    assert "--batch-size" in result.output

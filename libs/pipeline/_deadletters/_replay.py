@@ -35,7 +35,7 @@ from .._records import DeadLetter, Event, EventKind
 from .._settings import Settings
 from .._topics import TopicNames
 from .._transactions import Transactions
-from ._outgoing import leave_empty, replay_message, sendable, senders
+from ._outgoing import Outgoing, leave_empty, replay_message, senders
 from ._reader import read_states
 from ._state import LetterState, LetterStatus, StoredLetter, actionable
 
@@ -257,25 +257,29 @@ def replay_letters(
     codec = JobCodec()
     events = EventCodec(codec.store)
     by = by or _operator()
-    # Built before anything is written, so that a letter that cannot be replayed stops it all.
-    outgoing = {
-        s.letter.id: replay_message(
-            s.letter,
-            settings.namespace,
-            reset_attempts=reset_attempts,
-            priority=priority,
-            to_topic=to_topic,
-            codec=codec,
-        )
-        for s in letters
-        if sendable(s.letter)
-    }
+    made: dict[str, Outgoing] = {}
+
+    def outgoing(sender: StoredLetter) -> Outgoing:
+        """What ``sender`` sends, made once. The senders' are all made (by :func:`needed`)
+        before anything is written, so that one that cannot be replayed stops it all; a
+        letter that does not send (an older one of its job) is never encoded."""
+        found = made.get(sender.letter.id)
+        if found is None:
+            found = made[sender.letter.id] = replay_message(
+                sender.letter,
+                settings.namespace,
+                reset_attempts=reset_attempts,
+                priority=priority,
+                to_topic=to_topic,
+                codec=codec,
+            )
+        return found
 
     def build(
         stored: StoredLetter, at: int, sender: StoredLetter
     ) -> tuple[list[_Record], LetterState]:
         letter = stored.letter
-        out = outgoing[sender.letter.id]  # an older letter of a job: where its newest goes
+        out = outgoing(sender)  # an older letter of a job: where its newest goes
         state = LetterState(
             status=LetterStatus.REPLAYED, at=at, by=by, to=out.topic, job_id=letter.job_id
         )
@@ -290,7 +294,7 @@ def replay_letters(
         return records, state
 
     def needed(todo: list[StoredLetter]) -> set[str]:
-        going = {outgoing[s.letter.id].topic for s in senders(todo).values()}
+        going = {outgoing(sender).topic for sender in senders(todo).values()}
         return going | _state_topics(settings)
 
     return _write(

@@ -35,6 +35,9 @@ __all__ = [
 
 _log = logging.getLogger("pipeline.outbox")
 
+SQLITE_BUSY_MS = 30_000
+"""How long a statement waits for another connection's lock on a SQLite database."""
+
 DEFAULT_TABLE = "pipeline_outbox"
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?").fullmatch
 
@@ -320,7 +323,7 @@ def _open_sqlite(path: Path, create: bool) -> sqlite3.Connection:
     mode = "rwc" if create else "rw"
     try:
         connection = sqlite3.connect(
-            f"{path.absolute().as_uri()}?mode={mode}", uri=True, timeout=30.0
+            f"{path.absolute().as_uri()}?mode={mode}", uri=True, timeout=SQLITE_BUSY_MS / 1000
         )
     except sqlite3.OperationalError as exc:
         if create:
@@ -331,19 +334,30 @@ def _open_sqlite(path: Path, create: bool) -> sqlite3.Connection:
         if not path.exists():
             raise no_database(path) from exc
         raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc
-    # WAL: the relay's reads and deletes do not block the service's writers (nor the
-    # reverse) but for the moment of a commit; busy writers are waited for, 30 s at most.
     try:
-        connection.execute("PRAGMA journal_mode=WAL")
-    except sqlite3.OperationalError as exc:
-        if "locked" not in str(exc) and "busy" not in str(exc):
-            connection.close()
-            raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc
-        # Turning WAL on takes the whole file, at once or not at all (no busy wait): another
-        # connection was using it. This one works all the same, its writes waiting for the
-        # others' as they do without WAL; a later connection turns it on.
-        _log.info("SQLite database %s in use: not switched to WAL this time", path)
+        if not wal_on(connection):
+            _log.info("SQLite database %s in use: not switched to WAL yet", path)
     except sqlite3.DatabaseError as exc:  # the first read: a file that is no database, say
         connection.close()
         raise ConfigurationError(f"cannot open SQLite database {path}: {exc}") from exc
     return connection
+
+
+def wal_on(connection: sqlite3.Connection) -> bool:
+    """Whether the SQLite database of ``connection`` is in WAL mode, turning it on if it can.
+
+    WAL: the relay's reads and deletes do not block the service's writers (nor the reverse)
+    but for the moment of a commit. Turning it on takes the whole file, so it fails while
+    another connection is in it: then nothing waits (the busy timeout is off for the try), the
+    connection works all the same, its writes waiting for the others' as they do without WAL,
+    and the relay tries again between batches. Raises ``sqlite3.DatabaseError`` for a file
+    that is no database."""
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        mode = connection.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    except sqlite3.OperationalError as exc:  # locked, or (never here) inside a transaction
+        _log.debug("SQLite WAL not turned on: %s", exc)
+        return False
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_MS}")
+    return str(mode).lower() == "wal"

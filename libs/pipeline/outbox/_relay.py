@@ -51,9 +51,17 @@ from .._topiccheck import topic_name_problem
 from .._transactions import Transactions
 from ._batch import read_batch
 from ._conninfo import RELAY_KEEPALIVES
-from ._dialect import DEFAULT_TABLE, Dialect, OutboxRow, checked_table, connect_to_read
+from ._dialect import (
+    DEFAULT_TABLE,
+    SQLITE,
+    Dialect,
+    OutboxRow,
+    checked_table,
+    connect_to_read,
+    wal_on,
+)
 from ._lock import RelayLock, lock_for
-from ._progress import CommittedBatch, RelayProgress, batch_digest, progress_topic
+from ._progress import MAX_IDS, CommittedBatch, RelayProgress, batch_digest, progress_topic
 from ._sizegate import SizeGate
 from ._stall import StallWatch, saying_kafka_is_away
 from ._topicgate import TopicGate
@@ -99,6 +107,10 @@ class RelayOptions:
         ):
             if bound < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {bound}")
+        if self.batch_size > MAX_IDS:  # its progress record must read back as a relay's
+            raise ConfigurationError(
+                f"batch_size must be at most {MAX_IDS:,}, got {self.batch_size}"
+            )
 
 
 def relay_transactional_id(namespace: str, table: str) -> str:
@@ -203,7 +215,9 @@ class OutboxRelay:
                 SizeGate(options.table, message_max_bytes(settings)),
             )
             checked = time.monotonic()
+            wal = dialect is not SQLITE or wal_on(connection)
             while not stop.is_set():
+                wal = wal or wal_on(connection)  # see wal_on: the file was in use at the start
                 if time.monotonic() - checked >= _LOCK_CHECK_S:
                     if not self._lock.held():
                         _log.warning("lost the relay lock of %s; back to standby", options.table)

@@ -13,6 +13,7 @@ import click
 
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._logfmt import configure_logging
+from pipeline.outbox._progress import MAX_IDS
 
 from ._output import (
     INTERVAL_MAX_S,
@@ -58,7 +59,7 @@ def outbox() -> None:
 @_database_options
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_IDS),
     default=5000,
     show_default=True,
     help="Rows per read, per Kafka transaction and per delete.",

@@ -5,16 +5,18 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
 
 import pipeline._followups
-from pipeline import CallNext, EnqueueError, JobCall, KafkaUnavailableError, Pipeline
-from pipeline._followups import follow_ups
+from pipeline import CallNext, EnqueueError, JobCall, KafkaUnavailableError, Pipeline, Settings
+from pipeline._followups import FollowUps, follow_ups
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import Middleware, Outcome, OutcomeKind
+from pipeline_worker.route.followups import FollowUpWatch
 from tests.waiting import until
 
 from .support import Harness
@@ -460,3 +462,62 @@ def test_what_a_thread_outliving_its_job_enqueued_is_reported_once_it_is_back() 
     app.poll(0)  # Kafka refuses the child
     with pytest.raises(EnqueueError, match="not authorized"):
         app.flush(1)
+
+
+class _Clock:
+    """An event loop's timers on a clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.timers: list[Any] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_later(self, delay: float, callback: Any, *args: Any) -> Any:
+        timer = SimpleNamespace(cancel=lambda: None, when=self.now + delay, callback=callback)
+        self.timers.append(timer)
+        return timer
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any, context: Any = None) -> None:
+        callback()
+
+    def run_due(self) -> None:
+        due = [t for t in self.timers if t.when <= self.now]
+        self.timers = [t for t in self.timers if t.when > self.now]
+        for timer in due:
+            timer.callback()
+
+
+def test_a_job_held_again_is_given_up_at_its_new_deadline_not_its_first() -> None:
+    """Kafka answered a waiting job's follow-up as a thread its handler started enqueued one
+    more: the job is held again, with a new deadline, and its first one does not end it."""
+    clock = _Clock()
+    ends: list[tuple[float, str | None]] = []
+
+    def complete(work: Any, error: BaseException | None, ended: float) -> None:
+        ends.append((clock.now, type(error).__name__ if error else None))
+        if error is None and watch.hold(work, ended):
+            return
+        watch.release(work, error)
+        work.finished = True
+
+    watch = FollowUpWatch(clock, Settings(), complete, lambda: None, free=lambda work: None)  # type: ignore[arg-type]
+    follow = FollowUps()
+
+    class Held(SimpleNamespace):
+        __hash__ = object.__hash__  # type: ignore[assignment]
+
+    work = Held(follow_ups=follow, finished=False, timer=None, job=SimpleNamespace(id="j"))
+    follow.sending(1, lambda timeout: 0, 100.0)
+    assert watch.hold(work, 0.0)  # type: ignore[arg-type]  # its deadline: 100
+    clock.now = 50.0
+    follow.answered(None, None)
+    follow.sending(1, lambda timeout: 0, 100.0)  # the late one: held again, until 150
+    clock.run_due()
+    clock.now = 120.0
+    watch._poll()
+    assert ends == [(50.0, None)]  # held again at 50, and still waiting at 120
+    clock.now = 151.0
+    watch._poll()
+    assert ends == [(50.0, None), (151.0, "KafkaUnavailableError")]

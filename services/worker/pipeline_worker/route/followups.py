@@ -190,10 +190,11 @@ class FollowUpWatch:
         now = self._loop.time()
         overdue = False
         while deadlines and deadlines[0][0] <= now:
-            _, _, work = heapq.heappop(deadlines)
-            times = held.pop(work, None)
-            if times is None:
-                continue  # answered meanwhile
+            _, hold, work = heapq.heappop(deadlines)
+            times = held.get(work)
+            if times is None or times[2] != hold:
+                continue  # answered meanwhile (and maybe held again, with a later deadline)
+            del held[work]
             overdue = True
             assert work.follow_ups is not None
             error = work.follow_ups.unanswered(work.job.id, self._settings)
