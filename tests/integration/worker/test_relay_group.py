@@ -77,10 +77,16 @@ def _former_member(settings: Settings, group: str, tier: str) -> Consumer:
     return member
 
 
-def test_a_relay_waits_for_its_former_group_then_takes_over_its_offsets(kit: WorkerKit) -> None:
+@pytest.mark.parametrize("whose", ["its own", "another group's"])
+def test_a_relay_waits_for_a_former_group_then_takes_over_its_offsets(
+    kit: WorkerKit, whose: str
+) -> None:
+    """Its own: a worker of group ``fleet`` whose relays were in ``fleet.retry``. Another
+    group's: a worker of the default group, while the relays of group ``bulk`` of the release
+    before still run (found only by listing the cluster's groups)."""
     ns = kit.settings.namespace
-    group = f"{ns}.fleet"
-    former = f"{group}.retry"
+    group = f"{ns}.fleet" if whose == "its own" else f"{ns}.workers"
+    former = f"{group}.retry" if whose == "its own" else f"{ns}.bulk.retry"
     tier = kit.topics.retry(0)
     returned, waiting = [_due(n) for n in range(3)], [_due(n) for n in range(3, 6)]
     producer = Producer({"bootstrap.servers": kit.settings.bootstrap_servers})
