@@ -20,10 +20,12 @@ def wait_for(condition: Callable[[], bool], timeout: float, interval: float = 0.
 async def until(
     condition: Callable[[], bool], timeout: float = 10.0, interval: float = 0.005
 ) -> None:
-    """On an event loop: poll ``condition`` for up to ``timeout`` seconds, letting the loop run
-    between looks; fail the test saying so when it never came true."""
+    """On an event loop: :func:`wait_for` ``condition`` on a thread of its own for up to
+    ``timeout`` seconds while the loop runs on, then look again on the loop's thread (what the
+    loop's callbacks change is only whole there); fail the test saying so when it never came
+    true."""
     deadline = time.monotonic() + timeout
     while not condition():
-        if time.monotonic() >= deadline:
+        left = deadline - time.monotonic()
+        if left <= 0 or not await asyncio.to_thread(wait_for, condition, left, interval):
             raise AssertionError(f"not true within {timeout:g}s: {condition!r}")
-        await asyncio.sleep(interval)
