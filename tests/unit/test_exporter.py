@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from pipeline._backlogmodel import Backlog
 from pipeline._deadletters import INDEX_STEP
-from pipeline._errors import KafkaUnavailableError, PipelineError
+from pipeline._errors import KafkaUnavailableError
 from pipeline._settings import Settings
 from pipeline_cli._exporter import Exporter
 from tests import waiting
@@ -200,7 +200,7 @@ def test_the_dead_letters_are_counted_from_an_index_refreshed_at_each_read(
     monkeypatch.setattr(_exporter, "LetterIndex", Index)
     monkeypatch.setattr(_exporter, "BacklogReader", Reader)
     assert exporter.run() == 0
-    assert calls == ["index 3", "refresh 2.5 20000", "stats", "index closed"]
+    assert calls == ["index 3", "refresh 1.2 20000", "stats", "index closed"]  # half of 2.5 s
 
 
 def test_a_deep_dead_letter_topic_is_indexed_in_steps_kept_from_one_read_to_the_next(
@@ -230,7 +230,43 @@ def test_a_deep_dead_letter_topic_is_indexed_in_steps_kept_from_one_read_to_the_
         def stats(self) -> object:
             return "all of them"
 
-    count = _exporter.indexed(Deep())  # type: ignore[arg-type]
-    with pytest.raises(PipelineError, match="still reading the dead letters: 60,000 so far"):
-        count(10.0)  # three steps fit
-    assert count(10.0) == "all of them"  # type: ignore[comparison-overlap]  # two more
+    deep = Deep()
+    count = _exporter.indexed(deep)  # type: ignore[arg-type]
+    assert count(12.0) == "all of them"  # type: ignore[comparison-overlap]  # the letters so far
+    assert deep.read == 2  # half of the read's time: the rest of the backlog needs the other
+    count(12.0)
+    assert deep.read == 4  # the next read goes on from there
+    count(12.0)
+    assert deep.caught_up
+
+
+def test_a_read_succeeds_while_a_deep_dead_letter_topic_is_still_indexed() -> None:
+    """The first reads of a deep ``<ns>.dlq`` failed until the index reached its end: no depth
+    of any job topic was served, and the exporter looked down to its alerts meanwhile."""
+
+    class Letters:
+        caught_up = False
+
+        def __len__(self) -> int:
+            return 40_000
+
+    class Reader:
+        def read(self) -> Backlog:
+            return backlog()
+
+    clock = Clock()
+    exporter = Exporter(Settings(), port=0, interval=15, timeout=10, clock=clock)
+    letters = Letters()
+    exporter.read_once(Reader(), letters)  # type: ignore[arg-type]
+    assert sample(exporter, "pipeline_exporter_read_success") == 1
+    assert sample(exporter, "pipeline_queue_depth", priority="default") == 3
+    assert sample(exporter, "pipeline_exporter_dead_letters_indexed") == 40_000
+    assert sample(exporter, "pipeline_dead_letters_pending") is None  # partial: left out
+    assert sample(exporter, "pipeline_dead_letters_retained", status="pending") is None
+    clock.now += 3 * 15 + 10 + 1
+    assert exporter.health() == (True, "ok")
+
+    letters.caught_up = True
+    exporter.read_once(Reader(), letters)  # type: ignore[arg-type]
+    assert sample(exporter, "pipeline_dead_letters_pending") == 1
+    assert sample(exporter, "pipeline_dead_letters_retained", status="replayed") == 2
