@@ -113,16 +113,17 @@ async def _logout(request: Request) -> Response:
 
 
 async def _healthz(request: Request) -> Response:
-    """``ok`` once Kafka was read and while it is; 503 with the reason otherwise, before the
-    first reading too (it may never come). On the event loop: it only reads what the monitor
-    keeps, and must answer while every thread of the pool serves a page waiting for Kafka."""
+    """``ok`` once Kafka was read and while it is; 503 otherwise, before the first reading too
+    (it may never come). On the event loop: it only reads what the monitor keeps, and must
+    answer while every thread of the pool serves a page waiting for Kafka. Anyone may ask, so
+    it does not repeat Kafka's error (broker addresses, principals): the log and the pages,
+    behind the login, do."""
     monitor = dashboard_of(request).monitor
-    problem = monitor.problem
-    if problem is None and monitor.latest is None:
-        problem = "not read yet"
-    if problem is None:
-        return PlainTextResponse("ok")
-    return PlainTextResponse(f"kafka: {problem}", status_code=503)
+    if monitor.problem is not None:
+        return PlainTextResponse("kafka: cannot be read", status_code=503)
+    if monitor.latest is None:
+        return PlainTextResponse("kafka: not read yet", status_code=503)
+    return PlainTextResponse("ok")
 
 
 def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:

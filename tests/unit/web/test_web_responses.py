@@ -41,6 +41,16 @@ def test_healthz_is_not_ok_before_kafka_was_read_once(app: Starlette) -> None:
     assert health.text.startswith("kafka: ")
 
 
+def test_healthz_does_not_tell_anyone_kafka_s_error(app: Starlette) -> None:
+    """``/healthz`` needs no login: it answered with Kafka's error text, broker addresses
+    and all."""
+    monitor = app.state.dashboard.monitor  # not started here: what a failed reading leaves
+    monitor.problem = "Kafka at broker-7.internal:9093 did not answer (SASL user svc-web)"
+    health = TestClient(app, base_url="http://127.0.0.1").get("/healthz")
+    assert health.status_code == 503
+    assert health.text == "kafka: cannot be read"
+
+
 @pytest.mark.parametrize("path", ["/", "/workers", "/dead-letters", "/jobs", "/login"])
 def test_pages_are_not_stored_by_browsers_or_proxies(app: Starlette, path: str) -> None:
     # They hold payloads, errors and the CSRF token: after logging out, or behind a caching
