@@ -29,6 +29,7 @@ __all__ = [
     "dialect_of",
     "no_database",
     "relay_table",
+    "resolved_table",
     "sql_name",
     "sqlite_path",
 ]
@@ -192,18 +193,33 @@ _SCHEMA_OF_PLAIN_NAME = (
 """The schema a table named without one is in (existing), or would be created in."""
 
 
+def _schema_of(connection: Any, name: str) -> str | None:
+    """The schema of the plain name ``name`` on PostgreSQL, as :data:`_SCHEMA_OF_PLAIN_NAME`;
+    None when no schema of the session's search_path exists (nothing could be created)."""
+    row = connection.execute(_SCHEMA_OF_PLAIN_NAME, (name,)).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def check_schema(connection: Any, table: str) -> None:
     """Refuse ``schema.table`` on PostgreSQL when plain ``table`` is that same table: a
     relay's table is schema-qualified only when it has to be."""
     schema, dot, name = table.rpartition(".")
-    if not dot:
-        return
-    row = connection.execute(_SCHEMA_OF_PLAIN_NAME, (name,)).fetchone()
-    if row is not None and row[0] == schema:
+    if dot and _schema_of(connection, name) == schema:
         raise ConfigurationError(
             f"{table!r} is the outbox table {name!r} of this database connection (its schema "
             f"is the one {name!r} names): use {name!r}, the one spelling relays take"
         )
+
+
+def resolved_table(connection: Any, table: str) -> str | None:
+    """``table`` on PostgreSQL as ``schema.table`` whatever the session's search_path: a plain
+    name in the schema the search_path finds it in, or would create it in (so the same before
+    and after the table is created); None when no schema of the search_path exists."""
+    _, dot, name = table.rpartition(".")
+    if dot:
+        return table
+    schema = _schema_of(connection, name)
+    return None if schema is None else f"{schema}.{name}"
 
 
 def sqlite_path(dsn: str) -> Path | None:

@@ -1,9 +1,12 @@
 """One active relay per outbox table: a lock the database (or the kernel) frees with its holder.
 
-- PostgreSQL: a session-level advisory lock (``pg_try_advisory_lock``) on a connection of its
-  own. The server releases it when that session ends, which a killed relay's closed socket does
+- PostgreSQL: session-level advisory locks (``pg_try_advisory_lock``) on a connection of its
+  own. The server releases them when that session ends, which a killed relay's closed socket does
   at once, and TCP keepalives within about 30 s when the host vanished (the session sets the
-  server's side of them: a server's defaults wait two hours).
+  server's side of them: a server's defaults wait two hours). Two keys, both taken or neither:
+  the table's schema-qualified name as the server resolves it (one key whatever the spelling and
+  the session's search_path), then the name as spelled, the only key of earlier versions (so
+  that a relay of either version excludes one of the other).
 - SQLite: the database is a file on one host, so the lock is an ``flock`` on a file beside it
   (``<db>.<table>.relay-lock``). The kernel releases it when the holder's process exits, however
   it exits.
@@ -22,8 +25,18 @@ import os
 from pathlib import Path
 from typing import Any, Protocol
 
+from .._errors import PipelineError
 from ._conninfo import Keepalives
-from ._dialect import POSTGRES, SQLITE, check_schema, connect, no_database, relay_table, sqlite_path
+from ._dialect import (
+    POSTGRES,
+    SQLITE,
+    check_schema,
+    connect,
+    no_database,
+    relay_table,
+    resolved_table,
+    sqlite_path,
+)
 
 __all__ = ["AdvisoryLock", "FileLock", "RelayLock", "lock_for"]
 
@@ -56,28 +69,49 @@ def lock_key(table: str) -> int:
 
 
 class AdvisoryLock:
-    """A PostgreSQL session advisory lock, on a connection used for nothing else."""
+    """PostgreSQL session advisory locks, on a connection used for nothing else."""
 
     def __init__(self, dsn: str, table: str) -> None:
         self._dsn = dsn
         self._table = relay_table(table, POSTGRES)
         self._key = lock_key(table)
         self._connection: Any = None
+        self._keys: tuple[int, ...] = ()
+        """The keys held (none while not)."""
 
     def try_acquire(self) -> bool:
         if self._connection is None:
             self._connection = self._connect()
         try:
-            row = self._connection.execute("SELECT pg_try_advisory_lock(%s)", (self._key,))
-            got = bool(row.fetchone()[0])
+            keys = self._keys_to_take()
+            for n, key in enumerate(keys):
+                row = self._connection.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+                if not row.fetchone()[0]:
+                    for taken in keys[:n]:  # both or neither: a standby holds none
+                        self._connection.execute("SELECT pg_advisory_unlock(%s)", (taken,))
+                    return False
         except Exception:
             self._drop()
             raise
-        return got
+        self._keys = keys
+        return True
+
+    def _keys_to_take(self) -> tuple[int, ...]:
+        """The key of the resolved name, then the name's own (one key when they are the same:
+        the name is schema-qualified). Every relay of this release takes the resolved one first:
+        two of them never hold one key each, waiting for the other's."""
+        resolved = resolved_table(self._connection, self._table)
+        if resolved is None:
+            raise PipelineError(  # not for good: the schema may be created yet
+                f"no schema to find or create the outbox table {self._table!r} in: none of "
+                "the schemas of the connection's search_path exists (create one, or set the "
+                "DSN's search_path)"
+            )
+        return tuple(dict.fromkeys((lock_key(resolved), self._key)))
 
     def _connect(self) -> Any:
         """The lock's session, after the check that its table's name is the one spelling of it
-        (the key is made of the name: another spelling would be another lock)."""
+        on this connection (the transactional id and progress topic are made of the name)."""
         connection, _ = connect(self._dsn, keepalives=KEEPALIVES)
         connection.autocommit = True
         try:
@@ -100,19 +134,19 @@ class AdvisoryLock:
             row = self._connection.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
                 "AND pid = pg_backend_pid() AND granted "
-                "AND ((classid::bigint << 32) | objid::bigint) = %s",
-                (self._key,),
+                "AND ((classid::bigint << 32) | objid::bigint) = ANY(%s)",
+                (list(self._keys),),
             ).fetchone()
         except Exception:
             self._drop()
             return False
-        return bool(row[0])
+        return bool(self._keys) and row[0] == len(self._keys)
 
     def release(self) -> None:
         self._drop()  # closing the session releases its advisory locks
 
     def _drop(self) -> None:
-        connection, self._connection = self._connection, None
+        connection, self._connection, self._keys = self._connection, None, ()
         if connection is not None:
             with contextlib.suppress(Exception):  # the session is gone either way
                 connection.close()

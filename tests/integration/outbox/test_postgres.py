@@ -19,7 +19,7 @@ from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
 from pipeline._errors import ConfigurationError
 from pipeline.outbox import OutboxRelay, connect, create_table
-from pipeline.outbox._lock import AdvisoryLock, lock_for
+from pipeline.outbox._lock import AdvisoryLock, lock_for, lock_key
 from tests.waiting import wait_for
 
 from .relays import pending, relay_in_thread
@@ -77,6 +77,54 @@ def test_a_schema_the_plain_name_does_not_reach_is_kept(postgres_dsn: str) -> No
     finally:
         plain.release()
         qualified.release()
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_two_spellings_of_one_table_on_two_search_paths_take_one_lock(
+    postgres_dsn: str, create: bool
+) -> None:
+    # jobs.pipeline_outbox is pipeline_outbox for a session whose search_path reaches jobs:
+    # one table, so one active relay, whether the table is there yet or a relay creates it.
+    _execute(postgres_dsn, "CREATE SCHEMA jobs")
+    if create:
+        _execute(postgres_dsn, "CREATE TABLE jobs.pipeline_outbox (id BIGINT)")
+    in_jobs = postgres_dsn + "?options=-csearch_path%3Djobs%2Cpublic"
+    plain, qualified = (
+        AdvisoryLock(in_jobs, "pipeline_outbox"),
+        AdvisoryLock(postgres_dsn, "jobs.pipeline_outbox"),
+    )
+    try:
+        assert plain.try_acquire()
+        assert not qualified.try_acquire()
+        assert plain.held()
+        plain.release()  # its session ends on the server a moment later
+        assert wait_for(qualified.try_acquire, 10), "the standby never took the lock over"
+        assert not plain.try_acquire()
+        assert qualified.held()
+    finally:
+        plain.release()
+        qualified.release()
+
+
+def test_a_relay_of_the_previous_release_and_a_new_one_exclude_each_other(
+    postgres_dsn: str,
+) -> None:
+    # The previous release's relay takes the key of the name as spelled, and that key only.
+    with psycopg.connect(postgres_dsn, autocommit=True) as previous:
+        take = "SELECT pg_try_advisory_lock(%s)"
+        assert previous.execute(take, (lock_key("pipeline_outbox"),)).fetchone() == (True,)
+        lock = AdvisoryLock(postgres_dsn, "pipeline_outbox")
+        try:
+            assert not lock.try_acquire()
+            # A standby holds neither key: another new relay is not kept waiting by it.
+            other = AdvisoryLock(postgres_dsn, "pipeline_outbox")
+            previous.execute("SELECT pg_advisory_unlock_all()")
+            assert other.try_acquire()
+            other.release()
+            assert wait_for(lock.try_acquire, 10)
+            assert previous.execute(take, (lock_key("pipeline_outbox"),)).fetchone() == (False,)
+        finally:
+            lock.release()
 
 
 def test_a_relay_with_select_and_delete_rights_only_publishes(
