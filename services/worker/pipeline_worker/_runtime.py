@@ -207,7 +207,7 @@ class Worker:
         )
         self._consumer.start()
         relay = None
-        if worker.retries and settings.topics.retry_delays_s:
+        if worker.retries:  # it ends at once if the cluster has no tier (see recovery.tiers)
             relay = RetryRelay(
                 settings,
                 self.group_id,

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from ._metrics import TenantStats, TypeStats
     from .dispatch.limits import TypeLimit
+    from .route.policy import Headers
 
 
 class PartitionState:
@@ -121,6 +122,7 @@ class Work:
         "expired",
         "finished",
         "follow_ups",
+        "headers",
         "job",
         "job_type",
         "key",
@@ -147,10 +149,13 @@ class Work:
         job_type: JobType,
         limit: TypeLimit[Work] | None,
         stats: TypeStats,
+        headers: Headers = None,
     ) -> None:
         self.state = state
         self.offset = offset
         self.key = key
+        self.headers = headers
+        """Its message's Kafka headers, which its moves (retry, deferral) carry on."""
         self.job = job
         self.job_type = job_type
         self.limit = limit

@@ -15,6 +15,7 @@ import pytest
 from confluent_kafka import Producer
 
 from pipeline import Job, JobCodec, Priority
+from pipeline._deadletters import _Reader
 from tests.waiting import wait_for
 
 from .harness import enqueue
@@ -106,3 +107,37 @@ def test_a_job_written_to_a_priority_topic_long_before_it_is_due_waits_for_it(
     assert len([e for e in kit.recording.starts("noop") if e.job_id in due]) == len(due)
     # Within the hold window: held by the worker, started on time as before.
     assert all(starts[i] - due[i] < 500 for i in near), {i: starts[i] - due[i] for i in near}
+
+
+def test_a_job_deferred_by_the_worker_keeps_its_message_s_headers_to_its_run(
+    kit: WorkerKit, schedulers: SchedulerFactory
+) -> None:
+    """The worker's move to ``<ns>.deferred`` wrote the job without its Kafka headers (a
+    ``traceparent`` another producer set, say), so the scheduler released it without them."""
+    scheduler = schedulers.start()
+    worker = kit.workers.start("--concurrency", "4")
+    warm_up = enqueue(kit.producer, "noop", 3, first=-100)  # the worker is fetching now
+    assert wait_for(lambda: kit.recording.all_finished(warm_up), 60), worker.log_tail()
+    schedulers.wait_leading(scheduler)
+    topic = kit.topics.jobs(Priority.DEFAULT)
+    codec = JobCodec()
+    headers: list[tuple[str, str | bytes | None]] = [
+        ("traceparent", b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    ]
+    not_before = time.time_ns() // 1_000_000 + 6000  # past the worker's hold window (5 s)
+    job = Job(id=uuid.uuid4().hex, type="noop", payload=b'{"n": 0}', not_before=not_before)
+    producer = Producer(kit.settings.client_config())
+    producer.produce(topic, codec.encode(job), b"k", headers=headers)
+    assert producer.flush(30) == 0
+    assert wait_for(lambda: kit.recording.all_finished([job.id]), 60), worker.log_tail()
+
+    assert "moved to the deferred topic" in worker.log()
+    with _Reader(kit.settings, timeout=30) as reader:
+        read = reader.read(kit.topics.deferred, topic)
+    # Written by the producer, moved by the worker, released by the scheduler: each with them.
+    journey = [
+        (m.topic(), m.key(), m.headers())
+        for m in (*read[topic], *read[kit.topics.deferred])
+        if codec.decode(m.value() or b"").id == job.id
+    ]
+    assert journey == [(topic, b"k", headers)] * 2 + [(kit.topics.deferred, b"k", headers)]

@@ -119,3 +119,17 @@ def test_the_jobs_of_a_tier_removed_from_the_settings_still_come_back(kit: Worke
     assert [(m.value(), m.key()) for m in deferred] == [(far_value, b"key")]
     assert f"retry tiers {kit.topics.retry(2)} are not in topics.retry_delays_s" in worker.log()
     assert worker.alive(), "the worker stopped"
+
+
+def test_jobs_left_on_a_tier_come_back_to_workers_whose_settings_name_no_tier(
+    kit: WorkerKit,
+) -> None:
+    # The namespace had tiers 0 and 1; the workers' settings now name none (every retry goes
+    # through <ns>.deferred), and their relay did not start: the jobs there waited for ever.
+    due = _noop(1)
+    _on_tier(kit, due, tier=1)
+    worker = kit.workers.start("--concurrency", "4", env={"PIPELINE_TOPICS__RETRY_DELAYS_S": "[]"})
+
+    assert wait_for(lambda: kit.recording.all_finished([due.id]), 60), worker.log_tail()
+    left = f"{kit.topics.retry(0)}, {kit.topics.retry(1)}"
+    assert f"retry tiers {left} are not in topics.retry_delays_s" in worker.log()

@@ -183,6 +183,7 @@ class Harness:
         offset: int | None = None,
         tenant: str | None = None,
         not_before: int | None = None,
+        headers: list[tuple[str, str | bytes | None]] | None = None,
     ) -> Message:
         if offset is None:
             offset = self._next
@@ -196,7 +197,14 @@ class Harness:
                 not_before=not_before,
             )
             value = self.app.codec.encode(job)
-        return Message(topic=self.partition.topic, partition=0, offset=offset, key=key, value=value)
+        return Message(
+            topic=self.partition.topic,
+            partition=0,
+            offset=offset,
+            key=key,
+            value=value,
+            headers=headers,
+        )
 
     def feed(self, *messages: Message) -> None:
         self.partition.handed += len(messages)

@@ -10,7 +10,10 @@ from confluent_kafka import KafkaError, KafkaException
 
 from pipeline import Settings
 from pipeline._errors import TopicMissingError
+from pipeline_worker._metrics import WorkerMetrics
+from pipeline_worker.recovery import relay as relay_module
 from pipeline_worker.recovery.tiers import Tiers
+from tests.unit.test_transactions import FakeProducer
 
 
 class Cluster:
@@ -69,3 +72,24 @@ def test_only_a_configured_tier_missing_stops_the_relay() -> None:
     Tiers(SETTINGS, Cluster("ns.retry.0", "ns.retry.1")).check()  # a left-over tier deleted
     with pytest.raises(TopicMissingError, match=r"ns\.retry\.1"):
         Tiers(SETTINGS, Cluster("ns.retry.0", "ns.retry.7")).check()
+
+
+def test_a_relay_with_no_tier_configured_nor_on_the_cluster_ends_before_it_joins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Started whatever the settings name (the cluster may hold tiers of an earlier
+    configuration), a relay that finds no tier neither registers its transactional id nor
+    joins its group."""
+    cluster = Cluster("ns.jobs.default", "ns.deferred", "other.retry.0")
+    subscribed: list[object] = []
+    cluster.subscribe = lambda topics, **_: subscribed.append(topics)  # type: ignore[attr-defined]
+    cluster.close = lambda: None  # type: ignore[attr-defined]
+    producer = FakeProducer()
+    monkeypatch.setattr(relay_module, "Consumer", lambda conf: cluster)
+    monkeypatch.setattr(relay_module, "Producer", lambda conf: producer)
+    failed: list[BaseException] = []
+    settings = Settings(namespace="ns", topics={"retry_delays_s": []})
+    relay = relay_module.RetryRelay(settings, "ns.workers", WorkerMetrics(), failed.append)
+    relay._main()  # its thread's whole run: it returns
+    assert (subscribed, failed) == ([], [])
+    assert "init_transactions" not in producer.calls

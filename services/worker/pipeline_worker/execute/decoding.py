@@ -103,7 +103,7 @@ class BatchDecoder:
                     endings.done(state, offset, True)
                     continue
                 work = Work(state, offset, msg.key(), job, entry.job_type, entry.limit,
-                            entry.stats[pidx])  # fmt: skip
+                            entry.stats[pidx], msg.headers())  # type: ignore[arg-type]  # fmt: skip
                 queued.append(work)
             state.expected = expected
             if queued:

@@ -158,10 +158,10 @@ class RetryRelay:
 
     def _main(self) -> None:
         try:
-            if not self._init() or not take_over(self._settings, self._stop.wait):
-                return
+            # The tiers first: with none (in the settings or on the cluster) it ends here,
+            # before it registers its transactional id or joins its group.
             tiers = self._tiers.to_read(self._stop.wait)
-            if tiers is None:
+            if not tiers or not self._init() or not take_over(self._settings, self._stop.wait):
                 return
             self._consumer.subscribe(
                 tiers,

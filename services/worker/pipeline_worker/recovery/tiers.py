@@ -4,8 +4,9 @@ A tier removed from ``topics.retry_delays_s`` (the last ones, or a middle one, w
 the rest) keeps its topic and the jobs waiting there; no worker writes to it any more. The relay
 reads every ``<ns>.retry.<n>`` the cluster has at its start, so that those jobs still come back:
 each when due, or, due later than a tier it does not know allows, by way of ``<ns>.deferred``
-(:mod:`.detours`). A tier the settings name and the cluster lacks is a setup error that stops
-the worker; one left from before may be deleted at any time.
+(:mod:`.detours`), even when the settings name no tier at all; with no tier either way, the
+relay ends before it joins its group. A tier the settings name and the cluster lacks is a
+setup error that stops the worker; one left from before may be deleted at any time.
 """
 
 from __future__ import annotations

@@ -129,6 +129,7 @@ class Endings:
                 work.job_type,
                 error,
                 time.monotonic() - work.started,
+                raw_headers=work.headers,
             )
             keys = None
             if dedup is not None:
@@ -251,7 +252,8 @@ class Endings:
             extra={"job_id": job.id, "job_type": job.type},
         )  # fmt: skip
         self._router.defer(state.topic, state.partition, work.offset, job, work.key,
-                           functools.partial(self._deferred, work), keys, state)  # fmt: skip
+                           functools.partial(self._deferred, work), keys, state,
+                           work.headers)  # fmt: skip
 
     def _deferred(self, work: Work, done: bool) -> None:
         """The deferral is in the open transaction (or was given up): finish the offset."""

@@ -143,22 +143,31 @@ class FailurePolicy:
         tier = self.tier_for(verdict.due_ms - now_ms)
         topic = self.names.deferred if tier == DEFERRED else self.names.retry(tier)
         value = self._codec.encode(moved)
-        headers_size = _headers_size(failure.raw_headers)
-        if not fits_in_message(self._max_bytes, value, failure.key, headers_size):
+        if not self._fits(value, failure.key, failure.raw_headers):
             moved = lean_job(moved)
             value = self._codec.encode(moved)
-            if not fits_in_message(self._max_bytes, value, failure.key, headers_size):
+            if not self._fits(value, failure.key, failure.raw_headers):
                 return self._dead(failure, moved, DeadLetterReason.TOO_LARGE, now_ms)
         records = [Record(topic, value, failure.key, failure.raw_headers)]
         self._event(records, moved, EventKind.RETRIED, failure, describe_error(error), now_ms)
         route = "deferred" if tier == DEFERRED else f"retry.{tier}"
         return Move(records, False, route, job.type)
 
-    def defer(self, job: Job, key: bytes | None) -> Move:
+    def defer(self, job: Job, key: bytes | None, headers: Headers = None) -> Move:
         """The move of a job found on a priority topic long before its ``not_before``: to
-        ``<ns>.deferred`` unchanged (no attempt counted), for the scheduler to release."""
-        records = [Record(self.names.deferred, self._codec.encode(job), key)]
+        ``<ns>.deferred`` unchanged (no attempt counted), for the scheduler to release; with
+        the message's ``headers`` when they fit in what the producer sends (the job matters
+        more: without them, as the job alone fits or not)."""
+        value = self._codec.encode(job)
+        if headers and not self._fits(value, key, headers):
+            headers = None
+        records = [Record(self.names.deferred, value, key, headers)]
         return Move(records, False, "deferred", job.type)
+
+    def _fits(self, value: bytes, key: bytes | None, headers: Headers) -> bool:
+        """Whether a record of ``value``, ``key`` and ``headers`` is one the producer sends."""
+        size = sum(len(name) + len(data or b"") for name, data in headers or ())
+        return fits_in_message(self._max_bytes, value, key, size)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -230,7 +239,3 @@ class FailurePolicy:
         # and every worker that took the partition would fail on it again.
         if fits_in_message(self._max_bytes, value, key):
             records.append(Record(self.names.events, value, key))
-
-
-def _headers_size(headers: Headers) -> int:
-    return sum(len(name) + len(value or b"") for name, value in headers or ())

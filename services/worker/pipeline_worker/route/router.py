@@ -13,7 +13,7 @@ from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
 from ..commit.moves import Mover
-from .policy import Failure, FailurePolicy, Move, Record
+from .policy import Failure, FailurePolicy, Headers, Move, Record
 
 if TYPE_CHECKING:
     from pipeline import Job
@@ -89,10 +89,12 @@ class FailureRouter:
         resolve: Callable[[bool], None],
         keys: Callable[[bool], Sequence[Record]] | None = None,
         state: PartitionState | None = None,
+        headers: Headers = None,
     ) -> None:
-        """Move a job that is not due for long to ``<ns>.deferred``, like :meth:`route`."""
+        """Move a job that is not due for long to ``<ns>.deferred``, like :meth:`route`, with
+        its message's ``headers``."""
         try:
-            move = self._policy.defer(job, key)
+            move = self._policy.defer(job, key, headers)
         except Exception:
             _log.exception("could not build the move of %s[%d]@%d; its offset stays unfinished",
                            topic, partition, offset)  # fmt: skip
