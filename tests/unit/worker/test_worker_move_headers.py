@@ -1,6 +1,6 @@
 """The Kafka headers of a job's message (a W3C ``traceparent`` another producer set, say) go
-with the job when the worker moves it: deferred (read long before its ``not_before``) or
-retried. Both moves wrote the job without them."""
+with the job when the worker moves it: deferred (read long before its ``not_before``),
+retried, or dead-lettered (for a replay to send again). Each wrote the job without them."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from pipeline import Job, JobCodec, Pipeline
+from pipeline._codec import DeadLetterCodec
+from pipeline._deadletters._outgoing import replay_message
 from pipeline._job import now_ms
 from pipeline._messagesize import RECORD_OVERHEAD
 from pipeline.testing import InMemoryTransport
@@ -45,12 +47,12 @@ class Moves:
         done(True)
 
 
-@pytest.mark.parametrize("move", ["deferred", "retried"])
+@pytest.mark.parametrize("move", ["deferred", "retried", "dead"])
 def test_a_moved_job_keeps_its_message_s_headers(move: str) -> None:
     async def main() -> None:
         app = Pipeline(transport=InMemoryTransport())
 
-        @app.job("fails")
+        @app.job("fails", max_attempts=1 if move == "dead" else None)
         def fails() -> None:
             raise RuntimeError("downstream down")
 
@@ -61,8 +63,15 @@ def test_a_moved_job_keeps_its_message_s_headers(move: str) -> None:
         h.feed(h.message("fails", key=b"k", not_before=later, headers=HEADERS))
         await asyncio.wait_for(moves.changed.wait(), 5)
         [record] = moves.records
-        assert record.topic == ("acme.deferred" if move == "deferred" else "acme.retry.0")
-        assert (record.key, record.headers) == (b"k", HEADERS)
+        if move == "dead":  # in the letter, which `pipeline dlq replay` sends them from
+            assert record.topic == "acme.dlq"
+            letter = DeadLetterCodec().decode(record.value)
+            assert letter.job is not None
+            assert letter.raw_headers == {"traceparent": HEADERS[0][1]}
+            assert replay_message(letter, "acme").headers == [("traceparent", HEADERS[0][1])]
+        else:
+            assert record.topic == ("acme.deferred" if move == "deferred" else "acme.retry.0")
+            assert (record.key, record.headers) == (b"k", HEADERS)
         assert await h.processor.wait_idle([h.partition], 5.0)
         await h.processor.close()
 

@@ -183,7 +183,7 @@ class FailurePolicy:
             job=job,
             raw_value=failure.raw if job is None else None,
             raw_key=failure.key,
-            raw_headers=stored_headers(failure.raw_headers) if job is None else {},
+            raw_headers=stored_headers(failure.raw_headers),  # a replay sends them again
             dead_at=now_ms,
             traceback=traceback_text(error),
         )
