@@ -65,6 +65,7 @@ def test_a_moved_job_keeps_its_message_s_headers(move: str) -> None:
         [record] = moves.records
         if move == "dead":  # in the letter, which `pipeline dlq replay` sends them from
             assert record.topic == "acme.dlq"
+            assert record.value is not None
             letter = DeadLetterCodec().decode(record.value)
             assert letter.job is not None
             assert letter.raw_headers == {"traceparent": HEADERS[0][1]}
