@@ -29,7 +29,8 @@ class SchedulerMetrics:
         )
         self.parked = Gauge(
             "pipeline_scheduler_parked_messages",
-            "Wait-tier messages read ahead of their time (their partitions are paused)",
+            "Messages read and not yet routed, their partitions paused: wait-tier messages read "
+            "ahead of their time, and those read behind a partition holding all it may",
             registry=r,
         )
         self.releases = Counter(

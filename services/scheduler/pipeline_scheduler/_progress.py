@@ -13,7 +13,9 @@ size: half a million offsets held one by one did not).
 Any writer can put anything on the topic, so :meth:`SavedProgress.decode` checks a record
 before it trusts it: offsets are integers of Kafka's range, the held offsets lie between the
 watermark and the position, and there are at most :data:`MAX_HELD` of them (runs are expanded
-in memory; a record saying "a trillion offsets held" must not be).
+in memory; a record saying "a trillion offsets held" must not be). The leader's own records
+stay within that bound: :attr:`PartitionProgress.full` says when a partition holds as many
+offsets as a record may name, and the leader reads no further in it until some are released.
 """
 
 from __future__ import annotations
@@ -27,8 +29,12 @@ from typing import Any
 MAX_OFFSET = 2**63 - 1
 """Kafka's offsets are signed 64-bit integers."""
 MAX_HELD = 2_000_000
-"""Most held offsets a record may name (about 150 MB once expanded). A leader holding that many
-jobs in memory would need a gigabyte for them; a record naming more is treated as bad."""
+"""Most held offsets a record may name (about 150 MB once expanded); a record naming more is
+treated as bad. The leader holds at most this many jobs of one partition (a gigabyte or more of
+memory), so that its own records always read back."""
+RESUME_FRACTION = 0.9
+"""A partition that reached the bound is read again once it holds this fraction of it: each pause
+drops what the consumer fetched ahead, so the leader does not pause at every release."""
 
 
 class BadProgressError(ValueError):
@@ -73,9 +79,10 @@ class SavedProgress:
         return json.dumps(record, separators=(",", ":")).encode()
 
     @classmethod
-    def decode(cls, data: bytes) -> SavedProgress:
+    def decode(cls, data: bytes, max_held: int = MAX_HELD) -> SavedProgress:
         """Read a record of either version; :class:`BadProgressError` (a ``ValueError``) for
-        anything else, whatever it holds, with memory bounded by :data:`MAX_HELD`."""
+        anything else, whatever it holds, with memory bounded by ``max_held`` offsets (the
+        writer's bound, :class:`PartitionProgress`'s ``max_held``)."""
         try:
             record = json.loads(data)
             if not isinstance(record, dict):
@@ -96,7 +103,7 @@ class SavedProgress:
             for i in range(0, len(raw_runs), 2):
                 start = end + _offset(raw_runs[i], "a gap")
                 end = start + _offset(raw_runs[i + 1], "a run length", 1)
-                cls._check_held(len(held) + end - start, end, position)
+                cls._check_held(len(held) + end - start, end, position, max_held)
                 held.extend(range(start, end))
         else:  # version 1: each held offset's distance from the one before
             if type(deltas) is not list:
@@ -104,29 +111,52 @@ class SavedProgress:
             offset = watermark
             for delta in deltas:
                 offset += _offset(delta, "a held offset's distance")
-                cls._check_held(len(held) + 1, offset + 1, position)
+                cls._check_held(len(held) + 1, offset + 1, position, max_held)
                 held.append(offset)
         return cls(watermark, position, tuple(held))
 
     @staticmethod
-    def _check_held(count: int, end: int, position: int) -> None:
+    def _check_held(count: int, end: int, position: int, max_held: int) -> None:
         """Checked before each run is expanded: ``count`` held so far, the last below ``end``."""
         if end > position:
             raise BadProgressError(f"a held offset ({end - 1}) is not below the position")
-        if count > MAX_HELD:
-            raise BadProgressError(f"more than {MAX_HELD} held offsets")
+        if count > max_held:
+            raise BadProgressError(f"more than {max_held} held offsets")
 
 
 class PartitionProgress:
-    """Held offsets, parked messages and the position of one source partition."""
+    """Held offsets, parked messages and the position of one source partition.
 
-    __slots__ = ("_held", "_lowest", "dirty", "parked", "position", "replay_held", "replay_until")
+    It holds at most ``max_held`` offsets (:data:`MAX_HELD`, the bound the records are read
+    back with): the leader routes nothing more of the partition while it is :attr:`full`, and
+    fetches again once it :attr:`may_resume`.
+    """
 
-    def __init__(self, committed: int | None = None, saved: SavedProgress | None = None) -> None:
+    __slots__ = (
+        "_held",
+        "_lowest",
+        "_resume_at",
+        "dirty",
+        "max_held",
+        "parked",
+        "position",
+        "replay_held",
+        "replay_until",
+    )
+
+    def __init__(
+        self,
+        committed: int | None = None,
+        saved: SavedProgress | None = None,
+        max_held: int = MAX_HELD,
+    ) -> None:
+        self.max_held = max_held
+        self._resume_at = int(max_held * RESUME_FRACTION)
         self.position: int | None = committed
         self._held: set[int] = set()
         self._lowest: list[int] = []
-        # Messages of a wait tier read before they may leave it; the partition is paused.
+        # Messages read before they may be routed (the head of a wait tier before it may leave
+        # it, or anything while the partition is full); the partition is paused.
         self.parked: deque[Any] = deque()
         self.replay_until = -1
         self.replay_held: frozenset[int] = frozenset()
@@ -160,6 +190,16 @@ class PartitionProgress:
     @property
     def held_count(self) -> int:
         return len(self._held)
+
+    @property
+    def full(self) -> bool:
+        """Whether it holds as many offsets as a record may name: the next message waits."""
+        return len(self._held) >= self.max_held
+
+    @property
+    def may_resume(self) -> bool:
+        """Whether a partition paused while full may fetch again (see :data:`RESUME_FRACTION`)."""
+        return len(self._held) <= self._resume_at
 
     @property
     def watermark(self) -> int | None:

@@ -5,7 +5,8 @@ scheduler state and the schedules, and assigns every source partition at its com
 Each :meth:`LeaderSession.step` waits for the next due time or a new message (whichever comes
 first; never longer than ``max_wait_s``), routes what arrived, releases what is due, fires cron,
 and commits all of it with the consumed offsets and the progress records in one transaction.
-The schedules and their fires are :mod:`._firing`'s.
+The schedules and their fires are :mod:`._firing`'s; which message waits at the head of its
+partition (paused) is :mod:`._heads`'.
 """
 
 from __future__ import annotations
@@ -35,9 +36,10 @@ from ._cron import CronTable
 from ._deadletter import DeadLetters
 from ._duequeue import DueQueue
 from ._firing import CronFiring
+from ._heads import HeadWaits
 from ._metrics import SchedulerMetrics
 from ._partitions import PartitionWatch, term_partitions
-from ._progress import PartitionProgress
+from ._progress import MAX_HELD, PartitionProgress
 from ._routing import HOLD, RELEASE, Router
 from ._state import load_state, progress_key
 from ._txn import leader_transactions
@@ -58,9 +60,12 @@ class LeaderSession:
         schedules: list[Schedule],
         registry: Registry | None = None,
         serve: Callable[[float], None] | None = None,
+        max_held: int = MAX_HELD,
     ) -> None:
         """``serve``: what the transaction loop does between attempts while Kafka is down
-        (the runtime polls the leadership group; see :mod:`._txn`)."""
+        (the runtime polls the leadership group; see :mod:`._txn`). ``max_held``: the most
+        offsets of one partition a progress record names, written and read back (tests lower
+        it)."""
         self.settings = settings
         self.metrics = metrics
         self._code_schedules = schedules
@@ -74,14 +79,15 @@ class LeaderSession:
         )
         self._lead = sched.release_lead_ms
         self.tier_topics = [deferred_tier_topic(ns, i) for i in range(len(sched.wait_tiers_s))]
-        self._tier_index = {topic: i for i, topic in enumerate(self.tier_topics)}
         self._tier_labels = [str(i) for i in range(len(self.tier_topics))]
         self.queue = DueQueue()
         self.progress: dict[Where, PartitionProgress] = {}
+        self._max_held = max_held
         self._paused: set[Where] = set()
-        self._wakes: dict[Where, int] = {}
-        """When the head of each paused partition may leave its wait tier (``_wake_of``)."""
         self._codec = service_codec(job_codec(settings))  # cron fires never wait for it
+        self._heads = HeadWaits(
+            self.router, {topic: i for i, topic in enumerate(self.tier_topics)}, self._codec
+        )
         self._dead_letters = DeadLetters(
             DeadLetterCodec(self._codec.store), message_max_bytes(settings), self.names.schedules
         )
@@ -113,7 +119,7 @@ class LeaderSession:
             written = publish_schedules(self.settings, self._code_schedules)
             if written:
                 _log.info("schedules published", extra={"schedules": ",".join(written)})
-        state = load_state(self.settings)
+        state = load_state(self.settings, max_held=self._max_held)
         self.metrics.state_records_skipped.inc(state.skipped)
         self.firing.cron.load_last_fires(state.last_fires)
         conf: dict[str, Any] = {
@@ -147,7 +153,7 @@ class LeaderSession:
             # transaction is at least as recent, and everything below its watermark is done.
             if saved is not None and (committed is None or saved.watermark >= committed):
                 committed = saved.watermark
-            self.progress[where] = PartitionProgress(committed, saved)
+            self.progress[where] = PartitionProgress(committed, saved, self._max_held)
             start = committed if committed is not None else OFFSET_BEGINNING
             assignment.append(TopicPartition(tp.topic, tp.partition, start))
         schedules = [
@@ -189,7 +195,7 @@ class LeaderSession:
         release = due - self._lead if due is not None else None
         fire = self.firing.next_due()
         wakes = [w for w in (release, fire) if w is not None]
-        wakes.extend(self._wakes.values())
+        wakes.extend(self._heads.wakes.values())
         return min(wakes) if wakes else None
 
     def partitions_changed(self) -> bool:
@@ -213,8 +219,8 @@ class LeaderSession:
         now = now_ms()
         for message in messages:
             self._handle(message, now)
-        self._unpark(now)
         self._release(now_ms())
+        self._unpark(now_ms())  # after the releases: they make room in a full partition
         if self.firing.caught_up(consumer):
             self.firing.fire(now_ms(), self.txn, self.settings.namespace)
         self._commit()
@@ -234,41 +240,25 @@ class LeaderSession:
         progress = self.progress[where]
         offset = message.offset() or 0
         progress.delivered(offset)
-        if progress.parked:
+        if progress.parked or not self._heads.ready(where, progress, message, now):
+            # Every later message of this partition waits behind it.
+            if where not in self._paused:
+                self._pause(where, progress)
             progress.parked.append(message)
-            return
-        tier = self._tier_index.get(topic)
-        if (
-            tier is not None
-            and not progress.finished_before(offset)
-            and self.router.tier_due(tier, message.timestamp()[1]) > now
-            and (wake := self._wake_of(tier, message, now)) > now
-        ):
-            # Every later message of this partition is due later: wait at the head.
-            progress.parked.append(message)
-            self._wakes[where] = wake
-            assert self._consumer is not None
-            self._consumer.pause([TopicPartition(topic, where[1])])
-            self._paused.add(where)
             return
         self._process(message, where, progress, now)
 
-    def _wake_of(self, tier: int, message: Message, now: int) -> int:
-        """When ``message``, at the head of a partition of wait tier ``tier``, may leave it:
-        the tier's delay after it was written, and no later than half a horizon before its
-        job is due, where routing would have sent it anyway. A tier whose delay grew since
-        the job was parked in it (or that a removed tier made a longer one), or a timestamp
-        ahead of this clock (a leader whose clock ran ahead), would otherwise hold the job, and
-        every job behind it, that much longer."""
-        written = min(message.timestamp()[1], now)
-        wake = self.router.tier_due(tier, written)
-        try:
-            due = self._codec.decode(message.value() or b"").not_before
-        except DecodeError:
-            return now  # dead-lettered as soon as it is processed
-        if due is not None:
-            wake = min(wake, due - self.router.horizon_ms // 2)
-        return wake
+    def _pause(self, where: Where, progress: PartitionProgress) -> None:
+        if progress.full:
+            _log.warning(
+                "%s [%d] holds %d jobs, as many as a progress record may name: reading it is "
+                "paused until some are released",
+                *where,
+                progress.held_count,
+            )
+        assert self._consumer is not None
+        self._consumer.pause([TopicPartition(*where)])
+        self._paused.add(where)
 
     def _process(
         self, message: Message, where: Where, progress: PartitionProgress, now: int
@@ -324,19 +314,16 @@ class LeaderSession:
         return True
 
     def _unpark(self, now: int) -> None:
+        ready = self._heads.ready
         for where in list(self._paused):
             progress = self.progress[where]
-            tier = self._tier_index[where[0]]
             parked = progress.parked
-            while parked and self._wakes[where] <= now:
+            while parked and ready(where, progress, parked[0], now):
                 self._process(parked.popleft(), where, progress, now)
-                if parked:
-                    self._wakes[where] = self._wake_of(tier, parked[0], now)
-            if not parked:
-                del self._wakes[where]
+            if not parked and progress.may_resume:
                 assert self._consumer is not None
                 # resume() fetches after the last message delivered, i.e. after the parked ones.
-                self._consumer.resume([TopicPartition(where[0], where[1])])
+                self._consumer.resume([TopicPartition(*where)])
                 self._paused.discard(where)
 
     def _release(self, now: int) -> None:

@@ -6,9 +6,10 @@ every write happens in the transaction that made the change, so the table always
 committed offsets and the jobs on the job topics.
 
 Any writer can put anything on the topic: a record of another shape (or one too large to
-trust, see :mod:`._progress`) is logged and skipped, and the record of its key before it, if
-any, stands. Taking the lead never fails on one. :attr:`SchedulerState.skipped` counts them,
-for ``pipeline_scheduler_state_records_skipped_total`` (:mod:`._metrics`).
+trust, see :mod:`._progress`) is logged and skipped, and its key counts as unrecorded (the table
+reader gives each key's last record only). Taking the lead never fails on one.
+:attr:`SchedulerState.skipped` counts them, for
+``pipeline_scheduler_state_records_skipped_total`` (:mod:`._metrics`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pipeline._settings import Settings
 from pipeline._tablereader import read_table
 from pipeline._topics import TopicNames
 
-from ._progress import SavedProgress
+from ._progress import MAX_HELD, SavedProgress
 
 _log = logging.getLogger("pipeline.scheduler")
 
@@ -42,8 +43,11 @@ class SchedulerState:
     missed-fire policy, so jobs may be released or fired again."""
 
 
-def load_state(settings: Settings, timeout: float = 60.0) -> SchedulerState:
-    """Read ``<ns>.scheduler-state`` to its end (committed transactions only)."""
+def load_state(
+    settings: Settings, timeout: float = 60.0, *, max_held: int = MAX_HELD
+) -> SchedulerState:
+    """Read ``<ns>.scheduler-state`` to its end (committed transactions only); a progress
+    record naming more than ``max_held`` held offsets is skipped."""
     state = SchedulerState()
     for key, value in read_table(settings, TopicNames(settings.namespace).scheduler_state, timeout):
         kind, _, rest = key.partition(":")
@@ -54,7 +58,7 @@ def load_state(settings: Settings, timeout: float = 60.0) -> SchedulerState:
                 if value is None:
                     state.progress.pop(where, None)
                 else:
-                    state.progress[where] = SavedProgress.decode(value)
+                    state.progress[where] = SavedProgress.decode(value, max_held)
             elif kind == "cron":
                 if value is None:
                     state.last_fires.pop(rest, None)
