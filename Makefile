@@ -106,6 +106,11 @@ clean:
 bench-followups: setup
 	$(BIN)/python -m ops.bench.followups --jobs 50000 --repeats 5
 
+## bench-fanout: a running job's enqueue_many of 10,000 jobs, the code before against now (~1 min)
+.PHONY: bench-fanout
+bench-fanout: setup
+	$(BIN)/python -m ops.bench.fanout --jobs 10000 --repeats 5 --rounds 5
+
 ## bench-outbox: outbox rows relayed per second from PostgreSQL and SQLite, against enqueue (~3 min)
 .PHONY: bench-outbox
 bench-outbox: setup

@@ -15,7 +15,7 @@ from ._job import new_job_id, now_ms
 from ._jobtemplate import JobTemplate
 from ._messagesize import enqueue_room, too_large
 from ._route import Route
-from ._transport import DeliveryCallback, Transport
+from ._transport import DeliveryCallback, Transport, taken_of, tell_taken
 
 __all__ = ["BATCH", "send_many"]
 
@@ -47,6 +47,7 @@ def send_many(
     jobs sent before it attached (:func:`_tell_sent`).
     """
     produce_many = getattr(transport, "produce_many", None)
+    whole = produce_many is None or getattr(transport, "tells_taken", False) is True
     if produce_many is None:  # a transport without it gets one produce() per job
         produce_many = partial(_produce_each, transport.produce)
     topic, key = route.topic, route.key
@@ -67,16 +68,14 @@ def send_many(
             produce_many(topic, batch, key, on_delivery)
             sent += len(batch)
             return
-        # A running job's follow-ups go one by one: a producer that raises part way through a
-        # batch does not say how many it took, and the job must count each one it did.
-        follow_ups, followed, poll, patience_s = follow
-        for value in batch:
-            produce = partial(produce_many, topic, [value], key)
-            produce_followed(
-                follow_ups, 1, produce, plain=on_delivery, followed=followed, poll=poll,
-                patience_s=patience_s,
-            )  # fmt: skip
-            sent += 1
+        try:
+            _produce_followed(
+                partial(produce_many, topic), batch, key, on_delivery, follow, whole=whole
+            )
+        except BaseException as exc:
+            sent += taken_of(exc, len(batch))  # a running job's: as one by one would
+            raise
+        sent += len(batch)
 
     try:
         try:
@@ -123,6 +122,33 @@ def _tell_sent(exc: BaseException, enqueued_ids: list[str], unsure: int) -> None
     )
 
 
+def _produce_followed(
+    produce_many: Callable[[list[bytes], bytes | None, DeliveryCallback], None],
+    batch: list[bytes],
+    key: bytes | None,
+    on_delivery: DeliveryCallback,
+    follow: tuple[FollowUps, Followed, Poll, float],
+    *,
+    whole: bool,
+) -> None:
+    """Hand ``batch`` to ``produce_many`` as the follow-ups of a running job, which counts each
+    one the producer took: in one call when ``whole`` (the producer says how many of them it
+    took before it raised: :func:`~._transport.tell_taken`), else one job a call. An exception
+    tells how many were taken before it."""
+    follow_ups, followed, poll, patience_s = follow
+    taken = 0
+    try:
+        for part in (batch,) if whole else ([value] for value in batch):
+            produce_followed(
+                follow_ups, len(part), partial(produce_many, part, key), plain=on_delivery,
+                followed=followed, poll=poll, patience_s=patience_s,
+            )  # fmt: skip
+            taken += len(part)
+    except BaseException as exc:
+        tell_taken(exc, taken + taken_of(exc, len(batch) - taken))
+        raise
+
+
 def _produce_each(
     produce: Callable[[str, bytes, bytes | None, DeliveryCallback], None],
     topic: str,
@@ -130,5 +156,12 @@ def _produce_each(
     key: bytes | None,
     on_delivery: DeliveryCallback,
 ) -> None:
-    for value in values:
-        produce(topic, value, key, on_delivery)
+    """One ``produce`` per value; an exception tells how many were taken before it."""
+    taken = 0
+    try:
+        for value in values:
+            produce(topic, value, key, on_delivery)
+            taken += 1
+    except BaseException as exc:
+        tell_taken(exc, taken)
+        raise

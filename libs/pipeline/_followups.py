@@ -26,6 +26,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
 from ._errors import KafkaUnavailableError
+from ._transport import taken_of
 
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message
@@ -114,14 +115,15 @@ def produce_followed(
     """``produce(callback)`` ``count`` jobs of ``follow``'s job: each delivery report goes to
     ``followed(follow, error, message)``, which tells the job their fate, or to ``plain`` once
     the job's end no longer waits for them. ``poll`` serves the reports, which the producer
-    gives within ``patience_s`` (:func:`patience` of its application's settings)."""
+    gives within ``patience_s`` (:func:`patience` of its application's settings). When
+    ``produce`` raises, the jobs it took before (:func:`~._transport.taken_of`) stay counted."""
     if not follow.sending(count, poll, patience_s):
         produce(plain)
         return
     try:
         produce(partial(followed, follow))
-    except BaseException:
-        follow.not_sent(count)
+    except BaseException as exc:
+        follow.not_sent(count - taken_of(exc, count))
         raise
 
 

@@ -42,6 +42,8 @@ from ._transport import (
     describe_fatal,
     fatal_of,
     refusal_of,
+    taken_of,
+    tell_taken,
 )
 from ._transport import never_destroy as _never_destroy
 
@@ -89,6 +91,8 @@ class KafkaTransport:
     A forked child gets producers of its own on its first call, and a polling thread of its own
     with them (:meth:`_forget_parents_producers`).
     """
+
+    tells_taken = True  # an exception of produce_many says how many values it took
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -260,7 +264,8 @@ class KafkaTransport:
     def produce_many(
         self, topic: str, values: list[bytes], key: bytes | None, on_delivery: DeliveryCallback
     ) -> None:
-        """:meth:`produce` each of ``values``, with the checks made once for all of them."""
+        """:meth:`produce` each of ``values``, with the checks made once for all of them; an
+        exception it raises tells how many of them were taken before it (:func:`tell_taken`)."""
         producer = self._get(bulk=True)
         self._check()
         self._after_the_others(True, key)
@@ -279,14 +284,19 @@ class KafkaTransport:
         bulk: bool,
     ) -> None:
         """Hand ``values`` to ``producer``, and what it did not take because it failed for
-        good to a new one."""
+        good to a new one; an exception tells how many of them were taken before it."""
         taken = self._produce_all(producer, topic, values, key, on_delivery)
-        if taken < len(values):
-            rest = values[taken:]
-            if self._produce_all(self._get(bulk), topic, rest, key, on_delivery) < len(rest):
-                raise PipelineError(
-                    f"cannot produce to {topic}: a new Kafka producer failed for good at once"
-                )
+        if taken == len(values):
+            return
+        rest = values[taken:]
+        try:
+            more = self._produce_all(self._get(bulk), topic, rest, key, on_delivery)
+        except BaseException as exc:
+            tell_taken(exc, taken + taken_of(exc, len(rest)))
+            raise
+        if more < len(rest):
+            error = f"cannot produce to {topic}: a new Kafka producer failed for good at once"
+            raise tell_taken(PipelineError(error), taken + more)
 
     def _produce_all(
         self,
@@ -297,22 +307,25 @@ class KafkaTransport:
         on_delivery: DeliveryCallback,
     ) -> int:
         """Hand ``values`` to ``producer``; how many it took before it failed for good (all of
-        them, unless it did: it is retired then)."""
+        them, unless it did: it is retired then). An exception tells how many it took before."""
         produce = producer.produce
         taken = 0
         try:
-            for value in values:
-                try:
-                    produce(topic, value, key, on_delivery=on_delivery)
-                except BufferError:
-                    # The local queue is full: wait for Kafka to drain it, within the delivery
-                    # timeout.
-                    self._wait_for_room(producer, topic, value, key, on_delivery)
-                taken += 1
-        except KafkaException as exc:
-            self._refused(producer, topic, exc)
-            return taken
-        return len(values)
+            try:
+                for value in values:
+                    try:
+                        produce(topic, value, key, on_delivery=on_delivery)
+                    except BufferError:
+                        # The local queue is full: wait for Kafka to drain it, within the
+                        # delivery timeout.
+                        self._wait_for_room(producer, topic, value, key, on_delivery)
+                    taken += 1
+            except KafkaException as exc:
+                self._refused(producer, topic, exc)  # raises, unless it failed for good
+        except BaseException as exc:
+            tell_taken(exc, taken)
+            raise
+        return taken
 
     def _refused(self, producer: Producer, topic: str, exc: KafkaException) -> None:
         """``producer.produce`` raised ``exc``: raises it as a :class:`PipelineError`, unless

@@ -2,12 +2,14 @@
 jobs failed: Kafka refused its credentials (:func:`refusal_of`), or the producer failed for good
 (:func:`fatal_of`). :class:`pipeline._producer.KafkaTransport` is the Kafka one;
 :class:`pipeline.testing.InMemoryTransport` the in-memory one. :class:`BackgroundPoll` serves a
-Kafka one's callbacks when the application does not.
+Kafka one's callbacks when the application does not. A batch handed over by ``produce_many``
+that raised tells how many of its values the producer took (:func:`tell_taken`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import logging
 import os
@@ -15,7 +17,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from confluent_kafka import KafkaError
 
@@ -35,6 +37,8 @@ __all__ = [
     "fatal_of",
     "never_destroy",
     "refusal_of",
+    "taken_of",
+    "tell_taken",
 ]
 
 # librdkafka error codes that mean "Kafka could not be reached", as opposed to "Kafka said no".
@@ -55,7 +59,11 @@ class Transport(Protocol):
     A transport may also have ``purge()``: drop what is still queued, each with a failed
     delivery callback, so that the exit report names the jobs it loses; ``refused()``: the
     :class:`KafkaAuthenticationError` to raise once Kafka refused it (see :func:`refusal_of`);
-    and ``failed_for_good()``: what :func:`fatal_of` asks.
+    ``failed_for_good()``: what :func:`fatal_of` asks; and ``produce_many(topic, values, key,
+    on_delivery)``: ``produce`` each of ``values``. With ``tells_taken`` true, an exception
+    ``produce_many`` raises says how many of them it took before (:func:`tell_taken`; none if
+    it says nothing), and a running job hands it whole batches of follow-ups; else one value a
+    call, so that it counts each one the producer took.
     """
 
     def produce(
@@ -80,6 +88,24 @@ def fatal_of(transport: Transport) -> str | None:
     for the delivery callbacks of ``transport`` (None: a working producer's reports)."""
     failed = getattr(transport, "failed_for_good", None)
     return failed() if failed is not None else None
+
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def tell_taken(exc: _E, taken: int) -> _E:
+    """Attach to ``exc``, raised by a ``produce_many``, how many of its values the producer took
+    before it (sent, unless Kafka refuses them): :func:`taken_of` reads it. Returns ``exc``."""
+    with contextlib.suppress(AttributeError):  # an exception that takes no attribute
+        exc.pipeline_taken = taken  # type: ignore[attr-defined]
+    return exc
+
+
+def taken_of(exc: BaseException, count: int) -> int:
+    """How many of the ``count`` values handed to a ``produce_many`` that raised ``exc`` the
+    producer took (:func:`tell_taken`; none if ``exc`` does not say)."""
+    taken = getattr(exc, "pipeline_taken", 0)
+    return min(max(taken, 0), count) if isinstance(taken, int) else 0
 
 
 def describe_fatal(error: KafkaError) -> str:
