@@ -187,8 +187,10 @@ def job_history(
     if letters is not None:
         history.letters = letters(job_id)
     else:
-        snapshot = read_dead_letters(settings, timeout=timeout)
-        history.letters = [s for s in snapshot.letters if s.letter.job_id == job_id]
+        snapshot = read_dead_letters(
+            settings, timeout=timeout, only=lambda letter: letter.job_id == job_id
+        )
+        history.letters = snapshot.letters
     return history
 
 

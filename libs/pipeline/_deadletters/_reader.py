@@ -268,8 +268,16 @@ def read_states(settings: Settings, *, timeout: float = 30.0) -> dict[str, Lette
         return fold_states(_keyed(reader.read(topic)[topic]))
 
 
-def read_dead_letters(settings: Settings, *, timeout: float = 30.0) -> DeadLetterSnapshot:
-    """Every dead letter on ``<ns>.dlq`` (as of the call) with its state, oldest first.
+def read_dead_letters(
+    settings: Settings,
+    *,
+    timeout: float = 30.0,
+    only: Callable[[DeadLetter], bool] | None = None,
+) -> DeadLetterSnapshot:
+    """Every dead letter on ``<ns>.dlq`` (as of the call) with its state, oldest first; with
+    ``only``, just the letters it accepts (say a :class:`LetterFilter`'s ``matches``), each
+    let go as soon as it is read otherwise: a deep topic read for a few of its letters does
+    not hold all of them.
 
     Records that are not dead letters are counted in ``undecodable`` and left out. Raises
     :class:`KafkaUnavailableError` when Kafka does not answer within ``timeout`` seconds (the
@@ -291,7 +299,8 @@ def read_dead_letters(settings: Settings, *, timeout: float = 30.0) -> DeadLette
         letter = decode_letter(codec, message)
         if letter is None:
             undecodable += 1
-        elif letter.id not in seen:  # else written twice (a non-transactional producer's retry)
+        elif (only is None or only(letter)) and letter.id not in seen:
+            # (seen: written twice, by a non-transactional producer's retry)
             seen.add(letter.id)
             letters.append(StoredLetter(letter, message.partition() or 0, message.offset() or 0))
         return False

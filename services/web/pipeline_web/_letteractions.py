@@ -153,7 +153,8 @@ def _act(
     :class:`CountChangedError`)."""
     settings = dashboard.settings
     # Read again, not taken from the index: the index may not have read every letter yet.
-    matching = read_dead_letters(settings, timeout=30.0).select(letter_filter)
+    # Only the matching letters are kept: the whole of a deep topic would not fit in memory.
+    matching = read_dead_letters(settings, timeout=30.0, only=letter_filter.matches).letters
     if letters_digest(matching) != confirmed:
         raise CountChangedError(action, matching)
     todo, skipped, empty = _todo(action, matching)
