@@ -15,9 +15,11 @@ from pipeline._codec import DeadLetterCodec
 from pipeline._deadletters._outgoing import replay_message
 from pipeline._job import now_ms
 from pipeline._messagesize import RECORD_OVERHEAD
+from pipeline._registry import JobType
 from pipeline.testing import InMemoryTransport
 from pipeline_worker._metrics import WorkerMetrics
-from pipeline_worker.route.policy import FailurePolicy, Record
+from pipeline_worker.route.outcome import OutcomeKind
+from pipeline_worker.route.policy import Failure, FailurePolicy, Record
 from pipeline_worker.route.router import FailureRouter
 
 from .support import Harness
@@ -90,3 +92,32 @@ def test_a_deferral_too_large_with_its_headers_goes_without_them() -> None:
     [too_large] = policy.defer(job, b"k", [("h", b"v" * 100)]).records
     assert (fits.value, fits.headers) == (value, [("h", b"v" * 99)])
     assert (too_large.value, too_large.headers) == (value, None)
+
+
+def test_headers_give_way_to_the_job_in_a_retry_or_a_dead_letter_near_the_size_limit() -> None:
+    """Carried since jobs keep their message's headers, they were counted and never dropped: a
+    job whose retry fitted without them was dead-lettered ``too_large``, and its dead letter
+    lost the job where, without them, it kept it."""
+    limit = 20_000
+    headers: list[tuple[str, str | bytes | None]] = [("baggage", b"x" * 2_000)]
+    policy = FailurePolicy("acme", [5.0], codec=JobCodec(), worker="w", events=False,
+                           max_bytes=limit)  # fmt: skip
+
+    def decided(payload: int, attempt: int, with_headers: bool) -> Any:
+        job = Job(id="j", type="t", payload=b'"' + b"p" * payload + b'"', attempt=attempt,
+                  max_attempts=5)  # fmt: skip
+        failure = Failure(OutcomeKind.FAILED, "acme.jobs.default", 0, 7, b"k", job,
+                          JobType("t", lambda: None), RuntimeError("boom"),
+                          raw_headers=headers if with_headers else None)  # fmt: skip
+        return policy.decide(failure, now_ms())
+
+    headers_dropped = 0
+    for payload in range(limit - 3_500, limit - 2_000, 10):
+        plain, carried = decided(payload, 1, False), decided(payload, 1, True)
+        assert carried.dead == plain.dead, payload  # retried whenever the job alone fits
+        if not carried.dead and carried.records[0].headers is None:
+            headers_dropped += 1
+        last = [decided(payload, 5, h).records[0].value for h in (False, True)]
+        plain_letter, carried_letter = (DeadLetterCodec().decode(v) for v in last)
+        assert (carried_letter.job is None) == (plain_letter.job is None), payload
+    assert headers_dropped  # the sizes swept reach the case

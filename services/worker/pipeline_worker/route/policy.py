@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, NamedTuple
 
 from pipeline import Job
@@ -143,12 +143,15 @@ class FailurePolicy:
         tier = self.tier_for(verdict.due_ms - now_ms)
         topic = self.names.deferred if tier == DEFERRED else self.names.retry(tier)
         value = self._codec.encode(moved)
-        if not self._fits(value, failure.key, failure.raw_headers):
+        headers = failure.raw_headers
+        if not self._fits(value, failure.key, headers):
             moved = lean_job(moved)
             value = self._codec.encode(moved)
-            if not self._fits(value, failure.key, failure.raw_headers):
+            if headers and not self._fits(value, failure.key, headers):
+                headers = None  # the job matters more than its message's headers
+            if not self._fits(value, failure.key, headers):
                 return self._dead(failure, moved, DeadLetterReason.TOO_LARGE, now_ms)
-        records = [Record(topic, value, failure.key, failure.raw_headers)]
+        records = [Record(topic, value, failure.key, headers)]
         self._event(records, moved, EventKind.RETRIED, failure, describe_error(error), now_ms)
         route = "deferred" if tier == DEFERRED else f"retry.{tier}"
         return Move(records, False, route, job.type)
@@ -203,9 +206,14 @@ class FailurePolicy:
         value = self._dlq.encode(letter)
         if fits_in_message(self._max_bytes, value, sent_key):
             return value
-        value = self._dlq.encode(lean_letter(letter))
+        lean = lean_letter(letter)
+        value = self._dlq.encode(lean)
         if fits_in_message(self._max_bytes, value, sent_key):
             return value
+        if lean.raw_headers:  # the job (or raw bytes) matters more than the headers
+            value = self._dlq.encode(replace(lean, raw_headers={}))
+            if fits_in_message(self._max_bytes, value, sent_key):
+                return value
         job = letter.job
         size = len(self._codec.encode(job)) if job is not None else len(letter.raw_value or b"")
         lean = without_job(lean_letter(letter), size, self._max_bytes)
