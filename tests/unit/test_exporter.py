@@ -212,15 +212,20 @@ def test_a_deep_dead_letter_topic_is_indexed_in_steps_kept_from_one_read_to_the_
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
 
     class Deep:
-        """Each step takes 4 s and reads one of 5 steps' worth."""
+        """Each step takes 4 s and reads one of 5 steps' worth; a step given less time fails
+        once that time is up, as the index's reader does (or at once while Kafka is down)."""
 
         read = 0
+        down = False
 
         @property
         def caught_up(self) -> bool:
             return self.read == 5
 
         def refresh(self, timeout: float, *, limit: int) -> None:
+            if self.down or timeout < 4.0:
+                clock[0] += timeout
+                raise KafkaUnavailableError("pipeline.dlq not read to the end")
             clock[0] += 4.0
             self.read += 1
 
@@ -228,16 +233,17 @@ def test_a_deep_dead_letter_topic_is_indexed_in_steps_kept_from_one_read_to_the_
             return self.read * INDEX_STEP
 
         def stats(self) -> object:
-            return "all of them"
+            return "the letters so far"
 
     deep = Deep()
     count = _exporter.indexed(deep)  # type: ignore[arg-type]
-    assert count(12.0) == "all of them"  # type: ignore[comparison-overlap]  # the letters so far
-    assert deep.read == 2  # half of the read's time: the rest of the backlog needs the other
-    count(12.0)
-    assert deep.read == 4  # the next read goes on from there
-    count(12.0)
+    for read in range(1, 6):  # half of 12 s fits one step and fails the next: the read succeeds
+        assert count(12.0) == "the letters so far"  # type: ignore[comparison-overlap]
+        assert deep.read == read  # the next read goes on from there
     assert deep.caught_up
+    deep.down = True
+    with pytest.raises(KafkaUnavailableError):  # no step went through: Kafka is not answering
+        count(12.0)
 
 
 def test_a_read_succeeds_while_a_deep_dead_letter_topic_is_still_indexed() -> None:

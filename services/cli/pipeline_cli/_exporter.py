@@ -24,7 +24,7 @@ from pipeline._backlog import BacklogReader, DeadLetterCounter
 from pipeline._backlogmodel import Backlog
 from pipeline._cliargs import not_empty
 from pipeline._deadletters import INDEX_STEP, DlqStats, LetterIndex
-from pipeline._errors import PipelineError
+from pipeline._errors import KafkaUnavailableError, PipelineError
 from pipeline._logfmt import configure_logging
 from pipeline._metricsserver import MetricsServer, add_process_metrics
 
@@ -48,16 +48,25 @@ class ExporterState:
     """The last backlog read and how the reads went; the read loop writes, scrapes read."""
 
     def __init__(self) -> None:
-        self.backlog: Backlog | None = None
+        self.read: tuple[Backlog, bool] | None = None
+        """The last backlog read, and whether its dead-letter counts are whole: not while the
+        index of ``<ns>.dlq`` has not read it to its end yet (its counts so far are left out).
+        One attribute, so that a scrape never pairs one read's counts with another's flag."""
         self.ok = False
         self.duration_s = 0.0
         self.errors = 0
         self.last_success = 0.0
         self.last_error = ""
-        self.dead_letters_known = True
-        """Whether the dead-letter counts of :attr:`backlog` are whole: false while the index
-        of ``<ns>.dlq`` has not read it to its end yet (its counts so far are left out)."""
         self.letters_indexed = 0
+
+    @property
+    def backlog(self) -> Backlog | None:
+        return None if self.read is None else self.read[0]
+
+    @backlog.setter
+    def backlog(self, backlog: Backlog) -> None:
+        """A read whose dead-letter counts are whole."""
+        self.read = (backlog, True)
 
 
 class BacklogCollector(Collector):
@@ -69,7 +78,7 @@ class BacklogCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         state = self._state
-        backlog = state.backlog
+        backlog, whole = state.read if state.read is not None else (None, False)
         depth = GaugeMetricFamily(
             "pipeline_queue_depth",
             "Jobs on a priority topic not committed by the workers' group (end offsets minus "
@@ -120,7 +129,7 @@ class BacklogCollector(Collector):
                 deferred.add_metric([topic.topic], topic.waiting)
             for role, group in backlog.groups.items():
                 members.add_metric([role, group.group], len(group.members))
-            if state.dead_letters_known:
+            if whole:
                 dead.add_metric([], backlog.dead_letters_pending)
                 for status, count in backlog.dead_letters.by_status.items():
                     retained.add_metric([status], count)
@@ -215,15 +224,9 @@ class Exporter:
         else:
             if state.errors and not state.ok:
                 _log.info("reading the backlog works again")
-            known = letters is None or letters.caught_up
             if letters is not None:
                 state.letters_indexed = len(letters)
-            # A scrape in between may see the new backlog with the old flag: set the flag
-            # first to hide counts, last to show them, so partial counts are never served.
-            if not known:
-                state.dead_letters_known = False
-            state.backlog = backlog
-            state.dead_letters_known = known
+            state.read = (backlog, letters is None or letters.caught_up)
             state.ok = True
             state.last_success = self._clock()
         state.duration_s = time.monotonic() - started
@@ -271,8 +274,17 @@ def indexed(letters: LetterIndex) -> DeadLetterCounter:
 
     def count(timeout: float) -> DlqStats:
         deadline = time.monotonic() + timeout / 2
+        steps = 0
         while True:
-            letters.refresh(max(0.1, deadline - time.monotonic()), limit=INDEX_STEP)
+            try:
+                letters.refresh(max(0.1, deadline - time.monotonic()), limit=INDEX_STEP)
+            except KafkaUnavailableError:
+                if not steps:
+                    raise
+                # A step that had less time than the ones before it needed: Kafka answers,
+                # and the next read goes on from there.
+                return letters.stats()
+            steps += 1
             if letters.caught_up or time.monotonic() >= deadline:
                 return letters.stats()
 
