@@ -119,8 +119,11 @@ class AdminSession:
     def remaining(self) -> float:
         return max(0.1, self._end - time.monotonic())
 
-    def restart_deadline(self) -> None:
-        """Give the next operation a whole ``timeout`` again (a session kept between reads)."""
+    def restart_deadline(self, timeout: float | None = None) -> None:
+        """Give the next operation a whole ``timeout`` again (a session kept between reads),
+        or the new ``timeout`` given."""
+        if timeout is not None:
+            self.timeout = timeout
         self._end = time.monotonic() + self.timeout
 
     def unavailable(self, reason: object) -> KafkaUnavailableError | KafkaAuthenticationError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from pipeline._admin import apply_topics
 from pipeline._deadletters import (
@@ -19,7 +20,9 @@ from pipeline._deadletters import (
     replay_letters,
 )
 from pipeline._job import now_ms
+from pipeline._topics import TopicNames
 from tests.integration.test_dlq_cli import email_letter, raw_letter, report_letter, write_letters
+from tests.waiting import wait_for
 
 if TYPE_CHECKING:
     from pipeline._settings import Settings
@@ -108,3 +111,32 @@ def test_the_index_agrees_with_the_commands_and_reads_only_what_was_added(
         assert index.get(e4.id).letter == e4
         with pytest.raises(DeadLetterNotFoundError, match="no dead letter or job with id"):
             index.get("no-such-id")
+
+
+def test_a_dlq_recreated_and_grown_past_its_old_end_is_read_again_from_its_start(
+    topics: Settings,
+) -> None:
+    """Told by its topic id: its offsets alone show nothing once the new topic grew past the
+    old end, and the index kept the old letters and missed the new ones below that end."""
+    s = topics
+    dlq = TopicNames(s.namespace).dlq
+    write_letters(s, [email_letter(s, n) for n in range(3)])
+    with LetterIndex(s, timeout=20) as index:
+        assert index.refresh().letters == 3
+
+        admin = AdminClient({"bootstrap.servers": s.bootstrap_servers})
+        admin.delete_topics([dlq], operation_timeout=10)[dlq].result(30)
+        assert wait_for(lambda: dlq not in admin.list_topics(timeout=10).topics, 30)
+        apply_topics(s)  # created again, as an operator would
+        # The same keys (so the same partitions) written twice, in two transactions: each
+        # partition that held letters grows past its old end.
+        again = [email_letter(s, n) for n in range(3)]
+        more = [email_letter(s, n) for n in range(3)]
+        write_letters(s, again)
+        write_letters(s, more)
+
+        refreshed = index.refresh()
+        assert {p.letter.id for p in index.query(status=ALL, limit=100).letters} == {
+            letter.id for letter in again + more
+        }
+        assert (refreshed.letters, refreshed.expired) == (6, 3)

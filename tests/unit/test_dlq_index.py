@@ -70,6 +70,7 @@ class FakeLog:
         default_factory=lambda: {(DLQ, 0): [], (DLQ, 1): [], (STATE, 0): []}
     )
     low: dict[tuple[str, int], int] = field(default_factory=dict)
+    ids: dict[str, str] = field(default_factory=dict)  # a topic's id, if the cluster gives one
     ranges: list[dict[tuple[str, int], tuple[int, int]]] = field(default_factory=list)
     closed: int = 0
 
@@ -124,10 +125,25 @@ class FakeLog:
         self.closed += 1
 
 
+@dataclass
+class FakeTopicIds:
+    """Stands in for the index's reader of topic ids: the ids ``log`` gives."""
+
+    log: FakeLog
+
+    def read(self, topics: Iterable[str], timeout: float) -> dict[str, str]:
+        return {topic: self.log.ids[topic] for topic in topics if topic in self.log.ids}
+
+    def close(self) -> None:
+        pass
+
+
 @pytest.fixture
 def log(monkeypatch: pytest.MonkeyPatch) -> FakeLog:
     fake = FakeLog()
     monkeypatch.setattr(_index, "_Reader", lambda settings, timeout, **options: fake)
+    # raising=False: the tests of topic ids run (and fail) on an index without them.
+    monkeypatch.setattr(_index, "TopicIds", lambda settings: FakeTopicIds(fake), raising=False)
     return fake
 
 

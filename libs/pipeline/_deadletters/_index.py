@@ -11,7 +11,9 @@ It keeps a *summary* of each dead letter (see :mod:`._summary`), about 1.7 KB ag
 figures). :meth:`~LetterIndex.get` reads one whole letter back from ``<ns>.dlq`` by its position.
 States are held only for letters on ``<ns>.dlq`` (the compacted ``<ns>.dlq-state`` keeps them
 all): a letter below its partition's low watermark (deleted) leaves with its state, and a state
-no letter claims is dropped once a later refresh read ``<ns>.dlq`` to its end.
+no letter claims is dropped once a later refresh read ``<ns>.dlq`` to its end. A topic deleted
+and created again (its id changed, see :mod:`._topicids`, or its offsets went back) is read
+again from its start, without what the index held of it.
 
 Threads: one thread refreshes (say, every second, in the background) while any number of
 request threads call :meth:`~LetterIndex.query`, :meth:`~LetterIndex.counts`,
@@ -26,9 +28,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
 from .._codec import DeadLetterCodec
@@ -37,6 +38,7 @@ from .._job import now_ms
 from .._settings import Settings
 from .._topics import TopicNames
 from ._filters import LetterFilter
+from ._matches import MatchCache
 from ._ranges import bounded, where_to_start
 from ._reader import _keyed, _Reader, decode_letter
 from ._state import (
@@ -49,6 +51,7 @@ from ._state import (
 )
 from ._stats import DlqStats, dlq_stats
 from ._summary import SharedStrings, summary_of
+from ._topicids import TopicIds, renewed
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -61,7 +64,6 @@ INDEX_STEP = 20_000
 """Dead letters one refresh of a reader that goes in steps (the dashboard, the exporter) reads
 at most: a deep ``<ns>.dlq`` is read in steps, each kept, each well within a timeout."""
 StatusChoice = LetterStatus | Literal["pending", "replayed", "discarded", "all"]
-_CACHED_QUERIES = 16
 # Read-ahead of the refreshing consumer: enough to keep decoding busy. A bigger one (64 MB by
 # default) stays in the process's resident set after the first refresh, freed but not returned.
 _PREFETCH_KB = 8192
@@ -92,14 +94,6 @@ class Refreshed:
     states_dropped: int = 0
 
 
-@dataclass(slots=True)
-class _Matches:
-    """The letters that match one filter, oldest first, with their count per status."""
-
-    letters: list[StoredLetter]
-    by_status: dict[str, int] = field(default_factory=dict)
-
-
 def _status(status: str) -> LetterStatus | None:
     if status == ALL:
         return None
@@ -128,6 +122,8 @@ class LetterIndex:
         self._reader: _Reader | None = _Reader(settings, timeout, prefetch_kb=_PREFETCH_KB)
         self._next: dict[tuple[str, int], int] = {}
         self._low: dict[int, int] = {}
+        self._ids = TopicIds(settings)
+        self._seen_ids: dict[str, str] = {}  # topic -> its id at the last refresh
         # Guarded by _fetch_lock: the consumer of get().
         self._fetch_lock = threading.Lock()
         self._fetcher: _Reader | None = None
@@ -142,7 +138,7 @@ class LetterIndex:
         self._undecodable = 0
         self._refreshed_at: int | None = None
         self._caught_up = False
-        self._cache: OrderedDict[tuple[LetterFilter, LetterStatus | None], _Matches] = OrderedDict()
+        self._cache = MatchCache()
         self._closed = False
 
     @property
@@ -184,9 +180,13 @@ class LetterIndex:
         with self._refresh_lock:
             reader = self._open_reader()
             began, stamp = time.perf_counter(), now_ms()
-            reader.restart_clock(self.timeout if timeout is None else timeout)
+            wait = self.timeout if timeout is None else timeout
+            reader.restart_clock(wait)
+            # Before the offsets: a topic recreated after this is told by the next refresh.
+            ids = self._ids.read((dlq, dlq_state), wait)
+            changed = renewed(self._seen_ids, ids)
             marks = reader.watermarks(dlq, dlq_state)
-            starts, recreated = where_to_start(marks, self._next, self._low, dlq)
+            starts, recreated = where_to_start(marks, self._next, self._low, dlq, changed)
             new: list[StoredLetter] = []
             undecodable = 0
 
@@ -206,9 +206,10 @@ class LetterIndex:
             read = reader.read_ranges((dlq, dlq_state), starts, ends, keep)
             lows = {p: low for (topic, p), (low, _) in marks.items() if topic == dlq}
             with self._lock:
+                states_gone = self._forget_states() if dlq_state in changed else 0
                 expired, dropped = self._forget(recreated, lows)
                 more, dropped_too = self._expire(lows)
-                expired, dropped = expired + more, dropped + dropped_too
+                expired, dropped = expired + more, dropped + dropped_too + states_gone
                 added, orphans = self._fold(new, read[dlq_state])
                 if ends == marks:  # read to the end: older orphans have no letter on the topic
                     dropped += self._drop_states(self._orphans)
@@ -217,9 +218,10 @@ class LetterIndex:
                     self._orphans |= orphans
                 self._undecodable += undecodable
                 self._refreshed_at = stamp
-                if expired or added or read[dlq_state]:
+                if expired or added or dropped or read[dlq_state]:
                     self._cache.clear()
             self._next = {where: high for where, (_, high) in ends.items()}
+            self._seen_ids.update(ids)
             self._caught_up = ends == marks
             seconds = time.perf_counter() - began
             return Refreshed(added, len(read[dlq_state]), undecodable, expired, seconds, dropped)
@@ -238,6 +240,16 @@ class LetterIndex:
         for partition in partitions:
             self._low[partition] = lows.get(partition, 0)
         return self._keep(lambda s: s.partition not in partitions)
+
+    def _forget_states(self) -> int:
+        """Drop every state, those of a ``<ns>.dlq-state`` deleted and created again (read
+        again from its start): how many."""
+        for stored in self._letters:
+            stored.state = None
+        self._orphans.clear()
+        dropped = len(self._states)
+        self._states.clear()
+        return dropped
 
     def _keep(self, kept_if: Callable[[StoredLetter], bool]) -> tuple[int, int]:
         """Keep the letters ``kept_if`` says, dropping the others and their states: how many
@@ -312,7 +324,7 @@ class LetterIndex:
         wanted = _status(status)
         chosen = letter_filter or LetterFilter()
         with self._lock:
-            matches = self._matches(chosen, wanted)
+            matches = self._cache.matches(self._letters, chosen, wanted)
             total = len(matches.letters)
             if newest_first:
                 stop = max(0, total - offset)
@@ -331,33 +343,9 @@ class LetterIndex:
     def counts(self, letter_filter: LetterFilter | None = None) -> dict[str, int]:
         """How many letters match ``letter_filter``, by status (every status named)."""
         with self._lock:
-            return dict(self._matches(letter_filter or LetterFilter(), None).by_status)
-
-    def _matches(self, letter_filter: LetterFilter, status: LetterStatus | None) -> _Matches:
-        """Cached until the next refresh, so that paging through a result does not scan."""
-        key = (letter_filter, status)
-        if (found := self._cache.get(key)) is not None:
-            self._cache.move_to_end(key)
-            return found
-        every = self._cache.get((letter_filter, None))
-        if every is None:
-            letters = self._letters
-            if not letter_filter.empty:
-                letters = [s for s in letters if letter_filter.matches(s.letter)]
-            counts = dict.fromkeys((s.value for s in LetterStatus), 0)
-            for stored in letters:
-                counts[stored.status.value] += 1
-            every = self._remember((letter_filter, None), _Matches(letters, counts))
-        if status is None:
-            return every
-        chosen = [s for s in every.letters if s.status is status]
-        return self._remember(key, _Matches(chosen, every.by_status))
-
-    def _remember(self, key: tuple[LetterFilter, LetterStatus | None], found: _Matches) -> _Matches:
-        self._cache[key] = found
-        while len(self._cache) > _CACHED_QUERIES:
-            self._cache.popitem(last=False)
-        return found
+            return dict(
+                self._cache.matches(self._letters, letter_filter or LetterFilter(), None).by_status
+            )
 
     def get(self, ident: str, *, timeout: float | None = None) -> StoredLetter:
         """The whole dead letter with id ``ident``, or the only one holding job ``ident``
@@ -383,6 +371,7 @@ class LetterIndex:
     def close(self) -> None:
         """Close the Kafka consumers (waits for a refresh or a get under way). Idempotent."""
         with self._refresh_lock:
+            self._ids.close()
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None

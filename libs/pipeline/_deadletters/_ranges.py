@@ -3,24 +3,32 @@ the end or to a limit (a deep topic is read in steps)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 Marks = dict[tuple[str, int], tuple[int, int]]
 """``(topic, partition) -> (low, high)`` watermarks."""
 
 
 def where_to_start(
-    marks: Marks, next_offsets: dict[tuple[str, int], int], lows: dict[int, int], topic: str
+    marks: Marks,
+    next_offsets: dict[tuple[str, int], int],
+    lows: dict[int, int],
+    topic: str,
+    renewed: Collection[str] = (),
 ) -> tuple[dict[tuple[str, int], int], set[int]]:
     """Where to read each partition from (the offset after the last read, or the partition's
     low watermark when the log is not where it was), and the partitions of ``topic`` deleted
-    and created again since the last read: those whose end went back below the offset read to,
+    and created again since the last read: every partition of a topic in ``renewed`` (its id
+    changed, see :mod:`._topicids`), and those whose end went back below the offset read to,
     or whose start went back below ``lows`` (the low watermarks seen)."""
     starts: dict[tuple[str, int], int] = {}
     recreated: set[int] = set()
     for where, (low, high) in marks.items():
         start = next_offsets.get(where, low)
-        # Recreated (its end went back), or retention went past the last read.
-        starts[where] = low if start > high or start < low else start
-        if where[0] == topic and (start > high or low < lows.get(where[1], 0)):
+        gone = where[0] in renewed or start > high  # recreated
+        # Recreated, or retention went past the last read.
+        starts[where] = low if gone or start < low else start
+        if where[0] == topic and (gone or low < lows.get(where[1], 0)):
             recreated.add(where[1])
     return starts, recreated
 
