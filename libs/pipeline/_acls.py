@@ -3,7 +3,8 @@
 Pure functions: :func:`plan_acls` says which bindings a principal of a role needs, derived from
 what each process does on the cluster (which topics it reads and writes, which consumer
 groups it joins or describes, which transactional ids it uses). Applying them is
-:mod:`pipeline._aclapply`.
+:mod:`pipeline._aclapply`. :func:`written_topics` names the topics a role's bindings allow to
+write, which a starting worker or scheduler checks it may (:mod:`pipeline._writecheck`).
 
 Topics come one literal name at a time, or by prefix for a family (``<ns>.jobs.``,
 ``<ns>.retry.``, ``<ns>.deferred.``), so that no role gets a topic it does not touch. Read,
@@ -28,7 +29,7 @@ from ._topics import (
     scheduler_group,
     worker_group,
 )
-from ._topicspec import scheduler_control_topic
+from ._topicspec import scheduler_control_topic, topic_specs
 
 if TYPE_CHECKING:
     from ._settings import Settings
@@ -207,3 +208,25 @@ def plan_acls(role: Role | str, principal: str, settings: Settings) -> list[AclR
             ],
         ]
     return _rules(principal, rows)
+
+
+def written_topics(role: Role | str, settings: Settings) -> list[str]:
+    """The topics of ``settings.namespace`` that ``role``'s bindings allow to write: each topic
+    ``pipeline topics apply`` makes that a WRITE rule of :func:`plan_acls` names, or whose name
+    starts with one of its prefixes, in the order of :func:`~pipeline._topicspec.topic_specs`
+    (the retry and wait tiers of ``settings``)."""
+    writes = [
+        rule
+        for rule in plan_acls(role, "User:-", settings)
+        if rule.resource is ResourceKind.TOPIC and rule.operation is Operation.WRITE
+    ]
+    return [
+        spec.name for spec in topic_specs(settings) if any(_names(r, spec.name) for r in writes)
+    ]
+
+
+def _names(rule: AclRule, topic: str) -> bool:
+    """Whether ``rule``'s resource name covers ``topic`` (Kafka's literal and prefixed match)."""
+    if rule.pattern is PatternKind.PREFIXED:
+        return topic.startswith(rule.name)
+    return topic == rule.name

@@ -121,14 +121,17 @@ class KafkaUnavailableError(PipelineError):
     """The Kafka cluster did not answer in time (broker down, wrong address, network)."""
 
 
-def not_authorized(resource: str, name: str, operation: str, user: str | None) -> str:
-    """What to say when Kafka's authorizer refused ``user`` ``operation`` on a resource."""
+def not_authorized(
+    resource: str, name: str, operation: str, user: str | None, role: str | None = None
+) -> str:
+    """What to say when Kafka's authorizer refused ``user`` ``operation`` on a resource; the
+    command to fix it names ``role`` when the caller knows it."""
     who = f"Kafka user {user}" if user else "this client"
     principal = f"User:{user}" if user else "User:<name>"
     return (
         f"not authorized: {who} lacks {operation} on {resource} {name} "
         f"({resource}_AUTHORIZATION_FAILED); allow it the ACLs of its role with "
-        f"`pipeline acls apply --role ROLE --principal {principal}` (docs/security.md)"
+        f"`pipeline acls apply --role {role or 'ROLE'} --principal {principal}` (docs/security.md)"
     )
 
 
@@ -136,11 +139,19 @@ class NotAuthorizedError(PipelineError):
     """Kafka's authorizer refused this client ``operation`` on a resource (no ACL allows it).
 
     A topic the client may not describe looks missing to it, so readers that find a topic
-    missing ask again for that one topic and raise this when Kafka says why.
+    missing ask again for that one topic and raise this when Kafka says why. A worker or a
+    scheduler that meets it stops with :attr:`exit_code`, as for refused credentials: a restart
+    cannot succeed before the ACLs change.
     """
 
-    def __init__(self, resource: str, name: str, operation: str, user: str | None) -> None:
-        super().__init__(not_authorized(resource, name, operation, user))
+    exit_code = 4
+    """The exit code of ``pipeline-worker`` and ``pipeline-scheduler`` for it (that of
+    :class:`KafkaAuthenticationError`)."""
+
+    def __init__(
+        self, resource: str, name: str, operation: str, user: str | None, role: str | None = None
+    ) -> None:
+        super().__init__(not_authorized(resource, name, operation, user, role))
         self.resource = resource
         self.name = name
         self.operation = operation

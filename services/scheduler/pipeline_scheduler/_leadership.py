@@ -26,6 +26,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
     ResourceType,
 )
 
+from pipeline._acls import Role
 from pipeline._adminsession import AdminSession
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._clientlog import is_fatal
@@ -34,6 +35,7 @@ from pipeline._settings import Settings
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import scheduler_group
 from pipeline._topicspec import scheduler_control_topic
+from pipeline._writecheck import check_writes
 
 _log = logging.getLogger("pipeline.scheduler.leadership")
 
@@ -82,9 +84,14 @@ class MembershipEndedError(PipelineError):
 
 
 class Leadership:
-    """A group member on the control topic; ``is_leader`` follows its assignment."""
+    """A group member on the control topic; ``is_leader`` follows its assignment.
+
+    A process that may not write a topic a leader writes does not join: it would lead, and
+    fail at its first write there. Its constructor raises :class:`NotAuthorizedError` then
+    (:func:`~pipeline._writecheck.check_writes`)."""
 
     def __init__(self, settings: Settings) -> None:
+        check_writes(settings, Role.SCHEDULER)
         self.topic = scheduler_control_topic(settings.namespace)
         self._settings = settings
         self._namespace = settings.namespace

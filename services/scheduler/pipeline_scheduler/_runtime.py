@@ -17,6 +17,7 @@ from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import (
     KafkaAuthenticationError,
     KafkaUnavailableError,
+    NotAuthorizedError,
     PipelineError,
     TopicMissingError,
     TransactionError,
@@ -38,7 +39,8 @@ EXIT_FENCED = 3
 EXIT_SETUP = 1
 """The namespace's topics do not exist."""
 EXIT_REFUSED = KafkaAuthenticationError.exit_code
-"""Kafka refused the credentials (or the TLS handshake)."""
+"""Kafka refused the credentials (or the TLS handshake), or this user may not write a topic a
+leader writes (:class:`NotAuthorizedError`)."""
 
 
 class LeadershipLostError(KafkaUnavailableError):
@@ -109,7 +111,7 @@ class Scheduler:
 
     def run(self) -> int:
         """Run until stopped; return the exit code (3 when fenced by another leader, 4 when
-        Kafka refused the credentials)."""
+        Kafka refused the credentials or the ACLs lack a topic a leader writes)."""
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, self._on_signal)
             signal.signal(signal.SIGINT, self._on_signal)
@@ -118,11 +120,12 @@ class Scheduler:
             MetricsServer(self.metrics.registry, self.health, port) if port is not None else None
         )
         self.metrics_port = server.port if server is not None else None
-        leadership = self._leadership = Leadership(self.settings)
         wait = self.settings.scheduler.max_wait_s
-        _log.info("scheduler started", extra={"namespace": self.settings.namespace})
+        leadership: Leadership | None = None
         code = 0
         try:
+            leadership = self._leadership = Leadership(self.settings)
+            _log.info("scheduler started", extra={"namespace": self.settings.namespace})
             while not self._stop.is_set():
                 self._last_turn = time.monotonic()
                 if self.broker.refusal is not None:
@@ -146,13 +149,14 @@ class Scheduler:
         except MembershipEndedError as exc:
             _log.error("stopping: %s", exc)
             code = 1
-        except KafkaAuthenticationError as exc:
+        except (KafkaAuthenticationError, NotAuthorizedError) as exc:
             # Not an outage: librdkafka would retry forever, and a restart cannot help either.
             _log.error("stopping: %s", exc)
             code = EXIT_REFUSED
         finally:
             self._end_session()
-            leadership.close()
+            if leadership is not None:
+                leadership.close()
             if server is not None:
                 server.close()
             _log.info("scheduler stopped")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from pipeline import Pipeline, Priority, Settings
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._errors import KafkaAuthenticationError, PipelineError
+from pipeline._errors import KafkaAuthenticationError, NotAuthorizedError, PipelineError
 from pipeline._eventloop import run_loop
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames, worker_group
@@ -374,7 +374,8 @@ class Worker:
             _log.error("stopping: %s", exc)
         else:
             _log.error("stopping: the consumer failed: %s", exc)
-        self._fail(REFUSED if isinstance(exc, KafkaAuthenticationError) else 1)
+        refused = isinstance(exc, (KafkaAuthenticationError, NotAuthorizedError))
+        self._fail(REFUSED if refused else 1)
 
     # -- helpers -------------------------------------------------------------------------------
 

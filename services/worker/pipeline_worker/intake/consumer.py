@@ -25,15 +25,17 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from pipeline import Priority, Settings
+from pipeline._acls import Role
 from pipeline._authfailure import authentication_error
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._clientlog import is_fatal
 from pipeline._dedup import DedupScope
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import ConfigurationError, PipelineError
-from pipeline._groupadmin import ensure_group_configs
+from pipeline._groupadmin import ENSURE_TIMEOUT_S, ensure_group_configs
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topics import moved_to
+from pipeline._writecheck import check_writes
 
 from .._metrics import WorkerMetrics
 from .._work import PartitionState
@@ -55,6 +57,9 @@ _log = logging.getLogger("pipeline.worker.consumer")
 
 POLL_TIMEOUT_S = 0.05
 """Longest blocking poll: bounds how late the thread notices flags, commits and burst ends."""
+MIN_CHECK_S = 1.0
+"""The least time the start's check of the topics it writes waits for Kafka, when setting the
+group configs took the start's budget (``ENSURE_TIMEOUT_S``): Kafka is down then."""
 PAUSED_POLL_TIMEOUT_S = 0.005
 """Poll timeout while a partition is paused, so it resumes soon after its buffer drains (and
 while poison-pill detection withholds messages, so they go on soon after they may)."""
@@ -206,7 +211,11 @@ class ConsumerThread:
         try:
             # Under the consumer protocol the group's session timeout is a group config: set
             # before joining, so that this member's first session has it already.
+            started = time.monotonic()
             ensure_group_configs(self._settings)
+            # Before the first job: a topic it may not write would stop it at a job's move.
+            left = ENSURE_TIMEOUT_S - (time.monotonic() - started)
+            check_writes(self._settings, Role.WORKER, timeout=max(MIN_CHECK_S, left))
             rebalance = self.rebalance
             self._consumer.subscribe(
                 list(self._topics),
