@@ -48,6 +48,7 @@ from ._replay import (
 from ._state import (
     DeadLetterNotFoundError,
     DeadLetterSnapshot,
+    LetterKey,
     LetterState,
     LetterStatus,
     StoredLetter,
@@ -69,6 +70,7 @@ __all__ = [
     "DlqStats",
     "LetterFilter",
     "LetterIndex",
+    "LetterKey",
     "LetterPage",
     "LetterState",
     "LetterStatus",

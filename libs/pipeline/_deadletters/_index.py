@@ -4,7 +4,8 @@ Reading both topics to their ends on every request (what ``pipeline dlq`` does) 
 with 100,000 dead letters. :class:`LetterIndex` reads each record once: the first
 :meth:`~LetterIndex.refresh` reads everything, each later one only the records committed since
 (it keeps its consumer and its positions), and folds them in with :func:`fold_states`.
-:meth:`~LetterIndex.query` filters with :class:`LetterFilter` and pages in memory.
+:meth:`~LetterIndex.query` filters with :class:`LetterFilter` and pages in memory, by count or
+from a letter's position.
 
 It keeps a *summary* of each dead letter (see :mod:`._summary`), about 1.7 KB against about
 10 KB for the whole letters that ``read_dead_letters`` holds (docs/benchmarks.md has the
@@ -43,6 +44,7 @@ from ._ranges import bounded, where_to_start
 from ._reader import _keyed, _Reader, decode_letter
 from ._state import (
     DeadLetterSnapshot,
+    LetterKey,
     LetterState,
     LetterStatus,
     StoredLetter,
@@ -72,13 +74,24 @@ _PREFETCH_KB = 8192
 @dataclass(frozen=True, slots=True)
 class LetterPage:
     """One page of a query: the summaries of its letters (see :class:`LetterIndex`), how many
-    match in all (for the status asked for), and how many match the filter in each status."""
+    match in all (for the status asked for), and how many match the filter in each status.
+    ``offset``: how many of the letters that match come before this page in its order."""
 
     letters: list[StoredLetter]
     total: int
     by_status: dict[str, int]
     offset: int
     limit: int
+
+    @property
+    def has_previous(self) -> bool:
+        """Whether letters that match come before this page in its order."""
+        return self.offset > 0
+
+    @property
+    def has_next(self) -> bool:
+        """Whether letters that match come after this page in its order."""
+        return self.offset + len(self.letters) < self.total
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,24 +328,33 @@ class LetterIndex:
         offset: int = 0,
         limit: int = 50,
         newest_first: bool = True,
+        before: LetterKey | None = None,
+        after: LetterKey | None = None,
     ) -> LetterPage:
         """The letters matching ``letter_filter`` in ``status`` (``"all"``: any), sorted by
-        ``dead_at`` (newest first unless told otherwise), from ``offset``, at most ``limit``.
-        The letters are summaries (see :class:`LetterIndex`); :meth:`get` reads one whole."""
+        ``dead_at`` (:func:`letter_order`, newest first unless told otherwise), from
+        ``offset``, at most ``limit``. The letters are summaries (see :class:`LetterIndex`);
+        :meth:`get` reads one whole.
+
+        ``before`` (or ``after``), the :func:`letter_order` of a letter (say, the last one a
+        page showed), pages by position rather than by count: only the letters strictly older
+        (newer) than it, the nearest to it first, ``offset`` counted from it. Paging so shows
+        each letter once, however many letters die, or leave the status asked for, between
+        two pages; counted offsets shift with them."""
         if offset < 0 or limit < 0:
             raise ValueError(f"offset and limit must not be negative (got {offset}, {limit})")
+        if before is not None and after is not None:
+            raise ValueError("give before or after, not both")
         wanted = _status(status)
         chosen = letter_filter or LetterFilter()
         with self._lock:
             matches = self._cache.matches(self._letters, chosen, wanted)
-            total = len(matches.letters)
-            if newest_first:
-                stop = max(0, total - offset)
-                page = matches.letters[max(0, stop - limit) : stop][::-1]
-            else:
-                page = matches.letters[offset : offset + limit]
+            page, ahead = matches.window(
+                offset=offset, limit=limit, newest_first=newest_first, before=before, after=after
+            )
             letters = [replace(s) for s in page]
-            return LetterPage(letters, total, dict(matches.by_status), offset, limit)
+            total = len(matches.letters)
+            return LetterPage(letters, total, dict(matches.by_status), ahead, limit)
 
     def stats(self, timeout: float | None = None) -> DlqStats:
         """:func:`dlq_stats` of the letters held (as of the last refresh); ``timeout`` is

@@ -3,15 +3,16 @@ paging through a result does not scan every letter again."""
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ._state import LetterStatus
+from ._state import LetterStatus, letter_order
 
 if TYPE_CHECKING:
     from ._filters import LetterFilter
-    from ._state import StoredLetter
+    from ._state import LetterKey, StoredLetter
 
 _CACHED_QUERIES = 16
 
@@ -22,6 +23,37 @@ class Matches:
 
     letters: list[StoredLetter]
     by_status: dict[str, int] = field(default_factory=dict)
+
+    def window(
+        self,
+        *,
+        offset: int,
+        limit: int,
+        newest_first: bool,
+        before: LetterKey | None = None,
+        after: LetterKey | None = None,
+    ) -> tuple[list[StoredLetter], int]:
+        """At most ``limit`` of these letters, newest first or oldest first, and how many come
+        before them in that order. Without a cursor they start ``offset`` letters from the
+        first. ``before`` (``after``), a :func:`letter_order` key, keeps only the letters
+        strictly older (newer) than it and takes the nearest to it, ``offset`` counted from it:
+        letters added or gone elsewhere do not move the page. The key is found by bisection
+        (the letters are in :func:`letter_order`), not by a scan."""
+        low, high = 0, len(self.letters)
+        if before is not None:
+            high = bisect_left(self.letters, before, key=letter_order)
+        if after is not None:
+            low = bisect_right(self.letters, after, key=letter_order)
+        if before is not None or (after is None and newest_first):  # nearest the newest end
+            stop = max(low, high - offset)
+            start = max(low, stop - limit)
+        else:
+            start = min(high, low + offset)
+            stop = min(high, start + limit)
+        page = self.letters[start:stop]
+        if newest_first:
+            return page[::-1], len(self.letters) - stop
+        return page, start
 
 
 class MatchCache:

@@ -113,7 +113,11 @@ class StoredLetter:
         return LetterStatus.PENDING if self.state is None else self.state.status
 
 
-def letter_order(stored: StoredLetter) -> tuple[int, int, int]:
+LetterKey = tuple[int, int, int]
+"""A letter's place in :func:`letter_order`: ``(dead_at, partition, offset)``."""
+
+
+def letter_order(stored: StoredLetter) -> LetterKey:
     """The order dead letters are listed in, oldest first: ``dead_at``, then the position."""
     return (stored.letter.dead_at, stored.partition, stored.offset)
 

@@ -3,13 +3,17 @@ replay and discard are :mod:`._letteractions`'.
 
 The list and its counts come from a :class:`~pipeline._deadletters.LetterIndex` that the
 monitor refreshes in the background, so a page or a filter change never reads the whole
-``<ns>.dlq``.
+``<ns>.dlq``. The list pages by position: its links carry the place of the last (first) letter
+shown, and the next page lists the letters older (newer) than it, so letters that die, or leave
+the status asked for, while an operator pages do not shift the pages (``page=N`` links, by
+count, still work).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
@@ -19,7 +23,9 @@ from starlette.routing import Route
 from pipeline._deadletters import (
     DeadLetterNotFoundError,
     LetterFilter,
+    LetterKey,
     LetterStatus,
+    letter_order,
     parse_when,
 )
 from pipeline._errors import PipelineError
@@ -35,6 +41,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from pipeline._deadletters import LetterPage, StoredLetter
     from pipeline._records import DeadLetter
 
 
@@ -107,6 +114,26 @@ def _page_number(fields: Mapping[str, str]) -> int:
     return max(1, number)
 
 
+_POSITION = re.compile(r"(-?[0-9]{1,20})\.([0-9]{1,10})\.([0-9]{1,20})")
+
+
+def position_of(stored: StoredLetter) -> str:
+    """Where a letter is in the list (its :func:`letter_order`), as a pager link carries it:
+    ``dead_at.partition.offset``."""
+    return ".".join(str(n) for n in letter_order(stored))
+
+
+def _position(fields: Mapping[str, str], name: str) -> LetterKey | None:
+    text = fields.get(name)
+    if not text:
+        return None
+    found = _POSITION.fullmatch(text)
+    if found is None:
+        raise FilterError(f"{name} must be a letter's position (dead_at.partition.offset)")
+    dead_at, partition, offset = found.groups()
+    return int(dead_at), int(partition), int(offset)
+
+
 def _status(fields: Mapping[str, str]) -> str:
     status = fields.get("status") or "pending"
     if status not in STATUSES:
@@ -130,6 +157,9 @@ def letters_page(request: Request) -> Response:
     context: dict[str, object] = {"page": "dead-letters", "fields": fields, "statuses": STATUSES}
     try:
         page = _page_number(fields)
+        before, after = _position(fields, "before"), _position(fields, "after")
+        if sum(bool(fields.get(name)) for name in ("page", "before", "after")) > 1:
+            raise FilterError("give one of page, before and after")
         letter_filter = parse_filter(fields)
         status = _status(fields)
     except FilterError as exc:
@@ -141,19 +171,35 @@ def letters_page(request: Request) -> Response:
         status="all" if status == "all" else LetterStatus(status),
         offset=(page - 1) * size,
         limit=size,
+        before=before,
+        after=after,
     )
+    newer, older = _pager(found, fields)
     context.update(
         status=status,
         found=found,
-        page_number=page,
-        pages=max(1, -(-found.total // size)),
-        query=lambda **changes: query_string(fields, **changes),
+        newer=newer,
+        older=older,
         filter_values={k: fields[k] for k in FILTER_FIELDS if fields.get(k)},
         filtered=not letter_filter.empty,
         indexing=not index.caught_up,
         indexed=len(index),
     )
     return dashboard.render(request, "letters.html", context)
+
+
+def _pager(found: LetterPage, fields: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """The query strings of the links to the newer and the older page (None: none): the
+    letters newer than the first one shown, older than the last. An empty page (its letters
+    left, or a link's page number is past the end) links to the first page."""
+    newest = position_of(found.letters[0]) if found.letters else None
+    oldest = position_of(found.letters[-1]) if found.letters else None
+    newer = older = None
+    if found.has_previous:
+        newer = query_string(fields, after=newest)
+    if found.has_next:
+        older = query_string(fields, before=oldest)
+    return newer, older
 
 
 def _payload_text(letter: DeadLetter) -> str | None:
