@@ -4,6 +4,8 @@ start. A cluster that gives no topic ids leaves the offsets alone to tell."""
 
 from __future__ import annotations
 
+import pytest
+
 from pipeline._deadletters import ALL, LetterIndex, LetterStatus
 
 from .test_dlq_index import DLQ, STATE, FakeLog, dead_letter, discarded, ids, index, log
@@ -79,3 +81,26 @@ def test_without_topic_ids_only_the_offsets_tell(log: FakeLog, index: LetterInde
     index.refresh()
     # What the docs say cannot be told apart: the old letters stay, read on from the old end.
     assert held(index) == ["dl-000", "dl-001", "dl-002", "dl-054"]
+
+
+@pytest.mark.parametrize("with_ids", [True, False])
+def test_a_dlq_recreated_with_fewer_partitions_drops_the_letters_of_those_gone(
+    log: FakeLog, index: LetterIndex, with_ids: bool
+) -> None:
+    """Only the partitions the new topic has were read again: the letters of the others stayed
+    for good, counted and offered for replay."""
+    if with_ids:
+        log.ids = {DLQ: "dlq-1", STATE: "state-1"}
+    log.add_letters(0, [dead_letter(n) for n in range(3)])
+    log.add_letters(1, [dead_letter(10), dead_letter(11)])
+    index.refresh()
+    assert len(index) == 5
+
+    del log.partitions[(DLQ, 1)]
+    recreate(log, DLQ, "dlq-2")
+    # Without ids, only a partition that did not grow past its old end tells (see above).
+    new = range(50, 55) if with_ids else range(50, 52)
+    log.add_letters(0, [dead_letter(n) for n in new])
+    index.refresh()
+    assert held(index) == [f"dl-0{n}" for n in new]
+    assert index.stats().depth == len(new)

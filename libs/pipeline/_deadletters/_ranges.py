@@ -20,9 +20,11 @@ def where_to_start(
     low watermark when the log is not where it was), and the partitions of ``topic`` deleted
     and created again since the last read: every partition of a topic in ``renewed`` (its id
     changed, see :mod:`._topicids`), and those whose end went back below the offset read to,
-    or whose start went back below ``lows`` (the low watermarks seen)."""
+    or whose start went back below ``lows`` (the low watermarks seen); and those read before
+    that the topic has no more (only a topic created again has fewer partitions)."""
     starts: dict[tuple[str, int], int] = {}
-    recreated: set[int] = set()
+    present = {partition for where_topic, partition in marks if where_topic == topic}
+    recreated = {p for t, p in next_offsets if t == topic and p not in present}
     for where, (low, high) in marks.items():
         start = next_offsets.get(where, low)
         gone = where[0] in renewed or start > high  # recreated

@@ -264,7 +264,7 @@ class Exporter:
 def indexed(letters: LetterIndex) -> DeadLetterCounter:
     """Dead-letter counts from ``letters``, refreshed first, in steps until it has read the
     topic to its end or half of ``timeout`` ran out (the rest of the read needs the other
-    half): each interval reads only the letters and states
+    half; a first step may take it all): each interval reads only the letters and states
     written since the last, and the index keeps a summary of each letter (about 1.7 KB).
     Reading ``<ns>.dlq`` whole at every interval held every whole letter (about 7 KB): some
     70,000 retained letters outgrew the exporter's memory limit, and a topic too deep to read
@@ -273,11 +273,15 @@ def indexed(letters: LetterIndex) -> DeadLetterCounter:
     goes on from there."""
 
     def count(timeout: float) -> DlqStats:
-        deadline = time.monotonic() + timeout / 2
+        began = time.monotonic()
+        deadline = began + timeout / 2
         steps = 0
         while True:
+            # The first step may take the whole of the time: one that needs more than half
+            # would otherwise fail every read, each starting from the same place.
+            end = deadline if steps else began + timeout
             try:
-                letters.refresh(max(0.1, deadline - time.monotonic()), limit=INDEX_STEP)
+                letters.refresh(max(0.1, end - time.monotonic()), limit=INDEX_STEP)
             except KafkaUnavailableError:
                 if not steps:
                     raise
