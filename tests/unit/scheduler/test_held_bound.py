@@ -23,21 +23,14 @@ from pipeline_scheduler._progress import MAX_HELD, PartitionProgress, SavedProgr
 from pipeline_scheduler._session import LeaderSession
 from pipeline_scheduler._state import load_state
 
+from .test_tier_heads import Paused
+
 BOUND = 50
 SOURCE = ("pipeline.deferred", 0)
 
 
-class Consumer:
+class Consumer(Paused):
     """The part of the consumer a step's routing and commit use."""
-
-    def __init__(self) -> None:
-        self.paused: set[tuple[str, int]] = set()
-
-    def pause(self, partitions: list[Any]) -> None:
-        self.paused.update((p.topic, p.partition) for p in partitions)
-
-    def resume(self, partitions: list[Any]) -> None:
-        self.paused.difference_update((p.topic, p.partition) for p in partitions)
 
     def consumer_group_metadata(self) -> None:
         return None
