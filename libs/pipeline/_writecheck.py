@@ -46,11 +46,15 @@ def check_writes(
     *,
     timeout: float = CHECK_TIMEOUT_S,
     session: AdminSession | None = None,
+    unused: Iterable[str] = (),
 ) -> None:
     """Raise :class:`NotAuthorizedError` if Kafka says this client may not write a topic that
-    ``role`` writes with ``settings``; log a warning and return if Kafka does not answer.
+    ``role`` writes with ``settings`` (but ``unused``, the topics this process does not
+    write, say ``<ns>.dedup`` beside an application's own dedup store); log a warning and
+    return if Kafka does not answer.
     :class:`~pipeline._errors.KafkaAuthenticationError` (refused credentials) goes through."""
-    topics = [t for t in written_topics(role, settings) if t not in _unused(settings)]
+    skipped = _unused(settings) | set(unused)
+    topics = [t for t in written_topics(role, settings) if t not in skipped]
     try:
         refused = unwritable(session or AdminSession(settings, timeout), topics)
     except KafkaUnavailableError as exc:

@@ -209,3 +209,16 @@ def test_heartbeats_it_may_not_write_only_warn(caplog: pytest.LogCaptureFixture)
     assert f"this client may not write {NAMES.workers}: no heartbeat" in caplog.text
     with pytest.raises(NotAuthorizedError, match=f"lacks WRITE on TOPIC {NAMES.dlq} "):
         check(refused(NAMES.workers, NAMES.dlq))
+
+
+def test_topics_the_process_does_not_write_are_not_checked() -> None:
+    """A worker whose application keeps its idempotency keys in its own store never writes
+    the changelog: ACLs without it must not stop the worker."""
+    config = settings()
+    session = AdminSession(config, timeout=5.0)
+    admin = FakeAdmin(refused(NAMES.dedup))
+    session.client = admin  # type: ignore[assignment]
+    check_writes(config, Role.WORKER, session=session, unused=[NAMES.dedup])
+    assert NAMES.dedup not in admin.asked
+    with pytest.raises(NotAuthorizedError, match=NAMES.dedup):
+        check(refused(NAMES.dedup))

@@ -180,6 +180,9 @@ class Worker:
         self._processor = stages.processor
         processor = self._processor
         server = self._start_http(processor)
+        # An application's own dedup store keeps the keys: the changelog is not written.
+        own_store = self.app.dedup_store is not None
+        unwritten = [TopicNames(settings.namespace).dedup] if own_store else []
         self._consumer = ConsumerThread(
             settings=self.settings,
             group_id=self.group_id,
@@ -188,6 +191,7 @@ class Worker:
             metrics=self.metrics,
             mover=mover,
             dedup=store,
+            unwritten=unwritten,
         )
         signals = _signals.LoopSignals(
             self.loop, self.stop, self.settings.worker.shutdown_timeout_s

@@ -19,7 +19,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message
@@ -89,9 +89,13 @@ class ConsumerThread:
         mover: Mover | None = None,
         dedup: DedupStore | None = None,
         consumer_factory: Callable[[dict[str, Any]], Consumer] = Consumer,
+        unwritten: Sequence[str] = (),
     ) -> None:
+        """``unwritten``: topics of the worker's role this one never writes (the changelog
+        beside an application's own dedup store), left out of the check at start."""
         worker = settings.worker
         self._dedup = dedup
+        self._unwritten = unwritten
         self._topics = topics
         self._side = side
         self._metrics = metrics
@@ -215,7 +219,9 @@ class ConsumerThread:
             ensure_group_configs(self._settings)
             # Before the first job: a topic it may not write would stop it at a job's move.
             left = ENSURE_TIMEOUT_S - (time.monotonic() - started)
-            check_writes(self._settings, Role.WORKER, timeout=max(MIN_CHECK_S, left))
+            check_writes(
+                self._settings, Role.WORKER, timeout=max(MIN_CHECK_S, left), unused=self._unwritten
+            )
             rebalance = self.rebalance
             self._consumer.subscribe(
                 list(self._topics),
