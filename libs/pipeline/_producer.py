@@ -92,7 +92,11 @@ class KafkaTransport:
     with them (:meth:`_forget_parents_producers`).
     """
 
-    tells_taken = True  # an exception of produce_many says how many values it took
+    @property
+    def tells_taken(self) -> bool:
+        """Whether an exception of :meth:`produce_many` says how many values it took: its own
+        does; a subclass's override says so by setting ``tells_taken`` itself."""
+        return type(self).produce_many is KafkaTransport.produce_many
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings

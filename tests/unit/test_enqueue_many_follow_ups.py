@@ -172,3 +172,20 @@ def test_a_running_job_hands_its_follow_ups_to_the_producer_a_batch_a_call(
     ids = _in_job(job, lambda: kafka.enqueue_many("child", ({"n": n} for n in range(2500))))
     assert calls == [1000, 1000, 500]  # not one call per job
     assert _pending(job) == len(ids) == 2500
+
+
+def test_a_subclass_that_overrides_produce_many_is_not_taken_to_tell() -> None:
+    """Its override may say nothing of what it took: a running job must then hand it one job
+    a call, as any transport that does not say so."""
+
+    class Own(KafkaTransport):
+        def produce_many(self, *args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError
+
+    class Telling(Own):
+        tells_taken = True
+
+    settings = Settings()
+    assert KafkaTransport(settings).tells_taken
+    assert not Own(settings).tells_taken
+    assert Telling(settings).tells_taken
