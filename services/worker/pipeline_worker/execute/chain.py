@@ -142,7 +142,7 @@ def executors(
         )
         return runners, pool, None
     chain = Chain(interceptors, loop)
-    pool = ThreadPool(loop, threads, chain.resolve, context)
+    pool = ThreadPool(loop, threads, chain.resolve, context, gives_up=False)
     chain.submit = pool.submit
     runners = AsyncRunners(
         loop, ends.complete, ends.on_suspend, ends.pump, context, chain.start, ends.cancelled_out

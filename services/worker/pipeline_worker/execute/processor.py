@@ -41,7 +41,7 @@ from ..route.outcome import JobHooks, OutcomeKind
 from .chain import executors
 from .decoding import BatchDecoder
 from .overtime import Overtime
-from .runners import Completion, ThreadPool
+from .runners import GIVEN_UP, Completion, ThreadPool
 
 if TYPE_CHECKING:
     import contextvars
@@ -229,6 +229,16 @@ class Processor:
         finally:
             self._pumping = False
 
+    def _given_up(self, work: Work) -> None:
+        """A plain function queued for a pool thread, given up before one took it: never run,
+        it is delivered again (see :data:`~.runners.GIVEN_UP`)."""
+        work.finished = True
+        if work.timer is not None:
+            work.timer.cancel()
+            work.timer = None
+        self.in_flight -= 1
+        self._held_gone(work)
+
     def _held_gone(self, work: Work) -> None:
         """A held job given up (stopping, revoked): never started, it is delivered again."""
         state = work.state
@@ -342,7 +352,10 @@ class Processor:
     def complete_batch(self, batch: list[Completion]) -> None:
         complete = self.complete
         for work, error, ended, _ in batch:
-            complete(work, error, ended)
+            if error is GIVEN_UP:
+                self._given_up(work)
+            else:
+                complete(work, error, ended)
         self.pump()
 
     def move_poison(self, state: PartitionState, msg: Message, error: BaseException) -> None:

@@ -52,6 +52,15 @@ CLOSE_WAIT_S = 5.0
 Completion = tuple[Work, BaseException | None, float, Any]
 """A finished job, its error (``None``: it succeeded), when it ended (``time.monotonic``) and
 what the handler returned."""
+
+
+class GivenUpError(Exception):
+    """The error of a :data:`Completion` whose job was never run: queued for a pool thread, it
+    was given up before one took it (its partition revoked past its grace, or the worker
+    stopped after its final commit). It ends as a job never started, not as a failure."""
+
+
+GIVEN_UP = GivenUpError("given up before a thread took it")
 OnDone = Callable[[Work, BaseException | None, float], None]
 """``on_done(work, error, ended)``: the job ended (``error`` None: it succeeded) at ``ended``."""
 
@@ -226,9 +235,14 @@ class ThreadPool:
         size: int,
         on_batch: Callable[[list[Completion]], None],
         context: contextvars.Context,
+        *,
+        gives_up: bool = True,
     ) -> None:
+        """``gives_up``: a queued job of a released partition, or queued at :meth:`close`, is
+        not run (:data:`GIVEN_UP`); off under interceptors, whose chain awaits every call."""
         self._loop = loop
         self._size = size
+        self._gives_up = gives_up
         self._lent = 0
         self._on_batch = on_batch
         self._context = context
@@ -240,6 +254,7 @@ class ThreadPool:
         self._taken: list[int] = []
         """Jobs taken from the queue, per thread (each thread writes only its own counter)."""
         self._check: asyncio.TimerHandle | None = None
+        self._closed = False
 
     @property
     def threads(self) -> int:
@@ -310,7 +325,11 @@ class ThreadPool:
             taken[index] += 1
             error: BaseException | None = None
             result: Any = None
-            if not work.finished:  # else failed at its deadline while it waited: not run
+            if work.finished:
+                pass  # failed at its deadline while it waited: not run
+            elif (work.state.released or self._closed) and self._gives_up:
+                error = GIVEN_UP  # its partition went, or the worker stops: not run
+            else:
                 work.started = time.monotonic()
                 try:
                     context = work.context if work.context is not None else base.copy()
@@ -337,7 +356,9 @@ class ThreadPool:
             self._on_batch(batch)
 
     def close(self) -> None:
-        """Ask every thread to exit after its current job (threads stuck in a job are left)."""
+        """Ask every thread to exit after its current job (threads stuck in a job are left);
+        the jobs still queued are not run (:data:`GIVEN_UP`)."""
+        self._closed = True
         if self._check is not None:
             self._check.cancel()
             self._check = None
