@@ -149,6 +149,11 @@ class Supervisor:
         for final in (REFUSED, USAGE):
             if final in codes:
                 return final
+        # A second stop: the children exited at once, without committing, as one worker does
+        # (130), which is no failure of theirs.
+        interrupted = _signals.EXIT_INTERRUPTED
+        if self._stopping >= 2 and interrupted in codes and set(codes) <= {0, interrupted}:
+            return interrupted
         return 0 if all(code == 0 for code in codes) else 1
 
     def _start(self, child: _Child) -> None:

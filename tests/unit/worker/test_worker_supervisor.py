@@ -156,3 +156,24 @@ def test_a_burst_child_that_gives_up_is_not_restarted(
     _, exit_code, starts = supervise(tmp_path, monkeypatch, "exit 1", burst=True)
     assert exit_code == 1
     assert sorted(starts) == [0, 1]
+
+
+def test_a_second_stop_exits_130_as_one_worker_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its children exit at once with 130 on a second signal; the supervisor said 1, which the
+    exit codes give to a failure (Kafka unreachable and such)."""
+
+    def stop_twice(supervisor: Supervisor) -> None:
+        if all(child.process for child in supervisor._children):
+            for delay in (0.3, 1.6):  # two requests, not one repeated within a second
+                timer = threading.Timer(delay, supervisor._on_signal, (signal.SIGTERM, None))
+                timer.start()
+
+    _, code, _ = supervise(
+        tmp_path,
+        monkeypatch,
+        "trap 'trap \"exit 130\" TERM' TERM; while :; do sleep 0.05; done",
+        stop_twice,
+    )
+    assert code == 130
