@@ -720,3 +720,31 @@ def test_the_member_id_is_read_on_the_consumer_thread_once_assigned(
     thread._chores(2.0, idle=True)
     assert thread.member_id == "m-2"
     assert asked == [threading.get_ident()] * 3
+
+
+def test_burst_members_at_the_end_of_partitions_that_deliver_nothing_commit_that_end(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """What lies between a committed offset and the end may never be delivered (transaction
+    markers, aborted records, records retention deleted): each member was done with its own
+    partition, committed nothing for it (it handed nothing), and waited for the other's."""
+    a, fake_a, side_a = consumer_thread(loop, burst=True)
+    b, fake_b, side_b = consumer_thread(loop, burst=True)
+    group = {(TOPIC, 0): 5, (TOPIC, 1): 5}  # the group's committed offsets, shared
+    for fake in (fake_a, fake_b):
+        fake.group_committed = group
+        fake.ends = {(TOPIC, 0): (10, 10), (TOPIC, 1): (10, 10)}
+        fake.positions = {(TOPIC, 0): 10, (TOPIC, 1): 10}
+    [mine_a] = own(a, 0)
+    [mine_b] = own(b, 1)
+    for state in (mine_a, mine_b):
+        state.committed = 5
+        state.at_end = True  # fetched from the reset offset, 10: end of partition, none handed
+    check_a, check_b = burst_check(a), burst_check(b)
+    for _ in range(3):
+        check_a()
+        check_b()
+    flush(loop)
+    assert group == {(TOPIC, 0): 10, (TOPIC, 1): 10}
+    assert side_a.drained.is_set()
+    assert side_b.drained.is_set()

@@ -128,13 +128,16 @@ class Committer:
 
         When everything handed over is finished, the consumer's position may be further on:
         past transaction markers, which are never delivered. Committing the position then
-        keeps the committed offset equal to the end offset instead of one short of it.
+        keeps the committed offset equal to the end offset instead of one short of it. So for
+        a partition at its end (burst mode) that handed nothing: what lies between its
+        committed offset and its end (markers, aborted records, records retention deleted) is
+        never delivered, and the other members of a burst wait for its commit to reach it.
         ``clean``: the last commit before the partition is handed over in good order.
         ``force``: every partition of ``states``, moved or not. A partition whose guard (see
         :mod:`..recovery.poison`) made a promise Kafka has not acknowledged is always included.
         """
         assert self._consumer is not None
-        idle = [s for s in states if s.handed_next >= 0 and s.commit_offset == s.handed_next]
+        idle = [s for s in states if _idle(s)]
         positions: dict[PartitionState, int] = {}
         if idle:
             found = self._consumer.position([TopicPartition(s.topic, s.partition) for s in idle])
@@ -397,3 +400,11 @@ def describe(partitions: Sequence[TopicPartition]) -> str:
             f"{tp.partition}@{tp.offset}" if known else str(tp.partition)
         )
     return ",".join(f"{topic}[{','.join(items)}]" for topic, items in by_topic.items())
+
+
+def _idle(state: PartitionState) -> bool:
+    """Whether everything ``state`` handed over is finished, or it is at its end and handed
+    nothing: its commit may be the consumer's position (see :meth:`Committer.offsets`)."""
+    if state.handed_next >= 0:
+        return state.commit_offset == state.handed_next
+    return state.at_end and state.handed == state.taken
