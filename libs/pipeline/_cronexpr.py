@@ -113,9 +113,24 @@ def _iterator(cron: str, start: datetime) -> croniter:
     record no validation saw: from another writer, or from a release that let it through)."""
     reads = _as_cron_reads(cron)
     try:
-        return croniter(reads, start, max_years_between_matches=MAX_YEARS_BETWEEN_FIRES)
+        return croniter(
+            reads,
+            start,
+            max_years_between_matches=MAX_YEARS_BETWEEN_FIRES,
+            day_or=_day_or(reads),
+        )
     except ValueError as exc:  # croniter's errors about the expression are ValueErrors
         raise ConfigurationError(f"invalid cron expression {cron!r}: {exc}") from None
+
+
+def _day_or(cron: str) -> bool:
+    """Whether a day matches by its day of the month *or* of the week, as cron reads two
+    restricted day fields; one that starts with ``*`` (``*/2`` too) restricts nothing, so the
+    other alone decides, where croniter would fire on either (every other day, plus Mondays)."""
+    fields = cron.split()
+    if len(fields) < 5:
+        return True
+    return not (fields[2].startswith(("*", "?")) or fields[4].startswith(("*", "?")))
 
 
 def _fires(cron: str, tz: str, after_ms: int) -> Iterator[int]:

@@ -249,7 +249,7 @@ def resume(name: str, as_json: bool, settings: Settings) -> None:
 def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     if value is None:
         return None
-    if value.strip().isdigit():
+    if value.strip().isascii() and value.strip().isdigit():  # "²" is a digit, not a number
         return within_dates(value, int(value))
     if is_duration_ago(value):
         # WHEN names the request: "1h" ago is another time at every run, so a repeated trigger

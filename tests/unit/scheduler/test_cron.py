@@ -278,3 +278,22 @@ def test_a_schedule_removed_and_added_again_keeps_its_last_fire_through_a_takeov
     table.put("a", None)
     assert table.removed == ["a"]
     assert table.next_due() is None
+
+
+@pytest.mark.parametrize(
+    ("cron", "expected"),
+    [
+        # A stepped `*` restricts nothing, as in cron: odd days that are Mondays.
+        ("0 0 */2 * 1", ["2024-06-03T00:00:00+02:00", "2024-06-17T00:00:00+02:00"]),
+        ("0 0 * * 1", ["2024-06-03T00:00:00+02:00", "2024-06-10T00:00:00+02:00"]),
+        ("0 0 1 * */3", ["2024-06-01T00:00:00+02:00", "2024-09-01T00:00:00+02:00"]),
+        # Two restricted day fields: either matches, as in cron.
+        ("0 0 5 * 1", ["2024-06-03T00:00:00+02:00", "2024-06-05T00:00:00+02:00"]),
+    ],
+)
+def test_day_fields_combine_as_cron_combines_them(cron: str, expected: list[str]) -> None:
+    """croniter fired a day matching either field even when one was a stepped ``*``: a
+    crontab line ``0 0 */2 * 1`` fired every other day and on Mondays."""
+    first = next_fire_ms(cron, "Europe/Paris", ms(2024, 5, 31, 23, 0))
+    second = next_fire_ms(cron, "Europe/Paris", first)
+    assert [local(first), local(second)] == expected
