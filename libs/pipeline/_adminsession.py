@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicCollection, TopicPartition
 
 # confluent-kafka's admin package does not declare its re-exports to type checkers.
 from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
@@ -166,6 +166,28 @@ class AdminSession:
             raise self.error(exc, doing, topic) from exc
         finally:
             self.client.poll(0)  # hand librdkafka's log lines to the logging module
+
+    def describe(
+        self, topics: Sequence[str], *, operations: bool = False
+    ) -> dict[str, Any | TopicAdminError]:
+        """Each of ``topics`` as Kafka describes it (its id, KIP-516; with ``operations``,
+        what this client may do with it, KIP-430), or the :class:`TopicAdminError` it gave
+        for that topic (missing, not authorized). Raises :class:`KafkaUnavailableError` when
+        Kafka does not answer in time."""
+        if not topics:
+            return {}
+        futures = self.client.describe_topics(
+            TopicCollection(list(topics)),
+            request_timeout=self.remaining(),
+            include_authorized_operations=operations,
+        )
+        described: dict[str, Any | TopicAdminError] = {}
+        for topic in topics:
+            try:
+                described[topic] = self.result(futures[topic], "describe", topic)
+            except TopicAdminError as exc:
+                described[topic] = exc
+        return described
 
     def retry(self, attempt: Callable[[], T]) -> T:
         """Repeat ``attempt`` while it fails transiently (leader moving, change propagating).

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from confluent_kafka import KafkaError, TopicCollection
+from confluent_kafka import KafkaError
 
 from ._acls import Role, written_topics
 from ._adminsession import AdminSession, has_code
@@ -78,24 +78,15 @@ def unwritable(session: AdminSession, topics: Sequence[str]) -> list[str]:
     """Which of ``topics`` Kafka says this client may not write, in their order: a topic whose
     authorized operations lack WRITE, or that it may not even describe (WRITE implies
     DESCRIBE)."""
-    if not topics:
-        return []
-    futures = session.client.describe_topics(
-        TopicCollection(list(topics)),
-        request_timeout=session.remaining(),
-        include_authorized_operations=True,
-    )
     refused = []
-    for topic in topics:
-        try:
-            found = session.result(futures[topic], "describe", topic)
-        except TopicAdminError as exc:
-            if has_code(exc.__cause__, KafkaError.TOPIC_AUTHORIZATION_FAILED):
-                refused.append(topic)
-            elif not has_code(exc.__cause__, KafkaError.UNKNOWN_TOPIC_OR_PART):
-                _log.info("could not check that this client may write %s: %s", topic, exc)
-            continue
-        if not _allows_write(found.authorized_operations):
+    for topic, found in session.describe(topics, operations=True).items():
+        if not isinstance(found, TopicAdminError):
+            allowed = _allows_write(found.authorized_operations)
+        else:
+            allowed = not has_code(found.__cause__, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+            if allowed and not has_code(found.__cause__, KafkaError.UNKNOWN_TOPIC_OR_PART):
+                _log.info("could not check that this client may write %s: %s", topic, found)
+        if not allowed:
             refused.append(topic)
     return refused
 

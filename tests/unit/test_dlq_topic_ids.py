@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Uuid
 
+from pipeline._adminsession import AdminSession
 from pipeline._deadletters import _topicids
 from pipeline._errors import KafkaUnavailableError, TopicAdminError
 from pipeline._settings import Settings
@@ -38,8 +39,12 @@ class FakeSession:
     def remaining(self) -> float:
         return self.deadlines[-1]
 
+    def describe(self, topics: Any, *, operations: bool = False) -> dict[str, Any]:
+        """The session's own: over this client and :meth:`result`."""
+        return AdminSession.describe(self, topics, operations=operations)  # type: ignore[arg-type]
+
     def describe_topics(
-        self, topics: Any, request_timeout: float
+        self, topics: Any, request_timeout: float, include_authorized_operations: bool
     ) -> dict[str, concurrent.futures.Future[Description]]:
         futures = {}
         for name in topics.topic_names:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from confluent_kafka import TopicCollection
-
 from .._adminsession import AdminSession
 from .._errors import TopicAdminError
 
@@ -39,15 +37,9 @@ class TopicIds:
             self._session = AdminSession(self.settings, timeout)
         session = self._session
         session.restart_deadline(timeout)
-        futures = session.client.describe_topics(
-            TopicCollection(list(topics)), request_timeout=session.remaining()
-        )
         ids: dict[str, str] = {}
-        for name, future in futures.items():
-            try:
-                topic_id = session.result(future, "describe", name).topic_id
-            except TopicAdminError:
-                continue
+        for name, found in session.describe(list(topics)).items():
+            topic_id = None if isinstance(found, TopicAdminError) else found.topic_id
             if topic_id is not None and (
                 topic_id.get_most_significant_bits() or topic_id.get_least_significant_bits()
             ):
