@@ -92,7 +92,7 @@ def backlog() -> Backlog:
 
 def registries() -> dict[str, CollectorRegistry]:
     state = ExporterState()
-    state.backlog = backlog()
+    state.read = (backlog(), True)
     return {
         "worker": worker_registry(WorkerMetrics(), gauges()),
         "scheduler": SchedulerMetrics().registry,
@@ -124,7 +124,7 @@ def busy_registries() -> dict[str, CollectorRegistry]:
     deferred = TopicBacklog("ns.deferred", "ns.scheduler", (PartitionBacklog(0, 0, 1, 0, 1000),))
     state = ExporterState()
     full = backlog()
-    state.backlog = Backlog(
+    busy = Backlog(
         read_at=full.read_at,
         jobs=full.jobs,
         retries=(tier,),
@@ -132,6 +132,7 @@ def busy_registries() -> dict[str, CollectorRegistry]:
         dead_letters=full.dead_letters,
         groups=full.groups,
     )
+    state.read = (busy, True)
     return {
         "worker": worker_registry(worker, gauges()),
         "scheduler": scheduler.registry,

@@ -16,7 +16,7 @@ AGE_AT_READ_S = 9.0
 
 def _age(*, ok: bool, now: float) -> float | None:
     state = ExporterState()
-    state.backlog = backlog()
+    state.read = (backlog(), True)
     state.ok = ok
     registry = CollectorRegistry()
     registry.register(BacklogCollector(state, clock=lambda: now))

@@ -53,7 +53,7 @@ def test_utilization_is_busy_slots_over_concurrency() -> None:
 
 def test_exporter_serves_depth_and_age_of_the_last_read() -> None:
     state = ExporterState()
-    state.backlog = backlog()
+    state.read = (backlog(), True)
     state.ok = True  # the last read succeeded: the ages count up to now
     registry = exporter_registry(state)
     assert registry.get_sample_value("pipeline_queue_depth", {"priority": "default"}) == 3

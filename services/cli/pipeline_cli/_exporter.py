@@ -59,15 +59,6 @@ class ExporterState:
         self.last_error = ""
         self.letters_indexed = 0
 
-    @property
-    def backlog(self) -> Backlog | None:
-        return None if self.read is None else self.read[0]
-
-    @backlog.setter
-    def backlog(self, backlog: Backlog) -> None:
-        """A read whose dead-letter counts are whole."""
-        self.read = (backlog, True)
-
 
 class BacklogCollector(Collector):
     """Turns an :class:`ExporterState` into metric families at scrape time."""
