@@ -82,7 +82,8 @@ def dlq() -> None:
 def _read(
     settings: Settings, timeout: float, filters: LetterFilter | None = None
 ) -> DeadLetterSnapshot:
-    """The dead letters, or only those ``filters`` match (the others are not kept)."""
+    """The dead letters, or only those ``filters`` match (the others are not kept as they
+    are read)."""
     only = filters.matches if filters is not None else None
     with cli_errors():
         snapshot = read_dead_letters(settings, timeout=timeout, only=only)
@@ -119,8 +120,7 @@ def ls(
       pipeline dlq ls --type 'email.*' --since 2h
       pipeline dlq ls --error timeout --json
     """
-    snapshot = _read(settings, timeout, filters)
-    matching = snapshot.select(filters)
+    matching = _read(settings, timeout, filters).letters
     shown = [s for s in matching if show_all or s.status is LetterStatus.PENDING]
     listed = shown[:limit] if limit is not None else shown
     if as_json:
@@ -270,8 +270,7 @@ def replay(
       pipeline dlq replay --id 0194... --reset-attempts --priority high --yes
     """
     _check_target(to_topic, settings.namespace)
-    snapshot = _read(settings, timeout, filters)
-    todo, skipped = actionable(snapshot.select(filters), force=force)
+    todo, skipped = actionable(_read(settings, timeout, filters).letters, force=force)
     todo, left = leave_empty(todo, skipped)
     with cli_errors():
         targets = replay_targets(
@@ -358,8 +357,7 @@ def discard(
             "give at least one filter (--type, --reason, --error, --since, --until, --tenant, "
             "--id), or --all-letters to discard every pending dead letter"
         )
-    snapshot = _read(settings, timeout, filters)
-    todo, skipped = actionable(snapshot.select(filters))
+    todo, skipped = actionable(_read(settings, timeout, filters).letters)
     if dry_run:
         if as_json:
             print_json([letter_json(s) for s in todo])
