@@ -7,7 +7,8 @@ would abort, the worker stop, and the next worker meet the same job, so that its
 never got past it. A record that does not fit is made smaller instead, keeping what matters
 most:
 
-1. the attempt history cut to its last entry, messages cut short, no traceback;
+1. the attempt history cut to its last entry, messages cut short, no traceback; then without
+   the Kafka headers of the job's message;
 2. for a retry that still does not fit: a dead letter (reason ``too_large``), through the steps
    of dead letters;
 3. for a dead letter that still does not fit: the letter without the job (or its raw bytes),

@@ -216,7 +216,7 @@ class FailurePolicy:
                 return value
         job = letter.job
         size = len(self._codec.encode(job)) if job is not None else len(letter.raw_value or b"")
-        lean = without_job(lean_letter(letter), size, self._max_bytes)
+        lean = without_job(lean, size, self._max_bytes)
         return keyed_within(self._dlq, lean, key, self._max_bytes)
 
     def _event(
