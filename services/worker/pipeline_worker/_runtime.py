@@ -100,6 +100,7 @@ class Worker:
         self._consumer: ConsumerThread | None = None
         self._dedup: Deduplicator | None = None
         self._stopped: asyncio.Event | None = None
+        self._relay: RetryRelay | None = None
         self._stop_requested = threading.Event()
         self._budget: _signals.StopBudget | None = None
         """Set when the stop begins."""
@@ -209,16 +210,7 @@ class Worker:
                 "client_id": self.client_id,
             },
         )
-        self._consumer.start()
-        relay = None
-        if worker.retries:  # it ends at once if the cluster has no tier (see recovery.tiers)
-            relay = RetryRelay(
-                settings,
-                self.group_id,
-                self.metrics,
-                self._relay_failed,
-            )
-            relay.start()
+        self._consumer.start()  # the retry relay starts once its checks passed: on_checked
         heartbeat = self.loop.create_task(self._heartbeat())
         intake = self._consumer
         beats = heartbeats_of(
@@ -239,8 +231,9 @@ class Worker:
                 beating.cancel()
             # After the final commit: what is left of the budget (see _stopping).
             budget = self._budget if self._budget is not None else _signals.StopBudget(EXIT_S)
+            refused = self._exit_code == REFUSED
             await close_stages(
-                budget, processor, beats=beats, relay=relay, refused=self._exit_code == REFUSED,
+                budget, processor, beats=beats, relay=self._relay, refused=refused,
                 events=events, server=server,
             )  # fmt: skip
             signals.remove()
@@ -313,6 +306,14 @@ class Worker:
         return list(consumer.states.values()) if consumer is not None else []
 
     # -- the consumer thread's calls (LoopSide) ------------------------------------------------
+
+    def on_checked(self) -> None:
+        # A worker that may not write its topics joins no group: not the retry tiers' either.
+        stopping = self._stopped is None or self._stopped.is_set()
+        if self.settings.worker.retries and not stopping:
+            # It ends at once if the cluster has no tier (see recovery.tiers).
+            self._relay = RetryRelay(self.settings, self.group_id, self.metrics, self._relay_failed)
+            self._relay.start()
 
     def on_batch(self, batch: Batch) -> None:
         if self._first_start is None:

@@ -140,6 +140,9 @@ class FakeSide:
     async def revoke(self, states: list[PartitionState], *, lost: bool) -> None:
         self.revoked.append((states, lost))
 
+    def on_checked(self) -> None:
+        return None
+
     def on_burst_drained(self) -> None:
         self.drained.set()
 

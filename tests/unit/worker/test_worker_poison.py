@@ -460,6 +460,9 @@ class Side:
     async def revoke(self, states: Any, *, lost: bool) -> None:
         return None
 
+    def on_checked(self) -> None:
+        return None
+
     def on_burst_drained(self) -> None:
         return None
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from pipeline import Pipeline, Settings
+from pipeline._errors import NotAuthorizedError
 from pipeline_worker import Middleware, _runtime
 from pipeline_worker._runtime import Worker
 from tests.waiting import wait_for
@@ -42,8 +43,9 @@ class Steps:
 class FakeConsumer:
     """The consumer thread: commits when asked to stop, then leaves the group (on its thread)."""
 
-    def __init__(self, steps: Steps, **_: Any) -> None:
+    def __init__(self, steps: Steps, side: Any, **_: Any) -> None:
         self.steps = steps
+        self.side = side
         self.states: dict[tuple[str, int], Any] = {}
         self.done = threading.Event()
         self.intake_stopped = False
@@ -64,6 +66,12 @@ class FakeConsumer:
 
     def start(self) -> None:
         self.started.set()
+        if self.steps.hang == "the write check":  # the cluster refused: it stops, no job ran
+            refused = NotAuthorizedError("topic", "ns.dlq", "WRITE", "alice", role="worker")
+            self.side.loop.call_soon_threadsafe(self.side.on_consumer_failed, refused)
+            threading.Thread(target=self.done.set, daemon=True).start()
+        else:
+            self.side.loop.call_soon_threadsafe(self.side.on_checked)  # its checks passed
 
 
 class FakeProcessor:
@@ -187,7 +195,7 @@ def test_a_step_after_the_final_commit_that_hangs_does_not_keep_the_worker_from_
     running = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
     with caplog.at_level(logging.INFO, logger="pipeline.worker"):
         running.start()
-        assert wait_for(lambda: worker._consumer is not None, 10)
+        assert wait_for(lambda: worker._relay is not None, 10)
         worker.stop()
         running.join(NEVER_S)
         assert not running.is_alive(), f"the worker did not exit: {hang} hangs"
@@ -202,12 +210,25 @@ def test_a_step_after_the_final_commit_that_hangs_does_not_keep_the_worker_from_
         assert set(steps.done) == {"final commit", "leaving the group"} | (after - {hang})
 
 
+def test_a_worker_refused_at_its_write_check_starts_no_retry_relay(worker_with: Any) -> None:
+    """The relay started beside the consumer thread, before its write check had passed: a
+    refused worker's relay joined the retry tiers' group (and moved jobs) while it stopped."""
+    worker, steps = worker_with("the write check")
+    codes: list[int] = []
+    running = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
+    running.start()
+    running.join(NEVER_S)
+    assert not running.is_alive(), "the worker did not exit"
+    assert codes == [NotAuthorizedError.exit_code]
+    assert "retry relay" not in steps.done, "no relay was started, so none was stopped"
+
+
 def _run(worker: Worker) -> list[int]:
     """Run the worker, stop it, and wait for it to exit (or fail the test after NEVER_S)."""
     codes: list[int] = []
     running = threading.Thread(target=lambda: codes.append(worker.run()), daemon=True)
     running.start()
-    assert wait_for(lambda: worker._consumer is not None, 10)
+    assert wait_for(lambda: worker._relay is not None, 10)
     worker.stop()
     running.join(NEVER_S)
     assert not running.is_alive(), "the worker did not exit"

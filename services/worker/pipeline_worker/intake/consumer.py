@@ -222,6 +222,7 @@ class ConsumerThread:
             check_writes(
                 self._settings, Role.WORKER, timeout=max(MIN_CHECK_S, left), unused=self._unwritten
             )
+            self._notify(self._side.on_checked)
             rebalance = self.rebalance
             self._consumer.subscribe(
                 list(self._topics),

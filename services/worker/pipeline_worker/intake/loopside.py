@@ -22,6 +22,10 @@ class LoopSide(Protocol):
         """Offsets finished so far: a commit follows every ``commit_every`` of them."""
         ...
 
+    def on_checked(self) -> None:
+        """The start-up checks passed (the topics it moves jobs to are writable): what must not
+        start before them may start."""
+
     def on_batch(self, batch: Batch) -> None: ...
 
     def on_assigned(self, states: list[PartitionState]) -> None: ...
