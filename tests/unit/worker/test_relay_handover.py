@@ -5,6 +5,7 @@ none has members, then raises the namespace's one relay group to their furthest 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 from types import SimpleNamespace
 from typing import Any
 
@@ -12,10 +13,14 @@ import pytest
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 
 from pipeline import Settings
-from pipeline._errors import KafkaUnavailableError, NotAuthorizedError, TopicAdminError
+from pipeline._errors import KafkaUnavailableError, TopicAdminError
 from pipeline_worker.recovery.handover import RECHECK_S, take_over
 
-SETTINGS = Settings(namespace="ns", worker={"group_id": "fleet"})
+SETTINGS = Settings(
+    namespace="ns",
+    worker={"group_id": "fleet"},
+    security={"protocol": "SASL_SSL", "sasl_username": "orders-worker", "sasl_password": "x"},
+)
 GROUP = "ns.workers.retry"
 Offsets = dict[tuple[str, int], int]
 
@@ -224,14 +229,28 @@ def test_an_outage_or_a_moving_coordinator_is_waited_out(code: int) -> None:
     assert cluster.altered == [[("ns.retry.0", 0, 3)]]
 
 
-def test_a_missing_acl_is_named() -> None:
+def test_a_group_it_may_not_describe_is_waited_for_with_one_warning_naming_the_acl(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Whether an old relay still reads the tiers there is unknown: joining could return jobs
+    # twice. The relay waits, less and less often, and joins once the ACL is granted.
     cluster = Cluster(fleet__retry=Group([0], {("ns.retry.0", 0): 3}))
-    cluster.refusals["describe"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)]
-    with pytest.raises(NotAuthorizedError, match=r"DESCRIBE on GROUP fleet\.retry"):
-        _take_over(cluster)
+    cluster.refusals["describe"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)] * 7
+    waits = Waits()
+    with caplog.at_level(logging.INFO, "pipeline.worker.relay"):
+        assert _take_over(cluster, waits)
+    assert waits.seconds == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]  # doubled, up to 30 s
+    assert cluster.altered == [[("ns.retry.0", 0, 3)]]
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert "does not join ns.workers.retry yet, and relays no retried job" in warning
+    assert "Kafka user orders-worker lacks DESCRIBE on GROUP fleet.retry" in warning
+    assert "`pipeline acls apply --role worker --principal User:orders-worker`" in warning
+    assert "may describe fleet.retry now" in caplog.text
 
 
-def test_a_group_whose_offsets_cannot_be_read_is_passed_over_unless_it_is_our_former_one() -> None:
+def test_a_group_whose_offsets_cannot_be_read_is_passed_over_but_our_former_one_waited_for() -> (
+    None
+):
     def cluster() -> Cluster:
         made = Cluster(
             fleet__retry=Group([0], {("ns.retry.0", 0): 3}),
@@ -244,10 +263,16 @@ def test_a_group_whose_offsets_cannot_be_read_is_passed_over_unless_it_is_our_fo
     passing = cluster()
     assert _take_over(passing)
     assert passing.altered == [[("ns.retry.0", 0, 3)]]
-    refusing = cluster()
+    refusing = cluster()  # our former group: waited for until its offsets may be read
     refusing.refusals["offsets of fleet.retry"] = [_refusal(KafkaError.GROUP_AUTHORIZATION_FAILED)]
+    waits = Waits()
+    assert _take_over(refusing, waits)
+    assert waits.seconds == [2.0]
+    assert refusing.altered == [[("ns.retry.0", 0, 3)]]
+    failing = cluster()  # another refusal of it still stops the worker
+    failing.refusals["offsets of fleet.retry"] = [_refusal(KafkaError.INVALID_GROUP_ID)]
     with pytest.raises(TopicAdminError, match=r"offsets of group fleet\.retry"):
-        _take_over(refusing)
+        _take_over(failing)
 
 
 def test_offsets_committed_by_a_relay_that_left_during_the_look_are_taken() -> None:

@@ -13,6 +13,15 @@ twice (meanwhile they return every retried job, of every priority). Then it rais
 group's committed offsets to the furthest any of them reached, so that what the old relays
 returned is not returned again. Kafka takes offsets for a group only while it has no members:
 when another relay joined first, that relay did the same, and this one joins too.
+
+Under ACLs a relay sees only the groups its user may describe. Another namespace's group it may
+not read is passed over; its own former group (``<workers group>.retry``, which the worker role
+may describe) and a group whose members it must count are not: joining without knowing whether
+an old relay still reads the tiers there, or how far it went, could return retried jobs twice.
+A refusal there is a warning, once, naming the group, the user and the ACL; the relay then
+relays nothing and looks again, less and less often (up to every :data:`REFUSED_RECHECK_MAX_S`
+seconds), until the ACL is granted. The worker runs its jobs meanwhile; retried jobs wait in
+their tiers.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 
+from pipeline._acls import Role
 from pipeline._adminsession import AdminSession, has_code
 from pipeline._errors import KafkaUnavailableError, NotAuthorizedError, TopicAdminError
 from pipeline._topics import TopicNames, former_retry_group, retry_group
@@ -39,6 +49,8 @@ RECHECK_S = 1.0
 """How often a relay waiting for the former groups to empty looks again."""
 PATIENCE = 30
 """Looks in a row that Kafka did not answer after which the wait is a warning."""
+REFUSED_RECHECK_MAX_S = 30.0
+"""The longest pause between two looks while an ACL is missing (doubled from RECHECK_S)."""
 SUFFIX = ".retry"
 """What the name of every relay group of an earlier release ends with."""
 _NOT_FOUND = (KafkaError.GROUP_ID_NOT_FOUND,)
@@ -60,25 +72,44 @@ def take_over(
     """Wait for the former groups to empty, then take their offsets; False: stopped first.
 
     ``stopped(seconds)`` waits up to that long for a stop and says whether one came. An outage
-    is waited out; a refusal (an ACL missing) raises, saying which group and what.
+    is waited out; so is a group Kafka refuses to describe (an ACL missing: see the module
+    docstring), with a warning that names it. Another refusal raises.
     """
     session = session or AdminSession(settings, TIMEOUT_S)
     handover = _Handover(settings, session)
     failed = 0
+    refused: set[str] = set()
+    pause = RECHECK_S
     while True:
         session.restart_deadline()
         try:
             if handover.done():
+                if refused:
+                    _log.info("the retry relay may describe %s now", ", ".join(sorted(refused)))
                 return True
-            failed = 0
+            failed, pause = 0, RECHECK_S
+        except NotAuthorizedError as exc:
+            if exc.name not in refused:
+                refused.add(exc.name)
+                _log.warning(
+                    "the retry relay does not join %s yet, and relays no retried job: %s. "
+                    "Without that group it cannot tell whether a relay of an earlier release "
+                    "still returns them, or how far it went (joining could return jobs twice). "
+                    "The worker runs its jobs meanwhile; the relay looks again every %g s at "
+                    "most and joins once the ACL is there",
+                    retry_group(settings), exc, REFUSED_RECHECK_MAX_S,
+                )  # fmt: skip
+            else:
+                _log.debug("the retry relay waits to join %s: %s", retry_group(settings), exc)
+            pause = min(pause * 2, REFUSED_RECHECK_MAX_S)
         except (KafkaUnavailableError, TopicAdminError) as exc:
             if isinstance(exc, TopicAdminError) and not has_code(exc.__cause__, *_PASSING):
                 raise
-            failed += 1
+            failed, pause = failed + 1, RECHECK_S
             # Kafka's own outage is told by the consumers; this is a coordinator that stays away.
             log = _log.warning if failed == PATIENCE else _log.debug
             log("the retry relay waits to join %s: %s", retry_group(settings), exc)
-        if stopped(RECHECK_S):
+        if stopped(pause):
             return False
 
 
@@ -175,11 +206,15 @@ class _Handover:
         except TopicAdminError as exc:
             if has_code(exc.__cause__, *_NOT_FOUND):
                 return 0
-            if has_code(exc.__cause__, KafkaError.GROUP_AUTHORIZATION_FAILED):
-                user = session.settings.security.sasl_username
-                raise NotAuthorizedError("GROUP", group, "DESCRIBE", user) from exc
+            self._check_refused(exc, group)
             raise
         return len(described.members)
+
+    def _check_refused(self, exc: TopicAdminError, group: str) -> None:
+        """Raise :class:`NotAuthorizedError` if ``exc`` is Kafka refusing to describe ``group``."""
+        if has_code(exc.__cause__, KafkaError.GROUP_AUTHORIZATION_FAILED):
+            user = self._session.settings.security.sasl_username
+            raise NotAuthorizedError("GROUP", group, "DESCRIBE", user, Role.WORKER.value) from exc
 
     def _committed(self, *groups: str, others: bool = False) -> dict[str, Offsets]:
         """Each group's committed offsets on the namespace's tiers, asked all at once (the
@@ -201,6 +236,7 @@ class _Handover:
                 answer = session.result(future, doing, None)
             except TopicAdminError as exc:
                 if not others or group == self._own_former:
+                    self._check_refused(exc, group)
                     raise
                 # Not ours to read, or its coordinator is away: another namespace's, most likely.
                 _log.debug("the retry relay's handover passes over group %s: %s", group, exc)
