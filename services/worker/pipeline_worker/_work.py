@@ -122,6 +122,7 @@ class Work:
         "expired",
         "finished",
         "follow_ups",
+        "given_up",
         "headers",
         "job",
         "job_type",
@@ -175,6 +176,9 @@ class Work:
         self.suspended = False
         self.expired = False
         self.finished = False
+        self.given_up = False
+        """Under interceptors, its plain function was given up before a pool thread took it
+        (:data:`~.execute.runners.GIVEN_UP`): its chain's end is that of a job never run."""
         self.follow_ups: FollowUps | None = None
         """The jobs its handler enqueued, from the first on (see :mod:`pipeline._followups`)."""
         self.slot_freed = False

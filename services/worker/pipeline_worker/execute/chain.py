@@ -7,8 +7,10 @@ awaits its run there. The time limit and the failure classification are those of
 job: the runner cancels the chain at the deadline, and what leaves the chain (a value, or an
 error) is the job's end. A chain may end before its plain function's thread is back (the time
 limit, or an interceptor that stopped waiting for ``next``): the thread then keeps the job's key
-and its type's and tenant's slots until it is back (:mod:`.overtime`). Without interceptors
-none of this exists and jobs go straight to the runners or the pool.
+and its type's and tenant's slots until it is back (:mod:`.overtime`). A plain function
+given up while it waits for a thread (:data:`.runners.GIVEN_UP`) is not run: ``next`` raises a
+cancellation and the job ends as never started, whatever leaves the chain. Without
+interceptors none of this exists and jobs go straight to the runners or the pool.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pipeline._calls import (
 from pipeline._interceptors import Interceptor, JobCall
 
 from .._work import Work
-from .runners import AsyncRunners, Completion, ThreadPool
+from .runners import GIVEN_UP, AsyncRunners, Completion, GivenUpError, ThreadPool
 
 
 def _no_pool(work: Work) -> None:
@@ -84,6 +86,11 @@ class Chain:
             error, result = await future
         finally:
             work.started = started  # the job started with its chain, not with its thread
+        if error is GIVEN_UP:
+            # Given up before a thread took it: not run, whatever the chain makes of this
+            # cancellation; its job ends as never started (``ends.given_up``, see executors).
+            work.given_up = True
+            raise GivenUpError(f"job {work.job.id} given up before a thread took it")
         if error is not None:
             # Raised here, not through the future: a future refuses a StopIteration (this
             # coroutine turns one into a RuntimeError, as any coroutine does).
@@ -118,6 +125,7 @@ class JobEnds(Protocol):
 
     def complete(self, work: Work, error: BaseException | None, ended: float) -> None: ...
     def complete_batch(self, batch: list[Completion]) -> None: ...
+    def given_up(self, work: Work) -> None: ...
     def on_suspend(self, work: Work) -> None: ...
     def cancelled_out(self, work: Work) -> None: ...
     def pump(self) -> None: ...
@@ -133,7 +141,9 @@ def executors(
     """The runners and the thread pool, and the chain between them when there are interceptors.
 
     Without interceptors the pool reports its jobs' ends itself (``ends.complete_batch``);
-    with them, it resolves the awaiting chains, whose ends the runners report.
+    with them, it resolves the awaiting chains, whose ends the runners report (a plain
+    function given up on the pool, :data:`.runners.GIVEN_UP`, ends as never run whatever
+    left its chain).
     """
     if not interceptors:
         pool = ThreadPool(loop, threads, ends.complete_batch, context)
@@ -142,9 +152,16 @@ def executors(
         )
         return runners, pool, None
     chain = Chain(interceptors, loop)
-    pool = ThreadPool(loop, threads, chain.resolve, context, gives_up=False)
+    pool = ThreadPool(loop, threads, chain.resolve, context)
     chain.submit = pool.submit
+
+    def done(work: Work, error: BaseException | None, ended: float) -> None:
+        if work.given_up:  # its plain function was not run: whatever left the chain
+            ends.given_up(work)
+        else:
+            ends.complete(work, error, ended)
+
     runners = AsyncRunners(
-        loop, ends.complete, ends.on_suspend, ends.pump, context, chain.start, ends.cancelled_out
+        loop, done, ends.on_suspend, ends.pump, context, chain.start, ends.cancelled_out
     )
     return runners, pool, chain

@@ -83,8 +83,8 @@ class Overtime:
     def expire(self, work: Work) -> None:
         """``work`` reached its time limit: it fails now; a coroutine is cancelled, a thread
         is left to return when it does (:meth:`ended`)."""
-        if work.finished:
-            return
+        if work.finished or work.given_up:
+            return  # ended, or its chain ends as a job never run (``Work.given_up``)
         work.expired = True
         work.timer = None
         if work.follow_ups is not None:

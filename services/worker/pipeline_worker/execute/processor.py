@@ -229,13 +229,15 @@ class Processor:
         finally:
             self._pumping = False
 
-    def _given_up(self, work: Work) -> None:
+    def given_up(self, work: Work) -> None:
         """A plain function queued for a pool thread, given up before one took it: never run,
-        it is delivered again (see :data:`~.runners.GIVEN_UP`)."""
+        it is delivered again (see :data:`~.runners.GIVEN_UP`; with interceptors, its chain)."""
         work.finished = True
         if work.timer is not None:
             work.timer.cancel()
             work.timer = None
+        if work.follow_ups is not None:
+            work.follow_ups.failed()  # an interceptor's enqueues: sent as any enqueue is
         self.in_flight -= 1
         self._held_gone(work)
 
@@ -353,7 +355,7 @@ class Processor:
         complete = self.complete
         for work, error, ended, _ in batch:
             if error is GIVEN_UP:
-                self._given_up(work)
+                self.given_up(work)
             else:
                 complete(work, error, ended)
         self.pump()

@@ -54,10 +54,12 @@ Completion = tuple[Work, BaseException | None, float, Any]
 what the handler returned."""
 
 
-class GivenUpError(Exception):
-    """The error of a :data:`Completion` whose job was never run: queued for a pool thread, it
-    was given up before one took it (its partition revoked past its grace, or the worker
-    stopped after its final commit). It ends as a job never started, not as a failure."""
+class GivenUpError(asyncio.CancelledError):
+    """A job never run: queued for a pool thread, it was given up before one took it (its
+    partition revoked past its grace, or the worker stopped after its final commit). It ends
+    as a job never started, not as a failure: :data:`GIVEN_UP` is its :data:`Completion`'s
+    error, and under interceptors the innermost ``next`` raises one, a cancellation as the
+    stop's, which the interceptors let through (:attr:`.Work.given_up`)."""
 
 
 GIVEN_UP = GivenUpError("given up before a thread took it")
@@ -235,14 +237,11 @@ class ThreadPool:
         size: int,
         on_batch: Callable[[list[Completion]], None],
         context: contextvars.Context,
-        *,
-        gives_up: bool = True,
     ) -> None:
-        """``gives_up``: a queued job of a released partition, or queued at :meth:`close`, is
-        not run (:data:`GIVEN_UP`); off under interceptors, whose chain awaits every call."""
+        """A queued job of a released partition, or queued at :meth:`close`, is not run: it
+        comes back with :data:`GIVEN_UP` as its error."""
         self._loop = loop
         self._size = size
-        self._gives_up = gives_up
         self._lent = 0
         self._on_batch = on_batch
         self._context = context
@@ -327,7 +326,7 @@ class ThreadPool:
             result: Any = None
             if work.finished:
                 pass  # failed at its deadline while it waited: not run
-            elif (work.state.released or self._closed) and self._gives_up:
+            elif work.state.released or self._closed:
                 error = GIVEN_UP  # its partition went, or the worker stops: not run
             else:
                 work.started = time.monotonic()
