@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -21,6 +22,7 @@ from ._records import MissedFires
 
 __all__ = [
     "MAX_YEARS_BETWEEN_FIRES",
+    "DueFires",
     "due_fires",
     "epoch_ms",
     "fires_between",
@@ -200,6 +202,19 @@ def fires_between(cron: str, tz: str, after_ms: int, until_ms: int, limit: int) 
     return fires
 
 
+@dataclass(frozen=True, slots=True)
+class DueFires:
+    """What one step of the leader does for one schedule (see :func:`due_fires`)."""
+
+    fires: list[int]
+    """The fire times to enqueue now, oldest first."""
+    last_ms: int
+    """The last fire handled once they are (the newest fire, or missed fire skipped)."""
+    until_ms: int | None
+    """None: the schedule is caught up. Else the fires after ``last_ms`` up to this time are
+    still to be enqueued, at the next steps, however old they are by then."""
+
+
 def due_fires(
     cron: str,
     tz: str,
@@ -208,20 +223,34 @@ def due_fires(
     missed: str,
     *,
     grace_ms: int = 0,
-    limit: int = 10_000,
-) -> list[int]:
-    """The fire times to enqueue now, given the last fire done: the missed-fire policy.
+    limit: int = 1000,
+    until_ms: int | None = None,
+) -> DueFires:
+    """The fires to enqueue now, given the last fire done: the missed-fire policy, at most
+    ``limit`` fires per call.
 
     Fires in ``(last_fire_ms, now]`` are due. Those at most ``grace_ms`` old are late, not
-    missed: they always fire (a failover takes seconds). Older ones are missed and follow the
+    missed: every one fires (a failover takes seconds). Older ones are missed and follow the
     policy: ``skip`` drops them, ``once`` fires the newest missed one alone, ``all`` fires each
-    (at most ``limit``, the newest).
+    (at most ``limit``, the newest). What is kept is every fire after some time, so it is
+    enqueued oldest first, ``limit`` at a time: when more are left, ``until_ms`` says up to
+    where, and the caller passes it back (with the new last fire) at the next step, which goes
+    on from there, whatever ``now`` is by then (never beyond it). The cost of a call is bounded
+    by ``limit``, not by the number of fires due.
     """
-    due = fires_between(cron, tz, last_fire_ms, now, limit)
-    late = [f for f in due if f >= now - grace_ms]
-    lost = due[: len(due) - len(late)]
-    if not lost or missed == MissedFires.SKIP:
-        return late
-    if missed == MissedFires.ONCE:
-        return [lost[-1], *late]
-    return due
+    start = last_fire_ms
+    end = now if until_ms is None else min(until_ms, now)
+    if end <= last_fire_ms or until_ms is None:  # no catch-up goes on: apply the policy
+        end = now
+        keep = {str(MissedFires.SKIP): 0, str(MissedFires.ONCE): 1}.get(missed, limit)
+        lost = fires_between(cron, tz, last_fire_ms, now - grace_ms - 1, keep + 1)
+        if len(lost) > keep:
+            start = lost[-keep - 1]  # the missed fire before those kept, or the newest one
+    fires: list[int] = []
+    for fire in _fires(cron, tz, start):
+        if fire > end:
+            break
+        if len(fires) == limit:
+            return DueFires(fires, fires[-1], end)
+        fires.append(fire)
+    return DueFires(fires, fires[-1] if fires else start, None)

@@ -2,7 +2,9 @@
 
 The scheduler leader writes ``cron:<name>`` -> ``{"v": 1, "last": fire_ms}`` in the transaction
 that enqueues a fire (a tombstone when the schedule is removed); a new leader and
-``pipeline status`` read them back. One format, here.
+``pipeline status`` read them back. A schedule whose catch-up goes on at the next step (more
+fires due than one step enqueues) also has ``"until"``: the fires after ``last`` up to that time
+are still to be enqueued (readers that know only ``last`` ignore it). One format, here.
 """
 
 from __future__ import annotations
@@ -27,21 +29,32 @@ def cron_key(name: str) -> bytes:
     return f"{CRON_PREFIX}{name}".encode()
 
 
-def encode_last_fire(fire_ms: int) -> bytes:
-    return json.dumps({"v": 1, "last": fire_ms}).encode()
+def encode_last_fire(fire_ms: int, until_ms: int | None = None) -> bytes:
+    record: dict[str, int] = {"v": 1, "last": fire_ms}
+    if until_ms is not None:
+        record["until"] = until_ms
+    return json.dumps(record).encode()
 
 
-def decode_last_fire(value: bytes) -> int:
-    """The last fire time of a record; ``ValueError`` for one of another shape, whatever it
-    holds (any writer can put anything on the topic): a fire time must be an integer within
-    the years 1 to 9999."""
+def decode_cron_state(value: bytes) -> tuple[int, int | None]:
+    """The last fire time of a record and where its catch-up goes on to (None: caught up);
+    ``ValueError`` for one of another shape, whatever it holds (any writer can put anything on
+    the topic): each must be an integer within the years 1 to 9999, ``until`` after ``last``."""
     try:
-        last = json.loads(value)["last"]
+        record = json.loads(value)
+        last, until = record["last"], record.get("until")
     except (ValueError, KeyError, TypeError, IndexError, RecursionError) as exc:
         raise ValueError(f"not a last-fire record: {type(exc).__name__}") from exc
     if type(last) is not int or not FIRST_MS <= last <= LAST_MS:
         raise ValueError("not a last-fire record: its fire time is not a time of years 1-9999")
-    return last
+    if until is not None and (type(until) is not int or not last < until <= LAST_MS):
+        raise ValueError("not a last-fire record: its catch-up end is not a time after it")
+    return last, until
+
+
+def decode_last_fire(value: bytes) -> int:
+    """The last fire time of a record (see :func:`decode_cron_state`)."""
+    return decode_cron_state(value)[0]
 
 
 def read_last_fires(settings: Settings, timeout: float = 30.0) -> dict[str, int]:

@@ -45,7 +45,10 @@ class SchedulerSettings(BaseModel):
         60.0, ge=0, description="a cron fire this late is late, not missed: it always fires"
     )
     max_catchup_fires: int = Field(
-        1000, ge=1, description="missed='all' enqueues at most this many missed fires"
+        1000,
+        ge=1,
+        description="missed='all' enqueues at most this many missed fires (the newest), and a "
+        "loop step at most this many fires of one schedule (a catch-up goes on at the next)",
     )
     group_id: str | None = Field(None, description="leadership group; None: '<ns>.scheduler'")
     transactional_id: str | None = Field(None, description="None: '<ns>.scheduler'")

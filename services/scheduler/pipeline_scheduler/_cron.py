@@ -3,6 +3,10 @@
 A schedule's fires count from :func:`~pipeline._schedule.count_from`: the later of its last
 fire and its record's ``created_at``, so the fires of a paused time never fire on resume.
 
+A schedule far behind (a gap with more fires due than ``max_catchup``) catches up over several
+steps, ``max_catchup`` fires each, oldest first: :attr:`Fire.until_ms`, written with the last
+fire, says up to where, so a new leader goes on where the last step stopped.
+
 A record that cannot be fired (undecodable, an expression croniter rejects, one that never
 fires, an unknown time zone...) is logged once, kept in :attr:`CronTable.invalid` with the
 reason and skipped; every other schedule goes on. A later record or a tombstone replaces it.
@@ -21,7 +25,6 @@ from pipeline._schedule import (
     check_schedule,
     count_from,
     due_fires,
-    fires_between,
     next_fire_ms,
 )
 
@@ -30,11 +33,14 @@ _log = logging.getLogger("pipeline.scheduler.cron")
 
 @dataclass(frozen=True, slots=True)
 class Fire:
-    """One fire to enqueue (``fire_ms``) and the last fire handled once it is (``last_ms``)."""
+    """One fire to enqueue (``fire_ms``) and the last fire handled once it is (``last_ms``);
+    ``until_ms``: the fires after it up to that time are still to be enqueued (a catch-up
+    goes on at the next step)."""
 
     schedule: Schedule
     fire_ms: int | None
     last_ms: int
+    until_ms: int | None = None
 
 
 class CronTable:
@@ -43,6 +49,8 @@ class CronTable:
     def __init__(self, grace_ms: int, max_catchup: int) -> None:
         self._schedules: dict[str, Schedule] = {}
         self._last: dict[str, int] = {}
+        self._until: dict[str, int] = {}
+        """Per schedule catching up: the fires after its last fire up to this time are due."""
         self._next: list[tuple[int, str]] = []
         self._planned: dict[str, int] = {}
         self._grace_ms = grace_ms
@@ -51,8 +59,13 @@ class CronTable:
         self.invalid: dict[str, str] = {}
         """Schedules skipped, by name: why each cannot be fired."""
 
-    def load_last_fires(self, last_fires: dict[str, int]) -> None:
+    def load_last_fires(
+        self, last_fires: dict[str, int], catch_ups: dict[str, int] | None = None
+    ) -> None:
+        """The last fires on record and, for a schedule whose catch-up a step left unfinished,
+        up to where it goes on."""
         self._last.update(last_fires)
+        self._until.update(catch_ups or {})
 
     def put(self, name: str, schedule: Schedule | None) -> None:
         """Add, change (``schedule``) or remove (``None``) a schedule; skip an unusable one.
@@ -122,34 +135,37 @@ class CronTable:
         return None
 
     def due(self, now: int) -> list[Fire]:
-        """Fires to enqueue now; each schedule's last fire moves to its newest past fire time."""
+        """Fires to enqueue now, at most ``max_catchup`` per schedule (see :func:`due_fires`);
+        each schedule's last fire moves to the newest fire handled."""
         fires: list[Fire] = []
+        handled: list[str] = []
         while self._next and self._next[0][0] <= now:
             when, name = heapq.heappop(self._next)
             schedule = self._schedules.get(name)
             if schedule is None or self._planned.get(name) != when:
                 continue  # removed, disabled or changed since this entry was planned
-            last = count_from(schedule, self._last[name])
+            del self._planned[name]  # an entry pushed twice is handled once
             try:
-                times = due_fires(
+                due = due_fires(
                     schedule.cron,
                     schedule.timezone,
-                    last,
+                    count_from(schedule, self._last[name]),
                     now,
                     schedule.missed,
                     grace_ms=self._grace_ms,
                     limit=self._max_catchup,
+                    until_ms=self._until.pop(name, None),
                 )
-                newest = fires_between(schedule.cron, schedule.timezone, last, now, 1)
             except ConfigurationError as exc:
                 self._skip(name, str(exc))
                 continue
-            new_last = newest[-1] if newest else last
-            if not times:
-                fires.append(Fire(schedule, None, new_last))
-            for fire_ms in times:
-                fires.append(Fire(schedule, fire_ms, new_last))
-            self._last[name] = new_last
+            times: list[int | None] = [*due.fires] or [None]
+            fires.extend(Fire(schedule, t, due.last_ms, due.until_ms) for t in times)
+            self._last[name] = due.last_ms
+            if due.until_ms is not None:
+                self._until[name] = due.until_ms
+            handled.append(name)
+        for name in handled:  # planned after the loop: one unfinished is due again at once
             self._plan(name)
         return fires
 

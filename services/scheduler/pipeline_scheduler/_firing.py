@@ -145,7 +145,8 @@ class CronFiring:
                             "job_id": job.id,
                         },
                     )
-            txn.produce(state_topic, encode_last_fire(fire.last_ms), cron_key(schedule.name))
+            state = encode_last_fire(fire.last_ms, fire.until_ms)
+            txn.produce(state_topic, state, cron_key(schedule.name))
         for name in self.cron.removed:
             txn.produce(state_topic, None, cron_key(name))
         self.cron.removed.clear()

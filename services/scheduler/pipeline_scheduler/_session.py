@@ -121,7 +121,7 @@ class LeaderSession:
                 _log.info("schedules published", extra={"schedules": ",".join(written)})
         state = load_state(self.settings, max_held=self._max_held)
         self.metrics.state_records_skipped.inc(state.skipped)
-        self.firing.cron.load_last_fires(state.last_fires)
+        self.firing.cron.load_last_fires(state.last_fires, state.catch_ups)
         conf: dict[str, Any] = {
             "group.id": deferred_group(self.settings),
             "enable.auto.commit": False,

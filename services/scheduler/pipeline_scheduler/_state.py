@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from pipeline._cronstate import decode_last_fire
+from pipeline._cronstate import decode_cron_state
 from pipeline._settings import Settings
 from pipeline._tablereader import read_table
 from pipeline._topics import TopicNames
@@ -37,6 +37,8 @@ class SchedulerState:
 
     progress: dict[tuple[str, int], SavedProgress] = field(default_factory=dict)
     last_fires: dict[str, int] = field(default_factory=dict)
+    catch_ups: dict[str, int] = field(default_factory=dict)
+    """Per schedule whose catch-up a step left unfinished: up to where it goes on."""
     skipped: int = 0
     """Records read and skipped as unreadable (each logged): without its progress record a
     partition starts from its committed offset, without its last fire a schedule from its
@@ -60,10 +62,13 @@ def load_state(
                 else:
                     state.progress[where] = SavedProgress.decode(value, max_held)
             elif kind == "cron":
-                if value is None:
-                    state.last_fires.pop(rest, None)
-                else:
-                    state.last_fires[rest] = decode_last_fire(value)
+                last, until = decode_cron_state(value) if value is not None else (None, None)
+                state.last_fires.pop(rest, None)
+                state.catch_ups.pop(rest, None)
+                if last is not None:
+                    state.last_fires[rest] = last
+                if until is not None:
+                    state.catch_ups[rest] = until
         except ValueError as exc:  # the decoders raise nothing else, whatever the bytes
             state.skipped += 1
             _log.warning(

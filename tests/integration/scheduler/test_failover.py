@@ -19,7 +19,7 @@ from pipeline._settings import Settings
 from pipeline._topics import scheduler_group
 from tests.waiting import wait_for
 
-from .conftest import Released, SchedulerFactory, collect, job_consumer
+from .conftest import Released, SchedulerFactory, collect, job_consumer, scheduler_env
 
 
 def _members(settings: Settings) -> int:
@@ -44,9 +44,12 @@ def test_standby_takes_over_a_killed_leader_without_loss_or_duplicates(
     ids = {app.enqueue("delayed.job", {"i": i}, delay=rng.uniform(2, 16)) for i in range(5_000)}
     app.flush()
     consumer = job_consumer(settings)
-    leader = schedulers.start()
+    # One fire a step: the seconds late at the takeover (within grace) take the standby
+    # several steps, each going on from the last (the cap dropped all but the newest).
+    env = scheduler_env(max_catchup_fires=1)
+    leader = schedulers.start(env)
     schedulers.wait_leading(leader)
-    standby = schedulers.start()
+    standby = schedulers.start(env)
     try:
         before = collect(consumer, 10**9, timeout=4)  # the leader releases and fires a while
         killed_ms = time.time_ns() // 1_000_000

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from pipeline._cronstate import decode_last_fire, encode_last_fire
+from pipeline._cronstate import decode_cron_state, decode_last_fire, encode_last_fire
 from pipeline._settings import Settings
 from pipeline_scheduler import _state
 from pipeline_scheduler._progress import SavedProgress
@@ -68,6 +68,10 @@ def test_a_record_naming_more_held_offsets_than_the_bound_is_refused() -> None:
         b'{"last":1e20}',
         b"[1]",
         b"[" * 100_000,
+        b'{"last":5,"until":5}',  # a catch-up ends after the last fire
+        b'{"last":5,"until":"9"}',
+        b'{"last":5,"until":true}',
+        b'{"last":5,"until":1e20}',
     ],
 )
 def test_a_bad_last_fire_record_raises_value_error_only(data: bytes) -> None:
@@ -77,6 +81,10 @@ def test_a_bad_last_fire_record_raises_value_error_only(data: bytes) -> None:
 
 def test_a_last_fire_record_round_trips() -> None:
     assert decode_last_fire(encode_last_fire(1_700_000_000_000)) == 1_700_000_000_000
+    assert decode_cron_state(encode_last_fire(1_000)) == (1_000, None)
+    # A catch-up that goes on at the next step; readers of the last fire alone ignore it.
+    assert decode_cron_state(encode_last_fire(1_000, 9_000)) == (1_000, 9_000)
+    assert decode_last_fire(encode_last_fire(1_000, 9_000)) == 1_000
 
 
 def test_load_state_skips_bad_records_and_keeps_every_other(

@@ -76,22 +76,28 @@ LAST = 1_700_000_000_000  # a fire time (multiple of 10 s)
 )
 def test_missed_policies(missed: str, expected: list[int]) -> None:
     now = LAST + 35_000
-    assert due_fires(EVERY_10S, "UTC", LAST, now, missed) == expected
+    assert due_fires(EVERY_10S, "UTC", LAST, now, missed).fires == expected
 
 
 def test_late_fires_within_grace_always_fire() -> None:
     now = LAST + 31_000
-    assert due_fires(EVERY_10S, "UTC", LAST, now, "skip", grace_ms=5_000) == [LAST + 30_000]
-    assert due_fires(EVERY_10S, "UTC", LAST, now, "once", grace_ms=5_000) == [
-        LAST + 20_000,
-        LAST + 30_000,
-    ]
-    assert due_fires(EVERY_10S, "UTC", LAST, LAST + 9_999, "all") == []
+    skip = due_fires(EVERY_10S, "UTC", LAST, now, "skip", grace_ms=5_000)
+    assert skip.fires == [LAST + 30_000]
+    once = due_fires(EVERY_10S, "UTC", LAST, now, "once", grace_ms=5_000)
+    assert once.fires == [LAST + 20_000, LAST + 30_000]
+    assert due_fires(EVERY_10S, "UTC", LAST, LAST + 9_999, "all").fires == []
 
 
-def test_all_is_capped() -> None:
-    fires = due_fires(EVERY_10S, "UTC", LAST, LAST + 1_000_000, "all", limit=5)
-    assert fires == [LAST + 1_000_000 - 10_000 * i for i in range(4, -1, -1)]
+def test_all_is_capped_to_the_newest_missed_fires_and_the_late_ones_follow() -> None:
+    now = LAST + 1_000_000  # 99 missed fires and one on time (grace 0)
+    first = due_fires(EVERY_10S, "UTC", LAST, now, "all", limit=5)
+    assert first.fires == [now - 10_000 * i for i in range(5, 0, -1)]
+    assert (first.last_ms, first.until_ms) == (now - 10_000, now)
+    later = now + 20_000  # two more fires since, due the next time the policy applies
+    second = due_fires(
+        EVERY_10S, "UTC", first.last_ms, later, "all", limit=5, until_ms=first.until_ms
+    )
+    assert (second.fires, second.last_ms, second.until_ms) == ([now], now, None)
 
 
 def test_fire_ids_are_deterministic_and_distinct() -> None:
@@ -192,7 +198,8 @@ def test_cron_table_catches_up_from_the_epoch_in_bounded_time() -> None:
     table = CronTable(grace_ms=0, max_catchup=3)
     table.put("old", schedule("old", created_at=0))  # a writer that left created_at at 0
     started = time.monotonic()
-    assert [f.fire_ms for f in table.due(LAST)] == [LAST - 20_000, LAST - 10_000, LAST]
+    assert [f.fire_ms for f in table.due(LAST)] == [LAST - 30_000, LAST - 20_000, LAST - 10_000]
+    assert [f.fire_ms for f in table.due(LAST)] == [LAST]  # on time (grace 0), the next step
     assert time.monotonic() - started < 20
 
 
