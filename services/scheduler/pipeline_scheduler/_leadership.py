@@ -11,6 +11,11 @@ The brokers bound the session timeout (``group.min.session.timeout.ms``, 6 s by 
 ``scheduler.session_timeout_ms`` they refuse warns, naming the broker setting, and joins again
 with the nearest timeout they allow (Kafka's default minimum where the bounds cannot be read),
 so a short default never leaves a namespace without a leader.
+
+A member that holds the partition but cannot lead (its term does not start) gives it up with
+:meth:`Leadership.leave`, stays out for :attr:`Leadership.handover_s`, and joins again
+(:meth:`Leadership.rejoin`): a standby has the partition by then, and the sticky assignment
+leaves it there; where no other member is, it comes back to this one.
 """
 
 from __future__ import annotations
@@ -98,6 +103,7 @@ class Leadership:
         self.session_timeout_ms = settings.scheduler.session_timeout_ms
         self.is_leader = False
         self.changed = False
+        self._left = False
         self._consumer = self._join()
 
     def _join(self) -> Consumer:
@@ -193,7 +199,35 @@ class Leadership:
                 raise TopicMissingError(missing, self._namespace)
         _log.debug("control topic", extra={"error": error.str()})
 
+    @property
+    def handover_s(self) -> float:
+        """How long a member that left stays out before it joins again: the session timeout,
+        within which Kafka expires a member that left without saying so (a static one, with a
+        ``group.instance.id``, sends no leave), and 2 s for the rebalance that gives the
+        partition to a standby (whose heartbeats, six a session, see it at once). Joined sooner,
+        it could be given the partition back in that same rebalance."""
+        return self.session_timeout_ms / 1000 + 2.0
+
+    def leave(self) -> None:
+        """Leave the group without stopping, so that Kafka gives the partition to another
+        member if there is one; :meth:`rejoin` joins again."""
+        if self.is_leader:
+            self.is_leader = False
+            self.changed = True
+        if not self._left:
+            self._left = True
+            self._consumer.close()
+
+    def rejoin(self) -> None:
+        """Join the group again after :meth:`leave`, as a standby until it is given the
+        partition."""
+        if self._left:
+            self._consumer = self._join()
+            self._left = False
+
     def close(self) -> None:
         """Leave the group, so a standby takes over at once."""
         self.is_leader = False
-        self._consumer.close()
+        if not self._left:
+            self._left = True
+            self._consumer.close()
