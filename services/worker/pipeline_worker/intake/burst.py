@@ -9,6 +9,9 @@ no transaction, Kafka not answering, is not committed: the run goes on, or gives
 *every* partition of the topics must have reached their ends: a member must not leave while a
 rebalance moves partitions with jobs left between members (``--processes N``, or several burst
 workers), nor while another member still drains its own.
+
+None of it starts before the member has joined the group: an assignment callback says so, or,
+for a member given no partition, the group's description (:class:`EmptyJoin`).
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaException, TopicPartition
 
+from pipeline import Settings
+from pipeline._adminsession import AdminSession
+from pipeline._errors import PipelineError
 from pipeline._ratelog import RateLimitedLog
 
 from .._work import PartitionState
@@ -27,6 +33,10 @@ _log = logging.getLogger("pipeline.worker.consumer")
 
 CHECK_S = 0.05
 GROUP_CHECK_S = 0.5
+JOIN_CHECK_S = 1.0
+"""How often a member the group assigned nothing yet describes the group (the first time once it
+has waited this long: a member with partitions has its assignment callback by then)."""
+DESCRIBE_TIMEOUT_S = 5.0
 
 
 class BurstWatch:
@@ -94,6 +104,57 @@ class BurstWatch:
             self._errors.warning("burst", "could not read the group's offsets: %s", exc)
             return "(unknown)"
         return None
+
+
+class EmptyJoin:
+    """Whether the group has taken this member in with no partition.
+
+    The classic protocol tells every member its assignment, an empty one too (``on_assign``
+    with no partition). Under the consumer protocol (KIP-848) librdkafka calls ``on_assign``
+    only when the assignment changes, and an empty one given at the join changes nothing: a
+    member of a group with fewer partitions than members would wait for a callback that never
+    comes, as long as the others keep their partitions. So a member without a callback asks
+    the group's coordinator: it has joined when the group is stable and lists it, assigned
+    nothing.
+    """
+
+    def __init__(self, settings: Settings, group: str, consumer: Consumer) -> None:
+        self._settings = settings
+        self._group = group
+        self._consumer = consumer
+        self._session: AdminSession | None = None
+        """Made at the first describe: a member with partitions never needs it."""
+        self._next: float | None = None
+        self._errors = RateLimitedLog(_log, interval_s=10.0)
+
+    def joined(self, now: float) -> bool:
+        """Asked on the consumer thread (it reads the member id); at most every ``JOIN_CHECK_S``."""
+        if self._next is None:
+            self._next = now + JOIN_CHECK_S
+        if now < self._next:
+            return False
+        self._next = now + JOIN_CHECK_S
+        member = self._consumer.memberid()
+        if not member:
+            return False
+        try:
+            session = self._session or AdminSession(self._settings, DESCRIBE_TIMEOUT_S)
+            self._session = session
+            session.restart_deadline()
+            futures = session.client.describe_consumer_groups(
+                [self._group], request_timeout=session.remaining()
+            )
+            described = session.result(futures[self._group], "describe the group", None)
+        except PipelineError as exc:
+            self._errors.warning("join", "could not describe the group %s: %s", self._group, exc)
+            return False
+        joined = described.state == ConsumerGroupState.STABLE and any(
+            m.member_id == member and not (m.assignment and m.assignment.topic_partitions)
+            for m in described.members
+        )
+        if joined:
+            self._session = None  # not needed again
+        return joined
 
 
 def _done(state: PartitionState) -> bool:

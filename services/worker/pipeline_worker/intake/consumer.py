@@ -43,7 +43,7 @@ from ..commit.committer import Committer
 from ..commit.moves import Mover
 from ..recovery.poison import PoisonPillError, PoisonSide, PoisonWatch
 from .assignment import Assignment, Slots
-from .burst import BurstWatch
+from .burst import BurstWatch, EmptyJoin
 from .cluster import ClusterView
 from .config import consumer_config
 from .flow import FlowControl
@@ -162,6 +162,7 @@ class ConsumerThread:
         self._burst_watch = BurstWatch(
             self._consumer, self._committer, self.states, self._cluster.known_partition_counts
         )
+        self._empty_join = EmptyJoin(settings, group_id, self._consumer)
         self.rebalance = Rebalance(
             topics=topics,
             states=self.states,
@@ -311,8 +312,17 @@ class ConsumerThread:
         if cluster.share_changed and reachable:  # the burst check needs the counts too
             self._update_share()
         cluster.update_lag(now)
-        burst = idle and self._burst and self.rebalance.assigned_once
-        if burst and not self.intake_stopped and self._burst_watch.drained(now):
+        if idle and self._burst and not self.intake_stopped:
+            self._burst_turn(now, reachable=reachable)
+
+    def _burst_turn(self, now: float, *, reachable: bool) -> None:
+        """An idle turn of a burst run: done once the member has joined and all is drained."""
+        if not self.rebalance.assigned_once:
+            # No callback tells a member given no partition under the consumer protocol.
+            if reachable and self._empty_join.joined(now):
+                self.rebalance.joined_empty()  # drained or not: asked at the next turn
+            return
+        if self._burst_watch.drained(now):
             self._burst = False
             self._notify(self._side.on_burst_drained)
 

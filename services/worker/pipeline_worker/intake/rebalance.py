@@ -85,7 +85,8 @@ class Rebalance:
         self._drain_moves = drain_moves
         self._notify = notify
         self.assigned_once = False
-        """Whether the group assigned this member anything yet (a burst run waits for it)."""
+        """Whether the group assigned this member anything yet, an empty assignment included (a
+        burst run waits for it)."""
         self.closing = False
         """Set when the consumer closes: the revocation of everything is not logged or counted."""
 
@@ -119,6 +120,13 @@ class Rebalance:
         self.assigned_once = True
         self._cluster.share_changed = True
         self._notify(self._side.on_assigned, new)
+
+    def joined_empty(self) -> None:
+        """The group took this member in with no partition, and no callback said so (see
+        :class:`.burst.EmptyJoin`): as ``on_assign`` with nothing."""
+        _log.info("joined the group with no partition")
+        self.assigned_once = True
+        self._cluster.share_changed = True
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._give_up(consumer, partitions, lost=False)
