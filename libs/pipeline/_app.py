@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from types import TracebackType
 from typing import Any, cast
 
-from confluent_kafka import KafkaError, Message
-
 from . import _exitflush
 from ._dedupstores import DedupStore
-from ._delivery import FailureLog, JobHandle, PipelineFailure
+from ._delivery import JobHandle
 from ._enqueuemany import send_many
 from ._envelopes import job_codec
-from ._errors import ConfigurationError, EnqueueError, KafkaUnavailableError, PipelineError
-from ._followups import FollowUps, follow_ups, patience, produce_followed
+from ._errors import ConfigurationError, PipelineError
+from ._failurelog import FailureLog
+from ._flush import flush, flush_at_exit, log_with_block
+from ._followups import follow_ups, patience, produce_followed
 from ._interceptors import Interceptor, check_interceptors, header_source
 from ._job import Priority, new_job_id, now_ms
 from ._jobfunction import (
@@ -35,13 +34,12 @@ from ._registry import JobOptions, JobType, Registry
 from ._route import SHARED_KEY, PlainRoutes, Route, resolve_route
 from ._settings import Settings, build_settings
 from ._topics import TopicNames
-from ._transport import Transport, fatal_of, refusal_of
+from ._transport import Transport, taken_of
 from .outbox._dialect import DEFAULT_TABLE
 from .outbox._writer import Outbox, OutboxJob, outbox_route
 
 __all__ = ["BoundEnqueue", "EnqueueOptions", "JobFunction", "JobHandle", "Pipeline"]
 
-_log = logging.getLogger("pipeline.producer")
 _NO_OPTIONS = EnqueueOptions()
 
 
@@ -77,7 +75,7 @@ class Pipeline:
         """Interceptors the worker runs around every job's handler, outermost first."""
         self._header_source = header_source(self.middleware)
         """Headers the interceptors add to every job at enqueue (None: none do, no cost)."""
-        self._failures = FailureLog()
+        self._failures = FailureLog(self._transport)
         add_poll_hook = getattr(self._transport, "add_poll_hook", None)
         if add_poll_hook is not None:  # failed jobs nobody flushes are logged as they fail
             add_poll_hook(partial(self._failures.tell, self.settings))
@@ -182,9 +180,9 @@ class Pipeline:
         if not options and not added:  # the common call: route and template are made once
             self._watch()
             route, template = self._plain.get(job_type)
-            return self._send(route, _or_empty(payload), self._on_delivery, template)
+            return self._send(route, _or_empty(payload), template)
         route = self._route(job_type, EnqueueOptions(**options), added)
-        return self._send(route, _or_empty(payload), self._on_delivery)
+        return self._send(route, _or_empty(payload))
 
     def submit(
         self, job_type: str, payload: Mapping[str, Any] | None = None, **options: Any
@@ -192,7 +190,7 @@ class Pipeline:
         """Like :meth:`enqueue`, but return a handle to wait on this job's acknowledgement."""
         route = self._route(job_type, EnqueueOptions(**options), self._added_headers())
         handle = JobHandle(self._transport, self.settings, self._failures)
-        self._send(route, _or_empty(payload), handle._on_delivery, handle=handle)
+        self._send(route, _or_empty(payload), handle=handle)
         return handle
 
     def enqueue_many(
@@ -221,12 +219,9 @@ class Pipeline:
             route,
             template,
             payloads,
-            on_delivery=self._on_delivery,
             log=self._failures,
             max_bytes=self._max_bytes,
-            follow=None
-            if follow is None
-            else (follow, self._on_follow_up, self.poll, patience(self.settings)),
+            follow=None if follow is None else (follow, self.poll, patience(self.settings)),
         )
 
     def outbox(self, connection: Any, *, table: str = DEFAULT_TABLE) -> Outbox:
@@ -238,31 +233,20 @@ class Pipeline:
         return Outbox(connection, self._outboxed, table=table, max_bytes=self._max_bytes)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every enqueued job is acknowledged by Kafka.
+        """Wait until Kafka acknowledged every job enqueued before the call (by any thread;
+        not the ones enqueued meanwhile).
 
-        Raises :class:`KafkaUnavailableError` when jobs are still unacknowledged after
-        ``timeout`` (default: the producer's delivery timeout), :class:`KafkaAuthenticationError`
-        as soon as Kafka refused the credentials, and :class:`EnqueueError` for the first job
-        Kafka refused since the last flush.
+        Raises :class:`KafkaAuthenticationError` as soon as Kafka refused the credentials,
+        :class:`KafkaUnavailableError` when some of those jobs are still unacknowledged after
+        ``timeout`` (default: the producer's delivery timeout), and, for the jobs among them
+        that failed and that no call told this thread of yet, :class:`EnqueueError` (or
+        :class:`KafkaUnavailableError` for jobs Kafka did not answer for in time): its
+        ``failures`` and ``failed_ids`` name every one. A flush that returns means every job
+        enqueued before it was acknowledged.
         """
         if timeout is None:
             timeout = self.settings.producer.delivery_timeout_s + 5
-        # The queue length counts librdkafka's pending events too: only jobs are told.
-        remaining = self._failures.unanswered(self._transport.flush(timeout))
-        refused = refusal_of(self._transport)
-        if refused is not None:
-            raise refused
-        if remaining:
-            raise KafkaUnavailableError(
-                f"{remaining} job(s) were not acknowledged within {timeout:g}s by Kafka at "
-                f"{self.settings.bootstrap_servers}; is it running? (`pipeline dev up` starts one)"
-            )
-        failures = self._failures.take()
-        if failures:
-            # A producer that failed for good is what the caller most needs to hear of.
-            first = next((f for f in failures if f.fatal is not None), failures[0])
-            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
-            raise first.error(self.settings) from EnqueueError(first.job_id, first.reason + more)
+        flush(self._transport, self._failures, self.settings, timeout)
 
     def poll(self, timeout: float = 0.0) -> int:
         """Serve the delivery reports of enqueued jobs that came, waiting up to ``timeout``
@@ -298,30 +282,11 @@ class Pipeline:
         try:
             self.close()
         except PipelineError as flush_error:
-            # The body's exception is the one to see; the lost jobs must still be told.
-            _log.error("%s (while leaving the with block on %s)", flush_error, type(exc).__name__)
+            log_with_block(flush_error, exc)
 
     def _flush_at_exit(self) -> None:
         """The interpreter is exiting: flush, then report what never reached Kafka."""
-        stop_polling = getattr(self._transport, "stop_polling", None)
-        if stop_polling is not None:  # this flush serves the producer alone from now on
-            stop_polling()
-        timeout = self.settings.producer.exit_flush_timeout_s
-        remaining = self._failures.unanswered(self._transport.flush(timeout))
-        refused = refusal_of(self._transport)
-        purge = getattr(self._transport, "purge", None) if remaining else None
-        if purge is not None:
-            # Purged jobs get their delivery callbacks, which name them.
-            purge()
-            self._transport.flush(0)
-        _exitflush.report_lost(
-            self,
-            self._failures.take(told=False),  # those the polling thread logged are told
-            remaining,
-            timeout,
-            str(refused) if refused is not None else None,
-            purged=purge is not None,
-        )
+        flush_at_exit(self, self._transport, self._failures)
 
     # Internals ------------------------------------------------------------------------------
 
@@ -358,7 +323,6 @@ class Pipeline:
         self,
         route: Route,
         payload: Mapping[str, Any],
-        on_delivery: Callable[[KafkaError | None, Message], None],
         template: JobTemplate | None = None,
         handle: JobHandle | None = None,
     ) -> str:
@@ -374,42 +338,32 @@ class Pipeline:
         key = route.key
         if len(value) > enqueue_room(self._max_bytes, key):
             raise too_large(route.job_type, len(value) + len(key or b""), self._max_bytes)
+        log = self._failures
+        generation = log.sending()
+        plain = generation.on_delivery
         if handle is not None:
             handle.job_id = job_id
+            handle._generation = generation
+            plain = handle._on_delivery
         follow = follow_ups()  # enqueued by a running job: its success waits for this one
-        if follow is None:
-            self._transport.produce(route.topic, value, key, on_delivery)
-        else:
-            produce = partial(self._transport.produce, route.topic, value, key)
-            followed = self._on_follow_up if handle is None else handle._followed
-            produce_followed(
-                follow, 1, produce, plain=on_delivery, followed=followed, poll=self.poll,
-                patience_s=patience(self.settings),
-            )  # fmt: skip
-        log = self._failures
-        log.sent += 1
+        try:
+            if follow is None:
+                self._transport.produce(route.topic, value, key, plain)
+            else:
+                followed = partial(log.followed, generation) if handle is None else handle._followed
+                produce_followed(
+                    follow, 1, partial(self._transport.produce, route.topic, value, key),
+                    plain=plain, followed=followed, poll=self.poll,
+                    patience_s=patience(self.settings),
+                )  # fmt: skip
+        except BaseException as exc:
+            log.not_sent(generation, 1 - taken_of(exc, 1))
+            raise
         # Serve delivery callbacks now and then so they never pile up in librdkafka's queue (a
         # busy producer's: the producer's polling thread stays out of the way while this serves).
         if not log.sent % 1000:
             self._transport.poll(0)
         return job_id
-
-    def _on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        """Served by any thread that polls the producer, its background one too."""
-        if error is None:
-            self._failures.answer()
-        else:
-            fatal = fatal_of(self._transport)
-            self._failures.answer(PipelineFailure.from_delivery(error, message, fatal))
-
-    def _on_follow_up(self, follow: FollowUps, error: KafkaError | None, message: Message) -> None:
-        """The delivery report of a job a running job enqueued: its fate is that job's."""
-        failure = None
-        if error is not None:
-            fatal = fatal_of(self._transport)
-            failure = PipelineFailure.from_delivery(error, message, fatal)
-        self._failures.answer()  # answered; a refusal is the job's, not the log's
-        follow.answered(failure, self._failures)
 
 
 def _or_empty(payload: Mapping[str, Any] | None) -> Mapping[str, Any]:

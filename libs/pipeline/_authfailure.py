@@ -25,6 +25,7 @@ What counts as a refusal:
 from __future__ import annotations
 
 import re
+import time
 from typing import TYPE_CHECKING
 
 from confluent_kafka import KafkaError
@@ -34,7 +35,11 @@ from ._errors import KafkaAuthenticationError
 if TYPE_CHECKING:
     from ._settings import Settings
 
-__all__ = ["authentication_error", "is_refusal", "is_refused"]
+__all__ = ["REFUSAL_FRESH_S", "Refusal", "authentication_error", "is_refusal", "is_refused"]
+
+REFUSAL_FRESH_S = 30.0
+"""A refusal counts this long after librdkafka last reported it (it repeats it at each attempt,
+every second or so): a producer whose credentials are accepted later works again."""
 
 _SASL = re.compile(r"SASL authentication error|SASL \S+ mechanism handshake failed")
 _UNANSWERED = re.compile(r"Request failed: Local: ")
@@ -96,3 +101,29 @@ def authentication_error(settings: Settings, cause: str) -> KafkaAuthenticationE
             "(PIPELINE_SECURITY__SASL_MECHANISM)"
         )
     return KafkaAuthenticationError(message, reason)
+
+
+class Refusal:
+    """The refusal of a client's credentials or TLS handshake librdkafka last reported
+    (:meth:`report`, its error callback's), which counts for :data:`REFUSAL_FRESH_S`."""
+
+    __slots__ = ("_at", "_settings", "_text")
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._text: str | None = None
+        self._at = 0.0
+
+    def report(self, text: str) -> None:
+        self._at = time.monotonic()  # first: a thread that reads the refusal sees it fresh
+        self._text = text
+
+    def fresh(self) -> bool:
+        return self._text is not None and time.monotonic() - self._at < REFUSAL_FRESH_S
+
+    def error(self) -> KafkaAuthenticationError | None:
+        """The error to raise for a fresh refusal (None: there is none)."""
+        text = self._text
+        if text is None or not self.fresh():
+            return None
+        return authentication_error(self._settings, text)

@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
-import logging
-import os
 import threading
 import time
-import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from confluent_kafka import KafkaError, Message
 
 from ._avro import HEADER_SIZE, MARKER
 from ._avrogen import _read_long as read_long
-from ._errors import EnqueueError, KafkaUnavailableError, ProducerFatalError, not_authorized
+from ._errors import (
+    EnqueueError,
+    KafkaUnavailableError,
+    PipelineError,
+    ProducerFatalError,
+    not_authorized,
+)
 from ._schemaregistry import FRAME_SIZE, MAGIC
 from ._settings import Settings
-from ._transport import UNREACHABLE_CODES, Transport, fatal_of, refusal_of
+from ._transport import UNREACHABLE_CODES, DeliveryCallback, Transport, fatal_of, refusal_of
 
 _MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_TOPIC_OR_PART})
+_TOPIC_REFUSALS = _MISSING_TOPIC_CODES | {KafkaError.TOPIC_AUTHORIZATION_FAILED}
+"""What Kafka says of a topic, whether in a delivery report or from ``produce`` itself."""
 _UNKNOWN_ID = "<unknown>"
 _MAX_ID_BYTES = 1024
 """A longer "id" is taken for bytes that are no job envelope."""
-TELL_EVERY_S = 10.0
-"""Failed jobs nobody raised are logged at most this often, in one line that counts them."""
-_TOLD_IDS = 10
-"""Job ids such a line names at most."""
-_log = logging.getLogger("pipeline.producer")
 
 
 def job_id_of(value: bytes) -> str:
@@ -105,138 +107,49 @@ class PipelineFailure:
         return EnqueueError(self.job_id, self.reason)
 
 
-class FailureLog:
-    """The jobs Kafka did not acknowledge that nobody was told about yet (thread-safe), and
-    how many jobs were handed to the producer (``sent``) and had their delivery report
-    (``answered``).
+def produce_refusal(
+    error: KafkaError, topic: str, value: bytes, settings: Settings
+) -> PipelineError:
+    """The error of a ``produce`` that refused ``value`` at once with ``error``: a topic that
+    librdkafka learned is missing, or that this client may not write to, is said as the
+    delivery report of such a job says it (:meth:`PipelineFailure.error`)."""
+    if error.code() in _TOPIC_REFUSALS:
+        return PipelineFailure(job_id_of(value), topic, error.code(), error.str()).error(settings)
+    return PipelineError(f"cannot produce to {topic}: {error.str()}")
 
-    Those two count the jobs still unanswered (:meth:`unanswered`): the producer's queue length
-    also counts librdkafka's pending events, so it can exceed the jobs by one or two. ``sent``
-    is a plain counter, bumped by the enqueuing thread; ``answered`` is bumped under the lock
-    (:meth:`answer`), since delivery reports are served by any thread, the producer's polling
-    thread among them. A flush takes the smaller of them and the queue length. A forked child
-    starts with none (see :meth:`_forget_the_parents`).
 
-    The failures no call will raise (no ``flush()`` took them yet, no handle waits for them)
-    are also logged at ERROR as they come, at most once per :data:`TELL_EVERY_S` (:meth:`tell`,
-    from the producer's polling thread): a process that never flushes, or is killed before its
-    exit flush, has said which jobs it lost.
-    """
+class Generation:
+    """The jobs handed to the producer between two ``flush()`` calls: how many (``sent``), and
+    how many had their delivery report (``answered``). ``number`` orders them: a flush waits
+    for those of the generations before it (:class:`pipeline._failurelog.FailureLog`)."""
 
-    __slots__ = (
-        "__weakref__",
-        "_failures",
-        "_lock",
-        "_told",
-        "_told_at",
-        "_untold",
-        "answered",
-        "sent",
-    )
+    __slots__ = ("answered", "number", "on_delivery", "sent")
 
-    def __init__(self) -> None:
-        self._failures: list[PipelineFailure] = []
-        self._untold: list[PipelineFailure] = []
-        self._told: set[int] = set()
-        """``id()`` of the failures :meth:`tell` logged (held in ``_failures`` until taken)."""
-        self._told_at = -TELL_EVERY_S
-        self._lock = threading.Lock()
+    def __init__(
+        self, number: int, deliver: Callable[[Generation, KafkaError | None, Message], None]
+    ) -> None:
+        self.number = number
         self.sent = 0
         self.answered = 0
-        _logs.add(self)
-
-    def _forget_the_parents(self) -> None:
-        """In a forked child: the failures so far are the parent's jobs, which the parent
-        reports (at its flush or exit); the child would tell them again as its own. A lock that
-        another thread of the parent held stays held in the child: it gets a new one."""
-        self._failures = []
-        self._untold = []
-        self._told = set()
-        self._lock = threading.Lock()
-        self.sent = self.answered = 0
-
-    def unanswered(self, queued: int) -> int:
-        """How many of the ``queued`` messages and events a producer still holds are jobs."""
-        return max(0, min(queued, self.sent - self.answered))
-
-    def answer(self, failure: PipelineFailure | None = None, *, tell: bool = True) -> None:
-        """A job's delivery report came: acknowledged, or ``failure`` (``tell``: to be logged
-        unless a call raises it first)."""
-        with self._lock:
-            self.answered += 1
-            if failure is not None:
-                self._failures.append(failure)
-                if tell:
-                    self._untold.append(failure)
-
-    def add(self, failure: PipelineFailure) -> None:
-        with self._lock:
-            self._failures.append(failure)
-            self._untold.append(failure)
-
-    def discard(self, failure: PipelineFailure) -> None:
-        """``failure`` was raised to the caller: it needs no other report."""
-        with self._lock:
-            if failure in self._failures:
-                self._failures.remove(failure)
-            if failure in self._untold:
-                self._untold.remove(failure)
-
-    def take(self, *, told: bool = True) -> list[PipelineFailure]:
-        """The failures not reported yet, oldest first; they count as reported now.
-        ``told=False``: without those :meth:`tell` logged already (the exit report's: a job
-        is not named twice; a ``flush()`` raises them all the same)."""
-        with self._lock:
-            failures, self._failures = self._failures, []
-            if not told:
-                failures = [f for f in failures if id(f) not in self._told]
-            self._untold = []
-            self._told = set()
-        return failures
-
-    def tell(self, settings: Settings, now: float | None = None) -> None:
-        """Log at ERROR the failures no call raised nor logged yet, unless a line was logged
-        less than :data:`TELL_EVERY_S` ago (they wait for the next). They stay for ``flush()``
-        and the exit report."""
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            if not self._untold or now - self._told_at < TELL_EVERY_S:
-                return
-            failures, self._untold = self._untold, []
-            self._told.update(map(id, failures))
-            self._told_at = now
-        ids = [f.job_id for f in failures]
-        timeout = settings.producer.delivery_timeout_s
-        reasons = sorted({_reason(f, timeout) for f in failures})
-        _log.error(
-            "%d enqueued job(s) never reached Kafka at %s and will not run (%s); job ids: %s%s. "
-            "Nothing retries them: enqueue them again if they must run (flush() and "
-            "enqueue(..., wait=True) raise such failures; see docs/operations.md, "
-            "'When Kafka is down')",
-            len(failures),
-            settings.bootstrap_servers,
-            "; ".join(reasons[:3]),
-            ", ".join(ids[:_TOLD_IDS]),
-            f" and {len(ids) - _TOLD_IDS} more" if len(ids) > _TOLD_IDS else "",
-            extra={"failed_jobs": len(failures), "job_ids": ids[:_TOLD_IDS]},
-        )
+        self.on_delivery: DeliveryCallback = partial(deliver, self)
+        """The delivery callback of its jobs, made once: ``deliver(generation, ...)``."""
 
 
-def _reason(failure: PipelineFailure, timeout: float) -> str:
-    if failure.fatal is None and failure.code in UNREACHABLE_CODES:
-        return f"not acknowledged within the delivery timeout of {timeout:g}s: {failure.reason}"
-    return failure.why
+class FailureSink(Protocol):
+    """Where delivery reports are counted and failures kept: an application's failure log
+    (:class:`pipeline._failurelog.FailureLog`)."""
 
+    def answer(
+        self,
+        generation: Generation | None,
+        failure: PipelineFailure | None = None,
+        *,
+        tell: bool = True,
+    ) -> None: ...
 
-_logs: weakref.WeakSet[FailureLog] = weakref.WeakSet()
+    def add(self, failure: PipelineFailure) -> None: ...
 
-
-def _after_fork() -> None:
-    for log in list(_logs):
-        log._forget_the_parents()
-
-
-os.register_at_fork(after_in_child=_after_fork)
+    def raised(self, failure: PipelineFailure) -> None: ...
 
 
 class JobsFollowUps(Protocol):
@@ -244,7 +157,7 @@ class JobsFollowUps(Protocol):
     :class:`pipeline._followups.FollowUps`)."""
 
     def answered(
-        self, failure: PipelineFailure | None, log: FailureLog | None, count: int = 1
+        self, failure: PipelineFailure | None, log: FailureSink | None, count: int = 1
     ) -> None: ...
 
     def discard(self, failure: PipelineFailure) -> None: ...
@@ -258,6 +171,7 @@ class JobHandle:
         "_failure",
         "_failures",
         "_follow",
+        "_generation",
         "_settings",
         "_transport",
         "_waited",
@@ -271,11 +185,13 @@ class JobHandle:
         self,
         transport: Transport,
         settings: Settings,
-        failures: FailureLog | None = None,
+        failures: FailureSink | None = None,
         job_id: str = "",
     ) -> None:
         self.job_id = job_id
         """Set before the job is produced: its delivery report may come at once."""
+        self._generation: Generation | None = None
+        """The generation of the job's send (set with ``job_id``), which its report answers."""
         self.topic: str | None = None
         self.partition: int | None = None
         self.offset: int | None = None
@@ -295,7 +211,7 @@ class JobHandle:
         failure = self._answer(error, message)
         if self._failures is not None:
             # Reported at flush or at exit, unless wait() raises it first (then not logged).
-            self._failures.answer(failure, tell=not self._waited)
+            self._failures.answer(self._generation, failure, tell=not self._waited)
         self._done.set()
 
     def _followed(self, follow: JobsFollowUps, error: KafkaError | None, message: Message) -> None:
@@ -303,7 +219,8 @@ class JobHandle:
         self._follow = follow
         failure = self._answer(error, message)
         if self._failures is not None:
-            self._failures.answer()  # answered; a refusal is the job's, not the log's
+            # answered; a refusal is the job's, not the log's
+            self._failures.answer(self._generation)
         follow.answered(failure, self._failures)
         self._done.set()
 
@@ -346,7 +263,7 @@ class JobHandle:
         failure = self._failure
         if failure is not None:
             if self._failures is not None:
-                self._failures.discard(failure)
+                self._failures.raised(failure)
             if self._follow is not None:
                 self._follow.discard(failure)
             raise failure.error(self._settings)

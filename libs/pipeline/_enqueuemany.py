@@ -8,14 +8,14 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any
 
-from ._delivery import FailureLog
 from ._errors import PayloadValidationError
+from ._failurelog import FailureLog
 from ._followups import Followed, FollowUps, Poll, produce_followed
 from ._job import new_job_id, now_ms
 from ._jobtemplate import JobTemplate
 from ._messagesize import enqueue_room, too_large
 from ._route import Route
-from ._transport import DeliveryCallback, Transport, taken_of, tell_taken
+from ._transport import DeliveryCallback, Transport, taken_of, tell_taken, tells_taken
 
 __all__ = ["BATCH", "send_many"]
 
@@ -29,15 +29,14 @@ def send_many(
     template: JobTemplate,
     payloads: Iterable[Mapping[str, Any]],
     *,
-    on_delivery: DeliveryCallback,
     log: FailureLog,
     max_bytes: int,
-    follow: tuple[FollowUps, Followed, Poll, float] | None = None,
+    follow: tuple[FollowUps, Poll, float] | None = None,
 ) -> list[str]:
     """Send a job of ``route`` (encoded by ``template``) per payload; return their ids.
-    ``follow``: the follow-ups of the running job that enqueues them, the delivery callback
-    that tells it their fate, what serves their reports and how long the producer may take to
-    (see :mod:`._followups`).
+    ``log`` counts them and serves their delivery reports; ``follow``: the follow-ups of the
+    running job that enqueues them, what serves their reports and how long the producer may
+    take to (see :mod:`._followups`).
 
     A payload that fails validation, or a job larger than a producer sending ``max_bytes``
     takes, raises :class:`PayloadValidationError` naming its index and carrying the ids of the
@@ -59,21 +58,17 @@ def send_many(
     ids: list[str] = []
     values: list[bytes] = []
     sent = 0  # ids[:sent] are the producer's; a hand-over that raised leaves its jobs out
+    unsure = 0  # jobs of a hand-over that raised without saying how many it took
 
     def hand_over() -> None:
-        nonlocal values, sent
+        nonlocal values, sent, unsure
         batch, values = values, []  # handed over: never sent twice, whatever fails
-        log.sent += len(batch)
-        if follow is None:
-            produce_many(topic, batch, key, on_delivery)
-            sent += len(batch)
-            return
         try:
-            _produce_followed(
-                partial(produce_many, topic), batch, key, on_delivery, follow, whole=whole
-            )
+            _hand_over(produce_many, topic, batch, key, log=log, follow=follow, whole=whole)
         except BaseException as exc:
-            sent += taken_of(exc, len(batch))  # a running job's: as one by one would
+            taken = taken_of(exc, len(batch))  # the producer may have taken some of them
+            sent += taken
+            unsure = 0 if tells_taken(exc) else len(batch) - taken
             raise
         sent += len(batch)
 
@@ -99,9 +94,38 @@ def send_many(
     except PayloadValidationError as exc:
         raise exc.in_batch(len(ids), ids) from exc.__cause__
     except BaseException as exc:
-        _tell_sent(exc, ids[:sent], len(ids) - sent)
+        _tell_sent(exc, ids[:sent], unsure)
         raise
     return ids
+
+
+def _hand_over(
+    produce_many: Callable[[str, list[bytes], bytes | None, DeliveryCallback], None],
+    topic: str,
+    batch: list[bytes],
+    key: bytes | None,
+    *,
+    log: FailureLog,
+    follow: tuple[FollowUps, Poll, float] | None,
+    whole: bool,
+) -> None:
+    """Hand ``batch`` to ``produce_many``, counted in ``log`` (as the follow-ups of a running
+    job with ``follow``); an exception tells how many were taken before it."""
+    generation = log.sending(len(batch))
+    on_delivery = generation.on_delivery
+    try:
+        if follow is None:
+            produce_many(topic, batch, key, on_delivery)
+        else:
+            follow_ups, poll, patience_s = follow
+            followed = partial(log.followed, generation)
+            _produce_followed(
+                partial(produce_many, topic), batch, key, on_delivery,
+                (follow_ups, followed, poll, patience_s), whole=whole,
+            )  # fmt: skip
+    except BaseException as exc:
+        log.not_sent(generation, len(batch) - taken_of(exc, len(batch)))
+        raise
 
 
 def _tell_sent(exc: BaseException, enqueued_ids: list[str], unsure: int) -> None:

@@ -7,6 +7,7 @@ what went wrong and what to do about it. Lower-level causes are chained (``raise
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 
 class PipelineError(Exception):
@@ -117,7 +118,34 @@ class SchemaNotFoundError(DecodeError):
     """The writer schema's fingerprint is not one of the released schemas under ``schemas/``."""
 
 
-class KafkaUnavailableError(PipelineError):
+class FailedJob(Protocol):
+    """A job Kafka did not acknowledge, as ``flush()`` reports it."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+class FailedJobs:
+    """What the errors of ``flush()`` carry: every job Kafka did not acknowledge that the call
+    reports (``failures``, oldest first, each with its ``job_id``, ``topic`` and ``reason``),
+    and how many more failed whose failures were no longer kept (``not_kept``)."""
+
+    failures: tuple[FailedJob, ...] = ()
+    not_kept: int = 0
+
+    @property
+    def failed_ids(self) -> list[str]:
+        """The ids of the jobs in :attr:`failures`, oldest first."""
+        return [f.job_id for f in self.failures]
+
+
+class KafkaUnavailableError(FailedJobs, PipelineError):
     """The Kafka cluster did not answer in time (broker down, wrong address, network)."""
 
 
@@ -195,8 +223,9 @@ class TopicAdminError(PipelineError):
         self.topic = topic
 
 
-class EnqueueError(PipelineError):
-    """Kafka refused or could not acknowledge a job."""
+class EnqueueError(FailedJobs, PipelineError):
+    """Kafka refused or could not acknowledge a job (``job_id``); raised by ``flush()``, it
+    carries every failed job it reports (:class:`FailedJobs`)."""
 
     def __init__(self, job_id: str, reason: str) -> None:
         super().__init__(f"job {job_id} was not enqueued: {reason}")

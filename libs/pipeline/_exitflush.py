@@ -80,27 +80,31 @@ def report_lost(
     refused: str | None = None,
     *,
     purged: bool = False,
+    not_kept: int = 0,
 ) -> None:
     """Log, at ERROR, the jobs that never reached Kafka (nothing when there are none);
     ``unacknowledged``: what the exit flush left queued, ``refused``: why, when Kafka refused
-    the producer's credentials, ``purged``: whether that queue was purged since.
+    the producer's credentials, ``purged``: whether that queue was purged since, ``not_kept``:
+    failed jobs whose failures were let go (counted, not named).
 
     Once the queue is purged, each lost job has a failure naming it, and their number is the
     count told: librdkafka's queue length also counts its pending events (a broker-down error
     not yet served), so it can exceed the jobs by one or two. Unpurged, the queue length is
     all there is to count what is still queued.
     """
-    if not failures and not unacknowledged:
+    if not failures and not unacknowledged and not not_kept:
         return
     count = len(failures) if purged and failures else max(len(failures), unacknowledged)
+    count += not_kept
     ids = [f.job_id for f in failures[:_MAX_IDS]]
-    more = f" and {len(failures) - _MAX_IDS} more" if len(failures) > _MAX_IDS else ""
+    unnamed = len(failures) - len(ids) + not_kept
+    more = f" and {unnamed} more" if unnamed else ""
     if refused:
         why = _why("not sent", [refused])
     elif unacknowledged:
         why = _why(f"still unacknowledged {timeout:g}s after exit began", [f.why for f in failures])
     else:
-        why = _failed(app.settings, failures)
+        why = _failed(app.settings, failures) or f"{not_kept} failure(s) not kept"
     _log.error(
         "%d enqueued job(s) never reached Kafka at %s and are lost (%s); job ids: %s%s. "
         "Call app.flush() before exiting: it waits and raises what failed "

@@ -31,7 +31,7 @@ from ._transport import taken_of
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message
 
-    from ._delivery import FailureLog, PipelineFailure
+    from ._delivery import FailureSink, PipelineFailure
     from ._errors import PipelineError
     from ._settings import Settings
     from ._transport import DeliveryCallback
@@ -143,7 +143,7 @@ class FollowUps:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pending = 0
-        self._failures: list[tuple[PipelineFailure, FailureLog]] = []
+        self._failures: list[tuple[PipelineFailure, FailureSink]] = []
         self._on_answered: Callable[[], None] | None = None
         self._released = False
         self._polls: tuple[Poll, ...] = ()
@@ -174,7 +174,7 @@ class FollowUps:
         self.answered(None, None, count)
 
     def answered(
-        self, failure: PipelineFailure | None, log: FailureLog | None, count: int = 1
+        self, failure: PipelineFailure | None, log: FailureSink | None, count: int = 1
     ) -> None:
         """Kafka answered for a follow-up: acknowledged (``failure`` None) or refused it."""
         with self._lock:
@@ -224,7 +224,7 @@ class FollowUps:
         for failure, log in self._end():
             log.add(failure)
 
-    def _end(self) -> list[tuple[PipelineFailure, FailureLog]]:
+    def _end(self) -> list[tuple[PipelineFailure, FailureSink]]:
         with self._lock:
             self._released = True
             self._on_answered = None

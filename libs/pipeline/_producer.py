@@ -20,9 +20,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from ._authfailure import authentication_error
+from ._authfailure import Refusal
 from ._brokerhealth import BrokerHealth
 from ._clientlog import is_fatal
+from ._delivery import produce_refusal
 from ._errors import KafkaAuthenticationError, KafkaUnavailableError, PipelineError
 from ._messagesize import (
     LIBRDKAFKA_MESSAGE_MAX_BYTES,
@@ -69,9 +70,6 @@ WAIT_STEP_S = 0.2
 _PROPAGATION_MAX_MS = 30_000
 """How long a producer waits for a topic it cannot find at most (librdkafka's default); half
 the delivery timeout when that is shorter, so that such a job fails as a missing topic."""
-REFUSAL_FRESH_S = 30.0
-"""A refusal counts this long after librdkafka last reported it (it repeats it at each attempt,
-every second or so): a producer whose credentials are accepted later works again."""
 
 
 class KafkaTransport:
@@ -107,8 +105,7 @@ class KafkaTransport:
         self._serving = threading.local()
         """``fatal``: the fatal error of the retired producer this thread serves now."""
         self._lock = threading.Lock()
-        self._refusal: str | None = None
-        self._refused_at = 0.0
+        self._refusal = Refusal(settings)
         self._health = BrokerHealth.of(settings.bootstrap_servers)
         self._two = settings.producer.bulk_linger_ms != settings.producer.linger_ms
         self._poller = BackgroundPoll(
@@ -155,7 +152,7 @@ class KafkaTransport:
         # line per outage), not straight to stderr. What else it reports to error_cb, it
         # retries until delivery.timeout.ms, and each job's delivery report tells its fate.
         conf.update(
-            self._health.callbacks("producer", on_error=_ignore, on_refused=self._on_refused)
+            self._health.callbacks("producer", on_error=_ignore, on_refused=self._refusal.report)
         )
         return conf
 
@@ -219,30 +216,21 @@ class KafkaTransport:
     # -- producing ------------------------------------------------------------------------
 
     def _after_the_others(self, bulk: bool, key: bytes | None) -> None:
-        """Before a keyed job: let the other producers deliver what they hold (keeps key order)."""
+        """Before a keyed job: let the other producers deliver what they hold (keeps key order),
+        as a flush waits (:meth:`_drain`): within the delivery timeout, until a refusal."""
         if key is None:
             return
-        timeout = self._settings.producer.delivery_timeout_s
+        deadline = time.monotonic() + self._settings.producer.delivery_timeout_s
         other = self._producer if bulk else self._bulk
         if self._two and other is not None and len(other):
-            self._serve(other, other.flush, timeout)
+            self._drain(other, deadline)
         for retired in list(self._retired) if self._retired else ():
-            self._serve(retired, retired.flush, timeout)
-
-    def _on_refused(self, text: str) -> None:
-        self._refused_at = time.monotonic()  # first: a thread that reads the refusal sees it fresh
-        self._refusal = text
-
-    def _refused_now(self) -> bool:
-        refused = self._refusal is not None
-        return refused and time.monotonic() - self._refused_at < REFUSAL_FRESH_S
+            self._drain(retired, deadline)
 
     def refused(self) -> KafkaAuthenticationError | None:
         """The error to raise when Kafka refused this producer's credentials or TLS handshake
         (within ``REFUSAL_FRESH_S``)."""
-        if self._refusal is None or not self._refused_now():
-            return None
-        return authentication_error(self._settings, self._refusal)
+        return self._refusal.error()
 
     def _check(self) -> None:
         refused = self.refused()
@@ -253,8 +241,8 @@ class KafkaTransport:
         self, topic: str, value: bytes, key: bytes | None, on_delivery: DeliveryCallback
     ) -> None:
         producer = self._get()
-        self._check()
         self._after_the_others(False, key)
+        self._check()
         if self._health.down:  # an acknowledgement now tells that Kafka is back
             on_delivery = self._health.watch_delivery("producer", on_delivery)
         try:
@@ -262,7 +250,7 @@ class KafkaTransport:
         except BufferError:  # the local queue is full: as a batch of one, which waits for room
             self._produce_on(producer, topic, (value,), key, on_delivery, bulk=False)
         except KafkaException as exc:  # it failed for good: a new producer takes the job
-            self._refused(producer, topic, exc)
+            self._refused(producer, topic, value, exc)
             self._produce_on(self._get(), topic, (value,), key, on_delivery, bulk=False)
 
     def produce_many(
@@ -271,8 +259,8 @@ class KafkaTransport:
         """:meth:`produce` each of ``values``, with the checks made once for all of them; an
         exception it raises tells how many of them were taken before it (:func:`tell_taken`)."""
         producer = self._get(bulk=True)
-        self._check()
         self._after_the_others(True, key)
+        self._check()
         if self._health.down:
             on_delivery = self._health.watch_delivery("producer", on_delivery)
         self._produce_on(producer, topic, values, key, on_delivery, bulk=True)
@@ -324,19 +312,20 @@ class KafkaTransport:
                         # delivery timeout.
                         self._wait_for_room(producer, topic, value, key, on_delivery)
                     taken += 1
-            except KafkaException as exc:
-                self._refused(producer, topic, exc)  # raises, unless it failed for good
+            except KafkaException as exc:  # raises, unless it failed for good
+                self._refused(producer, topic, values[taken], exc)
         except BaseException as exc:
             tell_taken(exc, taken)
             raise
         return taken
 
-    def _refused(self, producer: Producer, topic: str, exc: KafkaException) -> None:
-        """``producer.produce`` raised ``exc``: raises it as a :class:`PipelineError`, unless
-        the producer failed for good; it is retired then."""
+    def _refused(self, producer: Producer, topic: str, value: bytes, exc: KafkaException) -> None:
+        """``producer.produce`` refused ``value`` with ``exc``: raises it as a delivery report
+        would tell it (:func:`produce_refusal`), unless the producer failed for good; it is
+        retired then."""
         error = exc.args[0]
         if not is_fatal(error):
-            raise PipelineError(f"cannot produce to {topic}: {error.str()}") from exc
+            raise produce_refusal(error, topic, value, self._settings) from exc
         # produce() says only _FATAL: the cause waits in the queue poll() serves.
         self._serve(producer, producer.poll, 0)
         self._retire(producer, error)  # no-op once the poll told (and retired it)
@@ -389,16 +378,18 @@ class KafkaTransport:
         """Wait up to ``timeout`` for every queued job's acknowledgement; return how many are
         left (at once when Kafka refused the producer: :meth:`refused` says why)."""
         deadline = time.monotonic() + timeout
-        left = 0
-        for producer in self._all():
-            while True:
-                step = min(WAIT_STEP_S, max(0.0, deadline - time.monotonic()))
-                left_here = self._serve(producer, producer.flush, step)
-                if not left_here or self._refused_now() or time.monotonic() >= deadline:
-                    break
-            left += left_here
+        left = sum(self._drain(producer, deadline) for producer in self._all())
         self._drop_drained()
         return left
+
+    def _drain(self, producer: Producer, deadline: float) -> int:
+        """Flush ``producer`` in steps until it holds nothing, Kafka refused the credentials
+        or ``deadline`` passed; return how much it still holds."""
+        while True:
+            step = min(WAIT_STEP_S, max(0.0, deadline - time.monotonic()))
+            left = self._serve(producer, producer.flush, step)
+            if not left or self._refusal.fresh() or time.monotonic() >= deadline:
+                return left
 
     def purge(self) -> None:
         """Drop the jobs still queued or in flight; their delivery callbacks report the loss."""

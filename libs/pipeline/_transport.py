@@ -39,6 +39,7 @@ __all__ = [
     "refusal_of",
     "taken_of",
     "tell_taken",
+    "tells_taken",
 ]
 
 # librdkafka error codes that mean "Kafka could not be reached", as opposed to "Kafka said no".
@@ -106,6 +107,11 @@ def taken_of(exc: BaseException, count: int) -> int:
     producer took (:func:`tell_taken`; none if ``exc`` does not say)."""
     taken = getattr(exc, "pipeline_taken", 0)
     return min(max(taken, 0), count) if isinstance(taken, int) else 0
+
+
+def tells_taken(exc: BaseException) -> bool:
+    """Whether ``exc`` says how many values its ``produce_many`` took (:func:`tell_taken`)."""
+    return isinstance(getattr(exc, "pipeline_taken", None), int)
 
 
 def describe_fatal(error: KafkaError) -> str:

@@ -267,3 +267,6 @@ def test_a_missing_topic_is_named_not_taken_for_an_outage(bootstrap_servers: str
     app.enqueue("t", {"a": 1})
     with pytest.raises(EnqueueError, match=r"jobs\.default does not exist.*topics apply"):
         app.flush()
+    # librdkafka knows now: it refuses the next job at once, which is said the same way.
+    with pytest.raises(EnqueueError, match=r"jobs\.default does not exist.*topics apply"):
+        app.enqueue("t", {"a": 2})

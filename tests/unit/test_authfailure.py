@@ -10,9 +10,9 @@ from confluent_kafka import KafkaError
 from pydantic import SecretStr
 
 from pipeline import KafkaAuthenticationError, Settings
-from pipeline._authfailure import authentication_error, is_refusal, is_refused
+from pipeline._authfailure import REFUSAL_FRESH_S, authentication_error, is_refusal, is_refused
 from pipeline._clientlog import LastProblemLog
-from pipeline._producer import REFUSAL_FRESH_S, KafkaTransport
+from pipeline._producer import KafkaTransport
 from pipeline._settings import SecuritySettings
 
 SASL = (
@@ -127,9 +127,9 @@ def test_the_admin_clients_log_keeps_the_refusal() -> None:
 def test_a_producers_refusal_counts_while_librdkafka_repeats_it() -> None:
     transport = KafkaTransport(settings(sasl_username="carol"))
     assert transport.refused() is None
-    transport._on_refused(SASL)
+    transport._refusal.report(SASL)
     refused = transport.refused()
     assert refused is not None
     assert "SASL user 'carol'" in str(refused)
-    transport._refused_at -= REFUSAL_FRESH_S + 1  # not repeated since: accepted now, maybe
+    transport._refusal._at -= REFUSAL_FRESH_S + 1  # not repeated since: accepted now, maybe
     assert transport.refused() is None

@@ -66,17 +66,14 @@ class _FailsAfter(InMemoryTransport):
         super().produce(topic, value, key, on_delivery)
 
 
-@pytest.mark.parametrize(
-    ("taken", "before"),
-    [(3, 2), (4, 4)],
-    ids=["a-full-batch-taken-in-part", "the-last-partial-batch-not-taken"],
-)
-def test_a_producer_that_raises_leaves_out_the_batch_it_was_given(
-    monkeypatch: pytest.MonkeyPatch, taken: int, before: int
+@pytest.mark.parametrize("taken", [3, 4], ids=["a-full-batch-taken-in-part", "the-last-batch"])
+def test_a_producer_that_raises_counts_the_jobs_it_took_as_sent(
+    monkeypatch: pytest.MonkeyPatch, taken: int
 ) -> None:
     """Five payloads in batches of two: the producer fails in the second (a full batch, of
     which it took one job) or in the third (the last, partial one, sent once the payloads ran
-    out). The batches before are named; the failed one is counted as possibly sent in part."""
+    out). It says how many of the batch it took: those are named as sent, none is unsure, and
+    a flush waits for them alone."""
     monkeypatch.setattr(_enqueuemany, "BATCH", 2)
     transport = _FailsAfter(taken)
     app = _app(transport)
@@ -84,11 +81,34 @@ def test_a_producer_that_raises_leaves_out_the_batch_it_was_given(
         app.enqueue_many("report.build", [{"i": i} for i in range(5)])
     sent = transport.jobs(TOPIC)
     assert [json.loads(job.payload)["i"] for job in sent] == list(range(taken))
-    assert caught.value.enqueued_ids == [job.id for job in sent[:before]]  # type: ignore[attr-defined]
+    assert caught.value.enqueued_ids == [job.id for job in sent]  # type: ignore[attr-defined]
     [note] = caught.value.__notes__
-    assert f"sent the {before} job(s) of the batch before this error" in note
-    unsure = min(2, 5 - before)
-    assert f"of the {unsure} after them, handed to a producer as it raised" in note
+    assert f"sent the {taken} job(s) of the batch before this error" in note
+    assert "some may have been" not in note
+    app.flush(timeout=1)  # the jobs not taken are not waited for
+
+
+class _BatchFailsAfter(_FailsAfter):
+    """Hands a batch over in one call that does not say how many of it it took."""
+
+    def produce_many(
+        self, topic: str, values: list[bytes], key: bytes | None, on_delivery: DeliveryCallback
+    ) -> None:
+        for value in values:
+            self.produce(topic, value, key, on_delivery)
+
+
+def test_a_batch_producer_that_does_not_say_what_it_took_leaves_the_batch_unsure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_enqueuemany, "BATCH", 2)
+    transport = _BatchFailsAfter(3)
+    with pytest.raises(BufferError) as caught:
+        _app(transport).enqueue_many("report.build", [{"i": i} for i in range(5)])
+    assert caught.value.enqueued_ids == [job.id for job in transport.jobs(TOPIC)[:2]]  # type: ignore[attr-defined]
+    [note] = caught.value.__notes__
+    assert "sent the 2 job(s) of the batch before this error" in note
+    assert "of the 2 after them, handed to a producer as it raised, some may have been" in note
 
 
 def test_a_payload_that_fails_validation_is_told_as_before(

@@ -9,7 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 import pipeline._producer as producer_module
 import pipeline._transport as transport_module
-from pipeline import EnqueueError, Pipeline, PipelineError, Settings
+from pipeline import EnqueueError, KafkaAuthenticationError, Pipeline, PipelineError, Settings
 from pipeline._producer import KafkaTransport, producer_config
 
 
@@ -110,6 +110,30 @@ def test_produce_many_turns_a_refusal_into_a_pipeline_error(transport: KafkaTran
         transport.produce_many("t", [b"x"], None, _ignore)
 
 
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (KafkaError._UNKNOWN_TOPIC, r"topic acme\.jobs\.default does not exist; create the topics"),
+        (KafkaError.UNKNOWN_TOPIC_OR_PART, r"acme\.jobs\.default does not exist.*topics apply"),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, r"lacks WRITE on TOPIC acme\.jobs\.default"),
+    ],
+)
+def test_a_topic_the_producer_refuses_at_once_is_told_as_its_delivery_report_tells_it(
+    transport: KafkaTransport, code: int, said: str
+) -> None:
+    """Once librdkafka learned that a topic is missing, ``produce`` refuses its jobs itself:
+    the error is the one a failed delivery report gives at flush, naming the job."""
+    app = Pipeline(Settings(namespace="acme", bootstrap_servers="localhost:1"), transport=transport)
+    app.enqueue("t", {"n": 0})
+    _fake(transport)  # both producers made
+    for producer in made:
+        producer.refuse = KafkaError(code, "Unable to produce message: Local: Unknown topic")
+    for enqueue in (lambda: app.enqueue("t", {"n": 1}), lambda: app.enqueue_many("t", [{}])):
+        with pytest.raises(EnqueueError, match=said) as caught:
+            enqueue()
+        assert caught.value.job_id.startswith("01")  # the job's own id
+
+
 def test_a_producer_that_failed_for_good_is_replaced_by_a_new_one(
     transport: KafkaTransport,
 ) -> None:
@@ -147,6 +171,27 @@ def test_a_keyed_job_waits_for_the_other_producers_jobs_so_a_key_keeps_its_order
     assert single.flushes == 1
 
 
+def test_a_keyed_job_stops_waiting_for_the_other_producer_when_kafka_refuses_the_credentials(
+    transport: KafkaTransport,
+) -> None:
+    """The other producer never empties (Kafka down); Kafka then refuses the credentials: the
+    keyed job stops waiting at once and raises why, as a flush does, instead of waiting for
+    the delivery timeout in one blocking flush."""
+    transport.produce_many("t", [b"1"], b"k", _ignore)
+    [bulk] = made
+
+    def stuck(timeout: float) -> int:
+        bulk.flushes += 1
+        transport._refusal.report("SASL authentication error: Authentication failed")
+        return len(bulk)
+
+    bulk.flush = stuck  # type: ignore[method-assign]
+    with pytest.raises(KafkaAuthenticationError):
+        transport.produce("t", b"2", b"k", _ignore)
+    assert bulk.flushes == 1
+    assert [p.sent for p in made[1:]] == [[]]  # the keyed job was not sent before the batch
+
+
 def test_unkeyed_jobs_do_not_wait_for_the_other_producer(transport: KafkaTransport) -> None:
     transport.produce_many("t", [b"1", b"2"], None, _ignore)
     transport.produce("t", b"3", None, _ignore)
@@ -179,5 +224,8 @@ def test_a_job_for_a_topic_kafka_does_not_know_fails_rather_than_creating_it() -
         app.enqueue("report", {}, priority="high")
         with pytest.raises(EnqueueError, match=r"mistyped\.jobs\.high"):
             app.flush(10)
+        # librdkafka knows now: produce() refuses the next job itself, said the same way.
+        with pytest.raises(EnqueueError, match=r"mistyped\.jobs\.high does not exist.*apply"):
+            app.enqueue("report", {}, priority="high")
     finally:
         app.close()

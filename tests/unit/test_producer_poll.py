@@ -22,7 +22,8 @@ import pipeline._producer as producer_module
 import pipeline._transport as transport_module
 from pipeline import EnqueueError, KafkaUnavailableError, Pipeline, PipelineError, Settings
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._delivery import FailureLog, JobHandle, PipelineFailure
+from pipeline._delivery import JobHandle, PipelineFailure
+from pipeline._failurelog import FailureLog
 from pipeline._producer import KafkaTransport
 from pipeline.testing import InMemoryTransport
 from tests.waiting import wait_for
@@ -120,9 +121,9 @@ def test_a_forked_child_serves_its_own_producer_with_a_thread_of_its_own() -> No
             assert not _poll_threads()  # the parent's threads are not the child's
             job_id = app.enqueue("email.send", {"to": "child@b.c"})
             # Its own job only (the parent's is the parent's), failed with nobody flushing.
-            failed = wait_for(lambda: bool(app._failures._failures), timeout=10)
+            failed = wait_for(lambda: bool(app._failures._kept), timeout=10)
             [thread] = _poll_threads()
-            mine = [f.job_id for f in app._failures._failures] == [job_id]
+            mine = [k.failure.job_id for k in app._failures._kept] == [job_id]
             code = 0 if failed and mine and thread.is_alive() else 2
         finally:
             os._exit(code)
@@ -223,14 +224,16 @@ def test_failures_are_told_in_one_line_at_most_every_interval_and_kept_for_flush
 ) -> None:
     settings = Settings(bootstrap_servers="kafka:9092", producer={"delivery_timeout_s": 30})
     log = FailureLog()
-    log.sent = 14
+    generation = log.sending(14)
     for n in range(12):
-        log.answer(_failure(f"job-{n}"))
-    log.answer(PipelineFailure("refused", "acme.jobs.default", 29, "Broker: Not authorized"))
-    log.answer()
+        log.answer(generation, _failure(f"job-{n}"))
+    log.answer(
+        generation, PipelineFailure("refused", "acme.jobs.default", 29, "Broker: Not authorized")
+    )
+    log.answer(generation)
     with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
         log.tell(settings, now=100.0)
-        log.answer(_failure("later"))
+        log.answer(generation, _failure("later"))
         log.tell(settings, now=105.0)  # within the interval: waits
         assert len(caplog.records) == 1
         log.tell(settings, now=110.0)
@@ -243,8 +246,8 @@ def test_failures_are_told_in_one_line_at_most_every_interval_and_kept_for_flush
     assert second.startswith("1 enqueued job(s)")
     assert "later" in second
     assert "job-0" not in second
-    assert log.unanswered(100) == 0
-    assert len(log.take()) == 14  # flush() still raises every one
+    assert log.unanswered() == 0
+    assert len(log.take(log.mark()).failures) == 14  # flush() still raises every one
 
 
 def test_the_exit_report_names_only_the_failures_not_logged_yet(
@@ -253,19 +256,20 @@ def test_the_exit_report_names_only_the_failures_not_logged_yet(
     """A job the polling thread logged as lost was named again by the exit report."""
     settings = Settings(bootstrap_servers="kafka:9092")
     log = FailureLog()
-    log.answer(_failure("told"))
+    generation = log.sending(2)
+    log.answer(generation, _failure("told"))
     with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
         log.tell(settings, now=100.0)
-    log.answer(_failure("not-told"))
-    assert [f.job_id for f in log.take(told=False)] == ["not-told"]
-    assert log.take() == []
+    log.answer(generation, _failure("not-told"))
+    assert [f.job_id for f in log.unreported().failures] == ["not-told"]
+    assert not log.unreported()
 
 
 def test_failures_a_call_raised_are_not_logged(caplog: pytest.LogCaptureFixture) -> None:
     settings = Settings(namespace="acme")
     log = FailureLog()
-    log.answer(_failure("flushed"))
-    log.take()  # flush() raised it
+    log.answer(log.sending(), _failure("flushed"))
+    log.take(log.mark())  # flush() raised it
     refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "Broker: Not authorized")
 
     class _Refuses(InMemoryTransport):
@@ -279,15 +283,16 @@ def test_failures_a_call_raised_are_not_logged(caplog: pytest.LogCaptureFixture)
     with caplog.at_level(logging.ERROR, logger="pipeline.producer"):
         log.tell(settings)
     assert caplog.records == []
-    assert log.take() == []
+    assert not log.unreported()
 
 
 def test_answers_from_many_threads_are_all_counted() -> None:
     log = FailureLog()
+    generation = log.sending(80_000)
 
     def answer() -> None:
         for _ in range(20_000):
-            log.answer()
+            log.answer(generation)
 
     threads = [threading.Thread(target=answer) for _ in range(4)]
     for thread in threads:
@@ -295,3 +300,4 @@ def test_answers_from_many_threads_are_all_counted() -> None:
     for thread in threads:
         thread.join()
     assert log.answered == 80_000
+    assert log.unanswered() == 0
