@@ -94,12 +94,12 @@ def web(host: str | None, port: int | None, read_only: bool | None, settings: Se
         )
     settings = settings.model_copy(update={"web": web_settings})
     configure_logging("INFO", settings.log_format)
+    with cli_errors():  # web.audit_log that cannot be appended to
+        app = create_app(settings)
     sock = _listen(web_settings.host, web_settings.port)
     bound = sock.getsockname()[1]
     shown = f"[{web_settings.host}]" if ":" in web_settings.host else web_settings.host
-    config = uvicorn.Config(
-        create_app(settings), log_level="warning", access_log=False, lifespan="on"
-    )
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
     server = uvicorn.Server(config)
     click.echo(
         f"dashboard of namespace {settings.namespace!r} at http://{shown}:{bound}/", err=True

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from jinja2 import Environment, FileSystemLoader
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
@@ -23,11 +24,12 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from pipeline._deadletters import LetterIndex
+from pipeline._failures import utf8_safe
 
 from ._audit import AuditLog
 from ._csrf import cross_site_refusal
-from ._dashboard import Dashboard, dashboard_of, read_new_letters
-from ._format import FILTERS
+from ._dashboard import Dashboard, dashboard_of, read_form, read_new_letters
+from ._format import FILTERS, printable
 from ._monitor import Monitor
 from ._security import Gate, clear_session_cookie, client_address, set_session_cookie
 
@@ -79,7 +81,7 @@ async def _login_page(request: Request) -> Response:
     request.state.who = None
     if request.method == "GET":
         return dashboard.render(request, "login.html", {"next": request.query_params.get("next")})
-    form = await request.form()
+    form = await read_form(request)
     token = form.get("token")
     if dashboard.web.token is None or not isinstance(token, str):
         return PlainTextResponse("this dashboard has no token login", status_code=404)
@@ -126,6 +128,16 @@ async def _healthz(request: Request) -> Response:
     return PlainTextResponse("ok")
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """An :class:`HTTPException` as Starlette answers it, its text sendable: a refusal may
+    repeat an error holding a lone surrogate (see :func:`~._format.printable`)."""
+    assert isinstance(exc, HTTPException)
+    if exc.status_code in (204, 304):
+        return Response(status_code=exc.status_code, headers=exc.headers)
+    text = utf8_safe(exc.detail)
+    return PlainTextResponse(text, status_code=exc.status_code, headers=exc.headers)
+
+
 def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
     """The dashboard of ``settings.namespace``, configured by ``settings.web``.
 
@@ -135,7 +147,10 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
     from . import _jobsview, _letteractions, _letters, _overview, _schedules
 
     web = settings.web
-    environment = Environment(loader=FileSystemLoader(_HERE / "templates"), autoescape=True)
+    audit = AuditLog(web.audit_log)  # first: it refuses a file it cannot append to
+    environment = Environment(
+        loader=FileSystemLoader(_HERE / "templates"), autoescape=True, finalize=printable
+    )
     environment.filters.update(FILTERS)
     templates = Jinja2Templates(env=environment)
     letters = LetterIndex(settings, timeout=timeout)
@@ -147,7 +162,7 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
         before=lambda timeout: read_new_letters(letters, timeout),
         dead_letters=letters.stats,
     )
-    dashboard = Dashboard(settings, monitor, Gate(web), AuditLog(web.audit_log), templates, letters)
+    dashboard = Dashboard(settings, monitor, Gate(web), audit, templates, letters)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -169,6 +184,11 @@ def create_app(settings: Settings, *, timeout: float = 10.0) -> Starlette:
         Route("/healthz", _healthz),
         Mount("/static", StaticFiles(directory=_HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, middleware=[Middleware(_Authenticate)], lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        middleware=[Middleware(_Authenticate)],
+        exception_handlers={HTTPException: _http_error},
+        lifespan=lifespan,
+    )
     app.state.dashboard = dashboard
     return app

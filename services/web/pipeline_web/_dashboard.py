@@ -75,7 +75,8 @@ class Dashboard:
     def render(
         self, request: Request, template: str, context: dict[str, Any], status_code: int = 200
     ) -> Response:
-        """A page, with what every page shows (the user, the CSRF token, Kafka's state)."""
+        """A page, with what every page shows (the user, the CSRF token, Kafka's state to a
+        logged-in user)."""
         base = {
             "request": request,
             "settings": self.settings,
@@ -86,7 +87,8 @@ class Dashboard:
             # A browser logged in at /login can log out; a bearer header or basic credentials
             # are the client's to stop sending.
             "session": self.gate.session_valid(request.cookies.get(SESSION_COOKIE)),
-            "problem": self.monitor.problem,
+            # Kafka's error names brokers and principals: not for the login page's strangers.
+            "problem": self.monitor.problem if request.state.who is not None else None,
             "notice": notice_of(self.gate, request.query_params),
         }
         response = self.templates.TemplateResponse(
@@ -104,13 +106,31 @@ class Dashboard:
     async def checked_form(self, request: Request) -> FormData:
         """The form of a POST, once it passed the CSRF check (the middleware already refused
         one from another site: see ``_csrf``)."""
-        form = await request.form()
+        form = await read_form(request)
         submitted = form.get(CSRF_FIELD)
         if not csrf_matches(request, submitted if isinstance(submitted, str) else None, self.gate):
             raise HTTPException(
                 403, "the form's CSRF token is missing or wrong: reload the page and try again"
             )
         return form
+
+
+MAX_FORM_BYTES = 64 * 1024
+"""The largest form body a POST may declare (``Content-Length``); a larger one is refused with
+413 before any of it is read. The dashboard's forms hold a filter and a few hidden fields."""
+MAX_FORM_FIELDS = 64
+MAX_FIELD_BYTES = 16 * 1024
+"""What a form body without a ``Content-Length`` (chunked) may hold: the parser refuses with
+400 the field past either bound, so it reads ``MAX_FORM_FIELDS * MAX_FIELD_BYTES`` at most."""
+
+
+async def read_form(request: Request) -> FormData:
+    """The form of a POST, bounded: ``/login`` and ``/logout`` read it before any login."""
+    declared = request.headers.get("content-length", "")
+    digits = declared.isascii() and declared.isdigit()
+    if digits and (len(declared) > 12 or int(declared) > MAX_FORM_BYTES):
+        raise HTTPException(413, f"a form of at most {MAX_FORM_BYTES} bytes is read")
+    return await request.form(max_fields=MAX_FORM_FIELDS, max_part_size=MAX_FIELD_BYTES)
 
 
 def dashboard_of(request: Request) -> Dashboard:

@@ -13,6 +13,8 @@ import hmac
 import re
 from typing import TYPE_CHECKING
 
+from pipeline._failures import utf8_safe
+
 from ._security import CLOCK_SKEW_S
 
 if TYPE_CHECKING:
@@ -33,9 +35,9 @@ def _signed(issued: str, text: str) -> str:
 
 def signed_notice(gate: Gate, text: str) -> dict[str, str]:
     """The query fields that show ``text`` on the page redirected to."""
-    # An error's text may hold what UTF-8 cannot encode (a lone surrogate): replaced, so that
+    # An error's text may hold what UTF-8 cannot encode (a lone surrogate): escaped, so that
     # what is signed is what the URL carries.
-    text = text.encode("utf-8", "replace").decode()
+    text = utf8_safe(text)
     issued = str(int(gate.clock()))
     return {NOTICE: text, NOTICE_SIG: f"{issued}.{gate.mac('notice', _signed(issued, text))}"}
 

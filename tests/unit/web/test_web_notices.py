@@ -135,4 +135,4 @@ def test_an_error_text_utf8_cannot_encode_still_makes_a_notice(
     monkeypatch.setattr(_schedules, "pause_schedule", refused)
     client = _client(app)
     shown = _shown(client.get(_pause(client)).text)
-    assert shown == "Could not pause nightly: broker said ?"
+    assert shown == "Could not pause nightly: broker said \\udcff"
