@@ -337,7 +337,12 @@ class Pipeline:
             value = template.encode(job_id, data, created_at)
         key = route.key
         if len(value) > enqueue_room(self._max_bytes, key):
-            raise too_large(route.job_type, len(value) + len(key or b""), self._max_bytes)
+            raise too_large(
+                route.job_type,
+                len(value) + len(key or b""),
+                self._max_bytes,
+                idempotency_key=len(key or b"") if route.idempotency_key is not None else 0,
+            )
         log = self._failures
         generation = log.sending()
         plain = generation.on_delivery

@@ -7,7 +7,7 @@ what to do instead.
 
 from __future__ import annotations
 
-from ._errors import PayloadValidationError
+from ._errors import ConfigurationError, PayloadValidationError
 from ._settings import Settings
 
 __all__ = [
@@ -59,12 +59,30 @@ def fits_in_message(max_bytes: int, value: bytes, key: bytes | None, headers_siz
     return len(value) + len(key or b"") + headers_size + RECORD_OVERHEAD <= max_bytes
 
 
-def too_large(job_type: str, size: int, max_bytes: int) -> PayloadValidationError:
+def too_large(
+    job_type: str, size: int, max_bytes: int, *, idempotency_key: int = 0
+) -> PayloadValidationError | ConfigurationError:
     """The error for a job of ``size`` bytes (value and key) that a producer sending at most
-    ``max_bytes`` refuses."""
+    ``max_bytes`` refuses. ``idempotency_key``: the size of the job's idempotency key, which
+    its message carries twice (as the message key and in the job); a :class:`ConfigurationError`
+    when the job is too large for that key alone (it would fit with a short one)."""
+    limit = f"more than the {max_bytes:,} the producer sends (message.max.bytes)"
+    if not idempotency_key:
+        return PayloadValidationError(
+            job_type,
+            f"the job takes {size:,} bytes and more as a Kafka message, {limit}: keep large "
+            "data elsewhere and pass a reference",
+        )
+    keys = 2 * idempotency_key
+    held = f"its idempotency key is {idempotency_key:,} bytes, which the message carries twice"
+    if size - keys + PRODUCE_OVERHEAD <= max_bytes:
+        return ConfigurationError(
+            f"a job of type {job_type!r} with this idempotency key takes {size:,} bytes and "
+            f"more as a Kafka message, {limit}: {held} (as the message key and in the job): "
+            "pass a shorter key (a digest of this one, for instance)"
+        )
     return PayloadValidationError(
         job_type,
-        f"the job takes {size:,} bytes and more as a Kafka message, more than the "
-        f"{max_bytes:,} the producer sends (message.max.bytes): keep large data elsewhere and "
-        "pass a reference",
+        f"the job takes {size:,} bytes and more as a Kafka message, {limit} ({held}, "
+        f"{keys:,} bytes of it): keep large data elsewhere and pass a reference",
     )

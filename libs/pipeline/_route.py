@@ -135,8 +135,10 @@ def resolve_route(
     )
     # The partition key: the idempotency key when present (every duplicate then lands on
     # one partition), else the explicit key, else none (librdkafka spreads the jobs).
-    key_source = opts.idempotency_key if opts.idempotency_key is not None else opts.key
-    key = key_source.encode() if isinstance(key_source, str) else key_source
+    if opts.idempotency_key is not None:
+        key: bytes | None = _utf8(opts.idempotency_key, "an idempotency key")
+    else:
+        key = _utf8(opts.key, "a key") if isinstance(opts.key, str) else opts.key
     codec = type_options.payload or _JSON
     return Route(
         job_type=job_type,
@@ -152,6 +154,19 @@ def resolve_route(
         tenant=opts.tenant,
         headers={**(added or {}), **(opts.headers or {})},
     )
+
+
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as the message key: UTF-8, which a lone surrogate (as ``os.fsdecode`` makes of
+    undecodable bytes) is not."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise ConfigurationError(
+            f"{what} must be text that UTF-8 can encode: {text[exc.start : exc.end]!r} at "
+            f"position {exc.start} is a lone surrogate (decode the bytes it came from properly, "
+            "or pass a digest of them)"
+        ) from None
 
 
 class PlainRoutes:

@@ -268,3 +268,44 @@ def test_job_options_refuse_limits_a_worker_cannot_keep(
     with pytest.raises(ConfigurationError, match=message):
         JobOptions(**options)  # type: ignore[arg-type]
     assert JobOptions(rate_limit=1 / 3600, time_limit=0.5).rate_limit == 1 / 3600
+
+
+@pytest.mark.parametrize(
+    ("options", "what"),
+    [({"idempotency_key": "order-\ud800"}, "an idempotency key"), ({"key": "\udcff"}, "a key")],
+)
+def test_a_key_utf8_cannot_encode_is_a_configuration_error_naming_it(
+    app: Pipeline, transport: InMemoryTransport, options: dict[str, Any], what: str
+) -> None:
+    """A lone surrogate (os.fsdecode makes them of undecodable bytes) raised a bare
+    UnicodeEncodeError from deep inside the enqueue."""
+    with pytest.raises(ConfigurationError, match=f"^{what} must be text that UTF-8 can encode"):
+        app.enqueue("t", {}, **options)
+    with pytest.raises(ConfigurationError, match="lone surrogate"):
+        app.submit("t", {}, **options)
+    app.flush()
+    assert transport.messages == []
+
+
+def test_a_job_too_large_for_its_idempotency_key_names_the_key_not_the_payload(
+    transport: InMemoryTransport,
+) -> None:
+    """The message carries the key twice (its key, and in the job): a long key with a tiny
+    payload was refused as an invalid payload, told to keep large data elsewhere."""
+    app = _small_messages(transport)
+    key = "k" * (MAX_BYTES * 6 // 10)
+    with pytest.raises(ConfigurationError) as caught:
+        app.enqueue("charge", {"n": 1}, idempotency_key=key)
+    message = str(caught.value)
+    assert f"its idempotency key is {len(key):,} bytes, which the message carries twice" in message
+    assert "pass a shorter key" in message
+    assert "payload" not in message
+    assert "large data" not in message
+    # A large payload is still the payload's error, which tells what the key takes of it.
+    with pytest.raises(PayloadValidationError) as caught_payload:
+        app.enqueue("charge", {"blob": "x" * MAX_BYTES}, idempotency_key="k" * 100)
+    message = str(caught_payload.value)
+    assert "its idempotency key is 100 bytes, which the message carries twice, 200 bytes" in message
+    assert "keep large data elsewhere" in message
+    app.flush()
+    assert transport.messages == []

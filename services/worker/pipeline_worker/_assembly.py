@@ -76,6 +76,7 @@ def assemble(
         mover=mover,
         metrics=metrics,
         default_ttl_s=worker.dedup_ttl_s,
+        scope=worker.dedup_scope,
     )
     processor = Processor(
         app=app,

@@ -11,16 +11,18 @@ from typing import Any
 
 import pytest
 
-from pipeline import Job, Pipeline
+from pipeline import Job, Pipeline, Priority, Settings
 from pipeline._deduptable import DedupTable
 from pipeline._registry import JobOptions
-from pipeline.dedup import KeyOutcome, MemoryDedupStore, PartitionTables
+from pipeline.dedup import DedupPolicy, DedupScope, KeyOutcome, MemoryDedupStore, PartitionTables
 from pipeline.testing import InMemoryTransport
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
+from pipeline_worker.commit.moves import Mover
 from pipeline_worker.route.dedup import Deduplicator
 from pipeline_worker.route.policy import Record
 
+from ..test_transactions import FakeProducer
 from .support import PRIORITIES, Harness
 from .test_worker_executor import until
 
@@ -42,6 +44,7 @@ class HeldMover:
         *,
         move: bool = True,
         state: PartitionState | None = None,
+        elsewhere: Sequence[tuple[str, int]] = (),
     ) -> None:
         assert not move
         self.records += records
@@ -167,3 +170,52 @@ def test_a_revocation_waits_for_the_key_record_of_a_job_that_ended(plain: bool) 
         assert state.commit_offset == 1  # committed with the record, not run again
 
     run(main)
+
+
+def test_a_key_of_every_priority_expires_into_a_job_partition_the_worker_owns() -> None:
+    """Namespace scope, priority topics of unequal partition counts: the worker owns partition
+    4 of ``default`` alone (``high`` has 3). A ``*/<key>`` tombstone goes with default[4]:
+    mapped to high[4], which nobody owns, it was refused, and changelog partition 4 never
+    shed a key."""
+    loop = asyncio.new_event_loop()
+    producer = FakeProducer()
+    mover = Mover(Settings(namespace="acme"), loop, producer_factory=lambda conf: producer)  # type: ignore[arg-type,return-value]
+    app = Pipeline(transport=InMemoryTransport())
+    store = ChangelogStore()
+    dedup = Deduplicator(
+        store,
+        changelog="acme.dedup",
+        topics={p: app.topics.jobs(p) for p in (Priority.HIGH, Priority.DEFAULT)},
+        mover=mover,
+        metrics=WorkerMetrics(),
+        default_ttl_s=60.0,
+    )
+    where = (app.topics.jobs(Priority.DEFAULT), 4)
+    policy = DedupPolicy(ttl_s=1)
+    store.check(where, "order-1", "job-1", policy=policy, now_ms=1_000)
+    store.settle(where, "order-1", "job-1", KeyOutcome.SUCCEEDED, policy=policy, now_ms=1_000)
+    try:
+        dedup.expire()  # now: long after its hold ended
+        mover.drain(lambda w: w == where, lambda w: 0)
+        assert producer.produced == [("acme.dedup", None, b"*/order-1", 4, None)]
+        assert mover.touched() == [where]  # committed with default[4]'s offset
+    finally:
+        loop.close()
+
+
+def test_priority_topics_of_unequal_partition_counts_are_warned_of_under_the_namespace_scope(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    app = Pipeline(transport=InMemoryTransport())
+    dedup = make(MemoryDedupStore(), HeldMover(), app)
+    high, default = app.topics.jobs(Priority.HIGH), app.topics.jobs(Priority.DEFAULT)
+    dedup.partition_counts({high: 6, default: 6})
+    assert not caplog.records
+    for _ in range(2):  # once for the same counts
+        dedup.partition_counts({high: 3, default: 6})
+    [warning] = caplog.records
+    assert f"({high}: 3, {default}: 6)" in warning.getMessage()
+    assert "pipeline topics apply" in warning.getMessage()
+    dedup._scope = DedupScope.PRIORITY
+    dedup.partition_counts({high: 2, default: 6})
+    assert len(caplog.records) == 1

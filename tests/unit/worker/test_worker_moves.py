@@ -350,3 +350,39 @@ def test_a_move_of_a_partition_lost_while_its_commit_was_unconfirmed_counts_if_i
     mover.commit(offsets(WHERE), META, lambda where: where != OTHER)  # Kafka: it committed
     assert [value for txn in producer.committed for _, value in txn] == [b"3", b"5"]
     assert sorted(counted) == [3, 5]
+
+
+HIGH = ("acme.jobs.high", 0)
+"""Partition 0 of another priority topic: its key records go to changelog partition 0 too."""
+
+
+@pytest.mark.parametrize("first", ["newer", "older"])
+def test_key_records_of_moves_waiting_on_two_priorities_reach_the_changelog_in_order(
+    loop: asyncio.AbstractEventLoop, first: str
+) -> None:
+    """A dead letter's move on HIGH, with the tombstone of key K, and a retry's move on WHERE,
+    with K's newer record (another job claimed K since), each wait for room above a long job.
+    Whichever partition has room first, the changelog must end with the newer record: the
+    tombstone written last freed K in the changelog while its job waited to retry."""
+    producer = FakeProducer()
+    mover = mover_on(producer, loop)
+    mover._max_moved = 1
+    mover.restore_moved(HIGH, [1])
+    mover.restore_moved(WHERE, [1])
+    point = {HIGH: 0, WHERE: 0}  # a long job at offset 0 of each
+    letter = [Record("acme.dlq", b"letter", b"K", None), _key_record(None)]
+    mover.submit(HIGH, 5, letter, _ignore)
+    mover.drain(owned, point.__getitem__)
+    mover.submit(
+        WHERE, 7, [Record("acme.retry.0", b"retry", b"K", None), _key_record(b"B")], _ignore
+    )
+    mover.drain(owned, point.__getitem__)
+    assert not producer.produced  # both wait
+    for where in (WHERE, HIGH) if first == "newer" else (HIGH, WHERE):
+        point[where] = 100  # its long job ended
+        mover.drain(owned, point.__getitem__)
+    changelog = [value for topic, value, *_ in producer.produced if topic == CHANGELOG]
+    assert changelog[-1] == b"B"
+    assert changelog == ([b"B"] if first == "newer" else [None, b"B"])
+    assert not mover._waiting
+    assert not mover._waiting_keys

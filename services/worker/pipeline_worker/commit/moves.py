@@ -97,10 +97,12 @@ class Mover:
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)
         self._queue: deque[Pending] = deque()
         self._waiting: dict[Where, deque[Pending]] = {}
+        """Moves waiting because their partition has ``max_moved`` moves above its commit point."""
         self._waiting_keys: Counter[ChangelogKey] = Counter()
         """The idempotency keys of the changelog records in :attr:`_waiting` (see
         :meth:`_supersede`)."""
-        """Moves waiting because their partition has ``max_moved`` moves above its commit point."""
+        self._taken = 0
+        """Moves taken from the queue so far: the last one's :attr:`Pending.submitted`."""
         self._transaction = MoveTransaction(self._txn, dropped=self._drop_moved)
         """The moves written into the open transaction."""
         self.moved: dict[Where, set[int]] = {}
@@ -131,6 +133,7 @@ class Mover:
         move: bool = True,
         state: PartitionState | None = None,
         count: Callable[[], object] | None = None,
+        elsewhere: Sequence[Where] = (),
     ) -> None:
         """Queue a move; ``done(True)`` runs on the loop once it is in the open transaction,
         ``done(False)`` if the partition was given up first (the job is not finished then).
@@ -143,8 +146,13 @@ class Mover:
         assignment lasts: a partition given up and assigned to this worker again is another
         assignment, which runs the job again (``done(False)`` then). Without it, whichever
         assignment owns ``where`` takes the move.
+
+        ``elsewhere``: for records without an offset (``move=False``, no ``state``), the other
+        partitions whose transaction may carry them when ``where`` is not owned, the first one
+        owned taking them (a key of the namespace scope belongs to partition p of every priority
+        topic, and a topic with fewer partitions has no p); ``done(False)`` if none is.
         """
-        self._queue.append(Pending(where, offset, records, done, move, state, count))
+        self._queue.append(Pending(where, offset, records, done, move, state, count, elsewhere))
 
     # -- consumer thread -----------------------------------------------------------------------
 
@@ -164,6 +172,8 @@ class Mover:
             queue = self._queue
             while queue and not self._transaction.unwritten:
                 pending = queue.popleft()
+                self._taken += 1
+                pending.submitted = self._taken
                 where = pending.where
                 if pending.move and not self._room(where, commit_point(where), pending.offset):
                     if pending.given_up:  # not to wait for room in the next assignment
@@ -172,8 +182,6 @@ class Mover:
                     self._waiting.setdefault(where, deque()).append(pending)
                     self._waiting_keys.update(self._keys(pending.records))
                     continue
-                if self._waiting:  # rare: moves wait for room above a long job
-                    self._supersede(pending.records)
                 wrote |= self._write(pending, owned)
             if wrote:
                 self._txn.producer.poll(0)  # delivery reports: once a drain, not once a move
@@ -195,6 +203,7 @@ class Mover:
                     and self._room(where, commit_point(where), pending.offset)
                 ):
                     self._unhold(pending.records)
+                    # Perhaps ahead of older moves of its keys still waiting elsewhere.
                     wrote |= self._write(pending, owned)
                 else:
                     still.append(pending)
@@ -230,18 +239,23 @@ class Mover:
             moved.discard(stale)
         return len(moved) < self._max_moved
 
-    def _supersede(self, records: Sequence[Record]) -> None:
-        """Take out of the waiting moves the changelog records of the idempotency keys that
-        ``records`` write again: written now, ahead of those moves, ``records`` are the newer
-        state of their keys, which an older record written after them would undo (a dead
-        letter's tombstone of a key that another job has claimed since). A key's records may
-        come from moves of any priority's partition of the same number."""
+    def _supersede(self, written: Pending) -> None:
+        """Take out of the moves submitted before ``written`` and still waiting the changelog
+        records of the idempotency keys that ``written`` wrote: written ahead of those moves,
+        its records are the newer state of their keys, which an older record written after
+        them would undo (a dead letter's tombstone of a key that another job has claimed
+        since). A key's records may come from moves of any priority's partition of the same
+        number, which wait for room each on its own: so the records of one key reach the
+        changelog in the order they were submitted, whichever partition has room first."""
         held = self._waiting_keys
-        keys = {key for key in self._keys(records) if held[key] > 0}
+        keys = {key for key in self._keys(written.records) if held[key] > 0}
         if not keys:
             return  # the common case: no waiting move holds a record of these keys
         changelog = self._changelog
+        before = written.submitted
         for pending in (p for waiting in self._waiting.values() for p in waiting):
+            if pending.submitted >= before:
+                continue  # newer: written after ``written``, as it should be
             kept = [
                 r
                 for r in pending.records
@@ -268,12 +282,16 @@ class Mover:
     def _write(self, pending: Pending, owned: Callable[[Where], bool]) -> bool:
         """Write ``pending`` if its assignment still owns its partition (see :meth:`submit`)."""
         state = pending.state
+        if pending.elsewhere and not owned(pending.where):
+            pending.where = next(filter(owned, pending.elsewhere), pending.where)
         if not owned(pending.where) or (state is not None and state.released):
             self._resolve(pending, False)
             return False
         self._transaction.write(pending, owned)
         if pending.move:
             self.moved.setdefault(pending.where, set()).add(pending.offset)
+        if self._waiting_keys:  # rare: moves wait for room above a long job
+            self._supersede(pending)
         self._resolve(pending, True)
         return True
 
@@ -329,7 +347,7 @@ class Mover:
             taken = [queue.popleft() for _ in range(len(queue))]
             kept = []
             for pending in taken:
-                if pending.where in gone:
+                if pending.where in gone or not gone.isdisjoint(pending.elsewhere):
                     self._resolve(pending, False)
                 else:
                     kept.append(pending)

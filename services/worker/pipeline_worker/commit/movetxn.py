@@ -47,7 +47,18 @@ not committed (:meth:`MoveTransaction.stranded`)."""
 class Pending:
     """A move submitted by the loop: its partition, offset and records, and whom to tell."""
 
-    __slots__ = ("count", "done", "move", "offset", "records", "state", "where", "written")
+    __slots__ = (
+        "count",
+        "done",
+        "elsewhere",
+        "move",
+        "offset",
+        "records",
+        "state",
+        "submitted",
+        "where",
+        "written",
+    )
 
     def __init__(
         self,
@@ -58,8 +69,12 @@ class Pending:
         move: bool,
         state: PartitionState | None = None,
         count: Callable[[], object] | None = None,
+        elsewhere: Sequence[Where] = (),
     ) -> None:
         self.where = where
+        self.elsewhere = elsewhere
+        """Other partitions whose transaction may carry its records when ``where`` is not
+        owned: the one that is becomes :attr:`where` as it is written."""
         self.offset = offset
         self.records = records
         self.done = done
@@ -70,6 +85,8 @@ class Pending:
         again, since the next assignment runs its job again."""
         self.written = 0
         """Its place in the order of writes (a rewrite keeps that order)."""
+        self.submitted = 0
+        """Its place in the order of submissions, once the drain took it from the queue."""
         self.count = count
         """Counts it in the metrics, once the transaction that holds it commits."""
 

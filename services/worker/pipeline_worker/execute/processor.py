@@ -185,6 +185,8 @@ class Processor:
         self.types.set_share(owned, partitions)
         self.tenants.set_share(owned, partitions)
         self.dispatcher.refresh_limits((*self.types.limits, *self.tenants.limits))
+        if self._dedup is not None:
+            self._dedup.partition_counts(partitions)
 
     # -- starting ------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from pipeline._dedup import (
     ChangelogRecord,
     DedupNotLoadedError,
     DedupPolicy,
+    DedupScope,
     KeyOutcome,
     Verdict,
     split_changelog_key,
@@ -46,6 +47,12 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.worker.dedup")
 
+UNEVEN = (
+    "the priority topics do not have as many partitions each (%s): under the dedup scope "
+    "namespace a key's copies at two priorities may then land on different partition numbers "
+    "and both run; give them as many partitions (`pipeline topics apply` grows them alike)"
+)
+
 Where = tuple[str, int]
 Written = Callable[["PartitionState", list[int], bool], None]
 """Told, on the loop, whether the key records of a partition's offsets are in the transaction."""
@@ -63,8 +70,12 @@ class Deduplicator:
         mover: Mover,
         metrics: WorkerMetrics,
         default_ttl_s: float,
+        scope: DedupScope = DedupScope.NAMESPACE,
     ) -> None:
         self.store = store
+        self._scope = scope
+        self._uneven: dict[str, int] = {}
+        """The uneven partition counts last warned of."""
         self._changelog = changelog
         self._topics = {p.value: topic for p, topic in topics.items()}
         self._mover = mover
@@ -155,9 +166,11 @@ class Deduplicator:
             _log.warning("could not expire idempotency keys: %s", exc)
             records = ()
         for record in records:
-            where = self._where(record)
-            if where is not None:
-                self._mover.submit(where, -1, [self._record(record)], _ignore, move=False)
+            wheres = self._wheres(record)
+            if wheres:
+                self._mover.submit(
+                    wheres[0], -1, [self._record(record)], _ignore, move=False, elsewhere=wheres[1:]
+                )
         metrics.dedup_expired += len(records)
         size = getattr(self.store, "size", None)
         if isinstance(size, int):
@@ -166,17 +179,34 @@ class Deduplicator:
     def _record(self, record: ChangelogRecord) -> Record:
         return Record(self._changelog, record.value, record.key, None, record.partition)
 
-    def _where(self, record: ChangelogRecord) -> Where | None:
-        """The job partition whose key a changelog record is about."""
+    def _wheres(self, record: ChangelogRecord) -> list[Where]:
+        """The job partitions whose transaction may carry a changelog record of this worker's
+        (the first one owned does, see :meth:`.Mover.submit`): that of its key's priority, or
+        for a key of every priority (``*/<key>``) partition p of each topic consumed, as the
+        priority topics may not all have a partition p (the worker owns those that do
+        together)."""
         try:
             priority, _ = split_changelog_key(record.key)
         except ValueError:
-            return None
-        if priority == ANY_PRIORITY:  # any topic of the slot: the worker owns them together
-            priority = next(iter(self._topics), priority)
+            return []
+        partition = record.partition
+        if priority == ANY_PRIORITY:
+            return [(topic, partition) for topic in self._topics.values()]
         topic = self._topics.get(priority)
-        return (topic, record.partition) if topic is not None else None
+        return [(topic, partition)] if topic is not None else []
+
+    def partition_counts(self, counts: Mapping[str, int]) -> None:
+        """The consumed topics' partition counts, read again after each assignment change: under
+        the namespace scope, a warning when the priority topics do not all have as many."""
+        known = {t: counts[t] for t in self._topics.values() if t in counts}
+        if self._scope is not DedupScope.NAMESPACE or len(set(known.values())) < 2:
+            return
+        if known != self._uneven:
+            self._uneven = known
+            _log.warning(UNEVEN, ", ".join(f"{t}: {n}" for t, n in known.items()))
 
 
 def _ignore(done: bool) -> None:
-    """A tombstone whose partition was given up is the next owner's to write."""
+    """A tombstone no job partition of its number took: the slot was given up (its keys are
+    unloaded), and the tombstone is the next owner's to write, who restores the key and expires
+    it in turn (written here, in a later assignment, it could undo a newer record of the key)."""
