@@ -49,9 +49,13 @@ class DedupStore(Protocol):
 
     A store implements the semantics of the :mod:`pipeline._dedup` docstring, as
     :class:`DedupTable` does. Calls for one partition never overlap, and never come before its
-    load returned or after its unload; load and unload may come from another thread than the
-    other calls. A check that raises runs the job (at least once) and a settle that raises
-    leaves the key as it was; both are logged, neither fails the job's run.
+    load returned or after its unload (a partition given up while it loads is unloaded once
+    its load returned). Load runs on a helper thread of its own, one load at a time, while the
+    worker goes on calling unload (for other partitions) and check, settle and expire (on
+    other threads): a store's load must be safe beside them. A load that raises is tried
+    again after a wait that doubles, from 1 s up to 30 s; the worker does not wait for a load
+    still running when it stops. A check that raises runs the job (at least once) and a settle
+    that raises leaves the key as it was; both are logged, neither fails the job's run.
     """
 
     def load(self, partitions: Sequence[Where]) -> None: ...

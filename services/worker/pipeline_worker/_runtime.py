@@ -143,9 +143,10 @@ class Worker:
             return False, "the consumer is closed"
         silent = now - consumer.last_poll
         if consumer.reading_back:
-            # A restore of many keys holds the polls for up to its own timeout (then fails):
-            # that is no stuck consumer, and a probe that restarted it would restore again.
-            limit += self.settings.worker.dedup_restore_timeout_s + READ_MARKS_S
+            # Reading the commit marks of new partitions holds the polls for up to its own
+            # timeout (then fails): no stuck consumer. Their keys are restored on a helper
+            # thread, polls going on (intake/keyload.py).
+            limit += READ_MARKS_S
         if silent > limit:
             return False, f"the consumer has not polled for {silent:.0f}s"
         if now - self._loop_beat > limit:

@@ -1,7 +1,7 @@
 """What a worker process tells its orchestrator: ``/healthz`` while it reads back newly assigned
-partitions (a restore of many idempotency keys holds the consumer thread's polls for up to its
-own timeout, which is no stuck consumer: a probe that failed it then, after 15 s, had the worker
-restarted, to restore again), its exit code."""
+partitions (reading their commit marks holds the consumer thread's polls for up to its own
+timeout, which is no stuck consumer; their idempotency keys are restored on a helper thread,
+polls going on), its exit code."""
 
 from __future__ import annotations
 
@@ -36,11 +36,12 @@ def worker_whose_consumer(*, silent_s: float, reading_back: bool) -> Worker:
     [
         (10, False, True),
         (60, False, False),  # no poll for a minute: stuck
-        (60, True, True),  # a minute into a restore of keys
-        (200, True, False),  # past the restore's own timeout: stuck all the same
+        (20, True, True),  # reading commit marks (up to READ_MARKS_S)
+        (60, True, False),  # past that read's own timeout: stuck all the same; a restore of
+        # keys, however long, does not hold the polls
     ],
 )
-def test_a_consumer_reading_back_keys_is_healthy_until_the_restore_times_out(
+def test_a_consumer_reading_back_marks_is_healthy_until_the_read_times_out(
     silent_s: float, reading_back: bool, healthy: bool
 ) -> None:
     ok, why = worker_whose_consumer(silent_s=silent_s, reading_back=reading_back).healthy()
@@ -59,7 +60,7 @@ def test_the_consumer_thread_says_it_reads_back_while_it_does(
         seen.append(thread.reading_back)
         return []
 
-    thread.assignment = SimpleNamespace(pending=True, load=load)  # type: ignore[assignment]
+    thread.assignment = SimpleNamespace(due=lambda: True, load=load)  # type: ignore[assignment]
     thread._chores(time.monotonic(), idle=True)
     assert seen == [True]
     assert not thread.reading_back

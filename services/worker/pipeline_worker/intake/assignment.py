@@ -11,7 +11,10 @@ A partition fetches nothing until three things are done, on the consumer thread 
 its commit mark is read (offsets a previous owner finished or moved, which the loop skips, and
 whether that owner died: see :mod:`..recovery.poison`), its idempotency keys are restored, and
 our own mark is committed (``dirty``: an owner is running it) so that whoever comes after a
-crash of ours can tell. Whatever fails is tried again after the next poll.
+crash of ours can tell. Whatever fails is tried again after the next poll, but for a restore
+of keys: it runs on a helper thread (:mod:`.keyload`), the consumer thread polling and
+committing meanwhile, and a failed one is tried again after a wait that doubles. The partition
+stays paused until its keys are taken.
 
 A partition is paused in the rebalance callback, right after it is assigned, and yet librdkafka
 can deliver a few messages it fetched in between (seen under load: a job run before its keys
@@ -36,7 +39,7 @@ from pipeline._ratelog import RateLimitedLog
 
 from ..commit.marks import CommitMark
 from ..commit.offsetmap import Skips
-from ..route.changelog import ChangelogSetupError
+from .keyload import KeyLoad
 
 if TYPE_CHECKING:
     from .._work import PartitionState
@@ -49,8 +52,6 @@ READ_MARKS_S = 10.0
 
 _log = logging.getLogger("pipeline.worker.consumer")
 
-KEYS_RETRY_S = 1.0
-"""How long after a failed restore of idempotency keys the next one is tried."""
 SLOT_WAIT_WARN_S = 15.0
 """How long a partition may wait for the rest of its slot before the worker says so."""
 
@@ -74,12 +75,12 @@ class Assignment:
         self._states = states
         self._poison = poison
         self._mover = mover
-        self._dedup = dedup
+        self._keys = KeyLoad(dedup, self._owned) if dedup is not None else None
+        """Restores of idempotency keys, on a helper thread."""
         self._unmarked: list[PartitionState] = []
         """Assigned partitions, paused until their commit marks are read."""
         self._early: dict[PartitionState, list[Message]] = {}
         """Messages delivered for partitions of :attr:`_unmarked` (see :meth:`hold`)."""
-        self._keys_retry_at = 0.0
         self._errors = RateLimitedLog(_log, interval_s=10.0)
         self._flow = flow
         """Resumes partitions once read back (they stay paused while their map is held)."""
@@ -87,6 +88,29 @@ class Assignment:
     @property
     def pending(self) -> bool:
         return bool(self._unmarked)
+
+    def due(self) -> bool:
+        """Whether :meth:`load` has anything to do: partitions wait, and not only for a restore
+        of keys that runs or waits for its next try."""
+        keys = self._keys
+        if keys is not None and keys.ended:
+            return True  # to take, even for partitions given up since: they are unloaded then
+        return bool(self._unmarked) and (keys is None or keys.due(self._unmarked))
+
+    def unload(self, states: Sequence[PartitionState]) -> None:
+        """Unload the keys of ``states``, given up (once a restore running for them ended)."""
+        if self._keys is not None and states:
+            self._keys.unload(states)
+
+    def close(self) -> None:
+        """The consumer closes: a restore of keys still running is not waited for."""
+        if self._keys is not None:
+            self._keys.close()
+
+    def _owned(self, state: PartitionState) -> bool:
+        """Whether ``state`` is still its partition's assignment (not revoked, not assigned
+        anew)."""
+        return self._states.get((state.topic, state.partition)) is state
 
     def add(self, states: Sequence[PartitionState]) -> None:
         """Partitions just assigned (and paused) in a rebalance callback."""
@@ -111,11 +135,14 @@ class Assignment:
         """Read the marks and keys of the pending partitions, secure them, let them fetch
         (``resume`` False: intake has stopped, they stay paused). Returns the messages held
         for the partitions now read back (none if intake has stopped): to hand before any
-        other of theirs.
+        other of theirs. Their keys are restored on a helper thread: a call starts a restore,
+        a later one takes its keys (see :meth:`due`).
 
         A partition whose mark was read is never read again (it may be ours by then).
         """
-        states = [s for s in self._unmarked if (s.topic, s.partition) in self._states]
+        if self._keys is not None:
+            self._keys.collect()
+        states = [s for s in self._unmarked if self._owned(s)]
         for gone in [s for s in self._early if s not in states]:
             del self._early[gone]
         self._unmarked = []
@@ -123,6 +150,30 @@ class Assignment:
             states, self._unmarked = self._slots.split(states)
         if not states:
             return []
+        if not self._read_marks(states):
+            self._unmarked += states
+            return []
+        if self._keys is not None:
+            ready = self._keys.ready(states)
+            self._unmarked += [s for s in states if s not in ready]  # restored meanwhile
+            states = ready
+            if not states:
+                return []
+        if not self._poison.secure(states):
+            self._unmarked += states  # usually a rebalance in progress: after the next poll
+            return []
+        if self._keys is not None:
+            self._keys.done_with(states)
+        early = [m for s in states for m in self._early.pop(s, ())]
+        if not resume:
+            return []  # not run: their offsets are not committed, the next owner reads them
+        self._flow.admit(states)  # they fetch, but for those held for their map
+        # Delivered before the pause: handed even to a held partition, as what its buffer held
+        # when a hold began still runs.
+        return early
+
+    def _read_marks(self, states: list[PartitionState]) -> bool:
+        """Read the commit marks of those of ``states`` not read yet; False: try again later."""
         fresh = [s for s in states if not self._poison.planned(s)]
         try:
             if fresh:
@@ -134,38 +185,7 @@ class Assignment:
                     self._poison.plan(state, tp)
         except KafkaException as exc:
             self._errors.warning("marks", "could not read committed offsets, retrying: %s", exc)
-            self._unmarked += states
-            return []
-        if self._dedup is not None and not self._load_keys(self._dedup, states):
-            self._unmarked += states
-            return []
-        if not self._poison.secure(states):
-            self._unmarked += states  # usually a rebalance in progress: after the next poll
-            return []
-        early = [m for s in states for m in self._early.pop(s, ())]
-        if not resume:
-            return []  # not run: their offsets are not committed, the next owner reads them
-        self._flow.admit(states)  # they fetch, but for those held for their map
-        # Delivered before the pause: handed even to a held partition, as what its buffer held
-        # when a hold began still runs.
-        return early
-
-    def _load_keys(self, dedup: DedupStore, states: list[PartitionState]) -> bool:
-        """Restore the idempotency keys of newly assigned partitions; False: try again later."""
-        started = time.monotonic()
-        if started < self._keys_retry_at:
             return False
-        try:
-            dedup.load([(s.topic, s.partition) for s in states])
-        except ChangelogSetupError:
-            raise  # nothing to wait for: the worker stops and says what to create or allow
-        except Exception as exc:
-            _log.warning("could not restore the idempotency keys, retrying in 1s: %s", exc)
-            self._keys_retry_at = time.monotonic() + KEYS_RETRY_S
-            return False
-        seconds = time.monotonic() - started
-        if seconds >= 1.0:
-            _log.info("idempotency keys restored", extra={"seconds": round(seconds, 1)})
         return True
 
     def _read_mark(self, state: PartitionState, mark: CommitMark) -> None:

@@ -174,7 +174,6 @@ class ConsumerThread:
             committer=self._committer,
             poison=self._poison,
             mover=mover,
-            dedup=dedup,
             grace_s=worker.revoke_grace_s,
             txn_commit_after_s=worker.transaction_timeout_ms / 2000,
             incremental=incremental(conf),
@@ -188,8 +187,8 @@ class ConsumerThread:
         """Set by the loop when jobs are done: commit synchronously, close, exit."""
         self.last_poll = time.monotonic()
         self.reading_back = False
-        """Reading back newly assigned partitions (their commit marks, their idempotency keys:
-        up to ``dedup_restore_timeout_s``), which holds the thread's polls meanwhile."""
+        """Reading back newly assigned partitions on this thread (their commit marks: up to
+        ``READ_MARKS_S``), which holds its polls; not their keys' restore (a helper thread)."""
         self.member_id = ""
         """The consumer's group member id, as of its last chores ("": not joined yet); read by
         the heartbeats from the loop (``memberid()`` itself waits for this thread's poll)."""
@@ -243,6 +242,7 @@ class ConsumerThread:
             self._notify(self._side.on_consumer_failed, exc)
         finally:
             self.rebalance.closing = True
+            self.assignment.close()  # a restore of keys still running is not waited for
             close_clients(self._consumer, self._mover)
             self.done.set()
 
@@ -284,10 +284,10 @@ class ConsumerThread:
         committer = self._committer
         # Requests that block for their timeout while Kafka is unreachable wait for it.
         reachable = not self.health.down
-        if self.assignment.pending and reachable:
+        if reachable and self.assignment.due():
             # A restore of idempotency keys waits for every transaction open on the changelog
-            # partitions it reads (route/changelog.py): ours is committed first, and the load
-            # waits for the next poll while it cannot be (a rebalance in progress).
+            # partitions it reads (route/changelog.py): ours is committed before one starts
+            # (on a helper thread: polls and commits go on), else it waits for the next poll.
             if committer.in_transaction:
                 committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
             if not committer.in_transaction:

@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from confluent_kafka import Consumer, TopicPartition
 
     from pipeline import Priority
-    from pipeline._dedupstores import DedupStore
 
     from .._metrics import WorkerMetrics
     from ..commit.committer import Committer
@@ -58,7 +57,6 @@ class Rebalance:
         committer: Committer,
         poison: PoisonWatch,
         mover: Mover | None,
-        dedup: DedupStore | None,
         grace_s: float,
         txn_commit_after_s: float,
         incremental: bool,
@@ -75,7 +73,6 @@ class Rebalance:
         self._committer = committer
         self._poison = poison
         self._mover = mover
-        self._dedup = dedup
         self._grace_s = grace_s
         self._txn_commit_after_s = txn_commit_after_s
         """How old the moves' transaction may grow while a revocation waits before it is
@@ -228,5 +225,4 @@ class Rebalance:
     def _forget(self, states: list[PartitionState]) -> None:
         """Drop what the thread keeps of partitions that are not ours any more."""
         self._poison.forget(states)
-        if self._dedup is not None and states:
-            self._dedup.unload([(s.topic, s.partition) for s in states])
+        self.assignment.unload(states)

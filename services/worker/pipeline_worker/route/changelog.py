@@ -16,7 +16,10 @@ the last stable offset back until Kafka aborts it (its ``transaction_timeout_ms`
 the broker's ``transaction.abort.timed.out.transaction.cleanup.interval.ms``), while the next
 owner's committed records pile up behind it; a restore that stopped at the last stable offset
 would miss those, and after a second crash their keys would run again. The worker commits its
-own open transaction before a load (see ``intake.consumer``), so a restore never waits for it.
+own open transaction before a load starts (see ``intake.consumer``); the read runs on a helper
+thread (``intake.keyload``) while the worker goes on, and a transaction it opens meanwhile on
+a partition read (scope priority: a partition number it runs in another priority) holds the
+read back only until its next commit, ``commit_interval_s`` later.
 
 Load a partition after its committed offset has been read (a read_committed consumer's offset
 fetch waits for a pending transactional commit of it).
@@ -25,6 +28,7 @@ fetch waits for a pending transactional commit of it).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -89,6 +93,17 @@ class KafkaDedupStore(PartitionTables):
         Raises :class:`DedupRestoreTimeoutError` naming the partitions left unread, and
         :class:`DedupRestoreError` when Kafka refuses the read.
         """
+        restoring = self.restoring(partitions, timeout_s=timeout_s)
+        restoring.read()
+        restoring.install(partitions)
+
+    def restoring(
+        self, partitions: Sequence[Where], *, timeout_s: float | None = None
+    ) -> Restoring:
+        """:meth:`load` in steps, so that only the read runs on another thread (see
+        ``intake.keyload``): here, on the thread that loads and unloads, ``partitions`` whose
+        slot has a table already join it; :meth:`Restoring.read` reads the tables of the rest,
+        and :meth:`Restoring.install` makes them the store's, back on this thread."""
         # A partition whose slot has a table already shares it: that table is current (only
         # the owner of a slot writes its keys), and reading it again would forget the keys
         # its running jobs claimed.
@@ -107,23 +122,23 @@ class KafkaDedupStore(PartitionTables):
                 )
             else:
                 tables[where] = of_number[label]
-        if by_number:
-            timeout = self._timeout_s if timeout_s is None else timeout_s
-            user = self._conf.get("sasl.username")
-            restore = _Restore(self.changelog, by_number, timeout, self._clock, user=user)
-            log_end = self._consumer_factory({**self.restore_conf(), **_LOG_END})
-            try:
-                reader = self._consumer_factory(self.restore_conf())
-            except BaseException:
-                log_end.close()  # else its threads and connections stay, at every attempt
-                raise
-            restore.run(reader, log_end)
-        for where, table in tables.items():
-            self.install(where, table)
+        timeout = self._timeout_s if timeout_s is None else timeout_s
+        user = self._conf.get("sasl.username")
+        restore = _Restore(self.changelog, by_number, timeout, self._clock, user=user)
+        return Restoring(self, restore, tables)
 
     def unload(self, partitions: Sequence[Where]) -> None:
         for where in partitions:
             self.drop(where)
+
+    def restore_consumers(self) -> tuple[Consumer, Consumer]:
+        """A restore's reader, and the consumer that finds the ends it reads to."""
+        log_end = self._consumer_factory({**self.restore_conf(), **_LOG_END})
+        try:
+            return self._consumer_factory(self.restore_conf()), log_end
+        except BaseException:
+            log_end.close()  # else its threads and connections stay, at every attempt
+            raise
 
     def restore_conf(self) -> dict[str, Any]:
         """librdkafka options of the restore consumer: ``conf`` and what a restore needs."""
@@ -157,6 +172,30 @@ class KafkaDedupStore(PartitionTables):
         }
 
 
+class Restoring:
+    """A load of :class:`KafkaDedupStore` in steps (see :meth:`KafkaDedupStore.restoring`)."""
+
+    def __init__(self, store: KafkaDedupStore, restore: _Restore, tables: dict[Where, DedupTable]):
+        self._store = store
+        self._restore = restore
+        self._tables = tables
+
+    def read(self) -> None:
+        """Read the changelog into the new tables (any thread: it touches nothing shared)."""
+        if self._restore.by_number:
+            self._restore.run(*self._store.restore_consumers())
+
+    def install(self, partitions: Sequence[Where]) -> None:
+        """Make the tables read those of ``partitions`` (the others read are dropped)."""
+        for where, table in self._tables.items():
+            if where in partitions:
+                self._store.install(where, table)
+
+    def cancel(self) -> None:
+        """End a :meth:`read` under way soon (as timed out): its result is not wanted."""
+        self._restore.cancelled.set()
+
+
 class _Restore:
     """One restore: a consumer, a deadline, and the changelog partitions not read to their end."""
 
@@ -181,6 +220,7 @@ class _Restore:
         self.first_malformed = ""
         self.user = user
         """The SASL user reading, named when Kafka refuses it."""
+        self.cancelled = threading.Event()
 
     def run(self, consumer: Consumer, log_end: Consumer) -> None:
         """Read with ``consumer`` into the tables, to the ends ``log_end`` (a read_uncommitted
@@ -203,7 +243,7 @@ class _Restore:
             )
 
     def _remaining(self) -> float:
-        return self.deadline - time.monotonic()
+        return 0.0 if self.cancelled.is_set() else self.deadline - time.monotonic()
 
     def _read(self, consumer: Consumer) -> None:
         if not self.ends:
@@ -266,6 +306,9 @@ class _Restore:
             if self._remaining() <= 0:
                 self.ends = {p: -1 for p in self.by_number if p >= partition}
                 raise self._timed_out()
+            # An error without a leader comes back at once: no busy loop (on a helper thread
+            # it would take the GIL from the worker's others).
+            self.cancelled.wait(min(WATERMARK_PAUSE_S, self._remaining()))
 
     def _on_error(self, partition: int | None, offset: int | None, error: KafkaError) -> None:
         if error.code() == KafkaError._PARTITION_EOF and partition is not None:
@@ -314,6 +357,8 @@ _LOG_END = {"isolation.level": "read_uncommitted"}
 
 WATERMARK_TRY_S = 5.0
 """How long one watermark request may wait before it is asked again (within the deadline)."""
+WATERMARK_PAUSE_S = 0.1
+"""The pause between a failed watermark request and the next."""
 MISSING_GRACE_S = 3.0
 """How long a changelog partition may be unknown (fresh metadata) before it counts as missing."""
 
