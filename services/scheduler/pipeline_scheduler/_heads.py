@@ -3,9 +3,11 @@
 A message that waits is parked (:attr:`PartitionProgress.parked`, with every message of its
 partition read after it) and its partition is paused, for one of two reasons:
 
-- the partition holds as many jobs as a progress record may name
-  (:attr:`PartitionProgress.full`): the next leader would refuse a record naming more, and
-  release again what this one released. It waits until a held job is released;
+- the partition holds as many jobs as a progress record may name, or as many runs of them as
+  may fit in one message (:attr:`PartitionProgress.full`): the next leader would refuse a
+  record naming more, and release again what this one released; the producer refuses a record
+  larger than ``message.max.bytes``, and no transaction would commit. It waits until held jobs
+  are released;
 - it is the head of a wait tier and its tier's delay has not passed (:meth:`HeadWaits.wake_of`).
   Every later message of its partition is due later.
 """

@@ -14,17 +14,31 @@ Any writer can put anything on the topic, so :meth:`SavedProgress.decode` checks
 before it trusts it: offsets are integers of Kafka's range, the held offsets lie between the
 watermark and the position, and there are at most :data:`MAX_HELD` of them (runs are expanded
 in memory; a record saying "a trillion offsets held" must not be). The leader's own records
-stay within that bound: :attr:`PartitionProgress.full` says when a partition holds as many
-offsets as a record may name, and the leader reads no further in it until some are released.
+stay within that bound, and within the producer's ``message.max.bytes``: a record larger than
+that is refused as it is produced, which aborts the transaction, and every next term writes it
+again (nothing more of the namespace is committed). :attr:`PartitionProgress.full` says when a
+partition holds as many offsets as a record may name, or as many runs of them as may fit, and
+the leader reads no further in it until some are released.
+
+Releases split runs: released one by one out of offset order, a single run of ``n`` offsets
+becomes up to ``n / 2`` runs. So the size bound is on the *weight* ``held + runs``, which no
+release increases (a release takes one offset and adds at most one run) and which is at least
+twice the runs: a partition that stops holding at weight ``2k`` never has more than ``k`` runs,
+in whatever order its jobs fall due. :func:`record_size_bound` turns that into bytes. A new
+leader replaying a record holds a part of what it names, so its records stay within the bound
+the record was written with.
 """
 
 from __future__ import annotations
 
 import heapq
 import json
+import math
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+from pipeline._messagesize import LIBRDKAFKA_MESSAGE_MAX_BYTES, RECORD_OVERHEAD
 
 MAX_OFFSET = 2**63 - 1
 """Kafka's offsets are signed 64-bit integers."""
@@ -35,6 +49,33 @@ memory), so that its own records always read back."""
 RESUME_FRACTION = 0.9
 """A partition that reached the bound is read again once it holds this fraction of it: each pause
 drops what the consumer fetched ahead, so the leader does not pause at every release."""
+MAX_KEY_BYTES = 300
+"""Room for a record's key, ``offsets:<topic>:<partition>`` (a topic name has at most 249
+characters), where the key is not known."""
+_HEADER_BYTES = len('{"v":2,"w":,"p":,"r":[]}') + 2 * len(str(MAX_OFFSET))
+
+
+def record_room(
+    max_bytes: int = LIBRDKAFKA_MESSAGE_MAX_BYTES, key_bytes: int = MAX_KEY_BYTES
+) -> int:
+    """The most bytes a progress record's value may take, written with a key of ``key_bytes``
+    by a producer sending at most ``max_bytes`` (``message.max.bytes``): what the broker adds
+    to a record in a transaction is left out too (:data:`RECORD_OVERHEAD`)."""
+    return max_bytes - RECORD_OVERHEAD - key_bytes
+
+
+def record_size_bound(weight: int, span: int) -> int:
+    """The most bytes :meth:`SavedProgress.encode` takes for held offsets of ``weight``
+    (held + runs; see the module's doc) lying within ``span`` offsets above the watermark.
+
+    The record is ``2 * runs`` numbers (gaps and lengths) and a comma after each but the last,
+    and the numbers add up to at most ``span``. A number ``x`` has at most ``1 + log10(x + 1)``
+    digits and the logarithm is concave, so ``n`` of them have at most
+    ``n * (1 + log10((span + n) / n))`` digits, which grows with ``n``; ``n`` is at most
+    ``weight``."""
+    numbers = max(weight, 1)
+    runs_bytes = numbers * (2 + math.log10((max(span, 0) + numbers) / numbers))  # and commas
+    return _HEADER_BYTES + math.ceil(runs_bytes) + 1  # + 1: the rounding of the logarithm
 
 
 class BadProgressError(ValueError):
@@ -128,20 +169,23 @@ class PartitionProgress:
     """Held offsets, parked messages and the position of one source partition.
 
     It holds at most ``max_held`` offsets (:data:`MAX_HELD`, the bound the records are read
-    back with): the leader routes nothing more of the partition while it is :attr:`full`, and
-    fetches again once it :attr:`may_resume`.
+    back with), and no more than its record, of at most ``room`` bytes (:func:`record_room`),
+    may name in whatever order they are released: the leader routes nothing more of the
+    partition while it is :attr:`full`, and fetches again once it :attr:`may_resume`.
     """
 
     __slots__ = (
         "_held",
         "_lowest",
         "_resume_at",
+        "_runs",
         "dirty",
         "max_held",
         "parked",
         "position",
         "replay_held",
         "replay_until",
+        "room",
     )
 
     def __init__(
@@ -149,11 +193,15 @@ class PartitionProgress:
         committed: int | None = None,
         saved: SavedProgress | None = None,
         max_held: int = MAX_HELD,
+        room: int | None = None,
     ) -> None:
         self.max_held = max_held
         self._resume_at = int(max_held * RESUME_FRACTION)
+        self.room = record_room() if room is None else room
         self.position: int | None = committed
         self._held: set[int] = set()
+        self._runs = 0
+        """Runs of consecutive offsets in ``_held``, kept as offsets are held and released."""
         self._lowest: list[int] = []
         # Messages read before they may be routed (the head of a wait tier before it may leave
         # it, or anything while the partition is full); the partition is paused.
@@ -180,11 +228,18 @@ class PartitionProgress:
         self.dirty = True
 
     def hold(self, offset: int) -> None:
-        self._held.add(offset)
+        held = self._held
+        if offset in held:
+            return
+        self._runs += 1 - ((offset - 1) in held) - ((offset + 1) in held)
+        held.add(offset)
         heapq.heappush(self._lowest, offset)
 
     def release(self, offset: int) -> None:
-        self._held.discard(offset)
+        held = self._held
+        if offset in held:
+            held.remove(offset)
+            self._runs -= 1 - ((offset - 1) in held) - ((offset + 1) in held)
         self.dirty = True
 
     @property
@@ -192,14 +247,31 @@ class PartitionProgress:
         return len(self._held)
 
     @property
+    def runs(self) -> int:
+        """Runs of consecutive held offsets (what the record's size grows with)."""
+        return self._runs
+
+    @property
     def full(self) -> bool:
-        """Whether it holds as many offsets as a record may name: the next message waits."""
-        return len(self._held) >= self.max_held
+        """Whether it holds as many offsets as a record may name, or routing one more message
+        (held, and one offset further) could let a record outgrow :attr:`room` once releases
+        split the runs: the next message waits."""
+        return len(self._held) >= self.max_held or self._next_size() > self.room
 
     @property
     def may_resume(self) -> bool:
-        """Whether a partition paused while full may fetch again (see :data:`RESUME_FRACTION`)."""
-        return len(self._held) <= self._resume_at
+        """Whether a partition paused while full may fetch again: it holds
+        :data:`RESUME_FRACTION` of the bound, and its record may take that fraction of
+        :attr:`room`."""
+        return (
+            len(self._held) <= self._resume_at and self._next_size() <= self.room * RESUME_FRACTION
+        )
+
+    def _next_size(self) -> int:
+        """The bound of the record's size once one more message is routed and held."""
+        watermark = self.watermark
+        span = 0 if watermark is None or self.position is None else self.position - watermark
+        return record_size_bound(len(self._held) + self._runs + 2, span + 1)
 
     @property
     def watermark(self) -> int | None:

@@ -39,7 +39,7 @@ from ._firing import CronFiring
 from ._heads import HeadWaits
 from ._metrics import SchedulerMetrics
 from ._partitions import PartitionWatch, term_partitions
-from ._progress import MAX_HELD, PartitionProgress
+from ._progress import MAX_HELD, PartitionProgress, SavedProgress, record_room
 from ._routing import HOLD, RELEASE, Router
 from ._state import load_state, progress_key
 from ._txn import leader_transactions
@@ -153,7 +153,7 @@ class LeaderSession:
             # transaction is at least as recent, and everything below its watermark is done.
             if saved is not None and (committed is None or saved.watermark >= committed):
                 committed = saved.watermark
-            self.progress[where] = PartitionProgress(committed, saved, self._max_held)
+            self.progress[where] = self.new_progress(where, committed, saved)
             start = committed if committed is not None else OFFSET_BEGINNING
             assignment.append(TopicPartition(tp.topic, tp.partition, start))
         schedules = [
@@ -175,6 +175,14 @@ class LeaderSession:
             "leading",
             extra={"partitions": len(assignment), "saved_progress": len(state.progress)},
         )
+
+    def new_progress(
+        self, where: Where, committed: int | None = None, saved: SavedProgress | None = None
+    ) -> PartitionProgress:
+        """The progress of source partition ``where`` at the start of the term: its record must
+        fit in a message of the leader's producer, with its key."""
+        room = record_room(message_max_bytes(self.settings), len(progress_key(*where)))
+        return PartitionProgress(committed, saved, self._max_held, room)
 
     def close(self) -> None:
         """End the term: abort an open transaction, drop what memory holds."""
@@ -251,10 +259,12 @@ class LeaderSession:
     def _pause(self, where: Where, progress: PartitionProgress) -> None:
         if progress.full:
             _log.warning(
-                "%s [%d] holds %d jobs, as many as a progress record may name: reading it is "
-                "paused until some are released",
+                "%s [%d] holds %d jobs in %d runs, as many as a progress record may name "
+                "(or as may fit in message.max.bytes): reading it is paused until some are "
+                "released",
                 *where,
                 progress.held_count,
+                progress.runs,
             )
         assert self._consumer is not None
         self._consumer.pause([TopicPartition(*where)])
