@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from functools import partial
+from time import monotonic
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
@@ -47,7 +48,7 @@ from ._txn import leader_transactions
 _log = logging.getLogger("pipeline.scheduler")
 
 Where = tuple[str, int]
-OFFSETS_INTERVAL_MS = 1000
+OFFSETS_INTERVAL_S = 1.0
 
 
 class LeaderSession:
@@ -109,7 +110,7 @@ class LeaderSession:
         self._consumer: Consumer | None = None
         self._watch: PartitionWatch | None = None
         self._unsent: dict[Where, int] = {}
-        self._offsets_sent_ms = 0
+        self._offsets_sent = float("-inf")  # monotonic: a wall clock step delays nothing
 
     # --- start and stop --------------------------------------------------------------------
 
@@ -179,8 +180,7 @@ class LeaderSession:
     def new_progress(
         self, where: Where, committed: int | None = None, saved: SavedProgress | None = None
     ) -> PartitionProgress:
-        """The progress of source partition ``where`` at the start of the term: its record must
-        fit in a message of the leader's producer, with its key."""
+        """Partition ``where``'s progress; its record must fit in one message, with its key."""
         room = record_room(message_max_bytes(self.settings), len(progress_key(*where)))
         return PartitionProgress(committed, saved, self._max_held, room)
 
@@ -357,7 +357,7 @@ class LeaderSession:
         _log.warning("undecodable deferred message dead-lettered", extra={"reason": exc.reason})
 
     def _commit(self) -> None:
-        now = now_ms()
+        now = monotonic()
         if not self.txn.open:
             if not self._offsets_due(now):
                 return
@@ -381,7 +381,7 @@ class LeaderSession:
         if self._offsets_due(now):
             offsets = [TopicPartition(t, p, w) for (t, p), w in self._unsent.items()]
             self._unsent.clear()
-            self._offsets_sent_ms = now
+            self._offsets_sent = now
         assert self._consumer is not None
         self.txn.commit(offsets, self._consumer.consumer_group_metadata())
         for progress in self.progress.values():
@@ -389,9 +389,9 @@ class LeaderSession:
         self.metrics.transactions.inc()
         self._tally.committed()
 
-    def _offsets_due(self, now: int) -> bool:
-        """Whether offsets wait to be sent and the last were sent long enough ago."""
-        return bool(self._unsent) and now - self._offsets_sent_ms >= OFFSETS_INTERVAL_MS
+    def _offsets_due(self, now: float) -> bool:
+        """Whether offsets wait and the last were sent long enough ago (by ``monotonic()``)."""
+        return bool(self._unsent) and now - self._offsets_sent >= OFFSETS_INTERVAL_S
 
     # --- read-outs -------------------------------------------------------------------------
 
