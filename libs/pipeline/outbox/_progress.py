@@ -27,9 +27,11 @@ of trying again every few seconds for ever; an outage or a timeout is tried agai
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -37,7 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from .._errors import ConfigurationError
 from .._settings import Settings
 from .._topiccheck import missing_topics
-from ._dialect import OutboxRow
+from ._dialect import Dialect, OutboxRow
 
 __all__ = [
     "MARK",
@@ -48,7 +50,10 @@ __all__ = [
     "decode_ids",
     "encode_ids",
     "progress_topic",
+    "still_there",
 ]
+
+_log = logging.getLogger("pipeline.outbox")
 
 MARK = "outbox-relay/2:"
 """What a progress record starts with (the format's version)."""
@@ -84,6 +89,34 @@ def batch_digest(rows: Iterable[tuple[int, str]]) -> str:
     """A digest of (id, job id) pairs in id order: the same rows give the same digest."""
     text = "".join(f"{row_id} {job_id}\n" for row_id, job_id in rows)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def still_there(connection: Any, dialect: Dialect, table: str, batch: CommittedBatch) -> list[int]:
+    """The ids of ``batch`` to delete from ``table``: all of them if its rows are all still
+    there, holding the jobs it published; none otherwise (deleted already, or other rows under
+    the same ids: a restored database, another database writing to the same progress topic)."""
+    ids = batch.ids
+    if not ids or batch.digest is None:
+        return ids  # a record of the first format: ids alone
+    wanted = set(ids)
+    cursor = connection.cursor()
+    try:
+        cursor.execute(dialect.jobs_between(table), (ids[0], ids[-1]))
+        found = [(row[0], row[1]) for row in cursor.fetchall() if row[0] in wanted]
+    finally:
+        cursor.close()
+    connection.commit()
+    if found and (len(found) != len(ids) or batch_digest(found) != batch.digest):
+        _log.warning(
+            "rows with the ids of the last batch Kafka committed (%d to %d) are in %s, but "
+            "not the rows it held (a database restored from a backup, or another one whose "
+            "relay uses the same table name in this namespace?): left to be published",
+            ids[0],
+            ids[-1],
+            table,
+        )
+        return []
+    return ids if found else []
 
 
 def encode_ids(ids: list[int]) -> str:

@@ -23,8 +23,10 @@ the last committed record is read back as at takeover: a commit that timed out i
 have gone through, and its rows are then deleted rather than published again. A row
 for a topic Kafka does not have waits, with the rows after it, until the topic exists, and a
 row whose topic name Kafka refuses waits until it is fixed or deleted (:mod:`._topicgate`), as
-does a row whose columns have the wrong types (:mod:`._typegate`); while the database does not
-answer, the relay gives up being active and tries again as a standby.
+do a row whose columns have the wrong types (:mod:`._typegate`), one larger than the producer
+sends (:mod:`._sizegate`) and one Kafka refuses at the commit, found by publishing its batch
+again in halves (:mod:`._refusalgate`); while the database does not answer, the relay gives up
+being active and tries again as a standby.
 """
 
 from __future__ import annotations
@@ -60,12 +62,10 @@ from ._dialect import (
     connect_to_read,
     wal_on,
 )
+from ._gates import Gates
 from ._lock import RelayLock, lock_for
-from ._progress import MAX_IDS, CommittedBatch, RelayProgress, batch_digest, progress_topic
-from ._sizegate import SizeGate
+from ._progress import MAX_IDS, CommittedBatch, RelayProgress, progress_topic, still_there
 from ._stall import StallWatch, saying_kafka_is_away
-from ._topicgate import TopicGate
-from ._typegate import TypeGate
 from ._writer import create_table
 
 __all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
@@ -77,8 +77,6 @@ _CLIENT = "outbox relay"
 """The relay's producer, in the health tracker's lines."""
 _AWAY_LOG_S = 30.0
 """How often a relay waiting for the database or Kafka to answer says so."""
-_Gates = tuple[TypeGate, TopicGate, SizeGate]
-"""What holds a batch's rows from its first that may not go out yet, in the order they ask."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,11 +207,7 @@ class OutboxRelay:
                 return
             self.active.set()
             health = BrokerHealth.of(settings.bootstrap_servers)
-            gates = (
-                TypeGate(options.table),
-                TopicGate(options.table, producer),
-                SizeGate(options.table, message_max_bytes(settings)),
-            )
+            gates = Gates(options.table, producer, message_max_bytes(settings))
             checked = time.monotonic()
             wal = dialect is not SQLITE or wal_on(connection)
             while not stop.is_set():
@@ -226,17 +220,12 @@ class OutboxRelay:
                 txn.producer.poll(0)  # serves librdkafka's callbacks: its errors, health lines
                 if not (rows := self._next_rows(connection, dialect, gates, stop)):
                     continue
-                if not self._publish(txn, rows, progress, stall):
-                    try:
-                        stop.wait(options.retry_s)
-                        # A commit whose answer never came may have committed: its outcome is
-                        # learnt, then what Kafka has is read back (and its rows deleted)
-                        # before the rows go out again. The batch waits for Kafka until then.
-                        settled = self._settle(txn, stop)
-                        recovered = settled and self._recover(connection, dialect, progress, stop)
-                    finally:
-                        stall.end()
-                    if not recovered:
+                if (failed := self._publish(txn, rows, progress, stall)) is not None:
+                    if not self._not_taken(
+                        txn, gates, rows, failed,
+                        connection=connection, dialect=dialect, progress=progress,
+                        stall=stall, stop=stop,
+                    ):  # fmt: skip
                         return  # stopped
                     continue
                 health.reachable(_CLIENT)  # Kafka took a batch: an outage it logged is over
@@ -251,7 +240,7 @@ class OutboxRelay:
             connection.close()
 
     def _next_rows(
-        self, connection: Any, dialect: Dialect, gates: _Gates, stop: threading.Event
+        self, connection: Any, dialect: Dialect, gates: Gates, stop: threading.Event
     ) -> list[OutboxRow]:
         """The next batch up to its first row that waits (each gate logs why); none, after a
         pause: the table is empty, or its first row waits."""
@@ -262,13 +251,42 @@ class OutboxRelay:
         if not batch and batch.malformed is None:
             stop.wait(options.poll_interval_s)
             return []
-        types, topics, sizes = gates
-        rows = batch[: types.passable(batch)]
-        rows = rows[: topics.passable(rows)]
-        rows = rows[: sizes.passable(rows)]
-        if not rows:  # the first row is malformed, its topic invalid or missing, or too large
+        if not (rows := gates.passable(batch)):  # its first row is held (see ._gates)
             stop.wait(options.retry_s)
         return rows
+
+    def _not_taken(
+        self,
+        txn: Transactions,
+        gates: Gates,
+        rows: list[OutboxRow],
+        failed: Exception,
+        *,
+        connection: Any,
+        dialect: Dialect,
+        progress: RelayProgress,
+        stall: StallWatch,
+        stop: threading.Event,
+    ) -> bool:
+        """After Kafka did not take ``rows`` (``failed``): at once if it refused them (smaller
+        batches find the row it refuses: :mod:`._gates`), else once Kafka answers again and the
+        last batch it committed was read back. False: stopped first."""
+        try:
+            if gates.not_taken(rows, failed):
+                return True
+            _log.warning(
+                "Kafka did not take %d outbox rows from id %d (%s); they stay in %s, "
+                "retrying in %gs",
+                len(rows), rows[0][0], failed, self.options.table, self.options.retry_s,
+            )  # fmt: skip
+            stop.wait(self.options.retry_s)
+            # A commit whose answer never came may have committed: its outcome is learnt, then
+            # what Kafka has is read back (and its rows deleted) before the rows go out again.
+            # The batch waits for Kafka until then.
+            settled = self._settle(txn, stop)
+            return settled and self._recover(connection, dialect, progress, stop)
+        finally:
+            stall.end()
 
     def _settle(self, txn: Transactions, stop: threading.Event) -> bool:
         """Learn the outcome of a commit Kafka did not confirm (:attr:`Transactions.committing`)
@@ -313,7 +331,7 @@ class OutboxRelay:
                     self.options.table, progress.topic, exc,
                 )  # fmt: skip
                 batch = CommittedBatch([], None)
-            ids = self._still_there(connection, dialect, batch)
+            ids = still_there(connection, dialect, self.options.table, batch)
             deleted = self._delete(connection, dialect, ids) if ids else 0
             if deleted:
                 _log.warning(
@@ -328,33 +346,6 @@ class OutboxRelay:
             return True
         return False
 
-    def _still_there(self, connection: Any, dialect: Dialect, batch: CommittedBatch) -> list[int]:
-        """The ids of ``batch`` to delete: all of them if its rows are all still in the table,
-        holding the jobs it published; none otherwise (deleted already, or other rows under the
-        same ids: a restored database, another database writing to the same progress topic)."""
-        ids = batch.ids
-        if not ids or batch.digest is None:
-            return ids  # a record of the first format: ids alone
-        wanted = set(ids)
-        cursor = connection.cursor()
-        try:
-            cursor.execute(dialect.jobs_between(self.options.table), (ids[0], ids[-1]))
-            found = [(row[0], row[1]) for row in cursor.fetchall() if row[0] in wanted]
-        finally:
-            cursor.close()
-        connection.commit()
-        if found and (len(found) != len(ids) or batch_digest(found) != batch.digest):
-            _log.warning(
-                "rows with the ids of the last batch Kafka committed (%d to %d) are in %s, but "
-                "not the rows it held (a database restored from a backup, or another one whose "
-                "relay uses the same table name in this namespace?): left to be published",
-                ids[0],
-                ids[-1],
-                self.options.table,
-            )
-            return []
-        return ids if found else []
-
     def _delete(self, connection: Any, dialect: Dialect, ids: list[int]) -> int:
         """Delete rows ``ids`` and commit; how many there were."""
         cursor = connection.cursor()
@@ -367,10 +358,10 @@ class OutboxRelay:
 
     def _publish(
         self, txn: Transactions, rows: list[OutboxRow], progress: RelayProgress, stall: StallWatch
-    ) -> bool:
-        """One Kafka transaction with ``rows`` in order, then the record of their ids;
-        False: Kafka did not take it (logged). ``stall`` says when Kafka holds it up, and
-        still watches the batch when Kafka did not take it (the caller ends the watch)."""
+    ) -> KafkaUnavailableError | TransactionAbortedError | None:
+        """One Kafka transaction with ``rows`` in order, then the record of their ids; the
+        error when Kafka did not take it (None: taken). ``stall`` says when Kafka holds it up,
+        and still watches the batch when Kafka did not take it (the caller ends the watch)."""
 
         def write(txn: Transactions) -> None:
             for _, topic, key, value, _job_id in rows:
@@ -381,18 +372,9 @@ class OutboxRelay:
         try:
             txn.run(write)
         except (KafkaUnavailableError, TransactionAbortedError) as exc:
-            _log.warning(
-                "Kafka did not take %d outbox rows from id %d (%s); they stay in %s, "
-                "retrying in %gs",
-                len(rows),
-                rows[0][0],
-                exc,
-                self.options.table,
-                self.options.retry_s,
-            )
-            return False
+            return exc
         stall.end()
-        return True
+        return None
 
     def _producer(self) -> Producer:
         settings = self.settings

@@ -3,7 +3,8 @@
 librdkafka fails a message to a topic it cannot find only after ``message.timeout.ms`` or its
 metadata wait, inside the batch's transaction, which Kafka then aborts whole: the relay would
 retry the same batch every half minute, with lines about aborted transactions. So before a
-batch goes out its topics are looked up (each once; a topic found is not asked about again).
+batch goes out its topics are looked up (each once; a topic found is not asked about again,
+until a batch that holds it is one Kafka did not take: the topic may have been deleted).
 The rows before the first one of a missing topic are published; that row and every row after
 it wait in the table, in id order, until the topic exists (``pipeline topics apply`` creates a
 namespace's topics). Rows are never skipped: a row's position is its job's order.
@@ -100,6 +101,10 @@ class TopicGate:
             else "the topic exists (`pipeline topics apply` creates a namespace's topics)",
         )
         return index
+
+    def forget(self, topics: set[str]) -> None:
+        """Look ``topics`` up again before their next rows go (a batch that held them failed)."""
+        self._known -= topics
 
 
 def _shown(topic: str) -> str:

@@ -7,7 +7,9 @@ when Kafka was down while the jobs were committed.
 
 from __future__ import annotations
 
+import base64
 import logging
+import os
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from pipeline import Pipeline, Settings
 from pipeline._admin import apply_topics
@@ -326,3 +329,34 @@ def test_a_row_larger_than_the_relay_sends_waits_in_order_without_restarting_the
     assert [codec.decode(r.value() or b"").id for r in read_topic(settings, topic)] == [first]
     assert caplog.text.count("active: publishing") == 1  # it stayed active, waiting
     assert "message.max.bytes" in caplog.text
+
+
+def test_the_rows_before_a_row_kafka_refuses_at_the_commit_go_and_it_waits_named(
+    sqlite_dsn: str, settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The topic takes smaller messages than the relay's producer sends (a user who raised the
+    # producer's message.max.bytes): the relay's gates pass the row, Kafka refuses it at the
+    # commit. Its batch used to be sent again for ever, nothing of it published.
+    topic = f"{settings.namespace}.jobs.default"
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
+    small = NewTopic(topic, 1, 1, config={"max.message.bytes": "2000"})
+    admin.create_topics([small], operation_timeout=30)[topic].result()
+    connection, _ = connect(sqlite_dsn)
+    try:
+        create_table(connection)
+        outbox = Pipeline(settings).outbox(connection)
+        first = outbox.enqueue_many("noop", [{"n": 1}, {"n": 2}])  # ids 1, 2
+        # id 3: random, so that the producer's compression does not make it small enough
+        outbox.enqueue("noop", {"blob": base64.b64encode(os.urandom(5000)).decode()})
+        outbox.enqueue("noop", {"n": 4})  # id 4
+        connection.commit()
+    finally:
+        connection.close()
+    codec = Pipeline(settings).codec
+    relay = OutboxRelay(settings, sqlite_dsn, RelayOptions(retry_s=0.1))
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"), relay_in_thread(relay):
+        assert wait_for(lambda: "outbox row 3 is a job for" in caplog.text, RELAY_TIMEOUT_S)
+        assert pending(sqlite_dsn) == 2
+    assert [codec.decode(r.value() or b"").id for r in read_topic(settings, topic)] == first
+    assert "Message size too large" in caplog.text  # Kafka's reason, on the row's line
+    assert caplog.text.count("active: publishing") == 1  # it stayed active, waiting
