@@ -46,6 +46,10 @@ KEEPALIVES = Keepalives(idle=10, interval=5, count=4)
 end takes the DSN's own keepalive options instead where it sets them."""
 _USER_TIMEOUT_MS = 30_000
 """The same bound while data sent waits for an acknowledgement (keepalives do not probe then)."""
+_USER_TIMEOUT_SINCE = 120_000
+"""The first server version (``server_version_num``) that has ``tcp_user_timeout``: 12. An
+older one refuses to set it (an unrecognized parameter), which kept the relay from ever taking
+its lock; there the keepalives alone bound a vanished host's session."""
 
 
 class RelayLock(Protocol):
@@ -120,7 +124,8 @@ class AdvisoryLock:
             k = KEEPALIVES
             for name, value in (("idle", k.idle), ("interval", k.interval), ("count", k.count)):
                 connection.execute(f"SET tcp_keepalives_{name} = {int(value)}")
-            connection.execute(f"SET tcp_user_timeout = {_USER_TIMEOUT_MS}")
+            if connection.info.server_version >= _USER_TIMEOUT_SINCE:
+                connection.execute(f"SET tcp_user_timeout = {_USER_TIMEOUT_MS}")
         except BaseException:
             connection.close()
             raise
