@@ -1,15 +1,19 @@
-"""What ``pipeline dlq`` prints of dead letters whose texts hold unusual characters."""
+"""What ``pipeline dlq``, ``pipeline jobs show`` and ``pipeline events tail`` print of dead
+letters and events whose texts hold unusual characters."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 import pytest
+from click.testing import CliRunner
 
 from pipeline._deadletters import DeadLetterSnapshot, LetterState, LetterStatus, StoredLetter
 from pipeline._deadletters import dlq_stats as stats_of
+from pipeline._eventlog import JobHistory
 from pipeline._job import AttemptError, Job
-from pipeline._records import DeadLetter
+from pipeline._records import DeadLetter, Event
+from pipeline_cli import _jobs
 from pipeline_cli._dlqrender import letter_json, print_stats, row, show_lines
 
 NOW = 1_767_225_600_000
@@ -130,3 +134,42 @@ def test_a_payload_nested_deeper_than_json_reads_is_shown_as_base64() -> None:
     shown = letter_json(stored)
     assert shown["job"]["payload_format"] == "base64"
     assert show_lines(stored)
+
+
+def nasty_event() -> Event:
+    return Event(
+        job_id="job-1",
+        job_type=f"email{ESC}[31m.send",
+        kind="progress",
+        attempt=1,
+        priority="default",
+        at=NOW,
+        detail=f"step {NASTY}",
+        worker=f"w{ESC}c",
+    )
+
+
+NOWHERE = ["--bootstrap-servers", "127.0.0.1:1"]
+
+
+def test_jobs_show_prints_no_control_character(monkeypatch: pytest.MonkeyPatch) -> None:
+    history = JobHistory("job-1", [nasty_event()], [nasty_letter()], 1)
+    monkeypatch.setattr(_jobs, "job_history", lambda settings, job_id, timeout: history)
+    result = CliRunner().invoke(_jobs.jobs, ["show", "job-1", *NOWHERE])
+    assert result.exit_code == 0, result.output
+    assert unprintable(result.output.splitlines()) == []
+    assert "email\\x1b[31m.send" in result.output
+    assert "step \\x1b]0;owned\\x07\\x1b[2J hidden\\u202e" in result.output  # the detail
+    assert "invalid address \\x1b]0;owned\\x07" in result.output  # the dead letter's error
+    # --json stays whole: a JSON reader gets the texts as they were written
+    result = CliRunner().invoke(_jobs.jobs, ["show", "job-1", "--json", *NOWHERE])
+    assert "email\\u001b[31m.send" in result.output
+
+
+def test_events_tail_prints_no_control_character(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_jobs, "follow_events", lambda *args, **kwargs: iter([nasty_event()]))
+    result = CliRunner().invoke(_jobs.events, ["tail", *NOWHERE])
+    assert result.exit_code == 0, result.output
+    assert unprintable(result.output.splitlines()) == []
+    assert "email\\x1b[31m.send" in result.output
+    assert "w\\x1bc" in result.output

@@ -17,7 +17,7 @@ from pipeline._eventlog import EventFilter, follow_events, job_history
 from pipeline._human import event_detail, when
 from pipeline._records import EventKind
 
-from ._dlqrender import letter_json
+from ._dlqrender import letter_json, shown
 from ._output import (
     INTERVAL_MAX_S,
     Seconds,
@@ -50,7 +50,9 @@ def _event_json(event: Event) -> dict[str, Any]:
 
 
 def _event_row(event: Event) -> list[object]:
-    return [
+    """An event's cells for the terminal, each :func:`shown` (a handler writes the detail, a
+    producer the job type)."""
+    cells: list[object] = [
         when(event.at),
         event.kind,
         event.job_id,
@@ -60,6 +62,7 @@ def _event_row(event: Event) -> list[object]:
         event.worker,
         event_detail(event),
     ]
+    return [shown(cell) for cell in cells]
 
 
 @click.group()
@@ -95,7 +98,7 @@ def show(job_id: str, timeout: float, as_json: bool, settings: Settings) -> None
             }
         )
     else:
-        click.echo(f"job {job_id}: {history.state}")
+        click.echo(str(shown(f"job {job_id}: {history.state}")))
         if history.events:
             click.echo()
             print_table(
@@ -104,11 +107,12 @@ def show(job_id: str, timeout: float, as_json: bool, settings: Settings) -> None
             )
         for stored in history.letters:
             letter = stored.letter
-            click.echo(
-                f"\ndead letter {letter.id} ({stored.status.value}): {letter.reason}, "
+            line = (
+                f"dead letter {letter.id} ({stored.status.value}): {letter.reason}, "
                 f"{letter.error_class or ''}: {letter.message} at {when(letter.dead_at)}; "
                 f"`pipeline dlq show {letter.id}` for more"
             )
+            click.echo(f"\n{shown(line)}")
     if not history.found:
         raise _not_found(job_id, history.scanned, settings)
 
@@ -183,7 +187,7 @@ def tail(
       pipeline events tail --job 0194... --from-beginning --until-idle 2
     """
     event_filter = EventFilter(types=types, kinds=kinds, job_ids=job_ids)
-    shown = 0
+    count = 0
     width_header = False
     try:
         with cli_errors():
@@ -201,8 +205,8 @@ def tail(
                         click.echo(_tail_line([c.upper() for c in EVENT_COLUMNS]))
                         width_header = True
                     click.echo(_tail_line(_event_row(event)))
-                shown += 1
-                if max_events is not None and shown >= max_events:
+                count += 1
+                if max_events is not None and count >= max_events:
                     return
     except KeyboardInterrupt:
         return
