@@ -84,9 +84,18 @@ def _check_brokers(plans: Iterable[TopicPlan], brokers: int) -> None:
             )
 
 
-def apply_topics(settings: Settings, *, dry_run: bool = False, timeout: float = 30) -> ApplyReport:
+def apply_topics(
+    settings: Settings,
+    *,
+    dry_run: bool = False,
+    timeout: float = 30,
+    allow_retention_decrease: bool = False,
+) -> ApplyReport:
     """Create missing topics, grow partitions and set managed configs, and the group configs
     of the workers' groups under the consumer group protocol; return what changed.
+
+    A ``retention.ms`` shorter than a topic has is a warning and left as it is (Kafka would
+    delete the jobs or dead letters older than it), unless ``allow_retention_decrease``.
 
     With ``dry_run`` the broker validates every change (``validate_only``) and nothing changes.
     ``timeout`` bounds the whole operation, including the wait until new partitions have
@@ -96,7 +105,10 @@ def apply_topics(settings: Settings, *, dry_run: bool = False, timeout: float = 
     session = AdminSession(settings, timeout)
     metadata = session.metadata()
     observed = session.observe(metadata, specs)
-    plans = [plan_topic(spec, observed.get(spec.name)) for spec in specs]
+    plans = [
+        plan_topic(spec, observed.get(spec.name), allow_retention_decrease=allow_retention_decrease)
+        for spec in specs
+    ]
     _check_brokers(plans, len(metadata.brokers))
 
     to_create = [p.spec for p in plans if p.create]

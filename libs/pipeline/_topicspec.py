@@ -35,6 +35,7 @@ __all__ = [
 HOUR_MS = 3600 * 1000
 DAY_MS = 24 * HOUR_MS
 MIN_INSYNC = "min.insync.replicas"
+RETENTION = "retention.ms"
 GROUP_ROW = "group "
 """How a consumer group's row of an apply is named: ``group <id>`` (see ``_groupadmin``)."""
 
@@ -210,8 +211,22 @@ def _same_value(current: str | None, wanted: str) -> bool:
         return current.strip() == wanted.strip()
 
 
-def plan_topic(spec: TopicSpec, observed: ObservedTopic | None) -> TopicPlan:
-    """Compare a spec with the observed topic (``None``: it does not exist)."""
+def _shortens(current: str | None, wanted: str) -> bool:
+    """Whether setting ``retention.ms`` from ``current`` to ``wanted`` shortens it (-1 is
+    forever): Kafka then deletes the records older than the new retention."""
+    try:
+        now, then = int(current or ""), int(wanted)
+    except ValueError:
+        return False
+    return then >= 0 and (now < 0 or then < now)
+
+
+def plan_topic(
+    spec: TopicSpec, observed: ObservedTopic | None, *, allow_retention_decrease: bool = False
+) -> TopicPlan:
+    """Compare a spec with the observed topic (``None``: it does not exist). A shorter
+    ``retention.ms`` than the topic has is left, with a warning, unless
+    ``allow_retention_decrease``: it would delete the jobs or dead letters older than it."""
     name = spec.name
     if observed is None:
         detail = (
@@ -247,6 +262,14 @@ def plan_topic(spec: TopicSpec, observed: ObservedTopic | None) -> TopicPlan:
                 f"{MIN_INSYNC} {wanted} exceeds the replication factor "
                 f"{observed.replication_factor}, which would block every acks=all write; "
                 f"left at {current}"
+            )
+            changes.append(Change(name, ChangeAction.WARNING, detail))
+            continue
+        if key == RETENTION and not allow_retention_decrease and _shortens(current, wanted):
+            detail = (
+                f"{RETENTION} {current} -> {wanted} would shorten the retention (Kafka would "
+                "delete the records older than the new one); left as it is: "
+                "`pipeline topics apply --allow-retention-decrease` applies it"
             )
             changes.append(Change(name, ChangeAction.WARNING, detail))
             continue

@@ -256,20 +256,31 @@ def test_fewer_partitions_are_left_with_a_warning(settings: Settings, admin: Adm
     }
 
 
-def test_changed_retention_is_altered(settings: Settings, admin: AdminClient) -> None:
+def test_a_shorter_retention_is_altered_only_when_allowed(
+    settings: Settings, admin: AdminClient
+) -> None:
     apply_topics(settings)
     ns = settings.namespace
     shorter = with_topics(settings, jobs_retention_ms=DAY_MS)
-
-    report = apply_topics(shorter)
-
-    changed = {c.topic: c.detail for c in report.changes if c.action is ChangeAction.CONFIG}
-    assert changed[f"{ns}.jobs.high"] == f"retention.ms {7 * DAY_MS} -> {DAY_MS}"
-    assert sorted(changed) == sorted(
+    job_topics = sorted(
         [*(f"{ns}.jobs.{p}" for p in ("critical", "high", "default", "low")), f"{ns}.deferred"]
         + [f"{ns}.retry.{i}" for i in range(len(settings.topics.retry_delays_s))]
         + [f"{ns}.deferred.{i}" for i in range(len(settings.scheduler.wait_tiers_s))]
     )
+
+    left = apply_topics(shorter)
+
+    warned = {c.topic: c.detail for c in left.changes if c.action is ChangeAction.WARNING}
+    assert sorted(warned) == job_topics
+    assert warned[f"{ns}.jobs.high"].startswith(f"retention.ms {7 * DAY_MS} -> {DAY_MS} ")
+    assert not left.changed
+    assert configs_of(admin, f"{ns}.jobs.high")["retention.ms"] == str(7 * DAY_MS)
+
+    report = apply_topics(shorter, allow_retention_decrease=True)
+
+    changed = {c.topic: c.detail for c in report.changes if c.action is ChangeAction.CONFIG}
+    assert changed[f"{ns}.jobs.high"] == f"retention.ms {7 * DAY_MS} -> {DAY_MS}"
+    assert sorted(changed) == job_topics
     assert {c.action for c in topic_rows(report)} == {ChangeAction.CONFIG, ChangeAction.UNCHANGED}
     # apply returns only once the new values are visible, so a re-run finds nothing to do.
     assert apply_topics(shorter).summary() == "nothing to change"
@@ -290,12 +301,12 @@ def test_configs_apply_does_not_manage_are_kept(settings: Settings, admin: Admin
     admin.incremental_alter_configs([resource])[resource].result()
     eventually(lambda: configs_of(admin, dlq)["max.message.bytes"] == "2000000")
 
-    report = apply_topics(with_topics(settings, dlq_retention_ms=DAY_MS))
+    report = apply_topics(with_topics(settings, dlq_retention_ms=30 * DAY_MS))
 
     [change] = [c for c in report.changes if c.action is not ChangeAction.UNCHANGED]
     assert (change.topic, change.action) == (dlq, ChangeAction.CONFIG)
     configs = configs_of(admin, dlq)
-    assert configs["retention.ms"] == str(DAY_MS)
+    assert configs["retention.ms"] == str(30 * DAY_MS)
     assert configs["max.message.bytes"] == "2000000"
     assert configs["cleanup.policy"] == "delete"
 
@@ -390,6 +401,24 @@ def test_cli_apply_twice(bootstrap_servers: str, namespace: str) -> None:
     assert second.exit_code == 0, second.output
     assert second.stdout.splitlines()[-1] == "nothing to change"
     assert second.stdout.count("unchanged") == 23  # 21 topics, the 2 groups of the workers
+
+
+def test_cli_shortens_retention_only_with_its_flag(bootstrap_servers: str, namespace: str) -> None:
+    options = ["--bootstrap-servers", bootstrap_servers, "--namespace", namespace]
+    assert cli("apply", *options).exit_code == 0
+    dlq, shorter = f"{namespace}.dlq", {"PIPELINE_TOPICS__DLQ_RETENTION_MS": str(DAY_MS)}
+
+    left = CliRunner().invoke(topics, ["apply", *options], env=shorter)
+    applied = CliRunner().invoke(
+        topics, ["apply", "--allow-retention-decrease", *options], env=shorter
+    )
+
+    assert left.exit_code == 0, left.output
+    [row] = [line for line in left.stdout.splitlines() if line.startswith(f"{dlq} ")]
+    assert f"warning: retention.ms {14 * DAY_MS} -> {DAY_MS} would shorten" in row
+    assert left.stdout.splitlines()[-1] == "nothing to change; 1 warning"
+    assert applied.exit_code == 0, applied.output
+    assert applied.stdout.splitlines()[-1] == "changed 1 setting on 1 topic"
 
 
 def test_cli_dry_run_and_json(bootstrap_servers: str, namespace: str) -> None:

@@ -245,6 +245,29 @@ def test_min_insync_above_replication_is_not_set() -> None:
     assert "min.insync.replicas 2 exceeds the replication factor 1" in warnings[1]
 
 
+@pytest.mark.parametrize(("suffix", "current"), [("dlq", 30 * DAY_MS), ("jobs.default", -1)])
+def test_a_shorter_retention_is_left_with_a_warning(suffix: str, current: int) -> None:
+    """Shortening retention.ms deletes the jobs or dead letters older than the new value: a
+    laptop's default settings must not cut an operator's 30 days of dead letters to 14."""
+    spec = specs_by_suffix(Settings(namespace="p"))[suffix]
+    observed = observed_as_spec(spec, configs={**spec.configs, "retention.ms": str(current)})
+    plan = plan_topic(spec, observed)
+    assert plan.set_configs == {}
+    [change] = plan.changes
+    assert change.action is ChangeAction.WARNING
+    assert change.detail.startswith(f"retention.ms {current} -> {spec.configs['retention.ms']} ")
+    assert "--allow-retention-decrease" in change.detail
+    allowed = plan_topic(spec, observed, allow_retention_decrease=True)
+    assert allowed.set_configs == {"retention.ms": spec.configs["retention.ms"]}
+    assert [c.action for c in allowed.changes] == [ChangeAction.CONFIG]
+
+
+def test_a_longer_retention_is_set() -> None:
+    spec = specs_by_suffix(Settings(topics=TopicSettings(dlq_retention_ms=-1)))["dlq"]
+    observed = observed_as_spec(spec, configs={**spec.configs, "retention.ms": str(DAY_MS)})
+    assert plan_topic(spec, observed).set_configs == {"retention.ms": "-1"}
+
+
 def test_several_differences_are_all_reported(spec: TopicSpec) -> None:
     configs = {**spec.configs, "cleanup.policy": "compact"}
     plan = plan_topic(spec, observed_as_spec(spec, partitions=2, configs=configs))

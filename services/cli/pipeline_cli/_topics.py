@@ -61,19 +61,37 @@ def _change_text(change: Change, dry_run: bool) -> str:
     is_flag=True,
     help="Show what would change; Kafka validates each change but nothing is modified.",
 )
+@click.option(
+    "--allow-retention-decrease",
+    is_flag=True,
+    help="Shorten retention.ms where the settings ask for less than a topic has (Kafka then "
+    "deletes the jobs or dead letters older than that).",
+)
 @timeout_option
 @json_option
 @common_options
 @cli_errors()
-def apply(settings: Settings, dry_run: bool, timeout: float, as_json: bool) -> None:
+def apply(
+    settings: Settings,
+    dry_run: bool,
+    allow_retention_decrease: bool,
+    timeout: float,
+    as_json: bool,
+) -> None:
     """Create missing topics and bring existing ones in line with the settings.
 
     Idempotent: a second run reports every topic unchanged. Partitions only ever grow (a
-    decrease is reported as a warning and left), only the managed configs are set (others are
-    never touched), and a replication factor that differs is reported: changing it needs a
-    partition reassignment. Returns once new partitions have leaders, so producers can start.
+    decrease is reported as a warning and left), and so does retention unless
+    --allow-retention-decrease; only the managed configs are set (others are never touched),
+    and a replication factor that differs is reported: changing it needs a partition
+    reassignment. Returns once new partitions have leaders, so producers can start.
     """
-    report = apply_topics(settings, dry_run=dry_run, timeout=timeout)
+    report = apply_topics(
+        settings,
+        dry_run=dry_run,
+        timeout=timeout,
+        allow_retention_decrease=allow_retention_decrease,
+    )
     if as_json:
         print_json(
             {
