@@ -3,6 +3,7 @@ letters and events whose texts hold unusual characters."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import pytest
@@ -11,6 +12,7 @@ from click.testing import CliRunner
 from pipeline._deadletters import DeadLetterSnapshot, LetterState, LetterStatus, StoredLetter
 from pipeline._deadletters import dlq_stats as stats_of
 from pipeline._eventlog import JobHistory
+from pipeline._human import PAYLOAD_PREVIEW_CHARS
 from pipeline._job import AttemptError, Job
 from pipeline._records import DeadLetter, Event
 from pipeline_cli import _jobs
@@ -134,6 +136,20 @@ def test_a_payload_nested_deeper_than_json_reads_is_shown_as_base64() -> None:
     shown = letter_json(stored)
     assert shown["job"]["payload_format"] == "base64"
     assert show_lines(stored)
+
+
+def test_show_prints_a_preview_of_a_large_json_payload_and_json_has_it_whole() -> None:
+    """A 600 KB list pretty-prints to 200,000 lines (9 MB: 3 million, 525 MB to print)."""
+    payload = json.dumps({"ids": [0] * 200_000}).encode()
+    stored = nasty_letter()
+    assert stored.letter.job is not None
+    stored.letter.job.payload = payload
+    lines = show_lines(stored)
+    assert len("\n".join(lines)) < 2 * PAYLOAD_PREVIEW_CHARS  # each line indented 2 more
+    cut = f"  … truncated ({len(payload):,} bytes in all; --json for all)"
+    assert lines[lines.index(cut) - 1].startswith("      0")  # the preview, then the line
+    assert lines[lines.index(cut) + 1].startswith("attempts")
+    assert letter_json(stored)["job"]["payload"] == {"ids": [0] * 200_000}
 
 
 def nasty_event() -> Event:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ from pipeline._deadletters import (
     WriteReport,
     nothing_to_replay,
 )
-from pipeline._human import PREVIEW_BYTES, bytes_text, hexdump, when
+from pipeline._human import PREVIEW_BYTES, bytes_text, hexdump, pretty_json, when
 from pipeline._job import Job, PayloadEncoding
 from pipeline._jsonpayload import read_json
 
@@ -222,7 +221,11 @@ def show_lines(stored: StoredLetter) -> list[str]:
     if job is not None:
         payload, payload_format = _payload(job)
         lines.append(f"payload ({job.payload_encoding.value}, {len(job.payload)} bytes):")
-        text = json.dumps(payload, indent=2) if payload_format == "json" else hexdump(job.payload)
+        text = (
+            pretty_json(payload, len(job.payload), "--json for all")
+            if payload_format == "json"
+            else hexdump(job.payload)
+        )
         lines += ["  " + line for line in _lines(text)]
         lines.append(f"attempts ({len(job.errors)} failed):" if job.errors else "attempts: none")
         for error in job.errors:

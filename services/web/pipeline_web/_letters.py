@@ -11,7 +11,6 @@ count, still work).
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from typing import TYPE_CHECKING
@@ -29,7 +28,7 @@ from pipeline._deadletters import (
     parse_when,
 )
 from pipeline._errors import PipelineError
-from pipeline._human import bytes_text, hexdump
+from pipeline._human import bytes_text, hexdump, pretty_json
 from pipeline._job import PayloadEncoding
 from pipeline._jsonpayload import read_json
 
@@ -202,32 +201,13 @@ def _pager(found: LetterPage, fields: Mapping[str, str]) -> tuple[str | None, st
     return newer, older
 
 
-PAYLOAD_PREVIEW_CHARS = 100_000
-"""How much of a JSON payload a letter's page shows pretty-printed. The indentation grows with
-the nesting: a payload of 200 KB nested 900 deep pretty-prints to 170 MB."""
-
-
-def _pretty_json(value: object, size: int) -> str:
-    """``value`` indented, cut after :data:`PAYLOAD_PREVIEW_CHARS` with a line saying so
-    (``size``: the payload's bytes); encoded piece by piece, so the whole is never built."""
-    shown: list[str] = []
-    length = 0
-    for piece in json.JSONEncoder(indent=2, ensure_ascii=False).iterencode(value):
-        shown.append(piece)
-        length += len(piece)
-        if length > PAYLOAD_PREVIEW_CHARS:
-            text = "".join(shown)[:PAYLOAD_PREVIEW_CHARS]
-            return f"{text}\n… truncated ({size:,} bytes in all)"
-    return "".join(shown)
-
-
 def _payload_text(letter: DeadLetter) -> str | None:
     job = letter.job
     if job is None:
         return None
     if job.payload_encoding is PayloadEncoding.JSON:
         try:
-            return _pretty_json(read_json(job.payload), len(job.payload))
+            return pretty_json(read_json(job.payload), len(job.payload))
         except (ValueError, RecursionError):  # not JSON, or too deep to write out again
             pass
     return hexdump(job.payload)

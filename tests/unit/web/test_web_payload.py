@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pipeline._deadletters import StoredLetter
+from pipeline._human import PAYLOAD_PREVIEW_CHARS
 from pipeline._job import Job, PayloadEncoding
 from pipeline._records import DeadLetter
-from pipeline_web._letters import PAYLOAD_PREVIEW_CHARS
 
 from .conftest import MakeDashboard
 from .test_web_pages import _client, dashboard
