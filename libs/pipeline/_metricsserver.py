@@ -1,4 +1,5 @@
-"""``/metrics`` (Prometheus text format) and ``/healthz`` from a small threaded HTTP server."""
+"""``/metrics`` (Prometheus text format), ``/healthz`` and, for a process that has one,
+``/livez`` from a small threaded HTTP server."""
 
 from __future__ import annotations
 
@@ -38,12 +39,19 @@ class PortInUseError(ConfigurationError):
 
 
 class MetricsServer:
-    """Serves the registry and the health check on ``port`` (0: a free port) on every interface."""
+    """Serves the registry and the health check on ``port`` (0: a free port) on every interface.
+    ``live``, when given, answers ``/livez``: whether the process itself works, for a process
+    whose ``/healthz`` also fails on what a restart does not mend (Kafka unreachable)."""
 
     def __init__(
-        self, registry: CollectorRegistry, health: Health, port: int, host: str = ""
+        self,
+        registry: CollectorRegistry,
+        health: Health,
+        port: int,
+        host: str = "",
+        live: Health | None = None,
     ) -> None:
-        handler = _handler(registry, health)
+        handler = _handler(registry, {"/healthz": health} | ({"/livez": live} if live else {}))
         try:
             self._server = ThreadingHTTPServer((host, port), handler)
         except OSError as exc:
@@ -66,7 +74,11 @@ class MetricsServer:
         self._server.server_close()
 
 
-def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPRequestHandler]:
+def _handler(
+    registry: CollectorRegistry, checks: dict[str, Health]
+) -> type[BaseHTTPRequestHandler]:
+    paths = " or ".join(["/metrics", *checks])
+
     class Handler(BaseHTTPRequestHandler):
         head = False
         """Answering a HEAD: the status and headers of the GET, no body (probes use it)."""
@@ -79,11 +91,11 @@ def _handler(registry: CollectorRegistry, health: Health) -> type[BaseHTTPReques
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
                 self._send(200, CONTENT_TYPE_LATEST, generate_latest(registry))
-            elif path == "/healthz":
-                ok, detail = health()
+            elif path in checks:
+                ok, detail = checks[path]()
                 self._send(200 if ok else 503, "text/plain; charset=utf-8", f"{detail}\n".encode())
             else:
-                self._send(404, "text/plain; charset=utf-8", b"try /metrics or /healthz\n")
+                self._send(404, "text/plain; charset=utf-8", f"try {paths}\n".encode())
 
         def _send(self, status: int, content_type: str, body: bytes) -> None:
             self.send_response(status)

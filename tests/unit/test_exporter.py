@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,23 @@ def test_failed_reads_are_counted_and_the_last_values_kept() -> None:
     assert "did not answer" in detail
 
 
+def test_livez_fails_only_when_the_read_loop_stops_turning() -> None:
+    """Failed reads (Kafka down) fail /healthz, not /livez: a restart would not bring Kafka
+    back, and restarted in a loop the exporter would sit in back-off after the outage."""
+    clock = Clock()
+    exporter = Exporter(Settings(), port=0, interval=15, timeout=10, clock=clock)
+    reader = FlakyReader(KafkaUnavailableError("Kafka at localhost:9092 did not answer"))
+    for _ in range(20):  # 5 minutes of failed reads, one every 15 s
+        clock.now += 15
+        exporter.read_once(reader)
+        assert exporter.live() == (True, "ok")
+    assert not exporter.health()[0]
+    clock.now += 3 * (15 + 10)  # the last read ended 75 s ago: still within the limit
+    assert exporter.live() == (True, "ok")
+    clock.now += 1
+    assert exporter.live() == (False, "no read of the backlog ended for 76s (limit 75s)")
+
+
 def test_a_bug_in_a_read_does_not_end_the_exporter() -> None:
     clock = Clock()
     exporter = Exporter(Settings(), port=0, interval=1, timeout=1, clock=clock)
@@ -85,6 +103,14 @@ def test_a_bug_in_a_read_does_not_end_the_exporter() -> None:
     assert sample(exporter, "pipeline_exporter_read_errors_total") == 1
     clock.now += 10
     assert exporter.health() == (False, "last read failed: KeyError: 'partition'")
+
+
+def status(port: int, path: str) -> int:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
 def test_the_command_serves_read_errors_while_kafka_is_unreachable_and_stops_on_sigterm(
@@ -115,6 +141,9 @@ def test_the_command_serves_read_errors_while_kafka_is_unreachable_and_stops_on_
             return samples["pipeline_exporter_read_errors_total"]
 
         assert waiting.wait_for(lambda: errors() >= 2, 30), log.read_text()
+        # /healthz fails once no read worked for 3 intervals + the timeout; /livez does not
+        assert waiting.wait_for(lambda: status(port, "/healthz") == 503, 30), log.read_text()
+        assert status(port, "/livez") == 200
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0, log.read_text()
     finally:

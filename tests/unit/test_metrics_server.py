@@ -40,3 +40,30 @@ def test_a_head_request_gets_the_status_of_the_get_without_a_body() -> None:
         connection.close()
     finally:
         server.close()
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_livez_is_served_only_for_a_process_that_gives_it() -> None:
+    """The exporter's /livez (its read loop turns) answers apart from its /healthz (its reads
+    of Kafka work); the others serve no /livez."""
+    server = MetricsServer(
+        CollectorRegistry(), lambda: (False, "last read failed"), 0, live=lambda: (True, "ok")
+    )
+    plain = MetricsServer(CollectorRegistry(), lambda: (True, "ok"), 0)
+    try:
+        assert _get(server.port, "/healthz") == (503, b"last read failed\n")
+        assert _get(server.port, "/livez") == (200, b"ok\n")
+        assert _get(server.port, "/other") == (404, b"try /metrics or /healthz or /livez\n")
+        assert _get(plain.port, "/livez") == (404, b"try /metrics or /healthz\n")
+    finally:
+        server.close()
+        plain.close()

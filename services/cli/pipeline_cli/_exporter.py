@@ -58,6 +58,8 @@ class ExporterState:
         self.last_success = 0.0
         self.last_error = ""
         self.letters_indexed = 0
+        self.last_turn = 0.0
+        """When the last read ended, failed or not (the clock's time): the read loop turns."""
 
 
 class BacklogCollector(Collector):
@@ -197,6 +199,16 @@ class Exporter:
         since = max(state.last_success, self._started)
         return (self._clock() - since <= limit, f"last read failed: {state.last_error}")
 
+    def live(self) -> tuple[bool, str]:
+        """``/livez``: whether the read loop turns, a read having ended (or the process started)
+        within three intervals and three read timeouts. A failed read is a turn: a restart
+        does not bring Kafka back (``/healthz`` says whether the reads work)."""
+        limit = 3 * (self.interval + self.timeout)
+        idle = self._clock() - max(self.state.last_turn, self._started)
+        if idle <= limit:
+            return True, "ok"
+        return False, f"no read of the backlog ended for {idle:.0f}s (limit {limit:g}s)"
+
     def read_once(self, reader: BacklogSource, letters: LetterIndex | None = None) -> None:
         """Read the backlog once. With ``letters`` (the index that ``reader`` counts the dead
         letters from), a read succeeds while the index still catches up with a deep
@@ -221,6 +233,7 @@ class Exporter:
             state.ok = True
             state.last_success = self._clock()
         state.duration_s = time.monotonic() - started
+        state.last_turn = self._clock()
 
     def _failed(self, error: str) -> bool:
         """Record a failed read; whether it is worth a log line (the first of its kind in a
@@ -233,9 +246,9 @@ class Exporter:
         return new
 
     def run(self) -> int:
-        server = MetricsServer(self.registry, self.health, self._port)
+        server = MetricsServer(self.registry, self.health, self._port, live=self.live)
         self.port = server.port
-        _log.info("serving /metrics and /healthz", extra={"port": server.port})
+        _log.info("serving /metrics, /healthz and /livez", extra={"port": server.port})
         try:
             with (
                 LetterIndex(self.settings, timeout=self.timeout) as letters,
@@ -293,7 +306,7 @@ def indexed(letters: LetterIndex) -> DeadLetterCounter:
     type=click.IntRange(0, 65535),
     default=DEFAULT_PORT,
     show_default=True,
-    help="Port of /metrics and /healthz, on all interfaces (0: a free port, logged).",
+    help="Port of /metrics, /healthz and /livez, on all interfaces (0: a free port, logged).",
 )
 @click.option(
     "--interval",

@@ -97,6 +97,12 @@ def _command_port(container: Manifest) -> int | None:
     return int(command[command.index("--metrics-port") + 1])
 
 
+_PROBE_PATHS = {(EXPORTER, "livenessProbe"): "/livez", (EXPORTER, "readinessProbe"): "/healthz"}
+"""The exporter's /healthz fails while Kafka is unreachable, which a restart does not mend: it
+is its readiness, and /livez (the read loop turns) its liveness. The worker and the scheduler
+are probed on /healthz."""
+
+
 def probe_problems(objects: list[Manifest]) -> list[str]:
     problems = []
     for name, section in ((WORKER, "worker"), (SCHEDULER, "scheduler"), (EXPORTER, None)):
@@ -113,16 +119,17 @@ def probe_problems(objects: list[Manifest]) -> list[str]:
                 problems.append(f"{name}: PIPELINE_{section.upper()}__METRICS_PORT is not set")
         for kind in ("livenessProbe", "startupProbe", "readinessProbe"):
             probe = container.get(kind)
+            wanted = _PROBE_PATHS.get((name, kind), "/healthz")
             if probe is None:
-                if kind == "livenessProbe":
-                    problems.append(f"{name}: no livenessProbe")
+                if kind == "livenessProbe" or (name, kind) in _PROBE_PATHS:
+                    problems.append(f"{name}: no {kind}")
                 continue
             get = probe.get("httpGet", {})
             port = _port(container, get.get("port", ""))
-            if get.get("path") != "/healthz" or port != metrics_port:
+            if get.get("path") != wanted or port != metrics_port:
                 problems.append(
                     f"{name}: {kind} asks {get.get('path')} on port {port}, "
-                    f"not /healthz on the metrics port {metrics_port}"
+                    f"not {wanted} on the metrics port {metrics_port}"
                 )
         annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
         scrape_port = annotations.get("prometheus.io/port")

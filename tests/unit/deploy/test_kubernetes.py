@@ -128,9 +128,17 @@ def test_each_invariant_catches_a_broken_copy() -> None:
     broken = rendered("dev")
     command = only_container(find(broken, "Deployment", EXPORTER))["command"]
     command[command.index("--metrics-port") + 1] = "9003"
-    assert "pipeline-exporter: livenessProbe asks /healthz on port 8002" in " ".join(
+    assert "pipeline-exporter: livenessProbe asks /livez on port 8002" in " ".join(
         k8s_checks.probe_problems(broken)
     )
+    broken = rendered("dev")  # restarted whenever Kafka is unreachable
+    exporter = only_container(find(broken, "Deployment", EXPORTER))
+    exporter["livenessProbe"]["httpGet"]["path"] = "/healthz"
+    assert "pipeline-exporter: livenessProbe asks /healthz on port 8002, not /livez" in " ".join(
+        k8s_checks.probe_problems(broken)
+    )
+    del exporter["readinessProbe"]
+    assert "pipeline-exporter: no readinessProbe" in k8s_checks.probe_problems(broken)
 
     broken = rendered("dev")
     find(broken, "ScaledObject", WORKER)["spec"]["maxReplicaCount"] = 4  # 3 partitions
