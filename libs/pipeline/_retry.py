@@ -36,7 +36,9 @@ class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(af
             after = after.total_seconds()
         if after is not None:
             try:
-                after = delay_s(float(after), "Retry(after=...)")
+                # A wait computed as ``deadline - now`` may come out just below 0: it means now,
+                # as an ``at=`` in the past does (not an error, which would make the job fail).
+                after = delay_s(0.0 if after < 0 else float(after), "Retry(after=...)")
             except ValueError as exc:
                 raise ConfigurationError(str(exc)) from None
         if at is not None and at.tzinfo is None:

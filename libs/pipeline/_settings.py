@@ -24,7 +24,7 @@ from pydantic_settings import (
 
 from ._errors import ConfigurationError
 from ._invalidsettings import settings_error, unused_scope
-from ._job import Priority
+from ._job import Priority, delay_s
 from ._redact import RedactedRepr
 from ._registrysettings import SchemaRegistrySettings
 from ._schedulersettings import SchedulerSettings
@@ -107,6 +107,8 @@ class TopicSettings(BaseModel):
     def _increasing(cls, delays: list[float]) -> list[float]:
         if any(d <= 0 for d in delays) or delays != sorted(set(delays)):
             raise ValueError("retry delays must be positive and strictly increasing")
+        for delay in delays:  # NaN and infinities too: the worker would fail at its start
+            delay_s(delay, "a retry delay")
         return delays
 
     @model_validator(mode="after")

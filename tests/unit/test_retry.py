@@ -31,8 +31,13 @@ def test_retry_without_a_time_leaves_it_to_the_backoff() -> None:
 def test_retry_rejects_contradictions() -> None:
     with pytest.raises(ConfigurationError, match="not both"):
         Retry(after=1, at=datetime.now(UTC))
-    with pytest.raises(ConfigurationError, match="negative"):
-        Retry(after=-1)
+
+
+def test_a_retry_after_a_negative_wait_is_due_now_as_one_at_a_past_time() -> None:
+    # A raised ConfigurationError instead: no Retry, so a `fatal=(Exception,)` type
+    # dead-lettered the job, and others waited for the backoff.
+    assert Retry(after=-0.001).due_ms(5_000) == 5_000
+    assert Retry(after=timedelta(seconds=-3)).due_ms(5_000) == 5_000
 
 
 @pytest.mark.parametrize("after", [float("nan"), float("inf"), 1e17])

@@ -155,6 +155,8 @@ def test_security_maps_to_librdkafka_and_hides_secrets() -> None:
         {"namespace": "n" * 201},  # its topics' names would be longer than Kafka takes
         {"topics": {"partitions": 0}},
         {"topics": {"retry_delays_s": [30, 5]}},
+        {"topics": {"retry_delays_s": [5, "inf"]}},  # the worker failed at its start
+        {"topics": {"retry_delays_s": ["nan"]}},
         {"topics": {"replication_factor": 1, "min_insync_replicas": 2}},
         {"worker": {"weights": [1, 2]}},
         {"worker": {"policy": "random"}},
