@@ -5,7 +5,8 @@ A generation is what was sent between two ``flush()`` calls: a flush opens a new
 for the jobs of the older ones only, so that jobs other threads keep enqueueing do not hold it
 back (:meth:`FailureLog.mark`, :meth:`FailureLog.unanswered`). Every flush raises the failures
 of the jobs sent before it that its thread was not told yet, whichever thread enqueued them
-(:meth:`FailureLog.take`): one that returns means those jobs were all acknowledged. At most
+(:meth:`FailureLog.take`): one that returns means those jobs were all acknowledged, or their
+failure was raised to the call that waited for the job itself (:meth:`FailureLog.raised`). At most
 :data:`MAX_KEPT` failures are kept, the newest; the ones let go are counted, and each thread
 hears how many it was never told.
 """
@@ -252,12 +253,13 @@ class FailureLog:
         return Taken([k.failure for k in kept], not_kept)
 
     def raised(self, failure: PipelineFailure) -> None:
-        """``failure`` was raised to this thread (a handle's ``wait()``): no log line for it."""
-        reader = self._reader()
+        """``failure`` was raised to the caller that waits for its job (a handle's ``wait()``,
+        ``enqueue(..., wait=True)``): the one call that knows which job it is has been told, so
+        no flush raises it and no line logs it."""
         with self._lock:
-            for kept in self._kept:
+            for kept in list(self._kept):
                 if kept.failure is failure:
-                    kept.told.add(reader)
+                    self._kept.remove(kept)
 
     def unreported(self) -> Taken:
         """The failures no call raised nor a line logged yet (the exit report's); they count

@@ -169,3 +169,23 @@ def test_the_error_carries_every_failed_job_and_the_with_block_logs_them_all(
     [record] = caplog.records
     assert all(job_id in record.getMessage() for job_id in lost)
     assert record.job_ids == lost  # type: ignore[attr-defined]
+
+
+def test_a_failure_raised_to_the_call_that_waited_for_its_job_is_not_raised_again() -> None:
+    """`enqueue(..., wait=True)` told its caller, who knows which job it is; a flush on another
+    thread then raised it again (a web request answered 503, then the app's close at exit)."""
+    app = _app(_RefusesBad())
+    outcome: list[BaseException] = []
+
+    def request() -> None:
+        try:
+            app.enqueue("t", {"n": "BAD"}, wait=True)
+        except EnqueueError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=request)
+    thread.start()
+    thread.join()
+    assert len(outcome) == 1, "the waiting caller hears of it"
+    assert _flushes_on_a_thread(app) == [None]
+    app.close(5)  # and nothing is left to report here either
