@@ -51,6 +51,7 @@ class PartitionState:
         "paused",
         "pidx",
         "priority",
+        "read_back",
         "released",
         "skips",
         "started_next",
@@ -81,6 +82,10 @@ class PartitionState:
         self.paused = False
         self.at_end = False
         """Consumed to the end (an end-of-partition event came after the last message)."""
+        self.read_back = False
+        """What a previous owner left is read back, and the partition may fetch (the messages
+        delivered before its pause, held until then, are handed right after, before any
+        commit): only then may a commit be the consumer's position (..commit.committer)."""
         self.taken = 0
         # Loop thread: next offset expected from the consumer (-1: any), finished offsets and
         # the commit point they allow; the consumer thread reads commit_offset to commit it.

@@ -187,6 +187,7 @@ def consumer_thread(
 def own(thread: ConsumerThread, *partitions: int) -> list[PartitionState]:
     states = [PartitionState(TOPIC, p, Priority.DEFAULT, 0) for p in partitions]
     for state in states:
+        state.read_back = True  # as if assigned and read back
         thread.states[(TOPIC, state.partition)] = state
     return states
 

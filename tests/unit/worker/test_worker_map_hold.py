@@ -66,6 +66,7 @@ def start(
     )
     states = [PartitionState(TOPIC, p, Priority.DEFAULT, 0) for p in partitions]
     for state in states:
+        state.read_back = True  # as if assigned and read back
         thread.states[(TOPIC, state.partition)] = state
     return thread, made[0], states
 

@@ -56,7 +56,7 @@ def test_a_small_set_is_pinned_to_its_bytes() -> None:
     assert offsetmap.encode(10, ((10, 11), (12, 13))) == "b" + base64.b85encode(b"\x05").decode()
     # Everything from 11 to 4999: a gap of 1, a run of 4,989 (two LEB128 bytes).
     assert offsetmap.encode(10, ((11, 5000),)) == "r" + base64.b85encode(b"\x01\xfd\x26").decode()
-    assert CommitMark(10, finished=((11, 5000),)).encode() == '{"v":1,"f":"r0sST"}'
+    assert CommitMark(10, finished=((11, 5000),)).encode() == '{"v":1,"o":10,"f":"r0sST"}'
 
 
 @pytest.mark.parametrize(
@@ -157,10 +157,11 @@ def test_a_map_that_fits_is_whole() -> None:
 def test_skips_pass_over_each_finished_offset_once_in_order() -> None:
     skips = Skips(((5, 7), (9, 10)))
     assert [o for o in range(3, 12) if skips.covers(o)] == [5, 6, 9]
-    assert skips.left(0) == ()
+    assert skips.above(0) == ((5, 7), (9, 10)), "passed or not, they are finished"
     skips = Skips(((5, 7), (9, 10)))
     assert skips.covers(6)
-    assert skips.left(6) == ((6, 7), (9, 10))
+    assert skips.above(6) == ((6, 7), (9, 10))
+    assert skips.above(10) == ()
 
 
 def _offsets(runs: Runs) -> list[int]:

@@ -107,14 +107,15 @@ class Committer:
         return self._mover is not None and self._mover.open
 
     def awaiting(self, now: float) -> bool:
-        """Whether an asynchronous commit is unanswered (since less than ``IN_FLIGHT_WAIT_S``).
+        """Whether an asynchronous commit is unanswered, the newest sent less than
+        ``IN_FLIGHT_WAIT_S`` ago (an older one left unanswered does not end the wait for it).
 
         A transaction must not open meanwhile: its offsets reach the group coordinator over the
         producer's connection, and that commit, still on its way over the consumer's, could
         land after them and put back an older mark, one without the transaction's moves (their
         jobs would run again after a crash). While a transaction is open every commit goes
         with it, so once this is answered the two cannot cross."""
-        return bool(self._started) and now - self._started[0] < IN_FLIGHT_WAIT_S
+        return bool(self._started) and now - self._started[-1] < IN_FLIGHT_WAIT_S
 
     def due(self, now: float, finished: int) -> bool:
         """Whether the interval passed or ``commit_every`` jobs finished since the last commit."""
@@ -131,7 +132,8 @@ class Committer:
         keeps the committed offset equal to the end offset instead of one short of it. So for
         a partition at its end (burst mode) that handed nothing: what lies between its
         committed offset and its end (markers, aborted records, records retention deleted) is
-        never delivered, and the other members of a burst wait for its commit to reach it.
+        never delivered, and the other members of a burst wait for its commit to reach it. Never
+        for one not read back yet: messages delivered before its pause are held, not handed.
         ``clean``: the last commit before the partition is handed over in good order.
         ``force``: every partition of ``states``, moved or not. A partition whose guard (see
         :mod:`..recovery.poison`) made a promise Kafka has not acknowledged is always included.
@@ -243,12 +245,7 @@ class Committer:
         if mover is not None and mover.open:
             return self._commit_transaction(states, clean=clean, force=force)
         now = time.monotonic()
-        if (
-            not sync
-            and self._started
-            and not (clean or force)
-            and now - self._started[-1] < IN_FLIGHT_WAIT_S
-        ):
+        if not (sync or clean or force) and self.awaiting(now):
             # See IN_FLIGHT_WAIT_S. Decided before the marks are made: making one records its
             # finished map and its lease as sent, and this commit is not.
             return True
@@ -386,8 +383,10 @@ def _finished(
     skips = state.skips
     if skips is None and not moved:
         return runs
-    left = skips.left(offset) if skips is not None else ()
-    return offsetmap.merge(runs, left, offsetmap.runs_of(moved))
+    # All of them, not those the loop has not passed yet: one it passed after the reading (or
+    # while it was made) is in neither.
+    above = skips.above(offset) if skips is not None else ()
+    return offsetmap.merge(runs, above, offsetmap.runs_of(moved))
 
 
 def describe(partitions: Sequence[TopicPartition]) -> str:
@@ -404,7 +403,10 @@ def describe(partitions: Sequence[TopicPartition]) -> str:
 
 def _idle(state: PartitionState) -> bool:
     """Whether everything ``state`` handed over is finished, or it is at its end and handed
-    nothing: its commit may be the consumer's position (see :meth:`Committer.offsets`)."""
+    nothing: its commit may be the consumer's position (see :meth:`Committer.offsets`). Not
+    before it is read back: the position is past the messages held until then."""
+    if not state.read_back:
+        return False
     if state.handed_next >= 0:
         return state.commit_offset == state.handed_next
     return state.at_end and state.handed == state.taken

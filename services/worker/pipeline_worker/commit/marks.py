@@ -20,15 +20,24 @@ offsets a partition may hold above its commit point so that their list always fi
 cuts the finished map short where the whole would not.
 
 The envelope is JSON with ``"v": 1``. Fields are only ever added (``f``, the finished map, came
-after the first release): a reader ignores keys it does not know, so a worker of either side of
-a rolling upgrade reads the other's marks (an older one skips only the moved offsets). The
-version changes only with a change an older reader would misread.
+after the first release; ``o``, the offset the mark was written for, later still): a reader
+ignores keys it does not know, so a worker of either side of a rolling upgrade reads the other's
+marks (an older one skips only the moved offsets). The version changes only with a change an
+older reader would misread.
+
+Every other field is relative to the committed offset. A tool that moves a group's committed
+offset and keeps its metadata (MirrorMaker 2's offset sync does) would shift the skips, moves
+and strikes onto other messages, so a mark whose ``o`` is not the offset it is read with counts
+as empty: everything from the committed offset runs. A mark without ``o`` (written by a worker
+of an earlier release) is read as before. Metadata that is not a mark, whatever it holds, reads
+as an empty mark too: reading it never raises.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
+from typing import Any
 
 from . import offsetmap
 from .offsetmap import Runs
@@ -37,12 +46,17 @@ METADATA_MAX_BYTES = 4096
 """Kafka's default ``offset.metadata.max.bytes``."""
 MAX_MOVED = METADATA_MAX_BYTES // 16
 """Moved offsets above a partition's commit point at most, with the default metadata limit."""
+_PREFIX = '{"v":1'
+"""How every mark begins (:meth:`CommitMark.encode` writes ``v`` first): other metadata is not
+parsed at all."""
 
 
 def max_moved(limit: int) -> int:
     """Moved offsets a partition may hold above its commit point with a metadata ``limit`` of
     that many bytes; more moves wait for it to advance. A moved offset costs at most about 9
-    bytes of the list (a delta and a comma), so the list takes at most about half the limit."""
+    bytes of the list (a delta and a comma), so the list takes at most about half the limit;
+    the rest of the envelope (the offset, the promise, the flags: at most about 120 bytes)
+    fits in the other half of the smallest limit allowed (1,024 bytes)."""
     return limit // 16
 
 
@@ -74,7 +88,7 @@ class CommitMark:
         return offsetmap.merge(self.finished, offsetmap.runs_of(self.moved))
 
     def encode(self) -> str:
-        record: dict[str, object] = {"v": 1}
+        record: dict[str, object] = {"v": 1, "o": self.offset}
         if self.moved:
             deltas, previous = [], self.offset
             for offset in self.moved:
@@ -95,13 +109,12 @@ class CommitMark:
 
     @classmethod
     def decode(cls, offset: int, metadata: str | None) -> CommitMark:
-        """The mark committed with ``offset``; an empty one for metadata we did not write."""
-        if not metadata:
+        """The mark committed with ``offset``; an empty one for metadata we did not write, or
+        wrote for another offset (see the module docstring)."""
+        record = _record(offset, metadata)
+        if record is None:
             return cls(offset)
         try:
-            record = json.loads(metadata)
-            if not isinstance(record, dict) or record.get("v") != 1:
-                return cls(offset)
             moved, current = [], offset
             for delta in record.get("m", ()):
                 current += int(delta)
@@ -127,13 +140,30 @@ class CommitMark:
 def promised(offset: int, metadata: str) -> int:
     """The ``high`` of the mark ``metadata`` of ``offset``, without decoding its map (read at
     every acknowledged commit)."""
+    record = _record(offset, metadata)
     try:
-        record = json.loads(metadata)
-        if isinstance(record, dict) and record.get("v") == 1 and record.get("h") is not None:
+        if record is not None and record.get("h") is not None:
             return offset + int(record["h"])
     except (ValueError, TypeError, OverflowError):
         pass
     return -1
+
+
+def _record(offset: int, metadata: str | None) -> dict[str, Any] | None:
+    """The JSON object of the mark ``metadata`` of ``offset``; None for anything else: not a
+    mark, not readable (nested too deep for the parser, say), or written for another offset."""
+    if not metadata or not metadata.startswith(_PREFIX):
+        return None
+    try:
+        record = json.loads(metadata)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or record.get("v") != 1:
+        return None
+    base = record.get("o")
+    if base is not None and (type(base) is not int or base != offset):
+        return None  # written for another offset: its deltas would land on other messages
+    return record
 
 
 def fit(mark: CommitMark, limit: int) -> tuple[str, bool]:

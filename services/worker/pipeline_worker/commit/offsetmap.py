@@ -23,6 +23,7 @@ Sets are :data:`Runs`: increasing, disjoint, non-adjacent half-open ranges ``(st
 from __future__ import annotations
 
 import base64
+import bisect
 import zlib
 from collections.abc import Iterable
 
@@ -214,8 +215,8 @@ class Skips:
     """Offsets a previous owner finished: each is passed over when it is consumed.
 
     The loop thread asks :meth:`covers` in increasing offset order (as a partition is
-    consumed), which moves a cursor; the consumer thread reads :meth:`left` for its commits.
-    The runs never change, so a stale cursor only yields runs that are finished anyway.
+    consumed), which moves a cursor; the consumer thread reads :meth:`above` for its commits.
+    The runs never change.
     """
 
     __slots__ = ("_at", "_runs")
@@ -232,6 +233,9 @@ class Skips:
         self._at = at
         return at < len(runs) and runs[at][0] <= offset
 
-    def left(self, low: int) -> Runs:
-        """The offsets not passed yet, at or above ``low``."""
-        return clip(self._runs[self._at :], low)
+    def above(self, low: int) -> Runs:
+        """The offsets at or above ``low``, passed or not (a commit's mark lists every finished
+        offset above its commit point)."""
+        runs = self._runs
+        first = bisect.bisect_left(runs, (low + 1,))  # the runs that start above ``low``
+        return clip(runs[max(0, first - 1) :], low)

@@ -9,6 +9,7 @@ starts what it queued).
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from .._work import PartitionState, Work
@@ -21,10 +22,13 @@ if TYPE_CHECKING:
     from pipeline import Pipeline
 
     from .._metrics import WorkerMetrics
+    from ..commit.offsetmap import Skips
     from ..dispatch.dispatcher import WorkQueue
     from ..dispatch.jobtypes import TypeTable
     from ..dispatch.tenants import TenantTable
     from ..route.dedup import Deduplicator
+
+_log = logging.getLogger("pipeline.worker.commits")
 
 
 class BatchDecoder:
@@ -65,7 +69,7 @@ class BatchDecoder:
             expected = state.expected
             queue = queues[state.pidx]
             pidx = state.pidx
-            skips = state.skips
+            skips = state.skips if expected >= 0 else _first(state, messages[0])
             queued: list[Work] = []
             for msg in messages:
                 offset: int = msg.offset()  # type: ignore[assignment]
@@ -119,6 +123,8 @@ class BatchDecoder:
         if not state.active or offset < state.expected:
             state.taken += 1  # not finished, so delivered again
             return
+        if state.expected < 0:
+            _first(state, msg)
         state.expected = offset + 1
         state.tracker.add(offset)
         state.taken += 1
@@ -127,3 +133,20 @@ class BatchDecoder:
         except Exception:
             job = None  # dead-lettered with its raw bytes
         self._endings.end_unrun(state, msg, OutcomeKind.POISON_PILL, error, job, offset)
+
+
+def _first(state: PartitionState, msg: Message) -> Skips | None:
+    """The skips of ``state``, whose first message of this assignment is ``msg``: none if its
+    offset is below the committed offset. Consumption did not start where the mark was written
+    then (the committed offset was out of range, and ``auto.offset.reset`` went back to the
+    start of the log: truncated by an unclean leader election, or a topic created again), so
+    the offsets the mark lists as finished may be other messages now."""
+    offset: int = msg.offset()  # type: ignore[assignment]
+    if state.skips is not None and offset < state.committed:
+        _log.warning(
+            "%s[%d] is consumed from offset %d, below its committed offset %d (out of range): "
+            "the offsets its commit listed as finished run again",
+            state.topic, state.partition, offset, state.committed,
+        )  # fmt: skip
+        state.skips = None
+    return state.skips

@@ -109,8 +109,11 @@ class FlowControl:
         self.arriving.update(states)
 
     def admit(self, states: Sequence[PartitionState]) -> None:
-        """``states`` are read back: they fetch, but for those held for their map, which the
-        end of the hold resumes (a commit made while they were read back may have held them)."""
+        """``states`` are read back (``read_back``; the messages held meanwhile are handed next):
+        they fetch, but for those held for their map, which the end of the hold resumes (a
+        commit made while they were read back may have held them)."""
+        for state in states:
+            state.read_back = True
         self.arriving.difference_update(states)
         if not self._stopped:
             self._resume([s for s in states if s not in self.held], wake=False)
