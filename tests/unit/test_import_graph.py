@@ -18,7 +18,7 @@ MAX_LINES = 450
 
 
 def package_dirs() -> list[Path]:
-    return [ROOT / "libs" / "pipeline", *sorted(ROOT.glob("services/*/pipeline_*"))]
+    return [*sorted(ROOT.glob("libs/pipeline*/")), *sorted(ROOT.glob("services/*/pipeline_*"))]
 
 
 def module_files(dirs: Iterable[Path]) -> dict[str, Path]:

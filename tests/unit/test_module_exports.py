@@ -29,6 +29,7 @@ TESTING = {
     "SentMessage",
     "StubWorker",
     "run_job",
+    "run_job_async",
     "stub_worker",
 }
 

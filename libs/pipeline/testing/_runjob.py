@@ -3,6 +3,8 @@ would, in the test's own process."""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import random
 from collections.abc import Mapping
 from dataclasses import replace
@@ -44,7 +46,8 @@ def run_job(
     ``enqueue`` refuses it: the worker's validation judges it, so a payload that does not fit
     comes back ``DEAD`` with reason ``validation_error``. ``clock``: the clock the run happens
     at (default: the wall clock); ``rand`` draws the backoff's jitter (default: seeded, so a
-    run repeats).
+    run repeats). From an ``async def`` test it blocks the test's event loop until the run
+    ends: :func:`run_job_async` does not.
     """
     if attempt < 1:
         raise ConfigurationError(f"run_job(attempt=...) must be at least 1, got {attempt}")
@@ -66,6 +69,36 @@ def run_job(
         children.flush(0)  # acknowledged: the application waits for none of them at exit
         app._transport = saved
     return replace(result, enqueued=tuple(app.codec.decode(m.value) for m in children.messages))
+
+
+async def run_job_async(
+    app: Pipeline,
+    job_type: str,
+    payload: Mapping[str, Any] | None = None,
+    *,
+    attempt: int = 1,
+    key: str | bytes | None = None,
+    headers: Mapping[str, str] | None = None,
+    clock: FakeClock | None = None,
+    rand: random.Random | None = None,
+    **options: Any,
+) -> JobResult:
+    """:func:`run_job`, awaited from an ``async def`` test: it runs on a helper thread while the
+    test's event loop goes on, so the handler can talk to a server or client on that loop
+    (``run_job`` blocks the loop until the run ends)."""
+    run = functools.partial(
+        run_job,
+        app,
+        job_type,
+        payload,
+        attempt=attempt,
+        key=key,
+        headers=headers,
+        clock=clock,
+        rand=rand,
+        **options,
+    )
+    return await asyncio.to_thread(run)
 
 
 def _produce(

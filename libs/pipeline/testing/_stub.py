@@ -15,6 +15,7 @@ scheduler releases it; a retried job when its retry is due, as the retry relay r
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import random
 from collections.abc import Iterator
@@ -164,13 +165,20 @@ class StubWorker:
         return self
 
     def stop(self) -> None:
-        """Give the application its own transport back (jobs not run stay :meth:`pending`)."""
-        if self._saved is not None:
-            self.app._transport = self._saved
-            self._saved = None
-        if self._loop is not None:
-            off_the_loop(self._loop.close)  # from an async test too
-            self._loop = None
+        """Give the application its own transport back (jobs not run stay :meth:`pending`).
+
+        What was enqueued to the stub is acknowledged, run or not (as ``run_job`` acknowledges
+        what its run enqueued): the application's later ``flush()`` on its own transport waits
+        for none of it. The runs' event loop is closed first: what a task cancelled then
+        enqueues comes to the stub too."""
+        loop, self._loop = self._loop, None
+        try:
+            if loop is not None:
+                off_the_loop(loop.close)  # from an async test too
+        finally:
+            if self._saved is not None:
+                self.app._transport, self._saved = self._saved, None
+                self.transport.poll()
 
     def __enter__(self) -> StubWorker:
         return self.start()
@@ -188,7 +196,16 @@ class StubWorker:
     def drain(self, *, until_ms: int | None = None, max_jobs: int = MAX_JOBS) -> DrainReport:
         """Run every job that is due, moving the clock to the next due time, until no job is
         left, the next one is due after ``until_ms`` (the clock then ends there), or
-        ``max_jobs`` runs were made."""
+        ``max_jobs`` runs were made.
+
+        Called from an ``async def`` test, it blocks the test's event loop until it returns (the
+        jobs run on a loop of their own, on a helper thread): a handler that needs something
+        living on the test's loop (a server, a client) takes :meth:`drain_async`."""
+        if self._saved is None:
+            raise ConfigurationError(
+                "this stub worker is not started: drain() runs jobs only between start() and "
+                "stop() (inside its with block), while what they enqueue comes back to it"
+            )
         report = DrainReport()
         ran_out = self._drain(report, until_ms, max_jobs)
         if until_ms is not None and not ran_out:
@@ -196,6 +213,13 @@ class StubWorker:
         report.deduplicated, self._deduplicated = self._deduplicated, []
         self.transport.anchor_ms = now_ms()
         return report
+
+    async def drain_async(
+        self, *, until_ms: int | None = None, max_jobs: int = MAX_JOBS
+    ) -> DrainReport:
+        """:meth:`drain`, awaited from an ``async def`` test: it runs on a helper thread while the
+        test's event loop goes on, so a handler can talk to a server or client on that loop."""
+        return await asyncio.to_thread(self.drain, until_ms=until_ms, max_jobs=max_jobs)
 
     def _drain(self, report: DrainReport, until_ms: int | None, max_jobs: int) -> bool:
         """Run until done; True when out of runs (the clock stays where the last one ran)."""
@@ -214,7 +238,8 @@ class StubWorker:
         return True
 
     def pending(self) -> list[Job]:
-        """The jobs not run yet (due ones first, then by due time); undecodable ones left out."""
+        """The jobs not run yet (due ones first, then by due time); undecodable ones left out.
+        After :meth:`stop` too: the jobs left in the stub."""
         self._intake()
         messages = [m for _, _, m in sorted(self._ready)]
         messages += [m for _, _, _, m in sorted(self._waiting)]
