@@ -290,3 +290,18 @@ def test_a_worker_stops_without_waiting_for_a_restore_that_runs(
     finally:
         store.release.set()
         thread.join(5)
+
+
+def test_a_restore_that_ends_at_once_resumes_its_partition_in_the_turn_that_started_it(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Taken a turn later, the partition resumed after the consumer's next poll, and librdkafka
+    then often held its first fetch back for a second: a drain's first job came a second late."""
+    thread, fake = keyed_thread(loop, MemoryDedupStore())
+    assign(thread, fake, 1)
+    try:
+        thread._chores(time.monotonic(), idle=True)
+        assert (TOPIC, 1) not in fake.paused
+        assert not thread.assignment.pending
+    finally:
+        thread.assignment.close()

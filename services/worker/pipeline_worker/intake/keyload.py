@@ -4,8 +4,9 @@ A restore reads the changelog for up to ``dedup_restore_timeout_s``. Run on the 
 one that could not finish (a ``<ns>.dedup`` partition without a leader, a transaction left open
 there) held every partition of the worker for that long at each try: no poll, no commit, no
 move written, no revocation answered. So one restore at a time runs on a thread of its own;
-the consumer thread starts it (with no transaction of ours open: see ``intake.consumer``), asks
-at each turn whether it is done, and takes its keys then. The partitions it restores stay
+the consumer thread starts it (with no transaction of ours open: see ``intake.consumer``), waits
+for it a moment (most take milliseconds: their partitions resume in that turn), else asks at
+each turn whether it is done, and takes its keys then. The partitions it restores stay
 paused until they are read back whole (:mod:`.assignment`), so nothing runs earlier than before.
 
 The Kafka store's load is staged (:meth:`..route.changelog.KafkaDedupStore.restoring`): the
@@ -25,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import TYPE_CHECKING
 
 from pipeline._dedup import Where
@@ -41,6 +42,8 @@ _log = logging.getLogger("pipeline.worker.consumer")
 
 KEYS_RETRY_S = 1.0
 """How long after a failed restore of idempotency keys the next one is tried, at first."""
+INLINE_WAIT_S = 0.25
+"""How long the consumer thread waits for a restore it started before it lets it go on alone."""
 KEYS_RETRY_MAX_S = 30.0
 """The longest wait between tries: it doubles from :data:`KEYS_RETRY_S` at each failure."""
 
@@ -110,6 +113,13 @@ class KeyLoad:
         need = [s for s in states if s not in self._ready]
         if need and self._run is None and now >= self._retry_at:
             self._start(need)
+            run = self._run
+            if run is not None:
+                # Most restores take milliseconds: waited for here, the partitions resume in
+                # this turn, as when the restore ran on this thread (a turn later, librdkafka
+                # may hold their first fetch back for a second). A longer one goes on alone.
+                wait([run.future], timeout=INLINE_WAIT_S)
+                self.collect()
         return [s for s in states if s in self._ready]
 
     def done_with(self, states: Sequence[PartitionState]) -> None:
