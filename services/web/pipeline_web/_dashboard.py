@@ -115,6 +115,7 @@ class Dashboard:
         return form
 
 
+URLENCODED = "application/x-www-form-urlencoded"
 MAX_FORM_BYTES = 64 * 1024
 """The largest form body a POST may declare (``Content-Length``); a larger one is refused with
 413 before any of it is read. The dashboard's forms hold a filter and a few hidden fields."""
@@ -125,7 +126,14 @@ MAX_FIELD_BYTES = 16 * 1024
 
 
 async def read_form(request: Request) -> FormData:
-    """The form of a POST, bounded: ``/login`` and ``/logout`` read it before any login."""
+    """The form of a POST, bounded: ``/login`` and ``/logout`` read it before any login.
+
+    Only a URL-encoded form, the only kind the dashboard's pages send (or none: an empty form,
+    nothing read): a multipart one may carry file parts, which the parser writes to disk
+    whatever their size."""
+    kind = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    if kind not in ("", URLENCODED):
+        raise HTTPException(415, f"a form is read as {URLENCODED} only")
     declared = request.headers.get("content-length", "")
     digits = declared.isascii() and declared.isdigit()
     if digits and (len(declared) > 12 or int(declared) > MAX_FORM_BYTES):

@@ -70,14 +70,19 @@ def test_the_pages_behind_the_login_show_kafkas_error(app: Starlette) -> None:
 
 
 def _post_streamed(
-    app: Starlette, path: str, chunks: list[bytes], *, declared: int | None
+    app: Starlette,
+    path: str,
+    chunks: list[bytes],
+    *,
+    declared: int | None,
+    kind: bytes = b"application/x-www-form-urlencoded",
 ) -> tuple[int, int]:
     """POST ``chunks`` as a form body to ``path``, straight through ASGI (the test client
     reads a body whole before the application sees it): the status, and how many bytes the
     application read. ``declared``: the Content-Length sent, or none (chunked)."""
     headers = [
         (b"host", b"dash.example.com"),
-        (b"content-type", b"application/x-www-form-urlencoded"),
+        (b"content-type", kind),
     ]
     if declared is not None:
         headers.append((b"content-length", str(declared).encode()))
@@ -144,3 +149,16 @@ def test_a_form_within_the_bounds_still_logs_in(app: Starlette) -> None:
     status, read = _post_streamed(app, "/login", body, declared=sum(map(len, body)))
     assert status == 303
     assert read == sum(map(len, body)) < MAX_FORM_BYTES
+
+
+@pytest.mark.parametrize("path", ["/login", "/logout"])
+def test_a_multipart_form_is_refused_before_any_of_it_is_read(app: Starlette, path: str) -> None:
+    """Its file parts were not bounded by the form's limits: a chunked 200 MB file part to
+    /login was read whole (written to a temporary file) before the login was refused."""
+    boundary = b"b0undary"
+    part = b"--%s\r\nContent-Disposition: form-data; name=f; filename=x\r\n\r\n" % boundary
+    body = [part] + [b"x" * 65_536] * 32 + [b"\r\n--%s--\r\n" % boundary]
+    kind = b"multipart/form-data; boundary=" + boundary
+    status, read = _post_streamed(app, path, body, declared=None, kind=kind)
+    assert status == 415
+    assert read == 0
