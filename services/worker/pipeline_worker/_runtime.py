@@ -38,6 +38,7 @@ from .intake.config import consumer_config
 from .intake.consumer import ConsumerThread
 from .intake.loopside import Batch
 from .intake.shutdown import FINAL_COMMIT_S
+from .recovery.poison import WATERMARKS_TIMEOUT_S
 from .recovery.relay import RetryRelay
 from .route.dedup import Deduplicator
 from .route.outcome import JobHooks, PartitionRef
@@ -143,10 +144,11 @@ class Worker:
             return False, "the consumer is closed"
         silent = now - consumer.last_poll
         if consumer.reading_back:
-            # Reading the commit marks of new partitions holds the polls for up to its own
-            # timeout (then fails): no stuck consumer. Their keys are restored on a helper
-            # thread, polls going on (intake/keyload.py).
-            limit += READ_MARKS_S
+            # Reading back new partitions holds the polls, each step within its own timeout
+            # (then it fails): their commit marks, then, for those whose previous owner did not
+            # leave cleanly, their watermarks, one partition after another. No stuck consumer.
+            # Their keys are restored on a helper thread, polls going on (intake/keyload.py).
+            limit += READ_MARKS_S + WATERMARKS_TIMEOUT_S * len(consumer.states)
         if silent > limit:
             return False, f"the consumer has not polled for {silent:.0f}s"
         if now - self._loop_beat > limit:

@@ -20,13 +20,14 @@ from .test_worker_consumer import consumer_thread, loop
 __all__ = ["loop"]  # the fixture
 
 
-def worker_whose_consumer(*, silent_s: float, reading_back: bool) -> Worker:
+def worker_whose_consumer(*, silent_s: float, reading_back: bool, owned: int = 2) -> Worker:
     worker = Worker(Pipeline(Settings(namespace="ns", worker={"dedup_restore_timeout_s": 120})))
     worker._stopped = asyncio.Event()
     worker._consumer = SimpleNamespace(  # type: ignore[assignment]
         done=threading.Event(),
         last_poll=time.monotonic() - silent_s,
         reading_back=reading_back,
+        states={("ns.jobs.default", p): None for p in range(owned)},
     )
     return worker
 
@@ -37,7 +38,10 @@ def worker_whose_consumer(*, silent_s: float, reading_back: bool) -> Worker:
         (10, False, True),
         (60, False, False),  # no poll for a minute: stuck
         (20, True, True),  # reading commit marks (up to READ_MARKS_S)
-        (60, True, False),  # past that read's own timeout: stuck all the same; a restore of
+        # then the watermarks of partitions whose owner died, one after another (up to
+        # WATERMARKS_TIMEOUT_S each: two partitions here)
+        (40, True, True),
+        (60, True, False),  # past those reads' own timeouts: stuck all the same; a restore of
         # keys, however long, does not hold the polls
     ],
 )
