@@ -239,10 +239,12 @@ class Pipeline:
         Raises :class:`KafkaAuthenticationError` as soon as Kafka refused the credentials,
         :class:`KafkaUnavailableError` when some of those jobs are still unacknowledged after
         ``timeout`` (default: the producer's delivery timeout), and, for the jobs among them
-        that failed and that no call told this thread of yet, :class:`EnqueueError` (or
-        :class:`KafkaUnavailableError` for jobs Kafka did not answer for in time): its
-        ``failures`` and ``failed_ids`` name every one. A flush that returns means every job
-        enqueued before it was acknowledged.
+        that failed and that this thread enqueued and was not told of yet, or that no flush
+        raised yet, :class:`EnqueueError` (or :class:`KafkaUnavailableError` for jobs Kafka did
+        not answer for in time): its ``failures`` and ``failed_ids`` name every one. A flush
+        that returns means that every job this thread enqueued before it was acknowledged (or
+        its failure was raised to this thread already), and every other one too, unless a
+        call was told of its failure (docs/operations.md, "Enqueued jobs at exit").
         """
         if timeout is None:
             timeout = self.settings.producer.delivery_timeout_s + 5
@@ -345,7 +347,7 @@ class Pipeline:
             )
         log = self._failures
         generation = log.sending()
-        plain = generation.on_delivery
+        plain = generation.on_delivery()
         if handle is not None:
             handle.job_id = job_id
             handle._generation = generation

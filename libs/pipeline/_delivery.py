@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from threading import get_ident
+from typing import Protocol, TypeAlias
 
 from confluent_kafka import KafkaError, Message
 
@@ -28,6 +29,8 @@ _MISSING_TOPIC_CODES = frozenset({KafkaError._UNKNOWN_TOPIC, KafkaError.UNKNOWN_
 _TOPIC_REFUSALS = _MISSING_TOPIC_CODES | {KafkaError.TOPIC_AUTHORIZATION_FAILED}
 """What Kafka says of a topic, whether in a delivery report or from ``produce`` itself."""
 _UNKNOWN_ID = "<unknown>"
+_CALLBACKS_KEPT = 256
+"""Delivery callbacks a generation keeps at most, one per sending thread."""
 _MAX_ID_BYTES = 1024
 """A longer "id" is taken for bytes that are no job envelope."""
 
@@ -118,21 +121,38 @@ def produce_refusal(
     return PipelineError(f"cannot produce to {topic}: {error.str()}")
 
 
+Deliver: TypeAlias = "Callable[[Generation, int, KafkaError | None, Message], None]"
+"""What answers a job's delivery report: ``deliver(generation, sender, error, message)``."""
+
+
 class Generation:
     """The jobs handed to the producer between two ``flush()`` calls: how many (``sent``), and
     how many had their delivery report (``answered``). ``number`` orders them: a flush waits
     for those of the generations before it (:class:`pipeline._failurelog.FailureLog`)."""
 
-    __slots__ = ("answered", "number", "on_delivery", "sent")
+    __slots__ = ("_callbacks", "_deliver", "answered", "number", "sent")
 
-    def __init__(
-        self, number: int, deliver: Callable[[Generation, KafkaError | None, Message], None]
-    ) -> None:
+    def __init__(self, number: int, deliver: Deliver) -> None:
         self.number = number
         self.sent = 0
         self.answered = 0
-        self.on_delivery: DeliveryCallback = partial(deliver, self)
-        """The delivery callback of its jobs, made once: ``deliver(generation, ...)``."""
+        self._deliver = deliver
+        self._callbacks: dict[int, DeliveryCallback] = {}
+
+    def on_delivery(self) -> DeliveryCallback:
+        """The delivery callback of its jobs that the calling thread sends, made once a thread:
+        ``deliver(generation, sender, ...)``, ``sender`` the thread's ``threading.get_ident()``
+        (a flush on that thread is told of the job's failure: see ``FailureLog.take``)."""
+        sender = get_ident()
+        callback = self._callbacks.get(sender)
+        if callback is None:
+            # Each thread makes its own entry, and a dict's get and set are atomic. A generation
+            # that takes the jobs of many threads (no flush for a long while) forgets the
+            # callbacks it made (the jobs that hold them keep them): they are made again.
+            if len(self._callbacks) >= _CALLBACKS_KEPT:
+                self._callbacks = {}
+            callback = self._callbacks[sender] = partial(self._deliver, self, sender)
+        return callback
 
 
 class FailureSink(Protocol):
@@ -145,6 +165,7 @@ class FailureSink(Protocol):
         failure: PipelineFailure | None = None,
         *,
         tell: bool = True,
+        sender: int | None = None,
     ) -> None: ...
 
     def add(self, failure: PipelineFailure) -> None: ...
@@ -172,6 +193,7 @@ class JobHandle:
         "_failures",
         "_follow",
         "_generation",
+        "_sender",
         "_settings",
         "_transport",
         "_waited",
@@ -192,6 +214,8 @@ class JobHandle:
         """Set before the job is produced: its delivery report may come at once."""
         self._generation: Generation | None = None
         """The generation of the job's send (set with ``job_id``), which its report answers."""
+        self._sender = get_ident()
+        """The thread that sends the job: the one that makes its handle."""
         self.topic: str | None = None
         self.partition: int | None = None
         self.offset: int | None = None
@@ -211,7 +235,9 @@ class JobHandle:
         failure = self._answer(error, message)
         if self._failures is not None:
             # Reported at flush or at exit, unless wait() raises it first (then not logged).
-            self._failures.answer(self._generation, failure, tell=not self._waited)
+            self._failures.answer(
+                self._generation, failure, tell=not self._waited, sender=self._sender
+            )
         self._done.set()
 
     def _followed(self, follow: JobsFollowUps, error: KafkaError | None, message: Message) -> None:

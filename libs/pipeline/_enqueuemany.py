@@ -112,7 +112,7 @@ def _hand_over(
     """Hand ``batch`` to ``produce_many``, counted in ``log`` (as the follow-ups of a running
     job with ``follow``); an exception tells how many were taken before it."""
     generation = log.sending(len(batch))
-    on_delivery = generation.on_delivery
+    on_delivery = generation.on_delivery()
     try:
         if follow is None:
             produce_many(topic, batch, key, on_delivery)

@@ -1,14 +1,17 @@
 """An application's failure log: how many jobs it handed to the producer and had answered,
-by generation, and the jobs Kafka did not acknowledge, with whom they were told to.
+by generation, and the jobs Kafka did not acknowledge, with the thread that sent each.
 
 A generation is what was sent between two ``flush()`` calls: a flush opens a new one and waits
 for the jobs of the older ones only, so that jobs other threads keep enqueueing do not hold it
-back (:meth:`FailureLog.mark`, :meth:`FailureLog.unanswered`). Every flush raises the failures
-of the jobs sent before it that its thread was not told yet, whichever thread enqueued them
-(:meth:`FailureLog.take`): one that returns means those jobs were all acknowledged, or their
-failure was raised to the call that waited for the job itself (:meth:`FailureLog.raised`). At most
-:data:`MAX_KEPT` failures are kept, the newest; the ones let go are counted, and each thread
-hears how many it was never told.
+back (:meth:`FailureLog.mark`, :meth:`FailureLog.unanswered`). A flush on a thread raises the
+failures of the jobs sent before it that this thread sent and was not told yet, and those no
+call was told of yet, whichever thread sent them (:meth:`FailureLog.take`): a thread hears of
+its own jobs' failures at its next flush, the failure of a thread that never flushes (an event
+loop's) reaches the first flush anywhere, and a thread does not hear of another thread's
+failure that a call was told of already. A failure raised to the call that waited for its job
+is dropped (:meth:`FailureLog.raised`). At most :data:`MAX_KEPT` failures are kept, the newest;
+the ones let go that no call was told of are counted, and the next flush anywhere (or the next
+line, or the exit report) counts them.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._delivery import Generation, JobsFollowUps, PipelineFailure
@@ -40,28 +43,29 @@ _TOLD_IDS = 10
 """Job ids such a line names at most."""
 _ALWAYS = 0
 """The generation of a failure added after its job's report (a running job's follow-up, once
-the job no longer holds it): every flush from then on raises it."""
+the job no longer holds it): every flush from then on covers it."""
 _log = logging.getLogger("pipeline.producer")
-
-
-class _Reader:
-    """A thread that flushes: ``not_kept_seen``, how many of the failures let go it has heard
-    of (counted by its flushes, or told to it before they were let go)."""
-
-    __slots__ = ("not_kept_seen",)
-
-    def __init__(self) -> None:
-        self.not_kept_seen = 0
 
 
 @dataclass(slots=True, eq=False)
 class _Kept:
     failure: PipelineFailure
     generation: int
+    sender: int | None
+    """The ``threading.get_ident()`` of the thread that sent the job (None: no thread's, a
+    running job's follow-up). The system may give the ident of a thread that ended to a new
+    one: that thread's next flush then raises the failure, once, as the sender's would have."""
     logged: bool
     """Logged by :meth:`FailureLog.tell` or the exit report (or waited for: never logged)."""
-    told: set[_Reader] = field(default_factory=set)
-    """The threads a call raised it to."""
+    told: bool = False
+    """A flush raised it (a line that logged it told no call)."""
+    sender_told: bool = False
+    """A flush on its sender's thread raised it."""
+
+    @property
+    def done(self) -> bool:
+        """No flush is to raise it any more."""
+        return self.told and (self.sender_told or self.sender is None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,16 +91,16 @@ class FailureLog:
 
     __slots__ = (
         "__weakref__",
+        "_current",
         "_fresh",
-        "_gens",
         "_keep",
         "_kept",
-        "_local",
         "_lock",
-        "_not_kept",
+        "_older",
         "_told_at",
         "_transport",
-        "_unlogged_not_kept",
+        "_unlogged_let_go",
+        "_untold_let_go",
         "answered",
         "sent",
     )
@@ -109,14 +113,15 @@ class FailureLog:
 
     def _start(self) -> None:
         self._lock = threading.Lock()
-        self._gens: list[Generation] = [self._generation(_ALWAYS + 1)]
-        """The generations not all answered yet, oldest first; the last takes new jobs."""
+        self._current = self._generation(_ALWAYS + 1)
+        """The generation that takes new jobs."""
+        self._older: list[Generation] = []
+        """The generations before it not all answered yet, oldest first."""
         self._kept: deque[_Kept] = deque()
-        self._local = threading.local()
-        self._not_kept = 0
-        """Failures let go so far (over :attr:`_keep`)."""
-        self._unlogged_not_kept = 0
-        """Of those, how many nobody was told of (for :meth:`tell` and the exit report)."""
+        self._untold_let_go = 0
+        """Failures let go (over :attr:`_keep`) that no flush raised, not counted by one yet."""
+        self._unlogged_let_go = 0
+        """Of those, how many no line counted yet (:meth:`unreported`)."""
         self._fresh = False
         self._told_at = -TELL_EVERY_S
         self.sent = 0
@@ -135,19 +140,30 @@ class FailureLog:
 
     def sending(self, count: int = 1) -> Generation:
         """``count`` jobs are handed to the producer now: counted before, so that no report of
-        theirs comes first. Their generation, which their delivery reports answer."""
-        with self._lock:
-            generation = self._gens[-1]
-            generation.sent += count
-            self.sent += count
-            return generation
+        theirs comes first. Their generation, which their delivery reports answer (through its
+        :meth:`~Generation.on_delivery`, in the name of the calling thread)."""
+        # No lock: this runs for every job. The two lines read the current generation and
+        # count in it as one step that no other thread comes between: they run C code only
+        # (slot reads and writes, int additions), with no call, backward jump or allocation of
+        # an object the garbage collector tracks, and CPython with the GIL lets another thread
+        # run only at a call, a function's start or a backward jump (its "eval breaker"
+        # checks), or in the code a collection runs. So no count is lost to another sender,
+        # and none lands in a generation :meth:`mark` closed: it closes one by making a new one
+        # current, and whatever was counted in the old one before that is counted when
+        # :meth:`unanswered` reads it (the flush waits for it too, a job being sent as the
+        # flush began). Answers count under the lock, in other fields; :meth:`not_sent` takes
+        # back what a send counted in one step the same way. A build without the GIL would
+        # need the lock here.
+        generation = self._current
+        generation.sent += count
+        self.sent += count
+        return generation
 
     def not_sent(self, generation: Generation, count: int) -> None:
-        """``count`` of the jobs counted by :meth:`sending` were not taken by the producer."""
-        if count > 0:
-            with self._lock:
-                generation.sent -= count
-                self.sent -= count
+        """``count`` of the jobs counted by :meth:`sending` were not taken by the producer
+        (no lock, as :meth:`sending` counts)."""
+        generation.sent -= count
+        self.sent -= count
 
     def answer(
         self,
@@ -155,24 +171,30 @@ class FailureLog:
         failure: PipelineFailure | None = None,
         *,
         tell: bool = True,
+        sender: int | None = None,
     ) -> None:
         """A job's delivery report came: acknowledged, or ``failure`` (``tell``: to be logged
-        unless a call raises it first)."""
+        unless a call raises it first; ``sender``: the ``threading.get_ident()`` of the thread
+        that sent the job)."""
         with self._lock:
             self.answered += 1
             if generation is not None:
                 generation.answered += 1
             if failure is not None:
                 number = generation.number if generation is not None else _ALWAYS
-                self._keep_one(_Kept(failure, number, logged=not tell))
+                self._keep_one(_Kept(failure, number, sender, logged=not tell))
 
-    def delivered(self, generation: Generation, error: KafkaError | None, message: Message) -> None:
-        """The delivery callback of a job of ``generation`` (served by any thread)."""
+    def delivered(
+        self, generation: Generation, sender: int, error: KafkaError | None, message: Message
+    ) -> None:
+        """The delivery callback of a job of ``generation`` that thread ``sender`` sent (served
+        by any thread)."""
         if error is None:
             self.answer(generation)
         else:
             fatal = fatal_of(self._transport) if self._transport is not None else None
-            self.answer(generation, PipelineFailure.from_delivery(error, message, fatal))
+            failure = PipelineFailure.from_delivery(error, message, fatal)
+            self.answer(generation, failure, sender=sender)
 
     def followed(
         self,
@@ -190,19 +212,18 @@ class FailureLog:
         follow.answered(failure, self)
 
     def add(self, failure: PipelineFailure) -> None:
-        """A failure its running job no longer holds (its report was answered already)."""
+        """A failure its running job no longer holds (its report was answered already): no
+        thread's, the first flush anywhere raises it."""
         with self._lock:
-            self._keep_one(_Kept(failure, _ALWAYS, logged=False))
+            self._keep_one(_Kept(failure, _ALWAYS, None, logged=False))
 
     def _keep_one(self, kept: _Kept) -> None:
         """Under the lock."""
         if len(self._kept) >= self._keep:
             old = self._kept.popleft()
-            self._not_kept += 1
-            for reader in old.told:  # it heard of this one: not to be counted again
-                reader.not_kept_seen += 1
-            if not old.told and not old.logged:
-                self._unlogged_not_kept += 1
+            if not old.told:
+                self._untold_let_go += 1
+                self._unlogged_let_go += not old.logged
         self._kept.append(kept)
         self._fresh = self._fresh or not kept.logged
 
@@ -212,45 +233,46 @@ class FailureLog:
         """A flush begins: the jobs sent from now on are of a new generation. Returns the
         number of the last generation it waits for (:meth:`unanswered`, :meth:`take`)."""
         with self._lock:
-            current = self._gens[-1]
+            current = self._current
             if not current.sent:
                 return current.number - 1
-            self._gens.append(self._generation(current.number + 1))
+            self._older.append(current)
+            self._current = self._generation(current.number + 1)
             return current.number
 
     def unanswered(self, through: int | None = None) -> int:
         """How many jobs of the generations up to ``through`` (None: of all) have no delivery
         report yet."""
         with self._lock:
-            *older, current = self._gens
-            self._gens = [g for g in older if g.answered < g.sent]
-            self._gens.append(current)
+            self._older = [g for g in self._older if g.answered < g.sent]
             return sum(
                 max(0, g.sent - g.answered)
-                for g in self._gens
+                for g in (*self._older, self._current)
                 if through is None or g.number <= through
             )
 
-    def _reader(self) -> _Reader:
-        reader: _Reader | None = getattr(self._local, "reader", None)
-        if reader is None:
-            reader = self._local.reader = _Reader()
-        return reader
-
     def take(self, through: int) -> Taken:
-        """The failures of the jobs of the generations up to ``through`` that no call told this
-        thread yet, and how many this thread never heard of were let go; they count as told to
-        it now (and need no log line)."""
-        reader = self._reader()
+        """What a flush on this thread raises: the failures of the jobs of the generations up
+        to ``through`` that this thread sent and was not told of yet, or that no flush raised
+        yet; and how many that no flush raised were let go since the last flush counted them.
+        They count as told now (and need no log line)."""
+        me = threading.get_ident()
         with self._lock:
-            kept = [k for k in self._kept if k.generation <= through and reader not in k.told]
-            for k in kept:
-                k.told.add(reader)
-            not_kept = self._not_kept - reader.not_kept_seen
-            reader.not_kept_seen = self._not_kept
-            if not_kept:  # it hears of every one let go untold: told now
-                self._unlogged_not_kept = 0
-        return Taken([k.failure for k in kept], not_kept)
+            taken: list[PipelineFailure] = []
+            for kept in self._kept:
+                if kept.generation > through:
+                    continue
+                mine = kept.sender == me
+                if not kept.told or (mine and not kept.sender_told):
+                    taken.append(kept.failure)
+                    kept.told = True
+                    kept.sender_told = kept.sender_told or mine
+            if taken:
+                self._kept = deque(k for k in self._kept if not k.done)
+            not_kept, self._untold_let_go = self._untold_let_go, 0
+            if not_kept:  # told to a call: no line is to count them
+                self._unlogged_let_go = 0
+        return Taken(taken, not_kept)
 
     def raised(self, failure: PipelineFailure) -> None:
         """``failure`` was raised to the caller that waits for its job (a handle's ``wait()``,
@@ -262,13 +284,14 @@ class FailureLog:
                     self._kept.remove(kept)
 
     def unreported(self) -> Taken:
-        """The failures no call raised nor a line logged yet (the exit report's); they count
-        as logged now."""
+        """The failures no call raised nor a line logged yet (the exit report's), and how many
+        such were let go; they count as logged now. A flush still raises them (a line tells
+        no call)."""
         with self._lock:
             kept = [k for k in self._kept if not k.told and not k.logged]
             for k in kept:
                 k.logged = True
-            not_kept, self._unlogged_not_kept = self._unlogged_not_kept, 0
+            not_kept, self._unlogged_let_go = self._unlogged_let_go, 0
             self._fresh = False
         return Taken([k.failure for k in kept], not_kept)
 

@@ -27,8 +27,8 @@ _log = logging.getLogger("pipeline.producer")
 def flush(transport: Transport, log: FailureLog, settings: Settings, timeout: float) -> None:
     """Wait up to ``timeout`` until Kafka answered for every job handed to ``transport`` before
     the call (not the ones other threads send meanwhile); raise the refusal of the credentials,
-    the jobs left unanswered, or the failures of those jobs this thread was not told yet
-    (:func:`failures_error`)."""
+    the jobs left unanswered, or the failures of those jobs that this thread sent and was not
+    told of yet, or that no flush raised yet (:meth:`FailureLog.take`, :func:`failures_error`)."""
     through = log.mark()
     deadline = time.monotonic() + timeout
     left = log.unanswered(through)
