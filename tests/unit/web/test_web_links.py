@@ -9,14 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from pipeline._deadletters import StoredLetter
 from pipeline._eventlog import JobHistory
 from pipeline._job import Job
-from pipeline._records import DeadLetter
 from pipeline_web import _jobsview
 
 from .conftest import MakeDashboard
-from .test_web_pages import _client, dashboard
+from .test_web_pages import _client, serve_letter
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -33,17 +31,7 @@ def test_the_job_link_of_a_letter_looks_up_its_job(
     app: Starlette, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = Job(id=JOB_ID, type="order.ship", payload=b"{}")
-    letter = DeadLetter(
-        reason="max_attempts",
-        message="out of stock",
-        source_topic="links.jobs.default",
-        source_partition=0,
-        source_offset=0,
-        job=job,
-        dead_at=1_000,
-    )
-    stored = StoredLetter(letter, 0, 0)
-    monkeypatch.setattr(dashboard(app).letters, "get", lambda ident, timeout: stored)
+    letter = serve_letter(app, monkeypatch, job, "out of stock")
     looked_up: list[str] = []
 
     def history(settings: Any, job_id: str, **kwargs: Any) -> JobHistory:

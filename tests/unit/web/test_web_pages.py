@@ -48,6 +48,24 @@ def dashboard(app: Starlette) -> Dashboard:
     return found
 
 
+def serve_letter(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch, job: Job, message: str
+) -> DeadLetter:
+    """A dead letter of ``job`` (failed with ``message``) that the dashboard finds by its id."""
+    letter = DeadLetter(
+        reason="max_attempts",
+        message=message,
+        source_topic="pages.jobs.default",
+        source_partition=0,
+        source_offset=0,
+        job=job,
+        dead_at=1_000,
+    )
+    stored = StoredLetter(letter, 0, 0)
+    monkeypatch.setattr(dashboard(app).letters, "get", lambda ident, timeout: stored)
+    return letter
+
+
 def _client(app: Starlette, host: str = "127.0.0.1") -> TestClient:
     return TestClient(
         app, base_url=f"http://{host}", client=("127.0.0.1", 50000), follow_redirects=False

@@ -10,13 +10,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from pipeline._deadletters import StoredLetter
 from pipeline._human import PAYLOAD_PREVIEW_CHARS
 from pipeline._job import Job, PayloadEncoding
-from pipeline._records import DeadLetter
 
 from .conftest import MakeDashboard
-from .test_web_pages import _client, dashboard
+from .test_web_pages import _client, serve_letter
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -31,17 +29,7 @@ def _letter_page(app: Starlette, monkeypatch: pytest.MonkeyPatch, payload: bytes
     """The page of a dead letter of ``payload`` (JSON), as read back from the topic."""
     job = Job(id="job-1", type="report.build", payload=payload)
     assert job.payload_encoding is PayloadEncoding.JSON
-    letter = DeadLetter(
-        reason="max_attempts",
-        message="out of memory",
-        source_topic="payload.jobs.default",
-        source_partition=0,
-        source_offset=0,
-        job=job,
-        dead_at=1_000,
-    )
-    stored = StoredLetter(letter, 0, 0)
-    monkeypatch.setattr(dashboard(app).letters, "get", lambda ident, timeout: stored)
+    letter = serve_letter(app, monkeypatch, job, "out of memory")
     page = _client(app).get(f"/dead-letters/{letter.id}")
     assert page.status_code == 200
     return page.text

@@ -10,15 +10,13 @@ from typing import TYPE_CHECKING, NoReturn
 
 import pytest
 
-from pipeline._deadletters import StoredLetter
 from pipeline._errors import KafkaUnavailableError
 from pipeline._job import Job
-from pipeline._records import DeadLetter
 from pipeline_web import _schedules
 from pipeline_web._schedules import ScheduleRow
 
 from .conftest import MakeDashboard
-from .test_web_pages import _client, _csrf, _schedule, dashboard
+from .test_web_pages import _client, _csrf, _schedule, dashboard, serve_letter
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -60,17 +58,7 @@ def test_a_letter_whose_fields_hold_lone_surrogates_has_its_page(
     app: Starlette, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = Job(id="job-\ud83d", type="email.\udcff", payload=b"{}", headers={"h\ud83d": "v\udcff"})
-    letter = DeadLetter(
-        reason="max_attempts",
-        message="smtp \ud83d",
-        source_topic="surrogates.jobs.default",
-        source_partition=0,
-        source_offset=0,
-        job=job,
-        dead_at=1_000,
-    )
-    stored = StoredLetter(letter, 0, 0)
-    monkeypatch.setattr(dashboard(app).letters, "get", lambda ident, timeout: stored)
+    letter = serve_letter(app, monkeypatch, job, "smtp \ud83d")
     page = _client(app).get(f"/dead-letters/{letter.id}")
     assert page.status_code == 200
     assert "<code>job-\\ud83d</code>" in page.text
