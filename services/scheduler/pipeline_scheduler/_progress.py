@@ -24,9 +24,17 @@ Releases split runs: released one by one out of offset order, a single run of ``
 becomes up to ``n / 2`` runs. So the size bound is on the *weight* ``held + runs``, which no
 release increases (a release takes one offset and adds at most one run) and which is at least
 twice the runs: a partition that stops holding at weight ``2k`` never has more than ``k`` runs,
-in whatever order its jobs fall due. :func:`record_size_bound` turns that into bytes. A new
-leader replaying a record holds a part of what it names, so its records stay within the bound
-the record was written with.
+in whatever order its jobs fall due. :func:`record_size_bound` turns that into bytes.
+
+A new leader replaying a committed record writes, until its position reaches the record's, the
+offsets it holds *and* every offset the record names at or above its position
+(:class:`ReplayRest`), so both count in its bound. A record written by an earlier release was
+bounded by the count only: its rest may leave no room for a single held job. With nothing held,
+every record the replay writes names a suffix of the committed one's offsets, no larger than it
+(but for the digits its watermark gains): the leader then routes one message at a time, each
+held job released before the next is routed, as long as the producer takes that suffix; when
+it does not (``message.max.bytes`` lowered since), the partition stays paused
+(:attr:`PartitionProgress.replay_overflow`).
 """
 
 from __future__ import annotations
@@ -38,7 +46,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline._messagesize import LIBRDKAFKA_MESSAGE_MAX_BYTES, RECORD_OVERHEAD
+from pipeline._messagesize import LIBRDKAFKA_MESSAGE_MAX_BYTES, PRODUCE_OVERHEAD, RECORD_OVERHEAD
+
+from ._replayrest import ReplayRest
 
 MAX_OFFSET = 2**63 - 1
 """Kafka's offsets are signed 64-bit integers."""
@@ -52,7 +62,10 @@ drops what the consumer fetched ahead, so the leader does not pause at every rel
 MAX_KEY_BYTES = 300
 """Room for a record's key, ``offsets:<topic>:<partition>`` (a topic name has at most 249
 characters), where the key is not known."""
-_HEADER_BYTES = len('{"v":2,"w":,"p":,"r":[]}') + 2 * len(str(MAX_OFFSET))
+_FRAME_BYTES = len('{"v":2,"w":,"p":,"r":[]}')
+_HEADER_BYTES = _FRAME_BYTES + 2 * len(str(MAX_OFFSET))
+_PRODUCER_SLACK = RECORD_OVERHEAD - PRODUCE_OVERHEAD
+"""What the producer takes beyond :func:`record_room`: librdkafka's own check."""
 
 
 def record_room(
@@ -177,6 +190,7 @@ class PartitionProgress:
     __slots__ = (
         "_held",
         "_lowest",
+        "_rest",
         "_resume_at",
         "_runs",
         "dirty",
@@ -208,9 +222,13 @@ class PartitionProgress:
         self.parked: deque[Any] = deque()
         self.replay_until = -1
         self.replay_held: frozenset[int] = frozenset()
+        self._rest: ReplayRest | None = None
+        """While replaying a record that names held offsets above the position."""
         if saved is not None and committed is not None and saved.watermark == committed:
             self.replay_until = saved.position
             self.replay_held = frozenset(saved.held)
+            if saved.held:
+                self._rest = ReplayRest(saved.watermark, saved.position, saved.held)
         self.dirty = False
 
     def delivered(self, offset: int) -> None:
@@ -226,6 +244,12 @@ class PartitionProgress:
         """Every offset up to ``offset`` is routed (released, moved, held or skipped)."""
         self.position = offset + 1
         self.dirty = True
+        rest = self._rest
+        if rest is not None:
+            if self.position < rest.limit:
+                rest.advance(self.position)
+            else:
+                self._rest = None  # the replay is over
 
     def hold(self, offset: int) -> None:
         held = self._held
@@ -255,23 +279,54 @@ class PartitionProgress:
     def full(self) -> bool:
         """Whether it holds as many offsets as a record may name, or routing one more message
         (held, and one offset further) could let a record outgrow :attr:`room` once releases
-        split the runs: the next message waits."""
-        return len(self._held) >= self.max_held or self._next_size() > self.room
+        split the runs: the next message waits. Holding nothing, a replaying partition routes
+        the next message unless the producer refuses what is left of the committed record
+        (:attr:`replay_overflow`): the records it writes are never larger (see the module's
+        doc), and waiting would free nothing."""
+        if len(self._held) >= self.max_held:
+            return True
+        if self._next_size() <= self.room:
+            return False
+        return bool(self._held) or self.replay_overflow is not None
 
     @property
     def may_resume(self) -> bool:
         """Whether a partition paused while full may fetch again: it holds
         :data:`RESUME_FRACTION` of the bound, and its record may take that fraction of
-        :attr:`room`."""
+        :attr:`room`; or it holds nothing, and is not full."""
+        if not self._held:
+            return not self.full
         return (
             len(self._held) <= self._resume_at and self._next_size() <= self.room * RESUME_FRACTION
         )
 
+    @property
+    def replaying(self) -> bool:
+        """Whether its records still name offsets of a committed record above the position."""
+        return self._rest is not None
+
+    @property
+    def replay_overflow(self) -> int | None:
+        """Bytes by which what is left of a replayed record, with nothing held, exceeds
+        :attr:`room`, when the producer refuses it too (its ``message.max.bytes`` is smaller
+        than the one it was written with): nothing more of the partition may be routed (each
+        next record would name that rest). None otherwise."""
+        rest, position = self._rest, self.position
+        if rest is None or position is None or self._held:
+            return None
+        size = _FRAME_BYTES + 2 * len(str(rest.limit)) + rest.alone(position)
+        return size - self.room if size > self.room + _PRODUCER_SLACK else None
+
     def _next_size(self) -> int:
-        """The bound of the record's size once one more message is routed and held."""
+        """The bound of the record's size once one more message is routed and held, with what
+        is left of a replayed record."""
         watermark = self.watermark
-        span = 0 if watermark is None or self.position is None else self.position - watermark
-        return record_size_bound(len(self._held) + self._runs + 2, span + 1)
+        position = self.position
+        if watermark is None or position is None:
+            return record_size_bound(2, 1)
+        size = record_size_bound(len(self._held) + self._runs + 2, position - watermark + 1)
+        rest = self._rest
+        return size if rest is None else size + rest.bound(position)
 
     @property
     def watermark(self) -> int | None:

@@ -257,7 +257,19 @@ class LeaderSession:
         self._process(message, where, progress, now)
 
     def _pause(self, where: Where, progress: PartitionProgress) -> None:
-        if progress.full:
+        overflow = progress.replay_overflow
+        if overflow is not None:
+            _log.error(
+                "%s [%d]: what is left of the progress record committed before this leader "
+                "(held offsets below %d) takes more than message.max.bytes lets it write: "
+                'nothing more of the partition is routed until kafka."message.max.bytes" '
+                "(and max.message.bytes of %s) is at least %d and the schedulers restarted",
+                *where,
+                progress.replay_until,
+                self.names.scheduler_state,
+                message_max_bytes(self.settings) + overflow,
+            )
+        elif progress.full and (progress.held_count > 1 or not progress.replaying):
             _log.warning(
                 "%s [%d] holds %d jobs in %d runs, as many as a progress record may name "
                 "(or as may fit in message.max.bytes): reading it is paused until some are "

@@ -10,6 +10,7 @@ message, in whatever order its jobs fall due.
 
 from __future__ import annotations
 
+import logging
 import random
 from collections.abc import Iterator
 from typing import Any
@@ -23,8 +24,9 @@ from pipeline._messagesize import PRODUCE_OVERHEAD
 from pipeline._settings import Settings
 from pipeline._transactions import Transactions
 from pipeline_scheduler._metrics import SchedulerMetrics
-from pipeline_scheduler._progress import PartitionProgress, SavedProgress
+from pipeline_scheduler._progress import PartitionProgress, SavedProgress, record_room
 from pipeline_scheduler._session import LeaderSession
+from pipeline_scheduler._state import progress_key
 
 from .test_held_bound import Consumer
 
@@ -198,3 +200,104 @@ def test_a_partition_held_to_the_bound_fits_its_room_in_any_release_order(
         assert largest <= room
     assert largest > room // 2  # and the bound is not far from the real size
     assert progress.may_resume
+
+
+# --- a record committed by an earlier release, bounded by its count only, replayed -----------
+
+
+def committed_record(room_share: float) -> SavedProgress:
+    """A record as an earlier release wrote it: runs of 12 held offsets a gap of one apart
+    (5 bytes each, ``1,12,``) in about ``room_share`` of the room of this leader's records
+    (the count bound allowed that)."""
+    runs = int(record_room(MAX_BYTES, len(progress_key(*SOURCE))) * room_share) // 5
+    watermark = 10**9
+    held = [watermark + 13 * run + i for run in range(runs) for i in range(12)]
+    return SavedProgress(watermark, held[-1] + 2, tuple(held))
+
+
+def replay(session: LeaderSession, record: SavedProgress, more: int) -> list[Message]:
+    """The messages a new leader reads from the record's watermark, and ``more`` new ones: of
+    the jobs the record still holds, about one in two is due by now, the others within the
+    next 20 s (held again, and released in the order they fall due)."""
+    session.progress[SOURCE] = session.new_progress(SOURCE, record.watermark, record)
+    rnd = random.Random(3)
+    now = now_ms()
+    return [
+        deferred(offset, now - 1_000 if rnd.random() < 0.5 else now + rnd.randrange(20_000))
+        for offset in range(record.watermark, record.position + more)
+    ]
+
+
+def routed_once(session: LeaderSession, record: SavedProgress, more: int) -> None:
+    """Each job the record held or that came after it is released once; none it did not."""
+    released = [CODEC.decode(v).id for v in written(session, session.names.jobs("default"))]
+    offsets = [*record.held, *range(record.position, record.position + more)]
+    assert sorted(released) == sorted(f"job-{offset}" for offset in offsets)
+    assert session.progress[SOURCE].position == record.position + more
+
+
+def test_a_replayed_record_of_an_earlier_release_grows_no_record_past_the_room(
+    session: LeaderSession,
+) -> None:
+    # Read again, the jobs the record held are released one in two: the runs of 12 split,
+    # and the records written until the replay is over named those split runs *and* the rest
+    # of the committed record, which the bound did not count. They outgrew message.max.bytes:
+    # the transaction aborted, and the next term replayed the same record, for good.
+    record = committed_record(0.83)
+    messages = replay(session, record, more=100)
+    drain(session, messages, now_ms() + 25_000)
+    routed_once(session, record, more=100)
+    room = session.progress[SOURCE].room
+    records = written(session, session.names.scheduler_state)
+    assert max(map(len, records)) <= room
+    assert SavedProgress.decode(records[-1]).held == ()
+
+
+def test_a_replayed_record_with_no_room_left_is_routed_one_held_job_at_a_time(
+    session: LeaderSession,
+) -> None:
+    # Larger than this leader's room, but taken by the producer (it was, when committed):
+    # holding nothing, the leader still routes the next message, and holds no second job
+    # before the first is released, so that no record is larger than the committed one.
+    record = committed_record(1.05)
+    committed = len(record.encode())
+    room = session.progress[SOURCE].room
+    assert room < committed <= MAX_BYTES - PRODUCE_OVERHEAD - len(progress_key(*SOURCE))
+    messages = replay(session, record, more=100)
+    drain(session, messages, now_ms() + 25_000)
+    routed_once(session, record, more=100)
+    records = written(session, session.names.scheduler_state)
+    assert room < max(map(len, records)) <= committed
+    assert SavedProgress.decode(records[-1]).held == ()
+
+
+def test_a_replayed_record_the_producer_refuses_pauses_its_partition_with_an_error(
+    session: LeaderSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    # message.max.bytes lowered since the record was committed: every record naming what is
+    # left of it would be refused, and abort the transaction of every other partition too.
+    record = committed_record(1.2)
+    messages = replay(session, record, more=0)
+    now = now_ms()
+    with caplog.at_level(logging.ERROR, logger="pipeline.scheduler"):
+        for message in messages[:50]:
+            session._handle(message, now)
+        for step in range(10):
+            session._release(now + step * 10_000)
+            session._unpark(now + step * 10_000)
+            session._commit()
+    progress = session.progress[SOURCE]
+    assert session._consumer.paused == {SOURCE}  # type: ignore[union-attr]
+    assert progress.position == record.watermark
+    assert len(progress.parked) == 50
+    assert written(session, session.names.scheduler_state) == []
+    [error] = caplog.records
+    assert "pipeline.deferred [0]" in error.getMessage()
+    needed = error.args[-1]  # type: ignore[index]
+    # At the message.max.bytes it names, a leader routes the partition again.
+    raised = Settings(bootstrap_servers="localhost:1", kafka={"message.max.bytes": str(needed)})
+    other = LeaderSession(raised, SchedulerMetrics(), [])
+    try:
+        assert not other.new_progress(SOURCE, record.watermark, record).full
+    finally:
+        other.close()
