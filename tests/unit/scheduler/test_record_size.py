@@ -19,7 +19,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Message
 
 from pipeline._codec import JobCodec
-from pipeline._job import Job, now_ms
+from pipeline._job import now_ms
 from pipeline._messagesize import PRODUCE_OVERHEAD
 from pipeline._settings import Settings
 from pipeline._transactions import Transactions
@@ -28,7 +28,7 @@ from pipeline_scheduler._progress import PartitionProgress, SavedProgress, recor
 from pipeline_scheduler._session import LeaderSession
 from pipeline_scheduler._state import progress_key
 
-from .test_held_bound import Consumer
+from .test_held_bound import Consumer, deferred
 
 MAX_BYTES = 5_000  # the producer's message.max.bytes in these tests
 SOURCE = ("pipeline.deferred", 0)
@@ -86,18 +86,6 @@ def session() -> Iterator[LeaderSession]:
     finally:
         made._consumer = None
         made.close()
-
-
-def deferred(offset: int, due_ms: int) -> Message:
-    job = Job(id=f"job-{offset}", type="t", payload=b"{}", not_before=due_ms)
-    return Message(
-        topic=SOURCE[0],
-        partition=0,
-        offset=offset,
-        key=None,
-        value=CODEC.encode(job),
-        timestamp=(1, now_ms()),
-    )
 
 
 def written(session: LeaderSession, topic: str) -> list[bytes]:
