@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pipeline import JobCodec, Pipeline
@@ -26,6 +27,29 @@ BOUND = 50
 
 def count(session: LeaderSession, metric: str) -> float:
     return session.metrics.registry.get_sample_value(metric) or 0.0
+
+
+def released_by_the_next_leader(
+    second: LeaderSession, enough: Callable[[Counter[str]], bool]
+) -> Counter[str]:
+    """How often ``second``, taking over, released each job, once ``enough`` were (30 s at
+    most); it reads every record of the previous leader back, skipping none."""
+    consumer = job_consumer(second.settings)
+    released: Counter[str] = Counter()
+    codec = JobCodec()
+    try:
+        second.start()
+        assert count(second, "pipeline_scheduler_state_records_skipped_total") == 0
+        deadline = time.monotonic() + 30
+        while not enough(released) and time.monotonic() < deadline:
+            second.step()
+            for message in consumer.consume(1000, 0):
+                if message.error() is None:
+                    released[codec.decode(message.value() or b"").id] += 1
+    finally:
+        second.close()
+        consumer.close()
+    return released
 
 
 def test_a_leader_at_the_bound_hands_over_without_releasing_a_job_twice(
@@ -58,21 +82,7 @@ def test_a_leader_at_the_bound_hands_over_without_releasing_a_job_twice(
         first.close()
     assert most == BOUND  # it held as many as a record may name, never more
     second = LeaderSession(settings, SchedulerMetrics(), [], max_held=BOUND)
-    consumer = job_consumer(settings)
-    released: Counter[str] = Counter()
-    codec = JobCodec()
-    try:
-        second.start()
-        assert count(second, "pipeline_scheduler_state_records_skipped_total") == 0
-        deadline = time.monotonic() + 30
-        while last not in released and time.monotonic() < deadline:
-            second.step()
-            for message in consumer.consume(1000, 0):
-                if message.error() is None:
-                    released[codec.decode(message.value() or b"").id] += 1
-    finally:
-        second.close()
-        consumer.close()
+    released = released_by_the_next_leader(second, lambda seen: last in seen)
     # The last job is the last one written to the jobs' partition: everything is read.
     assert set(released) == ids
     assert [job for job, n in released.items() if n > 1] == []
@@ -106,20 +116,6 @@ def test_a_leader_whose_held_jobs_fall_due_out_of_order_writes_records_that_fit(
         first.close()
     assert paused  # it held as many as a record may name in its worst release order
     second = LeaderSession(settings, SchedulerMetrics(), [])
-    consumer = job_consumer(settings)
-    released: Counter[str] = Counter()
-    codec = JobCodec()
-    try:
-        second.start()
-        assert count(second, "pipeline_scheduler_state_records_skipped_total") == 0
-        deadline = time.monotonic() + 30
-        while len(released) < len(ids) and time.monotonic() < deadline:
-            second.step()
-            for message in consumer.consume(1000, 0):
-                if message.error() is None:
-                    released[codec.decode(message.value() or b"").id] += 1
-    finally:
-        second.close()
-        consumer.close()
+    released = released_by_the_next_leader(second, lambda seen: len(seen) >= len(ids))
     assert set(released) == set(ids)
     assert [job for job, n in released.items() if n > 1] == []
