@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from types import TracebackType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from . import _exitflush
 from ._dedupstores import DedupStore
@@ -37,6 +37,9 @@ from ._topics import TopicNames
 from ._transport import Transport, taken_of
 from .outbox._dialect import DEFAULT_TABLE
 from .outbox._writer import Outbox, OutboxJob, outbox_route
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Message
 
 __all__ = ["BoundEnqueue", "EnqueueOptions", "JobFunction", "JobHandle", "Pipeline"]
 
@@ -347,11 +350,13 @@ class Pipeline:
             )
         log = self._failures
         generation = log.sending()
-        plain = generation.on_delivery()
+        plain: Callable[[KafkaError | None, Message], None]
         if handle is not None:
             handle.job_id = job_id
             handle._generation = generation
             plain = handle._on_delivery
+        else:
+            plain = generation.on_delivery()
         follow = follow_ups()  # enqueued by a running job: its success waits for this one
         try:
             if follow is None:
@@ -368,7 +373,7 @@ class Pipeline:
             raise
         # Serve delivery callbacks now and then so they never pile up in librdkafka's queue (a
         # busy producer's: the producer's polling thread stays out of the way while this serves).
-        if not log.sent % 1000:
+        if not generation.sent % 1000:
             self._transport.poll(0)
         return job_id
 

@@ -101,8 +101,6 @@ class FailureLog:
         "_transport",
         "_unlogged_let_go",
         "_untold_let_go",
-        "answered",
-        "sent",
     )
 
     def __init__(self, transport: Transport | None = None, *, keep: int = MAX_KEPT) -> None:
@@ -124,8 +122,6 @@ class FailureLog:
         """Of those, how many no line counted yet (:meth:`unreported`)."""
         self._fresh = False
         self._told_at = -TELL_EVERY_S
-        self.sent = 0
-        self.answered = 0
 
     def _forget_the_parents(self) -> None:
         """In a forked child: the failures so far are the parent's jobs, which the parent
@@ -142,8 +138,8 @@ class FailureLog:
         """``count`` jobs are handed to the producer now: counted before, so that no report of
         theirs comes first. Their generation, which their delivery reports answer (through its
         :meth:`~Generation.on_delivery`, in the name of the calling thread)."""
-        # No lock: this runs for every job. The two lines read the current generation and
-        # count in it as one step that no other thread comes between: they run C code only
+        # No lock: this runs for every job. Reading the current generation and counting in
+        # it is one step that no other thread comes between: it runs C code only
         # (slot reads and writes, int additions), with no call, backward jump or allocation of
         # an object the garbage collector tracks, and CPython with the GIL lets another thread
         # run only at a call, a function's start or a backward jump (its "eval breaker"
@@ -156,14 +152,12 @@ class FailureLog:
         # need the lock here.
         generation = self._current
         generation.sent += count
-        self.sent += count
         return generation
 
     def not_sent(self, generation: Generation, count: int) -> None:
         """``count`` of the jobs counted by :meth:`sending` were not taken by the producer
         (no lock, as :meth:`sending` counts)."""
         generation.sent -= count
-        self.sent -= count
 
     def answer(
         self,
@@ -177,7 +171,6 @@ class FailureLog:
         unless a call raises it first; ``sender``: the ``threading.get_ident()`` of the thread
         that sent the job)."""
         with self._lock:
-            self.answered += 1
             if generation is not None:
                 generation.answered += 1
             if failure is not None:
@@ -192,9 +185,7 @@ class FailureLog:
         if error is None:
             self.answer(generation)
         else:
-            fatal = fatal_of(self._transport) if self._transport is not None else None
-            failure = PipelineFailure.from_delivery(error, message, fatal)
-            self.answer(generation, failure, sender=sender)
+            self.answer(generation, self._failure(error, message), sender=sender)
 
     def followed(
         self,
@@ -204,12 +195,13 @@ class FailureLog:
         message: Message,
     ) -> None:
         """The delivery report of a job a running job enqueued: its fate is that job's."""
-        failure = None
-        if error is not None:
-            fatal = fatal_of(self._transport) if self._transport is not None else None
-            failure = PipelineFailure.from_delivery(error, message, fatal)
+        failure = self._failure(error, message) if error is not None else None
         self.answer(generation)  # answered; a refusal is the job's, not the log's
         follow.answered(failure, self)
+
+    def _failure(self, error: KafkaError, message: Message) -> PipelineFailure:
+        fatal = fatal_of(self._transport) if self._transport is not None else None
+        return PipelineFailure.from_delivery(error, message, fatal)
 
     def add(self, failure: PipelineFailure) -> None:
         """A failure its running job no longer holds (its report was answered already): no

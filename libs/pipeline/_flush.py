@@ -8,6 +8,7 @@ import time
 from typing import TYPE_CHECKING
 
 from . import _exitflush
+from ._delivery import _UNKNOWN_ID
 from ._errors import EnqueueError, FailedJobs, KafkaUnavailableError, PipelineError
 from ._failurelog import MAX_KEPT, FailureLog, Taken
 from ._transport import Transport, refusal_of
@@ -20,7 +21,6 @@ __all__ = ["FLUSH_STEP_S", "flush", "flush_at_exit", "log_with_block"]
 FLUSH_STEP_S = 0.1
 """A flush serves the producer in steps this long, and looks between them whether the jobs it
 waits for were answered, or Kafka refused the credentials."""
-_UNKNOWN_ID = "<unknown>"
 _log = logging.getLogger("pipeline.producer")
 
 

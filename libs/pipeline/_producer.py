@@ -220,12 +220,13 @@ class KafkaTransport:
         as a flush waits (:meth:`_drain`): within the delivery timeout, until a refusal."""
         if key is None:
             return
-        deadline = time.monotonic() + self._settings.producer.delivery_timeout_s
         other = self._producer if bulk else self._bulk
-        if self._two and other is not None and len(other):
-            self._drain(other, deadline)
-        for retired in list(self._retired) if self._retired else ():
-            self._drain(retired, deadline)
+        waits = [other] if self._two and other is not None and len(other) else []
+        waits += self._retired
+        if waits:  # rarely: the clock is read only then
+            deadline = time.monotonic() + self._settings.producer.delivery_timeout_s
+            for producer in waits:
+                self._drain(producer, deadline)
 
     def refused(self) -> KafkaAuthenticationError | None:
         """The error to raise when Kafka refused this producer's credentials or TLS handshake

@@ -299,5 +299,5 @@ def test_answers_from_many_threads_are_all_counted() -> None:
         thread.start()
     for thread in threads:
         thread.join()
-    assert log.answered == 80_000
+    assert generation.answered == 80_000
     assert log.unanswered() == 0
