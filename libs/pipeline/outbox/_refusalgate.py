@@ -67,7 +67,6 @@ class RefusalGate:
 
     def __init__(self, table: str) -> None:
         self._table = table
-        self._hold_s = HOLD_S
         self._cap: int | None = None
         """Rows per batch while the rows up to ``_until`` are published again in parts."""
         self._until = 0
@@ -105,7 +104,7 @@ class RefusalGate:
             index = next((i for i, row in enumerate(rows) if row[0] == held.row_id), None)
             if index is None and rows[0][0] > held.row_id:
                 self._held = None  # published alone, or deleted
-            elif index == 0 and time.monotonic() - held.since < self._hold_s:
+            elif index == 0 and time.monotonic() - held.since < HOLD_S:
                 self._log.error(
                     str(held.row_id),
                     "outbox row %d is a job for %s, which Kafka refused when its batch "
@@ -116,7 +115,7 @@ class RefusalGate:
                     held.topic,
                     held.reason,
                     self._table,
-                    self._hold_s,
+                    HOLD_S,
                 )
                 return 0
             elif index is not None:

@@ -4,7 +4,6 @@ would, in the test's own process."""
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
 from collections.abc import Mapping
 from dataclasses import replace
@@ -86,7 +85,7 @@ async def run_job_async(
     """:func:`run_job`, awaited from an ``async def`` test: it runs on a helper thread while the
     test's event loop goes on, so the handler can talk to a server or client on that loop
     (``run_job`` blocks the loop until the run ends)."""
-    run = functools.partial(
+    return await asyncio.to_thread(
         run_job,
         app,
         job_type,
@@ -98,7 +97,6 @@ async def run_job_async(
         rand=rand,
         **options,
     )
-    return await asyncio.to_thread(run)
 
 
 def _produce(

@@ -64,6 +64,9 @@ MAX_KEY_BYTES = 300
 characters), where the key is not known."""
 _FRAME_BYTES = len('{"v":2,"w":,"p":,"r":[]}')
 _HEADER_BYTES = _FRAME_BYTES + 2 * len(str(MAX_OFFSET))
+_MAX_NUMBER_BYTES = 2 + len(str(MAX_OFFSET))
+"""The most a number of a record takes with its comma, in :func:`record_size_bound`'s count:
+``2 + log10(x)`` for ``x`` up to :data:`MAX_OFFSET` (a few digits to spare)."""
 _PRODUCER_SLACK = RECORD_OVERHEAD - PRODUCE_OVERHEAD
 """What the producer takes beyond :func:`record_room`: librdkafka's own check."""
 
@@ -188,6 +191,7 @@ class PartitionProgress:
     """
 
     __slots__ = (
+        "_free_weight",
         "_held",
         "_lowest",
         "_rest",
@@ -212,6 +216,9 @@ class PartitionProgress:
         self.max_held = max_held
         self._resume_at = int(max_held * RESUME_FRACTION)
         self.room = record_room() if room is None else room
+        self._free_weight = (self.room - _HEADER_BYTES - 1) // _MAX_NUMBER_BYTES
+        """Held + runs below which no record can outgrow :attr:`room`: :attr:`full` needs no
+        size bound (:func:`record_size_bound` is at most ``_MAX_NUMBER_BYTES`` a number)."""
         self.position: int | None = committed
         self._held: set[int] = set()
         self._runs = 0
@@ -283,8 +290,11 @@ class PartitionProgress:
         the next message unless the producer refuses what is left of the committed record
         (:attr:`replay_overflow`): the records it writes are never larger (see the module's
         doc), and waiting would free nothing."""
-        if len(self._held) >= self.max_held:
+        held = len(self._held)
+        if held >= self.max_held:
             return True
+        if self._rest is None and held + self._runs + 2 <= self._free_weight:
+            return False  # the common case, one message at a time: no logarithm
         if self._next_size() <= self.room:
             return False
         return bool(self._held) or self.replay_overflow is not None

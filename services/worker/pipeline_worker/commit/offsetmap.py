@@ -23,7 +23,6 @@ Sets are :data:`Runs`: increasing, disjoint, non-adjacent half-open ranges ``(st
 from __future__ import annotations
 
 import base64
-import bisect
 import zlib
 from collections.abc import Iterable
 
@@ -236,6 +235,4 @@ class Skips:
     def above(self, low: int) -> Runs:
         """The offsets at or above ``low``, passed or not (a commit's mark lists every finished
         offset above its commit point)."""
-        runs = self._runs
-        first = bisect.bisect_left(runs, (low + 1,))  # the runs that start above ``low``
-        return clip(runs[max(0, first - 1) :], low)
+        return clip(self._runs, low)
