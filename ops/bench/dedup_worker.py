@@ -14,20 +14,28 @@ Reported: jobs/s of both drains (keyed as a ratio of the baseline), the worker's
 restore itself (the worker logs how long it took), and the goals: keyed jobs drain at 70% of
 the unkeyed rate or more, a million keys restore in under 5 s with a peak under 300 MB above
 the baseline. The section is written to ``docs/benchmarks.md`` (``--output``) and printed.
+
+``--rounds N`` drains each kind N times (the median run is reported); ``--baseline-ref REF``
+also drains both kinds with the worker of commit ``REF`` in every round (see
+:mod:`.baseline`), the two workers taking turns going first, and adds a table of both.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from pipeline import Pipeline, Settings
 
 from .app import EXPECTED_ENV, RECORD_ENV
+from .baseline import Baseline, BaselineError, baseline_tree
 from .env import broker, fresh_namespace, say, start_worker, tail, worker_command_line
 from .report import Section, add_output_option, goal_line, write_sections
 
@@ -63,11 +71,16 @@ def _restore_seconds(log: Path) -> float | None:
     return float(found.group(1)) if found else None
 
 
-def _burst(settings: Settings, jobs: int, workdir: Path, label: str) -> tuple[float, int]:
-    """Run one ``--burst`` worker; return (start-to-exit seconds, peak RSS in KB)."""
+def _burst(
+    settings: Settings, jobs: int, workdir: Path, label: str, env: Mapping[str, str] | None = None
+) -> tuple[float, int]:
+    """Run one ``--burst`` worker (``env``: a baseline's, to run its code); return
+    (start-to-exit seconds, peak RSS in KB)."""
     record, log = workdir / f"{label}.record", workdir / f"{label}.log"
     began = time.perf_counter()
-    process = start_worker(settings, ARGS, {RECORD_ENV: str(record), EXPECTED_ENV: str(jobs)}, log)
+    process = start_worker(
+        settings, ARGS, {RECORD_ENV: str(record), EXPECTED_ENV: str(jobs), **(env or {})}, log
+    )
     peak = 0
     while process.poll() is None:
         peak = max(peak, _peak_rss_kb(process.pid))
@@ -83,17 +96,82 @@ def _burst(settings: Settings, jobs: int, workdir: Path, label: str) -> tuple[fl
     return seconds, peak
 
 
-def run(bootstrap_servers: str, jobs: int, workdir: Path) -> Section:
-    results: dict[str, tuple[float, int]] = {}
-    for keyed in (False, True):
-        name = "keyed" if keyed else "plain"
-        settings = fresh_namespace(bootstrap_servers, f"dedup-{name}")
-        say(f"dedup worker: enqueueing {jobs:,} {name} jobs")
-        _fill(settings, jobs, keyed=keyed)
-        say(f"dedup worker: draining them ({worker_command_line(ARGS)})")
-        results[f"{name} drain"] = _burst(settings, jobs, workdir, f"{name}-drain")
-        say("dedup worker: a second worker on the drained namespace")
-        results[f"{name} restart"] = _burst(settings, 0, workdir, f"{name}-restart")
+Drains = dict[tuple[str, str], list[tuple[float, int]]]
+"""(worker, kind) -> every drain's (seconds, peak KB); worker "now" or "before"."""
+
+
+def _drains(
+    bootstrap_servers: str, jobs: int, workdir: Path, rounds: int, baseline: Baseline | None
+) -> tuple[Drains, dict[str, tuple[float, int]]]:
+    """Every round's drains of both kinds by each worker, then the current worker's restarts
+    on the namespaces of its last round."""
+    drains: Drains = {}
+    last: dict[str, Settings] = {}
+    for attempt in range(rounds):
+        workers: list[tuple[str, Mapping[str, str]]] = [("now", {})]
+        if baseline is not None:
+            workers.insert(attempt % 2, ("before", baseline.environ()))
+        for worker, env in workers:
+            for name in ("plain", "keyed"):
+                settings = fresh_namespace(bootstrap_servers, f"dedup-{name}")
+                say(f"dedup worker: round {attempt + 1}/{rounds}: enqueueing {jobs:,} {name} jobs")
+                _fill(settings, jobs, keyed=name == "keyed")
+                say(f"dedup worker: draining them ({worker_command_line(ARGS)}, {worker})")
+                label = f"{name}-{worker}-{attempt}"
+                drains.setdefault((worker, name), []).append(
+                    _burst(settings, jobs, workdir, label, env)
+                )
+                if worker == "now":
+                    last[name] = settings
+    restarts = {}
+    for name, settings in last.items():
+        say(f"dedup worker: a second worker on the drained {name} namespace")
+        restarts[name] = _burst(settings, 0, workdir, f"{name}-restart")
+    return drains, restarts
+
+
+def _median(runs: list[tuple[float, int]]) -> tuple[float, int]:
+    """The run of the median time (the lower middle one of an even count)."""
+    return sorted(runs)[(len(runs) - 1) // 2]
+
+
+def _compared(jobs: int, drains: Drains, baseline: Baseline) -> list[str]:
+    """The table of both workers' drains, and what the change did to the keyed rate."""
+    lines = [
+        "",
+        f"Both workers, every round (the worker of `{baseline.ref}`, {baseline.commit[:12]}: "
+        "its `libs` and `services` from `git archive`, first on `PYTHONPATH`, same virtual "
+        "environment and bench app; the two take turns going first):",
+        "",
+        "| worker | no keys, jobs/s | keyed, jobs/s | keyed vs no keys |",
+        "|---|---|---|---:|",
+    ]
+    for worker, label in (("before", f"at {baseline.ref} (before)"), ("now", "now")):
+        plain = [jobs / s for s, _ in drains[(worker, "plain")]]
+        keyed = [jobs / s for s, _ in drains[(worker, "keyed")]]
+        ratio = statistics.median(keyed) / statistics.median(plain)
+        lines.append(f"| {label} | {_rates(plain)} | {_rates(keyed)} | {ratio:.0%} |")
+    before = statistics.median(jobs / s for s, _ in drains[("before", "keyed")])
+    now = statistics.median(jobs / s for s, _ in drains[("now", "keyed")])
+    lines += ["", f"Keyed drain now / before, medians: {now / before:.2f}."]
+    return lines
+
+
+def _rates(rates: list[float]) -> str:
+    """The median rate, then every run's in order."""
+    return f"{statistics.median(rates):,.0f} ({', '.join(f'{r:,.0f}' for r in rates)})"
+
+
+def run(
+    bootstrap_servers: str,
+    jobs: int,
+    workdir: Path,
+    rounds: int = 1,
+    baseline: Baseline | None = None,
+) -> Section:
+    drains, restarts = _drains(bootstrap_servers, jobs, workdir, rounds, baseline)
+    results = {f"{name} drain": _median(drains[("now", name)]) for name in ("plain", "keyed")}
+    results.update({f"{name} restart": run for name, run in restarts.items()})
     plain_s, plain_kb = results["plain drain"]
     keyed_s, keyed_kb = results["keyed drain"]
     plain_restart_s, plain_restart_kb = results["plain restart"]
@@ -128,6 +206,10 @@ def run(bootstrap_servers: str, jobs: int, workdir: Path) -> Section:
         ]
     else:
         lines.append(f"(The restore goals are for 1,000,000 keys; this run had {jobs:,}.)")
+    if rounds > 1:
+        lines.append(f"Drains: the median of {rounds} rounds of each kind.")
+    if baseline is not None:
+        lines += _compared(jobs, drains, baseline)
     return Section(
         TITLE,
         f"`python -m ops.bench.dedup_worker --jobs {jobs}` (the second half of `make "
@@ -143,14 +225,30 @@ def run(bootstrap_servers: str, jobs: int, workdir: Path) -> Section:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ops.bench.dedup_worker", description=__doc__)
     parser.add_argument("--jobs", type=int, default=1_000_000, help="jobs, each with its own key")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="drains of each kind (the median is reported)"
+    )
+    parser.add_argument(
+        "--baseline-ref", help="also drain both kinds with the worker of this commit"
+    )
     add_output_option(parser)
     args = parser.parse_args(argv)
-    with broker() as found, tempfile.TemporaryDirectory(prefix="pipeline-bench-") as workdir:
-        section = run(found.bootstrap_servers, args.jobs, Path(workdir))
+    if args.rounds < 1:
+        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    code = baseline_tree(args.baseline_ref) if args.baseline_ref else contextlib.nullcontext()
+    with (
+        code as baseline,
+        broker() as found,
+        tempfile.TemporaryDirectory(prefix="pipeline-bench-") as workdir,
+    ):
+        section = run(found.bootstrap_servers, args.jobs, Path(workdir), args.rounds, baseline)
     write_sections(args.output, [section])
     print(section.markdown())
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BaselineError as exc:  # says what to do: no traceback
+        sys.exit(f"python -m ops.bench.dedup_worker: {exc}")

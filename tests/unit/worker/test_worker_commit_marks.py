@@ -17,6 +17,7 @@ from pipeline.testing import InMemoryTransport
 from pipeline_worker import OutcomeKind
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit import committer as committer_module
+from pipeline_worker.commit.finished import finished_runs
 from pipeline_worker.commit.marks import CommitMark, fit, max_moved, promised
 from pipeline_worker.commit.moves import Mover
 from pipeline_worker.commit.offsetmap import Skips
@@ -201,14 +202,14 @@ def test_the_map_between_two_readings_keeps_the_previous_owners_finished_offsets
     state.committed = 100
     state.skips = Skips(((101, 200), (300, 400)))  # 100 was running when its owner died
     state.tracker.add(100)  # a long job
-    before = committer_module._finished(state, 100, (), state.tracker.finished_count)
+    before = finished_runs(state, 100, (), state.tracker.finished_count)
     assert before == ((101, 200), (300, 400))
     state.map_next = time.monotonic() + 60  # the last reading was slow: the next waits
     for offset in range(101, 301):  # the loop passes the skipped ones, runs 200..299
         state.tracker.add(offset)
         if state.skips.covers(offset):
             state.tracker.finish(offset)
-    after = committer_module._finished(state, 100, (), state.tracker.finished_count)
+    after = finished_runs(state, 100, (), state.tracker.finished_count)
     assert after == ((101, 200), (300, 400))
 
 

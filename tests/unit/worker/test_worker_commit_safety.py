@@ -65,8 +65,12 @@ def test_a_transaction_lost_for_good_is_never_committed_past_by_the_closing_revo
     moving.commit_offset = 4
     other.taken = other.handed
     other.commit_offset = 2
-    with pytest.raises(raised):  # the consumer thread stops with it
-        thread._committer.commit(thread.states.values(), time.monotonic())
+    # A scheduled commit is made on the mover's helper thread; its outcome comes back at the
+    # consumer thread's next drain of the moves, and the thread stops with it there.
+    assert thread._committer.commit(thread.states.values(), time.monotonic())
+    with pytest.raises(raised):
+        thread._drain_moves()
+    assert not mover.committing
     assert producer.committed == []
     thread.rebalance.closing = True  # what Consumer.close() calls on the way out
     partitions = [TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)]

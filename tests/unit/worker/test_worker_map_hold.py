@@ -14,7 +14,7 @@ from confluent_kafka import TopicPartition
 from pipeline import Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
-from pipeline_worker.commit import committer as committer_module
+from pipeline_worker.commit import finished as finished_module
 from pipeline_worker.commit import offsetmap
 from pipeline_worker.commit.marks import CommitMark
 from pipeline_worker.intake.consumer import ConsumerThread
@@ -27,7 +27,7 @@ __all__ = ["loop"]  # the fixture
 @pytest.fixture(autouse=True)
 def fresh_maps(monkeypatch: pytest.MonkeyPatch) -> None:
     """Read the tracker at every commit, however long it takes (see the last test)."""
-    monkeypatch.setattr(committer_module, "MAP_COST_FACTOR", 0.0)
+    monkeypatch.setattr(finished_module, "MAP_COST_FACTOR", 0.0)
 
 
 class MarkingConsumer(FakeConsumer):
@@ -171,7 +171,7 @@ def test_a_map_that_is_slow_to_read_is_read_again_only_after_a_while(
 ) -> None:
     """Hundreds of thousands of offsets finished behind a stuck job take tens of milliseconds
     to read: commits in between send the runs read last (finished all the same)."""
-    monkeypatch.setattr(committer_module, "MAP_COST_FACTOR", 1e6)
+    monkeypatch.setattr(finished_module, "MAP_COST_FACTOR", 1e6)
     thread, fake, [state] = start(loop, 0)
     deliver(state, 300_000)
     finish(state, range(1, 200_000))

@@ -230,7 +230,7 @@ def test_a_waiting_move_does_not_write_a_key_s_tombstone_after_its_newer_record(
         (CHANGELOG, b"held"),
         ("acme.dlq", b"letter"),
     ]
-    assert not mover._waiting_keys  # nothing waits: no key is held for it any more
+    assert not mover._waiting.holds_keys  # nothing waits: no key is held for it any more
 
 
 def test_a_rewrite_keeps_the_order_of_writes_across_partitions(
@@ -385,4 +385,4 @@ def test_key_records_of_moves_waiting_on_two_priorities_reach_the_changelog_in_o
     assert changelog[-1] == b"B"
     assert changelog == ([b"B"] if first == "newer" else [None, b"B"])
     assert not mover._waiting
-    assert not mover._waiting_keys
+    assert not mover._waiting.holds_keys

@@ -18,7 +18,6 @@ limit meanwhile is cut short (the jobs above the cut would run again after a cra
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from collections import deque
@@ -32,6 +31,7 @@ from pipeline._ratelog import RateLimitedLog
 
 from .._metrics import WorkerMetrics
 from . import offsetmap
+from .finished import finished_runs
 from .marks import METADATA_MAX_BYTES, CommitMark, fit, promised
 from .moves import Mover
 
@@ -41,11 +41,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.worker.commits")
 
-MAP_COST_FACTOR = 19.0
-"""After reading a partition's finished offsets, wait this many times as long as the reading
-took before the next: at most 5% of the consumer thread goes to it."""
-MAP_COST_FLOOR_S = 0.0005
-"""A reading faster than this is not spaced out (the usual case: a few thousand offsets)."""
 HOLD_FRACTION = 0.75
 """A partition whose whole mark is longer than this fraction of the metadata limit takes no new
 jobs: the rest is room for the jobs already taken, which still finish."""
@@ -100,6 +95,11 @@ class Committer:
         if guards is not None:
             self._guards = guards
         self._hold = hold
+
+    def land(self) -> None:
+        """Wait for the moves' commit in flight, if any (see :mod:`.flight`), and settle it."""
+        if self._mover is not None:
+            self._mover.land()
 
     @property
     def in_transaction(self) -> bool:
@@ -168,7 +168,7 @@ class Committer:
             ):
                 continue
             moved = mover.moved_above(where, offset) if mover is not None else ()
-            finished = _finished(state, offset, moved, mapped)
+            finished = finished_runs(state, offset, moved, mapped)
             if guard is not None:
                 mark = guard.stamp(offset, moved, clean=clean, finished=finished)
             else:
@@ -222,6 +222,8 @@ class Committer:
         Returns whether everything is committed (an asynchronous commit counts as done); not
         if a partition was left out, its moves being in no transaction (see :meth:`offsets`).
         """
+        if not (sync or clean) and self._mover is not None and self._mover.committing:
+            return True  # due again at once, so made as soon as the one in flight has landed
         self._next = now + self._interval
         if finished is not None:
             self._finished_at_last = finished
@@ -243,7 +245,7 @@ class Committer:
         assert self._consumer is not None
         mover = self._mover
         if mover is not None and mover.open:
-            return self._commit_transaction(states, clean=clean, force=force)
+            return self._commit_transaction(states, clean=clean, force=force, sync=sync)
         now = time.monotonic()
         if not (sync or clean or force) and self.awaiting(now):
             # See IN_FLIGHT_WAIT_S. Decided before the marks are made: making one records its
@@ -289,15 +291,27 @@ class Committer:
         return left
 
     def _commit_transaction(
-        self, states: list[PartitionState], *, clean: bool, force: bool = False
+        self, states: list[PartitionState], *, clean: bool, force: bool, sync: bool
     ) -> bool:
         """Commit the mover's transaction with the offsets of every owned partition it touched
         (they must ride along even when the watermark stands still) and of ``states``.
 
         ``clean`` holds for ``states`` only: the touched partitions are still ours and run on.
+        Unless ``sync`` or ``clean``, the commit is made on the mover's helper thread
+        (:mod:`.flight`) and counts as done, as an asynchronous one does.
         """
         assert self._consumer is not None
         assert self._mover is not None
+        if self._mover.committing:
+            if not (sync or clean):
+                # The commit in flight answers first; the next scheduled one carries these
+                # offsets and marks (a pushed mark too: its jobs wait for it a little longer).
+                return True
+            committed = self._mover.land()
+            if not self._mover.open:  # committed, or it only confirmed an earlier commit
+                return self._send(states, sync=sync, clean=clean, force=force)
+            if not committed:
+                return False  # aborted: its moves are written again, to commit later
         touched = set(self._mover.touched())
         chosen = {id(s) for s in states}
         riding = [
@@ -309,17 +323,25 @@ class Committer:
         if riding:
             offsets += self.offsets(riding, force=force)
         started = time.monotonic()
-        committed = self._mover.commit(
-            offsets,
-            self._consumer.consumer_group_metadata(),
-            lambda where: where in self._states,
-        )
-        self._metrics.count_commit("transaction", committed, time.monotonic() - started)
-        if not committed:
-            self._unmapped(offsets)
-            return False
-        self._metrics.count_transaction()
-        return self._record(offsets)
+        group_metadata = self._consumer.consumer_group_metadata()
+        states_now = self._states
+
+        def owned(where: tuple[str, int]) -> bool:
+            return where in states_now
+
+        def landed(committed: bool, ended_at: float | None = None) -> bool:
+            ended = ended_at if ended_at is not None else time.monotonic()
+            self._metrics.count_commit("transaction", committed, ended - started)
+            if not committed:
+                self._unmapped(offsets)
+                return False
+            self._metrics.count_transaction()
+            return self._record(offsets)
+
+        if not (sync or clean):
+            self._mover.commit_async(offsets, group_metadata, owned, landed)
+            return True
+        return landed(self._mover.commit(offsets, group_metadata, owned))
 
     def on_commit(self, error: KafkaError | None, partitions: list[TopicPartition]) -> None:
         """librdkafka's callback for asynchronous commits (served by ``poll``, in order)."""
@@ -357,36 +379,6 @@ class Committer:
             if guard is not None and tp.metadata:
                 guard.acknowledged(promised(tp.offset, tp.metadata))
         return ok
-
-
-def _finished(
-    state: PartitionState, offset: int, moved: tuple[int, ...], mapped: int
-) -> offsetmap.Runs:
-    """The offsets finished at or above ``offset``: by us (the loop's tracker, and ``moved``,
-    whose jobs may not be finished there yet), or by a previous owner, not consumed yet.
-
-    Reading the tracker costs time in proportion to the finished offsets it holds (tens of
-    milliseconds for hundreds of thousands behind a stuck job), so a reading slower than
-    :data:`MAP_COST_FLOOR_S` is followed by the next only after :data:`MAP_COST_FACTOR` times
-    as long; meanwhile the runs of that reading go out again (still finished, just not the
-    newest). ``mapped``: the tracker's count now.
-    """
-    now = time.monotonic()
-    if now >= state.map_next:
-        done = state.tracker.finished_above()
-        state.map_runs = offsetmap.runs_of(done[bisect.bisect_left(done, offset) :])
-        finished_at = time.monotonic()
-        cost = finished_at - now
-        state.map_next = finished_at + cost * MAP_COST_FACTOR if cost >= MAP_COST_FLOOR_S else 0.0
-        state.mapped = mapped
-    runs = offsetmap.clip(state.map_runs, offset)
-    skips = state.skips
-    if skips is None and not moved:
-        return runs
-    # All of them, not those the loop has not passed yet: one it passed after the reading (or
-    # while it was made) is in neither.
-    above = skips.above(offset) if skips is not None else ()
-    return offsetmap.merge(runs, above, offsetmap.runs_of(moved))
 
 
 def describe(partitions: Sequence[TopicPartition]) -> str:

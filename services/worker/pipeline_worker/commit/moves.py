@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +48,11 @@ from pipeline._ratelog import RateLimitedLog
 from pipeline._topics import TopicNames
 from pipeline._transactions import STEP_TIMEOUT_S, Transactions
 
+from .flight import Flight, Outcome
 from .marks import max_moved
 from .movetxn import Done, MoveTransaction, Pending, Where
 from .txnconfig import transactional_config
+from .waiting import WaitingMoves
 
 if TYPE_CHECKING:
     import asyncio
@@ -62,8 +64,6 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.worker.moves")
 
-ChangelogKey = tuple[int | None, bytes | None]
-"""A changelog record's partition and key: one idempotency key's place."""
 TIMEOUT_S = STEP_TIMEOUT_S
 """The longest one producer call waits (it was 30 s, 5 times a step: minutes without a poll)."""
 ATTEMPTS = 1
@@ -93,14 +93,10 @@ class Mover:
             attempts=ATTEMPTS,
         )
         self._loop = loop
-        self._changelog = TopicNames(settings.namespace).dedup
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)
         self._queue: deque[Pending] = deque()
-        self._waiting: dict[Where, deque[Pending]] = {}
+        self._waiting = WaitingMoves(TopicNames(settings.namespace).dedup)
         """Moves waiting because their partition has ``max_moved`` moves above its commit point."""
-        self._waiting_keys: Counter[ChangelogKey] = Counter()
-        """The idempotency keys of the changelog records in :attr:`_waiting` (see
-        :meth:`_supersede`)."""
         self._taken = 0
         """Moves taken from the queue so far: the last one's :attr:`Pending.submitted`."""
         self._transaction = MoveTransaction(self._txn, dropped=self._drop_moved)
@@ -110,12 +106,23 @@ class Mover:
         self._resolved: list[tuple[Done, bool]] = []
         """What to tell the loop when the drain (or forget) that resolved these is over."""
         self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._flight = Flight("pipeline-txn-commit")
+        """A commit made on a helper thread (:meth:`commit_async`): nothing else touches the
+        transaction until the consumer thread has taken its outcome back (:meth:`land`)."""
+        self._landed = True
+        """Whether the last commit landed committed."""
         self.initialized = False
 
     @property
     def open(self) -> bool:
-        """Whether a transaction is open: the partitions it touched commit with it."""
-        return self._txn.open
+        """Whether a transaction is open, its commit in flight included: the partitions it
+        touched commit with it."""
+        return self._flight.busy or self._txn.open
+
+    @property
+    def committing(self) -> bool:
+        """Whether a commit is in flight (:meth:`commit_async`), its outcome not taken back."""
+        return self._flight.busy
 
     def open_for(self, now: float) -> float:
         """How long the open transaction has been open at ``now`` (0: none is)."""
@@ -161,12 +168,20 @@ class Mover:
         self._txn.init()
         self.initialized = True
 
-    def drain(self, owned: Callable[[Where], bool], commit_point: Callable[[Where], int]) -> bool:
+    def drain(
+        self,
+        owned: Callable[[Where], bool],
+        commit_point: Callable[[Where], int],
+        *,
+        wait: bool = True,
+    ) -> bool:
         """Write queued moves into the open transaction; returns whether any was written.
 
-        While Kafka does not answer (see the module docstring) the moves stay queued."""
+        A commit in flight is landed first; ``wait=False``: if it goes on, nothing is written
+        (the moves wait for the next drain). While Kafka does not answer (see the module
+        docstring) the moves stay queued."""
         try:
-            if not self._writable(owned):
+            if not self._flight.land(wait=wait) or not self._writable(owned):
                 return False
             wrote = self._drain_waiting(owned, commit_point)
             queue = self._queue
@@ -179,8 +194,7 @@ class Mover:
                     if pending.given_up:  # not to wait for room in the next assignment
                         self._resolve(pending, False)
                         continue
-                    self._waiting.setdefault(where, deque()).append(pending)
-                    self._waiting_keys.update(self._keys(pending.records))
+                    self._waiting.hold(pending)
                     continue
                 wrote |= self._write(pending, owned)
             if wrote:
@@ -193,24 +207,17 @@ class Mover:
         self, owned: Callable[[Where], bool], commit_point: Callable[[Where], int]
     ) -> bool:
         """Write the waiting moves that have room now; returns whether any was written."""
+
+        def goes(where: Where, pending: Pending) -> bool:
+            # Not after Kafka stopped answering during this drain (MoveTransaction._rewrite).
+            return pending.given_up or (
+                not self._transaction.unwritten
+                and self._room(where, commit_point(where), pending.offset)
+            )
+
         wrote = False
-        for where in [w for w, held in self._waiting.items() if held]:
-            still: deque[Pending] = deque()
-            for pending in self._waiting[where]:
-                # Not after Kafka stopped answering during this drain (MoveTransaction._rewrite).
-                if pending.given_up or (
-                    not self._transaction.unwritten
-                    and self._room(where, commit_point(where), pending.offset)
-                ):
-                    self._unhold(pending.records)
-                    # Perhaps ahead of older moves of its keys still waiting elsewhere.
-                    wrote |= self._write(pending, owned)
-                else:
-                    still.append(pending)
-            if still:
-                self._waiting[where] = still
-            else:
-                del self._waiting[where]
+        for pending in self._waiting.ready(goes):
+            wrote |= self._write(pending, owned)  # perhaps ahead of older moves of its keys
         return wrote
 
     def _writable(self, owned: Callable[[Where], bool]) -> bool:
@@ -239,46 +246,6 @@ class Mover:
             moved.discard(stale)
         return len(moved) < self._max_moved
 
-    def _supersede(self, written: Pending) -> None:
-        """Take out of the moves submitted before ``written`` and still waiting the changelog
-        records of the idempotency keys that ``written`` wrote: written ahead of those moves,
-        its records are the newer state of their keys, which an older record written after
-        them would undo (a dead letter's tombstone of a key that another job has claimed
-        since). A key's records may come from moves of any priority's partition of the same
-        number, which wait for room each on its own: so the records of one key reach the
-        changelog in the order they were submitted, whichever partition has room first."""
-        held = self._waiting_keys
-        keys = {key for key in self._keys(written.records) if held[key] > 0}
-        if not keys:
-            return  # the common case: no waiting move holds a record of these keys
-        changelog = self._changelog
-        before = written.submitted
-        for pending in (p for waiting in self._waiting.values() for p in waiting):
-            if pending.submitted >= before:
-                continue  # newer: written after ``written``, as it should be
-            kept = [
-                r
-                for r in pending.records
-                if r.topic != changelog or (r.partition, r.key) not in keys
-            ]
-            if len(kept) < len(pending.records):
-                self._unhold(pending.records)
-                pending.records = kept
-                held.update(self._keys(kept))
-
-    def _unhold(self, records: Sequence[Record]) -> None:
-        """``records`` of a move no longer waiting: their keys leave :attr:`_waiting_keys`."""
-        held = self._waiting_keys
-        for key in self._keys(records):
-            held[key] -= 1
-            if held[key] <= 0:
-                del held[key]
-
-    def _keys(self, records: Sequence[Record]) -> list[ChangelogKey]:
-        """The idempotency keys (changelog partition and key) that ``records`` write."""
-        changelog = self._changelog
-        return [(r.partition, r.key) for r in records if r.topic == changelog]
-
     def _write(self, pending: Pending, owned: Callable[[Where], bool]) -> bool:
         """Write ``pending`` if its assignment still owns its partition (see :meth:`submit`)."""
         state = pending.state
@@ -290,8 +257,8 @@ class Mover:
         self._transaction.write(pending, owned)
         if pending.move:
             self.moved.setdefault(pending.where, set()).add(pending.offset)
-        if self._waiting_keys:  # rare: moves wait for room above a long job
-            self._supersede(pending)
+        if self._waiting.holds_keys:  # rare: moves wait for room above a long job
+            self._waiting.supersede(pending)
         self._resolve(pending, True)
         return True
 
@@ -321,22 +288,55 @@ class Mover:
         """Commit the open transaction with ``offsets`` (each partition with moves in it must be
         among them); returns whether it committed (see :meth:`.movetxn.MoveTransaction.commit`).
         """
+        self._flight.land()
         if not self._transaction.commit(offsets, group_metadata, owned):
             return False
+        self._committed(offsets)
+        return True
+
+    def commit_async(
+        self,
+        offsets: list[TopicPartition],
+        group_metadata: Any,
+        owned: Callable[[Where], bool],
+        then: Callable[[bool, float], object],
+    ) -> None:
+        """:meth:`commit` on a helper thread; ``then(committed, ended_at)`` runs on the consumer
+        thread when it lands (:meth:`land`, or the first drain after it ended)."""
+        self._flight.land()
+        transaction = self._transaction
+        resumed = transaction.resumed
+
+        def landed(outcome: Outcome) -> None:
+            committed = transaction.settle(resumed, outcome, owned)
+            self._landed = committed
+            if committed:
+                self._committed(offsets)
+            then(committed, self._flight.ended_at)
+
+        self._flight.start(transaction.call(offsets, group_metadata), landed)
+
+    def land(self) -> bool:
+        """Wait for the commit in flight, if any, and take its outcome back; returns whether
+        it committed (True if none was in flight)."""
+        self._landed = True
+        self._flight.land()
+        return self._landed
+
+    def _committed(self, offsets: list[TopicPartition]) -> None:
         for tp in offsets:
             self._prune((tp.topic, tp.partition), tp.offset)
-        return True
 
     def forget(self, wheres: Iterable[Where]) -> None:
         """Partitions given up: drop what we know of their moves. Moves of theirs still in the
         open transaction (a lost partition, whose offsets cannot be committed) are taken out
         by writing the transaction again without them."""
         gone = set(wheres)
+        self._flight.land()
         try:
             for where in gone:
                 self.moved.pop(where, None)
-                for pending in self._waiting.pop(where, ()):
-                    self._unhold(pending.records)
+                for pending in self._waiting.drop(where):
                     self._resolve(pending, False)
             # Moves submitted for the assignment that ends here and not drained yet: a drain
             # after the partition came back would write them into the next one. The loop may
@@ -357,7 +357,10 @@ class Mover:
         self._transaction.forget(gone)
 
     def close(self) -> None:
-        self._txn.close(5.0)
+        try:
+            self._flight.close()
+        finally:
+            self._txn.close(5.0)
 
     # -- internals -----------------------------------------------------------------------------
 

@@ -177,17 +177,39 @@ class MoveTransaction:
         resumed = self._txn.committing
         try:
             self._txn.commit(offsets, group_metadata)
-        except KafkaUnavailableError as exc:
+        except _NOT_COMMITTED as exc:
+            return self.settle(resumed, exc, owned)
+        return self.settle(resumed, None, owned)
+
+    def call(self, offsets: list[TopicPartition], group_metadata: Any) -> Callable[[], None]:
+        """The librdkafka calls of :meth:`commit`, for a helper thread (:mod:`.flight`); its
+        outcome goes to :meth:`settle`, on the thread that owns the transaction."""
+        return lambda: self._txn.commit(offsets, group_metadata)
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the next commit only asks Kafka again about one it did not confirm."""
+        return self._txn.committing
+
+    def settle(
+        self, resumed: bool, exc: BaseException | None, owned: Callable[[Where], bool]
+    ) -> bool:
+        """What a commit's calls raised (``exc``), made into :meth:`commit`'s answer;
+        ``resumed``: :attr:`resumed` before the calls. What is neither an abort nor Kafka not
+        answering (a fenced producer) is raised again."""
+        if isinstance(exc, KafkaUnavailableError):
             if self._txn.committing:
                 self._errors.warning("commit", "moves' commit unconfirmed, asking again: %s", exc)
                 return False
             self._not_committed(exc)
             self._rewrite(owned)
             return False
-        except TransactionError as exc:
+        if isinstance(exc, TransactionError):
             self._not_committed(exc)
             self._rewrite(owned)
             return False
+        if exc is not None:
+            raise exc
         self._aborted = 0
         for pending in (*(p for moves in self._in_txn.values() for p in moves), *self._forgotten):
             if pending.count is not None:

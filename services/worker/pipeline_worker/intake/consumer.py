@@ -288,8 +288,11 @@ class ConsumerThread:
             # A restore of idempotency keys waits for every transaction open on the changelog
             # partitions it reads (route/changelog.py): ours is committed before one starts
             # (on a helper thread: polls and commits go on), else it waits for the next poll.
+            committer.land()
             if committer.in_transaction:
-                committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
+                committer.commit(
+                    self.states.values(), now, sync=True, finished=self._side.finished_jobs
+                )
             if not committer.in_transaction:
                 self.reading_back = True
                 try:
@@ -301,7 +304,9 @@ class ConsumerThread:
         if self._flow.paused and not self.intake_stopped:
             self._flow.resume_drained()
         if committer.in_transaction or not committer.awaiting(now):
-            self._drain_moves()  # else the transaction opens once that commit is answered
+            # Else the transaction opens once that commit is answered. Not waiting for the
+            # moves' commit in flight: the next turn writes what it holds back.
+            self._drain_moves(wait=False)
         self._poison.step(stopped=self.intake_stopped)
         if committer.due(now, self._side.finished_jobs):
             committer.commit(self.states.values(), now, finished=self._side.finished_jobs)
@@ -368,12 +373,14 @@ class ConsumerThread:
 
     # -- moves -----------------------------------------------------------------
 
-    def _drain_moves(self) -> None:
+    def _drain_moves(self, *, wait: bool = True) -> None:
         mover = self._mover
         if mover is None:
             return
         states = self.states
-        mover.drain(lambda where: where in states, functools.partial(_commit_point, states))
+        mover.drain(
+            lambda where: where in states, functools.partial(_commit_point, states), wait=wait
+        )
 
     def _update_share(self) -> None:
         """Tell the loop how many partitions of each topic it owns, of how many in all."""

@@ -132,6 +132,10 @@ class Rebalance:
         self._give_up(consumer, partitions, lost=True)
 
     def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
+        if self._mover is not None:
+            # A commit in flight is settled while its partitions are in the table: an abort
+            # writes their moves again (a partition out of it would lose its moves).
+            self._mover.land()
         states = []
         for tp in partitions:
             state = self.states.get((tp.topic, tp.partition))
@@ -141,6 +145,10 @@ class Rebalance:
         if lost:
             for state in states:
                 del self.states[(state.topic, state.partition)]
+            if self._mover is not None:
+                # Not ours any more: moves of theirs in the open transaction must not commit,
+                # not even with a commit made while the loss waits for their jobs.
+                self._mover.forget((s.topic, s.partition) for s in states)
         self.assignment.discard(states)
         if states and not self.closing:
             self._metrics.count(self._metrics.rebalances, "lost" if lost else "revoke")
@@ -154,9 +162,6 @@ class Rebalance:
             # Kept in the table while their jobs finished, so that their moves were written.
             for state in states:
                 del self.states[(state.topic, state.partition)]
-        if lost and self._mover is not None:
-            # Not ours any more: moves of theirs in the open transaction must not commit.
-            self._mover.forget((s.topic, s.partition) for s in states)
         if states and not lost:
             # Still ours until incremental_unassign, and this is the one moment of a rebalance
             # when the group generation is settled: commit their watermarks now (also when
@@ -213,7 +218,7 @@ class Rebalance:
         if mover is None or mover.open_for(now) < self._txn_commit_after_s:
             return
         age = mover.open_for(now)
-        if self._committer.commit((), now):
+        if self._committer.commit((), now, sync=True):  # not in flight: it is landed here
             _log.info("moves committed while a revocation waits", extra={"age_s": round(age, 3)})
 
     def _unassign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
