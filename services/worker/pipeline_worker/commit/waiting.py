@@ -46,18 +46,18 @@ class WaitingMoves:
 
     def ready(self, goes: Callable[[Where, Pending], bool]) -> Iterator[Pending]:
         """The waiting moves that ``goes`` lets go now, each partition's in order; they wait
-        no more once yielded (the caller writes each before asking for the next)."""
+        no more once yielded (the caller writes each before asking for the next, and may call
+        :meth:`supersede` meanwhile: what waits then is exactly what is left)."""
         for where in [w for w, held in self._waiting.items() if held]:
-            still: deque[Pending] = deque()
-            for pending in self._waiting[where]:
+            queue = self._waiting[where]
+            for _ in range(len(queue)):  # one turn round: those that stay keep their order
+                pending = queue.popleft()
                 if goes(where, pending):
                     self._unhold(pending.records)
                     yield pending
                 else:
-                    still.append(pending)
-            if still:
-                self._waiting[where] = still
-            else:
+                    queue.append(pending)
+            if not queue:
                 del self._waiting[where]
 
     def drop(self, where: Where) -> list[Pending]:
