@@ -190,10 +190,13 @@ class Turns:
         self.answered = 0
 
     def turn(self) -> float:
-        """One turn of chores; returns how long it waited for the producer at most."""
+        """One turn of chores; returns how long it waited for the producer at most. A commit
+        the turn started on the mover's helper thread is landed before the next turn (as it
+        is once it ended, a turn later, by the next drain of the moves)."""
         waited = len(self.producer.waited)
         self.now += 1.0
         self.thread._chores(self.now, idle=True)
+        self.thread._committer.land()
         for sent in self.fake.sent[self.answered :]:
             self.thread._committer.on_commit(None, sent)
         self.answered = len(self.fake.sent)
