@@ -244,6 +244,11 @@ class Committer:
     ) -> bool:
         assert self._consumer is not None
         mover = self._mover
+        if mover is not None and mover.committing and not self._landed(mover, sync or clean):
+            # Scheduled: the commit in flight answers first, the next one carries these offsets
+            # and marks (a pushed mark too: its jobs wait for it a little longer). Else Kafka
+            # aborted it (its moves are written again) or did not confirm it: commit later.
+            return not (sync or clean)
         if mover is not None and mover.open:
             return self._commit_transaction(states, clean=clean, force=force, sync=sync)
         now = time.monotonic()
@@ -265,6 +270,11 @@ class Committer:
                 self._metrics.count_commit("async", False, None)
                 self._errors.warning("commit", "offset commit failed: %s", exc)
             return not left
+        return self._commit_now(offsets) and not left
+
+    def _commit_now(self, offsets: list[TopicPartition]) -> bool:
+        """A synchronous commit of ``offsets`` by the consumer; whether every one committed."""
+        assert self._consumer is not None
         started = time.monotonic()
         try:
             result = self._consumer.commit(offsets=offsets, asynchronous=False)
@@ -277,7 +287,16 @@ class Committer:
             )
             return False
         self._metrics.count_commit("sync", True, time.monotonic() - started)
-        return self._record(result or []) and not left
+        return self._record(result or [])
+
+    @staticmethod
+    def _landed(mover: Mover, wait: bool) -> bool:
+        """Whether the commit in flight has landed (``wait``: waited for) and left no
+        transaction open."""
+        if not wait:
+            return False
+        mover.land()
+        return not mover.open
 
     def _left_out(self, states: list[PartitionState], *, sync: bool, clean: bool) -> list[str]:
         """Those of ``states`` :meth:`offsets` left out: their moves are in no transaction."""
@@ -302,16 +321,6 @@ class Committer:
         """
         assert self._consumer is not None
         assert self._mover is not None
-        if self._mover.committing:
-            if not (sync or clean):
-                # The commit in flight answers first; the next scheduled one carries these
-                # offsets and marks (a pushed mark too: its jobs wait for it a little longer).
-                return True
-            committed = self._mover.land()
-            if not self._mover.open:  # committed, or it only confirmed an earlier commit
-                return self._send(states, sync=sync, clean=clean, force=force)
-            if not committed:
-                return False  # aborted: its moves are written again, to commit later
         touched = set(self._mover.touched())
         chosen = {id(s) for s in states}
         riding = [

@@ -109,8 +109,6 @@ class Mover:
         self._flight = Flight("pipeline-txn-commit")
         """A commit made on a helper thread (:meth:`commit_async`): nothing else touches the
         transaction until the consumer thread has taken its outcome back (:meth:`land`)."""
-        self._landed = True
-        """Whether the last commit landed committed."""
         self.initialized = False
 
     @property
@@ -309,19 +307,16 @@ class Mover:
 
         def landed(outcome: Outcome) -> None:
             committed = transaction.settle(resumed, outcome, owned)
-            self._landed = committed
             if committed:
                 self._committed(offsets)
             then(committed, self._flight.ended_at)
 
         self._flight.start(transaction.call(offsets, group_metadata), landed)
 
-    def land(self) -> bool:
-        """Wait for the commit in flight, if any, and take its outcome back; returns whether
-        it committed (True if none was in flight)."""
-        self._landed = True
+    def land(self) -> None:
+        """Wait for the commit in flight, if any, and take its outcome back (a transaction
+        still open then holds the moves of one Kafka aborted, or one it has not confirmed)."""
         self._flight.land()
-        return self._landed
 
     def _committed(self, offsets: list[TopicPartition]) -> None:
         for tp in offsets:

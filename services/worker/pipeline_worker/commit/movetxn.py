@@ -174,7 +174,7 @@ class MoveTransaction:
         says committed, that commit holds the offsets sent then, not ``offsets``: the moves are
         done, and False still tells the caller that ``offsets`` wait for a commit of their own.
         """
-        resumed = self._txn.committing
+        resumed = self.resumed
         try:
             self._txn.commit(offsets, group_metadata)
         except _NOT_COMMITTED as exc:
