@@ -43,7 +43,9 @@ import heapq
 import json
 import math
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any
 
 from pipeline._messagesize import LIBRDKAFKA_MESSAGE_MAX_BYTES, PRODUCE_OVERHEAD, RECORD_OVERHEAD
@@ -108,38 +110,65 @@ def _offset(value: Any, what: str, low: int = 0) -> int:
     return value
 
 
+def runs_of(offsets: Iterable[int]) -> list[int]:
+    """The runs of consecutive offsets of ``offsets`` (ascending), flat: the first offset of
+    each run and one past its last."""
+    runs: list[int] = []
+    for offset in offsets:
+        _extend(runs, offset, offset + 1)
+    return runs
+
+
+def _extend(runs: list[int], start: int, end: int) -> None:
+    """Add the offsets from ``start`` to before ``end`` to ``runs``, none of them below the
+    last run's start: to the last run if they touch it (or repeat some of its offsets)."""
+    if runs and runs[-1] >= start:
+        runs[-1] = max(runs[-1], end)
+    else:
+        runs += (start, end)
+
+
 @dataclass(frozen=True, slots=True)
 class SavedProgress:
-    """What one committed transaction recorded about a partition."""
+    """What one committed transaction recorded about a partition: its watermark, its position
+    and the offsets held between them, as runs (what a record's size grows with, and what
+    writing one costs: a leader replaying a record of a million held offsets writes a record
+    at every commit, without expanding them)."""
 
     watermark: int
     position: int
-    held: tuple[int, ...]
+    runs: tuple[int, ...] = ()
+    """The runs of consecutive held offsets in offset order, flat: the first offset of each and
+    one past its last (``(3, 5, 8, 9)`` holds 3, 4 and 8); adjacent runs are one."""
+
+    @classmethod
+    def holding(cls, watermark: int, position: int, held: Iterable[int]) -> SavedProgress:
+        """The record that holds the offsets ``held`` (in any order)."""
+        return cls(watermark, position, tuple(runs_of(sorted(set(held)))))
+
+    @property
+    def held(self) -> tuple[int, ...]:
+        """Every held offset, in order (expanded: a new leader's, once)."""
+        runs = self.runs
+        return tuple(chain.from_iterable(map(range, runs[::2], runs[1::2])))
 
     def encode(self) -> bytes:
         """Version 2: ``r`` holds, for each run of consecutive held offsets, its distance from
         the end of the one before (from the watermark for the first) and its length."""
-        runs: list[int] = []
+        runs = self.runs
+        record_runs: list[int] = []
         end = self.watermark  # one past the previous run
-        start = previous = None
-        for offset in self.held:
-            if previous is not None and offset == previous + 1:
-                previous = offset
-                continue
-            if start is not None and previous is not None:
-                runs += [start - end, previous - start + 1]
-                end = previous + 1
-            start = previous = offset
-        if start is not None and previous is not None:
-            runs += [start - end, previous - start + 1]
-        record = {"v": 2, "w": self.watermark, "p": self.position, "r": runs}
+        for start, stop in zip(runs[::2], runs[1::2], strict=True):
+            record_runs += (start - end, stop - start)
+            end = stop
+        record = {"v": 2, "w": self.watermark, "p": self.position, "r": record_runs}
         return json.dumps(record, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, data: bytes, max_held: int = MAX_HELD) -> SavedProgress:
         """Read a record of either version; :class:`BadProgressError` (a ``ValueError``) for
-        anything else, whatever it holds, with memory bounded by ``max_held`` offsets (the
-        writer's bound, :class:`PartitionProgress`'s ``max_held``)."""
+        anything else, whatever it holds, with at most ``max_held`` offsets (the writer's bound,
+        :class:`PartitionProgress`'s ``max_held``: they are expanded on a takeover)."""
         try:
             record = json.loads(data)
             if not isinstance(record, dict):
@@ -152,7 +181,8 @@ class SavedProgress:
             if isinstance(exc, BadProgressError):
                 raise
             raise BadProgressError(type(exc).__name__) from exc
-        held: list[int] = []
+        runs: list[int] = []
+        count = 0
         if raw_runs is not None:
             if type(raw_runs) is not list or len(raw_runs) % 2:
                 raise BadProgressError("r is not a list of (gap, length) pairs")
@@ -160,17 +190,19 @@ class SavedProgress:
             for i in range(0, len(raw_runs), 2):
                 start = end + _offset(raw_runs[i], "a gap")
                 end = start + _offset(raw_runs[i + 1], "a run length", 1)
-                cls._check_held(len(held) + end - start, end, position, max_held)
-                held.extend(range(start, end))
+                count += end - start
+                cls._check_held(count, end, position, max_held)
+                _extend(runs, start, end)  # after a gap of 0: the same run
         else:  # version 1: each held offset's distance from the one before
             if type(deltas) is not list:
                 raise BadProgressError("h is not a list of offsets")
             offset = watermark
             for delta in deltas:
                 offset += _offset(delta, "a held offset's distance")
-                cls._check_held(len(held) + 1, offset + 1, position, max_held)
-                held.append(offset)
-        return cls(watermark, position, tuple(held))
+                count += 1
+                cls._check_held(count, offset + 1, position, max_held)
+                _extend(runs, offset, offset + 1)
+        return cls(watermark, position, tuple(runs))
 
     @staticmethod
     def _check_held(count: int, end: int, position: int, max_held: int) -> None:
@@ -234,8 +266,8 @@ class PartitionProgress:
         if saved is not None and committed is not None and saved.watermark == committed:
             self.replay_until = saved.position
             self.replay_held = frozenset(saved.held)
-            if saved.held:
-                self._rest = ReplayRest(saved.watermark, saved.position, saved.held)
+            if saved.runs:
+                self._rest = ReplayRest(saved.watermark, saved.position, saved.runs)
         self.dirty = False
 
     def delivered(self, offset: int) -> None:
@@ -355,10 +387,16 @@ class PartitionProgress:
         position = self.position
         if watermark is None or position is None:
             return None
-        held = self._held
+        # Every offset held is below the position: it is held as it is processed.
+        runs = runs_of(sorted(self._held))
         if position < self.replay_until:
             # Still replaying: beyond what this term has read, the last record stands (else a
-            # later term would route again what an earlier one released or moved).
-            held = held | {offset for offset in self.replay_held if offset >= position}
+            # later term would route again what an earlier one released or moved), its runs
+            # from the position on as they were.
+            rest = self._rest.runs(position) if self._rest is not None else []
+            if runs and rest and runs[-1] == rest[0]:
+                runs[-1] = rest[1]
+                del rest[:2]
+            runs += rest
             position = self.replay_until
-        return SavedProgress(watermark, position, tuple(sorted(held)))
+        return SavedProgress(watermark, position, tuple(runs))

@@ -9,7 +9,7 @@ bound counts them.
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 
 def _digits(number: int) -> int:
@@ -24,16 +24,11 @@ class ReplayRest:
 
     __slots__ = ("_after", "_ends", "_gap_digits", "_i", "_starts", "limit")
 
-    def __init__(self, watermark: int, position: int, held: Iterable[int]) -> None:
+    def __init__(self, watermark: int, position: int, runs: Sequence[int]) -> None:
+        """``runs``: the record's, flat (see :attr:`._progress.SavedProgress.runs`)."""
         self.limit = position
-        self._starts = array("q")
-        self._ends = array("q")
-        for offset in sorted(held):
-            if self._ends and self._ends[-1] == offset:
-                self._ends[-1] += 1
-            else:
-                self._starts.append(offset)
-                self._ends.append(offset + 1)
+        self._starts = array("q", runs[::2])
+        self._ends = array("q", runs[1::2])
         self._gap_digits = _digits(position - watermark)
         """A run's gap in a later record is from a watermark or a run end at least this one."""
         self._i = 0
@@ -63,6 +58,18 @@ class ReplayRest:
             return 0
         length = self._ends[i] - max(position, self._starts[i])
         return self._gap_digits + _digits(length) + 2 + self._after
+
+    def runs(self, position: int) -> list[int]:
+        """These runs from ``position`` on, flat, as a record names them, once every offset
+        below ``position`` is routed (:meth:`advance`); in O(runs), not O(offsets)."""
+        i = self._i
+        if i == len(self._ends):
+            return []
+        runs = [0, 0] * (len(self._ends) - i)
+        runs[::2] = self._starts[i:]
+        runs[1::2] = self._ends[i:]
+        runs[0] = max(position, runs[0])
+        return runs
 
     def alone(self, position: int) -> int:
         """The most bytes of the runs of a record that names nothing below ``position``: these

@@ -13,7 +13,7 @@ from pipeline_scheduler import _state
 from pipeline_scheduler._progress import SavedProgress
 from pipeline_scheduler._state import load_state, progress_key
 
-GOOD = SavedProgress(10, 20, (10, 15))
+GOOD = SavedProgress.holding(10, 20, (10, 15))
 
 BAD_PROGRESS = [
     b'{"v":2,"w":1e400,"p":20,"r":[]}',

@@ -70,9 +70,12 @@ def session() -> Iterator[LeaderSession]:
         made.close()
 
 
+_CODEC = JobCodec()
+
+
 def deferred(offset: int, due_ms: int) -> Message:
     job = Job(id=f"job-{offset}", type="t", payload=b"{}", not_before=due_ms)
-    value = JobCodec().encode(job)
+    value = _CODEC.encode(job)
     return Message(
         topic=SOURCE[0], partition=0, offset=offset, key=None, value=value, timestamp=(1, 0)
     )

@@ -93,10 +93,10 @@ def written(session: LeaderSession, topic: str) -> list[bytes]:
     return [value for t, value in producer.written if t == topic]
 
 
-def drain(session: LeaderSession, messages: list[Message], until: int) -> None:
-    """Route ``messages`` (committing every thousand), then release everything due up to
-    ``until`` in steps of 100 ms, committing each step, until nothing is parked or paused."""
-    now = now_ms()
+def drain(session: LeaderSession, messages: list[Message], now: int, until: int) -> None:
+    """Route ``messages`` at ``now`` (committing every thousand), then release everything due
+    up to ``until`` in steps of 100 ms, committing each step, until nothing is parked or
+    paused. The clock is the test's: how long building the messages took changes nothing."""
     for i, message in enumerate(messages):
         session._handle(message, now)
         if i % 1000 == 999:
@@ -133,7 +133,7 @@ def test_no_transaction_fails_on_a_progress_record_larger_than_a_message(
     else:
         dues = [now + 10_000 + (i % 2) * 10_000 + i for i in range(count)]
     progress = session.progress[SOURCE]
-    drain(session, [deferred(i, due) for i, due in enumerate(dues)], now + 25_000)
+    drain(session, [deferred(i, due) for i, due in enumerate(dues)], now, now + 25_000)
     # Every job was routed once, every transaction committed: no record was refused.
     names = session.names
     released = written(session, names.jobs("default"))
@@ -200,16 +200,15 @@ def committed_record(room_share: float) -> SavedProgress:
     runs = int(record_room(MAX_BYTES, len(progress_key(*SOURCE))) * room_share) // 5
     watermark = 10**9
     held = [watermark + 13 * run + i for run in range(runs) for i in range(12)]
-    return SavedProgress(watermark, held[-1] + 2, tuple(held))
+    return SavedProgress.holding(watermark, held[-1] + 2, held)
 
 
-def replay(session: LeaderSession, record: SavedProgress, more: int) -> list[Message]:
+def replay(session: LeaderSession, record: SavedProgress, more: int, now: int) -> list[Message]:
     """The messages a new leader reads from the record's watermark, and ``more`` new ones: of
-    the jobs the record still holds, about one in two is due by now, the others within the
+    the jobs the record still holds, about one in two is due at ``now``, the others within the
     next 20 s (held again, and released in the order they fall due)."""
     session.progress[SOURCE] = session.new_progress(SOURCE, record.watermark, record)
     rnd = random.Random(3)
-    now = now_ms()
     return [
         deferred(offset, now - 1_000 if rnd.random() < 0.5 else now + rnd.randrange(20_000))
         for offset in range(record.watermark, record.position + more)
@@ -232,8 +231,8 @@ def test_a_replayed_record_of_an_earlier_release_grows_no_record_past_the_room(
     # of the committed record, which the bound did not count. They outgrew message.max.bytes:
     # the transaction aborted, and the next term replayed the same record, for good.
     record = committed_record(0.83)
-    messages = replay(session, record, more=100)
-    drain(session, messages, now_ms() + 25_000)
+    now = now_ms()
+    drain(session, replay(session, record, 100, now), now, now + 25_000)
     routed_once(session, record, more=100)
     room = session.progress[SOURCE].room
     records = written(session, session.names.scheduler_state)
@@ -251,8 +250,8 @@ def test_a_replayed_record_with_no_room_left_is_routed_one_held_job_at_a_time(
     committed = len(record.encode())
     room = session.progress[SOURCE].room
     assert room < committed <= MAX_BYTES - PRODUCE_OVERHEAD - len(progress_key(*SOURCE))
-    messages = replay(session, record, more=100)
-    drain(session, messages, now_ms() + 25_000)
+    now = now_ms()
+    drain(session, replay(session, record, 100, now), now, now + 25_000)
     routed_once(session, record, more=100)
     records = written(session, session.names.scheduler_state)
     assert room < max(map(len, records)) <= committed
@@ -265,8 +264,8 @@ def test_a_replayed_record_the_producer_refuses_pauses_its_partition_with_an_err
     # message.max.bytes lowered since the record was committed: every record naming what is
     # left of it would be refused, and abort the transaction of every other partition too.
     record = committed_record(1.2)
-    messages = replay(session, record, more=0)
     now = now_ms()
+    messages = replay(session, record, 0, now)
     with caplog.at_level(logging.ERROR, logger="pipeline.scheduler"):
         for message in messages[:50]:
             session._handle(message, now)
