@@ -6,7 +6,7 @@ Each :meth:`LeaderSession.step` waits for the next due time or a new message (wh
 first; never longer than ``max_wait_s``), routes what arrived, releases what is due, fires cron,
 and commits all of it with the consumed offsets and the progress records in one transaction.
 The schedules and their fires are :mod:`._firing`'s; which message waits at the head of its
-partition (paused) is :mod:`._heads`'.
+partition (paused) is :mod:`._heads`', and why a partition pauses is told by :mod:`._pauses`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from ._firing import CronFiring
 from ._heads import HeadWaits
 from ._metrics import SchedulerMetrics
 from ._partitions import PartitionWatch, term_partitions
+from ._pauses import PauseLog
 from ._progress import MAX_HELD, PartitionProgress, SavedProgress, record_room
 from ._routing import HOLD, RELEASE, Router
 from ._state import load_state, progress_key
@@ -85,6 +86,7 @@ class LeaderSession:
         self.progress: dict[Where, PartitionProgress] = {}
         self._max_held = max_held
         self._paused: set[Where] = set()
+        self._pauses = PauseLog(self.names.scheduler_state, message_max_bytes(settings))
         self._codec = service_codec(job_codec(settings))  # cron fires never wait for it
         self._heads = HeadWaits(
             self.router, {topic: i for i, topic in enumerate(self.tier_topics)}, self._codec
@@ -257,27 +259,7 @@ class LeaderSession:
         self._process(message, where, progress, now)
 
     def _pause(self, where: Where, progress: PartitionProgress) -> None:
-        overflow = progress.replay_overflow
-        if overflow is not None:
-            _log.error(
-                "%s [%d]: what is left of the progress record committed before this leader "
-                "(held offsets below %d) takes more than message.max.bytes lets it write: "
-                'nothing more of the partition is routed until kafka."message.max.bytes" '
-                "(and max.message.bytes of %s) is at least %d and the schedulers restarted",
-                *where,
-                progress.replay_until,
-                self.names.scheduler_state,
-                message_max_bytes(self.settings) + overflow,
-            )
-        elif progress.full and (progress.held_count > 1 or not progress.replaying):
-            _log.warning(
-                "%s [%d] holds %d jobs in %d runs, as many as a progress record may name "
-                "(or as may fit in message.max.bytes): reading it is paused until some are "
-                "released",
-                *where,
-                progress.held_count,
-                progress.runs,
-            )
+        self._pauses.paused(where, progress)
         assert self._consumer is not None
         self._consumer.pause([TopicPartition(*where)])
         self._paused.add(where)

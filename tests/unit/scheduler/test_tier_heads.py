@@ -25,9 +25,12 @@ class Paused:
 
     def __init__(self) -> None:
         self.paused: set[tuple[str, int]] = set()
+        self.pauses = 0
+        """Calls to pause()."""
 
     def pause(self, partitions: list[Any]) -> None:
         self.paused.update((p.topic, p.partition) for p in partitions)
+        self.pauses += 1
 
     def resume(self, partitions: list[Any]) -> None:
         self.paused.difference_update((p.topic, p.partition) for p in partitions)
