@@ -3,8 +3,8 @@
 A partition pauses behind a message that may not be routed yet: the head of a wait tier before
 it may leave it (nothing to tell), or any message while the partition is full (see
 :attr:`._progress.PartitionProgress.full`). Full, it is told why: its progress record would
-outgrow a message, or, replaying a record larger than this leader's room, it holds one job at a
-time; that last one is told once a term, as it pauses again at every such job.
+outgrow a message, or, replaying a record that leaves little room, it holds a few jobs at a time
+(one, with no room left); that last one is told once a term, as it pauses again and again.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ class PauseLog:
         """``max_bytes``: the producer's ``message.max.bytes``."""
         self._state_topic = state_topic
         self._max_bytes = max_bytes
-        self._one_at_a_time: set[Where] = set()
-        """The partitions told that they hold one job at a time, this term."""
+        self._crowded: set[Where] = set()
+        """The partitions told that a replayed record leaves room for few held jobs, this
+        term."""
 
     def paused(self, where: Where, progress: PartitionProgress) -> None:
         overflow = progress.replay_overflow
@@ -41,9 +42,20 @@ class PauseLog:
                 self._state_topic,
                 self._max_bytes + overflow,
             )
-        elif not progress.full:
-            return
-        elif progress.held_count > 1 or not progress.replaying:
+        elif progress.crowded:
+            if where not in self._crowded:
+                self._crowded.add(where)
+                _log.warning(
+                    "%s [%d]: the progress record committed before this leader names so many "
+                    "held offsets that this leader's records have room for few more beside them "
+                    "(it was written by an earlier release, or under a larger "
+                    "message.max.bytes): until the partition is read up to offset %d, it holds "
+                    "only a few jobs not yet due at a time (one, with no room left), and reads "
+                    "nothing after them before they are released (due jobs pass at once)",
+                    *where,
+                    progress.replay_until,
+                )
+        elif progress.full:
             _log.warning(
                 "%s [%d] holds %d jobs in %d runs, as many as a progress record may name "
                 "(or as may fit in message.max.bytes): reading it is paused until some are "
@@ -51,15 +63,4 @@ class PauseLog:
                 *where,
                 progress.held_count,
                 progress.runs,
-            )
-        elif where not in self._one_at_a_time:
-            self._one_at_a_time.add(where)
-            _log.warning(
-                "%s [%d]: the progress record committed before this leader names so many held "
-                "offsets that this leader's records have room for no more beside them (it was "
-                "written by an earlier release, or under a larger message.max.bytes): until "
-                "the partition is read up to offset %d, each job not yet due is held alone, "
-                "and nothing after it is read before it is released (due jobs pass at once)",
-                *where,
-                progress.replay_until,
             )

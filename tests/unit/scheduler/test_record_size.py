@@ -274,7 +274,27 @@ def test_a_replayed_record_with_no_room_left_is_routed_one_held_job_at_a_time(
     records = written(session, session.names.scheduler_state)
     assert room < max(map(len, records)) <= committed
     assert SavedProgress.decode(records[-1]).held == ()
-    # Slow, and said so: once in the term, though it paused at every job it held.
+    assert_told_once(session, caplog, record)
+
+
+@pytest.mark.parametrize("share", [0.985, 0.989])
+def test_a_replayed_record_that_leaves_room_for_a_few_held_jobs_is_told_once(
+    session: LeaderSession, caplog: pytest.LogCaptureFixture, share: float
+) -> None:
+    # Room for two to four held jobs beside the rest: not full for what the term holds, and
+    # not told as if it were.
+    record = committed_record(share)
+    now = now_ms()
+    with caplog.at_level(logging.WARNING, logger="pipeline.scheduler"):
+        read_and_drain(session, replay(session, record, 100, now), now, now + 25_000)
+    routed_once(session, record, more=100)
+    assert_told_once(session, caplog, record)
+
+
+def assert_told_once(
+    session: LeaderSession, caplog: pytest.LogCaptureFixture, record: SavedProgress
+) -> None:
+    """Slow, and said so: once in the term, though the partition paused again and again."""
     assert session._consumer.pauses > 1  # type: ignore[union-attr]
     [told] = [r.getMessage() for r in caplog.records]
     assert told.startswith(f"{SOURCE[0]} [0]: the progress record committed before this leader")
