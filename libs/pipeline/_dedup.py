@@ -42,7 +42,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, NamedTuple, TypeAlias
 
 from ._errors import ConfigurationError, PipelineError
 
@@ -153,9 +153,11 @@ class Entry:
     expires_at_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class ChangelogRecord:
-    """One record for the changelog topic; ``value`` None is a tombstone."""
+class ChangelogRecord(NamedTuple):
+    """One record for the changelog topic; ``value`` None is a tombstone.
+
+    A named tuple, not a frozen dataclass: a store makes one for every keyed job that ends,
+    and a tuple is made in under half the time."""
 
     partition: int
     key: bytes
@@ -214,9 +216,10 @@ def split_changelog_key(raw: bytes) -> tuple[str, str]:
     return priority, key
 
 
-def encode_entry(job_id: str, completed: bool, expires_at_ms: int) -> bytes:
-    """A changelog value: compact JSON, ``{"j":"<job id>","c":1,"x":<expires at, ms>}``."""
-    if _PLAIN_ID(job_id) is not None:  # nothing to escape: the JSON of it, at a third the cost
+def encode_entry(job_id: str, completed: bool, expires_at_ms: int, *, plain: bool = False) -> bytes:
+    """A changelog value: compact JSON, ``{"j":"<job id>","c":1,"x":<expires at, ms>}``.
+    ``plain``: the caller knows ``job_id`` has nothing to escape (hex digits)."""
+    if plain or _PLAIN_ID(job_id) is not None:  # nothing to escape: the JSON of it, faster
         return b'{"j":"%s","c":%d,"x":%d}' % (job_id.encode(), completed, expires_at_ms)
     return json.dumps(
         {"j": job_id, "c": int(completed), "x": expires_at_ms}, separators=(",", ":")

@@ -169,7 +169,7 @@ class DedupTable:
         # The same job id: keep its packed bytes, only the header changes.
         packed = _HEADER.pack(expires << 2 | header & _HEX_ID | completed) + value[_HEADER.size :]
         self._store(key, packed, expires, before)
-        return encode_entry(job_id, completed, expires)
+        return encode_entry(job_id, completed, expires, plain=bool(header & _HEX_ID))
 
     def put(self, key: str, entry: Entry, now_ms: int) -> None:
         """Set ``key`` to ``entry`` (a restore); an entry expired at ``now_ms`` removes the key."""

@@ -941,3 +941,17 @@ def test_a_restore_whose_second_consumer_cannot_be_made_closes_the_first() -> No
     with pytest.raises(KafkaException):
         store.load([HIGH_0])
     assert [consumer.closed for consumer in made] == [True]
+
+
+@pytest.mark.parametrize(
+    "job_id", [JOB_A, JOB_A.upper(), 'a "quoted" id', "back\\slash", "ünïcode"]
+)
+def test_a_settled_entry_is_written_as_the_json_of_its_job_id_whatever_the_id(job_id: str) -> None:
+    # A hex id is written without the check for characters to escape (the table knows it):
+    # any other id is escaped as JSON escapes it.
+    table = DedupTable()
+    table.check("k", job_id, 1_000, 10_000)
+    value = table.settle("k", job_id, KeyOutcome.SUCCEEDED, COMPLETE, 2_000)
+    assert isinstance(value, bytes)
+    assert json.loads(value) == {"j": job_id, "c": 1, "x": 12_000}
+    assert decode_entry(value) == Entry(job_id, True, 12_000)
