@@ -46,7 +46,14 @@ from typing import Any
 
 from pipeline._messagesize import LIBRDKAFKA_MESSAGE_MAX_BYTES, PRODUCE_OVERHEAD, RECORD_OVERHEAD
 
-from ._progressrecord import MAX_HELD, MAX_OFFSET, BadProgressError, SavedProgress, runs_of
+from ._progressrecord import (
+    MAX_HELD,
+    MAX_OFFSET,
+    BadProgressError,
+    SavedProgress,
+    extend_runs,
+    runs_of,
+)
 from ._replayrest import ReplayRest
 
 __all__ = [
@@ -286,9 +293,8 @@ class PartitionProgress:
             # later term would route again what an earlier one released or moved), its runs
             # from the position on as they were.
             rest = self._rest.runs(position) if self._rest is not None else []
-            if runs and rest and runs[-1] == rest[0]:
-                runs[-1] = rest[1]
-                del rest[:2]
-            runs += rest
+            if rest:
+                extend_runs(runs, rest[0], rest[1])  # joined if the two touch
+                runs += rest[2:]
             position = self.replay_until
         return SavedProgress(watermark, position, runs=tuple(runs))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
-__all__ = ["MAX_HELD", "MAX_OFFSET", "BadProgressError", "SavedProgress", "runs_of"]
+__all__ = ["MAX_HELD", "MAX_OFFSET", "BadProgressError", "SavedProgress", "extend_runs", "runs_of"]
 
 MAX_OFFSET = 2**63 - 1
 """Kafka's offsets are signed 64-bit integers."""
@@ -55,7 +55,7 @@ def runs_of(offsets: Iterable[int]) -> list[int]:
     return runs
 
 
-def _extend(runs: list[int], start: int, end: int) -> None:
+def extend_runs(runs: list[int], start: int, end: int) -> None:
     """Add the offsets from ``start`` to before ``end`` to ``runs``, none of them below the
     last run's start: to the last run if they touch it (or repeat some of its offsets)."""
     if runs and runs[-1] >= start:
@@ -128,7 +128,7 @@ class SavedProgress:
                 end = start + _offset(raw_runs[i + 1], "a run length", 1)
                 count += end - start
                 cls._check_held(count, end, position, max_held)
-                _extend(runs, start, end)  # after a gap of 0: the same run
+                extend_runs(runs, start, end)  # after a gap of 0: the same run
         else:  # version 1: each held offset's distance from the one before
             if type(deltas) is not list:
                 raise BadProgressError("h is not a list of offsets")
@@ -137,7 +137,7 @@ class SavedProgress:
                 offset += _offset(delta, "a held offset's distance")
                 count += 1
                 cls._check_held(count, offset + 1, position, max_held)
-                _extend(runs, offset, offset + 1)
+                extend_runs(runs, offset, offset + 1)
         return cls(watermark, position, runs=tuple(runs))
 
     @staticmethod

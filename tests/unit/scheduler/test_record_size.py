@@ -106,11 +106,7 @@ def drain(session: LeaderSession, messages: list[Message], now: int, until: int)
     clock = now
     consumer: Consumer = session._consumer  # type: ignore[assignment]
     while clock < until or consumer.paused:
-        clock += 100
-        session._release(clock)
-        session._unpark(clock)
-        session._commit()
-        assert clock < until + 600_000, "a partition stayed paused"
+        clock = step(session, clock, until)
 
 
 def read_and_drain(session: LeaderSession, messages: list[Message], now: int, until: int) -> None:
@@ -122,11 +118,17 @@ def read_and_drain(session: LeaderSession, messages: list[Message], now: int, un
     while pending or clock < until or consumer.paused:
         while pending and SOURCE not in consumer.paused:
             session._handle(pending.popleft(), clock)
-        clock += 100
-        session._release(clock)
-        session._unpark(clock)
-        session._commit()
-        assert clock < until + 600_000, "a partition stayed paused"
+        clock = step(session, clock, until)
+
+
+def step(session: LeaderSession, clock: int, until: int) -> int:
+    """100 ms later: release what is due, route what was parked, commit; the new clock."""
+    clock += 100
+    session._release(clock)
+    session._unpark(clock)
+    session._commit()
+    assert clock < until + 600_000, "a partition stayed paused"
+    return clock
 
 
 @pytest.mark.parametrize(
