@@ -16,6 +16,7 @@ logical types at all: see schemas/README.md.)
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping
@@ -47,6 +48,15 @@ HEADER_SIZE = len(MARKER) + FINGERPRINT_SIZE
 _VERSIONED_FILE = re.compile(r"^(?P<stem>.+)\.v(?P<version>[0-9]+)\.avsc$")
 
 
+@functools.cache
+def _packaged(*, logical_types: bool) -> tuple[RegisteredSchema, ...]:
+    """The packaged schemas, read and prepared once per process: ``SchemaStore()`` is made by
+    every codec, and reading the files took about 1.7 ms each time. The entries are frozen and
+    the stores only index them, so every store may share them."""
+    store = SchemaStore.empty(logical_types=logical_types)
+    return tuple(store.load_directory(default_schema_directory()))
+
+
 def default_schema_directory() -> Traversable:
     """``schemas/`` as installed in the wheel (``pipeline/_schemas``), else the repository's."""
     packaged = resources.files("pipeline") / "_schemas"
@@ -67,7 +77,11 @@ class SchemaStore:
         self, directory: Path | Traversable | None = None, *, logical_types: bool = False
     ) -> None:
         self._setup(logical_types=logical_types)
-        self.load_directory(default_schema_directory() if directory is None else directory)
+        if directory is not None:
+            self.load_directory(directory)
+            return
+        for entry in _packaged(logical_types=logical_types):
+            self._index(entry)
 
     @classmethod
     def empty(cls, *, logical_types: bool = False) -> SchemaStore:
@@ -142,14 +156,18 @@ class SchemaStore:
             header=MARKER + fp,
             compiled=compiled,
         )
-        versions[version] = entry
+        self._index(entry)
+        return entry
+
+    def _index(self, entry: RegisteredSchema) -> None:
+        self._versions.setdefault(entry.full_name, {})[entry.version] = entry
+        fp, full_name, version = entry.fingerprint, entry.full_name, entry.version
         # Versions that differ only in docs or defaults share a fingerprint; the first one
         # indexed serves as writer schema, which is all a fingerprint is used for.
         self._by_fingerprint.setdefault(fp, entry)
         latest = self._latest.get(full_name)
         if latest is None or version > latest.version:
             self._latest[full_name] = entry
-        return entry
 
     # -- lookups -----------------------------------------------------------------------------
 

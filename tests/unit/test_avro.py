@@ -13,6 +13,7 @@ from pipeline._avro import (
     HEADER_SIZE,
     MARKER,
     SchemaStore,
+    _packaged,
     default_schema_directory,
 )
 from pipeline._avroschema import canonical_form, fingerprint
@@ -168,11 +169,29 @@ def test_an_installed_wheel_uses_its_packaged_copy(
 ) -> None:
     """pyproject force-includes schemas/ as pipeline/_schemas; that copy wins when present."""
     (tmp_path / "_schemas" / "pipeline").mkdir(parents=True)
-    for path in (SCHEMAS / "pipeline").glob("*.avsc"):
+    copied = [path for path in (SCHEMAS / "pipeline").glob("*.avsc") if path.stem != "event.v1"]
+    for path in copied:
         (tmp_path / "_schemas" / "pipeline" / path.name).write_bytes(path.read_bytes())
     monkeypatch.setattr("pipeline._avro.resources.files", lambda package: tmp_path)
     assert default_schema_directory() == tmp_path / "_schemas"
-    assert len(SchemaStore()) == sum(len(versions) for versions in RELEASED.values())
+    _packaged.cache_clear()  # the packaged schemas are read once a process
+    try:
+        store = SchemaStore()
+        assert len(store) == len(copied) == sum(map(len, RELEASED.values())) - 1
+        with pytest.raises(ConfigurationError, match=r"no schema named 'pipeline\.Event'"):
+            store.latest("pipeline.Event")
+    finally:
+        _packaged.cache_clear()
+
+
+def test_default_stores_share_the_packaged_schemas_and_nothing_registered_later() -> None:
+    first, second = SchemaStore(), SchemaStore()
+    assert [a is b for a, b in zip(first, second, strict=True)] == [True] * len(first)
+    added = first.register(_record("Thing", {"name": "a", "type": "string"}))
+    assert first.latest("acme.Thing") is added
+    with pytest.raises(ConfigurationError, match=r"no schema named 'acme\.Thing'"):
+        second.latest("acme.Thing")
+    assert len(SchemaStore()) == len(second) == len(first) - 1
 
 
 def _write(directory: Path, name: str, schema: dict[str, Any]) -> Path:
