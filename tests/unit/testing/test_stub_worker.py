@@ -314,7 +314,9 @@ def test_a_key_is_checked_when_its_job_is_written_not_when_the_test_drains() -> 
 
 
 @pytest.mark.parametrize(
-    "due", [{"run_at": datetime.now(UTC) - timedelta(minutes=1)}, {"delay": 0}], ids=str
+    "due",
+    [{"run_at": datetime.now(UTC) - timedelta(minutes=1)}, {"delay": 0}],
+    ids=["run_at-a-minute-ago", "delay-0"],  # the same in every xdist process
 )
 def test_a_job_due_when_written_keeps_its_place_among_its_key_s_jobs(
     due: dict[str, Any],
