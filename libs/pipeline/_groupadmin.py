@@ -87,10 +87,37 @@ def _apply(
     session: AdminSession, wanted: Mapping[str, Mapping[str, str]], *, dry_run: bool
 ) -> list[GroupConfigChange]:
     changes = plan_group_configs(wanted, _read(session, wanted))
+    if not changes:
+        return changes
+    brokers = _brokers(session)
+    changes = _confirmed(session, wanted, changes, brokers)
     if changes:
         _alter(session, changes, validate_only=dry_run)
         if not dry_run:
-            _wait_visible(session, wanted, _brokers(session))
+            _wait_visible(session, wanted, brokers)
+    return changes
+
+
+def _confirmed(
+    session: AdminSession,
+    wanted: Mapping[str, Mapping[str, str]],
+    changes: list[GroupConfigChange],
+    brokers: int,
+) -> list[GroupConfigChange]:
+    """The ``changes`` a first read planned that more reads confirm: a broker behind the
+    metadata log still shows a value set a moment ago (by the apply run just before) as unset,
+    and a value any broker shows as wanted is set (the controller has it). With several
+    brokers, :data:`VISIBLE_READS` reads in all, a little apart, must each show a change."""
+    if brokers == 1:
+        return changes
+    pause = 0.02
+    for _ in range(VISIBLE_READS - 1):
+        if not changes:
+            break
+        time.sleep(pause)
+        pause *= 2
+        again = set(plan_group_configs(wanted, _read(session, wanted)))
+        changes = [change for change in changes if change in again]
     return changes
 
 

@@ -62,3 +62,48 @@ def test_the_wait_ends_at_its_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("pipeline._groupadmin.time.monotonic", lambda: clock[0])
     _groupadmin._wait_visible(SimpleNamespace(remaining=lambda: 30.0), WANTED, 3)  # type: ignore[arg-type]
     assert clock[0] == _groupadmin.VISIBLE_WAIT_S
+
+
+class _Session(SimpleNamespace):
+    """What ``_apply`` asks of an admin session, with ``brokers`` in the cluster; the changes
+    it makes are kept in ``altered``."""
+
+    def __init__(self, brokers: int) -> None:
+        super().__init__(remaining=lambda: 30.0, brokers=brokers, altered=[])
+
+    def metadata(self) -> Any:
+        return SimpleNamespace(brokers=dict.fromkeys(range(self.brokers)))
+
+
+def _applied(monkeypatch: pytest.MonkeyPatch, session: _Session) -> list[Any]:
+    def alter(session: Any, changes: Iterable[Any], *, validate_only: bool) -> None:
+        session.altered.extend(changes)
+
+    monkeypatch.setattr(_groupadmin, "_alter", alter)
+    return _groupadmin._apply(session, WANTED, dry_run=False)  # type: ignore[arg-type]
+
+
+def test_a_value_set_a_moment_ago_is_not_set_again_when_a_lagging_broker_answers_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An apply run right after another: the first read comes from a broker behind the
+    metadata log; the next shows the value set (the controller has it): nothing changes."""
+    reads = _answers(monkeypatch, [STALE, FRESH, STALE])
+    session = _Session(brokers=3)
+    assert _applied(monkeypatch, session) == []
+    assert session.altered == []
+    assert reads == [STALE, FRESH]
+
+
+@pytest.mark.parametrize(("brokers", "reads_before"), [(1, 1), (3, _groupadmin.VISIBLE_READS)])
+def test_a_value_every_read_shows_unset_is_set(
+    monkeypatch: pytest.MonkeyPatch, brokers: int, reads_before: int
+) -> None:
+    reads = _answers(monkeypatch, [STALE] * reads_before + [FRESH] * 3)
+    session = _Session(brokers=brokers)
+    changes = _applied(monkeypatch, session)
+    assert [(c.key, c.current, c.wanted) for c in changes] == [
+        ("consumer.heartbeat.interval.ms", None, "1000")
+    ]
+    assert session.altered == changes
+    assert reads[:reads_before] == [STALE] * reads_before
