@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 import pipeline_scheduler._runtime as runtime
+from pipeline._brokerhealth import BrokerHealth
 from pipeline._errors import KafkaUnavailableError
 from pipeline._settings import Settings
 from pipeline_scheduler._runtime import Scheduler
@@ -95,6 +96,9 @@ class Run:
 
 @pytest.fixture
 def failing(monkeypatch: pytest.MonkeyPatch) -> Iterator[Failing]:
+    # A tracker of its own: the process's tracker of this address may have seen it unreachable
+    # for longer than the health's limit, in another test of the same process.
+    monkeypatch.setattr(BrokerHealth, "_trackers", {})
     runs: list[Run] = []
 
     def start(start: Callable[[], None], retry_s: float = 0.01) -> Run:
