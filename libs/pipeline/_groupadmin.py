@@ -107,7 +107,8 @@ def _confirmed(
     """The ``changes`` a first read planned that more reads confirm: a broker behind the
     metadata log still shows a value set a moment ago (by the apply run just before) as unset,
     and a value any broker shows as wanted is set (the controller has it). With several
-    brokers, :data:`VISIBLE_READS` reads in all, a little apart, must each show a change."""
+    brokers, :data:`VISIBLE_READS` reads in all, a little apart, must each show the value
+    other than wanted (whatever they show instead)."""
     if brokers == 1:
         return changes
     pause = 0.02
@@ -116,8 +117,8 @@ def _confirmed(
             break
         time.sleep(pause)
         pause *= 2
-        again = set(plan_group_configs(wanted, _read(session, wanted)))
-        changes = [change for change in changes if change in again]
+        again = {(c.group, c.key) for c in plan_group_configs(wanted, _read(session, wanted))}
+        changes = [change for change in changes if (change.group, change.key) in again]
     return changes
 
 

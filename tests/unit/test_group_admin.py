@@ -107,3 +107,17 @@ def test_a_value_every_read_shows_unset_is_set(
     ]
     assert session.altered == changes
     assert reads[:reads_before] == [STALE] * reads_before
+
+
+def test_a_value_no_read_shows_as_wanted_is_set_whatever_each_read_shows_instead(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One broker still shows the default, another a value set since (not the wanted one)."""
+    other = {"ns.workers": {"consumer.heartbeat.interval.ms": "5000"}}
+    _answers(monkeypatch, [STALE, other, STALE] + [FRESH] * 3)
+    session = _Session(brokers=3)
+    changes = _applied(monkeypatch, session)
+    assert [(c.key, c.current, c.wanted) for c in changes] == [
+        ("consumer.heartbeat.interval.ms", None, "1000")
+    ]
+    assert session.altered == changes
