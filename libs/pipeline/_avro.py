@@ -161,13 +161,12 @@ class SchemaStore:
 
     def _index(self, entry: RegisteredSchema) -> None:
         self._versions.setdefault(entry.full_name, {})[entry.version] = entry
-        fp, full_name, version = entry.fingerprint, entry.full_name, entry.version
         # Versions that differ only in docs or defaults share a fingerprint; the first one
         # indexed serves as writer schema, which is all a fingerprint is used for.
-        self._by_fingerprint.setdefault(fp, entry)
-        latest = self._latest.get(full_name)
-        if latest is None or version > latest.version:
-            self._latest[full_name] = entry
+        self._by_fingerprint.setdefault(entry.fingerprint, entry)
+        latest = self._latest.get(entry.full_name)
+        if latest is None or entry.version > latest.version:
+            self._latest[entry.full_name] = entry
 
     # -- lookups -----------------------------------------------------------------------------
 

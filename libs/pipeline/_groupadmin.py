@@ -26,7 +26,7 @@ from ._groupconfig import GroupConfigChange, group_configs, plan_group_configs
 from ._topicspec import GROUP_ROW, Change, ChangeAction
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     from ._settings import Settings
 
@@ -111,15 +111,25 @@ def _confirmed(
     other than wanted (whatever they show instead)."""
     if brokers == 1:
         return changes
-    pause = 0.02
+    later = _later_reads(session, wanted)
     for _ in range(VISIBLE_READS - 1):
         if not changes:
             break
-        time.sleep(pause)
-        pause *= 2
-        again = {(c.group, c.key) for c in plan_group_configs(wanted, _read(session, wanted))}
+        again = {(c.group, c.key) for c in next(later)}
         changes = [change for change in changes if (change.group, change.key) in again]
     return changes
+
+
+def _later_reads(
+    session: AdminSession, wanted: Mapping[str, Mapping[str, str]]
+) -> Iterator[list[GroupConfigChange]]:
+    """What each further read of the groups' configs plans, the reads a little apart (20 ms,
+    then twice as long each time, up to 0.1 s) so that a broker behind may catch up."""
+    pause = 0.02
+    while True:
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+        yield plan_group_configs(wanted, _read(session, wanted))
 
 
 def _brokers(session: AdminSession) -> int:
@@ -141,13 +151,14 @@ def _wait_visible(
     single broker, which answers them all)."""
     reads = 1 if brokers == 1 else VISIBLE_READS
     deadline = time.monotonic() + min(VISIBLE_WAIT_S, session.remaining())
+    later = _later_reads(session, wanted)
+    plan = plan_group_configs(wanted, _read(session, wanted))
     seen = 0
-    pause = 0.02
-    while seen < reads and time.monotonic() < deadline:
-        seen = 0 if plan_group_configs(wanted, _read(session, wanted)) else seen + 1
-        if seen < reads:
-            time.sleep(pause)
-            pause = min(pause * 2, 0.1)
+    while True:
+        seen = 0 if plan else seen + 1
+        if seen >= reads or time.monotonic() >= deadline:
+            return
+        plan = next(later)
 
 
 def apply_group_configs(
