@@ -78,8 +78,7 @@ class Transactions(TransactionSteps):
     def init(self, timeout_s: float | None = None) -> None:
         """Register the transactional id, fencing every older producer of it (what they left
         open is aborted). Called once, before anything else."""
-        timeout = self._timeout if timeout_s is None else timeout_s
-        self._step("register the transactional id", self.producer.init_transactions, timeout)
+        self.register(timeout_s)
 
     def init_until(self, stopped: Callable[[], bool], timeout_s: float | None = None) -> bool:
         """Register the transactional id as :meth:`init` does, but wait out an outage: a
@@ -91,6 +90,7 @@ class Transactions(TransactionSteps):
         while not stopped():
             try:
                 self.producer.init_transactions(timeout)
+                self._registered = True
                 return True
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]

@@ -5,8 +5,15 @@ librdkafka's transactional errors into the project's, by the flags librdkafka se
 :class:`~confluent_kafka.KafkaError`:
 
 - ``fatal()``: the producer can do nothing more, typically because a newer producer of the
-  same ``transactional.id`` (or a newer consumer-group generation, KIP-447) fenced it:
-  :class:`TransactionFencedError`. The caller stops; what it left open is aborted by the broker.
+  same ``transactional.id`` fenced it: :class:`TransactionFencedError`. The caller stops; what
+  it left open is aborted by the broker. A producer whose ``transactional.id`` is its process's
+  alone (the worker's: a zombie is fenced by its group's generation, KIP-447, which is an
+  abort, not a fatal error) is *renewed* instead when its owner says how (``renew``): Kafka
+  fenced it for a transaction it aborted on timeout, or lost track of it in a broker crash
+  (``INVALID_TXN_STATE``). A new producer takes its place, registered before its first
+  transaction (which aborts what the old one left open), and :class:`TransactionAbortedError`
+  says to write it again. A fatal error while registering is raised as above: renewing again
+  would not cure it (a transactional id the cluster does not allow).
 - ``txn_requires_abort()``: the open transaction must be aborted (a rebalance made the group
   generation sent with the offsets stale, a message failed...). It is aborted here, then
   :class:`TransactionAbortedError` says that nothing of it is visible: write it again.
@@ -79,8 +86,13 @@ class TransactionSteps:
         units: int = 3,
         pause_s: float = 0.1,
         sleep: Callable[[float], None] = time.sleep,
+        renew: Callable[[], TransactionalProducer] | None = None,
     ) -> None:
         self.producer = producer
+        self._renew = renew
+        self._registered = False
+        """Whether :attr:`producer`'s transactional id is registered: a renewed producer's is
+        registered by :meth:`begin`."""
         self.name = name
         self._when_fenced = when_fenced
         self._timeout = timeout_s
@@ -93,6 +105,12 @@ class TransactionSteps:
         """When the open transaction began (``time.monotonic``). Kafka aborts one open longer
         than ``transaction.timeout.ms``, and fences its producer for good."""
         self._unfinished: str | None = None  # commit or abort: see the module docstring
+        self._renewals = 0
+
+    @property
+    def renewals(self) -> int:
+        """How many times a fatal error replaced the producer (see the module docstring)."""
+        return self._renewals
 
     @property
     def open(self) -> bool:
@@ -118,6 +136,8 @@ class TransactionSteps:
             self._finish_abort()
         elif self._unfinished == _COMMIT:
             self._finish_commit()
+        if self._renewals and not self._registered:
+            self.register()
         if not self._open:
             self._step("begin a transaction", self.producer.begin_transaction)
             self._open = True
@@ -175,6 +195,15 @@ class TransactionSteps:
         _log.warning(
             "aborting a transaction failed: %s", error.str(), extra={"producer": self.name}
         )
+        if error.fatal() and self._renew is not None and self._registered:
+            self._replace(error.str())  # whose registration aborts what the old one left open
+
+    def register(self, timeout_s: float | None = None) -> None:
+        """Register the transactional id, fencing every older producer of it (what they left
+        open is aborted)."""
+        timeout = self._timeout if timeout_s is None else timeout_s
+        self._step("register the transactional id", self.producer.init_transactions, timeout)
+        self._registered = True
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -224,6 +253,19 @@ class TransactionSteps:
             outcome = f"aborted by Kafka: nothing of it is visible ({exc})"
         _log.warning("an unconfirmed commit was %s", outcome, extra={"producer": self.name})
 
+    def _replace(self, reason: str) -> None:
+        """Put a new producer in the place of one that failed for good (see the module
+        docstring); the old one is dropped (librdkafka discards what it still held)."""
+        assert self._renew is not None
+        self.producer = self._renew()
+        self._registered = False
+        self._renewals += 1
+        _log.warning(
+            "a new transactional producer replaces one that failed for good (%s)",
+            reason,
+            extra={"producer": self.name},
+        )
+
     def _step(
         self, doing: str, method: Callable[..., None], *args: Any, resumable: bool = False
     ) -> None:
@@ -244,6 +286,12 @@ class TransactionSteps:
         if error.fatal() or (error.code() in _FENCED and not error.txn_requires_abort()):
             self._open = False  # nothing can be aborted any more: the broker aborts it
             self._unfinished = None
+            if self._renew is not None and self._registered:
+                self._replace(reason)
+                raise TransactionAbortedError(
+                    f"{self.name} failed for good while trying to {doing} ({reason}); a new "
+                    "producer takes its place. Nothing of the open transaction was committed"
+                ) from exc
             if error.code() in _FENCED or "fenced" in reason.lower():
                 message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
             else:

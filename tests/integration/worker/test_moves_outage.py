@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
@@ -37,9 +38,15 @@ def owned(where: tuple[str, int]) -> bool:
 class Thread:
     """What the consumer thread does with the moves, turn after turn: drain, commit, poll."""
 
-    def __init__(self, settings: Settings, consumer: Consumer, source: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        consumer: Consumer,
+        source: str,
+        producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+    ) -> None:
         self.loop = asyncio.new_event_loop()
-        self.mover = Mover(settings, self.loop)
+        self.mover = Mover(settings, self.loop, producer_factory=producer_factory)
         self.consumer = consumer
         self.source = source
         self.dlq = TopicNames(settings.namespace).dlq
@@ -84,9 +91,12 @@ class Thread:
         self.loop.close()
 
 
-def consuming(cluster: DevCluster, settings: Settings) -> Thread:
+def consuming(
+    servers: str,
+    settings: Settings,
+    producer_factory: Callable[[dict[str, Any]], Producer] = Producer,
+) -> Thread:
     """Four jobs on partition 0 of the default priority, consumed by a member of the group."""
-    servers = cluster.bootstrap_servers
     source = TopicNames(settings.namespace).jobs("default")
     producer = Producer({"bootstrap.servers": servers})
     for i in range(4):
@@ -108,7 +118,7 @@ def consuming(cluster: DevCluster, settings: Settings) -> Thread:
         assert time.monotonic() < deadline, "the jobs were not consumed"
         message = consumer.poll(0.5)
         taken += message is not None and message.error() is None
-    return Thread(settings, consumer, source)
+    return Thread(settings, consumer, source, producer_factory)
 
 
 @pytest.mark.slow
@@ -119,7 +129,7 @@ def test_moves_made_before_and_during_an_outage_are_each_made_once_after_it(
     cluster = dev_cluster_factory(1)
     settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
     apply_topics(settings)
-    thread = consuming(cluster, settings)
+    thread = consuming(cluster.bootstrap_servers, settings)
     try:
         thread.move(0)
         thread.mover.drain(owned, lambda where: 1)  # in the open transaction
@@ -142,18 +152,18 @@ def test_moves_made_before_and_during_an_outage_are_each_made_once_after_it(
             if thread.turn(reachable=True) and point == 4:
                 break
         assert thread.longest <= TURN_LIMIT_S
-        assert committed_values(cluster, thread.dlq) == [b"moved-0", b"moved-2"]
+        assert committed_values(cluster.bootstrap_servers, thread.dlq) == [b"moved-0", b"moved-2"]
         [position] = thread.consumer.committed([TopicPartition(thread.source, 0)], timeout=30)
         assert position.offset == 4
     finally:
         thread.close()
 
 
-def committed_values(cluster: DevCluster, topic: str) -> list[bytes | None]:
+def committed_values(servers: str, topic: str) -> list[bytes | None]:
     """The values of ``topic``'s committed records, read to its end."""
     reader = Consumer(
         {
-            "bootstrap.servers": cluster.bootstrap_servers,
+            "bootstrap.servers": servers,
             "group.id": "moves-outage-reader",
             "isolation.level": "read_committed",
             "enable.partition.eof": True,

@@ -175,12 +175,33 @@ def test_a_commit_that_must_not_wait_lands_the_one_in_flight_first(
     mover.close()
 
 
-def test_a_fenced_producer_stops_the_consumer_thread_at_its_next_drain(
+def test_a_fenced_producer_is_replaced_and_the_next_commit_carries_its_moves(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
+    """The commit is made on the helper thread; its outcome, a producer that failed for good,
+    comes back at the next drain, which goes on with a new producer (here the same fake)."""
+    producer = FakeProducer()
+    thread, _, mover, state = _one_move_written(loop, producer)
+    producer.failing("commit_transaction", fenced())
+    state.commit_offset = 2
+    assert thread._committer.commit(thread.states.values(), time.monotonic())
+    thread._drain_moves()
+    assert producer.committed == []
+    assert producer.calls.count("init_transactions") == 2  # the new producer registered
+    assert thread._committer.commit(thread.states.values(), time.monotonic())
+    mover.land()
+    thread._drain_moves()
+    assert producer.committed == [[("ns.dlq", b"first")]]
+    assert state.committed == 2
+
+
+def test_a_producer_lost_for_good_stops_the_consumer_thread_at_its_next_drain(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """Fenced, and Kafka fences the new producer too as it registers."""
     producer = FakeProducer()
     thread, _, _, state = _one_move_written(loop, producer)
-    producer.failing("commit_transaction", fenced())
+    producer.failing("commit_transaction", fenced()).failing("init_transactions", fenced())
     state.commit_offset = 2
     assert thread._committer.commit(thread.states.values(), time.monotonic())
     with pytest.raises(TransactionFencedError):

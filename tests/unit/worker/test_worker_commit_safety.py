@@ -30,7 +30,11 @@ from .test_worker_consumer import (
 __all__ = ["loop"]  # the fixture
 
 FAILURES: dict[str, tuple[list[tuple[str, Callable[[], Exception]]], type[Exception]]] = {
-    "fenced": ([("commit_transaction", fenced)], TransactionFencedError),
+    # Fenced: a new producer takes its place, and Kafka fences that one as it registers.
+    "fenced": (
+        [("commit_transaction", fenced), ("init_transactions", fenced)],
+        TransactionFencedError,
+    ),
     # Aborted, then writing the moves again into a new transaction fails.
     "rewrite refused": (
         [("commit_transaction", abortable), ("begin_transaction", refused)],

@@ -146,7 +146,11 @@ def test_a_late_move_of_an_assignment_that_ended_does_not_wait_for_room_in_the_n
 
 
 FATAL: dict[str, tuple[list[tuple[str, Callable[[], Exception]]], type[Exception]]] = {
-    "fenced": ([("begin_transaction", fenced)], TransactionFencedError),
+    # Fenced: a new producer takes its place, and Kafka fences that one as it registers.
+    "fenced": (
+        [("begin_transaction", fenced), ("init_transactions", fenced)],
+        TransactionFencedError,
+    ),
     # Aborted, then writing the moves again into a new transaction fails.
     "rewrite refused": (
         [("begin_transaction", abortable), ("begin_transaction", refused)],

@@ -186,16 +186,39 @@ def test_moves_queued_for_a_partition_given_up_are_not_written_when_it_comes_bac
     assert producer.committed == [[("acme.dlq", b"1@5")]]
 
 
-def test_a_fenced_producer_stops_the_worker_with_one_error_that_says_what_to_do(
+def renewing_mover(loop: asyncio.AbstractEventLoop, *producers: FakeProducer) -> Mover:
+    """A mover whose producer factory makes ``producers`` one after the other."""
+    made = iter(producers)
+    return Mover(Settings(namespace="acme"), loop, producer_factory=lambda conf: next(made))  # type: ignore[arg-type,return-value]
+
+
+def test_a_producer_that_fails_for_good_is_replaced_and_the_next_commits_its_moves(
     loop: asyncio.AbstractEventLoop,
 ) -> None:
-    producer = FakeProducer().failing("commit_transaction", fenced())
-    mover = mover_on(producer, loop)
+    first = FakeProducer().failing("commit_transaction", fenced())
+    second = FakeProducer()
+    mover = renewing_mover(loop, first, second)
+    submit(mover, WHERE, 3, [])
+    mover.drain(owned, lambda w: 0)
+    assert not mover.commit(offsets(WHERE), META, owned)  # written again, by the new producer
+    assert mover.commit(offsets(WHERE), META, owned)
+    assert first.committed == []
+    assert second.calls[:2] == ["init_transactions", "begin_transaction"]
+    assert second.committed == [[("acme.dlq", b"0@3")]]
+    assert second.sent_offsets == [(offsets(WHERE), META)]
+
+
+def test_a_new_producer_kafka_will_not_register_stops_the_worker_saying_what_to_do(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    first = FakeProducer().failing("commit_transaction", fenced())
+    second = FakeProducer().failing("init_transactions", fenced())
+    mover = renewing_mover(loop, first, second)
     submit(mover, WHERE, 3, [])
     mover.drain(owned, lambda w: 0)
     with pytest.raises(TransactionFencedError, match="restart it"):
         mover.commit(offsets(WHERE), META, owned)
-    assert producer.committed == []
+    assert first.committed == second.committed == []
 
 
 CHANGELOG = TopicNames("acme").dedup

@@ -267,6 +267,18 @@ def test_the_moves_producer_s_requests_time_out_with_its_calls() -> None:
     assert "socket.timeout.ms" not in relay  # the relay's calls wait as they did
 
 
+def test_each_transactional_producer_of_a_worker_has_a_transactional_id_of_its_own() -> None:
+    """Even one set for every client in ``kafka``: a producer that fails for good is replaced
+    by one that registers its id again, which would fence another process sharing it."""
+    shared = Settings(namespace="ns", kafka={"transactional.id": "shared"})
+    ids = {
+        transactional_config(shared, role, "test")["transactional.id"]
+        for role in ("worker", "worker", "relay")
+    }
+    assert len(ids) == 3
+    assert all(i.startswith(("ns.worker.", "ns.relay.")) for i in ids)
+
+
 def test_commits_aborted_again_and_again_are_an_error(
     loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -67,11 +67,9 @@ _log = logging.getLogger("pipeline.worker.moves")
 TIMEOUT_S = STEP_TIMEOUT_S
 """The longest one producer call waits (it was 30 s, 5 times a step: minutes without a poll)."""
 ATTEMPTS = 1
-WHEN_FENCED = (
-    "a newer generation of the consumer group took this worker's partitions (it was cut off "
-    "from the group for longer than session.timeout.ms); the worker stops and its jobs run again "
-    "where they are now: restart it"
-)
+WHEN_FENCED = "the worker stops and its jobs run again where they are now: restart it"
+"""Said when Kafka fences a new producer as it registers (one that failed for good is replaced,
+see :mod:`pipeline._txnsteps`; a zombie's commit is refused by its group generation)."""
 
 
 class Mover:
@@ -91,6 +89,7 @@ class Mover:
             when_fenced=WHEN_FENCED,
             timeout_s=TIMEOUT_S,
             attempts=ATTEMPTS,
+            renew=lambda: producer_factory(conf),  # its transactional id is this process's
         )
         self._loop = loop
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)

@@ -2,9 +2,11 @@
 
 Errors are handled by the library's one transaction loop (:class:`pipeline._transactions.
 Transactions`): when the transaction must be aborted it is, and the moves still owned are
-written again in a new one (the offsets were not committed either); a fatal one, a fenced
-producer included, stops the worker (the jobs run again elsewhere: at-least-once, and their
-moves were never committed).
+written again in a new one (the offsets were not committed either); so are they after a
+fatal error, once a new producer has taken the failed one's place (see
+:mod:`pipeline._txnsteps`). An error the loop cannot cure (Kafka refusing to register the
+transactional id) stops the worker: the jobs run again elsewhere, at-least-once, and their
+moves were never committed.
 
 A commit Kafka did not confirm may yet happen, so it is only asked again
 (:meth:`MoveTransaction.commit`); a transaction whose abort Kafka did not confirm holds its

@@ -26,11 +26,8 @@ def transactional_config(
     too (:func:`pipeline._transactions.request_timeout_ms`; ``kafka`` may set another)."""
     conf: dict[str, Any] = producer_config(settings)
     txn_timeout_ms = settings.worker.transaction_timeout_ms
-    # One id per process: fencing of a zombie comes from the consumer group's generation,
-    # sent with the offsets (KIP-447), not from a shared transactional.id.
     conf.update(
         {
-            "transactional.id": f"{settings.namespace}.{role}.{uuid.uuid4().hex}",
             "linger.ms": 1,
             "transaction.timeout.ms": txn_timeout_ms,
             # librdkafka wants a message's delivery to time out within its transaction's.
@@ -41,4 +38,9 @@ def transactional_config(
     if timeout_s is not None:
         conf["socket.timeout.ms"] = request_timeout_ms(txn_timeout_ms, timeout_s)
     conf.update(settings.kafka)
+    # One id per process, whatever ``kafka`` says: fencing of a zombie comes from the consumer
+    # group's generation, sent with the offsets (KIP-447), not from a shared transactional.id;
+    # and a producer that fails for good is replaced by one that registers the id again, which
+    # would fence any other process sharing it (pipeline._txnsteps).
+    conf["transactional.id"] = f"{settings.namespace}.{role}.{uuid.uuid4().hex}"
     return conf

@@ -212,8 +212,8 @@ class Rebalance:
         """Commit the moves' transaction once it is old. Polling waits while a revocation
         waits for its jobs, and so do the commits made between polls: the moves of the jobs that
         fail meanwhile would keep one transaction open for the whole grace period, and Kafka
-        aborts a transaction older than its timeout and fences its producer for good (the
-        worker would stop)."""
+        aborts a transaction older than its timeout and fences its producer for good (a new
+        producer would write its moves again)."""
         mover = self._mover
         if mover is None or mover.open_for(now) < self._txn_commit_after_s:
             return

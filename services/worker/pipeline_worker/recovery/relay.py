@@ -120,14 +120,16 @@ class RetryRelay:
         }
         self._consumer = Consumer(consumer_conf)
         self._tiers = Tiers(settings, self._consumer)
+        txn_conf = transactional_config(settings, "relay", "retry relay producer")
         self._txn = Transactions(
-            Producer(transactional_config(settings, "relay", "retry relay producer")),
+            Producer(txn_conf),
             name="the retry relay's transactional producer",
             when_fenced=(
                 "a newer generation of the retry relays' consumer group took its partitions; "
                 "the worker stops: restart it"
             ),
             timeout_s=TIMEOUT_S,
+            renew=lambda: Producer(txn_conf),  # its transactional id is this process's
         )
         self._parked: dict[Where, deque[Parked]] = {}
         """Per paused partition: its head and what came after it, with their due times."""

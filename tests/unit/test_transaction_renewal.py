@@ -1,0 +1,159 @@
+"""A transactional producer that fails for good is replaced when its owner says how (``renew``):
+the worker's, whose transactional id no other process uses.
+
+The fake producer of :mod:`tests.unit.test_transactions` raises librdkafka's fatal errors at
+one step; what must follow is a new producer, registered before its first transaction, and an
+abort that says to write the transaction again, never a fenced error.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from pipeline._errors import KafkaUnavailableError, TransactionAbortedError, TransactionFencedError
+from pipeline._transactions import Transactions
+
+from .test_transactions import OFFSETS, STEPS, FakeProducer, fatal, fenced, retriable, write_two
+
+
+def invalid_state() -> KafkaException:
+    """What a broker crash left behind (seen on Kafka 4.1 with transactions version 2)."""
+    return KafkaException(
+        KafkaError(
+            KafkaError.INVALID_TXN_STATE,
+            "Failed to end transaction: Broker: Producer attempted a transactional operation in "
+            "an invalid state",
+            fatal=True,
+        )
+    )
+
+
+class Renewing:
+    """A :class:`Transactions` with ``renew``, and every producer it was given, in order."""
+
+    def __init__(self, first: FakeProducer, *later: FakeProducer) -> None:
+        self.producers = [first]
+        self._later = list(later)
+        self.txn = Transactions(
+            first, name="the test's transactional producer", sleep=lambda _: None, renew=self.new
+        )
+
+    def new(self) -> FakeProducer:
+        producer = self._later.pop(0) if self._later else FakeProducer()
+        self.producers.append(producer)
+        return producer
+
+
+@pytest.mark.parametrize("step", [*STEPS, "abort_transaction"])
+@pytest.mark.parametrize("error", [invalid_state, fenced], ids=["invalid-state", "fenced"])
+def test_a_fatal_error_puts_a_new_producer_in_place_and_the_unit_runs_again(
+    step: str, error: type[KafkaException]
+) -> None:
+    first = FakeProducer().failing(step, error())
+    if step == "abort_transaction":  # the abort of a unit Kafka wanted aborted
+        first.failing(
+            "commit_transaction",
+            KafkaException(
+                KafkaError(KafkaError.ILLEGAL_GENERATION, "rebalanced", txn_requires_abort=True)
+            ),
+        )
+    renewing = Renewing(first)
+    txn = renewing.txn
+    txn.init()
+    txn.run(write_two, OFFSETS, "group-metadata")
+    assert txn.renewals == 1
+    old, new = renewing.producers
+    assert old.committed == []
+    assert new.calls[:2] == ["init_transactions", "begin_transaction"]
+    assert new.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+    assert new.sent_offsets == [(OFFSETS, "group-metadata")]
+
+
+def test_the_open_transaction_of_a_failed_producer_is_aborted_for_the_caller_to_write_again() -> (
+    None
+):
+    renewing = Renewing(FakeProducer().failing("commit_transaction", invalid_state()))
+    txn = renewing.txn
+    txn.init()
+    txn.produce("ns.dlq", b"moved")
+    with pytest.raises(TransactionAbortedError, match=r"failed for good .*invalid state"):
+        txn.commit(OFFSETS, "group-metadata")
+    assert not txn.open
+    txn.rewrite(lambda t: t.produce("ns.dlq", b"moved"))
+    txn.commit(OFFSETS, "group-metadata")
+    assert renewing.producers[1].committed == [[("ns.dlq", b"moved")]]
+
+
+def test_an_unconfirmed_abort_that_ends_in_a_fatal_error_renews_before_the_next_begin() -> None:
+    """The broker restarted under an abort: finishing it, Kafka answers INVALID_TXN_STATE."""
+    first = FakeProducer().failing("abort_transaction", retriable(), invalid_state())
+    renewing = Renewing(first)
+    txn = Transactions(
+        first,
+        name="the test's transactional producer",
+        sleep=lambda _: None,
+        attempts=1,
+        renew=renewing.new,
+    )
+    txn.init()
+    txn.produce("ns.dlq", b"moved")
+    txn.abort()
+    assert txn.aborting
+    with pytest.raises(TransactionAbortedError, match="finish aborting"):
+        txn.begin()
+    txn.run(write_two)
+    [_, new] = renewing.producers
+    assert new.calls[:2] == ["init_transactions", "begin_transaction"]
+    assert new.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+
+
+def test_a_new_producer_registers_once_kafka_answers() -> None:
+    new = FakeProducer().failing("init_transactions", retriable(), retriable())
+    renewing = Renewing(FakeProducer().failing("commit_transaction", invalid_state()), new)
+    txn = Transactions(
+        renewing.producers[0],
+        name="the test's transactional producer",
+        sleep=lambda _: None,
+        attempts=1,
+        renew=renewing.new,
+    )
+    txn.init()
+    txn.produce("ns.dlq", b"moved")
+    with pytest.raises(TransactionAbortedError):
+        txn.commit()
+    for _ in range(2):
+        with pytest.raises(KafkaUnavailableError, match="register the transactional id"):
+            txn.begin()
+        assert not txn.open
+    txn.produce("ns.dlq", b"moved")
+    txn.commit()
+    assert new.calls.count("init_transactions") == 3
+    assert new.committed == [[("ns.dlq", b"moved")]]
+    assert txn.renewals == 1
+
+
+def test_a_new_producer_kafka_refuses_to_register_stops_the_caller() -> None:
+    """Renewing again would not cure it: the transactional id is not allowed."""
+    new = FakeProducer().failing("init_transactions", fatal())
+    renewing = Renewing(FakeProducer().failing("commit_transaction", invalid_state()), new)
+    txn = renewing.txn
+    txn.init()
+    with pytest.raises(TransactionFencedError, match="not authorized"):
+        txn.run(write_two)
+    assert txn.renewals == 1
+
+
+def test_a_fatal_error_before_the_first_registration_is_not_renewed() -> None:
+    renewing = Renewing(FakeProducer().failing("init_transactions", fatal()))
+    with pytest.raises(TransactionFencedError, match="not authorized"):
+        renewing.txn.init()
+    assert len(renewing.producers) == 1
+
+
+def test_without_renew_a_fatal_error_still_stops_the_caller() -> None:
+    producer = FakeProducer().failing("commit_transaction", invalid_state())
+    txn = Transactions(producer, name="the test's transactional producer", sleep=lambda _: None)
+    txn.init()
+    with pytest.raises(TransactionFencedError, match="restart the process"):
+        txn.run(write_two)
