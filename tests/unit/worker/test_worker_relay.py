@@ -22,7 +22,7 @@ from pipeline._records import DeadLetter, DeadLetterReason
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker.recovery import relay as relay_module
 from pipeline_worker.recovery.detours import AHEAD_MARGIN_MS, Detours
-from tests.unit.test_transactions import FakeProducer, abortable, retriable
+from tests.unit.test_transactions import FakeProducer, abortable, fenced, retriable
 
 TIER = "acme.retry.0"
 MAX_BYTES = 1_000_000
@@ -237,6 +237,30 @@ def test_a_commit_kafka_does_not_answer_is_read_again_not_the_end_of_the_worker(
         relay._commit()
     assert forwarded_ids(relay, producer) == ["job-0", "job-1"]
     assert consumer.group_committed[(TIER, 0)] == 2
+    assert failed == []
+
+
+def test_a_producer_that_fails_for_good_is_replaced_and_the_jobs_forwarded_again(
+    fakes: Relay,
+) -> None:
+    # Kafka fenced the relay's producer (its transaction timed out): a new one (here the same
+    # fake) registers the relay's transactional id again, and the relay reads the jobs again.
+    relay, consumer, producer = fakes
+    failed: list[BaseException] = []
+    relay._on_failed = failed.append
+    relay._txn.init()  # what the relay's thread does first
+    jobs_on_the_tier(relay, consumer, 2)
+    producer.failing("commit_transaction", fenced())
+    relay._turn()
+    relay._commit()
+    assert producer.committed == []
+    for _ in range(2):
+        relay._turn()
+        relay._commit()
+    assert forwarded_ids(relay, producer) == ["job-0", "job-1"]
+    assert consumer.group_committed[(TIER, 0)] == 2
+    assert relay._txn.renewals == 1
+    assert producer.calls.count("init_transactions") == 2  # the new producer registered
     assert failed == []
 
 
