@@ -20,10 +20,10 @@ run: setup
 	$(BIN)/python -m examples.run
 
 ## test: the default suite (unit + integration against a real local Kafka, with a short scenario
-## of each slow kind), in one process (about 24 min on 2 cores); TEST_WORKERS=2 runs it in two
-## (pytest-xdist; a test file stays on one), each with its own Kafka node: 13-15 min, but on
-## 2 cores the fault tests then meet more load than they meet alone
-TEST_WORKERS ?= 0
+## of each slow kind), in two processes (pytest-xdist; a test file stays on one), each with its
+## own Kafka node: 13-15 min on 2 cores; TEST_WORKERS=0 runs it in one (about 24 min), where
+## the fault tests meet less load
+TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/pytest -m "not slow and not chaos and not image and not containers" -q --durations=40 \
 		-n $(TEST_WORKERS) --dist loadfile
