@@ -271,10 +271,19 @@ class TransactionAbortedError(TransactionError):
     it was, and what it held can be written again in a new one."""
 
 
+class TransactionProducerFailedError(TransactionError):
+    """A registered transactional producer failed for good on an error that is not a fence
+    (librdkafka's fatal errors: the broker lost its transaction's state in a crash, its producer
+    id expired): nothing of the open transaction was committed, and this producer writes nothing
+    more. A new producer, registered anew, can write it again (the scheduler starts a new term
+    with one)."""
+
+
 class TransactionFencedError(PipelineError):
     """A transactional producer can write nothing more: a newer producer of its transactional
-    id (or a newer consumer-group generation) fenced it, or it failed for good (librdkafka's
-    fatal errors). The process, or the command, must stop; the message says what to do."""
+    id (or a newer consumer-group generation) fenced it, or it failed for good while registering
+    (librdkafka's fatal errors). The process, or the command, must stop; the message says what
+    to do."""
 
     def __init__(self, message: str, reason: str = "") -> None:
         super().__init__(message)

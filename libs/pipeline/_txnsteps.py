@@ -13,7 +13,10 @@ librdkafka's transactional errors into the project's, by the flags librdkafka se
   (``INVALID_TXN_STATE``). A new producer takes its place, registered before its first
   transaction (which aborts what the old one left open), and :class:`TransactionAbortedError`
   says to write it again. A fatal error while registering is raised as above: renewing again
-  would not cure it (a transactional id the cluster does not allow).
+  would not cure it (a transactional id the cluster does not allow). Without ``renew``, a
+  fatal error of a registered producer that is not a fence raises
+  :class:`TransactionProducerFailedError`, a :class:`TransactionError` (nothing committed):
+  its owner writes the transaction again with a new producer (the scheduler's next term).
 - ``txn_requires_abort()``: the open transaction must be aborted (a rebalance made the group
   generation sent with the offsets stale, a message failed...). It is aborted here, then
   :class:`TransactionAbortedError` says that nothing of it is visible: write it again.
@@ -53,6 +56,7 @@ from ._errors import (
     TransactionAbortedError,
     TransactionError,
     TransactionFencedError,
+    TransactionProducerFailedError,
 )
 from ._txnproducer import TransactionalProducer
 
@@ -294,6 +298,11 @@ class TransactionSteps:
                 ) from exc
             if error.code() in _FENCED or "fenced" in reason.lower():
                 message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
+            elif self._registered:
+                raise TransactionProducerFailedError(
+                    f"{self.name} failed for good while trying to {doing} ({reason}); nothing "
+                    "of the open transaction was committed: a new producer must write it again"
+                ) from exc
             else:
                 message = (
                     f"{self.name} failed for good while trying to {doing} ({reason}); "

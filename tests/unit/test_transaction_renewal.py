@@ -11,7 +11,12 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline._errors import KafkaUnavailableError, TransactionAbortedError, TransactionFencedError
+from pipeline._errors import (
+    KafkaUnavailableError,
+    TransactionAbortedError,
+    TransactionFencedError,
+    TransactionProducerFailedError,
+)
 from pipeline._transactions import Transactions
 
 from .test_transactions import OFFSETS, STEPS, FakeProducer, fatal, fenced, retriable, write_two
@@ -151,9 +156,21 @@ def test_a_fatal_error_before_the_first_registration_is_not_renewed() -> None:
     assert len(renewing.producers) == 1
 
 
-def test_without_renew_a_fatal_error_still_stops_the_caller() -> None:
+def test_without_renew_a_fatal_error_that_is_no_fence_is_a_transaction_not_committed() -> None:
+    """For an owner that makes a new producer itself (the scheduler's next term), not retried
+    with the failed one."""
     producer = FakeProducer().failing("commit_transaction", invalid_state())
     txn = Transactions(producer, name="the test's transactional producer", sleep=lambda _: None)
     txn.init()
-    with pytest.raises(TransactionFencedError, match="restart the process"):
+    with pytest.raises(TransactionProducerFailedError, match="a new producer must write it"):
+        txn.run(write_two)
+    assert producer.calls.count("commit_transaction") == 1
+    assert not txn.open
+
+
+def test_without_renew_a_fenced_producer_still_stops_the_caller() -> None:
+    producer = FakeProducer().failing("commit_transaction", fenced())
+    txn = Transactions(producer, name="the test's transactional producer", sleep=lambda _: None)
+    txn.init()
+    with pytest.raises(TransactionFencedError, match="was fenced"):
         txn.run(write_two)

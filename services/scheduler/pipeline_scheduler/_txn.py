@@ -4,8 +4,11 @@ The ``transactional.id`` is the same for every scheduler process of a namespace,
 leader's ``init_transactions()`` fences the previous one: a leader that was thought dead (a long
 pause, a partition) can no longer commit. The transaction loop and its errors are the library's
 (:mod:`pipeline._transactions`): a transaction Kafka aborted (:class:`TransactionAbortedError`)
-or could not commit in time makes the leader rewind to the committed state; a fenced producer
-(:class:`TransactionFencedError`) stops the process.
+or could not commit in time makes the leader rewind to the committed state, and so does a
+producer that failed for good on an error that is not a fence
+(:class:`TransactionProducerFailedError`: Kafka lost its transaction's state in a broker crash):
+the next term registers a new producer. A fenced producer (:class:`TransactionFencedError`)
+stops the process.
 
 While Kafka is down each step of a transaction (sending the offsets, commit, abort, registering
 the id) is tried :data:`ATTEMPTS` times, each call waiting at most :data:`STEP_TIMEOUT_S` (its

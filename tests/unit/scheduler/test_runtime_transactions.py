@@ -17,6 +17,7 @@ from pipeline._errors import (
     KafkaUnavailableError,
     TransactionAbortedError,
     TransactionFencedError,
+    TransactionProducerFailedError,
 )
 from pipeline._settings import Settings
 from pipeline._transactions import Transactions
@@ -76,7 +77,9 @@ def run_with(monkeypatch: pytest.MonkeyPatch, error: Exception | None) -> tuple[
     [
         TransactionAbortedError("Kafka aborted the transaction: the group rebalanced"),
         KafkaUnavailableError("Kafka did not let the producer commit a transaction in 5 attempts"),
+        TransactionProducerFailedError("failed for good (INVALID_TXN_STATE)"),
     ],
+    ids=lambda error: type(error).__name__,
 )
 def test_a_transaction_not_committed_rewinds_to_a_new_term(
     monkeypatch: pytest.MonkeyPatch, error: Exception
