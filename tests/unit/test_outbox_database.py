@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -287,3 +288,23 @@ def test_a_batch_larger_than_a_progress_record_reads_back_is_refused() -> None:
     )
     assert result.exit_code == 2
     assert "--batch-size" in result.output
+
+
+def test_a_dsn_is_checked_in_a_process_with_more_than_1024_descriptors_open() -> None:
+    """libpq's refusal is read on the descriptor of a connection attempt: select() refused one
+    past 1023 (``ValueError: filedescriptor out of range``), which a busy process hands out."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert hard == resource.RLIM_INFINITY or hard > 1100, "the test needs 1100 descriptors"
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    held: list[int] = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        [(dsn, option)] = REFUSED_OPTIONS[:1]
+        raised = _run_briefly(OutboxRelay(SETTINGS, dsn))
+        assert isinstance(raised, ConfigurationError), raised
+        assert option in str(raised)
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

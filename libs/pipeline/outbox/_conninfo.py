@@ -111,11 +111,12 @@ def _failure(params: Mapping[str, str]) -> str | None:
         while pgconn.status != pq.ConnStatus.BAD and status != pq.PollingStatus.FAILED:
             if status == pq.PollingStatus.OK:
                 return None
-            fd = [pgconn.socket]
+            # poll(), not select(): select() refuses a descriptor past 1023, which a process
+            # with many files and sockets open (a web server, a worker) hands out.
+            poller = select.poll()
             reading = status == pq.PollingStatus.READING
-            timeout = _PROBE_TIMEOUT_S
-            ready = select.select(fd if reading else [], [] if reading else fd, [], timeout)
-            if not any(ready):
+            poller.register(pgconn.socket, select.POLLIN if reading else select.POLLOUT)
+            if not poller.poll(_PROBE_TIMEOUT_S * 1000):
                 return None
             status = pgconn.connect_poll()
         return pgconn.get_error_message()
