@@ -58,7 +58,9 @@ def _child_finishes(lock: AbstractContextManager[Any], work: Callable[[], None])
     os.close(write_end)
     finished = False
     try:
-        ready, _, _ = select.select([read_end], [], [], BOUND_S)
+        poller = select.poll()  # not select(): this process may hold descriptors past 1023
+        poller.register(read_end, select.POLLIN)
+        ready = poller.poll(BOUND_S * 1000)
         finished = bool(ready) and os.read(read_end, 4) == b"done"
     finally:
         os.close(read_end)
