@@ -37,11 +37,15 @@ def invalid_state() -> KafkaException:
 class Renewing:
     """A :class:`Transactions` with ``renew``, and every producer it was given, in order."""
 
-    def __init__(self, first: FakeProducer, *later: FakeProducer) -> None:
+    def __init__(self, first: FakeProducer, *later: FakeProducer, attempts: int = 5) -> None:
         self.producers = [first]
         self._later = list(later)
         self.txn = Transactions(
-            first, name="the test's transactional producer", sleep=lambda _: None, renew=self.new
+            first,
+            name="the test's transactional producer",
+            sleep=lambda _: None,
+            attempts=attempts,
+            renew=self.new,
         )
 
     def new(self) -> FakeProducer:
@@ -92,15 +96,10 @@ def test_the_open_transaction_of_a_failed_producer_is_aborted_for_the_caller_to_
 
 def test_an_unconfirmed_abort_that_ends_in_a_fatal_error_renews_before_the_next_begin() -> None:
     """The broker restarted under an abort: finishing it, Kafka answers INVALID_TXN_STATE."""
-    first = FakeProducer().failing("abort_transaction", retriable(), invalid_state())
-    renewing = Renewing(first)
-    txn = Transactions(
-        first,
-        name="the test's transactional producer",
-        sleep=lambda _: None,
-        attempts=1,
-        renew=renewing.new,
+    renewing = Renewing(
+        FakeProducer().failing("abort_transaction", retriable(), invalid_state()), attempts=1
     )
+    txn = renewing.txn
     txn.init()
     txn.produce("ns.dlq", b"moved")
     txn.abort()
@@ -115,14 +114,10 @@ def test_an_unconfirmed_abort_that_ends_in_a_fatal_error_renews_before_the_next_
 
 def test_a_new_producer_registers_once_kafka_answers() -> None:
     new = FakeProducer().failing("init_transactions", retriable(), retriable())
-    renewing = Renewing(FakeProducer().failing("commit_transaction", invalid_state()), new)
-    txn = Transactions(
-        renewing.producers[0],
-        name="the test's transactional producer",
-        sleep=lambda _: None,
-        attempts=1,
-        renew=renewing.new,
+    renewing = Renewing(
+        FakeProducer().failing("commit_transaction", invalid_state()), new, attempts=1
     )
+    txn = renewing.txn
     txn.init()
     txn.produce("ns.dlq", b"moved")
     with pytest.raises(TransactionAbortedError):

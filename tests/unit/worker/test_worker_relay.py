@@ -216,41 +216,14 @@ def forwarded_ids(relay: relay_module.RetryRelay, producer: CommittingProducer) 
     ]
 
 
-def test_a_commit_kafka_does_not_answer_is_read_again_not_the_end_of_the_worker(
-    fakes: Relay,
-) -> None:
-    # The broker is down while the relay commits: every attempt times out (retriable), the
-    # library gives up (KafkaUnavailableError, the transaction aborted). An outage must not
-    # stop the worker: the relay reads the jobs again and forwards them once Kafka is back.
-    relay, consumer, producer = fakes
-    relay._txn._sleep = lambda seconds: None
-    failed: list[BaseException] = []
-    relay._on_failed = failed.append
-    jobs_on_the_tier(relay, consumer, 2)
-    timed_out = [retriable() for _ in range(5)]
-    producer.failing("commit_transaction", *timed_out)
-    relay._turn()
-    relay._commit()  # five attempts, none answered: nothing of it is visible
-    assert producer.committed == []
-    for _ in range(2):
-        relay._turn()
-        relay._commit()
-    assert forwarded_ids(relay, producer) == ["job-0", "job-1"]
-    assert consumer.group_committed[(TIER, 0)] == 2
-    assert failed == []
-
-
-def test_a_producer_that_fails_for_good_is_replaced_and_the_jobs_forwarded_again(
-    fakes: Relay,
-) -> None:
-    # Kafka fenced the relay's producer (its transaction timed out): a new one (here the same
-    # fake) registers the relay's transactional id again, and the relay reads the jobs again.
+def forwarded_again_after_a_failed_commit(fakes: Relay, *errors: BaseException) -> None:
+    """Two jobs on the tier, forwarded in a transaction whose commit raises ``errors``: nothing
+    of it is visible, and the next turns forward both again and commit them; nothing stops."""
     relay, consumer, producer = fakes
     failed: list[BaseException] = []
     relay._on_failed = failed.append
-    relay._txn.init()  # what the relay's thread does first
     jobs_on_the_tier(relay, consumer, 2)
-    producer.failing("commit_transaction", fenced())
+    producer.failing("commit_transaction", *errors)
     relay._turn()
     relay._commit()
     assert producer.committed == []
@@ -259,9 +232,30 @@ def test_a_producer_that_fails_for_good_is_replaced_and_the_jobs_forwarded_again
         relay._commit()
     assert forwarded_ids(relay, producer) == ["job-0", "job-1"]
     assert consumer.group_committed[(TIER, 0)] == 2
+    assert failed == []
+
+
+def test_a_commit_kafka_does_not_answer_is_read_again_not_the_end_of_the_worker(
+    fakes: Relay,
+) -> None:
+    # The broker is down while the relay commits: every attempt times out (retriable), the
+    # library gives up (KafkaUnavailableError, the transaction aborted). An outage must not
+    # stop the worker: the relay reads the jobs again and forwards them once Kafka is back.
+    relay, _, _ = fakes
+    relay._txn._sleep = lambda seconds: None
+    forwarded_again_after_a_failed_commit(fakes, *[retriable() for _ in range(5)])
+
+
+def test_a_producer_that_fails_for_good_is_replaced_and_the_jobs_forwarded_again(
+    fakes: Relay,
+) -> None:
+    # Kafka fenced the relay's producer (its transaction timed out): a new one (here the same
+    # fake) registers the relay's transactional id again, and the relay reads the jobs again.
+    relay, _, producer = fakes
+    relay._txn.init()  # what the relay's thread does first
+    forwarded_again_after_a_failed_commit(fakes, fenced())
     assert relay._txn.renewals == 1
     assert producer.calls.count("init_transactions") == 2  # the new producer registered
-    assert failed == []
 
 
 def test_a_rewind_kafka_does_not_answer_is_tried_again(fakes: Relay) -> None:
