@@ -47,7 +47,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
@@ -199,8 +199,8 @@ class TransactionSteps:
         _log.warning(
             "aborting a transaction failed: %s", error.str(), extra={"producer": self.name}
         )
-        if error.fatal() and self._renew is not None and self._registered:
-            self._replace(error.str())  # whose registration aborts what the old one left open
+        if error.fatal():
+            self._renewed(error.str())  # whose registration aborts what the old one left open
 
     def register(self, timeout_s: float | None = None) -> None:
         """Register the transactional id, fencing every older producer of it (what they left
@@ -257,10 +257,12 @@ class TransactionSteps:
             outcome = f"aborted by Kafka: nothing of it is visible ({exc})"
         _log.warning("an unconfirmed commit was %s", outcome, extra={"producer": self.name})
 
-    def _replace(self, reason: str) -> None:
-        """Put a new producer in the place of one that failed for good (see the module
-        docstring); the old one is dropped (librdkafka discards what it still held)."""
-        assert self._renew is not None
+    def _renewed(self, reason: str) -> bool:
+        """Put a new producer in the place of a registered one that failed for good, when the
+        owner said how (``renew``, see the module docstring); whether it did. The old one is
+        dropped (librdkafka discards what it still held)."""
+        if self._renew is None or not self._registered:
+            return False
         self.producer = self._renew()
         self._registered = False
         self._renewals += 1
@@ -269,6 +271,33 @@ class TransactionSteps:
             reason,
             extra={"producer": self.name},
         )
+        return True
+
+    def _failed_for_good(self, exc: KafkaException, doing: str) -> NoReturn:
+        """A fatal error (or a fence) while trying to ``doing``: see the module docstring."""
+        error: KafkaError = exc.args[0]
+        reason = error.str()
+        self._open = False  # nothing can be aborted any more: the broker aborts it
+        self._unfinished = None
+        if self._renewed(reason):
+            raise TransactionAbortedError(
+                f"{self.name} failed for good while trying to {doing} ({reason}); a new "
+                "producer takes its place. Nothing of the open transaction was committed"
+            ) from exc
+        fenced = error.code() in _FENCED or "fenced" in reason.lower()
+        if self._registered and not fenced:
+            raise TransactionProducerFailedError(
+                f"{self.name} failed for good while trying to {doing} ({reason}); nothing "
+                "of the open transaction was committed: a new producer must write it again"
+            ) from exc
+        if fenced:
+            message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
+        else:
+            message = (
+                f"{self.name} failed for good while trying to {doing} ({reason}); "
+                "restart the process. Nothing of the open transaction was committed"
+            )
+        raise TransactionFencedError(message, reason) from exc
 
     def _step(
         self, doing: str, method: Callable[..., None], *args: Any, resumable: bool = False
@@ -288,27 +317,7 @@ class TransactionSteps:
         error: KafkaError = exc.args[0]
         reason = error.str()
         if error.fatal() or (error.code() in _FENCED and not error.txn_requires_abort()):
-            self._open = False  # nothing can be aborted any more: the broker aborts it
-            self._unfinished = None
-            if self._renew is not None and self._registered:
-                self._replace(reason)
-                raise TransactionAbortedError(
-                    f"{self.name} failed for good while trying to {doing} ({reason}); a new "
-                    "producer takes its place. Nothing of the open transaction was committed"
-                ) from exc
-            if error.code() in _FENCED or "fenced" in reason.lower():
-                message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
-            elif self._registered:
-                raise TransactionProducerFailedError(
-                    f"{self.name} failed for good while trying to {doing} ({reason}); nothing "
-                    "of the open transaction was committed: a new producer must write it again"
-                ) from exc
-            else:
-                message = (
-                    f"{self.name} failed for good while trying to {doing} ({reason}); "
-                    "restart the process. Nothing of the open transaction was committed"
-                )
-            raise TransactionFencedError(message, reason) from exc
+            self._failed_for_good(exc, doing)
         if error.txn_requires_abort():
             self._unfinished = None  # a commit that went on has ended: Kafka wants an abort
             self.abort()
