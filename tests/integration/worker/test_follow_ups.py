@@ -63,11 +63,16 @@ def test_a_job_ends_once_kafka_took_its_follow_up_and_fails_when_kafka_refused_i
     started = Counter(event.job_id for event in kit.recording.starts("forward"))
     returned = Counter(event.job_id for event in kit.recording.ends("forward"))
     assert started == {**dict.fromkeys(sent, 1), refused: 2}
-    # The refused one's first attempt returned, and failed with Kafka's refusal: its second
-    # raised at once (the producer knew the topic missing by then), and was its last.
-    assert returned == {**dict.fromkeys(sent, 1), refused: 1}
+    assert {job: n for job, n in returned.items() if job != refused} == dict.fromkeys(sent, 1)
+    # The refused one's first attempt returned and failed with Kafka's refusal. Its second
+    # either raised at the enqueue (the producer knew by then that the topic is missing) or
+    # returned and was refused the same way: librdkafka's metadata refresh decides which.
+    # Either way each attempt failed on the refusal and the second was its last.
+    assert returned[refused] >= 1
     assert letters() == [(refused, DeadLetterReason.MAX_ATTEMPTS)]
     [stored] = read_dead_letters(kit.settings).letters
     assert stored.letter.job is not None
     history = stored.letter.job.errors
-    assert f"topic {missing}.jobs.default does not exist" in history[0].message, history
+    assert len(history) == 2, history
+    for error in history:
+        assert f"topic {missing}.jobs.default does not exist" in error.message, history
