@@ -187,8 +187,15 @@ def _keepalives_to(port: int) -> list[tuple[int, int, int, int]]:
     found = []
     for name in os.listdir("/proc/self/fd"):
         try:
-            sock = socket.socket(fileno=os.dup(int(name)))
-        except OSError:  # not a socket, or closed meanwhile
+            if not os.readlink(f"/proc/self/fd/{name}").startswith("socket:"):
+                continue
+            duplicate = os.dup(int(name))
+        except OSError:  # closed meanwhile
+            continue
+        try:
+            sock = socket.socket(fileno=duplicate)
+        except OSError:  # closed and reused meanwhile by something that is no socket
+            os.close(duplicate)  # a socket() that fails leaves its descriptor open
             continue
         with sock:
             try:
