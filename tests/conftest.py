@@ -10,6 +10,7 @@ A broker that cannot be reached or started fails the tests that need it; they ar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from pipeline._settings import Settings
     from pipeline_cli.devbroker import DevCluster
+    from tests.topicreaper import TopicReaper
 
 TESTS = Path(__file__).parent
 # Tests under these folders get these marks (chaos runs need a broker too, hence both).
@@ -33,6 +35,8 @@ _FOLDER_MARKS = {
     TESTS / "chaos": ("kafka", "chaos"),
 }
 _PORT_ATTEMPTS = 3
+_reaper: TopicReaper | None = None
+"""Deletes the topics of each test's ``namespace`` from the session's Kafka once it ended."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -140,15 +144,32 @@ def bootstrap_servers() -> Iterator[str]:
     if servers := os.environ.get("PIPELINE_BOOTSTRAP_SERVERS"):
         _check_answers(servers)
         _wait_for_coordinators(servers)
-        yield servers
+        with _reaping(servers):
+            yield servers
         return
     data_dir = Path(tempfile.mkdtemp(prefix="pipeline-test-kafka-"))
     try:
         servers = start_dev_cluster(1, data_dir).bootstrap_servers
         _wait_for_coordinators(servers)
-        yield servers
+        with _reaping(servers):
+            yield servers
     finally:
         stop_dev_cluster(data_dir)
+
+
+@contextlib.contextmanager
+def _reaping(servers: str) -> Iterator[None]:
+    """While the block runs, the topics of each test's namespace are deleted from ``servers``
+    once the test ended (see :mod:`tests.topicreaper`)."""
+    from tests.topicreaper import TopicReaper
+
+    global _reaper  # noqa: PLW0603 - one session's Kafka per process
+    _reaper = TopicReaper(servers)
+    try:
+        yield
+    finally:
+        _reaper.close()
+        _reaper = None
 
 
 @pytest.fixture(scope="session")
@@ -189,9 +210,13 @@ def _config_file_unchanged() -> Iterator[None]:
 
 
 @pytest.fixture
-def namespace() -> str:
-    """A topic namespace of this test alone, so tests never see each other's topics."""
-    return f"t{uuid.uuid4().hex[:8]}"
+def namespace() -> Iterator[str]:
+    """A topic namespace of this test alone, so tests never see each other's topics; its topics
+    on the session's Kafka are deleted once the test is over."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    yield name
+    if _reaper is not None:
+        _reaper.reap(name)
 
 
 @pytest.fixture
