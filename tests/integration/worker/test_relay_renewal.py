@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from typing import Any
 
 import pytest
 from confluent_kafka import Producer
@@ -26,19 +25,9 @@ from tests.waiting import wait_for
 
 from .fixtures import with_retry_tiers
 from .test_moves_outage import committed_values
+from .test_moves_renewal import Factory
 
 pytestmark = pytest.mark.kafka
-
-
-class Factory:
-    """Makes the relay's producers, keeping the configuration they were made with."""
-
-    def __init__(self) -> None:
-        self.made: list[dict[str, Any]] = []
-
-    def __call__(self, conf: dict[str, Any]) -> Producer:
-        self.made.append(conf)
-        return Producer(conf)
 
 
 def _retried(n: int) -> Job:
