@@ -284,19 +284,18 @@ class TransactionSteps:
                 f"{self.name} failed for good while trying to {doing} ({reason}); a new "
                 "producer takes its place. Nothing of the open transaction was committed"
             ) from exc
-        fenced = error.code() in _FENCED or "fenced" in reason.lower()
-        if self._registered and not fenced:
+        if error.code() in _FENCED or "fenced" in reason.lower():
+            message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
+            raise TransactionFencedError(message, reason) from exc
+        if self._registered:
             raise TransactionProducerFailedError(
                 f"{self.name} failed for good while trying to {doing} ({reason}); nothing "
                 "of the open transaction was committed: a new producer must write it again"
             ) from exc
-        if fenced:
-            message = f"{self.name} was fenced while trying to {doing}: {self._when_fenced}"
-        else:
-            message = (
-                f"{self.name} failed for good while trying to {doing} ({reason}); "
-                "restart the process. Nothing of the open transaction was committed"
-            )
+        message = (
+            f"{self.name} failed for good while trying to {doing} ({reason}); "
+            "restart the process. Nothing of the open transaction was committed"
+        )
         raise TransactionFencedError(message, reason) from exc
 
     def _step(

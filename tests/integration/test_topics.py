@@ -34,7 +34,7 @@ from pipeline._topicspec import GROUP_ROW
 from pipeline_cli._topics import topics
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable
 
 pytestmark = pytest.mark.kafka
 
@@ -45,15 +45,6 @@ DAY_MS = 24 * 3600 * 1000
 def admin(bootstrap_servers: str) -> AdminClient:
     """A client of the test's own, so results are not checked with the code under test."""
     return AdminClient({"bootstrap.servers": bootstrap_servers})
-
-
-@pytest.fixture(autouse=True)
-def _delete_namespace_topics(admin: AdminClient, namespace: str) -> Iterator[None]:
-    yield
-    names = [n for n in admin.list_topics(timeout=10).topics if n.startswith(namespace + ".")]
-    if names:
-        for future in admin.delete_topics(names, operation_timeout=10).values():
-            future.result()
 
 
 def with_topics(settings: Settings, **changes: Any) -> Settings:
