@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 export PATH := $(abspath $(BIN)):$(PATH)
 
-.PHONY: setup run test test-slow test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq bench-web bench-failover bench-tenants
+.PHONY: setup run test test-slow test-unit test-integration test-image test-containers chaos lint format bench clean dev-up dev-down bench-dedup bench-rebalance bench-dlq bench-web bench-failover bench-tenants bench-affinity
 
 $(BIN)/pipeline: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -87,6 +87,10 @@ bench-rebalance: setup
 ## bench-tenants: tenant A enqueues 100,000 jobs, then B 1,000: B's waits in read order and with fairness (~3 min)
 bench-tenants: setup
 	$(BIN)/python -m ops.bench.tenants --output docs/benchmarks.md
+
+## bench-affinity: one worker free on every core against one confined to one core, on one backlog (~2 min)
+bench-affinity: setup
+	$(BIN)/python -m ops.bench.affinity --jobs 200000 --repeats 7
 
 ## bench-failover: a worker, then the scheduler leader, SIGKILLed: how long until their work runs again (~8 min)
 bench-failover: setup

@@ -17,7 +17,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from .drain import ARGS, Run, _fill, _median_run, _rates, _worker_drain
+from .drain import ARGS, Run, _fill, median_run, rates, worker_drain
 from .env import broker, footer, fresh_namespace, say, worker_command_line
 
 GOAL = 0.05
@@ -46,23 +46,23 @@ def drain_at(
             env = {"PIPELINE_WORKER__COMMIT_INTERVAL_S": str(interval)}
             if commit_every is not None:
                 env["PIPELINE_WORKER__COMMIT_EVERY"] = str(commit_every)
-            runs[interval].append(_worker_drain(settings, jobs, [*ARGS, *group], workdir, env))
+            runs[interval].append(worker_drain(settings, jobs, [*ARGS, *group], workdir, env))
     return runs
 
 
 def table(jobs: int, runs: dict[float, list[Run]]) -> list[str]:
     """Markdown rows: each interval's median rate against the longest interval's."""
     longest = max(runs)
-    reference = jobs / _median_run(runs[longest])[1]
+    reference = jobs / median_run(runs[longest])[1]
     lines = [
         "| `commit_interval_s` | median jobs/s (first to last job) | vs longest | every run |",
         "|---:|---:|---:|---|",
     ]
     for interval in sorted(runs):
-        rate = jobs / _median_run(runs[interval])[1]
-        every = _rates(jobs, runs[interval])
+        rate = jobs / median_run(runs[interval])[1]
+        every = rates(jobs, runs[interval])
         lines.append(f"| {interval:g} | {rate:,.0f} | {rate / reference:.1%} | {every} |")
-    cheap = [i for i in sorted(runs) if jobs / _median_run(runs[i])[1] >= (1 - GOAL) * reference]
+    cheap = [i for i in sorted(runs) if jobs / median_run(runs[i])[1] >= (1 - GOAL) * reference]
     lines += [
         "",
         f"Shortest interval within {GOAL:.0%} of the longest ({longest:g} s): {cheap[0]:g} s.",

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .drain import ARGS, _raw_consume, filled, hooked_drain
+from .drain import ARGS, filled, hooked_drain, raw_consume
 from .env import (
     HOOK_OUT_ENV,
     footer,
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         topic = f"{settings.namespace}.jobs.default"
         for n in range(1, args.rounds + 1):
             say(f"cycles: round {n}/{args.rounds}: the raw consume loop decoding every job")
-            _wall, span = _raw_consume(settings, topic, args.jobs, decode=True)
+            _wall, span = raw_consume(settings, topic, args.jobs, decode=True)
             decoding.append(span / args.jobs * 1e6)
             order = args.concurrency if n % 2 else list(reversed(args.concurrency))
             for concurrency in order:

@@ -66,7 +66,7 @@ def filled(label: str, jobs: int) -> Iterator[tuple[Broker, Settings, Path]]:
         yield kafka, settings, Path(tmp)
 
 
-def _raw_consume(
+def raw_consume(
     settings: Settings,
     topic: str,
     jobs: int,
@@ -113,7 +113,7 @@ def _raw_consume(
     return time.perf_counter() - began - settled, last - first
 
 
-def _worker_drain(
+def worker_drain(
     settings: Settings,
     jobs: int,
     args: list[str],
@@ -153,7 +153,7 @@ def hooked_drain(
     ``$BENCH_HOOK_OUT``)."""
     out = work / "hook-out"
     out.unlink(missing_ok=True)
-    _wall, span = _worker_drain(
+    _wall, span = worker_drain(
         settings, jobs, args, work, {HOOK_OUT_ENV: str(out), **env}, hook=hook
     )
     if not out.exists():
@@ -161,12 +161,12 @@ def hooked_drain(
     return jobs / span, out.read_text()
 
 
-def _median_run(runs: list[Run]) -> Run:
+def median_run(runs: list[Run]) -> Run:
     """The run with the median first-to-last time: (wall, first-to-last) of one real run."""
     return sorted(runs, key=lambda run: run[1])[len(runs) // 2]
 
 
-def _rates(jobs: int, runs: list[Run]) -> str:
+def rates(jobs: int, runs: list[Run]) -> str:
     return ", ".join(f"{rate:,.0f}" for rate in sorted(jobs / span for _wall, span in runs))
 
 
@@ -191,16 +191,16 @@ def _drain_all(
     command = worker_command_line(ARGS)
     for attempt in range(1, repeats + 1):
         say(f"drain: run {attempt}/{repeats}: raw consume loop")
-        runs.raw.append(_raw_consume(settings, topic, jobs, decode=False))
+        runs.raw.append(raw_consume(settings, topic, jobs, decode=False))
         say(f"drain: run {attempt}/{repeats}: raw consume loop + decoding every job")
-        runs.decode.append(_raw_consume(settings, topic, jobs, decode=True))
+        runs.decode.append(raw_consume(settings, topic, jobs, decode=True))
         workers: list[tuple[str, list[Run], Mapping[str, str]]] = [("now", runs.now, {})]
         if baseline is not None:
             workers.insert(attempt % 2, ("before", runs.before, baseline.environ()))
         for name, into, env in workers:
             say(f"drain: run {attempt}/{repeats}: {command} ({name})")
             group = ["--group", f"{settings.namespace}.workers-{name}-{attempt}"]
-            into.append(_worker_drain(settings, jobs, [*ARGS, *group], workdir, env))
+            into.append(worker_drain(settings, jobs, [*ARGS, *group], workdir, env))
     return runs
 
 
@@ -220,8 +220,8 @@ def run(
 
 
 def _section(jobs: int, repeats: int, runs: _Runs, baseline: Baseline | None) -> Section:
-    raw_wall, raw_span = _median_run(runs.raw)
-    decode_wall, decode_span = _median_run(runs.decode)
+    raw_wall, raw_span = median_run(runs.raw)
+    decode_wall, decode_span = median_run(runs.decode)
     command = worker_command_line(ARGS)
     raw_command = "Consumer.subscribe(); consume(1000) until all seen; commit()"
     raw_span_m = Measurement("raw consume loop, first to last message", jobs, raw_span, raw_command)
@@ -233,7 +233,7 @@ def _section(jobs: int, repeats: int, runs: _Runs, baseline: Baseline | None) ->
         raw_command + " + decode",
     )
     now_label = "pipeline-worker (now)" if baseline is not None else "pipeline-worker"
-    now_wall, now_span = _median_run(runs.now)
+    now_wall, now_span = median_run(runs.now)
     now_m = Measurement(f"{now_label}, first to last job", jobs, now_span, command)
     span_rows: list[tuple[Measurement, Measurement | None]] = [
         (raw_span_m, None),
@@ -245,7 +245,7 @@ def _section(jobs: int, repeats: int, runs: _Runs, baseline: Baseline | None) ->
     checks = [(f"≥ 50% of the decoding loop ({share:.0%})", share >= 0.5)]
     readers = "the raw loop, the raw loop decoding every job"
     if baseline is not None:
-        before_wall, before_span = _median_run(runs.before)
+        before_wall, before_span = median_run(runs.before)
         before_label = f"pipeline-worker at {baseline.ref} (before)"
         before_m = Measurement(f"{before_label}, first to last job", jobs, before_span, command)
         span_rows.append((before_m, decode_m))
@@ -254,7 +254,7 @@ def _section(jobs: int, repeats: int, runs: _Runs, baseline: Baseline | None) ->
         )
         wall_rows.append((before_wall_m, raw_wall_m))
         extra.append(
-            f"{before_label}, first to last job, every run: {_rates(jobs, runs.before)} jobs/s."
+            f"{before_label}, first to last job, every run: {rates(jobs, runs.before)} jobs/s."
         )
         speedup = now_m.rate / before_m.rate
         checks.append((f"faster than before ({speedup:.2f}x)", speedup > 1.0))
@@ -268,7 +268,7 @@ def _section(jobs: int, repeats: int, runs: _Runs, baseline: Baseline | None) ->
     span_rows.append((now_m, decode_m))
     now_wall_m = Measurement(f"{now_label}, process start to exit", jobs, now_wall, command)
     wall_rows.append((now_wall_m, raw_wall_m))
-    extra.append(f"{now_label}, first to last job, every run: {_rates(jobs, runs.now)} jobs/s.")
+    extra.append(f"{now_label}, first to last job, every run: {rates(jobs, runs.now)} jobs/s.")
     return Section(
         "(b) Drain throughput",
         f"{jobs:,} pre-filled no-op jobs in one topic of 6 partitions, drained by one worker "

@@ -25,7 +25,7 @@ from typing import Any
 
 from pipeline import Settings
 
-from .drain import ARGS, _raw_consume, filled, hooked_drain
+from .drain import ARGS, filled, hooked_drain, raw_consume
 from .env import (
     HOOK_OUT_ENV,
     footer,
@@ -72,7 +72,7 @@ def _plain(settings: Settings, jobs: int) -> Fetched:
     }
     topic = f"{settings.namespace}.jobs.default"
     # Polling on after the last message serves one more statistics callback.
-    _raw_consume(settings, topic, jobs, decode=False, conf=stats, settle_s=0.5)
+    raw_consume(settings, topic, jobs, decode=False, conf=stats, settle_s=0.5)
     rxbytes, rxmsgs = seen.get("last", (0, 0))
     return Fetched(rxbytes, rxmsgs, 0.0)
 

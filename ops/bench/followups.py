@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .app import SINK_ENV
 from .baseline import baseline_tree
-from .drain import ARGS, Run, _fill, _median_run, _rates, _worker_drain
+from .drain import ARGS, Run, _fill, median_run, rates, worker_drain
 from .env import broker, footer, fresh_namespace, say, worker_command_line
 from .report import Section, add_output_option, without_output, write_sections
 
@@ -68,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             for name, settings, env in drains[shift:] + drains[:shift]:
                 say(f"followups: run {attempt + 1}/{args.repeats}: {name}")
                 group = ["--group", f"{settings.namespace}.workers-{name}-{attempt}"]
-                runs[name].append(_worker_drain(settings, jobs, [*ARGS, *group], Path(tmp), env))
+                runs[name].append(worker_drain(settings, jobs, [*ARGS, *group], Path(tmp), env))
         described = kafka.description
-    rate = {name: jobs / _median_run(every)[1] for name, every in runs.items()}
+    rate = {name: jobs / median_run(every)[1] for name, every in runs.items()}
     lines = [
         "| worker, jobs | median jobs/s (first to last job) | vs no-op jobs | every run |",
         "|---|---:|---:|---|",
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     for name, label in labels.items():
         share = rate[name] / rate["noop"]
-        lines.append(f"| {label} | {rate[name]:,.0f} | {share:.0%} | {_rates(jobs, runs[name])} |")
+        lines.append(f"| {label} | {rate[name]:,.0f} | {share:.0%} | {rates(jobs, runs[name])} |")
     lines += [
         "",
         f"The forwarding jobs now against before: {rate['now'] / rate['before']:.2f} times the "
