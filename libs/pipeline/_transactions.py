@@ -55,7 +55,7 @@ from ._txnproducer import (
     TransactionalProducer,
     request_timeout_ms,
 )
-from ._txnsteps import TransactionSteps
+from ._txnsteps import TransactionSteps, produce_error
 
 __all__ = [
     "STEP_TIMEOUT_S",
@@ -133,7 +133,7 @@ class Transactions(TransactionSteps):
                         f"a {len(value or b'')}-byte message for {topic} is larger than "
                         f"{self.name} sends (message.max.bytes)"
                     ) from exc
-                self._failed(exc, f"write to {topic}", attempt)
+                self._failed(produce_error(exc), f"write to {topic}", attempt)
 
     def produce_all(self, messages: Iterable[Message]) -> None:
         """:meth:`produce` each of ``messages``, ``(topic, value, key, headers, partition)``

@@ -27,6 +27,9 @@ librdkafka's transactional errors into the project's, by the flags librdkafka se
   (a commit may stay unconfirmed instead: see below).
 - anything else (a programming or configuration error): aborted, :class:`TransactionError`.
 
+``produce()`` is not a transactional call: it gives librdkafka's bare code, without those flags
+(see :func:`produce_error`), and each refusal of it is read as the flags it stands for.
+
 While Kafka does not answer, each call waits at most ``timeout_s``
 (:data:`~._txnproducer.STEP_TIMEOUT_S` for the long-running services: a healthy step takes
 milliseconds) and a step is tried ``attempts`` times, with ``sleep`` between attempts.
@@ -350,3 +353,23 @@ class TransactionSteps:
             f"Kafka refused to let {self.name} {doing}: {reason} ({error.name()}); "
             "nothing of the open transaction was committed"
         ) from exc
+
+
+def produce_error(exc: KafkaException) -> KafkaException:
+    """``exc``, a refusal of ``produce()`` inside an open transaction, with the flags of the
+    error it stands for: ``produce()`` gives librdkafka's bare code, where the transactional
+    calls give an error flagged for what to do. A producer that failed for good (fenced in the
+    background, say) refuses with ``_FATAL``: fatal. One whose open transaction must be aborted
+    (one of its messages failed) refuses with ``_STATE``: abort (a transaction is open: the
+    caller began it, so no other state can be meant). Anything else as it came."""
+    error: KafkaError = exc.args[0]
+    code = error.code()
+    if code == KafkaError._FATAL and not error.fatal():
+        flagged = KafkaError(code, error.str(), fatal=True)
+    elif code == KafkaError._STATE and not error.txn_requires_abort():
+        flagged = KafkaError(code, error.str(), txn_requires_abort=True)
+    else:
+        return exc
+    read = KafkaException(flagged)
+    read.__cause__ = exc
+    return read

@@ -4,15 +4,16 @@ newer producer of the same transactional id fences the older one."""
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from typing import TYPE_CHECKING
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from pipeline._errors import TransactionFencedError
+from pipeline._errors import TransactionAbortedError, TransactionFencedError
 from pipeline._producer import producer_config
 from pipeline._transactions import Transactions
 
@@ -20,17 +21,21 @@ if TYPE_CHECKING:
     from pipeline._settings import Settings
 
 
-def create_topic(settings: Settings, name: str) -> None:
+def create_topic(settings: Settings, name: str, config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": settings.bootstrap_servers})
-    for future in admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=20).values():
+    topic = NewTopic(name, 1, 1, config=config or {})
+    for future in admin.create_topics([topic], operation_timeout=20).values():
         future.result(timeout=30)
 
 
-def transactional(settings: Settings, txn_id: str) -> Transactions:
+def transactional(settings: Settings, txn_id: str, *, renew: bool = False) -> Transactions:
     conf = producer_config(settings)
     conf.update({"transactional.id": txn_id, "transaction.timeout.ms": 60_000})
     txn = Transactions(
-        Producer(conf), name="the test's producer", when_fenced="a newer one took over"
+        Producer(conf),
+        name="the test's producer",
+        when_fenced="a newer one took over",
+        renew=(lambda: Producer(conf)) if renew else None,
     )
     txn.init()
     return txn
@@ -110,3 +115,52 @@ def test_a_newer_producer_of_the_id_fences_the_older_one(settings: Settings) -> 
         assert read_committed(settings, sink) == [b"from the new one"]
     finally:
         older.close()
+
+
+def test_a_message_the_broker_refused_aborts_the_unit_and_it_is_written_again(
+    settings: Settings,
+) -> None:
+    sink = f"{settings.namespace}.sink"
+    create_topic(settings, sink, {"max.message.bytes": "10000"})
+    txn = transactional(settings, f"{settings.namespace}.{uuid.uuid4().hex}")
+    attempts: list[int] = []
+
+    def write(t: Transactions) -> None:
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            t.produce(sink, os.urandom(50_000), None)  # taken here, refused by the topic
+            t.producer.flush(20)  # its refusal is in: the transaction can only be aborted
+        t.produce(sink, b"small", None)
+
+    try:
+        txn.run(write)
+        # The refusal at the second produce() was an abort, and the unit was written again
+        # (librdkafka may abort the next commit once too, after the sequence it skipped).
+        assert len(attempts) >= 2
+        assert read_committed(settings, sink) == [b"small"]
+    finally:
+        txn.close()
+
+
+def test_a_produce_after_a_fence_in_the_background_renews_the_producer(settings: Settings) -> None:
+    sink = f"{settings.namespace}.sink"
+    create_topic(settings, sink)
+    txn_id = f"{settings.namespace}.renewed"
+    txn = transactional(settings, txn_id, renew=True)
+    intruder = transactional(settings, txn_id.replace("renewed", "other"))
+    try:
+        txn.produce(sink, b"before the fence", None)
+        txn.producer.flush(20)
+        intruder.close()
+        intruder = transactional(settings, txn_id)  # fences txn's producer
+        txn.produce(sink, b"fenced on its way", None)
+        with pytest.raises(KafkaException, match="fenced"):
+            txn.producer.flush(20)  # the broker's answer: the producer failed for good
+        with pytest.raises(TransactionAbortedError, match="a new producer takes its place"):
+            txn.produce(sink, b"refused", None)
+        assert txn.renewals == 1
+        txn.run(lambda t: t.produce(sink, b"written again", None))
+        assert read_committed(settings, sink) == [b"written again"]
+    finally:
+        intruder.close()
+        txn.close()

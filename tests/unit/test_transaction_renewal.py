@@ -22,6 +22,15 @@ from pipeline._transactions import Transactions
 from .test_transactions import OFFSETS, STEPS, FakeProducer, fatal, fenced, retriable, write_two
 
 
+def produce_after_failing() -> KafkaException:
+    """What ``produce()`` raises once the producer failed for good (seen on Kafka 4.4 with
+    librdkafka 2.16, after a newer producer of its id fenced it): the bare code, not flagged
+    fatal as the transactional calls' errors are."""
+    return KafkaException(
+        KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error")
+    )
+
+
 def invalid_state() -> KafkaException:
     """What a broker crash left behind (seen on Kafka 4.1 with transactions version 2)."""
     return KafkaException(
@@ -160,6 +169,28 @@ def test_without_renew_a_fatal_error_that_is_no_fence_is_a_transaction_not_commi
     with pytest.raises(TransactionProducerFailedError, match="a new producer must write it"):
         txn.run(write_two)
     assert producer.calls.count("commit_transaction") == 1
+    assert not txn.open
+
+
+def test_a_produce_refused_by_a_producer_that_failed_for_good_renews_it() -> None:
+    renewing = Renewing(FakeProducer().failing("produce", produce_after_failing()))
+    txn = renewing.txn
+    txn.init()
+    txn.run(write_two, OFFSETS, "group-metadata")
+    assert txn.renewals == 1
+    old, new = renewing.producers
+    assert "abort_transaction" not in old.calls  # nothing can be aborted: the broker does it
+    assert new.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+
+
+def test_without_renew_a_produce_refused_for_good_asks_for_a_new_producer() -> None:
+    producer = FakeProducer().failing("produce", produce_after_failing())
+    txn = Transactions(producer, name="the test's transactional producer", sleep=lambda _: None)
+    txn.init()
+    with pytest.raises(TransactionProducerFailedError, match="Fatal error"):
+        txn.run(write_two)
+    assert producer.calls.count("produce") == 1
+    assert "abort_transaction" not in producer.calls
     assert not txn.open
 
 

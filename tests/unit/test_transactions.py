@@ -53,6 +53,19 @@ def refused() -> KafkaException:
     return KafkaException(KafkaError(KafkaError._STATE, "Operation not valid in state Ready"))
 
 
+def invalid() -> KafkaException:
+    return KafkaException(KafkaError(KafkaError._INVALID_ARG, "Invalid partition"))
+
+
+def produce_in_abortable_state() -> KafkaException:
+    """What ``produce()`` raises once a message of the open transaction failed (seen on Kafka
+    4.4 with librdkafka 2.16: a message the broker refused as too large): the bare code,
+    without the ``txn_requires_abort`` flag the commit's error then carries."""
+    return KafkaException(
+        KafkaError(KafkaError._STATE, "Unable to produce message: Local: Erroneous state")
+    )
+
+
 class FakeProducer:
     """Records the calls; ``fail[step]`` holds what that step raises, one per call. With
     ``max_bytes``, a message larger than that is refused before it is taken, as librdkafka
@@ -267,13 +280,29 @@ def test_any_fatal_error_is_the_same_error_naming_its_cause() -> None:
 
 
 def test_an_error_kafka_does_not_flag_is_not_retried() -> None:
-    producer = FakeProducer().failing("produce", refused())
+    producer = FakeProducer().failing("produce", invalid())
     txn, pauses = transactions(producer)
-    with pytest.raises(TransactionError, match="Operation not valid") as caught:
+    with pytest.raises(TransactionError, match="Invalid partition") as caught:
         txn.run(write_two)
     assert not isinstance(caught.value, TransactionAbortedError)
     assert producer.calls == ["begin_transaction", "produce", "abort_transaction"]
     assert pauses == []
+
+
+def test_a_produce_refused_because_the_transaction_must_be_aborted_writes_the_unit_again() -> None:
+    # The first message failed on its way (the producer knows it by the second produce()).
+    producer = FakeProducer().failing("produce", produce_in_abortable_state())
+    txn, pauses = transactions(producer)
+    txn.run(write_two, OFFSETS, "group-metadata")
+    assert producer.calls[:3] == ["begin_transaction", "produce", "abort_transaction"]
+    assert producer.committed == [[("ns.jobs.default", b"a"), ("ns.jobs.default", b"b")]]
+    assert pauses == []
+    # Written on its own, the refusal is an abort: nothing of it is visible, write it again.
+    producer.failing("produce", produce_in_abortable_state())
+    with pytest.raises(TransactionAbortedError, match="Erroneous state"):
+        txn.produce("ns.jobs.default", b"c")
+    assert producer.calls[-1] == "abort_transaction"
+    assert not txn.open
 
 
 def test_a_full_local_queue_waits_for_room() -> None:
