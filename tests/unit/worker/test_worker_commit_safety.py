@@ -21,6 +21,7 @@ from .test_worker_consumer import (
     TOPIC,
     commit_in_flight,
     consumer_thread,
+    finish_all,
     flush,
     loop,
     messages,
@@ -133,3 +134,44 @@ def test_the_final_commit_opens_no_transaction_before_the_last_asynchronous_comm
     thread._final_commit()
     assert begun_when_answered == [0]
     assert producer.committed == [[("ns.dlq", b"3")]]
+
+
+def test_a_revocation_inside_consume_does_not_commit_past_a_message_not_handed_yet(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """librdkafka serves a rebalance queued behind fetched messages inside ``consume()``: the
+    message ``poll()`` returned just before is not handed over yet, but the consumer's position
+    is past it already. The revocation's commit must stay at the commit point (offset 5), where
+    the next owner runs that message; at the position (6) nobody would."""
+    thread, fake, side = consumer_thread(loop, consume_batch=100, **INCREMENTAL)
+    [state] = own(thread, 1)
+    thread._hand(messages(1, 0, 5))  # offsets 0..4, handed and finished: the partition is idle
+    finish_all(state)
+    flush(loop)
+    side.batches.clear()
+    polled = messages(1, 5, 1)
+
+    def poll(timeout: float) -> object:
+        if polled:
+            fake.positions[(TOPIC, 1)] = 6  # delivered: the position moves past it
+            return polled.pop()
+        thread.stop_requested = True
+        return None
+
+    def consume(count: int, timeout: float) -> list[object]:
+        thread.rebalance.on_revoke(fake, [TopicPartition(TOPIC, 1)])  # type: ignore[arg-type]
+        return []
+
+    fake.poll = poll  # type: ignore[attr-defined]
+    fake.consume = consume  # type: ignore[attr-defined]
+    thread._loop()
+    assert fake.commits == [(True, [(TOPIC, 1, 5)])]
+    handed = [m.offset() for batch in side.batches for _, group in batch for m in group]
+    assert handed == []  # not ours any more: the next owner runs it, from the commit
+    # Outside a rebalance callback, an idle partition's commit is its position again.
+    [kept] = own(thread, 2)
+    thread._hand(messages(2, 0, 1))
+    finish_all(kept)
+    fake.positions[(TOPIC, 2)] = 2  # past a transaction marker
+    thread._committer.commit([kept], time.monotonic(), sync=True)
+    assert fake.commits[-1] == (False, [(TOPIC, 2, 2)])

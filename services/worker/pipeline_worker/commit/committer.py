@@ -18,10 +18,11 @@ limit meanwhile is cut short (the jobs above the cut would run again after a cra
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -79,6 +80,9 @@ class Committer:
         self._finished_at_last = 0
         self._started: deque[float] = deque()
         self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._positions = True
+        """Whether an idle partition's commit point may be the consumer's position (see
+        :meth:`without_positions`)."""
 
     def attach(
         self,
@@ -95,6 +99,18 @@ class Committer:
         if guards is not None:
             self._guards = guards
         self._hold = hold
+
+    @contextlib.contextmanager
+    def without_positions(self) -> Iterator[None]:
+        """Commits made in the block take no partition's commit point from the consumer's
+        position: a rebalance callback runs inside ``poll()`` or ``consume()``, and the messages
+        those returned before it, handed over only once it is done, are behind the position
+        already (committed past, they would never run)."""
+        self._positions = False
+        try:
+            yield
+        finally:
+            self._positions = True
 
     def land(self) -> None:
         """Wait for the moves' commit in flight, if any (see :mod:`.flight`), and settle it."""
@@ -133,13 +149,14 @@ class Committer:
         a partition at its end (burst mode) that handed nothing: what lies between its
         committed offset and its end (markers, aborted records, records retention deleted) is
         never delivered, and the other members of a burst wait for its commit to reach it. Never
-        for one not read back yet: messages delivered before its pause are held, not handed.
+        for one not read back yet: messages delivered before its pause are held, not handed;
+        nor in a rebalance callback (:meth:`without_positions`).
         ``clean``: the last commit before the partition is handed over in good order.
         ``force``: every partition of ``states``, moved or not. A partition whose guard (see
         :mod:`..recovery.poison`) made a promise Kafka has not acknowledged is always included.
         """
         assert self._consumer is not None
-        idle = [s for s in states if _idle(s)]
+        idle = [s for s in states if _idle(s)] if self._positions else []
         positions: dict[PartitionState, int] = {}
         if idle:
             found = self._consumer.position([TopicPartition(s.topic, s.partition) for s in idle])

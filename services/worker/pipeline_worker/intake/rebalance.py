@@ -126,10 +126,12 @@ class Rebalance:
         self._cluster.share_changed = True
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._give_up(consumer, partitions, lost=False)
+        with self._committer.without_positions():  # see there: called inside consume()
+            self._give_up(consumer, partitions, lost=False)
 
     def on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        self._give_up(consumer, partitions, lost=True)
+        with self._committer.without_positions():
+            self._give_up(consumer, partitions, lost=True)
 
     def _give_up(self, consumer: Consumer, partitions: list[TopicPartition], *, lost: bool) -> None:
         if self._mover is not None:
