@@ -172,6 +172,8 @@ class FailureSink(Protocol):
 
     def raised(self, failure: PipelineFailure) -> None: ...
 
+    def untold(self, failure: PipelineFailure) -> None: ...
+
 
 class JobsFollowUps(Protocol):
     """The jobs a running job enqueued, as its delivery reports tell them (the worker's side:
@@ -233,12 +235,13 @@ class JobHandle:
         """Served by whichever thread polls the producer (the producer's own, too): what it
         sets is read once ``_done`` is set."""
         failure = self._answer(error, message)
+        waited = self._waited
         if self._failures is not None:
             # Reported at flush or at exit, unless wait() raises it first (then not logged).
-            self._failures.answer(
-                self._generation, failure, tell=not self._waited, sender=self._sender
-            )
+            self._failures.answer(self._generation, failure, tell=not waited, sender=self._sender)
         self._done.set()
+        if waited and not self._waited:
+            self._unraised()  # the wait gave up meanwhile, before it saw the job done
 
     def _followed(self, follow: JobsFollowUps, error: KafkaError | None, message: Message) -> None:
         """The delivery report of a job a running job submitted: its fate is that job's."""
@@ -278,6 +281,7 @@ class JobHandle:
         while not self._done.is_set():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
+                self._give_up()
                 raise KafkaUnavailableError(
                     f"job {self.job_id} was not acknowledged within {timeout:g}s by Kafka at "
                     f"{self._settings.bootstrap_servers}; is it running?"
@@ -285,6 +289,7 @@ class JobHandle:
             self._transport.poll(min(remaining, 0.1))
             refused = refusal_of(self._transport)
             if refused is not None:
+                self._give_up()
                 raise refused
         failure = self._failure
         if failure is not None:
@@ -294,3 +299,14 @@ class JobHandle:
                 self._follow.discard(failure)
             raise failure.error(self._settings)
         return self
+
+    def _give_up(self) -> None:
+        """:meth:`wait` raises without the job's own failure: one that comes from now on is
+        logged as any other, and so is one that came as it gave up (see :meth:`_on_delivery`)."""
+        self._waited = False
+        if self._done.is_set():
+            self._unraised()
+
+    def _unraised(self) -> None:
+        if self._failure is not None and self._failures is not None:
+            self._failures.untold(self._failure)

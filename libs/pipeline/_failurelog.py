@@ -275,6 +275,16 @@ class FailureLog:
                 if kept.failure is failure:
                     self._kept.remove(kept)
 
+    def untold(self, failure: PipelineFailure) -> None:
+        """``failure`` came while a call waited for its job, so it was kept as not to be
+        logged, but that call gave up (timed out) without raising it: it is logged as any
+        failure no call raised."""
+        with self._lock:
+            for kept in self._kept:
+                if kept.failure is failure and kept.logged and not kept.told:
+                    kept.logged = False
+                    self._fresh = True
+
     def unreported(self) -> Taken:
         """The failures no call raised nor a line logged yet (the exit report's), and how many
         such were let go; they count as logged now. A flush still raises them (a line tells

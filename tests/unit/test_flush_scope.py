@@ -18,7 +18,7 @@ from typing import TypeVar
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from pipeline import EnqueueError, Pipeline, Settings
+from pipeline import EnqueueError, KafkaUnavailableError, Pipeline, Settings
 from pipeline._delivery import PipelineFailure
 from pipeline._failurelog import FailureLog, Taken
 from pipeline.testing import InMemoryTransport
@@ -348,3 +348,33 @@ def test_a_failure_raised_to_the_call_that_waited_for_its_job_is_not_raised_agai
     assert len(outcome) == 1, "the waiting caller hears of it"
     assert _flushes_on_a_thread(app) == [None]
     app.close(5)  # and nothing is left to report here either
+
+
+class _Late(_RefusesBad):
+    """Kafka answers only once told to (:attr:`answers`), long after a caller stopped waiting."""
+
+    answers = False
+
+    def poll(self, timeout: float = 0) -> int:
+        return super().poll() if self.answers else 0
+
+
+def test_a_failure_that_comes_after_its_wait_timed_out_is_still_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The wait raised a timeout, never the failure: the caller does not know the job failed,
+    so the failure is logged and reported at exit like any other nobody raised."""
+    transport = _Late()
+    app = _app(transport)
+    handle = app.submit("t", {"n": "BAD"})
+    with pytest.raises(KafkaUnavailableError, match="not acknowledged within"):
+        handle.wait(timeout=0.05)
+    transport.answers = True
+    transport.poll()  # refused, once the caller had given up on it
+    unreported = app._failures.unreported()  # what the exit report would log
+    assert [f.job_id for f in unreported.failures] == [handle.job_id]
+    # A failure that comes while its caller waits is raised to it, and reported nowhere else.
+    waited = app.submit("t", {"n": "BAD"})
+    with pytest.raises(EnqueueError, match="not authorized"):
+        waited.wait(timeout=5)
+    assert not app._failures.unreported()
