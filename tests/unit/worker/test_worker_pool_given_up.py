@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -119,3 +120,50 @@ def test_a_job_waiting_for_a_pool_thread_is_not_run_once_given_up(
 
     asyncio.run(asyncio.wait_for(main(), 30))
     assert started == [0]
+
+
+def test_a_job_given_up_by_its_thread_as_its_time_limit_ends_it_ends_once() -> None:
+    """The thread takes the queued job of a released partition (not run: given up) while, in
+    the same turn of the loop, the job's time limit ends it: one end only, or the counts of
+    running jobs drift below zero for good and the lent thread is never given back."""
+    blocking, released = threading.Event(), threading.Event()
+
+    async def main() -> None:
+        app = Pipeline(transport=InMemoryTransport())
+
+        @app.job("slow", time_limit=30)
+        def slow(i: int) -> None:
+            if i == 0:
+                blocking.set()
+                released.wait(10)
+
+        h = Harness(app, concurrency=4, threads=1)
+        h.feed(*(h.message("slow", {"i": i}) for i in range(2)))
+        assert await asyncio.to_thread(blocking.wait, 10)
+        processor, pool = h.processor, h.processor.pool
+        h.partition.active = False  # revoked, past its grace (see Worker.revoke)
+        processor.drop([h.partition])
+        h.partition.released = True
+        # The loop stays busy while the thread ends job 0, then takes job 1 and gives it up...
+        released.set()
+        assert _until(lambda: len(pool._done) == 2)  # on the loop's thread: it waits
+        [queued] = [work for work, *_ in pool._done if work.offset == 1]
+        processor._overtime.expire(queued)  # ...and the job's timer fires in the same turn
+        assert await processor.wait_idle((), 10)
+        assert processor.in_flight == 0
+        assert h.partition.in_flight == 0
+        assert pool.overdue == 0  # the thread lent at the time limit is back
+        await processor.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def _until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Whether ``condition`` came true within ``timeout`` (looked at every millisecond: the
+    pool thread's completions wait for the loop, which the caller keeps busy meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True

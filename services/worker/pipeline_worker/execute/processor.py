@@ -356,9 +356,11 @@ class Processor:
     def complete_batch(self, batch: list[Completion]) -> None:
         complete = self.complete
         for work, error, ended, _ in batch:
-            if error is GIVEN_UP:
+            if error is GIVEN_UP and not work.finished:
                 self.given_up(work)
             else:
+                # Run, or ended already (at its deadline, while its thread took it only to
+                # give it up): complete() takes its thread back.
                 complete(work, error, ended)
         self.pump()
 
