@@ -199,6 +199,43 @@ def test_a_forced_replay_sends_a_job_once_with_its_newest_letter(
     assert {stored.letter.id for stored in report.done} == {"dl-old", "dl-new", "dl-other"}
 
 
+class Units(Recorded):
+    """:class:`Recorded`, keeping the topics each unit wrote to, unit by unit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.units: list[list[str]] = []
+
+    def run(self, write: Callable[[Any], None]) -> None:
+        first = len(self.records)
+        write(self)
+        self.units.append([topic for topic, _ in self.records[first:]])
+
+
+def test_the_older_letters_of_a_job_are_marked_in_the_transaction_that_sends_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In batches of one letter, dl-old (older, so first) was marked replayed in a transaction
+    of its own, and its job went with dl-new in the next: a command stopped between the two
+    left dl-old replayed and nothing sent. The batches keep a job's letters together now."""
+    chosen = [
+        StoredLetter(letter_of("dl-old", "job-1", attempt=3, dead_at=10), 0, 0),
+        StoredLetter(letter_of("dl-other", "job-2", attempt=3, dead_at=15), 0, 1),
+        StoredLetter(letter_of("dl-new", "job-1", attempt=6, dead_at=20), 0, 2),
+        StoredLetter(letter_of("dl-last", "job-3", attempt=3, dead_at=25), 0, 3),
+    ]
+    txn = Units()
+    kafka_of(monkeypatch, txn)
+    replay_letters(Settings(namespace="ns", events="off"), chosen, batch_size=1)
+    job, state = "ns.jobs.default", "ns.dlq-state"
+    # job-1's letters together (a batch over the size), then one letter a batch, oldest first.
+    pair = sorted([job, state])
+    assert [sorted(unit) for unit in txn.units] == [sorted([job, state, state]), pair, pair]
+    codec = JobCodec()
+    sent = [codec.decode(v or b"").id for topic, v in txn.records if topic == job]
+    assert sent == ["job-1", "job-2", "job-3"]
+
+
 def _empty_letter() -> DeadLetter:
     """A message too large to keep whole in its letter: neither a job nor raw bytes."""
     return DeadLetter(

@@ -13,7 +13,7 @@ import copy
 import getpass
 import socket
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
@@ -145,8 +145,7 @@ def _write(
         stamp = now_ms()
         sending = senders(todo)
         done: list[StoredLetter] = []
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
+        for batch in _batches(todo, sending, batch_size):
             records: list[_Record] = []
             acted: list[StoredLetter] = []
             for stored in batch:
@@ -172,6 +171,27 @@ def _write(
         return WriteReport(done, skipped, empty)
     finally:
         txn.close()
+
+
+def _batches(
+    todo: Sequence[StoredLetter], sending: Mapping[str, StoredLetter], size: int
+) -> Iterator[list[StoredLetter]]:
+    """``todo`` in batches of about ``size`` letters, oldest first, each letter in the batch of
+    the letter that sends its job (:func:`senders`): an older letter of a job is marked replayed
+    in the transaction that sends the job, never in one before it (a command stopped between
+    the two would leave it marked, and nothing sent). A job with more letters than ``size``
+    makes a larger batch."""
+    groups: dict[str, list[StoredLetter]] = {}
+    for stored in todo:
+        groups.setdefault(sending[stored.letter.id].letter.id, []).append(stored)
+    batch: list[StoredLetter] = []
+    for group in groups.values():
+        if batch and len(batch) + len(group) > size:
+            yield batch
+            batch = []
+        batch += group
+    if batch:
+        yield batch
 
 
 def _after(exc: PipelineError, done: Sequence[StoredLetter]) -> PipelineError:
