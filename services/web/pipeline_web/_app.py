@@ -54,6 +54,23 @@ class _Authenticate(BaseHTTPMiddleware):
     async def dispatch(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
+        response = await self._admitted(request, call_next)
+        # Refusals too: every response carries the headers.
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("Referrer-Policy", "same-origin")
+        if not request.url.path.startswith("/static/"):
+            # Pages hold payloads, errors and the CSRF token: no copy in a browser's cache
+            # (shown again after logging out) or a proxy's (served to someone else).
+            response.headers.setdefault("Cache-Control", "no-store")
+        return response
+
+    @staticmethod
+    async def _admitted(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        """The route's response, or the refusal of a request not admitted."""
         dashboard = dashboard_of(request)
         dashboard.monitor.start()  # mounted in a service whose lifespan does not reach us
         # A POST from another site is refused before its credentials are checked, so that a
@@ -64,16 +81,7 @@ class _Authenticate(BaseHTTPMiddleware):
         if refusal is not None:
             return refusal
         request.state.who = who
-        response = await call_next(request)
-        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        response.headers.setdefault("X-Frame-Options", "DENY")
-        response.headers.setdefault("X-Content-Type-Options", "nosniff")
-        response.headers.setdefault("Referrer-Policy", "same-origin")
-        if not request.url.path.startswith("/static/"):
-            # Pages hold payloads, errors and the CSRF token: no copy in a browser's cache
-            # (shown again after logging out) or a proxy's (served to someone else).
-            response.headers.setdefault("Cache-Control", "no-store")
-        return response
+        return await call_next(request)
 
 
 async def _login_page(request: Request) -> Response:

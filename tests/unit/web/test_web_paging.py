@@ -129,3 +129,17 @@ def test_a_page_number_of_an_older_link_still_pages_by_count(app: Starlette, log
 )
 def test_a_malformed_position_is_a_bad_request(app: Starlette, query: str) -> None:
     assert _client(app).get(f"/dead-letters?{query}").status_code == 400
+
+
+def test_the_list_shows_who_acted_on_a_letter_and_when(app: Starlette, log: FakeLog) -> None:
+    _die(app, log, range(2))
+    _discard(app, log, [1])
+    answer = _client(app).get("/dead-letters?status=all")
+    assert answer.status_code == 200, answer.text
+    rows = dict(
+        re.findall(r'data-id="([^"]+)">.*?<td class="status">(.*?)</td>', answer.text, re.S)
+    )
+    assert rows["dl-000"] == "pending"
+    assert re.fullmatch(
+        r"discarded at \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} by ada@ops", rows["dl-001"]
+    )

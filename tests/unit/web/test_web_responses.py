@@ -74,6 +74,31 @@ def test_responses_allow_only_the_dashboard_s_own_scripts_and_styles(
     assert directives.get("frame-ancestors") == "'none'"
 
 
+@pytest.mark.parametrize(
+    "refused",
+    ["no credentials", "a wrong token", "a login posted from another site"],
+)
+def test_refusals_carry_the_same_headers(app: Starlette, refused: str) -> None:
+    """The responses refused before any route went out without them."""
+    client = TestClient(
+        app, base_url="http://127.0.0.1", client=("10.0.0.1", 5000), follow_redirects=False
+    )
+    if refused == "no credentials":
+        response = client.post("/schedules/pause?name=x")
+    elif refused == "a wrong token":
+        response = client.get("/workers", headers={"Authorization": "Bearer wrong"})
+    else:
+        response = client.post(
+            "/login", data={"token": "x"}, headers={"Sec-Fetch-Site": "cross-site"}
+        )
+    assert response.status_code in (303, 401, 403), response.text  # 303: to the login page
+    policy = response.headers.get("content-security-policy", "")
+    assert "frame-ancestors 'none'" in policy
+    assert response.headers.get("x-frame-options") == "DENY"
+    assert response.headers.get("x-content-type-options") == "nosniff"
+    assert response.headers.get("cache-control") == "no-store"
+
+
 def test_static_files_may_be_cached(app: Starlette) -> None:
     style = _client(app).get("/static/app.css")
     assert style.status_code == 200
