@@ -113,9 +113,9 @@ class DedupTable:
         :meth:`restore_foreign`); empty unless the scope changed."""
         self._foreign_due: list[tuple[int, str, str]] = []
         """A heap of the expiries of ``_foreign`` (an entry replaced since is skipped)."""
-        self._foreign_held: set[str] = set()
-        """Keys whose entry a record of the other scope set, not a record of this scope
-        restored after it: only these does a tombstone of the other scope remove."""
+        self._foreign_held: dict[str, str] = {}
+        """Key -> the priority part of the record of the other scope that set its entry (not a
+        record of this scope restored after it): only a tombstone of that record removes it."""
 
     def __len__(self) -> int:
         """Entries held, counting expired ones that :meth:`expire` has not removed yet."""
@@ -201,15 +201,22 @@ class DedupTable:
             # Only the entry a record of the other scope set: this scope's record restored
             # after it is newer (claimed once the other's had expired, whose tombstone comes
             # from the next expiry pass, so after it in the changelog).
-            if key in self._foreign_held:
+            # And only that record's: one of another priority set it after this one.
+            if self._foreign_held.get(key) == priority:
                 self.remove(key)
             self._foreign.pop((priority, key), None)
             return
         entry = decode_entry(raw)
-        if self._put(key, entry, now_ms):
-            self._foreign_held.add(key)
+        if (
+            entry.expires_at_ms <= now_ms
+            and key in self._entries
+            and self._foreign_held.get(key) != priority
+        ):
+            pass  # a hold of another priority, over: the entry a later record set stays
+        elif self._put(key, entry, now_ms):
+            self._foreign_held[key] = priority
         else:
-            self._foreign_held.discard(key)
+            self._foreign_held.pop(key, None)
         self._foreign[(priority, key)] = expires = entry.expires_at_ms
         heapq.heappush(self._foreign_due, (expires, priority, key))
 
@@ -221,7 +228,8 @@ class DedupTable:
             expires, priority, key = heapq.heappop(due)
             if foreign.get((priority, key)) == expires:  # else a later record replaced it
                 del foreign[(priority, key)]
-                self._foreign_held.discard(key)
+                if self._foreign_held.get(key) == priority:
+                    del self._foreign_held[key]
                 expired.append((priority, key))
         return expired
 
@@ -236,13 +244,13 @@ class DedupTable:
         if match is None:
             entry = decode_entry(raw)
             if self._foreign_held:  # this scope's record replaces what the other's set
-                self._foreign_held.discard(key)
+                self._foreign_held.pop(key, None)
             self.put(key, entry, now_ms)
             return
         hex_id, completed, expires_text = match.groups()
         expires = check_expiry(int(expires_text))
         if self._foreign_held:
-            self._foreign_held.discard(key)
+            self._foreign_held.pop(key, None)
         entries = self._entries
         value = entries.get(key)
         if expires <= now_ms:
@@ -257,7 +265,7 @@ class DedupTable:
     def remove(self, key: str) -> bool:
         """Forget ``key``; False if it was not held."""
         if self._foreign_held:
-            self._foreign_held.discard(key)
+            self._foreign_held.pop(key, None)
         return self._entries.pop(key, None) is not None
 
     def take_stale(self) -> list[str]:

@@ -127,3 +127,23 @@ def test_a_namespace_tombstone_leaves_a_newer_per_priority_record_under_the_prio
     store.load([HIGH_0])
     assert store.table(HIGH_0).get("k") == Entry(JOB_B, True, NOW + HOUR_MS)
     assert store.table(HIGH_0).get("gone") is None  # a tombstone of what it set still removes
+
+
+def test_a_record_of_another_priority_leaves_the_hold_a_later_one_set() -> None:
+    """Under the priority scope, job C held k at default, then job A at high; C's hold ended,
+    and its tombstone came after A's record. Under the namespace scope, that tombstone (or C's
+    record restored expired) ended A's hold, and a duplicate of A ran."""
+    for tail in ([(b"default/k", None)], [(b"default/k", encode_entry(JOB_C, True, NOW - 1))]):
+        consumer = FakeConsumer({})
+        consumer.add(0, b"default/k", encode_entry(JOB_C, True, NOW + 10))
+        consumer.add(0, b"high/k", live(JOB_A))
+        for key, value in tail:
+            consumer.add(0, key, value)
+        consumer.add(0, b"default/gone", live(JOB_B))
+        consumer.add(0, b"default/gone", None)
+        store = kafka_store(consumer, DedupScope.NAMESPACE)
+        store.load([HIGH_0])
+        assert store.table(HIGH_0).get("k") == Entry(JOB_A, True, NOW + HOUR_MS), tail
+        duplicate = store.check(HIGH_0, "k", JOB_B, policy=COMPLETE, now_ms=NOW + 1)
+        assert duplicate is Verdict.DUPLICATE, tail
+        assert store.table(HIGH_0).get("gone") is None  # its own tombstone still removes it
