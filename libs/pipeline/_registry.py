@@ -174,7 +174,9 @@ class JobType:
         :class:`PayloadValidationError`); ``None`` when the handler annotates nothing."""
         if self.model is None:
             return None
-        return self.model.encoded_check(codec.encoding is PayloadEncoding.JSON)
+        if codec.encoding is PayloadEncoding.JSON:
+            return self.model.encoded_check(None)
+        return self.model.encoded_check(functools.partial(codec.decode, self.name))
 
     def check_payload(self, payload: Mapping[str, Any]) -> None:
         """Raise :class:`PayloadValidationError` when ``payload`` cannot be the handler's kwargs."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from ._codec import JobCodec, JsonPayload, PayloadCodec
 from ._errors import ConfigurationError, PayloadValidationError
-from ._job import Job, Priority, delay_s, due_at_ms, due_in_ms, new_job_id
+from ._job import Job, PayloadEncoding, Priority, delay_s, due_at_ms, due_in_ms, new_job_id
 from ._jobfunction import EnqueueOptions
 from ._jobtemplate import JobTemplate
 from ._registry import JobOptions, JobType
@@ -69,9 +69,14 @@ class Route:
                 self.job_type, f"payload must be a mapping, got {type(payload).__name__}"
             )
         registered = self.registered
-        if registered is not None:
+        codec = self.payload_codec
+        json = codec.encoding is PayloadEncoding.JSON
+        if registered is not None and json:
             registered.check_payload(payload)
-        payload_bytes = self.payload_codec.encode(self.job_type, payload)
+        payload_bytes = codec.encode(self.job_type, payload)
+        if registered is not None and not json:
+            # The handler gets what the codec decodes (an Avro schema's defaults filled in).
+            registered.check_payload(codec.decode(self.job_type, payload_bytes))
         if self.check is not None:
             self.check(payload, payload_bytes)
         return payload_bytes

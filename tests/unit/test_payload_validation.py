@@ -95,6 +95,44 @@ def test_avro_payloads_are_checked_as_decoded_values(app: Pipeline) -> None:
     assert job_type.load_payload(codec, codec.encode("resize", {"width": 3})) == {"width": 3}
 
 
+def test_an_avro_payload_is_checked_at_enqueue_as_the_worker_decodes_it(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    """Enqueue checked the caller's dict: a field the schema defaults was missing and a UUID
+    given as text was no UUID, though the worker gets both; what the worker refuses (an enum's
+    symbol for an ``int``) is refused at enqueue."""
+    schema = {
+        "type": "record",
+        "name": "Send",
+        "namespace": "acme",
+        "fields": [
+            {"name": "to", "type": "string"},
+            {"name": "lang", "type": "string", "default": "en"},
+            {"name": "ref", "type": {"type": "string", "logicalType": "uuid"}},
+            {"name": "tone", "type": {"type": "enum", "name": "Tone", "symbols": ["A", "B"]}},
+        ],
+    }
+
+    @app.job("send", payload=AvroPayload(schema))
+    def send(to: str, lang: str, ref: UUID, tone: str) -> None: ...
+
+    ref = "c0a04b71-edac-4aca-9440-ffec92bd09cd"
+    app.enqueue("send", {"to": "a", "ref": ref, "tone": "A"})  # lang: the schema's default
+    transport.poll()
+    job_type = app.registry.get("send")
+    codec = job_type.options.payload
+    assert codec is not None
+    job = app.codec.decode(transport.messages[-1].value)
+    loaded = job_type.load_payload(codec, job.payload)
+    assert loaded == {"to": "a", "lang": "en", "ref": UUID(ref), "tone": "A"}
+
+    @app.job("send.typed", payload=AvroPayload(schema))
+    def typed(to: str, lang: str, ref: UUID, tone: int) -> None: ...
+
+    with pytest.raises(PayloadValidationError, match="tone"):  # the worker's check refuses it
+        app.enqueue("send.typed", {"to": "a", "ref": ref, "tone": "A"})
+
+
 def test_handlers_without_annotations_have_no_model_and_take_anything(app: Pipeline) -> None:
     @app.job("loose")
     def loose(a, b=2, *, ctx=None):  # type: ignore[no-untyped-def]
