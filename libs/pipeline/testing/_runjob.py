@@ -115,7 +115,7 @@ def _produce(
     job = replace(job, attempt=attempt)
     if clock is not None:
         job = replace(job, created_at=clock.now_ms())
-    transport = InMemoryTransport()
+    transport = InMemoryTransport(partitions=app.settings.topics.partitions)
     transport.produce(route.topic, app.codec.encode(job), route.key, _ignore)
     transport.poll()
     return transport.messages[0]

@@ -489,3 +489,22 @@ def test_fail_fast_names_only_the_last_job_on_an_exception_raised_again() -> Non
             with pytest.raises(ValueError, match="always the same object"):
                 worker.drain()
     assert len(shared.__notes__) == 1
+
+
+@pytest.mark.parametrize("partitions", [3, 12])
+def test_the_context_names_the_partition_the_app_s_topics_give_the_key(partitions: int) -> None:
+    """run_job routed on a topic of 6 partitions, whatever the application's count."""
+    from pipeline.testing._partitioner import partition_for
+
+    app = Pipeline(
+        Settings(namespace="acme", topics={"partitions": partitions}),
+        transport=InMemoryTransport(),
+    )
+    seen: list[int] = []
+
+    @app.job("keyed")
+    def keyed(ctx: JobContext) -> None:
+        seen.append(ctx.partition)
+
+    run_job(app, "keyed", {}, key="order-17")
+    assert seen == [partition_for(b"order-17", partitions)]
