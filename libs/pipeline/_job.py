@@ -82,6 +82,10 @@ class PayloadEncoding(StrEnum):
     AVRO = "AVRO"
 
 
+MAX_ATTEMPTS = 2**31 - 1
+"""The most ``max_attempts`` a job may have: the envelope's field is an Avro int."""
+
+
 @dataclass(slots=True, kw_only=True)
 class AttemptError:
     """One failed attempt in a job's history."""

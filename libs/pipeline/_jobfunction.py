@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol
 
 from ._context import JobContext
 from ._errors import ConfigurationError
-from ._job import Priority
+from ._job import MAX_ATTEMPTS, Priority
 from ._registry import JobType, Registry
 
 
@@ -63,9 +63,9 @@ class EnqueueOptions:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, types)):
                 raise ConfigurationError(f"{name} must be {what}, got {value!r}")
-        if self.max_attempts is not None and self.max_attempts > _MAX_ATTEMPTS:
+        if self.max_attempts is not None and self.max_attempts > MAX_ATTEMPTS:
             raise ConfigurationError(
-                f"max_attempts must be at most {_MAX_ATTEMPTS}, got {self.max_attempts}"
+                f"max_attempts must be at most {MAX_ATTEMPTS}, got {self.max_attempts}"
             )
         headers = self.headers
         if headers is not None:
@@ -83,8 +83,6 @@ _OPTION_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
     ("max_attempts", (int,), "an int"),
 )
 """Enqueue options whose type is checked: name, the types taken, how a message says them."""
-_MAX_ATTEMPTS = 2**31 - 1
-"""The envelope's ``max_attempts`` is an Avro int."""
 
 
 def _not_a_string_map(headers: object) -> str | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._dedup import DedupMode, DedupPolicy
 from ._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
-from ._job import PayloadEncoding, Priority
+from ._job import MAX_ATTEMPTS, PayloadEncoding, Priority
 from ._payloadcheck import PayloadModel, payload_model
 from ._retry import Backoff
 
@@ -58,8 +58,15 @@ class JobOptions:
         object.__setattr__(self, "priority", Priority.parse(self.priority))
         for name in ("max_attempts", "concurrency"):
             value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
             if value is not None and value < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {value}")
+        if self.max_attempts is not None and self.max_attempts > MAX_ATTEMPTS:
+            # The wire's attempt count is an Avro int: every enqueue would fail to encode.
+            raise ConfigurationError(
+                f"max_attempts must be at most {MAX_ATTEMPTS}, got {self.max_attempts}"
+            )
         if self.time_limit is not None and not 0 < self.time_limit < math.inf:
             raise ConfigurationError(f"time_limit must be positive, got {self.time_limit}")
         if self.rate_limit is not None and not RATE_MIN <= self.rate_limit <= RATE_MAX:

@@ -87,13 +87,15 @@ def not_before_ms(delay: float | timedelta | None, run_at: datetime | None) -> i
     if delay is not None and run_at is not None:
         raise ConfigurationError("give either delay or run_at, not both")
     if delay is not None:
-        seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
         try:
+            seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)
             return due_in_ms(delay_s(seconds, "delay"))
+        except OverflowError:
+            raise ConfigurationError("delay is too large (seconds, as a number)") from None
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from None
     if run_at is not None:
-        if run_at.tzinfo is None:
+        if run_at.utcoffset() is None:  # naive, or a tzinfo that gives no offset
             raise ConfigurationError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
         return due_at_ms(run_at)
     return None

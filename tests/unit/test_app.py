@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
 import pytest
@@ -193,6 +193,29 @@ def test_a_delay_no_job_could_carry_is_refused_at_enqueue(
 ) -> None:
     with pytest.raises(ConfigurationError, match="delay must"):
         app.enqueue("t", {}, delay=delay)
+    app.flush()
+    assert transport.messages == []
+
+
+def test_a_delay_or_run_at_python_cannot_take_is_a_configuration_error(
+    app: Pipeline, transport: InMemoryTransport
+) -> None:
+    """A bare OverflowError and TypeError came out of the due-time arithmetic."""
+
+    class NoOffset(tzinfo):
+        def utcoffset(self, dt: datetime | None) -> timedelta | None:
+            return None
+
+        def dst(self, dt: datetime | None) -> timedelta | None:
+            return None
+
+        def tzname(self, dt: datetime | None) -> str | None:
+            return None
+
+    with pytest.raises(ConfigurationError, match="delay is too large"):
+        app.enqueue("t", {}, delay=10**400)
+    with pytest.raises(ConfigurationError, match="run_at must be timezone-aware"):
+        app.enqueue("t", {}, run_at=datetime(2030, 1, 1, tzinfo=NoOffset()))
     app.flush()
     assert transport.messages == []
 

@@ -260,6 +260,10 @@ def test_job_options_made_directly_check_their_priority_too() -> None:
         ({"rate_limit": 0.0}, "rate_limit must be from"),
         ({"time_limit": float("inf")}, "time_limit must be positive"),
         ({"time_limit": float("nan")}, "time_limit must be positive"),
+        # Taken, then every enqueue failed to encode the envelope's attempt count.
+        ({"max_attempts": 2**31}, "max_attempts must be at most 2147483647"),
+        ({"max_attempts": 1.5}, "max_attempts must be a whole number"),
+        ({"concurrency": True}, "concurrency must be a whole number"),
     ],
 )
 def test_job_options_refuse_limits_a_worker_cannot_keep(
