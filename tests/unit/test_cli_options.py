@@ -173,6 +173,11 @@ def test_a_trigger_time_of_other_digits_is_refused_with_a_reason(at: str) -> Non
             ["outbox", "relay", "--dsn", "sqlite:///unused.db", "--poll-interval", "inf"],
             "not a finite number of seconds",
         ),
+        # Python's int and json parsing raised past the usage error: tracebacks.
+        (["enqueue", "a.b", "--payload", '{"a": ' + "9" * 5000 + "}"], "cannot read"),
+        (["enqueue", "a.b", "--payload", "[" * 100_000], "cannot read"),
+        ([*SCHEDULE, "--payload", '{"a": ' + "[" * 100_000], "cannot read"),
+        (["schedules", "trigger", "x", "--at", "1" * 5000], "out of range for epoch"),
     ],
 )
 def test_a_number_too_large_to_carry_is_a_usage_error(args: list[str], error: str) -> None:
@@ -196,3 +201,13 @@ def test_an_invalid_option_value_is_named_by_its_option_not_the_variable(
         result.output
     )
     assert "PIPELINE_NAMESPACE" not in result.output
+
+
+def test_dev_down_purge_does_not_claim_to_delete_a_folder_that_is_not_there(
+    tmp_path: Path,
+) -> None:
+    missing = tmp_path / "never-made"
+    result = CliRunner().invoke(cli, ["dev", "down", "--data-dir", str(missing), "--purge"])
+    assert result.exit_code == 0, result.output
+    assert "Deleted" not in result.output
+    assert f"Nothing to delete: {missing} is no folder." in result.output

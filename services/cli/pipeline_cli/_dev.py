@@ -182,15 +182,16 @@ def user_add(name: str, password: str | None, data_dir: Path | None, as_json: bo
 @_data_dir_option
 @click.option("--purge", is_flag=True, help="Also delete the data dir (topics, logs, everything).")
 def down(data_dir: Path | None, purge: bool) -> None:
+    where = (data_dir or devbroker.default_data_dir()).expanduser()
+    existed = where.is_dir()
     with cli_errors():
         pids = devbroker.down(data_dir, purge=purge)
-    where = (data_dir or devbroker.default_data_dir()).expanduser()
     if pids:
         click.echo(f"Stopped Kafka (pids {', '.join(map(str, pids))}).")
     else:
         click.echo(f"No Kafka was running from {where}.")
     if purge:
-        click.echo(f"Deleted {where}.")
+        click.echo(f"Deleted {where}." if existed else f"Nothing to delete: {where} is no folder.")
 
 
 @dev.command(

@@ -352,6 +352,8 @@ def json_object(ctx: click.Context, param: click.Parameter, value: str) -> dict[
         parsed = json.loads(value)
     except json.JSONDecodeError as exc:
         raise click.BadParameter(f"{source} is not valid JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # an integer of thousands of digits, or too deep
+        raise click.BadParameter(f"{source} is JSON this command cannot read: {exc}") from None
     if not isinstance(parsed, dict):
         raise click.BadParameter(
             f"must be a JSON object of the handler's arguments, got {type(parsed).__name__}"

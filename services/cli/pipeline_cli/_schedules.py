@@ -250,6 +250,8 @@ def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> int | 
     if value is None:
         return None
     if value.strip().isascii() and value.strip().isdigit():  # "²" is a digit, not a number
+        if len(value.strip()) > 20:  # past any epoch millisecond (and Python's int parsing)
+            raise click.BadParameter(f"{value[:24]}... is out of range for epoch milliseconds")
         return within_dates(value, int(value))
     if is_duration_ago(value):
         # WHEN names the request: "1h" ago is another time at every run, so a repeated trigger
