@@ -711,3 +711,41 @@ def test_a_death_strikes_only_the_suspect_that_was_running() -> None:
     assert dead_lettered == [0]
     # The innocent job was never struck: it ran, alone among the suspects, to its end.
     assert marks[0].offset == 2
+
+
+class _Refusing:
+    """A committer whose synchronous commits Kafka refuses (a rebalance in progress)."""
+
+    def push(self, states: object, *, sync: bool) -> bool:
+        return False
+
+
+class _Ends:
+    def get_watermark_offsets(
+        self, tp: TopicPartition, *args: Any, **kwargs: Any
+    ) -> tuple[int, int]:
+        return 0, 50
+
+
+def test_a_quarantine_not_secured_is_not_counted_off_when_its_partition_goes() -> None:
+    """The gauge of quarantined partitions counts one up once the new owner's mark is in
+    Kafka (secure()), but counted one off at every revocation of a planned quarantine: one
+    whose mark Kafka refused went below zero, and hid the next real quarantine."""
+    from pipeline_worker.recovery.poison import PoisonWatch
+
+    topic = "ns.jobs.default"
+    state = PartitionState(topic, 0, Priority.DEFAULT, 0)
+    metrics = WorkerMetrics()
+    watch = PoisonWatch(
+        deliveries=3, lease=10, window=64,
+        consumer=_Ends(),  # type: ignore[arg-type]
+        committer=_Refusing(),  # type: ignore[arg-type]
+        states={(topic, 0): state}, metrics=metrics, deliver=lambda batch: None,
+        dead_letter=None,
+    )  # fmt: skip
+    dirty = CommitMark(3, dirty=True, high=9)  # its previous owner died
+    watch.plan(state, TopicPartition(topic, 0, 3, metadata=dirty.encode()))
+    assert not watch.secure([state])
+    assert metrics.quarantined == 0
+    watch.forget([state])  # revoked before secure() could be tried again
+    assert metrics.quarantined == 0

@@ -128,6 +128,8 @@ class PoisonWatch:
         self._dead_letter = dead_letter
         self.guards: dict[Where, Guard] = {}
         self._active: set[Where] = set()
+        self._quarantined: set[Where] = set()
+        """The partitions counted in the ``quarantined`` gauge: secured in quarantine."""
         """Partitions with withheld messages, a quarantine or a lease running short."""
         self._turn: Where | None = None
         """The quarantined partition whose window is out (one at a time per process)."""
@@ -178,7 +180,7 @@ class PoisonWatch:
             if quarantine is not None:
                 self._active.add(where)
                 self._metrics.quarantines += 1
-                self._metrics.quarantined += 1
+                self._count_quarantined(where, True)
                 _log.info(
                     "quarantine: the previous owner of %s[%d] died; its jobs run in small "
                     "windows up to offset %d",
@@ -197,11 +199,20 @@ class PoisonWatch:
         """``states`` are not ours any more: drop their guards and withheld messages."""
         for state in states:
             where = (state.topic, state.partition)
-            guard = self.guards.pop(where, None)
+            self.guards.pop(where, None)
             self._active.discard(where)
             self._leave(where)
-            if guard is not None and guard.quarantine is not None:
-                self._metrics.quarantined -= 1
+            self._count_quarantined(where, False)  # if secure() counted it (a push may fail)
+
+    def _count_quarantined(self, where: Where, quarantined: bool) -> None:
+        """Keep the ``quarantined`` gauge to the partitions secured in quarantine."""
+        counted = self._quarantined
+        if quarantined and where not in counted:
+            counted.add(where)
+            self._metrics.quarantined += 1
+        elif not quarantined and where in counted:
+            counted.discard(where)
+            self._metrics.quarantined -= 1
 
     # -- intake ------------------------------------------------------------------------------
 
@@ -274,7 +285,7 @@ class PoisonWatch:
         if step is Step.END:
             self._leave(where)  # its end is committed just below
             guard.end_quarantine()
-            self._metrics.quarantined -= 1
+            self._count_quarantined(where, False)
             # Strikes back to 0 and a lease for what is withheld, before anything more runs.
             self._committer.push([state], sync=True)
             _log.info(
