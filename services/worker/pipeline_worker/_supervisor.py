@@ -120,6 +120,8 @@ class Supervisor:
             self._children.append(_Child(index, extra=base + extra))
         self._stopping = 0
         self._signal: int | None = None
+        self._received: set[int] = set()
+        """Every stop signal received (a first SIGTERM, then a SIGINT, say)."""
         self._starting: _Child | None = None
 
     def run(self) -> int:
@@ -139,9 +141,9 @@ class Supervisor:
                 signal.signal(sig, handler)
         # A child a stop kept from starting has no exit code: it did nothing, which is no failure.
         # One the stop's signal killed as it started (before its handlers) did nothing either.
-        stopped = None if self._signal is None else -self._signal
+        stopped = {-signum for signum in self._received}
         codes = [
-            0 if c.exit_code == stopped else c.exit_code
+            0 if c.exit_code in stopped else c.exit_code
             for c in self._children
             if c.exit_code is not None
         ]
@@ -212,6 +214,7 @@ class Supervisor:
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._stopping += 1
         self._signal = signum
+        self._received.add(signum)
         name = signal.Signals(signum).name
         _log.info("%s received: forwarding to the worker processes", name)
         for child in self._children:

@@ -177,3 +177,27 @@ def test_a_second_stop_exits_130_as_one_worker_does(
         stop_twice,
     )
     assert code == 130
+
+
+def test_a_stop_by_sigterm_then_sigint_exits_130_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child the first signal (SIGTERM) killed as it started counted as clean only if the
+    last signal was SIGTERM too: after a SIGINT, the command said 1."""
+
+    def term_then_int(supervisor: Supervisor) -> None:
+        if all(child.process for child in supervisor._children):
+            for delay, signum in ((0.3, signal.SIGTERM), (1.6, signal.SIGINT)):
+                timer = threading.Timer(delay, supervisor._on_signal, (signum, None))
+                timer.start()
+
+    supervisor, code, _ = supervise(
+        tmp_path,
+        monkeypatch,
+        # Child 1 has no handler yet (killed by SIGTERM); child 0 exits 130 at the SIGINT.
+        'case "$*" in *"--child-index 1"*) while :; do sleep 0.05; done;; esac; '
+        "trap 'trap \"exit 130\" INT' TERM; while :; do sleep 0.05; done",
+        term_then_int,
+    )
+    assert sorted(c.exit_code for c in supervisor._children) == [-signal.SIGTERM, 130]
+    assert code == 130
