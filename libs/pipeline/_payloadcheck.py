@@ -62,15 +62,11 @@ class PayloadModel:
         except ValidationError as exc:
             raise self._error(exc) from None
 
-    def encoded_check(
-        self, decode: Callable[[bytes], Mapping[str, Any]] | None
-    ) -> Callable[[Mapping[str, Any], bytes], None]:
+    def encoded_check(self, json: bool) -> Callable[[Mapping[str, Any], bytes], None]:
         """A check of an encoded payload (enqueue's), as few calls deep as can be: it runs on
-        every job. ``decode``: the payload codec's, whose values are checked (what the worker
-        checks: an Avro schema's defaults filled in, its enums as strings); None: JSON, whose
-        bytes are checked."""
+        every job. ``json``: check the JSON bytes, else the payload's values."""
         error = self._error
-        if decode is None:
+        if json:
             validate_json = self._validate_json
 
             def check_json(payload: Mapping[str, Any], data: bytes) -> None:
@@ -84,7 +80,7 @@ class PayloadModel:
 
         def check(payload: Mapping[str, Any], data: bytes) -> None:
             try:
-                validate_python(decode(data))
+                validate_python(payload)
             except ValidationError as exc:
                 raise error(exc) from None
 

@@ -181,9 +181,18 @@ class JobType:
         :class:`PayloadValidationError`); ``None`` when the handler annotates nothing."""
         if self.model is None:
             return None
+        return self.model.encoded_check(codec.encoding is PayloadEncoding.JSON)
+
+    def as_handled(
+        self, codec: PayloadCodec, payload: Mapping[str, Any], data: bytes
+    ) -> Mapping[str, Any]:
+        """``payload``, encoded as ``data``, as the worker hands it to the handler: itself for
+        JSON, else ``data`` decoded (an Avro schema's defaults filled in, its enums and logical
+        types as read), which is what enqueue must check."""
         if codec.encoding is PayloadEncoding.JSON:
-            return self.model.encoded_check(None)
-        return self.model.encoded_check(functools.partial(codec.decode, self.name))
+            return payload
+        decoded: Mapping[str, Any] = codec.decode(self.name, data)
+        return decoded
 
     def check_payload(self, payload: Mapping[str, Any]) -> None:
         """Raise :class:`PayloadValidationError` when ``payload`` cannot be the handler's kwargs."""

@@ -75,8 +75,8 @@ class Route:
             registered.check_payload(payload)
         payload_bytes = codec.encode(self.job_type, payload)
         if registered is not None and not json:
-            # The handler gets what the codec decodes (an Avro schema's defaults filled in).
-            registered.check_payload(codec.decode(self.job_type, payload_bytes))
+            payload = registered.as_handled(codec, payload, payload_bytes)
+            registered.check_payload(payload)
         if self.check is not None:
             self.check(payload, payload_bytes)
         return payload_bytes

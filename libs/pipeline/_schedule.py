@@ -122,9 +122,9 @@ def make_schedule(
     codec: PayloadCodec = _JSON
     if registered is not None:
         codec = registered.options.payload or _JSON
-        if not isinstance(payload, bytes):
-            registered.check_payload(payload or {})
     data = payload if isinstance(payload, bytes) else codec.encode(job_type, payload or {})
+    if registered is not None and not isinstance(payload, bytes):
+        registered.check_payload(registered.as_handled(codec, payload or {}, data))
     try:
         parsed = Priority.parse(priority) if priority is not None else None
     except ValueError as exc:

@@ -11,6 +11,7 @@ from uuid import UUID
 import pytest
 
 from pipeline import AvroPayload, JsonPayload, PayloadValidationError, Pipeline, Settings
+from pipeline._schedule import make_schedule
 from pipeline.testing import InMemoryTransport
 
 
@@ -125,6 +126,12 @@ def test_an_avro_payload_is_checked_at_enqueue_as_the_worker_decodes_it(
     job = app.codec.decode(transport.messages[-1].value)
     loaded = job_type.load_payload(codec, job.payload)
     assert loaded == {"to": "a", "lang": "en", "ref": UUID(ref), "tone": "A"}
+    # A schedule of it is checked the same way.
+    nightly = make_schedule(
+        "nightly", cron="0 3 * * *", job_type="send", payload={"to": "a", "ref": ref, "tone": "A"},
+        registered=job_type,
+    )  # fmt: skip
+    assert job_type.load_payload(codec, nightly.payload)["lang"] == "en"
 
     @app.job("send.typed", payload=AvroPayload(schema))
     def typed(to: str, lang: str, ref: UUID, tone: int) -> None: ...

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -138,16 +138,17 @@ def test_a_job_given_up_by_its_thread_as_its_time_limit_ends_it_ends_once() -> N
                 released.wait(10)
 
         h = Harness(app, concurrency=4, threads=1)
+        processor, pool = h.processor, h.processor.pool
+        done = pool._done = _Completions(2)  # before the pool's thread starts and takes it
         h.feed(*(h.message("slow", {"i": i}) for i in range(2)))
         assert await asyncio.to_thread(blocking.wait, 10)
-        processor, pool = h.processor, h.processor.pool
         h.partition.active = False  # revoked, past its grace (see Worker.revoke)
         processor.drop([h.partition])
         h.partition.released = True
         # The loop stays busy while the thread ends job 0, then takes job 1 and gives it up...
         released.set()
-        assert _until(lambda: len(pool._done) == 2)  # on the loop's thread: it waits
-        [queued] = [work for work, *_ in pool._done if work.offset == 1]
+        assert done.full.wait(10)  # on the loop's thread: the completions wait for it
+        [queued] = [work for work, *_ in done if work.offset == 1]
         processor._overtime.expire(queued)  # ...and the job's timer fires in the same turn
         assert await processor.wait_idle((), 10)
         assert processor.in_flight == 0
@@ -158,12 +159,15 @@ def test_a_job_given_up_by_its_thread_as_its_time_limit_ends_it_ends_once() -> N
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
-def _until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Whether ``condition`` came true within ``timeout`` (looked at every millisecond: the
-    pool thread's completions wait for the loop, which the caller keeps busy meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
+class _Completions(deque[Any]):
+    """The pool's completions, which say (``full``) once ``count`` of them are in."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.wanted = count
+        self.full = threading.Event()
+
+    def append(self, item: Any) -> None:
+        super().append(item)
+        if len(self) >= self.wanted:
+            self.full.set()
