@@ -23,6 +23,7 @@ from ._codec import EventCodec
 from ._deadletters import LetterStatus, StoredLetter, read_dead_letters
 from ._deadletters import _Reader as TopicReader
 from ._errors import DecodeError, PipelineError
+from ._ratelog import RateLimitedLog
 from ._records import Event, EventKind
 from ._topics import TopicNames
 
@@ -61,6 +62,9 @@ class JobHistory:
     letters: list[StoredLetter] = field(default_factory=list)
     scanned: int = 0
     """Records of ``<ns>.events`` read to find the events."""
+    unreadable: int = 0
+    """Records of the job (by their key) that could not be decoded as events: written by a
+    newer version of the workers, or by another producer."""
 
     @property
     def found(self) -> bool:
@@ -95,20 +99,59 @@ class JobHistory:
     def _last_known(self) -> Event | None:
         """The last event, but for a ``replayed`` one that the run it sent came after: a
         replay is stamped by the operator's clock, the run by the worker's, and they may tie
-        or disagree by a few milliseconds."""
-        if not self.events:
+        or disagree by a few milliseconds. The death it answered, and the run that died, are not
+        that run even within those milliseconds (a ``--reset-attempts`` replay sends attempt 1
+        after a later one)."""
+        events = _current(self.events)
+        if not events:
             return None
-        last = self.events[-1]
+        last = events[-1]
         if last.kind == EventKind.REPLAYED:
             since = last.at - CLOCK_SKEW_MS
+            before = events[:-1]
+            died = next(
+                (i for i in reversed(range(len(before))) if before[i].kind == EventKind.DEAD),
+                -1,
+            )  # the death it answered: that run's events came before it
             ran = [
                 e
-                for e in self.events
+                for e in before[died + 1 :]
                 if e.kind != EventKind.REPLAYED and e.attempt >= last.attempt and e.at >= since
             ]
             if ran:
                 return ran[-1]
         return last
+
+
+_ENDS_ATTEMPT = frozenset(
+    {
+        EventKind.SUCCEEDED,
+        EventKind.RETRIED,
+        EventKind.DEAD,
+        EventKind.DEDUPLICATED,
+        EventKind.DISCARDED,
+    }
+)
+
+
+def _current(events: list[Event]) -> list[Event]:
+    """``events`` without the ``started`` and ``progress`` ones of an attempt that had ended.
+
+    A plain function past its time limit goes on running on its thread (its attempt retried or
+    dead already): its ``ctx.progress()`` calls still write events, which say nothing of where
+    the job is now. A replay starts a new run, whose attempts may count from 1 again.
+    """
+    ended: set[int] = set()
+    kept = []
+    for event in events:
+        if event.kind == EventKind.REPLAYED:
+            ended.clear()
+        elif event.kind in _ENDS_ATTEMPT:
+            ended.add(event.attempt)
+        elif event.attempt in ended:
+            continue
+        kept.append(event)
+    return kept
 
 
 CLOCK_SKEW_MS = 1000
@@ -179,11 +222,14 @@ def job_history(
     with TopicReader(settings, timeout, idle_timeout=True) as reader:
         messages = reader.read(topic, keep=of_job)[topic]
     events = []
+    unreadable = 0
     for message in messages:
         event = _decode(codec, message)
-        if event is not None and event.job_id == job_id:
+        if event is None:
+            unreadable += 1
+        elif event.job_id == job_id:
             events.append(event)
-    history = JobHistory(job_id, in_time_order(events), scanned=scanned)
+    history = JobHistory(job_id, in_time_order(events), scanned=scanned, unreadable=unreadable)
     if letters is not None:
         history.letters = letters(job_id)
     else:
@@ -208,15 +254,19 @@ def follow_events(
 
     While no event arrives, Kafka is asked for its metadata every second: Kafka not answering
     for ``timeout`` seconds raises :class:`KafkaUnavailableError` (a tail never waits silently
-    on a lost cluster), and the idle time does not end while Kafka does not answer.
+    on a lost cluster). The idle time does not end while Kafka does not answer, and starts
+    again once it answers after an outage: the events written meanwhile are read first. With
+    ``from_beginning`` it starts once every partition was read to its end.
     """
     topic = TopicNames(settings.namespace).events
     codec = EventCodec()
+    undecodable = RateLimitedLog(_log, interval_s=60.0)
     with TopicReader(settings, timeout) as reader:
+        partitions = reader.partitions(topic)
         start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-        reader.consumer.assign([TopicPartition(topic, p, start) for p in reader.partitions(topic)])
-        last = answered = time.monotonic()
-        while True:
+        reader.consumer.assign([TopicPartition(topic, p, start) for p in partitions])
+        clock = _TailClock(reader, topic, until_idle, timeout, partitions if from_beginning else [])
+        while not clock.ended():
             try:
                 messages = reader.consumer.consume(500, 0.2)
             except KafkaException as exc:
@@ -225,23 +275,79 @@ def follow_events(
                 error = message.error()
                 if error is not None:
                     if error.code() == KafkaError._PARTITION_EOF:
-                        answered = time.monotonic()
+                        clock.read_to_end(message.partition())
                     elif not error.retriable():
                         raise PipelineError(f"reading {topic} failed: {error.str()}")
                     continue
-                last = answered = time.monotonic()
+                clock.received()
                 event = _decode(codec, message)
-                if event is not None and event_filter.matches(event):
+                if event is None:
+                    undecodable.warning(
+                        "event",
+                        "left out records of %s that could not be decoded as events "
+                        "(--log-level INFO says which): written by a newer version?",
+                        topic,
+                    )
+                elif event_filter.matches(event):
                     yield event
-            now = time.monotonic()
-            idle = until_idle is not None and now - last >= until_idle
-            if now - answered >= _PROBE_S or idle:
-                if _answers(reader, topic):
-                    answered = time.monotonic()
-                    if idle:
-                        return
-                elif time.monotonic() - answered >= timeout:
-                    raise reader.unavailable(f"{topic} not read for {timeout:g}s")
+
+
+class _TailClock:
+    """When a tail is idle, and whether Kafka still answers it.
+
+    ``unread``: the partitions read from the beginning and not to their end yet; the idle time
+    starts once there are none (a slow first fetch, or one partition behind the others, does
+    not end the tail as idle). An outage stops the idle time, which starts again once Kafka
+    answers: what was written meanwhile is read before the tail ends.
+    """
+
+    def __init__(
+        self,
+        reader: TopicReader,
+        topic: str,
+        until_idle: float | None,
+        timeout: float,
+        unread: Sequence[int],
+    ) -> None:
+        self._reader = reader
+        self._topic = topic
+        self._until_idle = until_idle
+        self._timeout = timeout
+        self._unread = set(unread)
+        self._last = self._answered = self._read = time.monotonic()
+        """The last record; the last sign of Kafka answering; the last record or end read."""
+        self._down = False
+
+    def received(self) -> None:
+        self._last = self._answered = self._read = time.monotonic()
+
+    def read_to_end(self, partition: int | None) -> None:
+        self._answered = self._read = time.monotonic()
+        self._unread.discard(partition)
+
+    def ended(self) -> bool:
+        """Whether the tail is idle long enough; raises when Kafka does not answer it."""
+        now = time.monotonic()
+        if self._unread:
+            if now - self._read >= self._timeout:
+                raise self._reader.unavailable(
+                    f"{self._topic} partition(s) {sorted(self._unread)} not read to their end "
+                    f"for {self._timeout:g}s"
+                )
+            self._last = now
+        idle = self._until_idle is not None and now - self._last >= self._until_idle
+        if now - self._answered < _PROBE_S and not idle:
+            return False
+        if not _answers(self._reader, self._topic):
+            self._down = True
+            if time.monotonic() - self._answered >= self._timeout:
+                raise self._reader.unavailable(f"{self._topic} not read for {self._timeout:g}s")
+            return False
+        self._answered = time.monotonic()
+        if self._down:  # the idle time counts again, with Kafka answering
+            self._down, self._last = False, self._answered
+            return False
+        return idle
 
 
 _PROBE_S = 1.0

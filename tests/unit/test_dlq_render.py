@@ -189,3 +189,14 @@ def test_events_tail_prints_no_control_character(monkeypatch: pytest.MonkeyPatch
     assert unprintable(result.output.splitlines()) == []
     assert "email\\x1b[31m.send" in result.output
     assert "w\\x1bc" in result.output
+
+
+def test_jobs_show_warns_of_the_job_s_records_it_could_not_decode(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    history = JobHistory("job-1", [], [], 7, unreadable=2)
+    monkeypatch.setattr(_jobs, "job_history", lambda settings, job_id, timeout: history)
+    result = CliRunner().invoke(_jobs.jobs, ["show", "job-1", *NOWHERE])
+    assert result.exit_code == 1
+    assert "left out 2 records of job job-1" in result.stderr
+    assert "nothing known about job job-1" in result.stderr

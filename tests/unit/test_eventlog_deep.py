@@ -47,3 +47,16 @@ def test_a_lookup_on_a_deep_events_topic_succeeds_while_kafka_keeps_answering(
     history = job_history(Settings(namespace="ns"), "j1", timeout=1.0, letters=lambda job: [])
     assert history.scanned == 15
     assert [event.at for event in history.events] == [1, 4, 7, 10, 13]
+
+
+def test_a_lookup_counts_the_job_s_records_it_cannot_decode(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Events of a newer schema (an unknown writer fingerprint): "nothing known" blamed the
+    # retention or the events level, where the reader could not read what was there.
+    consumer = EventsConsumer(clock, count=6)
+    consumer.values[1] = consumer.values[4] = b"\xc3\x01" + bytes(8) + b"newer"
+    monkeypatch.setattr(_reader, "Consumer", lambda conf: consumer)
+    history = job_history(Settings(namespace="ns"), "j1", timeout=10.0, letters=lambda job: [])
+    assert history.unreadable == 2
+    assert not history.found

@@ -305,3 +305,32 @@ def test_a_job_read_again_after_it_succeeded_is_said_to_have_succeeded() -> None
     history = [event("started", 1), event("succeeded", 2), event("deduplicated", 3)]
     assert JobHistory("j1", history).state == "succeeded"
     assert JobHistory("j1", [event("deduplicated", 3)]).state == "skipped as a duplicate"
+
+
+def test_a_timed_out_attempt_s_progress_does_not_say_the_job_runs() -> None:
+    """A plain function past its time limit goes on on its thread and calls ``ctx.progress()``:
+    its attempt was retried (or the job succeeded at the next one) all the same."""
+    retried = [event("started", 0), event("retried", 5_000), event("progress", 6_000)]
+    assert JobHistory("j1", retried).state == "waiting for a retry"
+    succeeded = [*retried[:2], event("started", 7_000, attempt=2)]
+    succeeded += [event("succeeded", 7_100, attempt=2), event("progress", 8_000)]
+    assert JobHistory("j1", succeeded).state == "succeeded"
+    # A replay with its attempts reset runs attempt 1 again: that run's progress counts.
+    letter = DeadLetter(
+        reason="fatal_error", message="no", source_topic="t", source_partition=0, source_offset=0
+    )
+    replayed = StoredLetter(letter, 0, 0, LetterState(status=LetterStatus.REPLAYED, at=9, by="o"))
+    again = [event("started", 0), event("dead", 5), event("replayed", 9_000)]
+    again += [event("started", 9_500), event("progress", 9_800)]
+    assert JobHistory("j1", again, [replayed]).state == "running (or its worker stopped)"
+
+
+def test_a_reset_replay_within_the_clocks_margin_is_not_the_death_it_answered() -> None:
+    # The operator replayed with --reset-attempts 500 ms after the job died at attempt 3.
+    letter = DeadLetter(
+        reason="fatal_error", message="no", source_topic="t", source_partition=0, source_offset=0
+    )
+    replayed = StoredLetter(letter, 0, 0, LetterState(status=LetterStatus.REPLAYED, at=9, by="o"))
+    reset = [event("started", 1_000, attempt=3), event("dead", 1_200, attempt=3)]
+    reset.append(event("replayed", 1_700, attempt=1))
+    assert JobHistory("j1", reset, [replayed]).state == "replayed, waiting to run"

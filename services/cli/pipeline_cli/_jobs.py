@@ -17,7 +17,7 @@ from pipeline._eventlog import EventFilter, follow_events, job_history
 from pipeline._human import event_detail, when
 from pipeline._records import EventKind
 
-from ._dlqrender import letter_json, shown
+from ._dlqrender import letter_json, plural, shown
 from ._output import (
     INTERVAL_MAX_S,
     Seconds,
@@ -85,6 +85,13 @@ def show(job_id: str, timeout: float, as_json: bool, settings: Settings) -> None
     """
     with cli_errors():
         history = job_history(settings, job_id, timeout=timeout)
+    if history.unreadable:
+        click.echo(
+            f"warning: left out {plural(history.unreadable, 'record')} of job {job_id} on "
+            f"{settings.namespace}.events that could not be decoded as events (written by a "
+            "newer version of the workers? --log-level INFO says why)",
+            err=True,
+        )
     if not history.found and not as_json:
         raise _not_found(job_id, history.scanned, settings)
     if as_json:
@@ -95,6 +102,7 @@ def show(job_id: str, timeout: float, as_json: bool, settings: Settings) -> None
                 "events": [_event_json(e) for e in history.events],
                 "dead_letters": [letter_json(s) for s in history.letters],
                 "scanned_events": history.scanned,
+                "unreadable_events": history.unreadable,
             }
         )
     else:

@@ -46,3 +46,15 @@ def test_the_job_link_of_a_letter_looks_up_its_job(
     assert link is not None, page.text
     assert client.get(html.unescape(link.group(1))).status_code == 200
     assert looked_up == [JOB_ID]
+
+
+def test_the_job_page_says_it_left_out_records_it_could_not_decode(
+    app: Starlette, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def history(settings: Any, job_id: str, **kwargs: Any) -> JobHistory:
+        return JobHistory(job_id, [], scanned=9, unreadable=3)
+
+    monkeypatch.setattr(_jobsview, "job_history", history)
+    page = _client(app).get("/jobs", params={"id": "j1"})
+    assert page.status_code == 200
+    assert re.search(r'id="unreadable">3 records of this job', page.text), page.text
