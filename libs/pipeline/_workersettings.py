@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
-from ._dedup import DedupScope
+from ._dedup import TTL_MAX_S, DedupScope
 from ._job import Priority
 from ._redact import RedactedRepr
 from ._tenantsettings import TenantSettings
@@ -92,7 +92,9 @@ class WorkerSettings(RedactedRepr, BaseModel):
     dedup_ttl_s: float = Field(
         3600.0,
         gt=0,
-        description="seconds an idempotency key is held, for job types that name no dedup_ttl",
+        le=TTL_MAX_S,
+        description="seconds an idempotency key is held, for job types that name no dedup_ttl "
+        "(at most 1000 years)",
     )
     dedup_scope: DedupScope = Field(
         DedupScope.NAMESPACE,

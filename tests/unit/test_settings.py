@@ -351,3 +351,11 @@ def test_the_longest_namespace_makes_topic_names_kafka_takes() -> None:
     topics += [names.dedup, names.schedules, names.scheduler_state, names.events, names.workers]
     topics += [scheduler_control_topic(namespace), deferred_tier_topic(namespace, 99)]
     assert [t for t in topics if topic_name_problem(t)] == []
+
+
+@pytest.mark.parametrize("ttl", ["inf", "1e11", "nan"])
+def test_a_dedup_ttl_beyond_what_a_key_can_be_held_is_refused_at_the_start(ttl: str) -> None:
+    # Accepted, it made every keyed job's admission fail (a store failure: the job ran) and so
+    # turned deduplication off, duplicates included, with a warning per job.
+    with pytest.raises(ValidationError, match="dedup_ttl_s"):
+        WorkerSettings(dedup_ttl_s=ttl)
