@@ -136,20 +136,27 @@ class Scheduler:
         return "standby"
 
     def health(self) -> tuple[bool, str]:
-        """Healthy while the loop turns and Kafka was not unreachable for ``unhealthy_after_s``.
-
-        A term's start is not a stall (reading the state may take a minute) until it has run
-        :data:`START_BUDGET_S`: then it cannot give the lead up, and only a restart makes the
-        process leave the group. A process whose starts fail gives the lead up by itself and
-        stays healthy: restarted, a lone scheduler would fail the same way, and stop trying
-        while it is restarted."""
-        now = time.monotonic()
+        """``/healthz``: :meth:`live`, Kafka not unreachable for ``unhealthy_after_s`` and the
+        credentials not refused."""
         role = self._role()
         if self.broker.refusal is not None:
             return False, f"{role}: {authentication_error(self.settings, self.broker.refusal)}"
         down = self.broker.unreachable_for()
         if down is not None and down >= self.settings.scheduler.unhealthy_after_s:
             return False, f"{role}: {self.broker.describe()}"
+        return self.live()
+
+    def live(self) -> tuple[bool, str]:
+        """``/livez``: whether the loop turns, what a restart mends (Kafka unreachable is not:
+        schedulers restarted in an outage may still be in their back-off when it ends).
+
+        A term's start is not a stall (reading the state may take a minute) until it has run
+        :data:`START_BUDGET_S`: then it cannot give the lead up, and only a restart makes the
+        process leave the group. A process whose starts fail gives the lead up by itself and
+        stays live: restarted, a lone scheduler would fail the same way, and stop trying
+        while it is restarted."""
+        now = time.monotonic()
+        role = self._role()
         starting = self._starting_since
         if starting is not None:
             if now - starting <= START_BUDGET_S:
@@ -170,7 +177,9 @@ class Scheduler:
             signal.signal(signal.SIGINT, self._on_signal)
         port = self.settings.scheduler.metrics_port
         server = (
-            MetricsServer(self.metrics.registry, self.health, port) if port is not None else None
+            MetricsServer(self.metrics.registry, self.health, port, live=self.live)
+            if port is not None
+            else None
         )
         self.metrics_port = server.port if server is not None else None
         wait = self.settings.scheduler.max_wait_s

@@ -130,14 +130,20 @@ class Worker:
                 loop.call_soon_threadsafe(self._stopped.set)
 
     def healthy(self) -> tuple[bool, str]:
-        """Whether the consumer loop and the event loop are alive and turned recently, and
-        Kafka has not been unreachable for ``unhealthy_after_s``."""
+        """``/healthz``: :meth:`live`, and Kafka not unreachable for ``unhealthy_after_s``."""
+        alive, why = self.live()
+        down = self.health.unreachable_for()
+        if alive and down is not None and down >= self.settings.worker.unhealthy_after_s:
+            return False, self.health.describe()
+        return alive, why
+
+    def live(self) -> tuple[bool, str]:
+        """``/livez``: whether the consumer loop and the event loop are alive and turned
+        recently, what a restart mends. Kafka unreachable is not: a worker restarted in an
+        outage loses the outcomes it holds for Kafka's return (their jobs run again)."""
         consumer = self._consumer
         if consumer is None or self._stopped is None:
             return False, "starting"
-        down = self.health.unreachable_for()
-        if down is not None and down >= self.settings.worker.unhealthy_after_s:
-            return False, self.health.describe()
         now = time.monotonic()
         limit = max(15.0, self.settings.worker.revoke_grace_s + 5.0)
         if consumer.done.is_set():
@@ -404,7 +410,7 @@ class Worker:
         self.registry = make_registry(self.metrics, gauges)
         if port is None:
             return None
-        server = MetricsServer(self.registry, self.healthy, port)
+        server = MetricsServer(self.registry, self.healthy, port, live=self.live)
         self.metrics_port = server.port
         _log.info("serving /metrics and /healthz", extra={"port": server.port})
         return server

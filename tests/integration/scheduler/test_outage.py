@@ -52,6 +52,8 @@ def test_an_unreachable_broker_is_one_log_line_and_healthz_503(
     assert answer[0] == 503
     assert answer[1].startswith(f"standby: Kafka at {servers} unreachable for")
     assert "Connection refused" in answer[1]
+    # Alive all the same: the liveness probe does not restart it for what a restart cannot mend.
+    assert health(port, "/livez") == (200, "standby\n")
     lines = scheduler.output().splitlines()
     assert sum("unreachable since" in line for line in lines) == 1, scheduler.output()
     assert len(lines) <= 4, scheduler.output()

@@ -66,6 +66,8 @@ def test_an_unreachable_broker_is_one_log_line_and_healthz_503(
     assert answer[0] == 503
     assert f"Kafka at {servers} unreachable for" in answer[1]
     assert "Connection refused" in answer[1]
+    # Alive all the same: the liveness probe does not restart it for what a restart cannot mend.
+    assert health(port, "/livez") == (200, "ok\n")
     # librdkafka retried the connection ~100 times meanwhile, each with a log line before.
     lines = worker.log().splitlines()
     assert sum("unreachable since" in line for line in lines) == 1, worker.log_tail()

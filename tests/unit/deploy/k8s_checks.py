@@ -97,10 +97,9 @@ def _command_port(container: Manifest) -> int | None:
     return int(command[command.index("--metrics-port") + 1])
 
 
-_PROBE_PATHS = {(EXPORTER, "livenessProbe"): "/livez", (EXPORTER, "readinessProbe"): "/healthz"}
-"""The exporter's /healthz fails while Kafka is unreachable, which a restart does not mend: it
-is its readiness, and /livez (the read loop turns) its liveness. The worker and the scheduler
-are probed on /healthz."""
+_PROBE_PATHS = {"livenessProbe": "/livez", "startupProbe": "/livez", "readinessProbe": "/healthz"}
+"""/healthz fails while Kafka is unreachable, which a restart does not mend: it is each
+process's readiness, and /livez (its loops turn) its startup and liveness probes."""
 
 
 def probe_problems(objects: list[Manifest]) -> list[str]:
@@ -117,11 +116,10 @@ def probe_problems(objects: list[Manifest]) -> list[str]:
             metrics_port = getattr(settings, section).metrics_port
             if metrics_port is None:
                 problems.append(f"{name}: PIPELINE_{section.upper()}__METRICS_PORT is not set")
-        for kind in ("livenessProbe", "startupProbe", "readinessProbe"):
+        for kind, wanted in _PROBE_PATHS.items():
             probe = container.get(kind)
-            wanted = _PROBE_PATHS.get((name, kind), "/healthz")
             if probe is None:
-                if kind == "livenessProbe" or (name, kind) in _PROBE_PATHS:
+                if kind != "startupProbe":
                     problems.append(f"{name}: no {kind}")
                 continue
             get = probe.get("httpGet", {})
@@ -211,6 +209,16 @@ def keda_problems(objects: list[Manifest]) -> list[str]:
         topics.add(meta.get("topic"))
         if meta.get("consumerGroup") != group:
             problems.append(f"trigger {trigger.get('name')}: group {meta.get('consumerGroup')}")
+        short = [
+            host
+            for host in str(meta.get("bootstrapServers", "")).split(",")
+            if ".svc" not in host.rsplit(":", 1)[0]
+        ]
+        if short:
+            problems.append(
+                f"trigger {trigger.get('name')}: {','.join(short)} is not fully qualified "
+                "(<service>.<namespace>.svc...): KEDA resolves it in its own namespace"
+            )
         if meta.get("bootstrapServers") != settings.bootstrap_servers:
             problems.append(
                 f"trigger {trigger.get('name')}: brokers {meta.get('bootstrapServers')}, "

@@ -123,24 +123,6 @@ def test_each_invariant_catches_a_broken_copy() -> None:
     assert "worker.concurrency" in " ".join(k8s_checks.env_problems(broken))
 
     broken = rendered("dev")
-    _set_setting(broken, "PIPELINE_WORKER__METRICS_PORT", "9000")
-    assert "not /healthz on the metrics port 9000" in " ".join(k8s_checks.probe_problems(broken))
-    broken = rendered("dev")
-    command = only_container(find(broken, "Deployment", EXPORTER))["command"]
-    command[command.index("--metrics-port") + 1] = "9003"
-    assert "pipeline-exporter: livenessProbe asks /livez on port 8002" in " ".join(
-        k8s_checks.probe_problems(broken)
-    )
-    broken = rendered("dev")  # restarted whenever Kafka is unreachable
-    exporter = only_container(find(broken, "Deployment", EXPORTER))
-    exporter["livenessProbe"]["httpGet"]["path"] = "/healthz"
-    assert "pipeline-exporter: livenessProbe asks /healthz on port 8002, not /livez" in " ".join(
-        k8s_checks.probe_problems(broken)
-    )
-    del exporter["readinessProbe"]
-    assert "pipeline-exporter: no readinessProbe" in k8s_checks.probe_problems(broken)
-
-    broken = rendered("dev")
     find(broken, "ScaledObject", WORKER)["spec"]["maxReplicaCount"] = 4  # 3 partitions
     assert "maxReplicaCount 4 <= partitions 3" in " ".join(k8s_checks.replica_problems(broken))
     broken = rendered("dev")
@@ -168,6 +150,42 @@ def test_each_invariant_catches_a_broken_copy() -> None:
     problems = " ".join(k8s_checks.keda_problems(broken))
     assert "group pipeline.workers" in problems
     assert "billing.jobs.high" in problems
+    broken = rendered("dev")  # a name the scaler resolves in KEDA's namespace, not the workers'
+    _set_setting(broken, "PIPELINE_BOOTSTRAP_SERVERS", "kafka:9092")
+    for trigger in find(broken, "ScaledObject", WORKER)["spec"]["triggers"]:
+        trigger["metadata"]["bootstrapServers"] = "kafka:9092"
+    assert "trigger lag-high: kafka:9092 is not fully qualified" in " ".join(
+        k8s_checks.keda_problems(broken)
+    )
+
+
+def test_the_probe_check_catches_a_broken_probe() -> None:
+    broken = rendered("dev")
+    _set_setting(broken, "PIPELINE_WORKER__METRICS_PORT", "9000")
+    assert "not /livez on the metrics port 9000" in " ".join(k8s_checks.probe_problems(broken))
+    for name in (WORKER, SCHEDULER):  # restarted in a loop through a Kafka outage
+        broken = rendered("dev")
+        container = only_container(find(broken, "Deployment", name))
+        container["livenessProbe"]["httpGet"]["path"] = "/healthz"
+        assert f"{name}: livenessProbe asks /healthz on port" in " ".join(
+            k8s_checks.probe_problems(broken)
+        )
+        del container["readinessProbe"]
+        assert f"{name}: no readinessProbe" in k8s_checks.probe_problems(broken)
+    broken = rendered("dev")
+    command = only_container(find(broken, "Deployment", EXPORTER))["command"]
+    command[command.index("--metrics-port") + 1] = "9003"
+    assert "pipeline-exporter: livenessProbe asks /livez on port 8002" in " ".join(
+        k8s_checks.probe_problems(broken)
+    )
+    broken = rendered("dev")  # restarted whenever Kafka is unreachable
+    exporter = only_container(find(broken, "Deployment", EXPORTER))
+    exporter["livenessProbe"]["httpGet"]["path"] = "/healthz"
+    assert "pipeline-exporter: livenessProbe asks /healthz on port 8002, not /livez" in " ".join(
+        k8s_checks.probe_problems(broken)
+    )
+    del exporter["readinessProbe"]
+    assert "pipeline-exporter: no readinessProbe" in k8s_checks.probe_problems(broken)
 
 
 def test_the_workers_drain_before_the_kubelet_kills_them() -> None:

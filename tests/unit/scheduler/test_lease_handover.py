@@ -177,4 +177,7 @@ def test_healthz_fails_when_a_start_runs_past_the_budget_and_not_before(
     reason = run.scheduler.health()[1]
     assert reason.startswith("leader, starting its term: stuck, the start of its term has run")
     assert "no other scheduler can take it until it is restarted" in reason
+    alive, why = run.scheduler.live()  # a restart is what mends it
+    assert not alive
+    assert why.startswith("leader, starting its term: stuck"), why
     stuck.set()

@@ -77,3 +77,17 @@ def test_a_failure_s_exit_code_stands_against_a_burst_s_end() -> None:
     worker._fail(1)
     worker._fail(0)
     assert worker._exit_code == 1
+
+
+def test_kafka_unreachable_fails_healthz_and_not_livez() -> None:
+    """A restart does not bring Kafka back: restarted by its liveness probe in an outage, a
+    worker lost the outcomes it held for Kafka's return (their jobs ran again)."""
+    worker = worker_whose_consumer(silent_s=1, reading_back=False)
+    worker.health = SimpleNamespace(  # type: ignore[assignment]
+        unreachable_for=lambda: 3600.0, describe=lambda: "Kafka at k:9092 unreachable for 1h"
+    )
+    assert worker.healthy() == (False, "Kafka at k:9092 unreachable for 1h")
+    assert worker.live() == (True, "ok")
+    stuck = worker_whose_consumer(silent_s=600, reading_back=False)
+    assert stuck.live()[0] is False
+    assert stuck.healthy()[0] is False

@@ -35,10 +35,10 @@ def total(samples: dict[str, float], name: str) -> float:
     return sum(v for series, v in samples.items() if series.partition("{")[0] == name)
 
 
-def health(port: int) -> tuple[int, str] | None:
-    """Status and body of ``http://localhost:<port>/healthz``, or None while nothing answers."""
+def health(port: int, path: str = "/healthz") -> tuple[int, str] | None:
+    """Status and body of ``http://localhost:<port><path>``, or None while nothing answers."""
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
