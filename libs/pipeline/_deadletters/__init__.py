@@ -10,6 +10,8 @@ topics kept in memory and refreshed with what was added, for a dashboard).
 from __future__ import annotations
 
 from ._filters import (
+    EARLIEST_MS,
+    LATEST_MS,
     LetterFilter,
     is_duration_ago,
     parse_when,
@@ -43,6 +45,7 @@ from ._replay import (
     WriteReport,
     discard_letters,
     dlq_transactional_id,
+    letters_done,
     replay_letters,
 )
 from ._state import (
@@ -64,7 +67,9 @@ from ._stats import (
 
 __all__ = [
     "ALL",
+    "EARLIEST_MS",
     "INDEX_STEP",
+    "LATEST_MS",
     "DeadLetterNotFoundError",
     "DeadLetterSnapshot",
     "DlqStats",
@@ -88,6 +93,7 @@ __all__ = [
     "is_duration_ago",
     "leave_empty",
     "letter_order",
+    "letters_done",
     "nothing_to_replay",
     "parse_when",
     "read_dead_letters",

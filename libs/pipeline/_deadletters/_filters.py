@@ -15,6 +15,12 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 
 
+EARLIEST_MS = -62_135_596_800_000
+"""0001-01-01T00:00:00Z in epoch milliseconds: the first time a datetime holds."""
+LATEST_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z in epoch milliseconds: the last time a datetime holds."""
+
+
 def is_duration_ago(text: str) -> bool:
     """Whether ``text`` is a duration ago (``30m``, ``2h``...), which :func:`parse_when` reads
     as another time at every call, rather than a time."""

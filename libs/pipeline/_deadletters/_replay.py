@@ -195,8 +195,9 @@ def _batches(
 
 
 def _after(exc: PipelineError, done: Sequence[StoredLetter]) -> PipelineError:
-    """``exc``, which stopped a command after the batches of ``done`` were committed, saying so:
-    the same command with ``--force`` would act on them again (replay their jobs twice)."""
+    """``exc``, which stopped a command after the batches of ``done`` were committed, saying so
+    (and :func:`letters_done` counting them): the same command with ``--force`` would act on
+    them again (replay their jobs twice)."""
     if not done:
         return exc
     note = (
@@ -204,10 +205,24 @@ def _after(exc: PipelineError, done: Sequence[StoredLetter]) -> PipelineError:
         "command again, without --force, to go on with the others)"
     )
     if isinstance(exc, TransactionFencedError):
-        return TransactionFencedError(f"{exc}{note}", exc.reason)
-    told = copy.copy(exc)
-    told.args = (f"{exc}{note}",)
+        told: PipelineError = TransactionFencedError(f"{exc}{note}", exc.reason)
+    else:
+        told = copy.copy(exc)
+        told.args = (f"{exc}{note}",)
+    told._letters_done = len(done)  # type: ignore[attr-defined]
     return told
+
+
+def letters_done(exc: BaseException) -> int:
+    """How many dead letters the batches committed before ``exc`` (or the error it was raised
+    from) stopped a replay or a discard had done (0: none, or no such command)."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        done = getattr(cause, "_letters_done", None)
+        if isinstance(done, int):
+            return done
+        cause = cause.__cause__
+    return 0
 
 
 def _produce_all(records: Sequence[_Record], txn: Transactions) -> None:

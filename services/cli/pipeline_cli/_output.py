@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from pydantic import ValidationError
 
-from pipeline._deadletters import parse_when
+from pipeline._deadletters import EARLIEST_MS, LATEST_MS, parse_when
 from pipeline._errors import (
     ConfigurationError,
     KafkaAuthenticationError,
@@ -223,12 +223,6 @@ class Seconds(click.FloatRange):
             if not math.isfinite(float(value)):
                 self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return super().convert(value, param, ctx)
-
-
-EARLIEST_MS = -62_135_596_800_000
-"""0001-01-01T00:00:00Z in epoch milliseconds: the first time a datetime holds."""
-LATEST_MS = 253_402_300_799_999
-"""9999-12-31T23:59:59.999Z in epoch milliseconds: the last time a datetime holds."""
 
 
 def within_dates(value: str, epoch_ms: int) -> int:

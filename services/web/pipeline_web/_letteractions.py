@@ -34,6 +34,7 @@ from pipeline._deadletters import (
     actionable,
     discard_letters,
     leave_empty,
+    letters_done,
     nothing_to_replay,
     read_dead_letters,
     replay_letters,
@@ -236,13 +237,14 @@ async def letters_action(request: Request) -> Response:
     reset = fields.get("reset_attempts") == "1"
     act = partial(_act, dashboard, action, letter_filter, fields.get("digest"), who, reset)
     try:
-        acted = await run_in_threadpool(dashboard.monitor.guarded, act)
+        acted = await run_in_threadpool(dashboard.monitor.writing, act)
     except CountChangedError as changed:
         previous = whole_number(fields.get("count", ""))
         page.update(count=changed.pending, digest=changed.digest, changed=True, previous=previous)
         return dashboard.render(request, "confirm.html", page)
     except PipelineError as exc:
-        dashboard.audit.record(who, f"dlq.{action}", target=target, count=0, outcome=str(exc))
+        done = letters_done(exc)  # in the batches committed before it failed
+        dashboard.audit.record(who, f"dlq.{action}", target=target, count=done, outcome=str(exc))
         notice = f"The {action} failed: {exc}"
     else:
         dashboard.audit.record(who, f"dlq.{action}", target=target, count=len(acted.done))

@@ -20,6 +20,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Route
 
 from pipeline._deadletters import (
+    EARLIEST_MS,
+    LATEST_MS,
     DeadLetterNotFoundError,
     LetterFilter,
     LetterKey,
@@ -31,6 +33,7 @@ from pipeline._errors import PipelineError
 from pipeline._human import bytes_text, hexdump, pretty_json
 from pipeline._job import PayloadEncoding
 from pipeline._jsonpayload import read_json
+from pipeline._records import DeadLetterReason
 
 from ._dashboard import dashboard_of
 
@@ -86,15 +89,29 @@ def parse_filter(fields: Mapping[str, str], now: int | None = None) -> LetterFil
             raise FilterError(f"{name}: {exc}") from None
         except OverflowError:  # a duration of 400 digits, say
             raise FilterError(f"{name}: {text!r} is out of range") from None
+        value = times[name]
+        if value is not None and not EARLIEST_MS <= value <= LATEST_MS:
+            raise FilterError(f"{name}: {text!r} is out of range (the years 1 to 9999)")
+    since, until = times["since"], times["until"]
+    if since is not None and until is not None and since >= until:
+        raise FilterError("since must be before until")
+    reasons = tuple(reason.strip().lower() for reason in _values(fields, "reason"))
+    if unknown := [reason for reason in reasons if reason not in _REASONS]:
+        raise FilterError(f"reason: {unknown[0]!r} is none of {', '.join(sorted(_REASONS))}")
     return LetterFilter(
         types=_values(fields, "type"),
-        reasons=_values(fields, "reason"),
+        reasons=reasons,
         error=(fields.get("error") or "").strip() or None,
         tenants=_values(fields, "tenant"),
         ids=_values(fields, "id"),
-        since=times["since"],
-        until=times["until"],
+        since=since,
+        until=until,
     )
+
+
+_REASONS = frozenset(reason.value for reason in DeadLetterReason)
+"""What ``reason`` may be: a misspelt one matched nothing, and a replay said "nothing to
+replay"."""
 
 
 def whole_number(text: str) -> int | None:

@@ -152,14 +152,25 @@ class Monitor:
         """``read()``, a page's read of Kafka, unless the readings find Kafka unreachable: then
         :class:`KafkaDownError` at once. Its :class:`KafkaUnavailableError` becomes that too
         if they found Kafka unreachable meanwhile, or :class:`KafkaSlowError` if they reach it."""
+        return self._guard(read, own_words=False)
+
+    def writing(self, write: Callable[[], T]) -> T:
+        """``write()``, an action's write to Kafka, as :meth:`guarded` but that its error stands
+        as raised when the readings found Kafka unreachable meanwhile: a write that failed
+        part-way says how far it got, and a job sent but not acknowledged names its id."""
+        return self._guard(write, own_words=True)
+
+    def _guard(self, call: Callable[[], T], *, own_words: bool) -> T:
         if (outage := self.outage) is not None:
             raise outage.error()
         try:
-            return read()
+            return call()
         except (KafkaDownError, KafkaSlowError):
             raise  # a guarded read within
         except KafkaUnavailableError as exc:
             if (outage := self.outage) is not None:
+                if own_words:
+                    raise
                 raise outage.error() from exc
             if (latest := self.latest) is None or self.problem is not None:
                 raise  # no word of Kafka either way

@@ -20,6 +20,7 @@ from starlette.routing import Route
 
 from pipeline._cronexpr import next_fire_ms
 from pipeline._cronstate import read_last_fires
+from pipeline._deadletters import LATEST_MS
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._job import now_ms
 from pipeline._schedule import payload_text
@@ -27,6 +28,7 @@ from pipeline._scheduleops import pause_schedule, resume_schedule, trigger_sched
 from pipeline._scheduletable import read_schedule_records
 
 from ._dashboard import dashboard_of
+from ._letters import whole_number
 from ._notices import signed_notice
 
 if TYPE_CHECKING:
@@ -117,26 +119,27 @@ async def schedule_action(request: Request) -> Response:
     if action not in ACTIONS:
         raise HTTPException(404, f"no schedule action {action!r}")
     name = _schedule_name(request)
-    settings, guarded = dashboard.settings, dashboard.monitor.guarded
+    settings, writing = dashboard.settings, dashboard.monitor.writing
     target: dict[str, object] = {"schedule": name}
+    changed = True
     try:
         if action == "pause":
-            await run_in_threadpool(guarded, partial(pause_schedule, settings, name, timeout=10.0))
-            notice = f"Schedule {name} paused: it fires no more until resumed."
+            pause = partial(pause_schedule, settings, name, timeout=10.0)
+            changed = await run_in_threadpool(writing, pause)
+            notice = (
+                f"Schedule {name} paused: it fires no more until resumed."
+                if changed
+                else f"Schedule {name} was paused already."
+            )
         elif action == "resume":
-            await run_in_threadpool(guarded, partial(resume_schedule, settings, name, timeout=10.0))
-            notice = f"Schedule {name} resumed."
+            resume = partial(resume_schedule, settings, name, timeout=10.0)
+            changed = await run_in_threadpool(writing, resume)
+            notice = f"Schedule {name} resumed." if changed else f"Schedule {name} was not paused."
         else:
-            raw_at = form.get("at")
-            try:
-                at = int(raw_at) if isinstance(raw_at, str) else now_ms()
-            except ValueError:
-                raise HTTPException(
-                    400, f"'at' must be epoch milliseconds, got {raw_at!r}"
-                ) from None
+            at = _fire_time(form.get("at"))
             target["at"] = at
             trigger = partial(trigger_schedule, settings, name, at, timeout=10.0)
-            job = await run_in_threadpool(guarded, trigger)
+            job = await run_in_threadpool(writing, trigger)
             target["job_id"] = job.id
             notice = f"Schedule {name} triggered: job {job.id} enqueued."
     except PipelineError as exc:
@@ -144,8 +147,21 @@ async def schedule_action(request: Request) -> Response:
             request.state.who, f"schedule.{action}", target=target, count=0, outcome=str(exc)
         )
         return _back(dashboard, f"Could not {action} {name}: {exc}")
-    dashboard.audit.record(request.state.who, f"schedule.{action}", target=target, count=1)
+    dashboard.audit.record(
+        request.state.who, f"schedule.{action}", target=target, count=int(changed)
+    )
     return _back(dashboard, notice)
+
+
+def _fire_time(raw: object) -> int:
+    """The fire time a trigger form sends (``at``, epoch milliseconds: the page's, so that a
+    form sent twice fires once); now without one."""
+    if not isinstance(raw, str):
+        return now_ms()
+    at = whole_number(raw)
+    if at is None or at > LATEST_MS:
+        raise HTTPException(400, f"'at' must be epoch milliseconds, got {raw!r}")
+    return at
 
 
 ROUTES = [

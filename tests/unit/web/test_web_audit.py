@@ -31,9 +31,12 @@ def test_an_action_whose_audit_line_cannot_be_written_still_answers_it_ran(
     rows = [ScheduleRow("nightly", _schedule("nightly"), None, None, [], "")]
     monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: rows)
     paused: list[str] = []
-    monkeypatch.setattr(
-        _schedules, "pause_schedule", lambda settings, name, timeout: paused.append(name)
-    )
+
+    def pause(settings: Settings, name: str, timeout: float) -> bool:
+        paused.append(name)
+        return True  # it was not paused: the record was written
+
+    monkeypatch.setattr(_schedules, "pause_schedule", pause)
     audit_log = tmp_path / "audit.jsonl"
     app = make_dashboard("audit", audit_log=str(audit_log))
     audit_log.unlink()

@@ -38,7 +38,12 @@ def paused(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The schedules the actions paused (the schedule list reads nothing)."""
     calls: list[str] = []
     monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: [])
-    monkeypatch.setattr(_schedules, "pause_schedule", lambda s, name, timeout: calls.append(name))
+
+    def pause(settings: object, name: str, timeout: float) -> bool:
+        calls.append(name)
+        return True  # it was not paused: the record was written
+
+    monkeypatch.setattr(_schedules, "pause_schedule", pause)
     return calls
 
 

@@ -41,7 +41,7 @@ def app(
     """A dashboard whose gate reads ``clock``, with one schedule, ``nightly``, that pauses."""
     rows = [ScheduleRow("nightly", _schedule("nightly"), None, None, [], "")]
     monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: rows)
-    monkeypatch.setattr(_schedules, "pause_schedule", lambda settings, name, timeout: None)
+    monkeypatch.setattr(_schedules, "pause_schedule", lambda settings, name, timeout: True)
     return make_dashboard("notices", clock=clock)
 
 

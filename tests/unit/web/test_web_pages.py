@@ -152,9 +152,12 @@ def _schedule_actions(
     rows = [ScheduleRow(n, _schedule(n), None, None, [], "") for n in names]
     monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: rows)
     calls: list[tuple[str, object]] = []
-    monkeypatch.setattr(
-        _schedules, "pause_schedule", lambda s, name, timeout: calls.append(("pause", name))
-    )
+
+    def pause(settings: Settings, name: str, timeout: float) -> bool:
+        calls.append(("pause", name))
+        return True  # it was not paused: the record was written
+
+    monkeypatch.setattr(_schedules, "pause_schedule", pause)
 
     def trigger(settings: Settings, name: str, at: int, timeout: float) -> Job:
         calls.append(("trigger", name))
@@ -457,7 +460,12 @@ def test_a_planted_csrf_cookie_is_replaced_and_never_accepted(
     next page, and its own forms work."""
     monkeypatch.setattr(_schedules, "read_rows", lambda settings, timeout: [])
     calls: list[str] = []
-    monkeypatch.setattr(_schedules, "pause_schedule", lambda s, name, timeout: calls.append(name))
+
+    def pause(settings: object, name: str, timeout: float) -> bool:
+        calls.append(name)
+        return True  # it was not paused: the record was written
+
+    monkeypatch.setattr(_schedules, "pause_schedule", pause)
     planted = _client(app)
     planted.cookies.set("pipeline_csrf", "planted")
     forged = planted.post("/schedules/nightly/pause", data={"csrf": "planted"})
