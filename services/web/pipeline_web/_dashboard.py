@@ -89,6 +89,9 @@ class Dashboard:
             "session": self.gate.session_valid(request.cookies.get(SESSION_COOKIE)),
             # Kafka's error names brokers and principals: not for the login page's strangers.
             "problem": self.monitor.problem if request.state.who is not None else None,
+            "letters_problem": (
+                self.monitor.letters_problem if request.state.who is not None else None
+            ),
             "notice": notice_of(self.gate, request.query_params),
         }
         response = self.templates.TemplateResponse(

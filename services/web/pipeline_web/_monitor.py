@@ -114,7 +114,9 @@ class Monitor:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pipeline-web-monitor", daemon=True)
         self._started = False
-        self._before_problem: str | None = None
+        self.letters_problem: str | None = None
+        """Why the last refresh of the dead letters (``before``) failed; None after one that
+        worked. The readings go on without it: the dead-letter counts are as of the last one."""
         self.problem: str | None = None
         """Why the last read failed (None after a successful one)."""
         self.outage: Outage | None = None
@@ -220,12 +222,12 @@ class Monitor:
             self._before(self._timeout)
         except PipelineError as exc:
             problem = str(exc)
-            if problem != self._before_problem:
+            if problem != self.letters_problem:
                 _log.warning("refreshing the dead letters failed: %s", problem)
         except Exception as exc:  # a bug must not end the readings; it is logged
             problem = f"{type(exc).__name__}: {exc}"
             _log.exception("refreshing the dead letters failed")
-        self._before_problem = problem
+        self.letters_problem = problem
 
     def _take(self, snapshot: StatusSnapshot) -> None:
         with self._read:

@@ -3,9 +3,11 @@ dead-letter index must not stop the readings of the status."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from pipeline import Settings
 from pipeline._backlogmodel import GroupMembers
@@ -13,6 +15,8 @@ from pipeline._errors import KafkaUnavailableError
 from pipeline._status import StatusSnapshot
 from pipeline_web import _monitor
 from pipeline_web._monitor import Monitor
+
+from .conftest import MakeDashboard
 
 NOW = 1_800_000_000_000
 
@@ -52,3 +56,19 @@ def test_a_failing_index_refresh_does_not_stop_the_status_readings(
     assert reading.at == NOW
     assert monitor.problem is None
     assert "monitored.dlq not read to the end" in caplog.text
+    assert monitor.letters_problem is not None
+    assert "monitored.dlq not read to the end" in monitor.letters_problem
+
+
+def test_the_pages_say_when_the_dead_letters_could_not_be_read(
+    make_dashboard: MakeDashboard,
+) -> None:
+    # A missing READ ACL on <ns>.dlq, say: the overview showed "0 pending" and no word.
+    app = make_dashboard("monitored")
+    app.state.dashboard.monitor.letters_problem = "monitored.dlq: Topic authorization failed"
+    client = TestClient(app, base_url="http://127.0.0.1", client=("127.0.0.1", 50000))
+    for path in ("/", "/dead-letters"):
+        page = client.get(path)
+        banner = re.search(r'id="letters-problem"[^>]*>(.*?)</p>', page.text, re.S)
+        assert banner is not None, (path, page.text)
+        assert "Topic authorization failed" in banner.group(1)
