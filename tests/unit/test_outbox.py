@@ -367,6 +367,20 @@ def test_a_job_larger_than_kafka_takes_is_refused_and_adds_no_row(
     assert len(rows(database)) == 2
 
 
+def test_a_job_too_large_for_its_idempotency_key_alone_asks_for_a_shorter_key(
+    app: Pipeline, database: Path
+) -> None:
+    # As app.enqueue says: the message carries the key twice; the payload is not the problem.
+    key = "k" * 500_100
+    with contextlib.closing(sqlite3.connect(database)) as connection:
+        outbox = app.outbox(connection)
+        with pytest.raises(ConfigurationError, match="pass a shorter key"):
+            outbox.enqueue("typed_text", {"text": "small"}, idempotency_key=key)
+        with pytest.raises(ConfigurationError, match="pass a shorter key"):
+            app.enqueue("typed_text", {"text": "small"}, idempotency_key=key)
+    assert rows(database) == []
+
+
 def test_an_autocommit_connection_outside_a_transaction_is_refused(
     app: Pipeline, database: Path
 ) -> None:

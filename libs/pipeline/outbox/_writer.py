@@ -133,7 +133,15 @@ class Outbox:
         in the caller's transaction, as ``enqueue`` would have been refused by the producer."""
         job = self._encode(job_type, payload, options)
         if not fits_in_message(self._max_bytes, job.value, job.key):
-            raise too_large(job_type, len(job.value) + len(job.key or b""), self._max_bytes)
+            # The message key is the idempotency key (the caller's, else ``outbox:<id>``);
+            # only the caller's can be too long, and the error says so, as ``enqueue``'s does.
+            given = options.get("idempotency_key") is not None
+            raise too_large(
+                job_type,
+                len(job.value) + len(job.key or b""),
+                self._max_bytes,
+                idempotency_key=len(job.key or b"") if given else 0,
+            )
         return job
 
     def enqueue(
