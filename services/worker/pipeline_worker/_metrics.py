@@ -12,6 +12,8 @@ import threading
 from bisect import bisect_left
 from dataclasses import dataclass, field
 
+from confluent_kafka import KafkaError
+
 DURATION_BUCKETS = (
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
 )  # fmt: skip
@@ -182,8 +184,15 @@ class WorkerMetrics:
         with self._lock:
             table[key] = table.get(key, 0) + amount
 
-    def count_commit(self, mode: str, ok: bool, seconds: float | None) -> None:
-        key = (mode, "ok" if ok else "error")
+    def count_commit(
+        self, mode: str, ok: bool, seconds: float | None, error: KafkaError | None = None
+    ) -> None:
+        """A commit ended; one refused as the group rebalances (``error`` says so) counts as
+        ``rebalance``, not ``error``: the next one, after the rebalance, takes its offsets."""
+        result = "ok" if ok else "error"
+        if error is not None and error.code() in _REBALANCING:
+            result = "rebalance"
+        key = (mode, result)
         with self._lock:
             self.commits[key] = self.commits.get(key, 0) + 1
         if seconds is not None:
@@ -193,3 +202,17 @@ class WorkerMetrics:
         """A transaction committed (the moves', on the consumer thread, or the relay's)."""
         with self._lock:
             self.transactions += 1
+
+
+_REBALANCING = frozenset(
+    {
+        KafkaError.REBALANCE_IN_PROGRESS,
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.FENCED_MEMBER_EPOCH,
+        KafkaError.STALE_MEMBER_EPOCH,
+        KafkaError._ASSIGNMENT_LOST,
+    }
+)
+"""The errors of a commit refused because the group rebalances (classic and consumer
+protocols): its partitions are being handed over, and the offsets go with the next commit."""

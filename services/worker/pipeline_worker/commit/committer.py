@@ -284,7 +284,7 @@ class Committer:
             except KafkaException as exc:
                 self._started.pop()
                 self._unmapped(offsets)
-                self._metrics.count_commit("async", False, None)
+                self._metrics.count_commit("async", False, None, exc.args[0])
                 self._errors.warning("commit", "offset commit failed: %s", exc)
             return not left
         return self._commit_now(offsets) and not left
@@ -297,7 +297,7 @@ class Committer:
             result = self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as exc:
             self._unmapped(offsets)
-            self._metrics.count_commit("sync", False, time.monotonic() - started)
+            self._metrics.count_commit("sync", False, time.monotonic() - started, exc.args[0])
             # Usually a rebalance in progress; the callers try again.
             _log.info(
                 "synchronous offset commit refused: %s", exc, extra={"offsets": describe(offsets)}
@@ -373,7 +373,7 @@ class Committer:
         """librdkafka's callback for asynchronous commits (served by ``poll``, in order)."""
         started = self._started.popleft() if self._started else None
         seconds = time.monotonic() - started if started is not None else None
-        self._metrics.count_commit("async", error is None, seconds)
+        self._metrics.count_commit("async", error is None, seconds, error)
         if error is not None:
             self._unmapped(partitions)
             self._errors.warning("commit", "offset commit failed: %s", error.str())
