@@ -14,9 +14,43 @@ import click
 from ._errors import ConfigurationError
 from ._settings import check_config_file
 
-__all__ = ["config_file_option", "not_empty", "service_config_file"]
+__all__ = [
+    "Command",
+    "Group",
+    "config_file_option",
+    "not_empty",
+    "service_config_file",
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _utf8_only(args: list[str]) -> None:
+    """Refuse an argument that is not valid UTF-8. Python hands such bytes over as lone
+    surrogates (``\udcff``), which every later encoding refused with a traceback: of a
+    schedule's name, a job id looked up, a payload, the brokers given to librdkafka."""
+    for arg in args:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            shown = arg.encode(errors="surrogateescape").decode(errors="backslashreplace")
+            raise click.UsageError(f"the argument '{shown}' is not valid UTF-8") from None
+
+
+class Command(click.Command):
+    """A command whose arguments must be valid UTF-8 (a usage error, exit code 2, if not)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _utf8_only(args)
+        return super().parse_args(ctx, args)
+
+
+class Group(click.Group):
+    """A group whose arguments, its commands' included, must be valid UTF-8."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        _utf8_only(args)
+        return super().parse_args(ctx, args)
 
 
 def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

@@ -150,10 +150,10 @@ def test_no_command_help_or_error_shows_a_secret(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     runner = CliRunner()
-    helps = [(cli, [*path, "--help"]) for path, _ in leaf_commands(cli)] + [
-        (worker_main, ["--help"]),
-        (scheduler_main, ["--help"]),
+    helps: list[tuple[click.Command, list[str]]] = [
+        (cli, [*path, "--help"]) for path, _ in leaf_commands(cli)
     ]
+    helps += [(worker_main, ["--help"]), (scheduler_main, ["--help"])]
     for command, args in helps:
         result = runner.invoke(command, args, env={**environment, **GOOD_ENV})
         assert result.exit_code == 0, result.output

@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from pipeline._cliargs import not_empty
+from pipeline_cli import cli
 from pipeline_scheduler._cli import main as scheduler
 from pipeline_worker._cli import command as worker
 
@@ -61,3 +62,29 @@ def test_an_empty_value_names_its_parameter() -> None:
         result = CliRunner().invoke(named, args)
         assert result.exit_code == 2, result.output
         assert f"Invalid value for '{hint}': must not be empty" in result.output
+
+
+UNDECODABLE = "n\udcffb"
+"""An argument with the byte 0xff, as Python hands over bytes that are not UTF-8."""
+
+
+@pytest.mark.parametrize(
+    ("command", "args"),
+    [
+        (cli, ["jobs", "show", UNDECODABLE]),
+        (cli, ["schedules", "add", UNDECODABLE, "--cron", "* * * * *", "--type", "t"]),
+        (cli, ["--log-level", "INFO", "enqueue", "t", '{"a": "' + UNDECODABLE + '"}']),
+        (cli, ["jobs", "show", "x", "--bootstrap-servers", UNDECODABLE]),
+        (worker, ["--app", UNDECODABLE]),
+        (scheduler, ["--namespace", UNDECODABLE]),
+    ],
+)
+def test_an_argument_that_is_not_utf8_is_a_usage_error_not_a_traceback(
+    command: click.Command, args: list[str]
+) -> None:
+    # Each ended in a traceback (UnicodeEncodeError, SystemError from librdkafka) or exit 1.
+    result = CliRunner().invoke(command, args)
+    assert result.exit_code == 2, result.output
+    assert "n\\xffb" in result.output
+    assert "' is not valid UTF-8" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from pipeline._cliargs import Group
 from pipeline._processend import run_then_end
 
 from ._acls import acls
@@ -21,7 +22,10 @@ from ._topics import topics
 from ._web import web
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=Group,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(package_name="kafka-pipeline", prog_name="pipeline")
 @click.option(
     "--log-level",

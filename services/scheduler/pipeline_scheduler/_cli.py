@@ -9,7 +9,7 @@ import click
 from pydantic import ValidationError
 
 from pipeline import ConfigurationError, Pipeline, Settings
-from pipeline._cliargs import config_file_option, not_empty, service_config_file
+from pipeline._cliargs import Command, config_file_option, not_empty, service_config_file
 from pipeline._invalidsettings import settings_error, unused_sections
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
@@ -18,7 +18,10 @@ UNUSED_SECTIONS = ("worker", "web")
 """Settings the scheduler never reads: invalid ones are warned about, not fatal."""
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    cls=Command,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--app",
     "app_spec",

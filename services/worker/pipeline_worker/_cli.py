@@ -12,7 +12,7 @@ import click
 from pydantic import ValidationError
 
 from pipeline import ConfigurationError, Pipeline, Priority, Settings
-from pipeline._cliargs import config_file_option, not_empty, service_config_file
+from pipeline._cliargs import Command, config_file_option, not_empty, service_config_file
 from pipeline._invalidsettings import settings_error, unused_sections
 from pipeline._loader import load_app_for_service
 from pipeline._logfmt import configure_logging
@@ -70,7 +70,10 @@ def _weights(ctx: click.Context, param: click.Parameter, value: str | None) -> l
     return weights
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.command(
+    cls=Command,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.option(
     "--app",
     "app_spec",
