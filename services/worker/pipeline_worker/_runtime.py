@@ -25,7 +25,7 @@ from pipeline._eventloop import run_loop
 from pipeline._metricsserver import MetricsServer
 from pipeline._topics import TopicNames, worker_group
 
-from . import _signals
+from . import _probes, _signals
 from ._assembly import assemble
 from ._beats import heartbeats_of, process_client_id
 from ._metrics import WorkerMetrics, per_second
@@ -33,12 +33,10 @@ from ._metricsexport import Gauges, make_registry
 from ._stopping import call_hooks, close_stages, drain, stop_hooks
 from ._work import PartitionState
 from .execute.processor import Processor
-from .intake.assignment import READ_MARKS_S
 from .intake.config import consumer_config
 from .intake.consumer import ConsumerThread
 from .intake.loopside import Batch
 from .intake.shutdown import FINAL_COMMIT_S
-from .recovery.poison import WATERMARKS_TIMEOUT_S
 from .recovery.relay import RetryRelay
 from .route.dedup import Deduplicator
 from .route.outcome import JobHooks, PartitionRef
@@ -131,35 +129,14 @@ class Worker:
 
     def healthy(self) -> tuple[bool, str]:
         """``/healthz``: :meth:`live`, and Kafka not unreachable for ``unhealthy_after_s``."""
-        alive, why = self.live()
-        down = self.health.unreachable_for()
-        if alive and down is not None and down >= self.settings.worker.unhealthy_after_s:
-            return False, self.health.describe()
-        return alive, why
+        return _probes.healthy(self.live(), self.health, self.settings.worker.unhealthy_after_s)
 
     def live(self) -> tuple[bool, str]:
         """``/livez``: whether the consumer loop and the event loop are alive and turned
         recently, what a restart mends. Kafka unreachable is not: a worker restarted in an
         outage loses the outcomes it holds for Kafka's return (their jobs run again)."""
-        consumer = self._consumer
-        if consumer is None or self._stopped is None:
-            return False, "starting"
-        now = time.monotonic()
-        limit = max(15.0, self.settings.worker.revoke_grace_s + 5.0)
-        if consumer.done.is_set():
-            return False, "the consumer is closed"
-        silent = now - consumer.last_poll
-        if consumer.reading_back:
-            # Reading back new partitions holds the polls, each step within its own timeout
-            # (then it fails): their commit marks, then, for those whose previous owner did not
-            # leave cleanly, their watermarks, one partition after another. No stuck consumer.
-            # Their keys are restored on a helper thread, polls going on (intake/keyload.py).
-            limit += READ_MARKS_S + WATERMARKS_TIMEOUT_S * len(consumer.states)
-        if silent > limit:
-            return False, f"the consumer has not polled for {silent:.0f}s"
-        if now - self._loop_beat > limit:
-            return False, f"the event loop has been blocked for {now - self._loop_beat:.0f}s"
-        return True, "ok"
+        consumer = self._consumer if self._stopped is not None else None
+        return _probes.live(consumer, self._loop_beat, self.settings.worker.revoke_grace_s)
 
     @property
     def finished_jobs(self) -> int:
