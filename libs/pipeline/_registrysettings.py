@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
 
 from ._redact import RedactedRepr
 
@@ -38,3 +40,46 @@ class SchemaRegistrySettings(RedactedRepr, BaseModel):
         "e.g. basic.auth.user.info, ssl.ca.location, timeout (seconds a request may take; "
         "default 5), max.retries (default 0: the library retries by itself)",
     )
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not all(
+            each.strip().lower().startswith(("http://", "https://")) for each in url.split(",")
+        ):
+            # Not shown (hide_input_in_errors): a URL without its scheme may carry a password.
+            raise ValueError("each URL must start with http:// or https://")
+        return url
+
+    @field_validator("client", mode="before")
+    @classmethod
+    def _numbers(cls, client: Any) -> Any:
+        """An environment variable is a string: the client's numeric options are numbers
+        (given as "5", ``timeout`` was refused by the client with a traceback)."""
+        if not isinstance(client, dict):
+            return client
+        return {
+            key: _number(value) if key in _NUMERIC_OPTIONS and isinstance(value, str) else value
+            for key, value in client.items()
+        }
+
+
+_NUMERIC_OPTIONS = frozenset(
+    {
+        "timeout",
+        "max.retries",
+        "retries.wait.ms",
+        "retries.max.wait.ms",
+        "cache.capacity",
+        "cache.latest.ttl.sec",
+    }
+)
+
+
+def _number(text: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text  # the client says what is wrong with it

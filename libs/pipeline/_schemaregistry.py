@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 
-from ._avroschema import RegisteredSchema, strip_logical_types
+from ._avroschema import RegisteredSchema, canonical_form, strip_logical_types
 from ._errors import ConfigurationError, DecodeError, PipelineError, SchemaNotFoundError
 from ._redact import redact_url
 
@@ -113,8 +113,22 @@ class SchemaRegistry:
             **(client or {}),
         }
         """What ``SchemaRegistryClient`` was given: ``client`` over this class's defaults."""
-        self.client = SchemaRegistryClient(dict(self.options))
+        for each in url.split(","):
+            if not each.strip().lower().startswith(("http://", "https://")):
+                # Not shown: a URL without its scheme may still carry a password.
+                raise ConfigurationError(
+                    "the schema registry's URL must start with http:// or https:// (each of "
+                    "them, comma-separated)"
+                )
+        try:
+            self.client = SchemaRegistryClient(dict(self.options))
+        except (ValueError, TypeError) as exc:  # an unknown option, or one of the wrong type
+            raise ConfigurationError(
+                f"the schema registry client refused its options: {redact_url(str(exc))}"
+            ) from None
         self._writers: dict[tuple[int, bool], Any] = {}
+        self._canonical: dict[int, str] = {}
+        """Each writer's Parsing Canonical Form: the same as a reader's, the same binary."""
         self._ids: dict[tuple[str, str], int] = {}
 
     @classmethod
@@ -172,6 +186,10 @@ class SchemaRegistry:
                 ) from exc
             raise
         self._ids[(subject, text)] = schema_id
+        # The schema of that id is the one just sent: reading what was written with it (the
+        # enqueue checks the payload as the handler gets it) asks the registry nothing more.
+        # confluent-kafka's client does not serve a lookup by id from what it registered.
+        self._parsed(schema_id, json.loads(text))
         return schema_id
 
     def compatible(self, subject: str, schema: Mapping[str, Any]) -> bool:
@@ -219,16 +237,21 @@ class SchemaRegistry:
                 f"schema id {schema_id} is a {found.schema_type} schema, not Avro", b""
             )
         try:
-            raw = json.loads(found.schema_str)
-            parsed = fastavro.parse_schema(raw if logical_types else strip_logical_types(raw))
+            self._parsed(schema_id, json.loads(found.schema_str))
         except Exception as exc:  # e.g. references to other subjects, which are not supported
             raise SchemaNotFoundError(
                 f"schema id {schema_id} of the schema registry at {self.shown_url} cannot be read "
                 f"as an Avro schema: {type(exc).__name__}: {exc}",
                 b"",
             ) from exc
-        self._writers[(schema_id, logical_types)] = parsed
-        return parsed
+        return self._writers[(schema_id, logical_types)]
+
+    def _parsed(self, schema_id: int, raw: Any) -> None:
+        """Keeps schema ``raw`` as the writer of ``schema_id``, with and without its logical
+        types, and its canonical form."""
+        self._writers[(schema_id, True)] = fastavro.parse_schema(raw)
+        self._writers[(schema_id, False)] = fastavro.parse_schema(strip_logical_types(raw))
+        self._canonical[schema_id] = canonical_form(raw)
 
     def read(self, data: bytes, reader: RegisteredSchema, *, logical_types: bool = True) -> Any:
         """Decodes a value in the registry's wire format as ``reader`` (Avro resolution);
@@ -247,6 +270,10 @@ class SchemaRegistry:
                 f"{schema_id}: {redact_url(str(exc))}",
                 bytes(data),
             ) from exc
+        if logical_types and self._canonical.get(schema_id) == reader.canonical_form:
+            # The same binary: read as the reader's own version, with its logical types (a
+            # Java producer's timestamp-millis is the handler's plain long, and the reverse).
+            writer = reader.parsed
         buffer = BytesIO(data)
         buffer.seek(FRAME_SIZE)
         try:

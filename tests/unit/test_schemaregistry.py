@@ -13,16 +13,19 @@ import re
 import socket
 import threading
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import fastavro
 import pytest
 from confluent_kafka.schema_registry.error import SchemaRegistryError
+from pydantic import ValidationError
 
-from pipeline import DecodeError, Job, SchemaNotFoundError
+from pipeline import ConfigurationError, DecodeError, Job, Pipeline, SchemaNotFoundError
 from pipeline._codec import JobCodec
 from pipeline._envelopes import INT_FIELDS, service_codec
+from pipeline._schemaregistry import frame
 from pipeline._settings import Settings
 from pipeline.schemaregistry import (
     EnvelopeFraming,
@@ -31,6 +34,7 @@ from pipeline.schemaregistry import (
     SchemaRegistryUnavailableError,
     job_codec,
 )
+from pipeline.testing import InMemoryTransport
 
 ROOT = Path(__file__).resolve().parents[2]
 INVOICE = {
@@ -98,7 +102,12 @@ def test_a_payload_is_framed_with_the_registered_id_and_reads_back() -> None:
     assert data[:5] == b"\x00\x00\x00\x00\x01"
     assert payload.decode("invoice", data) == {"number": "7", "note": ""}
     assert payload.decode("invoice", data) == {"number": "7", "note": ""}
-    assert client.lookups == 1, "the writer schema is fetched once per id"
+    assert client.lookups == 0, "the writer of an id it registered is the schema it sent"
+    reading, _ = _registry(client)  # another process: it fetches the writer once per id
+    reader = RegistryAvroPayload(INVOICE, registry=reading)
+    assert reader.decode("invoice", data) == {"number": "7", "note": ""}
+    assert reader.decode("invoice", data) == {"number": "7", "note": ""}
+    assert client.lookups == 1
     # Single-object payloads (a producer without the registry) still read.
     plain = payload.store.encode({"number": "8", "note": "n"}, payload.schema)
     assert payload.decode("invoice", plain) == {"number": "8", "note": "n"}
@@ -407,3 +416,78 @@ def test_a_password_in_the_registry_url_is_in_no_message_log_or_repr(
     shown = [str(raised.value), repr(registry), *(str(r.__dict__) for r in caplog.records)]
     assert not [text for text in shown if "s3cr3t" in text]
     assert "http://ops:**********@registry.invalid" in str(raised.value)
+
+
+def test_an_enqueue_asks_the_registry_nothing_after_registering_its_schema() -> None:
+    """The enqueue checks the payload as the handler gets it, reading the bytes just framed:
+    that read asked the registry for the id just registered (confluent-kafka's client does not
+    serve it from what it registered), with no time limit, and an enqueue whose lookup failed
+    waited for good."""
+    client = FakeClient()
+    registry, _ = _registry(client, wait_s=0.5)
+    app = Pipeline(transport=InMemoryTransport())
+
+    @app.job("invoice.render", payload=RegistryAvroPayload(INVOICE, registry=registry))
+    def render(number: str, note: str = "") -> None: ...
+
+    client.failures = [ConnectionError("the registry went away")] * 1000
+    client.register_schema = lambda subject, schema: 1  # type: ignore[method-assign]
+    client.schemas[1] = json.dumps(INVOICE)
+    assert app.enqueue("invoice.render", {"number": "1"})
+    assert client.lookups == 0
+
+
+LONG_DUE = {
+    "type": "record",
+    "name": "Invoice",
+    "namespace": "acme",
+    "fields": [{"name": "due", "type": "long"}],
+}
+TIMESTAMP_DUE = {
+    **LONG_DUE,
+    "fields": [{"name": "due", "type": {"type": "long", "logicalType": "timestamp-millis"}}],
+}
+DUE = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("writer", "reader", "written", "read"),
+    [
+        (TIMESTAMP_DUE, LONG_DUE, DUE, 1_735_689_600_000),  # a Java producer's generated class
+        (LONG_DUE, TIMESTAMP_DUE, 1_735_689_600_000, DUE),
+    ],
+)
+def test_a_framed_payload_reads_with_the_handler_s_logical_types(
+    writer: dict[str, Any], reader: dict[str, Any], written: Any, read: Any
+) -> None:
+    """The same binary (the canonical forms are equal): the handler gets its own types, as a
+    single-object payload gives them, not those of the producer's schema."""
+    client = FakeClient(schemas={5: json.dumps(writer)})
+    registry, _ = _registry(client)
+    body = io.BytesIO()
+    fastavro.schemaless_writer(body, fastavro.parse_schema(writer), {"due": written})
+    payload = RegistryAvroPayload(reader, registry=registry)
+    assert payload.decode("invoice", frame(5, body.getvalue())) == {"due": read}
+
+
+def test_a_registry_url_without_its_scheme_is_refused_without_showing_it() -> None:
+    # The client refused it with a traceback that printed the URL, password included.
+    for url in ("alice:s3cret@registry:8081", "http://a:8081,alice:s3cret@b:8081"):
+        with pytest.raises(ValidationError, match="must start with http:// or https://") as bad:
+            Settings(schema_registry={"url": url})
+        assert "s3cret" not in str(bad.value)
+        with pytest.raises(ConfigurationError, match="must start with http") as refused:
+            SchemaRegistry(url)
+        assert "s3cret" not in str(refused.value)
+
+
+def test_client_options_from_the_environment_are_numbers_and_a_wrong_one_is_named() -> None:
+    settings = Settings(
+        schema_registry={"url": "http://r.invalid", "client": {"timeout": "5", "max.retries": "2"}}
+    )
+    assert settings.schema_registry.client == {"timeout": 5, "max.retries": 2}
+    codec = job_codec(settings)
+    assert isinstance(codec.framing, EnvelopeFraming)
+    assert codec.framing.registry.options["timeout"] == 5
+    with pytest.raises(ConfigurationError, match="refused its options: Unrecognized properties"):
+        SchemaRegistry("http://r.invalid", client={"timout": 5})
