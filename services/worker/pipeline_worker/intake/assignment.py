@@ -180,9 +180,12 @@ class Assignment:
                 tps = [TopicPartition(s.topic, s.partition) for s in fresh]
                 committed = self._consumer.committed(tps, timeout=READ_MARKS_S)
                 for state, tp in zip(fresh, committed, strict=True):
+                    # The plan first: its watermarks may not be read, and a partition whose
+                    # mark was taken without its plan would be committed with a plain mark,
+                    # over the previous owner's (its deaths, its quarantine) before the retry.
+                    self._poison.plan(state, tp)
                     if tp.offset >= 0:
                         self._read_mark(state, CommitMark.decode(tp.offset, tp.metadata))
-                    self._poison.plan(state, tp)
         except KafkaException as exc:
             self._errors.warning("marks", "could not read committed offsets, retrying: %s", exc)
             return False
