@@ -17,6 +17,7 @@ from pipeline.testing import InMemoryTransport
 from pipeline_worker import OutcomeKind
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit import committer as committer_module
+from pipeline_worker.commit import positions
 from pipeline_worker.commit.finished import finished_runs
 from pipeline_worker.commit.marks import CommitMark, fit, max_moved, promised
 from pipeline_worker.commit.moves import Mover
@@ -96,7 +97,7 @@ def test_the_read_back_commits_its_mark_where_the_held_messages_start(
     assert fake.group_committed[(TOPIC, 0)] == 0, "not the position, past jobs not run yet"
     [state] = thread.states.values()
     assert state.read_back
-    assert not committer_module._idle(state), "three jobs handed and not finished"
+    assert not positions.idle(state), "three jobs handed and not finished"
 
 
 def test_a_partition_read_back_after_intake_stopped_is_not_committed_past_its_held_messages(

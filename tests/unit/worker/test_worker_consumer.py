@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline import Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
@@ -98,6 +98,8 @@ class FakeConsumer:
         self.watermark_calls.append((tp.topic, tp.partition, cached))
         if cached and where in self.cached_ends:
             return self.cached_ends[where]
+        if cached and where not in self.ends:
+            return OFFSET_INVALID, OFFSET_INVALID  # nothing fetched: librdkafka knows none
         if not cached and where in self.unanswered:
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Timed out"))
         return self.ends.get(where, (0, 0))
@@ -315,6 +317,22 @@ def test_commits_take_the_watermark_and_the_position_past_transaction_markers(
     assert (busy.committed, idle.committed) == (4, 6)
     thread._committer.commit(thread.states.values(), 1.0)
     assert len(fake.commits) == 1  # nothing moved: nothing to commit
+
+
+def test_a_position_past_the_partition_s_end_is_committed_as_its_end(
+    loop: asyncio.AbstractEventLoop,
+) -> None:
+    """librdkafka from 2.2 until late 2025 moved the position two past the last message when a
+    batch carried the end-of-partition event: committed, it skipped the next message written
+    (or sent the next owner back to the start)."""
+    thread, fake, _ = consumer_thread(loop)
+    (state,) = own(thread, 0)
+    thread._hand(messages(0, 0, 6))  # offsets 0-5: the partition's end is 6
+    finish_all(state)
+    fake.ends = {(TOPIC, 0): (0, 6)}
+    fake.positions = {(TOPIC, 0): 7}
+    thread._committer.commit(thread.states.values(), 0.0)
+    assert fake.commits == [(True, [(TOPIC, 0, 6)])]
 
 
 def test_a_scheduled_commit_waits_while_the_previous_one_is_unanswered(

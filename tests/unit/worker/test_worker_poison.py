@@ -417,7 +417,7 @@ class FakeConsumer:
         return offsets
 
     def get_watermark_offsets(
-        self, tp: TopicPartition, timeout: float, cached: bool = False
+        self, tp: TopicPartition, timeout: float = 0, cached: bool = False
     ) -> tuple[int, int]:
         return self.watermarks
 

@@ -35,6 +35,8 @@ from . import offsetmap
 from .finished import finished_runs
 from .marks import METADATA_MAX_BYTES, CommitMark, fit, promised
 from .moves import Mover
+from .positions import idle as is_idle
+from .positions import positions as positions_of
 
 if TYPE_CHECKING:
     from .._work import PartitionState
@@ -156,11 +158,8 @@ class Committer:
         :mod:`..recovery.poison`) made a promise Kafka has not acknowledged is always included.
         """
         assert self._consumer is not None
-        idle = [s for s in states if _idle(s)] if self._positions else []
-        positions: dict[PartitionState, int] = {}
-        if idle:
-            found = self._consumer.position([TopicPartition(s.topic, s.partition) for s in idle])
-            positions = {s: tp.offset for s, tp in zip(idle, found, strict=True)}
+        idle = [s for s in states if is_idle(s)] if self._positions else []
+        positions = positions_of(self._consumer, idle)
         mover = self._mover
         touched = set(mover.touched()) if mover is not None and mover.open else set()
         stranded = mover.stranded() if mover is not None else set()
@@ -417,14 +416,3 @@ def describe(partitions: Sequence[TopicPartition]) -> str:
             f"{tp.partition}@{tp.offset}" if known else str(tp.partition)
         )
     return ",".join(f"{topic}[{','.join(items)}]" for topic, items in by_topic.items())
-
-
-def _idle(state: PartitionState) -> bool:
-    """Whether everything ``state`` handed over is finished, or it is at its end and handed
-    nothing: its commit may be the consumer's position (see :meth:`Committer.offsets`). Not
-    before it is read back: the position is past the messages held until then."""
-    if not state.read_back:
-        return False
-    if state.handed_next >= 0:
-        return state.commit_offset == state.handed_next
-    return state.at_end and state.handed == state.taken
