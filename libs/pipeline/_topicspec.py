@@ -7,6 +7,7 @@ are in :mod:`pipeline._admin`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -72,6 +73,16 @@ def _keys(table: dict[str, str], settings: Settings) -> dict[str, str]:
     return {**table, "delete.retention.ms": str(max(HOUR_MS, restore_ms))}
 
 
+def _waiting(retention_ms: int, delay_s: float) -> int:
+    """The retention of a topic whose jobs wait ``delay_s`` before they are due: the job
+    topics' retention from then on. Kafka counts it from when a job was written, and a tier
+    whose delay outlasted it (a 6 h wait tier, 1 h of retention) lost its jobs before they were
+    due. -1: forever."""
+    if retention_ms < 0:
+        return retention_ms
+    return retention_ms + math.ceil(delay_s * 1000)
+
+
 def topic_specs(settings: Settings) -> list[TopicSpec]:
     """Every topic of ``settings.namespace``, in a stable order. Extend here for new topics."""
     t = settings.topics
@@ -104,7 +115,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             names.retry(tier),
             t.partitions,
             rf,
-            log(t.jobs_retention_ms),
+            log(_waiting(t.jobs_retention_ms, delay)),
             f"retry tier {tier} (delay {delay:g}s)",
         )
         for tier, delay in enumerate(t.retry_delays_s)
@@ -114,7 +125,7 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             deferred_tier_topic(settings.namespace, tier),
             t.partitions,
             rf,
-            log(t.jobs_retention_ms),
+            log(_waiting(t.jobs_retention_ms, delay)),
             f"scheduler wait tier {tier} (delay {delay:g}s)",
         )
         for tier, delay in enumerate(settings.scheduler.wait_tiers_s)

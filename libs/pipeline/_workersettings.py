@@ -104,6 +104,7 @@ class WorkerSettings(RedactedRepr, BaseModel):
     dedup_restore_timeout_s: float = Field(
         120.0,
         gt=0,
+        le=86_400,
         description="an assigned partition's idempotency keys must be read back within this",
     )
     heartbeat_interval_s: float = Field(

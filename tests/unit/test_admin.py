@@ -88,9 +88,17 @@ def test_default_specs_cover_the_design_topic_set() -> None:
 
 def test_default_specs_retention_and_cleanup() -> None:
     specs = specs_by_suffix(Settings())
-    for name in [*JOB_TOPICS, "deferred", "retry.0", "retry.3"]:
+    for name in [*JOB_TOPICS, "deferred", "retry.0", "retry.3", "deferred.3"]:
         assert specs[name].configs["cleanup.policy"] == "delete"
+    for name in [*JOB_TOPICS, "deferred"]:
         assert specs[name].configs["retention.ms"] == str(7 * DAY_MS)
+    # A tier's jobs are due after its delay: they are kept as long as the others from then on.
+    assert specs["retry.0"].configs["retention.ms"] == str(7 * DAY_MS + 5_000)
+    assert specs["retry.3"].configs["retention.ms"] == str(7 * DAY_MS + 1_800_000)
+    short = specs_by_suffix(Settings(topics={"jobs_retention_ms": 3_600_000}))
+    assert short["deferred.3"].configs["retention.ms"] == str(7 * 3_600_000)  # a 6 h tier
+    forever = specs_by_suffix(Settings(topics={"jobs_retention_ms": -1}))
+    assert forever["retry.3"].configs["retention.ms"] == "-1"
     assert specs["dlq"].configs["retention.ms"] == str(14 * DAY_MS)
     assert specs["events"].configs["retention.ms"] == str(3 * DAY_MS)
     for name in ["dlq-state", "dedup", "schedules", "scheduler-state"]:

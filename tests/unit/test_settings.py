@@ -359,3 +359,11 @@ def test_a_dedup_ttl_beyond_what_a_key_can_be_held_is_refused_at_the_start(ttl: 
     # turned deduplication off, duplicates included, with a warning per job.
     with pytest.raises(ValidationError, match="dedup_ttl_s"):
         WorkerSettings(dedup_ttl_s=ttl)
+
+
+def test_a_dedup_restore_timeout_past_a_day_is_refused() -> None:
+    # inf was accepted, then every `topics apply`, and the start of each worker and scheduler,
+    # ended in an OverflowError while sizing the tombstones' retention.
+    for timeout in ("inf", "1e300", "86401"):
+        with pytest.raises(ValidationError, match="dedup_restore_timeout_s"):
+            WorkerSettings(dedup_restore_timeout_s=timeout)
