@@ -23,6 +23,7 @@ from ._topicspec import (
     ObservedTopic,
     TopicPlan,
     TopicSpec,
+    copartitioned,
     plan_topic,
     topic_specs,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "TopicPlan",
     "TopicSpec",
     "apply_topics",
+    "copartitioned",
     "describe_topics",
     "plan_topic",
     "topic_specs",
@@ -101,10 +103,10 @@ def apply_topics(
     ``timeout`` bounds the whole operation, including the wait until new partitions have
     leaders and new configs are visible, so that a producer can use the topics right away.
     """
-    specs = topic_specs(settings)
     session = AdminSession(settings, timeout)
     metadata = session.metadata()
-    observed = session.observe(metadata, specs)
+    observed = session.observe(metadata, topic_specs(settings))
+    specs = copartitioned(topic_specs(settings), observed, settings.namespace)
     plans = [
         plan_topic(spec, observed.get(spec.name), allow_retention_decrease=allow_retention_decrease)
         for spec in specs

@@ -8,7 +8,7 @@ are in :mod:`pipeline._admin`.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -230,6 +230,26 @@ def _shortens(current: str | None, wanted: str) -> bool:
     except ValueError:
         return False
     return then >= 0 and (now < 0 or then < now)
+
+
+def copartitioned(
+    specs: list[TopicSpec], observed: Mapping[str, ObservedTopic], namespace: str
+) -> list[TopicSpec]:
+    """``specs``, the priority topics and ``<ns>.dedup`` with as many partitions as the one of
+    them that has the most (or the settings' count, if more).
+
+    Partition p of every priority topic goes to one worker, and its idempotency keys live in
+    partition p of ``<ns>.dedup``: they must have the same count. One grown apart (by another
+    tool, or an earlier apply with more partitions) was left larger with a warning while the
+    others, and a new ``<ns>.dedup``, got the settings' count, which no later apply mended.
+    """
+    names = TopicNames(namespace)
+    group = {names.jobs(p) for p in Priority} | {names.dedup}
+    wanted = max(
+        [s.partitions for s in specs if s.name in group]
+        + [observed[name].partitions for name in group if name in observed]
+    )
+    return [replace(s, partitions=wanted) if s.name in group else s for s in specs]
 
 
 def plan_topic(

@@ -239,12 +239,33 @@ def test_fewer_partitions_are_left_with_a_warning(settings: Settings, admin: Adm
     report = apply_topics(with_topics(settings, partitions=2))
 
     warnings = [c for c in report.changes if c.action is ChangeAction.WARNING]
-    assert len(warnings) == 15
+    # deferred, the retry and wait tiers and the DLQ; the priority topics and the keys' topic
+    # keep the count the largest of them has, with no word (see the next test).
+    assert len(warnings) == 10
     assert "cannot decrease partitions from 4 to 2" in warnings[0].detail
     assert not report.changed
     assert partitions_of(admin, [f"{settings.namespace}.jobs.low"]) == {
         f"{settings.namespace}.jobs.low": 4
     }
+
+
+def test_the_priority_topics_and_the_keys_topic_keep_one_partition_count(
+    settings: Settings, admin: AdminClient
+) -> None:
+    """A job topic grown apart (by another tool): an apply with the settings' count grew the
+    others (and <ns>.dedup, created by a later release) to it instead of leaving them apart."""
+    ns = settings.namespace
+    apply_topics(settings)
+    for future in admin.create_partitions([NewPartitions(f"{ns}.jobs.high", 8)]).values():
+        future.result(30)
+
+    report = apply_topics(settings)
+
+    changed = {c.topic: c.detail for c in report.changes if c.action is ChangeAction.PARTITIONS}
+    together = [f"{ns}.jobs.{p}" for p in ("critical", "default", "low")] + [f"{ns}.dedup"]
+    assert changed == dict.fromkeys(together, "6 -> 8")
+    assert set(partitions_of(admin, [*together, f"{ns}.jobs.high"]).values()) == {8}
+    assert apply_topics(settings).summary() == "nothing to change"
 
 
 def test_a_shorter_retention_is_altered_only_when_allowed(

@@ -14,6 +14,7 @@ from pipeline._admin import (
     ChangeAction,
     ObservedTopic,
     TopicSpec,
+    copartitioned,
     plan_topic,
     topic_specs,
 )
@@ -383,3 +384,18 @@ def test_pipeline_errors_become_one_line_and_exit_1() -> None:
     assert result.exit_code == 1
     assert result.stderr == "Error: Kafka at h:1 did not answer\n"
     assert result.stdout == ""
+
+
+def test_the_priority_topics_and_the_keys_topic_are_planned_with_one_partition_count() -> None:
+    """One job topic grown to 12 (another tool, an earlier apply with more partitions): the
+    others, and a new <ns>.dedup, got the settings' 6, and no later apply mended it (the
+    workers could not restore the keys of partitions 6-11)."""
+    settings = Settings(namespace="orders")
+    specs = topic_specs(settings)
+    grown = {"orders.jobs.high": ObservedTopic("orders.jobs.high", 12, 1)}
+    planned = {s.name: s.partitions for s in copartitioned(specs, grown, "orders")}
+    for name in ("jobs.critical", "jobs.high", "jobs.default", "jobs.low", "dedup"):
+        assert planned[f"orders.{name}"] == 12, name
+    assert planned["orders.deferred"] == 6  # not co-partitioned: as the settings say
+    assert planned["orders.events"] == settings.topics.events_partitions
+    assert copartitioned(specs, {}, "orders") == specs
