@@ -139,7 +139,15 @@ def topic_specs(settings: Settings) -> list[TopicSpec]:
             "scheduler leadership (never written)",
         ),
         TopicSpec(names.dlq, t.partitions, rf, log(t.dlq_retention_ms), "dead letters"),
-        TopicSpec(names.dlq_state, 1, rf, dict(table), "dead letters replayed or discarded"),
+        TopicSpec(
+            names.dlq_state,
+            1,
+            rf,
+            # Compacted, and deleted with the dead letters: a letter's state is written after
+            # it, so it goes after it; nothing else ever removed the states of letters gone.
+            {**table, "cleanup.policy": "compact,delete", "retention.ms": str(t.dlq_retention_ms)},
+            "dead letters replayed or discarded",
+        ),
         TopicSpec(
             names.dedup, t.partitions, rf, _keys(table, settings), "idempotency keys seen, by key"
         ),

@@ -315,8 +315,12 @@ def test_configs_apply_does_not_manage_are_kept(settings: Settings, admin: Admin
 
     report = apply_topics(with_topics(settings, dlq_retention_ms=30 * DAY_MS))
 
-    [change] = [c for c in report.changes if c.action is not ChangeAction.UNCHANGED]
-    assert (change.topic, change.action) == (dlq, ChangeAction.CONFIG)
+    changes = [c for c in report.changes if c.action is not ChangeAction.UNCHANGED]
+    # The letters and their states (which go with them).
+    assert {(c.topic, c.action) for c in changes} == {
+        (dlq, ChangeAction.CONFIG),
+        (f"{dlq}-state", ChangeAction.CONFIG),
+    }
     configs = configs_of(admin, dlq)
     assert configs["retention.ms"] == str(30 * DAY_MS)
     assert configs["max.message.bytes"] == "2000000"
@@ -428,9 +432,10 @@ def test_cli_shortens_retention_only_with_its_flag(bootstrap_servers: str, names
     assert left.exit_code == 0, left.output
     [row] = [line for line in left.stdout.splitlines() if line.startswith(f"{dlq} ")]
     assert f"warning: retention.ms {14 * DAY_MS} -> {DAY_MS} would shorten" in row
-    assert left.stdout.splitlines()[-1] == "nothing to change; 1 warning"
+    # The letters and their states (which go with them).
+    assert left.stdout.splitlines()[-1] == "nothing to change; 2 warnings"
     assert applied.exit_code == 0, applied.output
-    assert applied.stdout.splitlines()[-1] == "changed 1 setting on 1 topic"
+    assert applied.stdout.splitlines()[-1] == "changed 2 settings on 2 topics"
 
 
 def test_cli_dry_run_and_json(bootstrap_servers: str, namespace: str) -> None:

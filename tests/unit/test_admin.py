@@ -102,7 +102,10 @@ def test_default_specs_retention_and_cleanup() -> None:
     assert forever["retry.3"].configs["retention.ms"] == "-1"
     assert specs["dlq"].configs["retention.ms"] == str(14 * DAY_MS)
     assert specs["events"].configs["retention.ms"] == str(3 * DAY_MS)
-    for name in ["dlq-state", "dedup", "schedules", "scheduler-state"]:
+    # The letters' states: compacted, and gone with the letters (each is written after its own).
+    assert specs["dlq-state"].configs["cleanup.policy"] == "compact,delete"
+    assert specs["dlq-state"].configs["retention.ms"] == str(14 * DAY_MS)
+    for name in ["dedup", "schedules", "scheduler-state"]:
         configs = specs[name].configs
         assert configs["cleanup.policy"] == "compact"
         # retention.ms means nothing to a compact-only topic: not managed, so never "changed".

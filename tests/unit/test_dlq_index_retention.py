@@ -66,8 +66,8 @@ def test_the_states_table_does_not_grow_with_the_letters_retention_deleted(
 def test_states_of_letters_deleted_before_the_index_read_them_are_dropped_after_a_full_read(
     log: FakeLog, index: LetterIndex
 ) -> None:
-    # <ns>.dlq-state is compacted, not deleted by time: it holds the states of letters long
-    # gone from <ns>.dlq, which the first refresh reads.
+    # A state is written after its letter, so <ns>.dlq-state (deleted by time too) keeps it a
+    # while after the letter left <ns>.dlq: the first refresh reads such states.
     log.add_letters(0, [dead_letter(n) for n in range(4)])
     log.add_states([discarded(f"dl-00{n}") for n in range(4)])
     log.low[DLQ, 0] = 2
