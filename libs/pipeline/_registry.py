@@ -10,8 +10,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._dedup import DedupMode, DedupPolicy
-from ._errors import ConfigurationError, PayloadValidationError, UnknownJobTypeError
+from ._errors import (
+    ConfigurationError,
+    DecodeError,
+    PayloadValidationError,
+    UnknownJobTypeError,
+)
 from ._job import MAX_ATTEMPTS, PayloadEncoding, Priority
+from ._jsonpayload import JsonPayload
 from ._payloadcheck import PayloadModel, payload_model
 from ._retry import Backoff
 
@@ -174,6 +180,21 @@ class JobType:
             return self.model.check_json
         return functools.partial(self.load_payload, codec)
 
+    def payload_loaders(
+        self, codec: PayloadCodec
+    ) -> dict[PayloadEncoding, Callable[[bytes], dict[str, Any]]]:
+        """A :meth:`payload_loader` for each encoding a job's envelope may state: ``codec``'s
+        for its own; JSON's for a JSON payload of a type whose codec is another (jobs written
+        before the type moved to Avro, still on a retry or deferred topic); for any other, one
+        that raises :class:`DecodeError` naming both (no schema reads Avro bytes as JSON)."""
+        loaders: dict[PayloadEncoding, Callable[[bytes], dict[str, Any]]] = {
+            label: functools.partial(_mislabelled, self.name, label, codec.encoding)
+            for label in PayloadEncoding
+        }
+        loaders[PayloadEncoding.JSON] = self.payload_loader(_JSON)
+        loaders[codec.encoding] = self.payload_loader(codec)
+        return loaders
+
     def encoded_check(
         self, codec: PayloadCodec
     ) -> Callable[[Mapping[str, Any], bytes], None] | None:
@@ -241,3 +262,16 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._types)
+
+
+_JSON = JsonPayload()
+
+
+def _mislabelled(
+    name: str, label: PayloadEncoding, reads: PayloadEncoding, data: bytes
+) -> dict[str, Any]:
+    raise DecodeError(
+        f"the payload of this {name} job is {label.value}, and job type {name!r} reads "
+        f"{reads.value} payloads",
+        data,
+    )

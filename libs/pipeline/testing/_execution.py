@@ -135,7 +135,7 @@ def _run(
     """(error, None) or (None, what the handler returned)."""
     codec = job_type.options.payload or _JSON
     try:
-        kwargs = job_type.load_payload(codec, job.payload)
+        kwargs = job_type.payload_loaders(codec)[job.payload_encoding](job.payload)
     except (DecodeError, PayloadValidationError) as exc:
         return exc, None
     except Exception as exc:  # the codec's or validator's own bug: the job fails, as in a worker

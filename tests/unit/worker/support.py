@@ -11,6 +11,7 @@ from typing import Any
 from confluent_kafka import Message
 
 from pipeline import DecodeError, Job, JobType, Pipeline, Priority
+from pipeline._job import PayloadEncoding
 from pipeline._workersettings import WorkerSettings
 from pipeline_worker import Middleware, Outcome, OutcomeKind
 from pipeline_worker._metrics import TypeStats, WorkerMetrics
@@ -88,7 +89,8 @@ class JsonJobCodec:
             {
                 "id": job.id,
                 "type": job.type,
-                "payload": job.payload.decode(),
+                "payload": job.payload.decode("latin-1"),
+                "payload_encoding": job.payload_encoding.value,
                 "attempt": job.attempt,
                 "idempotency_key": job.idempotency_key,
                 "tenant": job.tenant,
@@ -104,7 +106,8 @@ class JsonJobCodec:
             return Job(
                 id=raw["id"],
                 type=raw["type"],
-                payload=raw["payload"].encode(),
+                payload=raw["payload"].encode("latin-1"),
+                payload_encoding=PayloadEncoding(raw.get("payload_encoding", "JSON")),
                 attempt=raw["attempt"],
                 idempotency_key=raw.get("idempotency_key"),
                 tenant=raw.get("tenant"),

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from pipeline import CallNext, JobCall, PayloadValidationError, Pipeline
+from pipeline import AvroPayload, CallNext, Job, JobCall, PayloadValidationError, Pipeline
 from pipeline._context import JobContext
+from pipeline._job import PayloadEncoding
 from pipeline.testing import InMemoryTransport
 from pipeline_worker import Middleware, Outcome, OutcomeKind, TimeLimitError
 from pipeline_worker.execute.runners import ThreadPool
@@ -726,7 +727,7 @@ def test_a_payload_codec_that_fails_otherwise_than_told_fails_its_job_and_nothin
         h = Harness(app, concurrency=1)
         entry = h.processor.types.find("t")
         assert entry is not None
-        entry_load, entry.load = entry.load, load
+        entry_load, entry.loads[PayloadEncoding.JSON] = entry.loads[PayloadEncoding.JSON], load
         h.feed(*(h.message("t", {"n": n}) for n in range(4)))
         outcomes = await h.recorder.wait_for(4)
         assert [(o.offset, o.kind) for o in outcomes] == [
@@ -908,3 +909,42 @@ def test_closing_ends_a_runner_whose_job_cleans_up_after_its_time_limit() -> Non
         await asyncio.wait_for(h.processor.close(), 5)
 
     run(main)
+
+
+def test_a_job_runs_as_its_envelope_says_its_payload_is_encoded() -> None:
+    """A type moved from JSON to Avro: its jobs written before (waiting on a retry or deferred
+    topic) state JSON, and were dead-lettered by the Avro codec ("it looks like JSON")."""
+    schema = {
+        "type": "record",
+        "name": "Email",
+        "namespace": "acme",
+        "fields": [{"name": "to", "type": "string"}],
+    }
+
+    async def main() -> None:
+        app = make_app()
+        ran: list[str] = []
+
+        @app.job("email.send", payload=AvroPayload(schema))
+        def send(to: str) -> None:
+            ran.append(to)
+
+        @app.job("plain")
+        def plain(to: str) -> None:
+            ran.append(to)
+
+        h = Harness(app, concurrency=1)
+        avro = AvroPayload(schema).encode("email.send", {"to": "avro"})
+        jobs = [
+            Job(id="a", type="email.send", payload=avro, payload_encoding=PayloadEncoding.AVRO),
+            Job(id="j", type="email.send", payload=b'{"to": "json"}'),  # JSON by default
+            Job(id="p", type="plain", payload=avro, payload_encoding=PayloadEncoding.AVRO),
+        ]
+        h.feed(*(h.message(job.type, value=app.codec.encode(job)) for job in jobs))
+        outcomes = await h.recorder.wait_for(3)
+        assert [o.kind for o in outcomes[:2]] == [OutcomeKind.SUCCEEDED] * 2
+        assert outcomes[2].kind is OutcomeKind.FAILED
+        assert "is AVRO, and job type 'plain' reads JSON payloads" in str(outcomes[2].error)
+        assert ran == ["avro", "json"]
+
+    asyncio.run(main())

@@ -24,7 +24,7 @@ _JSON = JsonPayload()
 class TypeEntry:
     """What the hot path needs about one job type."""
 
-    __slots__ = ("codec", "job_type", "limit", "load", "stats", "time_limit")
+    __slots__ = ("codec", "job_type", "limit", "loads", "stats", "time_limit")
 
     def __init__(
         self, job_type: JobType, limit: TypeLimit[Work] | None, stats: list[TypeStats]
@@ -34,8 +34,9 @@ class TypeEntry:
         self.stats = stats
         """Counters by priority index."""
         self.codec: PayloadCodec = job_type.options.payload or _JSON
-        self.load = job_type.payload_loader(self.codec)
-        """The handler's keyword arguments from payload bytes (see ``JobType.load_payload``)."""
+        self.loads = job_type.payload_loaders(self.codec)
+        """The handler's keyword arguments from payload bytes, by the encoding the job's
+        envelope states (see ``JobType.payload_loaders``)."""
         self.time_limit = job_type.options.time_limit
 
 

@@ -272,7 +272,7 @@ class Processor:
         entry = self.types.entries[job.type]
         try:
             # Decoded, and checked against the handler's annotations when it has any.
-            kwargs = entry.load(job.payload)
+            kwargs = entry.loads[job.payload_encoding](job.payload)
         except (DecodeError, PayloadValidationError) as exc:
             self._endings.finish(work, OutcomeKind.FAILED, exc, 0.0)
             return
