@@ -48,6 +48,17 @@ _BUSY = frozenset({408, 429})
 """Client error statuses that mean "not now" (timeout, rate limit): waited out like a 5xx."""
 _REFUSED = frozenset({401, 403})
 """The registry refused this client's credentials: a reader waits them out (see ``_call``)."""
+_NOT_FOUND = frozenset({40401, 40402, 40403})
+"""The registry's own "not found" codes (subject, version, schema). A 404 without one is not
+its answer: the URL's path is wrong (Apicurio without ``/apis/ccompat/v7``), and a reader
+waits it out, as a refusal, rather than dead-letter every job as of an unknown schema."""
+
+
+def _misrouted(exc: Exception) -> bool:
+    return (
+        getattr(exc, "http_status_code", None) == 404
+        and getattr(exc, "error_code", None) not in _NOT_FOUND
+    )
 
 
 class SchemaRegistryUnavailableError(PipelineError):
@@ -226,7 +237,7 @@ class SchemaRegistry:
                 lambda: self.client.get_schema(schema_id), self.read_wait_s, refusals_wait=True
             )
         except _registry_error() as exc:
-            if getattr(exc, "http_status_code", None) == 404:
+            if getattr(exc, "http_status_code", None) == 404 and not _misrouted(exc):
                 raise SchemaNotFoundError(
                     f"schema id {schema_id} is not in the schema registry at {self.shown_url}",
                     b"",
@@ -307,7 +318,8 @@ class SchemaRegistry:
                 return request()
             except _registry_error() as exc:
                 status = getattr(exc, "http_status_code", None)
-                waits = status in _BUSY or (refusals_wait and status in _REFUSED)
+                refused = status in _REFUSED or _misrouted(exc)
+                waits = status in _BUSY or (refusals_wait and refused)
                 if status is not None and 0 < status < 500 and not waits:
                     raise
                 problem: Exception = exc
@@ -319,11 +331,14 @@ class SchemaRegistry:
                     f"the schema registry at {self.shown_url} did not answer for {waited:.0f}s: "
                     f"{type(problem).__name__}: {redact_url(str(problem))}"
                 ) from problem
-            refused = getattr(problem, "http_status_code", None) in _REFUSED
+            if _misrouted(problem):
+                said = "schema registry URL answers 404 for the registry's API (is its path right?)"
+            elif getattr(problem, "http_status_code", None) in _REFUSED:
+                said = "schema registry refused the credentials (schema_registry.client)"
+            else:
+                said = "schema registry unreachable"
             log.warning(
-                "schema registry refused the credentials (schema_registry.client), retrying"
-                if refused
-                else "schema registry unreachable, retrying",
+                f"{said}, retrying",
                 extra={
                     "url": self.shown_url,
                     "retry_in_s": delay,

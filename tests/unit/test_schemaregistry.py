@@ -491,3 +491,16 @@ def test_client_options_from_the_environment_are_numbers_and_a_wrong_one_is_name
     assert codec.framing.registry.options["timeout"] == 5
     with pytest.raises(ConfigurationError, match="refused its options: Unrecognized properties"):
         SchemaRegistry("http://r.invalid", client={"timout": 5})
+
+
+def test_a_404_that_is_not_the_registry_s_answer_is_waited_out_not_a_missing_schema() -> None:
+    """A wrong path (Apicurio without /apis/ccompat/v7) answers 404 without the registry's
+    error code: every framed job was dead-lettered as of a schema "not in the registry"."""
+    client = FakeClient()
+    writing, _ = _registry(client)
+    data = RegistryAvroPayload(INVOICE, registry=writing).encode("invoice", {"number": "7"})
+    reading, slept = _registry(client)
+    client.failures = [SchemaRegistryError(404, -1, "Not Found")] * 2
+    reader = RegistryAvroPayload(INVOICE, registry=reading)
+    assert reader.decode("invoice", data) == {"number": "7", "note": ""}
+    assert len(slept) == 2
