@@ -503,6 +503,60 @@ def test_a_failing_outcome_hook_keeps_the_offset_unfinished() -> None:
     run(main)
 
 
+def test_a_cancelled_outcome_hook_frees_its_job_s_slot() -> None:
+    """A hook's awaitable cancelled (a middleware dropping its pending sends): the wait for it
+    ended with the CancelledError, nothing resolved the job, and its slot stayed taken for
+    good; with every slot so taken, the worker ran nothing more, and said nothing."""
+
+    async def main() -> None:
+        app = make_app()
+
+        @app.job("x")
+        async def x() -> None:
+            return None
+
+        holding = Holding()
+        h = Harness(app, middleware=[holding], concurrency=1)
+        h.feed(h.message("x"), h.message("x"))
+        await h.recorder.wait_for(1)
+        assert holding.pending is not None
+        holding.pending.cancel()
+        await h.recorder.wait_for(2)  # the second job got the slot
+        assert h.processor.stuck == 1  # the first one's offset stays unfinished
+        assert h.metrics.hook_failures == 1
+
+    run(main)
+
+
+def test_a_job_given_up_at_a_revocation_is_not_an_offset_a_hook_kept() -> None:
+    """A job that outlived its partition's revocation ended on the released partition: its
+    offset counted as kept by a failed outcome hook, and a --burst worker then exited 1,
+    "cannot drain: outcome hooks failed"."""
+
+    async def main() -> None:
+        app = make_app()
+        gate = asyncio.Event()
+        started = asyncio.Event()
+
+        @app.job("slow")
+        async def slow() -> None:
+            started.set()
+            await gate.wait()
+
+        h = Harness(app)
+        h.feed(h.message("slow"))
+        await started.wait()
+        h.partition.active = False
+        h.partition.released = True  # the revocation's grace ran out
+        gate.set()
+        await h.recorder.wait_for(1)
+        assert await h.processor.wait_idle([h.partition], 5.0)
+        assert h.processor.stuck == 0
+        assert h.partition.commit_offset == -1  # not finished: the next owner runs it
+
+    run(main)
+
+
 def test_tombstones_and_codec_crashes_are_undecodable_not_fatal() -> None:
     async def main() -> None:
         app = make_app()

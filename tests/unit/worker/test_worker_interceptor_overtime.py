@@ -241,3 +241,45 @@ def test_an_interceptors_clean_up_past_the_time_limit_keeps_the_key(plain: bool)
         assert cleans.overlaps == []
 
     run(main)
+
+
+class _Swallowing:
+    """An interceptor that never lets a job fail: it keeps even the stop's cancellation in."""
+
+    async def intercept(self, call: JobCall, next: CallNext) -> Any:
+        try:
+            return await next(call)
+        except BaseException as exc:
+            return f"swallowed {type(exc).__name__}"
+
+
+def test_a_job_the_stop_gave_up_ends_as_never_started_whatever_its_interceptors_do() -> None:
+    """The stop cancels the chains: a plain function queued for the pool was never run, and
+    the interceptor returned instead of raising: the job was reported as succeeded (its key
+    settled as such, and with an application's own store the next owner skipped it)."""
+
+    async def main() -> None:
+        app = Pipeline(transport=InMemoryTransport(), middleware=[_Swallowing()])
+        blocking, gate = threading.Event(), threading.Event()
+        ran: list[str] = []
+
+        @app.job("block")
+        def block() -> None:
+            blocking.set()
+            gate.wait(10)
+
+        @app.job("queued")
+        def queued() -> None:
+            ran.append("queued")
+
+        h = Harness(app, concurrency=4, threads=1)
+        h.feed(h.message("block"), h.message("queued"))
+        await asyncio.to_thread(blocking.wait, 10)  # the one pool thread is taken
+        h.processor.stopping = True
+        await h.processor.close()
+        gate.set()
+        assert ran == []
+        assert h.recorder.outcomes == []
+        assert h.partition.commit_offset == -1
+
+    asyncio.run(main())

@@ -411,7 +411,7 @@ class Processor:
         if finished:
             self.finished += count
             self.last_end = time.monotonic()
-        else:
+        elif not state.released:  # given up at a revocation: its next owner runs it again
             self.stuck += count
         if self.idle.waiting and state.in_flight == 0:
             self.idle.wake()

@@ -174,6 +174,11 @@ class AsyncRunners:
                     error = exc  # the time limit, or the handler's own CancelledError
                 except BaseException as exc:
                     error = exc
+                if self._closing:
+                    # The stop cancelled the chain, and an interceptor kept the cancellation
+                    # from leaving it: the job still ends as never started, with no outcome
+                    # (reported, a plain function never run "succeeded", and its key with it).
+                    raise asyncio.CancelledError
                 if work.suspended:
                     work.runner = None
                     self._draining += 1

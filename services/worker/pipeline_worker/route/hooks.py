@@ -67,14 +67,23 @@ class Hooks:
 
         async def wait() -> None:
             failed = not ok
-            for awaitable in pending:
-                try:
-                    await awaitable
-                except Exception as exc:
-                    self._failed("on_outcome", None, exc)
-                    failed = True
-            resolve(not failed)
-            self._on_resolved()
+            try:
+                for awaitable in pending:
+                    try:
+                        await awaitable
+                    except asyncio.CancelledError as exc:
+                        failed = True
+                        current = asyncio.current_task()
+                        if current is not None and current.cancelling():
+                            raise  # this wait is cancelled (the worker stops): resolved below
+                        self._failed("on_outcome", None, exc)  # what the hook returned was
+                    except Exception as exc:
+                        self._failed("on_outcome", None, exc)
+                        failed = True
+            finally:
+                # Always: a wait that ended without it kept the job's slot for good.
+                resolve(not failed)
+                self._on_resolved()
 
         task = self._loop.create_task(wait())
         self._pending.add(task)  # the loop keeps only weak references to tasks
