@@ -45,12 +45,8 @@ class Command(click.Command):
         return super().parse_args(ctx, args)
 
 
-class Group(click.Group):
+class Group(Command, click.Group):
     """A group whose arguments, its commands' included, must be valid UTF-8."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        _utf8_only(args)
-        return super().parse_args(ctx, args)
 
 
 def not_empty(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

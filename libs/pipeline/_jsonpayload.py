@@ -168,3 +168,7 @@ def read_json(data: bytes) -> Any:
         return json.loads(data)
     except RecursionError:
         raise ValueError("JSON nested too deep to read") from None
+
+
+JSON = JsonPayload()
+"""The payload codec of a job type that declares none."""

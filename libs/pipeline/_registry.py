@@ -17,7 +17,7 @@ from ._errors import (
     UnknownJobTypeError,
 )
 from ._job import MAX_ATTEMPTS, PayloadEncoding, Priority
-from ._jsonpayload import JsonPayload
+from ._jsonpayload import JSON
 from ._payloadcheck import PayloadModel, payload_model
 from ._retry import Backoff
 
@@ -173,6 +173,11 @@ class JobType:
             return model.check_json(data)  # parses and validates in one pass
         return model.check(codec.decode(self.name, data))
 
+    @property
+    def codec(self) -> PayloadCodec:
+        """The payload codec the type declares, else JSON's."""
+        return self.options.payload or JSON
+
     def payload_loader(self, codec: PayloadCodec) -> Callable[[bytes], dict[str, Any]]:
         """:meth:`load_payload` with ``codec`` bound, one call deep for a validated JSON payload
         (the worker keeps one per job type)."""
@@ -191,7 +196,7 @@ class JobType:
             label: functools.partial(_mislabelled, self.name, label, codec.encoding)
             for label in PayloadEncoding
         }
-        loaders[PayloadEncoding.JSON] = self.payload_loader(_JSON)
+        loaders[PayloadEncoding.JSON] = self.payload_loader(JSON)
         loaders[codec.encoding] = self.payload_loader(codec)
         return loaders
 
@@ -262,9 +267,6 @@ class Registry:
 
     def __len__(self) -> int:
         return len(self._types)
-
-
-_JSON = JsonPayload()
 
 
 def _mislabelled(

@@ -7,18 +7,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._codec import JobCodec, JsonPayload, PayloadCodec
+from ._codec import JobCodec, PayloadCodec
 from ._errors import ConfigurationError, PayloadValidationError
 from ._job import Job, PayloadEncoding, Priority, delay_s, due_at_ms, due_in_ms, new_job_id
 from ._jobfunction import EnqueueOptions
 from ._jobtemplate import JobTemplate
+from ._jsonpayload import JSON
 from ._registry import JobOptions, JobType
 from ._settings import Settings
 from ._topics import TopicNames
 
 _MAX_PLAIN = 1024
 """Job types whose plain route :class:`PlainRoutes` keeps (past that it starts over)."""
-_JSON = JsonPayload()
 _TYPE_DEFAULTS = JobOptions()
 """The options of a job type nobody registered in this process (made once: it is frozen)."""
 SHARED_KEY = (
@@ -146,7 +146,7 @@ def resolve_route(
         key: bytes | None = _utf8(opts.idempotency_key, "an idempotency key")
     else:
         key = _utf8(opts.key, "a key") if isinstance(opts.key, str) else opts.key
-    codec = type_options.payload or _JSON
+    codec = type_options.payload or JSON
     return Route(
         job_type=job_type,
         registered=registered,

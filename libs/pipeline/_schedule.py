@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ._codec import JsonPayload, PayloadCodec, ScheduleCodec
+from ._codec import PayloadCodec, ScheduleCodec
 from ._cronexpr import due_fires, fires_between, moment, next_fire_ms, validate_schedule
 from ._errors import ConfigurationError, DecodeError
 from ._job import Job, Priority, now_ms
-from ._jsonpayload import read_json
+from ._jsonpayload import JSON, read_json
 from ._messagesize import fits_in_message
 from ._records import MissedFires, Schedule
 
@@ -50,8 +50,6 @@ __all__ = [
 
 FIRE_ID_NAMESPACE = uuid.UUID("5b0f1c2e-6a1d-5d3e-9c53-7f1e0c1a9b21")
 """The uuid5 namespace of fire job ids (fixed forever: changing it would re-fire)."""
-
-_JSON = JsonPayload()
 
 
 def fire_job_id(namespace: str, name: str, fire_ms: int) -> str:
@@ -119,9 +117,9 @@ def make_schedule(
     type, when the application knows it), whose handler must accept it. ``priority`` and
     ``max_attempts`` left ``None`` are the job type's declared ones at every fire.
     """
-    codec: PayloadCodec = _JSON
+    codec: PayloadCodec = JSON
     if registered is not None:
-        codec = registered.options.payload or _JSON
+        codec = registered.codec
     data = payload if isinstance(payload, bytes) else codec.encode(job_type, payload or {})
     if registered is not None and not isinstance(payload, bytes):
         registered.check_payload(registered.as_handled(codec, payload or {}, data))

@@ -37,7 +37,6 @@ from .._failures import failed_job, group_members, judge_failure
 from .._followups import RUNNING, FollowUps
 from .._interceptors import CallNext, JobCall
 from .._job import now_ms
-from .._jsonpayload import JsonPayload
 from .._records import DeadLetterReason
 from .._retry import Retry
 from ._results import JobResult, JobStatus
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 WORKER = "pipeline.testing"
 """The worker name a failed attempt's history records."""
-_JSON = JsonPayload()
 _RAISED_BY = "raised by job "
 """How ``fail_fast``'s note on a raised error begins."""
 
@@ -133,7 +131,7 @@ def _run(
     app: Pipeline, job: Job, job_type: JobType, message: SentMessage, loop: BoundedRunner | None
 ) -> tuple[BaseException | None, Any]:
     """(error, None) or (None, what the handler returned)."""
-    codec = job_type.options.payload or _JSON
+    codec = job_type.codec
     try:
         kwargs = job_type.payload_loaders(codec)[job.payload_encoding](job.payload)
     except (DecodeError, PayloadValidationError) as exc:

@@ -11,14 +11,13 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 
-from pipeline import JobType, JsonPayload, PayloadCodec, Pipeline, Priority
+from pipeline import JobType, PayloadCodec, Pipeline, Priority
 
 from .._metrics import TypeStats, WorkerMetrics
 from .._work import Work
 from .limits import TypeLimit
 
 _log = logging.getLogger("pipeline.worker.jobs")
-_JSON = JsonPayload()
 
 
 class TypeEntry:
@@ -33,7 +32,7 @@ class TypeEntry:
         self.limit = limit
         self.stats = stats
         """Counters by priority index."""
-        self.codec: PayloadCodec = job_type.options.payload or _JSON
+        self.codec: PayloadCodec = job_type.codec
         self.loads = job_type.payload_loaders(self.codec)
         """The handler's keyword arguments from payload bytes, by the encoding the job's
         envelope states (see ``JobType.payload_loaders``)."""

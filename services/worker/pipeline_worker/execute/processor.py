@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from pipeline import (
     DecodeError,
-    JsonPayload,
     PayloadValidationError,
     Pipeline,
     Priority,
@@ -55,7 +54,6 @@ if TYPE_CHECKING:
     from ..route.router import FailureRouter
 
 _log = logging.getLogger("pipeline.worker.jobs")
-_JSON = JsonPayload()
 
 
 class Processor:
