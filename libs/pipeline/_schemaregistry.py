@@ -186,22 +186,35 @@ class SchemaRegistry:
                 )
             )
         except _registry_error() as exc:
-            status = getattr(exc, "http_status_code", None)
-            if status in (409, 422):
-                reason = getattr(exc, "error_message", str(exc))
-                raise ConfigurationError(
-                    f"the schema registry at {self.shown_url} refused {schema.get('name')!r} under "
-                    f"subject {subject!r}: {reason} (HTTP {status}); "
-                    "evolve the schema by the subject's compatibility rule, or register it "
-                    "under a new subject"
-                ) from exc
-            raise
+            raise self._refused(subject, schema, exc) from exc
         self._ids[(subject, text)] = schema_id
         # The schema of that id is the one just sent: reading what was written with it (the
         # enqueue checks the payload as the handler gets it) asks the registry nothing more.
         # confluent-kafka's client does not serve a lookup by id from what it registered.
         self._parsed(schema_id, json.loads(text))
         return schema_id
+
+    def _refused(self, subject: str, schema: Mapping[str, Any], exc: Exception) -> Exception:
+        """What an enqueue raises when the registry refused to register ``schema``: a settings
+        error saying which setting to look at (nothing was sent)."""
+        status = getattr(exc, "http_status_code", None)
+        reason = redact_url(str(getattr(exc, "error_message", None) or exc))
+        refused = f"the schema registry at {self.shown_url} refused {schema.get('name')!r} under "
+        if status in (409, 422):
+            fix = (
+                "evolve the schema by the subject's compatibility rule, or register it under a "
+                "new subject"
+            )
+        elif status in _REFUSED:
+            fix = "check the credentials in schema_registry.client (basic.auth.user.info)"
+        elif _misrouted(exc):
+            fix = (
+                "the URL answers 404 for the registry's API: is its path right? (Apicurio's "
+                "is /apis/ccompat/v7)"
+            )
+        else:
+            fix = "nothing was sent"
+        return ConfigurationError(f"{refused}subject {subject!r}: {reason} (HTTP {status}); {fix}")
 
     def compatible(self, subject: str, schema: Mapping[str, Any]) -> bool:
         """Whether the registry would accept ``schema`` as the next version of ``subject``."""

@@ -168,12 +168,29 @@ def test_a_writer_gives_up_after_wait_s_with_a_clear_error() -> None:
         RegistryAvroPayload(INVOICE, registry=registry).encode("invoice", {"number": "1"})
 
 
-def test_a_client_error_is_not_retried() -> None:
-    client = FakeClient(failures=[SchemaRegistryError(401, 40101, "unauthorized")])
+@pytest.mark.parametrize(
+    ("failure", "says"),
+    [
+        (SchemaRegistryError(401, 40101, "unauthorized"), "check the credentials in schema_r"),
+        (SchemaRegistryError(403, 40301, "forbidden"), "check the credentials in schema_r"),
+        (SchemaRegistryError(404, -1, "HTTP 404 Not Found"), "is its path right?"),
+        (SchemaRegistryError(400, 400, "bad request"), "nothing was sent"),
+        (SchemaRegistryError(409, 409, "incompatible"), "compatibility rule"),
+    ],
+)
+def test_a_client_error_at_enqueue_is_a_settings_error_saying_what_to_check(
+    failure: SchemaRegistryError, says: str
+) -> None:
+    client = FakeClient(failures=[failure])
     registry, slept = _registry(client)
-    with pytest.raises(SchemaRegistryError):
+    with pytest.raises(ConfigurationError) as raised:
         RegistryAvroPayload(INVOICE, registry=registry).encode("invoice", {"number": "1"})
-    assert slept == []
+    assert slept == [], "a refusal is not retried"
+    message = str(raised.value)
+    assert f"(HTTP {failure.http_status_code})" in message
+    assert failure.error_message in message
+    assert says in message
+    assert "refused 'Invoice' under subject 'acme.Invoice-value'" in message
 
 
 @pytest.mark.parametrize("status", [429, 408])
