@@ -11,6 +11,7 @@ A :class:`PayloadCodec` turns a job's arguments into the envelope's ``payload`` 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
@@ -209,6 +210,13 @@ class EventCodec(RecordCodec[Event]):
         }
 
     def from_record(self, record: dict[str, Any]) -> Event:
+        # Another producer's NaN or infinity (Avro doubles carry them) is no figure: readers
+        # print events as JSON, which has no such numbers, and sort and sum their durations.
+        duration, progress = record["duration_ms"], record["progress"]
+        if duration is not None and not math.isfinite(duration):
+            record["duration_ms"] = None
+        if progress is not None and not 0.0 <= progress <= 1.0:  # NaN too
+            record["progress"] = None
         return Event(**record)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -262,6 +263,29 @@ def test_event_round_trip(store: SchemaStore) -> None:
         detail=None,
     )
     assert codec.decode(codec.encode(event)) == event
+
+
+@pytest.mark.parametrize(
+    ("duration_ms", "progress", "read"),
+    [
+        (float("nan"), float("nan"), (None, None)),
+        (float("inf"), float("-inf"), (None, None)),
+        (-1.0, 1.5, (-1.0, None)),
+        (3.5, 0.25, (3.5, 0.25)),
+        (0.0, 1.0, (0.0, 1.0)),
+    ],
+)
+def test_an_event_s_figures_json_cannot_carry_are_read_as_unknown(
+    store: SchemaStore, duration_ms: float, progress: float, read: tuple[float | None, ...]
+) -> None:
+    """Another producer's record (Avro doubles carry NaN and infinities): ``pipeline events
+    --json`` printed ``NaN``, which no JSON reader accepts."""
+    codec = EventCodec(store)
+    event = Event(job_id="j1", job_type="t", kind=EventKind.PROGRESS, attempt=1,
+                  priority="default", duration_ms=duration_ms, progress=progress)  # fmt: skip
+    decoded = codec.decode(codec.encode(event))
+    assert (decoded.duration_ms, decoded.progress) == read
+    json.dumps(dataclasses.asdict(decoded), allow_nan=False)
 
 
 def test_schedule_round_trip(store: SchemaStore) -> None:
