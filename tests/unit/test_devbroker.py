@@ -229,6 +229,10 @@ def test_purge_refuses_a_dir_it_did_not_make(tmp_path: Path) -> None:
     with pytest.raises(DevBrokerError, match="refusing to use or delete"):
         devbroker.down(tmp_path, purge=True)
     assert keep.read_text() == "mine"
+    assert devbroker.down(tmp_path) == []
+    with pytest.raises(DevBrokerError, match="refusing to use or delete"):
+        devbroker.up(data_dir=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"], "nothing left in it"
 
 
 def test_default_dirs_follow_the_environment(
@@ -256,3 +260,17 @@ def test_a_pid_reused_after_a_broker_exited_is_seen_running(
         assert _devprocs._pid_running(sleeper.pid)
     finally:
         _devprocs._children.pop(sleeper.pid, None)
+
+
+def test_env_without_a_cluster_says_so_and_exits_non_zero(tmp_path: Path) -> None:
+    """``eval "$(pipeline dev env)"`` exported an empty bootstrap list, which reads as unset."""
+    from click.testing import CliRunner
+
+    from pipeline_cli._main import cli
+
+    with pytest.raises(DevBrokerError, match=r"no cluster in .*pipeline dev up"):
+        devbroker.client_settings(tmp_path / "none")
+    result = CliRunner().invoke(cli, ["dev", "env", "--data-dir", str(tmp_path / "none")])
+    assert result.exit_code == 1
+    assert "no cluster in" in result.output
+    assert "export" not in result.output

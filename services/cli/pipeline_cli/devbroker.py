@@ -255,6 +255,8 @@ def up(
     """
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    if _read_layout(data_dir) is None:
+        _check_ours(data_dir)  # refused before the lock file is made in someone else's folder
     with _file_lock(data_dir / _LOCK_FILE):
         layout = _read_layout(data_dir)
         if fresh:
@@ -335,6 +337,10 @@ def down(
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     if not data_dir.is_dir():
         return []
+    if purge:
+        _check_ours(data_dir)  # refused before the lock file is made in someone else's folder
+    elif _read_layout(data_dir) is None:
+        return []  # no cluster was made here: nothing to stop, and nothing to leave behind
     with _file_lock(data_dir / _LOCK_FILE):
         layout = _read_layout(data_dir)
         stopped: list[int] = []
@@ -351,4 +357,6 @@ def client_settings(data_dir: Path | None = None) -> dict[str, str]:
     """The ``PIPELINE_*`` environment variables of the admin's client: bootstrap servers and,
     for a secured cluster, ``PIPELINE_SECURITY__*`` (the password too: print it only when asked)."""
     report = status(data_dir)
+    if not report.nodes:  # an empty bootstrap list would be exported, and read as unset
+        raise DevBrokerError(f"no cluster in {report.data_dir}; start one with `pipeline dev up`")
     return client_env(report.bootstrap_servers, security(report.data_dir))
