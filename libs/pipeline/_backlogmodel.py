@@ -41,7 +41,8 @@ class PartitionBacklog:
     @property
     def waiting(self) -> int:
         """Messages not committed by the group, from the first one a worker would run (a
-        transaction's commit marker after it counts as one)."""
+        transaction's commit marker after it counts as one, an aborted transaction's messages
+        and marker after it as many)."""
         first = self.position if self.first is None else max(self.first, self.position)
         return max(0, self.end - first)
 
