@@ -893,16 +893,24 @@ def test_a_plain_function_past_its_time_limit_before_a_thread_took_it_is_not_run
         started: list[int] = []
         release = threading.Event()
 
-        @app.job("slow", time_limit=0.05)
+        @app.job("slow", time_limit=30)
         def slow(i: int) -> None:
             started.append(i)
-            release.wait(5)
+            release.wait(30)
 
+        @app.job("quick", time_limit=0.05)
+        def quick(i: int) -> None:
+            started.append(i)
+
+        # Job 0 holds the one thread, within its limit: no thread is lent (a job ended on its
+        # thread lends one, which could take job 1 before job 1's own deadline).
         h = Harness(app, concurrency=2, threads=1)
-        h.feed(*(h.message("slow", {"i": i}) for i in range(2)))
-        outcomes = await h.recorder.wait_for(2)
-        assert [o.kind for o in outcomes] == [OutcomeKind.TIMED_OUT] * 2
+        h.feed(h.message("slow", {"i": 0}), h.message("quick", {"i": 1}))
+        outcomes = await h.recorder.wait_for(1)
+        assert [(o.kind, o.job.type) for o in outcomes] == [(OutcomeKind.TIMED_OUT, "quick")]
         release.set()
+        outcomes = await h.recorder.wait_for(2)
+        assert outcomes[1].kind is OutcomeKind.SUCCEEDED
         await h.processor.close()
         for thread in h.processor._pool._threads:
             thread.join(5)
