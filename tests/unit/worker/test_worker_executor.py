@@ -907,7 +907,9 @@ def test_a_plain_function_past_its_time_limit_before_a_thread_took_it_is_not_run
         h = Harness(app, concurrency=2, threads=1)
         h.feed(h.message("slow", {"i": 0}), h.message("quick", {"i": 1}))
         outcomes = await h.recorder.wait_for(1)
-        assert [(o.kind, o.job.type) for o in outcomes] == [(OutcomeKind.TIMED_OUT, "quick")]
+        assert [(o.kind, o.job and o.job.type) for o in outcomes] == [
+            (OutcomeKind.TIMED_OUT, "quick")
+        ]
         release.set()
         outcomes = await h.recorder.wait_for(2)
         assert outcomes[1].kind is OutcomeKind.SUCCEEDED
