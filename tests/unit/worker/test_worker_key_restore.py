@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from confluent_kafka import KafkaError, Message, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from pipeline import Priority, Settings
 from pipeline._dedup import Where
@@ -231,6 +231,37 @@ def test_the_keys_of_a_partition_revoked_during_its_restore_are_dropped(
     assert kafka.size == 0
     if store is gated:
         assert [c[0] for c in gated.calls] == ["load started", "load", "unload"]
+
+
+def test_a_restore_whose_partitions_were_all_given_up_is_cancelled(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Partition 1's changelog partition has no leader and partition 1 is revoked during its
+    restore. The restore went on to its timeout (a minute here), and the next assignment's
+    restore waited for it (one runs at a time), then warned of partitions no longer owned and
+    put the next try off."""
+
+    class Leaderless(GatedChangelog):
+        def get_watermark_offsets(self, tp: TopicPartition, timeout: float) -> tuple[int, int]:
+            if tp.partition == 1:
+                self.asked.set()
+                raise KafkaException(KafkaError(KafkaError.LEADER_NOT_AVAILABLE))
+            return super().get_watermark_offsets(tp, timeout)
+
+    changelog = Leaderless(gated=False)
+    changelog.add(2, b"*/k", live("job-a"))
+    store = changelog_store(changelog, restore_timeout_s=60.0)
+    thread, fake = keyed_thread(loop, store)
+    try:
+        assign(thread, fake, 1)
+        assert chores_until(thread, changelog.asked.is_set)
+        thread.rebalance.on_revoke(fake, [TopicPartition(TOPIC, 1)])  # type: ignore[arg-type]
+        assign(thread, fake, 2)
+        assert chores_until(thread, lambda: (TOPIC, 2) not in fake.paused, timeout=20)
+        assert store.size == 1, "partition 2's keys"
+        assert "could not restore" not in caplog.text
+    finally:
+        thread.assignment.close()
 
 
 class ClosingConsumer(KeyedConsumer):

@@ -17,7 +17,9 @@ the event loop (see :class:`pipeline.dedup.DedupStore`).
 
 A partition given up while its restore runs is unloaded only once the restore ended (calls for
 one partition never overlap), and its keys are not taken: a partition assigned again meanwhile
-is another :class:`.._work.PartitionState`, restored anew after that.
+is another :class:`.._work.PartitionState`, restored anew after that. A restore whose
+partitions were all given up is cancelled (the Kafka store's read ends within a poll): the
+restores of the partitions assigned since wait for it, and its keys would be dropped.
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class _Run:
     ) -> None:
         self.states = list(states)
         self.wheres = {(s.topic, s.partition) for s in states}
+        self.given_up: set[PartitionState] = set()
+        """Those of :attr:`states` given up since it started: once all are, it is cancelled."""
         self.install = install
         """Takes the keys read for the partitions named (on the consumer thread)."""
         self.cancel = cancel
@@ -130,8 +134,14 @@ class KeyLoad:
         """Unload ``states`` (given up), or once the restore running for them has ended."""
         self._ready.difference_update(states)
         wheres = [(s.topic, s.partition) for s in states]
-        if self._run is not None:
-            wheres = [w for w in wheres if w not in self._run.wheres]
+        run = self._run
+        if run is not None:
+            wheres = [w for w in wheres if w not in run.wheres]
+            run.given_up.update(s for s in states if s in run.states)
+            if len(run.given_up) == len(run.states):
+                # Nothing it reads is wanted now, and the restores of the partitions assigned
+                # next wait for it (one runs at a time): the Kafka store's read ends soon.
+                run.cancel()
         if wheres:
             self._dedup.unload(wheres)
 
@@ -173,7 +183,9 @@ class KeyLoad:
                 if gone:
                     self._dedup.unload(gone)  # deferred from their revocation (see unload)
         except Exception as exc:
-            self._failed(run.states, exc, now)
+            if owned:
+                self._failed(run.states, exc, now)
+            # else given up whole (cancelled, see unload): no failure, and no wait for the next
             return
         run.install([(s.topic, s.partition) for s in owned])
         self._ready.update(owned)
