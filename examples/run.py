@@ -15,21 +15,23 @@ from pipeline import PipelineError, Settings
 from pipeline._admin import apply_topics, describe_topics
 
 
-def bootstrap_servers() -> str:
+def bootstrap_servers() -> tuple[str, str | None]:
+    """The Kafka to use, and the command that stops it if this started (or reused) it."""
     servers = os.environ.get("PIPELINE_BOOTSTRAP_SERVERS")
     if servers:
         print(f"==> using Kafka at {servers}")
-        return servers
+        return servers, None
     from pipeline_cli import devbroker
+    from pipeline_cli._dev import stop_command
 
     print("==> starting a local Kafka (first run downloads the jars with Maven)")
     cluster = devbroker.up(progress=lambda line: print(f"    {line}"))
-    return cluster.bootstrap_servers
+    return cluster.bootstrap_servers, stop_command(cluster.data_dir)
 
 
 def main() -> int:
     try:
-        servers = bootstrap_servers()
+        servers, stop = bootstrap_servers()
         os.environ["PIPELINE_BOOTSTRAP_SERVERS"] = servers
         settings = Settings()
         print(f"==> topics of namespace {settings.namespace!r}")
@@ -63,7 +65,9 @@ def main() -> int:
     if code != 0:
         print(f"error: pipeline status exited with {code}", file=sys.stderr)
         return code
-    print("The delayed job waits for the scheduler. Stop Kafka with: .venv/bin/pipeline dev down")
+    print("The delayed job waits for the scheduler (.venv/bin/pipeline-scheduler).")
+    if stop is not None:
+        print(f"Stop Kafka with: .venv/bin/{stop}")
     return 0
 
 

@@ -214,9 +214,17 @@ def test_cli_up_status_down(tmp_path: Path) -> None:
     options = ["--data-dir", str(data_dir)]
     runner = CliRunner()
     try:
-        started = runner.invoke(dev, ["up", *options, "--port", str(base)])
+        started = runner.invoke(dev, ["up", *options, "--port", str(base), "--heap", "384m"])
         assert started.exit_code == 0, started.output
         assert started.stdout.splitlines()[-1] == f"localhost:{base}"
+        assert f"stop it with `pipeline dev down --data-dir {data_dir}`" in started.stderr
+
+        # Started again empty, on the port and with the heap it had (it was restarted as one
+        # node on 9092, with the default heap).
+        fresh = runner.invoke(dev, ["up", *options, "--fresh"])
+        assert fresh.exit_code == 0, fresh.output
+        assert fresh.stdout.splitlines()[-1] == f"localhost:{base}"
+        assert json.loads((data_dir / "cluster.json").read_text())["heap"] == "384m"
 
         again = runner.invoke(dev, ["up", *options, "--json"])
         assert again.exit_code == 0, again.output

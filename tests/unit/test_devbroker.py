@@ -274,3 +274,26 @@ def test_env_without_a_cluster_says_so_and_exits_non_zero(tmp_path: Path) -> Non
     assert result.exit_code == 1
     assert "no cluster in" in result.output
     assert "export" not in result.output
+
+
+@pytest.mark.parametrize("heap", ["bogus", "2 G", "0", "-1G", "1.5G"])
+def test_a_heap_the_jvm_would_refuse_is_refused_before_anything_is_made(
+    tmp_path: Path, heap: str
+) -> None:
+    """It was written to cluster.json at the format, and every later start failed with it."""
+    from click.testing import CliRunner
+
+    from pipeline_cli._main import cli
+
+    data_dir = tmp_path / "dev"
+    result = CliRunner().invoke(cli, ["dev", "up", "--data-dir", str(data_dir), "--heap", heap])
+    assert result.exit_code == 2
+    assert f"{heap!r} is not a JVM heap size" in result.output
+    with pytest.raises(DevBrokerError, match="is not a JVM heap size"):
+        devbroker.up(data_dir=data_dir, heap=heap)
+    assert not data_dir.exists()
+
+
+@pytest.mark.parametrize("heap", ["2G", "512m", "1024k", "1073741824"])
+def test_jvm_heap_sizes_are_taken(heap: str) -> None:
+    assert devbroker.HEAP.fullmatch(heap)

@@ -28,6 +28,20 @@ def _exports(env: Mapping[str, str], hide: Mapping[str, str] | None = None) -> N
         click.echo(f"export {name}={word}")
 
 
+def stop_command(data_dir: Path) -> str:
+    """The command that stops the cluster in ``data_dir``: with ``--data-dir`` unless it is the
+    default one."""
+    if data_dir == devbroker.default_data_dir().expanduser().resolve():
+        return "pipeline dev down"
+    return f"pipeline dev down --data-dir {shlex.quote(str(data_dir))}"
+
+
+def _heap(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not devbroker.HEAP.fullmatch(value):
+        raise click.BadParameter(f"{value!r} is not a JVM heap size such as 2G, 512m or 1024k")
+    return value
+
+
 def _data_dir_option(command: F) -> F:
     return click.option(
         "--data-dir",
@@ -84,7 +98,11 @@ def dev() -> None:
     "[default: what the data dir holds, else PLAINTEXT].",
 )
 @click.option(
-    "--heap", default=None, help="JVM heap per node, e.g. 2G [default: 1G, 512m with 3 nodes]."
+    "--heap",
+    default=None,
+    callback=_heap,
+    help="JVM heap per node, e.g. 2G [default: what the data dir was started with, else 1G, "
+    "512m with 3 nodes].",
 )
 @click.option(
     "--timeout",
@@ -127,7 +145,7 @@ def up(
     state = "already running" if cluster.already_running else "running"
     click.echo(
         f"Kafka {devbroker.KAFKA_VERSION} is {state}: {len(cluster.nodes)} node(s), "
-        f"data in {cluster.data_dir}; stop it with `pipeline dev down`.",
+        f"data in {cluster.data_dir}; stop it with `{stop_command(cluster.data_dir)}`.",
         err=True,
     )
     if cluster.secure:

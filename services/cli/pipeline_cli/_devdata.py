@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,6 +14,8 @@ from ._devprocs import _LOCK_FILE, DevBrokerError
 from ._devsecurity import SECURITY_DIR
 
 _LAYOUT_FILE = "cluster.json"
+HEAP = re.compile(r"[1-9][0-9]*[kKmMgGtT]?")
+"""What ``-Xmx`` takes: a number of bytes, or of kilo-, mega-, giga- or terabytes."""
 
 
 def default_data_dir() -> Path:
@@ -68,3 +72,59 @@ def _wipe(data_dir: Path) -> None:
                 shutil.rmtree(path)
             else:
                 path.unlink()
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What :func:`up` was given (None: not given)."""
+
+    nodes: int | None
+    base_port: int | None
+    secure: bool | None
+    host: str | None
+    heap: str | None
+
+    def like(self, layout: _Layout) -> _Asked:
+        """For ``layout``'s cluster started again empty: what is not given is its (the heap
+        too, for as many nodes)."""
+        nodes = layout.nodes if self.nodes is None else self.nodes
+        return _Asked(
+            nodes,
+            layout.base_port if self.base_port is None else self.base_port,
+            layout.secure if self.secure is None else self.secure,
+            layout.host if self.host is None else self.host,
+            self.heap or (layout.heap if nodes == layout.nodes else None),
+        )
+
+    def conflicts(self, layout: _Layout) -> bool:
+        """Whether it asks for another cluster than the one ``layout`` formatted."""
+        given = (self.nodes, self.base_port, self.secure, self.host)
+        held = (layout.nodes, layout.base_port, layout.secure, layout.host)
+        return any(g is not None and g != h for g, h in zip(given, held, strict=True))
+
+
+def _prepared(data_dir: Path | None, heap: str | None) -> Path:
+    """The data dir :func:`up` starts in (made if new), once the arguments are checked; a folder
+    that is not one is refused before the lock file is made in it."""
+    if heap is not None and not HEAP.fullmatch(heap):
+        raise DevBrokerError(f"heap {heap!r} is not a JVM heap size such as 2G, 512m or 1024k")
+    data_dir = (data_dir or default_data_dir()).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    if _read_layout(data_dir) is None:
+        _check_ours(data_dir)
+    return data_dir
+
+
+def _saved(data_dir: Path, layout: _Layout) -> _Layout:
+    (data_dir / _LAYOUT_FILE).write_text(json.dumps(dataclasses.asdict(layout), indent=2))
+    return layout
+
+
+def _held_apart(data_dir: Path, layout: _Layout) -> DevBrokerError:
+    kind = "secured " if layout.secure else ""
+    flags = " --secure" if layout.secure else ""
+    return DevBrokerError(
+        f"{data_dir} holds a {kind}{layout.nodes}-node cluster on port {layout.base_port} "
+        f"({layout.host}); start it with --nodes {layout.nodes} --port {layout.base_port}{flags}, "
+        "use another --data-dir, or add --fresh to delete its data"
+    )

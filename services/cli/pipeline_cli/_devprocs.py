@@ -306,7 +306,7 @@ def check_ports_free(nodes: Sequence[DevNode]) -> None:
             raise PortInUseError(
                 f"port {port} (the {role} port of node {node.index}) is already in use by "
                 f"{owner or 'another process'}; stop that process, or start on other ports with "
-                "--port (base_port), e.g. --port 19092. To use a Kafka that is already running, "
+                "--port, e.g. --port 19092. To use a Kafka that is already running, "
                 "set PIPELINE_BOOTSTRAP_SERVERS instead.",
                 port,
             )

@@ -19,7 +19,6 @@ their public names are re-exported here.
 from __future__ import annotations
 
 import dataclasses
-import json
 import shutil
 import time
 from collections.abc import Sequence
@@ -29,7 +28,18 @@ from typing import Any
 
 from pipeline._settings import SecuritySettings
 
-from ._devdata import _LAYOUT_FILE, _check_ours, _Layout, _read_layout, _wipe, default_data_dir
+from ._devdata import (
+    HEAP,
+    _Asked,
+    _check_ours,
+    _held_apart,
+    _Layout,
+    _prepared,
+    _read_layout,
+    _saved,
+    _wipe,
+    default_data_dir,
+)
 from ._devjars import (
     KAFKA_VERSION,
     LOG4J_SLF4J_VERSION,
@@ -71,6 +81,7 @@ from ._devusers import add_user, client_env, security
 __all__ = [
     "BROKER_CN",
     "DEFAULT_BASE_PORT",
+    "HEAP",
     "KAFKA_VERSION",
     "LOG4J_SLF4J_VERSION",
     "MIN_JAVA_VERSION",
@@ -253,35 +264,22 @@ def up(
     settings are :meth:`DevCluster.security`. ``host`` (default ``localhost``) is the address the
     brokers listen on and advertise, e.g. a local address that other network namespaces reach.
     """
-    data_dir = (data_dir or default_data_dir()).expanduser().resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    if _read_layout(data_dir) is None:
-        _check_ours(data_dir)  # refused before the lock file is made in someone else's folder
+    data_dir = _prepared(data_dir, heap)
     with _file_lock(data_dir / _LOCK_FILE):
         layout = _read_layout(data_dir)
+        asked = _Asked(nodes, base_port, secure, host, heap)
         if fresh:
             if layout is not None:
                 stop_nodes(plan_nodes(layout.nodes, layout.base_port, data_dir, layout.host))
+                asked = asked.like(layout)  # started again empty, as it was
             _wipe(data_dir)
             layout = None
-        if layout is not None and (
-            (nodes is not None and nodes != layout.nodes)
-            or (base_port is not None and base_port != layout.base_port)
-            or (secure is not None and secure != layout.secure)
-            or (host is not None and host != layout.host)
-        ):
-            kind = "secured " if layout.secure else ""
-            flags = " --secure" if layout.secure else ""
-            raise DevBrokerError(
-                f"{data_dir} holds a {kind}{layout.nodes}-node cluster on port "
-                f"{layout.base_port} ({layout.host}); start it with --nodes {layout.nodes} --port "
-                f"{layout.base_port}{flags}, use another --data-dir, or add --fresh to delete "
-                "its data"
-            )
-        count = layout.nodes if layout else nodes or 1
-        port = layout.base_port if layout else base_port or DEFAULT_BASE_PORT
-        secured = layout.secure if layout else bool(secure)
-        address = layout.host if layout else host or "localhost"
+        if layout is not None and asked.conflicts(layout):
+            raise _held_apart(data_dir, layout)
+        count = layout.nodes if layout else asked.nodes or 1
+        port = layout.base_port if layout else asked.base_port or DEFAULT_BASE_PORT
+        secured = layout.secure if layout else bool(asked.secure)
+        address = layout.host if layout else asked.host or "localhost"
         if secured and address != "localhost":
             raise DevBrokerError("a secured cluster listens on localhost only")
         material = DevSecurity(data_dir / SECURITY_DIR) if secured else None
@@ -296,7 +294,7 @@ def up(
         check_ports_free(stopped)
         java = find_java()
         lib = ensure_kafka(cache_dir=cache_dir, progress=progress)
-        chosen_heap = heap or (layout.heap if layout else "1G" if count == 1 else "512m")
+        chosen_heap = asked.heap or (layout.heap if layout else "1G" if count == 1 else "512m")
         if layout is None:
             _wipe(data_dir)  # leftovers of a format that failed half-way
             if material is not None:
@@ -312,8 +310,12 @@ def up(
         if layout is None:
             progress(f"Formatting {count} KRaft node(s) in {data_dir}...")
             cluster_id = _format(java, lib, planned, material.format_args() if material else ())
-            layout = _Layout(count, port, cluster_id, chosen_heap, KAFKA_VERSION, secured, address)
-            (data_dir / _LAYOUT_FILE).write_text(json.dumps(dataclasses.asdict(layout), indent=2))
+            layout = _saved(
+                data_dir,
+                _Layout(count, port, cluster_id, chosen_heap, KAFKA_VERSION, secured, address),
+            )
+        elif chosen_heap != layout.heap:  # a heap given is kept for the later starts
+            layout = _saved(data_dir, dataclasses.replace(layout, heap=chosen_heap))
         cluster = DevCluster(
             data_dir, planned, layout.cluster_id, chosen_heap, cache_dir, secure=secured
         )
