@@ -34,6 +34,17 @@ from ._workersettings import WorkerSettings
 DAY_MS = 24 * 3600 * 1000
 
 
+def _port_of(server: str) -> str | None:
+    """The port of ``[PROTOCOL://]HOST[:PORT]`` (``[ADDRESS]`` for IPv6), None if it names
+    none (librdkafka's default then)."""
+    server = server.partition("://")[2] or server
+    if server.startswith("["):
+        rest = server.partition("]")[2]
+        return rest[1:] if rest.startswith(":") else (rest or None)
+    host, colon, port = server.rpartition(":")
+    return port if colon else None
+
+
 class SecuritySettings(BaseModel):
     """TLS and SASL options, mapped to librdkafka's keys. Secrets are never logged."""
 
@@ -213,6 +224,14 @@ class Settings(RedactedRepr, BaseSettings):
         # named, and then call it unreachable.
         if not any(part.strip() for part in value.split(",")):
             raise ValueError("names no server; give HOST:PORT[,HOST:PORT...]")
+        for part in value.split(","):
+            port = _port_of(part.strip())
+            if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+                # librdkafka reads it as port 0, and the client waits for a broker it never
+                # tries, then calls Kafka unreachable.
+                raise ValueError(
+                    f"{part.strip()!r} has no valid port; give HOST:PORT, a port of 1-65535"
+                )
         return value
 
     @classmethod

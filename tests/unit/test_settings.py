@@ -201,6 +201,25 @@ def test_an_empty_bootstrap_servers_variable_is_a_setting_error(
     assert "names no server" in str(raised.value)
 
 
+@pytest.mark.parametrize("server", ["localhost:notaport", "kafka:0", "kafka:70000", "kafka:"])
+def test_a_server_without_a_valid_port_is_a_setting_error(
+    monkeypatch: pytest.MonkeyPatch, server: str
+) -> None:
+    """librdkafka reads it as port 0: the client waited its timeout for a broker it never
+    tried, then called Kafka unreachable."""
+    monkeypatch.setenv("PIPELINE_BOOTSTRAP_SERVERS", f"kafka-0:9092,{server}")
+    with pytest.raises(ConfigurationError) as raised:
+        Pipeline()
+    assert f"{server!r} has no valid port" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "servers", ["kafka", "kafka:9092,kafka-1:9093", "[::1]:9092", "[::1]", "SSL://kafka:9093"]
+)
+def test_servers_librdkafka_reads_are_taken(servers: str) -> None:
+    assert Settings(bootstrap_servers=servers).bootstrap_servers == servers
+
+
 def test_a_secret_is_not_repeated_in_the_error() -> None:
     with pytest.raises(ConfigurationError) as raised:
         build_settings(security={"sasl_password": 12345})
