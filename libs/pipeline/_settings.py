@@ -41,7 +41,7 @@ def _port_of(server: str) -> str | None:
     if server.startswith("["):
         rest = server.partition("]")[2]
         return rest[1:] if rest.startswith(":") else (rest or None)
-    host, colon, port = server.rpartition(":")
+    _, colon, port = server.rpartition(":")
     return port if colon else None
 
 
