@@ -1,1 +1,1 @@
-"""Which queued job starts next: priorities, key order, type limits, holds."""
+"""Which job starts next: priorities, key order, tenant fairness, type and tenant limits, holds."""

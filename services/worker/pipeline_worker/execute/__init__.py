@@ -1,1 +1,1 @@
-"""The event loop's job path: decode, start on a runner or the pool, deadlines."""
+"""The event loop's job path: decode, the interceptor chain, a runner or the pool, deadlines."""

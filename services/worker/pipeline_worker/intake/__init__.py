@@ -1,1 +1,1 @@
-"""The consumer thread: polling, assignment, commit marks, flow control, burst ends."""
+"""The consumer thread: polling, rebalances, marks and keys read back, pausing, burst, shutdown."""

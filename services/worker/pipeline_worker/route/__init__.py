@@ -1,1 +1,1 @@
-"""Where a job goes when it ends: endings, failure policy, dedup, events, hooks."""
+"""A job's end: endings, follow-ups, failure policy, moves fit to size, dedup, events, hooks."""
