@@ -70,9 +70,8 @@ def web(host: str | None, port: int | None, read_only: bool | None, settings: Se
       PIPELINE_WEB__TOKEN=$(cat token) pipeline web --host 0.0.0.0 --read-only
     """
     try:
-        import uvicorn
-
         from pipeline_web import create_app
+        from pipeline_web._serve import serve
     except ImportError as exc:
         raise click.ClickException(
             f"the dashboard needs the web extra ({exc.name} is missing): "
@@ -99,9 +98,7 @@ def web(host: str | None, port: int | None, read_only: bool | None, settings: Se
     sock = _listen(web_settings.host, web_settings.port)
     bound = sock.getsockname()[1]
     shown = f"[{web_settings.host}]" if ":" in web_settings.host else web_settings.host
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-    server = uvicorn.Server(config)
     click.echo(
         f"dashboard of namespace {settings.namespace!r} at http://{shown}:{bound}/", err=True
     )
-    server.run(sockets=[sock])
+    serve(app, sock)  # until SIGINT or SIGTERM, then exit 0
