@@ -1,5 +1,6 @@
 """examples/web_enqueue.py: 202 with the job's id while Kafka answers, 503 with Retry-After once
-the delivery timeout passed without an answer (nothing listens on the address)."""
+the delivery timeout passed without an answer (nothing listens on the address), 400 for a body
+it cannot make a job of."""
 
 from __future__ import annotations
 
@@ -54,3 +55,27 @@ def test_kafka_unreachable_answers_503_with_retry_after() -> None:
     assert response.headers["Retry-After"] == str(RETRY_AFTER_S)
     assert "unavailable" in response.json()["error"]
     app.close(5)  # the job that failed was told to the client: nothing is left to report
+
+
+def test_a_body_it_cannot_make_a_job_of_answers_400_and_sends_nothing() -> None:
+    """It answered 500 Internal Server Error."""
+    app = Pipeline(Settings(bootstrap_servers="127.0.0.1:1"))
+
+    @app.job("email.send")
+    def send(to: str, subject: str) -> None: ...
+
+    bodies = {
+        "not JSON": {"content": b"{not json"},
+        "not an object": {"json": ["ann@example.com"]},
+        "no email": {"json": {"mail": "ann@example.com"}},
+        "not a string": {"json": {"email": 42}},
+    }
+    try:
+        with TestClient(make_web(app), raise_server_exceptions=False) as client:
+            for what, body in bodies.items():
+                response = client.post("/signup", **body)  # type: ignore[arg-type]
+                assert response.status_code == 400, (what, response.text)
+                assert response.json()["error"], what
+        app.flush(1)  # raises if a job was handed to the producer (Kafka never answers here)
+    finally:
+        app.close(1)
