@@ -32,7 +32,7 @@ def make_web(app: Pipeline) -> Starlette:
             return JSONResponse({"error": "the body is not JSON"}, status_code=400)
         email = body.get("email") if isinstance(body, dict) else None
         if not isinstance(email, str):
-            return JSONResponse({"error": "give the address as \"email\""}, status_code=400)
+            return JSONResponse({"error": 'give the address as "email"'}, status_code=400)
         try:
             # wait=True blocks until Kafka answers: off the event loop, on a thread.
             job_id = await run_in_threadpool(
