@@ -21,14 +21,14 @@ run: setup
 
 ## test: the default suite (unit + integration against a real local Kafka, with a short scenario
 ## of each slow kind), in two processes (pytest-xdist; a test file stays on one), each with its
-## own Kafka node: 13-15 min on 2 cores; TEST_WORKERS=0 runs it in one (about 24 min), where
+## own Kafka node: 14-18 min on 2 cores; TEST_WORKERS=0 runs it in one (about 24 min), where
 ## the fault tests meet less load
 TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/pytest -m "not slow and not chaos and not image and not containers" -q --durations=40 \
 		-n $(TEST_WORKERS) --dist loadfile
 
-## test-slow: the long scenarios left out of make test: more SIGKILLs, clusters, scale, real cron fires (~12 min)
+## test-slow: the long scenarios left out of make test: more SIGKILLs, clusters, scale, real cron fires (~19 min)
 test-slow: setup
 	$(BIN)/pytest -m "slow and not chaos" -q --durations=10
 
