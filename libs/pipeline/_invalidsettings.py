@@ -3,20 +3,23 @@ sections a service never reads, which it warns about instead of failing on."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
+import types
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from ._errors import SettingsError
 from ._redact import validation_problems
 
-__all__ = ["settings_error", "unused_scope", "unused_sections"]
+__all__ = ["settings_error", "unreadable_variables", "unused_scope", "unused_sections"]
 
 _log = logging.getLogger("pipeline.settings")
 
@@ -36,6 +39,63 @@ def settings_error(
         "invalid settings: " + "; ".join(problems) + f". Fix the value ({fix}, config file "
         "or code) and start again"
     )
+
+
+_FIELD = re.compile(r'field "(\w+)"')
+_COMPOUND = (dict, list, set, frozenset, tuple)
+
+
+def unreadable_variables(exc: Exception, model: type[BaseModel]) -> SettingsError:
+    """A :class:`SettingsError` for pydantic-settings' own (an environment variable of a list
+    or mapping setting that is not JSON): naming the variable, where its message names only the
+    section (``error parsing value for field "worker"``)."""
+    found = _FIELD.search(str(exc))
+    section = found.group(1) if found else ""
+    prefix = f"PIPELINE_{section.upper()}"
+    names = sorted(
+        name
+        for name, value in os.environ.items()
+        if (name.upper() == prefix or name.upper().startswith(prefix + "__"))
+        and _compound(model, name.upper().removeprefix("PIPELINE_").lower().split("__"))
+        and not _is_json(value)
+    )
+    named = ", ".join(names) or f"a variable {prefix}__*"
+    cause = f" ({exc.__cause__})" if exc.__cause__ is not None else ""
+    return SettingsError(
+        f"invalid settings: {named} is not JSON{cause}, which a list or mapping setting takes "
+        """('{"key": "value"}', '["a", "b"]'). Fix the value (environment) and start again"""
+    )
+
+
+def _compound(model: type[BaseModel], path: list[str]) -> bool:
+    """Whether the setting at ``path`` (lowercased names below ``model``) takes a list or a
+    mapping, or a section that is read from JSON as a whole."""
+    annotation: Any = model
+    for part in path:
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return True  # a key inside a mapping setting: its value is read as JSON too
+        field = annotation.model_fields.get(part)
+        if field is None:
+            return False
+        annotation = field.annotation
+    return _takes_json(annotation)
+
+
+def _takes_json(annotation: Any) -> bool:
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        return any(_takes_json(arg) for arg in get_args(annotation) if arg is not type(None))
+    if origin is not None:
+        return origin in _COMPOUND or (isinstance(origin, type) and issubclass(origin, Mapping))
+    return isinstance(annotation, type) and issubclass(annotation, (BaseModel, *_COMPOUND))
+
+
+def _is_json(value: str) -> bool:
+    try:
+        json.loads(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _problems(

@@ -12,7 +12,7 @@ import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -21,9 +21,10 @@ from pydantic_settings import (
     SettingsConfigDict,
     TomlConfigSettingsSource,
 )
+from pydantic_settings import SettingsError as PydanticSettingsError
 
 from ._errors import ConfigurationError
-from ._invalidsettings import settings_error, unused_scope
+from ._invalidsettings import settings_error, unreadable_variables, unused_scope
 from ._job import Priority, delay_s
 from ._redact import RedactedRepr
 from ._registrysettings import SchemaRegistrySettings
@@ -210,6 +211,14 @@ class Settings(RedactedRepr, BaseSettings):
     scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
     schema_registry: SchemaRegistrySettings = Field(default_factory=SchemaRegistrySettings)
     web: WebSettings = Field(default_factory=WebSettings)
+
+    if not TYPE_CHECKING:  # type checkers keep pydantic's signature, with every field
+
+        def __init__(self, **values: Any) -> None:
+            try:
+                super().__init__(**values)
+            except PydanticSettingsError as exc:  # a list or mapping variable that is not JSON
+                raise unreadable_variables(exc, type(self)) from exc
 
     @model_validator(mode="before")
     @classmethod

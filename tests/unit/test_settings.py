@@ -220,6 +220,30 @@ def test_servers_librdkafka_reads_are_taken(servers: str) -> None:
     assert Settings(bootstrap_servers=servers).bootstrap_servers == servers
 
 
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("PIPELINE_WORKER__TENANTS__NAMED", "notjson"),
+        ("PIPELINE_WORKER__TENANTS", '{"fairness": tru'),
+        ("PIPELINE_TOPICS__RETRY_DELAYS_S", "5,30"),
+        ("PIPELINE_KAFKA", '{"sasl.password": "s3cret-value'),
+    ],
+)
+def test_a_list_or_mapping_variable_that_is_not_json_is_named_as_a_setting_error(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """pydantic-settings' own error named only the section ("error parsing value for field
+    'worker'"), and an application importing Pipeline() failed with its traceback."""
+    monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("PIPELINE_WORKER__CONCURRENCY", "8")  # a number: no JSON needed
+    with pytest.raises(ConfigurationError) as raised:
+        Pipeline()
+    message = str(raised.value)
+    assert message.startswith(f"invalid settings: {variable} is not JSON (")
+    assert "CONCURRENCY" not in message
+    assert "s3cret" not in message
+
+
 def test_a_secret_is_not_repeated_in_the_error() -> None:
     with pytest.raises(ConfigurationError) as raised:
         build_settings(security={"sasl_password": 12345})
