@@ -225,3 +225,37 @@ def test_a_batch_is_watched_until_its_unconfirmed_commit_is_settled(
     assert [[topic for topic, _ in batch] for batch in producer.committed] == [
         ["unit.jobs.default", "unit.outbox-relay.pipeline_outbox"]
     ]
+
+
+class _StopsAfter(threading.Event):
+    """The relay's stop event: stops it at its ``count``-th pause."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__()
+        self.waits = 0
+        self._count = count
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        if self.waits >= self._count:
+            self.set()
+        return self.is_set()
+
+
+def test_a_relay_that_cannot_start_says_so_once_a_while_not_that_it_stopped(
+    database: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table's schema missing (PostgreSQL), every try: "no longer active", once a second,
+    of a relay that never was."""
+
+    def create_table(connection: Any, table: str) -> None:
+        raise sqlite3.OperationalError('schema "nosuchschema" does not exist')
+
+    monkeypatch.setattr(relay_module, "create_table", create_table)
+    stop = _StopsAfter(5)
+    relay = OutboxRelay(SETTINGS, f"sqlite:///{database}", RelayOptions())
+    with caplog.at_level(logging.INFO, logger="pipeline.outbox"):
+        relay.run(stop)
+    assert stop.waits == 5, "it tried again after each failure"
+    assert caplog.text.count('cannot start publishing (schema "nosuchschema" does not') == 1
+    assert "no longer active" not in caplog.text

@@ -8,7 +8,8 @@ has them. See docs/outbox.md.
 """
 
 from ._dialect import DEFAULT_TABLE, DatabaseUnavailableError, connect
-from ._relay import OutboxRelay, RelayOptions, relay_transactional_id
+from ._options import RelayOptions, relay_transactional_id
+from ._relay import OutboxRelay
 from ._status import OutboxStatus, outbox_status
 from ._writer import Outbox, create_table
 

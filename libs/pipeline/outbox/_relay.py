@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -54,21 +53,20 @@ from .._transactions import Transactions
 from ._batch import read_batch
 from ._conninfo import RELAY_KEEPALIVES
 from ._dialect import (
-    DEFAULT_TABLE,
     SQLITE,
     Dialect,
     OutboxRow,
-    checked_table,
     connect_to_read,
     wal_on,
 )
 from ._gates import Gates
 from ._lock import RelayLock, lock_for
-from ._progress import MAX_IDS, CommittedBatch, RelayProgress, progress_topic, still_there
+from ._options import RelayOptions, relay_transactional_id
+from ._progress import CommittedBatch, RelayProgress, progress_topic, still_there
 from ._stall import StallWatch, saying_kafka_is_away
 from ._writer import create_table
 
-__all__ = ["OutboxRelay", "RelayOptions", "relay_transactional_id"]
+__all__ = ["OutboxRelay"]
 
 _log = logging.getLogger("pipeline.outbox")
 _LOCK_CHECK_S = 1.0
@@ -77,43 +75,6 @@ _CLIENT = "outbox relay"
 """The relay's producer, in the health tracker's lines."""
 _AWAY_LOG_S = 30.0
 """How often a relay waiting for the database or Kafka to answer says so."""
-
-
-@dataclass(frozen=True, slots=True)
-class RelayOptions:
-    """How a relay reads its table."""
-
-    table: str = DEFAULT_TABLE
-    batch_size: int = 5000
-    """Rows per read, per Kafka transaction and per delete (a transaction costs tens of
-    milliseconds whatever its size: docs/benchmarks.md, "Transactional outbox")."""
-    batch_max_bytes: int = 64 * 2**20
-    """Bytes of rows (values and keys) per batch: what the relay holds in memory while it
-    publishes a batch. A single row larger than this is a batch of its own."""
-    poll_interval_s: float = 0.1
-    """How long an active relay waits before it reads an empty table again."""
-    standby_retry_s: float = 1.0
-    """How often a standby tries to take the lock."""
-    retry_s: float = 2.0
-    """How long the relay waits before it tries again a batch Kafka did not take."""
-
-    def __post_init__(self) -> None:
-        checked_table(self.table)
-        for name, bound in (
-            ("batch_size", self.batch_size),
-            ("batch_max_bytes", self.batch_max_bytes),
-        ):
-            if bound < 1:
-                raise ConfigurationError(f"{name} must be at least 1, got {bound}")
-        if self.batch_size > MAX_IDS:  # its progress record must read back as a relay's
-            raise ConfigurationError(
-                f"batch_size must be at most {MAX_IDS:,}, got {self.batch_size}"
-            )
-
-
-def relay_transactional_id(namespace: str, table: str) -> str:
-    """The transactional id of the relays of ``table``: ``<ns>.outbox-relay.<table>``."""
-    return f"{namespace}.outbox-relay.{table}"
 
 
 class OutboxRelay:
@@ -141,6 +102,7 @@ class OutboxRelay:
         options = self.options
         waiting = False
         lock_failed_logged = -_AWAY_LOG_S
+        failures = RateLimitedLog(_log, interval_s=_AWAY_LOG_S)
         while not stop.is_set():
             try:
                 got = self._lock.try_acquire()
@@ -169,8 +131,8 @@ class OutboxRelay:
                 _log.error("%s; back to standby", exc)
             except ConfigurationError:
                 raise
-            except Exception as exc:  # the database (or Kafka) failed under us
-                _log.warning("%s; no longer active, trying again", exc)
+            except Exception as exc:  # the database (or Kafka) failed under us, or before
+                self._failed(exc, failures)
             else:
                 continue  # stopped, or the lock lost (a standby now): nothing failed
             finally:
@@ -180,6 +142,12 @@ class OutboxRelay:
             # the lock stays ours (fenced by a relay of another database with this table name,
             # refused its transactional id) would otherwise be replaced at once, for ever.
             stop.wait(options.standby_retry_s)
+
+    def _failed(self, exc: Exception, failures: RateLimitedLog) -> None:
+        if self.active.is_set():
+            _log.warning("%s; no longer active, trying again", exc)
+        else:  # it never got going: the table's schema missing, a refusal...
+            failures.warning("start", "cannot start publishing (%s); trying again", exc)
 
     # -- the active relay -------------------------------------------------------------------------
 
