@@ -8,9 +8,10 @@ have sent when the row was written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,6 +128,22 @@ class Outbox:
                 "whose isolation_level is not None)"
             )
 
+    @contextlib.contextmanager
+    def _missing_table_named(self) -> Iterator[None]:
+        """The driver's error about a missing table (its own type, for the caller's handlers)
+        gets a note saying how to create it."""
+        try:
+            yield
+        except Exception as exc:
+            # psycopg's UndefinedTable, by its SQLSTATE; sqlite3 has no code of its own for it.
+            if getattr(exc, "sqlstate", None) == "42P01" or "no such table" in str(exc):
+                exc.add_note(
+                    f"the outbox table {self.table!r} does not exist: create it with `pipeline "
+                    f"outbox init --table {self.table}`, or create_table(connection, "
+                    f"{self.table!r}) from pipeline.outbox"
+                )
+            raise
+
     def _job(self, job_type: str, payload: Mapping[str, Any] | None, options: Any) -> OutboxJob:
         """The encoded job, if the relay will be able to send it. A row Kafka refuses would
         stay at the head of the table, and every row behind it would wait: it is refused here,
@@ -156,7 +173,8 @@ class Outbox:
         job = self._job(job_type, payload, options)
         cursor = self._connection.cursor()
         try:
-            cursor.execute(self._insert, (job.topic, job.key, job.value, job.job_id, now_ms()))
+            with self._missing_table_named():
+                cursor.execute(self._insert, (job.topic, job.key, job.value, job.job_id, now_ms()))
         finally:
             cursor.close()
         return job.job_id
@@ -180,9 +198,10 @@ class Outbox:
         at = now_ms()
         cursor = self._connection.cursor()
         try:
-            cursor.executemany(
-                self._insert, [(job.topic, job.key, job.value, job.job_id, at) for job in jobs]
-            )
+            with self._missing_table_named():
+                cursor.executemany(
+                    self._insert, [(job.topic, job.key, job.value, job.job_id, at) for job in jobs]
+                )
         finally:
             cursor.close()
         return [job.job_id for job in jobs]
