@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from pipeline import Pipeline, Settings
 from pipeline._codec import JobCodec
 from pipeline._errors import ConfigurationError, PayloadValidationError
-from pipeline.outbox import create_table, outbox_status
+from pipeline.outbox import connect, create_table, outbox_status
 from pipeline.outbox._batch import read_batch
 from pipeline.outbox._dialect import SQLITE, dialect_of, sqlite_path
 from pipeline.outbox._lock import FileLock, lock_key
@@ -424,3 +424,20 @@ def test_a_table_named_by_an_sql_keyword_is_written_read_and_deleted(
     assert SQLITE.delete(cursor, plain, [row[0] for row in batch]) == 3
     connection.commit()
     assert outbox_status(f"sqlite:///{path}", plain).pending == 0
+
+
+@pytest.mark.parametrize(
+    ("dsn", "says"),
+    [
+        ("/var/lib/shop/shop.db", "an outbox DSN starts with its scheme"),
+        ("shop.db", "an outbox DSN starts with its scheme"),
+        ("mysql://app:secret@db/shop", "unknown outbox DSN scheme 'mysql'"),
+    ],
+)
+def test_a_dsn_without_a_known_scheme_says_which_to_use(dsn: str, says: str) -> None:
+    """A path was called an unknown scheme ("unknown outbox DSN scheme '/var/lib/...'")."""
+    with pytest.raises(ConfigurationError) as raised:
+        connect(dsn)
+    assert says in str(raised.value)
+    assert "sqlite:///path.db" in str(raised.value)
+    assert "secret" not in str(raised.value)

@@ -273,7 +273,12 @@ def connect(
             raise DatabaseUnavailableError(
                 f"cannot connect to PostgreSQL: {_masked(str(exc), dsn)}"
             ) from exc
-    scheme = dsn.partition(":")[0]  # not the whole DSN: it may hold a password
+    scheme, colon, _ = dsn.partition(":")  # not the whole DSN: it may hold a password
+    if not colon or "/" in scheme:  # a path, say: no scheme at all
+        raise ConfigurationError(
+            "an outbox DSN starts with its scheme: use postgresql://user@host:port/db or "
+            "sqlite:///path.db (sqlite:////abs/path.db for an absolute path)"
+        )
     raise ConfigurationError(
         f"unknown outbox DSN scheme {scheme!r}: use postgresql://user@host:port/db "
         "or sqlite:///path.db"
