@@ -285,7 +285,7 @@ def follow_events(
                     undecodable.warning(
                         "event",
                         "left out records of %s that could not be decoded as events "
-                        "(--log-level INFO says which): written by a newer version?",
+                        "(`pipeline --log-level INFO ...` says which): written by a newer version?",
                         topic,
                     )
                 elif event_filter.matches(event):

@@ -109,7 +109,8 @@ def make_schedule(
     enabled: bool = True,
     max_bytes: int | None = None,
 ) -> Schedule:
-    """A :class:`Schedule` that :func:`check_schedule` accepts, or :class:`ConfigurationError`.
+    """A :class:`Schedule` that :func:`check_schedule` accepts, or :class:`ConfigurationError`
+    (:class:`PayloadValidationError` for a payload the handler would refuse, as at enqueue).
     ``max_bytes``: the largest message the producer writing it sends (its record must fit:
     Kafka would refuse it at every write, the scheduler's at every takeover).
 
@@ -122,7 +123,11 @@ def make_schedule(
         codec = registered.codec
     data = payload if isinstance(payload, bytes) else codec.encode(job_type, payload or {})
     if registered is not None and not isinstance(payload, bytes):
-        registered.check_payload(registered.as_handled(codec, payload or {}, data))
+        handled = registered.as_handled(codec, payload or {}, data)
+        registered.check_payload(handled)
+        check = registered.encoded_check(codec)  # the annotations, as enqueue checks them
+        if check is not None:
+            check(handled, data)
     try:
         parsed = Priority.parse(priority) if priority is not None else None
     except ValueError as exc:

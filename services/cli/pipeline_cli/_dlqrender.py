@@ -161,7 +161,8 @@ def warn_undecodable(snapshot: DeadLetterSnapshot) -> None:
     if snapshot.undecodable:
         click.echo(
             f"warning: left out {plural(snapshot.undecodable, 'record')} of {snapshot.topic} "
-            "that could not be decoded as dead letters (--log-level INFO says where)",
+            "that could not be decoded as dead letters "
+            "(`pipeline --log-level INFO dlq ...` says where)",
             err=True,
         )
 

@@ -89,7 +89,7 @@ def show(job_id: str, timeout: float, as_json: bool, settings: Settings) -> None
         click.echo(
             f"warning: left out {plural(history.unreadable, 'record')} of job {job_id} on "
             f"{settings.namespace}.events that could not be decoded as events (written by a "
-            "newer version of the workers? --log-level INFO says why)",
+            "newer version of the workers? `pipeline --log-level INFO jobs ...` says why)",
             err=True,
         )
     if not history.found and not as_json:

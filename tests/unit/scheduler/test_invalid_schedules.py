@@ -85,6 +85,12 @@ def test_app_schedule_checks_the_payload_against_a_registered_handler() -> None:
 
     with pytest.raises(PayloadValidationError, match=r"report\.build"):
         app.schedule("nightly", cron="0 3 * * *", job_type="report.build", payload={"k": 1})
+    # Of the right name and the wrong type: accepted, every fire was dead-lettered
+    # (validation_error), where an enqueue refuses it.
+    with pytest.raises(PayloadValidationError, match="kind"):
+        app.schedule("nightly", cron="0 3 * * *", job_type="report.build", payload={"kind": 5})
+    with pytest.raises(PayloadValidationError, match="kind"):
+        app.enqueue("report.build", {"kind": 5})
     made = app.schedule("nightly", cron="0 3 * * *", job_type="report.build", payload={"kind": "d"})
     assert app.schedules == {"nightly": made}
 
