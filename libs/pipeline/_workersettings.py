@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ._dedup import TTL_MAX_S, DedupScope
 from ._job import Priority
+from ._kafkaoptions import as_text
 from ._redact import RedactedRepr
 from ._tenantsettings import TenantSettings
 
@@ -117,6 +118,11 @@ class WorkerSettings(RedactedRepr, BaseModel):
         default_factory=TenantSettings,
         description="fair dispatch across tenants, and per-tenant weights and limits",
     )
+
+    @field_validator("kafka_consumer", mode="before")
+    @classmethod
+    def _options_as_text(cls, value: Any) -> Any:
+        return as_text(value)
 
     @field_validator("priorities")
     @classmethod

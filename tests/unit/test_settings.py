@@ -81,6 +81,28 @@ def test_code_beats_environment_beats_file(tmp_path: Path, monkeypatch: pytest.M
     assert settings.topics.effective_min_insync_replicas == 2
 
 
+def test_librdkafka_options_given_as_numbers_or_booleans_are_read_as_its_text(
+    tmp_path: Path,
+) -> None:
+    """As docs/scheduler.md writes it (`kafka."message.max.bytes"`): TOML's integer was refused
+    ("Input should be a valid string"), only the quoted form was taken."""
+    config = tmp_path / "pipeline.toml"
+    config.write_text(
+        '[kafka]\n"message.max.bytes" = 1040000\n"enable.ssl.certificate.verification" = false\n'
+        '"queue.buffering.max.ms" = 2.5\n"socket.timeout.ms" = 60000.0\n'
+        '[worker.kafka_consumer]\n"fetch.max.bytes" = 1048576\n'
+    )
+    settings = Settings.from_file(config)
+    assert settings.kafka == {
+        "message.max.bytes": "1040000",
+        "enable.ssl.certificate.verification": "false",
+        "queue.buffering.max.ms": "2.5",
+        "socket.timeout.ms": "60000",
+    }
+    assert settings.client_config()["message.max.bytes"] == "1040000"
+    assert settings.worker.kafka_consumer == {"fetch.max.bytes": "1048576"}
+
+
 def test_config_file_from_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config = tmp_path / "p.toml"
     config.write_text('bootstrap_servers = "kafka:9093"\n')
