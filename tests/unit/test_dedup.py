@@ -881,6 +881,9 @@ def test_a_missing_changelog_partition_is_reported_with_what_to_do() -> None:
     with pytest.raises(DedupRestoreError, match=r"ns\.dedup partition 0 .*pipeline topics apply"):
         kafka_store(consumer).load([HIGH_0])
     assert consumer.closed
+    # The topic missing altogether comes as the same error: the hint says both.
+    with pytest.raises(DedupRestoreError, match=r"topic ns\.dedup does not exist, or has fewer"):
+        kafka_store(consumer).load([HIGH_0])
 
 
 def test_a_broker_that_does_not_answer_times_the_restore_out() -> None:

@@ -327,8 +327,8 @@ class _Restore:
         hint = ""
         if error.code() in _MISSING:
             hint = (
-                "; the changelog topic needs as many partitions as the job topics: "
-                "create it with `pipeline topics apply`"
+                f"; the changelog topic {self.topic} does not exist, or has fewer partitions than "
+                "the job topics: `pipeline topics apply` creates it or adds them"
             )
         elif error.code() in _NOT_AUTHORIZED:
             group = error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
