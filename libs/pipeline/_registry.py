@@ -73,6 +73,12 @@ class JobOptions:
             raise ConfigurationError(
                 f"max_attempts must be at most {MAX_ATTEMPTS}, got {self.max_attempts}"
             )
+        for name in ("time_limit", "rate_limit", "dedup_ttl"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int | float)
+            ):
+                raise ConfigurationError(f"{name} must be a number, got {value!r}")
         if self.time_limit is not None and not 0 < self.time_limit < math.inf:
             raise ConfigurationError(f"time_limit must be positive, got {self.time_limit}")
         if self.rate_limit is not None and not RATE_MIN <= self.rate_limit <= RATE_MAX:

@@ -523,3 +523,14 @@ def test_the_enqueue_command_names_the_priorities_it_takes() -> None:
     )
     assert result.exit_code == 2, result.output
     assert "'urgent' is not one of 'critical', 'high', 'default', 'low'" in result.output
+
+
+@pytest.mark.parametrize("option", ["time_limit", "rate_limit", "dedup_ttl"])
+@pytest.mark.parametrize("value", ["forever", True, [30]])
+def test_a_number_option_given_something_else_is_named(
+    app: Pipeline, option: str, value: object
+) -> None:
+    """It was "bad option for @app.job: '<' not supported between instances of 'int' and
+    'str'"."""
+    with pytest.raises(ConfigurationError, match=f"^{option} must be a number, got "):
+        app.job("bad", **{option: value})

@@ -153,12 +153,16 @@ def test_a_trigger_time_no_date_can_hold_is_refused(at: str) -> None:
     assert "is out of range" in result.output
 
 
-@pytest.mark.parametrize("at", ["²", "١٢٣"])
+@pytest.mark.parametrize("at", ["²", "١٢٣", "-5", " ", "yesterday"])
 def test_a_trigger_time_of_other_digits_is_refused_with_a_reason(at: str) -> None:
-    # "²" is a digit to Python and no number to int(): a traceback, exit 1.
+    # "²" is a digit to Python and no number to int(): a traceback, exit 1. The reason named
+    # "a duration ago (e.g. 30m, 2h, 7d)" as accepted, which --at refuses.
     result = CliRunner().invoke(cli, ["schedules", "trigger", "nightly", "--at", at], env=NOWHERE)
     assert result.exit_code == 2, result.output
     assert "Invalid value for '--at'" in result.output
+    assert "neither an ISO-8601 datetime" in result.output
+    assert "nor epoch milliseconds" in result.output
+    assert "duration" not in result.output
 
 
 @pytest.mark.parametrize(

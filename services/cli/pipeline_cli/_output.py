@@ -233,14 +233,14 @@ def within_dates(value: str, epoch_ms: int) -> int:
     return epoch_ms
 
 
-def moment(value: str, *, other_forms: str = "") -> int:
+def moment(value: str, *, refused: str | None = None) -> int:
     """Epoch milliseconds of a WHEN option: an ISO-8601 datetime or a duration ago
     (:func:`pipeline._deadletters.parse_when`) within :func:`within_dates`; else a usage error,
-    which adds ``other_forms`` to the forms it says are accepted."""
+    ``refused`` if given (what the option accepts), else what ``parse_when`` says."""
     try:
         return within_dates(value, parse_when(value))
     except ValueError as exc:
-        raise click.BadParameter(f"{exc}{other_forms}") from None
+        raise click.BadParameter(refused or str(exc)) from None
     except OverflowError:  # a duration of hundreds of digits: an infinite number of ms
         raise _out_of_range(value) from None
 

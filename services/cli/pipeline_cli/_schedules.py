@@ -260,7 +260,11 @@ def _at(ctx: click.Context, param: click.Parameter, value: str | None) -> int | 
             f"{value!r} is a duration ago, another time at each run: give the time itself "
             "(ISO-8601 or epoch milliseconds), so that repeating the trigger runs it once"
         )
-    return moment(value, other_forms=", or epoch milliseconds")
+    return moment(
+        value,
+        refused=f"{value!r} is neither an ISO-8601 datetime (e.g. 2025-01-31T12:00:00Z, "
+        "2025-01-31) nor epoch milliseconds",
+    )
 
 
 @schedules.command("trigger")
