@@ -62,10 +62,9 @@ class JobOptions:
     def __post_init__(self) -> None:
         # "high" as well as Priority.HIGH; anything else names the four (UnknownPriorityError)
         object.__setattr__(self, "priority", Priority.parse(self.priority))
+        self._check_kinds()
         for name in ("max_attempts", "concurrency"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
             if value is not None and value < 1:
                 raise ConfigurationError(f"{name} must be at least 1, got {value}")
         if self.max_attempts is not None and self.max_attempts > MAX_ATTEMPTS:
@@ -73,12 +72,6 @@ class JobOptions:
             raise ConfigurationError(
                 f"max_attempts must be at most {MAX_ATTEMPTS}, got {self.max_attempts}"
             )
-        for name in ("time_limit", "rate_limit", "dedup_ttl"):
-            value = getattr(self, name)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int | float)
-            ):
-                raise ConfigurationError(f"{name} must be a number, got {value!r}")
         if self.time_limit is not None and not 0 < self.time_limit < math.inf:
             raise ConfigurationError(f"time_limit must be positive, got {self.time_limit}")
         if self.rate_limit is not None and not RATE_MIN <= self.rate_limit <= RATE_MAX:
@@ -98,6 +91,24 @@ class JobOptions:
             modes = ", ".join(m.value for m in DedupMode)
             raise ConfigurationError(f"dedup must be one of {modes}, got {self.dedup!r}") from None
         self.dedup_policy(3600.0)  # validates dedup_ttl; the real default is a setting
+
+    def _check_kinds(self) -> None:
+        """Each option of the kind it must be: a wrong one would fail later, in the worker."""
+        for name in ("max_attempts", "concurrency"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigurationError(f"{name} must be a whole number, got {value!r}")
+        for name in ("time_limit", "rate_limit", "dedup_ttl"):
+            value = getattr(self, name)
+            number = isinstance(value, float | int) and not isinstance(value, bool)
+            if value is not None and not number:
+                raise ConfigurationError(f"{name} must be a number, got {value!r}")
+        if not isinstance(self.backoff, Backoff):
+            # Anything else failed at the job's first failure, and its offset stayed unfinished.
+            raise ConfigurationError(
+                f"backoff must be a Backoff (pipeline.Backoff(base_s=..., ...)), got "
+                f"{self.backoff!r}"
+            )
 
     def dedup_policy(self, default_ttl_s: float) -> DedupPolicy:
         """The type's deduplication, with ``default_ttl_s`` where it names no TTL."""

@@ -34,6 +34,12 @@ class Retry(PipelineError):  # noqa: N818 (the name users raise: `raise Retry(af
             raise ConfigurationError("Retry takes after= or at=, not both")
         if isinstance(after, timedelta):
             after = after.total_seconds()
+        if after is not None and (isinstance(after, bool) or not isinstance(after, float | int)):
+            raise ConfigurationError(
+                f"Retry(after=...) takes seconds or a timedelta, got {after!r}"
+            )
+        if at is not None and not isinstance(at, datetime):
+            raise ConfigurationError(f"Retry(at=...) takes a datetime, got {at!r}")
         if after is not None:
             try:
                 # A wait computed as ``deadline - now`` may come out just below 0: it means now,

@@ -120,3 +120,28 @@ def test_backoff_jitter_below_the_cap_is_drawn_as_before() -> None:
     for attempt in range(1, 8):  # 10 s ... 640 s: all of ±20% below the cap
         expected = 10 * 2 ** (attempt - 1) * (1 + theirs.uniform(-0.2, 0.2))
         assert backoff.delay_s(attempt, ours) == expected
+
+
+@pytest.mark.parametrize("backoff", [{"base_s": 1}, 5, None])
+def test_a_backoff_that_is_not_a_backoff_is_refused_at_registration(backoff: object) -> None:
+    """A dict was taken: at the job's first failure the worker could not build its move
+    ('dict' object has no attribute 'delay_s'), and the offset stayed unfinished for good."""
+    with pytest.raises(ConfigurationError, match="backoff must be a Backoff"):
+        JobOptions(backoff=backoff)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"after": "5"}, "Retry(after=...) takes seconds or a timedelta, got '5'"),
+        ({"after": True}, "Retry(after=...) takes seconds or a timedelta, got True"),
+        ({"at": "2030-01-01T00:00:00Z"}, "Retry(at=...) takes a datetime"),
+    ],
+)
+def test_a_retry_time_of_the_wrong_kind_says_what_it_takes(
+    options: dict[str, object], says: str
+) -> None:
+    """It was a bare TypeError ("'<' not supported between instances of 'str' and 'int'")."""
+    with pytest.raises(ConfigurationError) as raised:
+        Retry(**options)  # type: ignore[arg-type]
+    assert says in str(raised.value)
