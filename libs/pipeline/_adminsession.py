@@ -33,12 +33,12 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined, unused-ignore]
 
 from ._clientlog import LastProblemLog
 from ._errors import (
-    ConfigurationError,
     KafkaAuthenticationError,
     KafkaUnavailableError,
     PipelineError,
     TopicAdminError,
 )
+from ._newclient import client
 from ._partitions import unavailable
 from ._topicspec import MIN_INSYNC, ObservedTopic, TopicSpec, _same_value
 
@@ -109,12 +109,7 @@ class AdminSession:
         self._end = time.monotonic() + timeout
         conf: dict[str, str | int | float | bool] = {**settings.client_config()}
         self._client_log = LastProblemLog()
-        try:
-            self.client = AdminClient(conf, logger=self._client_log)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else exc
-            reason = err.str() if isinstance(err, KafkaError) else str(err)
-            raise ConfigurationError(f"invalid Kafka client settings: {reason}") from exc
+        self.client = client(AdminClient, conf, logger=self._client_log)
 
     def remaining(self) -> float:
         return max(0.1, self._end - time.monotonic())

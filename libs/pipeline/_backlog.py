@@ -33,7 +33,6 @@ from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaError,
-    KafkaException,
     TopicPartition,
 )
 
@@ -42,12 +41,12 @@ from ._backlogmodel import Backlog, GroupMember, GroupMembers, PartitionBacklog,
 from ._clientlog import LastProblemLog
 from ._deadletters import DlqStats, dlq_stats, read_dead_letters
 from ._errors import (
-    ConfigurationError,
     KafkaUnavailableError,
     NotAuthorizedError,
     TopicMissingError,
 )
 from ._job import Priority
+from ._newclient import client
 from ._topiccheck import not_authorized
 from ._topics import TopicNames, deferred_group, retry_group, scheduler_group, worker_group
 
@@ -112,10 +111,7 @@ class BacklogReader:
             **settings.client_config(),
             "logger": LastProblemLog(),
         }
-        try:
-            self._consumer = Consumer(conf)
-        except KafkaException as exc:
-            raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+        self._consumer = client(Consumer, conf)
 
     def read(self) -> Backlog:
         """One snapshot. Raises :class:`KafkaUnavailableError` when Kafka does not answer in

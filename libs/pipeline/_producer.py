@@ -33,6 +33,7 @@ from ._messagesize import (
     message_max_bytes,
     too_large,
 )
+from ._newclient import client
 from ._producerconfig import producer_config
 from ._settings import Settings
 from ._transport import (
@@ -131,7 +132,7 @@ class KafkaTransport:
             with self._lock:
                 producer = self._bulk if bulk else self._producer
                 if producer is None:
-                    producer = Producer(self._config(bulk))
+                    producer = client(Producer, self._config(bulk))
                     if bulk:
                         self._bulk = producer
                     else:

@@ -13,13 +13,13 @@ from confluent_kafka.admin import ClusterMetadata
 from .._clientlog import LastProblemLog
 from .._codec import DeadLetterCodec
 from .._errors import (
-    ConfigurationError,
     DecodeError,
     KafkaAuthenticationError,
     KafkaUnavailableError,
     NotAuthorizedError,
     PipelineError,
 )
+from .._newclient import client
 from .._partitions import cluster_metadata, topic_partitions, unavailable
 from .._records import DeadLetter
 from .._settings import Settings
@@ -79,10 +79,7 @@ class _Reader:
         }
         if prefetch_kb is not None:
             conf["queued.max.messages.kbytes"] = prefetch_kb
-        try:
-            self.consumer = Consumer(conf)
-        except KafkaException as exc:
-            raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+        self.consumer = client(Consumer, conf)
         self._metadata: ClusterMetadata | None = None
 
     def remaining(self) -> float:

@@ -23,13 +23,13 @@ from confluent_kafka import KafkaException, Producer
 from .._clientlog import LastProblemLog
 from .._codec import EventCodec, JobCodec
 from .._errors import (
-    ConfigurationError,
     KafkaUnavailableError,
     PipelineError,
     TopicMissingError,
     TransactionFencedError,
 )
 from .._job import Job, Priority, now_ms
+from .._newclient import client
 from .._producer import producer_config
 from .._records import DeadLetter, Event, EventKind
 from .._settings import Settings
@@ -60,10 +60,7 @@ def _dlq_transactions(settings: Settings, timeout: float) -> tuple[Transactions,
             "logger": LastProblemLog(),
         }
     )
-    try:
-        producer = Producer(conf)
-    except KafkaException as exc:
-        raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+    producer = client(Producer, conf)
     txn = Transactions(
         producer,
         name=f"the dead-letter command's producer (Kafka at {settings.bootstrap_servers})",

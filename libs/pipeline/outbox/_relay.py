@@ -45,6 +45,7 @@ from .._errors import (
     TransactionAbortedError,
     TransactionFencedError,
 )
+from .._newclient import client
 from .._producer import message_max_bytes, producer_config
 from .._ratelog import RateLimitedLog
 from .._settings import Settings
@@ -357,11 +358,7 @@ class OutboxRelay:
         # librdkafka's errors and log lines go to the cluster's health tracker: one line when
         # Kafka becomes unreachable, one when it is back.
         conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks(_CLIENT))
-        try:
-            producer = Producer(conf)
-        except KafkaException as exc:
-            raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
-        return producer
+        return client(Producer, conf)
 
     def _transactions(self, producer: Producer) -> Transactions:
         table = self.options.table

@@ -29,10 +29,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
 from pipeline._brokerhealth import BrokerHealth
-from pipeline._errors import ConfigurationError
+from pipeline._newclient import client
 from pipeline._producer import producer_config
 from pipeline._settings import Settings
 from pipeline._transactions import STEP_TIMEOUT_S, Transactions, request_timeout_ms
@@ -70,10 +70,7 @@ def leader_transactions(
         }
     )
     conf.update(settings.kafka)
-    try:
-        producer = Producer(conf)
-    except KafkaException as exc:
-        raise ConfigurationError(f"invalid Kafka client settings: {exc.args[0]}") from exc
+    producer = client(Producer, conf)
     return Transactions(
         producer,
         name="the scheduler's transactional producer",

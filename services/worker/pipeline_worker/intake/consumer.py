@@ -33,6 +33,7 @@ from pipeline._dedup import DedupScope
 from pipeline._dedupstores import DedupStore
 from pipeline._errors import ConfigurationError, PipelineError
 from pipeline._groupadmin import ENSURE_TIMEOUT_S, ensure_group_configs
+from pipeline._newclient import client
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topics import moved_to
 from pipeline._writecheck import check_writes
@@ -118,7 +119,7 @@ class ConsumerThread:
             metadata_limit=worker.offset_metadata_max_bytes,
         )
         conf["on_commit"] = self._committer.on_commit
-        self._consumer = consumer_factory(conf)
+        self._consumer = client(consumer_factory, conf)
         self.states: dict[tuple[str, int], PartitionState] = {}
         self._poison_side = side if isinstance(side, PoisonSide) else None
         self._poison = PoisonWatch(
