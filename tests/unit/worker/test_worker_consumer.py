@@ -296,6 +296,21 @@ def test_end_of_partition_events_mark_the_partition_drained_until_more_arrives(
     assert not state.at_end
 
 
+def test_a_consumer_error_of_no_partition_names_none(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A group's error (JoinGroup refused) comes on no topic: it read "consumer error on
+    None[-1]"."""
+    joined = Message(error=KafkaError(KafkaError.INVALID_SESSION_TIMEOUT, "JoinGroup failed"))
+    on_topic = Message(topic=TOPIC, partition=2, error=KafkaError(KafkaError._TRANSPORT, "down"))
+    for message in (joined, on_topic):  # a thread each: the warnings are rate-limited
+        thread, _, _ = consumer_thread(loop)
+        thread._hand([message])
+    assert "consumer error: JoinGroup failed" in caplog.text
+    assert f"consumer error on {TOPIC}[2]: down" in caplog.text
+    assert "None" not in caplog.text
+
+
 def finish_all(state: PartitionState) -> None:
     state.taken = state.handed
     state.commit_offset = state.handed_next

@@ -103,10 +103,8 @@ class Handover:
             # static member id taken by another one): it reads nothing more.
             self._on_fatal(error)
             return
+        topic = msg.topic()
+        where = f" on {topic}[{msg.partition()}]" if topic else ""  # a group's error: none
         self._errors.warning(
-            "message",
-            "consumer error on %s[%s]: %s",
-            msg.topic(),
-            msg.partition(),
-            error.str() if error is not None else "?",
+            "message", "consumer error%s: %s", where, error.str() if error is not None else "?"
         )
