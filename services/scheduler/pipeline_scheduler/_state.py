@@ -69,6 +69,8 @@ def load_state(
                     state.last_fires[rest] = last
                 if until is not None:
                     state.catch_ups[rest] = until
+            elif value is not None:  # a tombstone of it is the way to get rid of it
+                raise ValueError("no scheduler writes this key (neither offsets: nor cron:)")
         except ValueError as exc:  # the decoders raise nothing else, whatever the bytes
             state.skipped += 1
             _log.warning(

@@ -105,6 +105,10 @@ def test_load_state_skips_bad_records_and_keeps_every_other(
         ("cron:broken", b'{"v":1,"last":1e400}'),
         ("cron:hourly", encode_last_fire(2_000)),
         ("offsets:ns.deferred:" + "9" * 5000, GOOD.encode()),
+        # A key no scheduler writes: it was passed over silently (docs/scheduler.md says it is
+        # skipped and counted at every takeover); its tombstone is the way out, not counted.
+        ("weird:key", b"{}"),
+        ("gone:key", None),
     ]
     monkeypatch.setattr(_state, "read_table", lambda *args, **kwargs: records)
     with caplog.at_level(logging.WARNING, logger="pipeline.scheduler"):
@@ -112,5 +116,6 @@ def test_load_state_skips_bad_records_and_keeps_every_other(
     assert state.progress == {("ns.deferred", 0): GOOD}
     assert state.last_fires == {"nightly": 1_000, "hourly": 2_000}
     skipped = [r for r in caplog.records if "scheduler state record skipped" in r.getMessage()]
-    assert len(skipped) == 7
-    assert state.skipped == 7
+    assert len(skipped) == 8
+    assert state.skipped == 8
+    assert "no scheduler writes this key" in skipped[-1].getMessage()
