@@ -299,9 +299,9 @@ def test_end_of_partition_events_mark_the_partition_drained_until_more_arrives(
 def test_a_consumer_error_of_no_partition_names_none(
     loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A group's error (JoinGroup refused) comes on no topic: it read "consumer error on
+    """A group's error (a JoinGroup refused) comes on no topic: it read "consumer error on
     None[-1]"."""
-    joined = Message(error=KafkaError(KafkaError.INVALID_SESSION_TIMEOUT, "JoinGroup failed"))
+    joined = Message(error=KafkaError(KafkaError.INVALID_GROUP_ID, "JoinGroup failed"))
     on_topic = Message(topic=TOPIC, partition=2, error=KafkaError(KafkaError._TRANSPORT, "down"))
     for message in (joined, on_topic):  # a thread each: the warnings are rate-limited
         thread, _, _ = consumer_thread(loop)
@@ -309,6 +309,18 @@ def test_a_consumer_error_of_no_partition_names_none(
     assert "consumer error: JoinGroup failed" in caplog.text
     assert f"consumer error on {TOPIC}[2]: down" in caplog.text
     assert "None" not in caplog.text
+
+
+def test_a_session_timeout_the_broker_refuses_stops_the_worker_naming_the_setting(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Refused at every join: a --burst worker tried again for good and never exited."""
+    thread, _, _ = consumer_thread(loop)
+    refused = KafkaError(KafkaError.INVALID_SESSION_TIMEOUT, "JoinGroup failed: Invalid session")
+    thread._hand([Message(error=refused)])
+    assert thread.stop_requested
+    assert "fatal consumer error: JoinGroup failed: Invalid session" in caplog.text
+    assert "worker.session_timeout_ms is outside what the broker allows" in caplog.text
 
 
 def finish_all(state: PartitionState) -> None:

@@ -98,6 +98,16 @@ class Handover:
         if is_missing_topic(error):
             self._cluster.topic_missing(time.monotonic())  # checked after this poll
             return
+        if error is not None and error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
+            # The broker refuses the group's session timeout, at every join: a worker would
+            # try again for good (a burst run never ending). It stops, saying which setting.
+            error = KafkaError(
+                error.code(),
+                f"{error.str()}: worker.session_timeout_ms is outside what the broker allows "
+                "(group.min.session.timeout.ms to group.max.session.timeout.ms; classic "
+                "protocol)",
+                fatal=True,
+            )
         if error is not None and is_fatal(error):
             # How librdkafka reports a fatal consumer error to a polling consumer (e.g. its
             # static member id taken by another one): it reads nothing more.
