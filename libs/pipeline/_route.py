@@ -30,14 +30,49 @@ SHARED_KEY = (
 
 
 @dataclass(frozen=True, slots=True)
-class Route:
-    """Where and how the jobs of one enqueue call go, resolved once for all of them."""
+class PayloadRoute:
+    """How the payloads of one job type are checked and encoded, by an enqueue (its
+    :class:`Route`) and by a schedule of the type alike."""
 
     job_type: str
     registered: JobType | None
     payload_codec: PayloadCodec
     check: Callable[[Mapping[str, Any], bytes], None] | None
     """Checks the encoded payload against the handler's annotations; None: nothing to check."""
+
+    @classmethod
+    def of(cls, job_type: str, registered: JobType | None) -> PayloadRoute:
+        """``job_type``'s, with the payload codec and the checks of ``registered`` (None: a
+        type this application does not know, JSON unchecked)."""
+        if registered is None:
+            return cls(job_type, None, JSON, None)
+        codec = registered.codec
+        return cls(job_type, registered, codec, registered.encoded_check(codec))
+
+    def payload_bytes(self, payload: Mapping[str, Any]) -> bytes:
+        """``payload`` validated (the handler's signature and annotations) and encoded."""
+        if type(payload) is not dict and not isinstance(payload, Mapping):
+            raise PayloadValidationError(
+                self.job_type, f"payload must be a mapping, got {type(payload).__name__}"
+            )
+        registered = self.registered
+        codec = self.payload_codec
+        json = codec.encoding is PayloadEncoding.JSON
+        if registered is not None and json:
+            registered.check_payload(payload)
+        payload_bytes = codec.encode(self.job_type, payload)
+        if registered is not None and not json:
+            payload = registered.as_handled(codec, payload, payload_bytes)
+            registered.check_payload(payload)
+        if self.check is not None:
+            self.check(payload, payload_bytes)
+        return payload_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Route(PayloadRoute):
+    """Where and how the jobs of one enqueue call go, resolved once for all of them."""
+
     topic: str
     key: bytes | None
     priority: Priority
@@ -61,25 +96,6 @@ class Route:
             tenant=self.tenant,
             headers=self.headers.copy() if self.headers else {},
         )
-
-    def payload_bytes(self, payload: Mapping[str, Any]) -> bytes:
-        """``payload`` validated (the handler's signature and annotations) and encoded."""
-        if type(payload) is not dict and not isinstance(payload, Mapping):
-            raise PayloadValidationError(
-                self.job_type, f"payload must be a mapping, got {type(payload).__name__}"
-            )
-        registered = self.registered
-        codec = self.payload_codec
-        json = codec.encoding is PayloadEncoding.JSON
-        if registered is not None and json:
-            registered.check_payload(payload)
-        payload_bytes = codec.encode(self.job_type, payload)
-        if registered is not None and not json:
-            payload = registered.as_handled(codec, payload, payload_bytes)
-            registered.check_payload(payload)
-        if self.check is not None:
-            self.check(payload, payload_bytes)
-        return payload_bytes
 
 
 def not_before_ms(delay: float | timedelta | None, run_at: datetime | None) -> int | None:
@@ -146,12 +162,12 @@ def resolve_route(
         key: bytes | None = _utf8(opts.idempotency_key, "an idempotency key")
     else:
         key = _utf8(opts.key, "a key") if isinstance(opts.key, str) else opts.key
-    codec = type_options.payload or JSON
+    payloads = PayloadRoute.of(job_type, registered)
     return Route(
         job_type=job_type,
         registered=registered,
-        payload_codec=codec,
-        check=registered.encoded_check(codec) if registered is not None else None,
+        payload_codec=payloads.payload_codec,
+        check=payloads.check,
         topic=topic,
         key=key,
         priority=priority,

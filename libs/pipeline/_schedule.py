@@ -19,13 +19,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ._codec import PayloadCodec, ScheduleCodec
+from ._codec import ScheduleCodec
 from ._cronexpr import due_fires, fires_between, moment, next_fire_ms, validate_schedule
 from ._errors import ConfigurationError, DecodeError
 from ._job import Job, Priority, now_ms
-from ._jsonpayload import JSON, read_json
+from ._jsonpayload import read_json
 from ._messagesize import fits_in_message
 from ._records import MissedFires, Schedule
+from ._route import PayloadRoute
 
 if TYPE_CHECKING:
     from ._registry import JobOptions, JobType
@@ -118,16 +119,9 @@ def make_schedule(
     type, when the application knows it), whose handler must accept it. ``priority`` and
     ``max_attempts`` left ``None`` are the job type's declared ones at every fire.
     """
-    codec: PayloadCodec = JSON
-    if registered is not None:
-        codec = registered.codec
-    data = payload if isinstance(payload, bytes) else codec.encode(job_type, payload or {})
-    if registered is not None and not isinstance(payload, bytes):
-        handled = registered.as_handled(codec, payload or {}, data)
-        registered.check_payload(handled)
-        check = registered.encoded_check(codec)  # the annotations, as enqueue checks them
-        if check is not None:
-            check(handled, data)
+    payloads = PayloadRoute.of(job_type, registered)  # checked and encoded as enqueue does it
+    codec = payloads.payload_codec
+    data = payload if isinstance(payload, bytes) else payloads.payload_bytes(payload or {})
     try:
         parsed = Priority.parse(priority) if priority is not None else None
     except ValueError as exc:
