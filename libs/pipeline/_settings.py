@@ -241,7 +241,9 @@ class Settings(RedactedRepr, BaseSettings):
             raise ValueError("names no server; give HOST:PORT[,HOST:PORT...]")
         for part in value.split(","):
             port = _port_of(part.strip())
-            if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+            if port is not None and not (
+                port.isascii() and port.isdigit() and 0 < int(port) < 65536
+            ):
                 # librdkafka reads it as port 0, and the client waits for a broker it never
                 # tries, then calls Kafka unreachable.
                 raise ValueError(

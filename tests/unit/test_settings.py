@@ -223,7 +223,9 @@ def test_an_empty_bootstrap_servers_variable_is_a_setting_error(
     assert "names no server" in str(raised.value)
 
 
-@pytest.mark.parametrize("server", ["localhost:notaport", "kafka:0", "kafka:70000", "kafka:"])
+@pytest.mark.parametrize(
+    "server", ["localhost:notaport", "kafka:0", "kafka:70000", "kafka:", "kafka:\u00b2"]
+)
 def test_a_server_without_a_valid_port_is_a_setting_error(
     monkeypatch: pytest.MonkeyPatch, server: str
 ) -> None:

@@ -8,10 +8,9 @@ have sent when the row was written.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,21 +127,16 @@ class Outbox:
                 "whose isolation_level is not None)"
             )
 
-    @contextlib.contextmanager
-    def _missing_table_named(self) -> Iterator[None]:
-        """The driver's error about a missing table (its own type, for the caller's handlers)
-        gets a note saying how to create it."""
-        try:
-            yield
-        except Exception as exc:
-            # psycopg's UndefinedTable, by its SQLSTATE; sqlite3 has no code of its own for it.
-            if getattr(exc, "sqlstate", None) == "42P01" or "no such table" in str(exc):
-                exc.add_note(
-                    f"the outbox table {self.table!r} does not exist: create it with `pipeline "
-                    f"outbox init --table {self.table}`, or create_table(connection, "
-                    f"{self.table!r}) from pipeline.outbox"
-                )
-            raise
+    def _note_missing_table(self, exc: Exception) -> None:
+        """A driver's error about a missing table (raised on as it is, for the caller's
+        handlers) gets a note saying how to create it."""
+        # psycopg's UndefinedTable, by its SQLSTATE; sqlite3 has no code of its own for it.
+        if getattr(exc, "sqlstate", None) == "42P01" or "no such table" in str(exc):
+            exc.add_note(
+                f"the outbox table {self.table!r} does not exist: create it with `pipeline "
+                f"outbox init --table {self.table}`, or create_table(connection, "
+                f"{self.table!r}) from pipeline.outbox"
+            )
 
     def _job(self, job_type: str, payload: Mapping[str, Any] | None, options: Any) -> OutboxJob:
         """The encoded job, if the relay will be able to send it. A row Kafka refuses would
@@ -173,8 +167,10 @@ class Outbox:
         job = self._job(job_type, payload, options)
         cursor = self._connection.cursor()
         try:
-            with self._missing_table_named():
-                cursor.execute(self._insert, (job.topic, job.key, job.value, job.job_id, now_ms()))
+            cursor.execute(self._insert, (job.topic, job.key, job.value, job.job_id, now_ms()))
+        except Exception as exc:
+            self._note_missing_table(exc)
+            raise
         finally:
             cursor.close()
         return job.job_id
@@ -198,10 +194,12 @@ class Outbox:
         at = now_ms()
         cursor = self._connection.cursor()
         try:
-            with self._missing_table_named():
-                cursor.executemany(
-                    self._insert, [(job.topic, job.key, job.value, job.job_id, at) for job in jobs]
-                )
+            cursor.executemany(
+                self._insert, [(job.topic, job.key, job.value, job.job_id, at) for job in jobs]
+            )
+        except Exception as exc:
+            self._note_missing_table(exc)
+            raise
         finally:
             cursor.close()
         return [job.job_id for job in jobs]
