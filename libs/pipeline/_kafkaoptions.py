@@ -3,9 +3,11 @@ values as the text librdkafka reads, where TOML and JSON give numbers and boolea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-__all__ = ["as_text"]
+from pydantic import BeforeValidator
+
+__all__ = ["KafkaOptions", "as_text"]
 
 
 def as_text(options: Any) -> Any:
@@ -24,3 +26,7 @@ def _text(value: Any) -> Any:
     if isinstance(value, int | float):
         return str(value)
     return value
+
+
+KafkaOptions = Annotated[dict[str, str], BeforeValidator(as_text)]
+"""The type of a settings field of librdkafka options passed through."""

@@ -26,7 +26,7 @@ from pydantic_settings import SettingsError as PydanticSettingsError
 from ._errors import ConfigurationError
 from ._invalidsettings import settings_error, unreadable_variables, unused_scope
 from ._job import Priority, delay_s
-from ._kafkaoptions import as_text
+from ._kafkaoptions import KafkaOptions
 from ._redact import RedactedRepr
 from ._registrysettings import SchemaRegistrySettings
 from ._schedulersettings import SchedulerSettings
@@ -192,7 +192,7 @@ class Settings(RedactedRepr, BaseSettings):
     (``<namespace>.scheduler-control``) stays within Kafka's 249."""
     client_id: str = "pipeline"
     security: SecuritySettings = Field(default_factory=SecuritySettings)
-    kafka: dict[str, str] = Field(
+    kafka: KafkaOptions = Field(
         default_factory=dict,
         description="librdkafka options passed through as they are (they win over derived ones)",
     )
@@ -226,11 +226,6 @@ class Settings(RedactedRepr, BaseSettings):
     def _without_unused_invalid_sections(cls, data: Any) -> Any:
         scope = unused_scope()
         return scope.checked(cls, data) if scope is not None and isinstance(data, dict) else data
-
-    @field_validator("kafka", mode="before")
-    @classmethod
-    def _options_as_text(cls, value: Any) -> Any:
-        return as_text(value)
 
     @field_validator("bootstrap_servers")
     @classmethod

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
 from ._dedup import TTL_MAX_S, DedupScope
 from ._job import Priority
-from ._kafkaoptions import as_text
+from ._kafkaoptions import KafkaOptions
 from ._redact import RedactedRepr
 from ._tenantsettings import TenantSettings
 
@@ -71,7 +71,7 @@ class WorkerSettings(RedactedRepr, BaseModel):
     consume_batch: int = Field(
         1000, ge=1, le=100_000, description="messages taken from the consumer per poll at most"
     )
-    kafka_consumer: dict[str, str] = Field(
+    kafka_consumer: KafkaOptions = Field(
         default_factory=dict,
         description="librdkafka options for the worker's consumer only (they win over all others)",
     )
@@ -118,11 +118,6 @@ class WorkerSettings(RedactedRepr, BaseModel):
         default_factory=TenantSettings,
         description="fair dispatch across tenants, and per-tenant weights and limits",
     )
-
-    @field_validator("kafka_consumer", mode="before")
-    @classmethod
-    def _options_as_text(cls, value: Any) -> Any:
-        return as_text(value)
 
     @field_validator("priorities")
     @classmethod

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from . import devbroker
+from ._devdata import check_heap
 from ._output import REQUEST_MAX_S, Seconds, cli_errors, json_option, print_json, print_table
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -37,8 +38,10 @@ def stop_command(data_dir: Path) -> str:
 
 
 def _heap(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None and not devbroker.HEAP.fullmatch(value):
-        raise click.BadParameter(f"{value!r} is not a JVM heap size such as 2G, 512m or 1024k")
+    try:
+        check_heap(value)
+    except devbroker.DevBrokerError as exc:
+        raise click.BadParameter(str(exc)) from None
     return value
 
 

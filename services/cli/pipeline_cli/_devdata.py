@@ -103,11 +103,16 @@ class _Asked:
         return any(g is not None and g != h for g, h in zip(given, held, strict=True))
 
 
+def check_heap(heap: str | None) -> None:
+    """Raises :class:`DevBrokerError` for a heap size the JVM would refuse (at every start)."""
+    if heap is not None and not HEAP.fullmatch(heap):
+        raise DevBrokerError(f"{heap!r} is not a JVM heap size such as 2G, 512m or 1024k")
+
+
 def _prepared(data_dir: Path | None, heap: str | None) -> Path:
     """The data dir :func:`up` starts in (made if new), once the arguments are checked; a folder
     that is not one is refused before the lock file is made in it."""
-    if heap is not None and not HEAP.fullmatch(heap):
-        raise DevBrokerError(f"heap {heap!r} is not a JVM heap size such as 2G, 512m or 1024k")
+    check_heap(heap)
     data_dir = (data_dir or default_data_dir()).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
     if _read_layout(data_dir) is None:
