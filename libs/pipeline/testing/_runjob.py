@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import ConfigurationError
 from .._job import new_job_id
 from .._jobfunction import EnqueueOptions
+from ._clock import FakeClock
 from ._execution import execute
 from ._transport import InMemoryTransport
 
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Message
 
     from .._app import Pipeline
-    from ._clock import FakeClock
     from ._results import JobResult
     from ._transport import SentMessage
 
@@ -48,14 +48,7 @@ def run_job(
     run repeats). From an ``async def`` test it blocks the test's event loop until the run
     ends: :func:`run_job_async` does not.
     """
-    if attempt < 1:
-        raise ConfigurationError(f"run_job(attempt=...) must be at least 1, got {attempt}")
-    for name in ("delay", "run_at", "wait"):
-        if name in options:
-            raise ConfigurationError(
-                f"run_job runs the job now and takes no {name}=; "
-                "to test delays use the stub worker (pipeline.testing.stub_worker)"
-            )
+    _check_arguments(attempt, clock, rand, options)
     options = {"key": key, "headers": headers, **options}
     message = _produce(app, job_type, payload or {}, attempt=attempt, clock=clock, options=options)
     on = clock.now_ms if clock is not None else None
@@ -97,6 +90,37 @@ async def run_job_async(
         rand=rand,
         **options,
     )
+
+
+_SHAPING = ("priority", "tenant", "idempotency_key", "max_attempts")
+"""The options of ``app.enqueue`` that ``run_job`` takes: those that shape the job."""
+
+
+def _check_arguments(
+    attempt: object, clock: object, rand: object, options: Mapping[str, Any]
+) -> None:
+    """Refuse a mistyped argument, naming it, rather than fail somewhere inside the run."""
+    if isinstance(attempt, bool) or not isinstance(attempt, int):
+        raise ConfigurationError(f"run_job(attempt=...) must be an int, got {attempt!r}")
+    if attempt < 1:
+        raise ConfigurationError(f"run_job(attempt=...) must be at least 1, got {attempt}")
+    if clock is not None and not isinstance(clock, FakeClock):
+        raise ConfigurationError(
+            f"run_job(clock=...) must be a pipeline.testing.FakeClock, got {clock!r}"
+        )
+    if rand is not None and not isinstance(rand, random.Random):
+        raise ConfigurationError(f"run_job(rand=...) must be a random.Random, got {rand!r}")
+    for name in options:
+        if name in ("delay", "run_at", "wait"):
+            raise ConfigurationError(
+                f"run_job runs the job now and takes no {name}=; "
+                "to test delays use the stub worker (pipeline.testing.stub_worker)"
+            )
+        if name not in _SHAPING:
+            raise TypeError(
+                f"run_job() got an unexpected keyword argument {name!r}; besides attempt, key, "
+                f"headers, clock and rand it takes {', '.join(_SHAPING)}"
+            )
 
 
 def _produce(

@@ -388,6 +388,24 @@ def test_run_job_takes_no_delay() -> None:
         run_job(make_app(), "t", attempt=0)
 
 
+@pytest.mark.parametrize(
+    ("arguments", "error", "names"),
+    [
+        ({"attempt": "2"}, ConfigurationError, "attempt=...) must be an int, got '2'"),
+        ({"attempt": True}, ConfigurationError, "attempt=...) must be an int, got True"),
+        ({"clock": 5.0}, ConfigurationError, "clock=...) must be a pipeline.testing.FakeClock"),
+        ({"rand": 7}, ConfigurationError, "rand=...) must be a random.Random, got 7"),
+        ({"priorty": "high"}, TypeError, "unexpected keyword argument 'priorty'"),
+    ],
+)
+def test_a_mistyped_argument_is_named(
+    arguments: dict[str, object], error: type[Exception], names: str
+) -> None:
+    with pytest.raises(error) as raised:
+        run_job(make_app(), "t", **arguments)  # type: ignore[arg-type]
+    assert names in str(raised.value)
+
+
 def test_max_attempts_of_the_enqueue_and_of_the_type_both_hold() -> None:
     app = make_app()
 
