@@ -30,6 +30,7 @@ import fastavro
 from ._avroschema import (
     RegisteredSchema,
     SchemaSource,
+    body_error,
     describe_source,
     load_schema,
     prepare,
@@ -274,8 +275,7 @@ class SchemaStore:
         except Exception as exc:
             raise DecodeError(
                 f"cannot decode the {writer.full_name} body (writer version {writer.version}, "
-                f"fingerprint {writer.fingerprint_hex}, {len(data)} bytes): "
-                f"{type(exc).__name__}: {exc}",
+                f"fingerprint {writer.fingerprint_hex}, {len(data)} bytes): {body_error(exc)}",
                 data,
             ) from exc
         if end != len(data):

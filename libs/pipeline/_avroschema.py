@@ -22,7 +22,8 @@ from ._avrogen import Compiled, compile_schema
 from ._errors import ConfigurationError
 
 SchemaSource = Mapping[str, Any] | str | Path
-"""A schema as a dict (parsed JSON), a JSON string, or the path of an ``.avsc`` file."""
+"""A schema as a dict (parsed JSON), a JSON string, or the path of an ``.avsc`` file (a ``Path``,
+or a ``str`` ending in ``.avsc``)."""
 
 
 _NAMED_TYPES = frozenset({"record", "error", "enum", "fixed"})
@@ -76,9 +77,15 @@ def _fingerprint_of_canonical(canonical: str) -> bytes:
 
 
 def load_schema(source: SchemaSource) -> dict[str, Any]:
-    """Reads a schema given as a dict, a JSON string or an ``.avsc`` path."""
+    """Reads a schema given as a dict, a JSON string or an ``.avsc`` path (a ``str`` ending in
+    ``.avsc`` is one: a schema's JSON is an object, which cannot end so)."""
+    if isinstance(source, str) and source.strip().endswith(".avsc"):
+        source = Path(source.strip())
     if isinstance(source, Path):
-        text = source.read_text(encoding="utf-8")
+        try:
+            text = source.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(f"cannot read the schema file {source}: {exc}") from exc
     elif isinstance(source, str):
         text = source
     else:
@@ -150,3 +157,11 @@ def describe_source(source: SchemaSource) -> str:
     if isinstance(source, Mapping):
         return repr(source.get("name", "<unnamed>"))
     return "<JSON string>"
+
+
+def body_error(exc: Exception) -> str:
+    """What went wrong reading a body: a read past its end says so (a number cut off raises a
+    bare ``IndexError``, fastavro an ``EOFError`` with no text)."""
+    if isinstance(exc, IndexError) or (isinstance(exc, EOFError) and not str(exc)):
+        return "truncated: the body ends inside a field"
+    return f"{type(exc).__name__}: {exc}"

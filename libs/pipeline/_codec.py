@@ -125,6 +125,15 @@ class JobCodec(RecordCodec[Job]):
                 f"unknown priority {record['priority']!r} (job {record['id']}); this reader knows "
                 f"{', '.join(_PRIORITIES)}: upgrade it to read jobs of newer priorities"
             )
+        attempt = record["attempt"]
+        max_attempts = record["max_attempts"]
+        if attempt < 1 or max_attempts < 1:
+            # A foreign producer's 0 or negative would buy runs beyond max_attempts (each
+            # retry counts up from it), or make a meaningless limit: the library writes neither.
+            raise ValueError(
+                f"attempt and max_attempts must be at least 1, got attempt {attempt} and "
+                f"max_attempts {max_attempts} (job {record['id']})"
+            )
         errors = record["errors"]
         return Job(
             id=record["id"],
@@ -132,8 +141,8 @@ class JobCodec(RecordCodec[Job]):
             payload=record["payload"],
             payload_encoding=_ENCODINGS[record["payload_encoding"]],
             priority=priority,
-            attempt=record["attempt"],
-            max_attempts=record["max_attempts"],
+            attempt=attempt,
+            max_attempts=max_attempts,
             created_at=record["created_at"],
             not_before=record["not_before"],
             idempotency_key=record["idempotency_key"],
@@ -275,12 +284,13 @@ class PayloadCodec(Protocol):
 class AvroPayload:
     """Payloads written with an Avro record schema, themselves in single-object encoding.
 
-    ``schema`` (a dict, a JSON string or an ``.avsc`` path) is what this codec writes and reads
-    as. ``other_versions`` are the other versions of it whose payloads it must read too, older
-    or newer, resolved into ``schema`` by Avro's rules (readers find writer schemas by
-    fingerprint, so a version nobody listed is a :class:`SchemaNotFoundError`). The codec has
-    its own :class:`SchemaStore` unless given one; its own keeps logical types, so a
-    ``timestamp-millis`` field reads as an aware ``datetime``.
+    ``schema`` (a dict, a JSON string or an ``.avsc`` path: a ``Path`` or a ``str``) is what
+    this codec writes and reads as. ``other_versions`` are the other versions of it whose
+    payloads it must read too, older or newer, resolved into ``schema`` by Avro's rules
+    (readers find writer schemas by fingerprint, so a version nobody listed is a
+    :class:`SchemaNotFoundError`). The codec has its own :class:`SchemaStore` unless given
+    one; its own keeps logical types, so a ``timestamp-millis`` field reads as an aware
+    ``datetime``.
     """
 
     encoding = PayloadEncoding.AVRO

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import fastavro
 
-from ._avroschema import RegisteredSchema, canonical_form, strip_logical_types
+from ._avroschema import RegisteredSchema, body_error, canonical_form, strip_logical_types
 from ._errors import ConfigurationError, DecodeError, PipelineError, SchemaNotFoundError
 from ._redact import redact_url
 
@@ -305,7 +305,7 @@ class SchemaRegistry:
         except Exception as exc:
             raise DecodeError(
                 f"cannot decode a {reader.full_name} written with registry schema id "
-                f"{schema_id}: {type(exc).__name__}: {exc}",
+                f"{schema_id}: {body_error(exc)}",
                 bytes(data),
             ) from exc
         if buffer.tell() != len(data):

@@ -14,7 +14,8 @@ opt-in uses, each one setting or one argument away:
   use its registry serializer for the whole ``pipeline.Job`` value; ``schema_registry.envelope``
   makes this library write them too.
 
-An unknown schema id is dead-lettered (``decode_error``, naming the id); a registry that does
+An unknown schema id is dead-lettered, naming the id (``validation_error`` for a payload: the
+job was read; ``decode_error`` for an envelope); a registry that does
 not answer pauses the reader until it does, and fails an enqueue with
 :class:`SchemaRegistryUnavailableError` after ``wait_s``. Needs the ``registry`` extra.
 """

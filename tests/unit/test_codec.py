@@ -6,6 +6,7 @@ import dataclasses
 import json
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -23,13 +24,17 @@ from pipeline._codec import (
     PayloadCodec,
     ScheduleCodec,
 )
-from pipeline._errors import DecodeError, PayloadValidationError, SchemaNotFoundError
+from pipeline._errors import (
+    ConfigurationError,
+    DecodeError,
+    PayloadValidationError,
+    SchemaNotFoundError,
+)
 from pipeline._job import AttemptError, Job, PayloadEncoding, Priority
 from pipeline._records import DeadLetter, DeadLetterReason, Event, EventKind, Schedule
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from pathlib import Path
 
 # The job of docs/wire-format.md's worked example.
 GOLDEN_JOB = Job(
@@ -147,6 +152,18 @@ EMAIL_V1: dict[str, Any] = {
 }
 
 
+def test_an_avsc_path_is_read_given_as_a_path_or_a_str(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "email.avsc").write_text(json.dumps(EMAIL_V1), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    expected = AvroPayload(EMAIL_V1).encode("email.send", {"to": "ada@example.com"})
+    for schema in (tmp_path / "email.avsc", "email.avsc"):
+        assert AvroPayload(schema).encode("email.send", {"to": "ada@example.com"}) == expected
+    with pytest.raises(ConfigurationError, match=r"cannot read the schema file missing\.avsc"):
+        AvroPayload("missing.avsc")
+
+
 def test_golden_avro_payload() -> None:
     codec = AvroPayload(EMAIL_V1)
     data = codec.encode("email.send", {"to": "ada@example.com", "cc": "bob@example.com"})
@@ -167,6 +184,7 @@ def test_golden_avro_payload() -> None:
 
 ints = st.integers(-(2**31), 2**31 - 1)
 longs = st.integers(-(2**63), 2**63 - 1)
+runs = st.integers(1, 2**31 - 1)  # a job's attempt and max_attempts (below 1: a decode error)
 texts = st.text(max_size=40)
 attempt_errors = st.builds(
     AttemptError,
@@ -185,8 +203,8 @@ jobs = st.builds(
     payload=st.binary(max_size=80),
     payload_encoding=st.sampled_from(PayloadEncoding),
     priority=st.sampled_from(Priority),
-    attempt=ints,
-    max_attempts=ints,
+    attempt=runs,
+    max_attempts=runs,
     created_at=longs,
     not_before=st.none() | longs,
     idempotency_key=st.none() | texts,
@@ -360,6 +378,24 @@ def test_every_cut_of_a_job_is_a_decode_error(codec: JobCodec) -> None:
         with pytest.raises(DecodeError) as info:
             codec.decode(data[:cut])
         assert info.value.raw == data[:cut], cut
+
+
+def test_a_cut_inside_a_number_is_named_truncated(codec: JobCodec) -> None:
+    data = bytes.fromhex(GOLDEN_JOB_HEX)[:HEADER_SIZE]  # the header, then no body at all
+    with pytest.raises(DecodeError, match="truncated: the body ends inside a field"):
+        codec.decode(data)
+
+
+@pytest.mark.parametrize(("attempt", "max_attempts"), [(0, 5), (-1, 5), (1, 0), (2, -3)])
+def test_an_attempt_or_a_limit_below_one_is_a_decode_error(
+    codec: JobCodec, store: SchemaStore, attempt: int, max_attempts: int
+) -> None:
+    record = {**codec.to_record(GOLDEN_JOB), "attempt": attempt, "max_attempts": max_attempts}
+    data = store.encode(record, codec.schema)
+    with pytest.raises(DecodeError, match="attempt and max_attempts must be at least 1") as info:
+        codec.decode(data)
+    assert f"attempt {attempt} and max_attempts {max_attempts}" in str(info.value)
+    assert info.value.raw == data
 
 
 def test_unknown_priority_is_a_decode_error(codec: JobCodec, store: SchemaStore) -> None:

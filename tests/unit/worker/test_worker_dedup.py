@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Callable, Coroutine, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -68,11 +69,13 @@ def run(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), 20))
 
 
-def keyed(h: Harness, n: int, key: str) -> Any:
+def keyed(h: Harness, n: int, key: str, message_key: bytes | None = None) -> Any:
+    """A keyed job, its message keyed by its idempotency key (as producers must) unless
+    ``message_key`` is given."""
     job = Job(
         id=f"job-{n}", type="charge", payload=json.dumps({"n": n}).encode(), idempotency_key=key
     )
-    return h.message("charge", value=h.app.codec.encode(job))
+    return h.message("charge", value=h.app.codec.encode(job), key=message_key or key.encode())
 
 
 def make(store: MemoryDedupStore, mover: HeldMover, app: Pipeline) -> Deduplicator:
@@ -116,6 +119,35 @@ def test_duplicates_are_acknowledged_without_running_and_keys_settle_with_the_of
     run(main)
 
 
+def test_a_job_keyed_by_another_message_key_runs_and_its_producer_is_warned_of(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its copies under other message keys land on other partitions, whose tables do not hold
+    its key: they run again, and only the worker can see why."""
+    ran: list[int] = []
+
+    async def main() -> None:
+        app = Pipeline(transport=InMemoryTransport())
+
+        @app.job("charge")
+        def charge(n: int) -> None:
+            ran.append(n)
+
+        mover = HeldMover()
+        h = Harness(app, dedup=make(ChangelogStore(), mover, app), concurrency=4)
+        h.feed(keyed(h, 0, "a"), keyed(h, 1, "b", message_key=b"other"), keyed(h, 2, "c", b"\0"))
+        await until(lambda: len(ran) == 3, mover.changed)
+
+    with caplog.at_level(logging.WARNING, logger="pipeline.worker.dedup"):
+        run(main)
+    assert sorted(ran) == [0, 1, 2]
+    [warning] = caplog.records  # once a minute per topic
+    text = warning.getMessage()
+    assert "job job-1 of type charge" in text
+    assert "the idempotency key 'b' but the message key b'other'" in text
+    assert "key each job's message by its idempotency key" in text
+
+
 def test_a_job_ending_while_its_partition_is_revoked_still_records_its_key() -> None:
     """Its offset is committed on the way out: without the record, its key would run again."""
     app = Pipeline(transport=InMemoryTransport())
@@ -126,7 +158,7 @@ def test_a_job_ending_while_its_partition_is_revoked_still_records_its_key() -> 
     store.install((topic, 0), DedupTable())
     job = Job(id="job-1", type="charge", payload=b"{}", idempotency_key="k")
     charge: Any = SimpleNamespace(name="charge", options=JobOptions())
-    assert dedup.admit(state, job, charge)
+    assert dedup.admit(state, job, charge, b"k")
     state.active = False  # revoking: the loop dispatches no more of it
     [record] = dedup.settle(state, job, charge, KeyOutcome.SUCCEEDED)
     assert record.key == b"*/k"

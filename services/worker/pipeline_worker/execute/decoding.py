@@ -101,7 +101,7 @@ class BatchDecoder:
                 if (
                     dedup is not None
                     and job.idempotency_key is not None
-                    and not endings.admit(dedup, state, job, entry.job_type)
+                    and not endings.admit(dedup, state, job, entry.job_type, msg.key())
                 ):
                     state.taken += 1
                     endings.done(state, offset, True)

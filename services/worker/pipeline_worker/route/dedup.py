@@ -35,6 +35,7 @@ from pipeline._dedup import (
 )
 from pipeline._dedupstores import DedupStore
 from pipeline._job import now_ms
+from pipeline._ratelog import RateLimitedLog
 
 from .policy import Record
 
@@ -82,6 +83,8 @@ class Deduplicator:
         self._metrics = metrics
         self._default_ttl_s = default_ttl_s
         self._policies: dict[str, DedupPolicy] = {}
+        self._warnings = RateLimitedLog(_log, interval_s=60.0)
+        """Jobs whose message key is not their idempotency key, once a minute per topic."""
         self._writes: dict[PartitionState, tuple[list[Record], list[int], Written]] = {}
         """Records written in this turn of the loop, with their offsets and the callback for
         them, by partition."""
@@ -93,10 +96,15 @@ class Deduplicator:
             self._policies[job_type.name] = policy
         return policy
 
-    def admit(self, state: PartitionState, job: Job, job_type: JobType) -> bool:
-        """Whether a job with an idempotency key runs; False: acknowledge it without running."""
+    def admit(
+        self, state: PartitionState, job: Job, job_type: JobType, message_key: bytes | None
+    ) -> bool:
+        """Whether a job with an idempotency key runs; False: acknowledge it without running.
+        ``message_key``: its Kafka message's key, which should be the idempotency key."""
         key = job.idempotency_key
         assert key is not None
+        if message_key is None or message_key != key.encode():
+            self._misrouted(state, job, message_key)
         policy = self._policies.get(job_type.name) or self.policy(job_type)
         verdict = self.store.check(
             (state.topic, state.partition), key, job.id, policy=policy, now_ms=now_ms()
@@ -105,6 +113,18 @@ class Deduplicator:
             return True
         self._metrics.count_dedup(job.type, verdict.value)
         return False
+
+    def _misrouted(self, state: PartitionState, job: Job, message_key: bytes | None) -> None:
+        """A job keyed by something else than its idempotency key (a producer other than this
+        library's): its copies may land on other partitions, whose tables this one's key is not
+        in, and run again. It runs (checked here as any keyed job); the producer is told."""
+        self._warnings.warning(
+            state.topic,
+            "job %s of type %s on %s[%d] has the idempotency key %r but the message key %r: "
+            "copies of it sent to other partitions run again; producers must key each job's "
+            "message by its idempotency key (docs/wire-format.md)",
+            job.id, job.type, state.topic, state.partition, job.idempotency_key, message_key,
+        )  # fmt: skip
 
     def settle(
         self, state: PartitionState, job: Job, job_type: JobType, outcome: KeyOutcome

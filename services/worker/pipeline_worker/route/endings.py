@@ -168,11 +168,16 @@ class Endings:
         return True
 
     def admit(
-        self, dedup: Deduplicator, state: PartitionState, job: Job, job_type: JobType
+        self,
+        dedup: Deduplicator,
+        state: PartitionState,
+        job: Job,
+        job_type: JobType,
+        message_key: bytes | None,
     ) -> bool:
         """Whether a job with an idempotency key runs (False: acknowledged as a duplicate)."""
         try:
-            admitted = dedup.admit(state, job, job_type)
+            admitted = dedup.admit(state, job, job_type, message_key)
         except Exception as exc:
             # The store failed: run the job (at least once) rather than lose it.
             self._log.warning(
