@@ -20,6 +20,7 @@ from ._clientlog import LastProblemLog
 from ._codec import ScheduleCodec
 from ._errors import KafkaUnavailableError, PipelineError
 from ._job import now_ms
+from ._newclient import client
 from ._schedule import ScheduleRecord, decode_schedule, same_definition
 from ._tablereader import read_table
 from ._topics import TopicNames
@@ -50,7 +51,7 @@ def _producer(settings: Settings) -> Any:
     # DEBUG, as the backlog reader keeps them (a command run while Kafka is down printed
     # hundreds of them before its one-line error).
     conf["logger"] = LastProblemLog()
-    return Producer(conf)
+    return client(Producer, conf)
 
 
 def _write(settings: Settings, records: list[tuple[str, bytes | None]], timeout: float) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ._clientlog import LastProblemLog
 from ._errors import KafkaUnavailableError, TopicMissingError
+from ._newclient import client
 from ._partitions import topic_partitions, unavailable
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def read_table(
         "fetch.wait.max.ms": 10,
         **settings.client_config(),
     }
-    consumer = Consumer(conf)
+    consumer = client(Consumer, conf)
     deadline = time.monotonic() + timeout  # for the whole read, not each step of it
     try:
         try:

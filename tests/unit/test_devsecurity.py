@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import re
 import stat
 from typing import TYPE_CHECKING
 
 import pytest
+from click.testing import CliRunner
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from pipeline._errors import ConfigurationError
 from pipeline._settings import SecuritySettings, Settings
 from pipeline_cli import devbroker
 from pipeline_cli._devsecurity import DevSecurity
 from pipeline_cli._devusers import client_env
+from pipeline_cli._main import cli
 from pipeline_cli.devbroker import DevBrokerError, node_properties, plan_nodes
 
 if TYPE_CHECKING:
@@ -130,3 +134,26 @@ def test_a_secured_layout_gives_the_admin_settings(tmp_path: Path) -> None:
     assert admin.sasl_username == "admin"
     assert admin.ssl_ca_location == tmp_path.resolve() / "security" / "ca.pem"
     assert devbroker.status(tmp_path).to_dict()["secure"] is True
+
+
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [
+        ("admin", "'admin' is the cluster's own super user"),
+        ("", "invalid user name ''"),
+        ("bob smith", "invalid user name 'bob smith'"),
+        ("a,b", "without spaces, commas or '='"),
+    ],
+)
+def test_a_user_name_the_cluster_must_not_take_is_a_usage_error(
+    tmp_path: Path, name: str, says: str
+) -> None:
+    """`dev user add admin` changed the super user's password: `dev env`, the saved password
+    and the brokers' own login were wrong from then on. `''` was a traceback."""
+    write_layout(tmp_path, secure=True)
+    DevSecurity(tmp_path / "security").create()
+    with pytest.raises(ConfigurationError, match=re.escape(says)):
+        devbroker.add_user(name, data_dir=tmp_path)
+    result = CliRunner().invoke(cli, ["dev", "user", "add", name, "--data-dir", str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert says in result.output

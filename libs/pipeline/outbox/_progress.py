@@ -37,6 +37,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from .._errors import ConfigurationError
+from .._newclient import client
 from .._settings import Settings
 from .._topiccheck import missing_topics
 from ._dialect import Dialect, OutboxRow
@@ -170,14 +171,15 @@ class RelayProgress:
         self.settings = settings
         self.topic = progress_topic(settings.namespace, table)
         self.key = table.encode()
-        self._consumer = Consumer(
+        self._consumer = client(
+            Consumer,
             {
                 **settings.client_config(),
                 "group.id": self.topic,  # never joined nor committed: reads by assignment
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "log_level": 0,
-            }
+            },
         )
 
     def ensure_topic(self, timeout: float) -> None:
@@ -190,8 +192,9 @@ class RelayProgress:
         beforehand, was refused for ever (TOPIC_AUTHORIZATION_FAILED, tried again)."""
         # Asked for by name, a topic Kafka may create (auto.create.topics.enable, the broker's
         # default) is made with the broker's defaults, unless the client says not to.
-        admin = AdminClient(
-            {**self.settings.client_config(), "log_level": 0, "allow.auto.create.topics": False}
+        admin = client(
+            AdminClient,
+            {**self.settings.client_config(), "log_level": 0, "allow.auto.create.topics": False},
         )
         if not missing_topics(admin, [self.topic], timeout):
             return

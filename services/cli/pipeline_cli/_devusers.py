@@ -6,18 +6,21 @@ A follow-up gives each role (producer, worker, scheduler, operator) a user of it
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import SecretStr
 
+from pipeline._errors import ConfigurationError
+from pipeline._newclient import client
 from pipeline._settings import SecuritySettings
 
 from ._devdata import _Layout, _read_layout, default_data_dir
 from ._devnodes import plan_nodes
 from ._devprocs import DevBrokerError
-from ._devsecurity import SCRAM_ITERATIONS, SECURITY_DIR, DevSecurity, new_password
+from ._devsecurity import ADMIN_USER, SCRAM_ITERATIONS, SECURITY_DIR, DevSecurity, new_password
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -54,11 +57,27 @@ def add_user(
     ``password`` defaults to a random one. The user is allowed nothing until ACLs grant it
     something (``allow.everyone.if.no.acl.found=false``).
     """
+    _check_name(name)
     data_dir, layout = _secured(data_dir)
     planned = plan_nodes(layout.nodes, layout.base_port, data_dir)
     servers = ",".join(f"localhost:{n.port}" for n in planned)
     admin = DevSecurity(data_dir / SECURITY_DIR).client()
     return _create_user(servers, admin, name, password or new_password(), planned, timeout)
+
+
+def _check_name(name: str) -> None:
+    """A usage error (exit 2) for a name the cluster cannot take or must not."""
+    if not name or name != name.strip() or any(c.isspace() or c in ",=" for c in name):
+        raise ConfigurationError(
+            f"invalid user name {name!r}: give a non-empty name without spaces, commas or '='"
+        )
+    if name == ADMIN_USER:
+        # Its password is in security/admin.password, which the brokers log in with and
+        # `pipeline dev env` prints: changed here, both would be wrong.
+        raise ConfigurationError(
+            f"user {ADMIN_USER!r} is the cluster's own super user (its password is kept in "
+            f"{SECURITY_DIR}/admin.password): give another name"
+        )
 
 
 def client_env(bootstrap_servers: str, security: SecuritySettings) -> dict[str, str]:
@@ -95,12 +114,19 @@ def _create_user(
         ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS),
         password.encode(),
     )
-    client = AdminClient(conf)  # kept referenced: a collected client fails its futures
+    admin_client = client(
+        AdminClient, {**conf, "log_level": 0}
+    )  # a collected one fails its futures
     try:
-        for future in client.alter_user_scram_credentials([upsert]).values():
+        for future in admin_client.alter_user_scram_credentials([upsert]).values():
             future.result(timeout)
     except KafkaException as exc:
         raise DevBrokerError(f"could not create SCRAM user {name!r}: {exc}") from exc
+    except concurrent.futures.TimeoutError as exc:
+        raise DevBrokerError(
+            f"could not create SCRAM user {name!r}: the cluster did not answer within "
+            f"{timeout:.0f}s (is it running? `pipeline dev status`)"
+        ) from exc
     user = admin.model_copy(update={"sasl_username": name, "sasl_password": SecretStr(password)})
     # The credential reaches each broker through the metadata log, a moment apart.
     deadline = time.monotonic() + timeout
@@ -112,7 +138,9 @@ def _create_user(
         }
         while True:
             try:
-                AdminClient(node_conf).list_topics(timeout=max(1.0, deadline - time.monotonic()))
+                client(AdminClient, node_conf).list_topics(
+                    timeout=max(1.0, deadline - time.monotonic())
+                )
                 break
             except KafkaException as exc:
                 if time.monotonic() >= deadline:

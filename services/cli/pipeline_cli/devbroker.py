@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline._newclient import client
 from pipeline._settings import SecuritySettings
 
 from ._devdata import (
@@ -207,7 +208,7 @@ class DevCluster:
         conf = {**self._client_config(), "log_level": "0"}
 
         def ask(node: DevNode) -> Any:
-            admin = AdminClient({**conf, "bootstrap.servers": node.address})
+            admin = client(AdminClient, {**conf, "bootstrap.servers": node.address})
             return admin.list_topics(timeout=2)
 
         waiting = list(started)

@@ -36,6 +36,7 @@ from pipeline._adminsession import AdminSession
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._clientlog import is_fatal
 from pipeline._errors import PipelineError, TopicMissingError
+from pipeline._newclient import client
 from pipeline._settings import Settings
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import scheduler_group
@@ -118,7 +119,7 @@ class Leadership:
             # Polled all the time, leader or standby: it reports the cluster's reachability.
             **BrokerHealth.of(self._settings.bootstrap_servers).callbacks("leadership", stats=True),
         }
-        consumer = Consumer(conf)
+        consumer = client(Consumer, conf)
         consumer.subscribe(
             [self.topic],
             on_assign=self._on_assign,

@@ -24,6 +24,7 @@ from pipeline._codec import DeadLetterCodec
 from pipeline._envelopes import job_codec, service_codec
 from pipeline._errors import DecodeError
 from pipeline._job import now_ms
+from pipeline._newclient import client
 from pipeline._producer import message_max_bytes
 from pipeline._records import Schedule
 from pipeline._registry import Registry
@@ -136,7 +137,7 @@ class LeaderSession:
             ),
             **self.settings.client_config(),
         }
-        consumer = Consumer(conf)
+        consumer = client(Consumer, conf)
         self._consumer = consumer
         sources = [self.names.deferred, *self.tier_topics]
         partitions = term_partitions(

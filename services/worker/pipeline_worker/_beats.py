@@ -41,6 +41,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from pipeline import Settings
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._job import now_ms
+from pipeline._newclient import client
 from pipeline._producer import producer_config
 from pipeline._topiccheck import is_missing_topic, missing_topics
 from pipeline._topics import TopicNames
@@ -137,7 +138,7 @@ class Heartbeats:
         self._health = BrokerHealth.of(settings.bootstrap_servers)
         conf.update(self._health.callbacks("heartbeat producer"))
         conf.update(settings.kafka)
-        self._producer = producer_factory(conf)
+        self._producer = client(producer_factory, conf)
 
     async def run(self) -> None:
         """Publish at once, then every interval (while the topic exists), until cancelled."""

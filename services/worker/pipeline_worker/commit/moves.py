@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Producer, TopicPartition
 
 from pipeline._errors import KafkaUnavailableError
+from pipeline._newclient import client
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topics import TopicNames
 from pipeline._transactions import STEP_TIMEOUT_S, Transactions
@@ -84,12 +85,12 @@ class Mover:
     ) -> None:
         conf = transactional_config(settings, "worker", "moves producer", timeout_s=TIMEOUT_S)
         self._txn = Transactions(
-            producer_factory(conf),
+            client(producer_factory, conf),
             name="the worker's transactional producer",
             when_fenced=WHEN_FENCED,
             timeout_s=TIMEOUT_S,
             attempts=ATTEMPTS,
-            renew=lambda: producer_factory(conf),  # its transactional id is this process's
+            renew=lambda: client(producer_factory, conf),  # its transactional id is this process's
         )
         self._loop = loop
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)

@@ -52,6 +52,7 @@ from pipeline._errors import (
 )
 from pipeline._job import now_ms
 from pipeline._letters import letter_key
+from pipeline._newclient import client
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import DeadLetterReason
 from pipeline._topiccheck import is_missing_topic
@@ -118,18 +119,18 @@ class RetryRelay:
             **settings.client_config(),
             **health.callbacks("retry relay", on_error=self._on_client_error),
         }
-        self._consumer = Consumer(consumer_conf)
+        self._consumer = client(Consumer, consumer_conf)
         self._tiers = Tiers(settings, self._consumer)
         txn_conf = transactional_config(settings, "relay", "retry relay producer")
         self._txn = Transactions(
-            Producer(txn_conf),
+            client(Producer, txn_conf),
             name="the retry relay's transactional producer",
             when_fenced=(
                 "a newer generation of the retry relays' consumer group took its partitions; "
                 "the worker stops: restart it"
             ),
             timeout_s=TIMEOUT_S,
-            renew=lambda: Producer(txn_conf),  # its transactional id is this process's
+            renew=lambda: client(Producer, txn_conf),  # its transactional id is this process's
         )
         self._parked: dict[Where, deque[Parked]] = {}
         """Per paused partition: its head and what came after it, with their due times."""

@@ -40,6 +40,7 @@ from pipeline._dedupstores import PartitionTables
 from pipeline._deduptable import DedupTable, restore_record
 from pipeline._errors import ConfigurationError, PipelineError, not_authorized
 from pipeline._job import now_ms
+from pipeline._newclient import client
 
 _log = logging.getLogger("pipeline.worker.dedup")
 
@@ -133,9 +134,9 @@ class KafkaDedupStore(PartitionTables):
 
     def restore_consumers(self) -> tuple[Consumer, Consumer]:
         """A restore's reader, and the consumer that finds the ends it reads to."""
-        log_end = self._consumer_factory({**self.restore_conf(), **_LOG_END})
+        log_end = client(self._consumer_factory, {**self.restore_conf(), **_LOG_END})
         try:
-            return self._consumer_factory(self.restore_conf()), log_end
+            return client(self._consumer_factory, self.restore_conf()), log_end
         except BaseException:
             log_end.close()  # else its threads and connections stay, at every attempt
             raise

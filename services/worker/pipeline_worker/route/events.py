@@ -19,6 +19,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._codec import EventCodec, JobCodec
 from pipeline._job import now_ms
+from pipeline._newclient import client
 from pipeline._producer import producer_config
 from pipeline._ratelog import RateLimitedLog
 from pipeline._records import Event, EventKind
@@ -45,7 +46,7 @@ class EventStream:
         conf["linger.ms"] = 20
         conf.update(BrokerHealth.of(settings.bootstrap_servers).callbacks("events producer"))
         conf.update(settings.kafka)
-        self._producer = Producer(conf)
+        self._producer = client(Producer, conf)
         self._topic = TopicNames(settings.namespace).events
         self._codec = EventCodec(codec.store)
         self._worker = f"{socket.gethostname()}:{os.getpid()}"
