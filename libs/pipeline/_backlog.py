@@ -116,7 +116,19 @@ class BacklogReader:
     def read(self) -> Backlog:
         """One snapshot. Raises :class:`KafkaUnavailableError` when Kafka does not answer in
         time, :class:`TopicMissingError` when the namespace's topics do not exist and
-        :class:`NotAuthorizedError` when Kafka's ACLs refuse this client one of them."""
+        :class:`NotAuthorizedError` when Kafka's ACLs refuse this client one of them.
+
+        After a read Kafka did not answer, the next one asks with a new admin client: one kept
+        across a broker restart may never hear from a group coordinator again (librdkafka keeps
+        asking the one it cached: confluentinc/librdkafka#5511), and the dashboard and the
+        exporter, which read for as long as they run, said "Kafka cannot be read" for good."""
+        try:
+            return self._read()
+        except KafkaUnavailableError:
+            self._admin = AdminSession(self.settings, self.timeout)
+            raise
+
+    def _read(self) -> Backlog:
         self._admin.restart_deadline()
         read_at = time.time()
         metadata = self._admin.metadata()

@@ -68,8 +68,9 @@ def validate_schedule(cron: str, tz: str = "UTC", missed: str = MissedFires.SKIP
         or not croniter.is_valid(_as_cron_reads(cron))
     ):
         raise ConfigurationError(
-            f"invalid cron expression {cron!r}: give five fields (minute hour day month weekday)"
-            " or six with seconds last, e.g. '*/5 * * * *' or '* * * * * */10'"
+            f"invalid cron expression {cron!r}: give five fields (minute hour day month weekday),"
+            " six with seconds last, or seven with seconds then a year (1970-2099), e.g."
+            " '*/5 * * * *', '* * * * * */10' or '0 9 1 1 * 0 2030'"
         )
     if any(_RANDOM(part) for field in cron.split() for part in field.split(",")):
         # croniter draws the value again for every evaluation: the leader's fire times, and

@@ -177,6 +177,8 @@ class Transactions(TransactionSteps):
             self.producer.flush(timeout_s)
         except KafkaException as exc:
             _log.info("closing %s: %s", self.name, exc.args[0].str())
+        finally:
+            self._bounded.close()
 
     def _units_of(self, write: Callable[[Transactions], None], end: Callable[[], None]) -> None:
         for unit in range(1, self._units + 1):

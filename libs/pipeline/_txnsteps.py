@@ -42,6 +42,10 @@ commit given up on is *unconfirmed*, not failed (:attr:`TransactionSteps.committ
 it opens a transaction (so is an unconfirmed commit, whose outcome is then only logged); while
 Kafka still does not answer, that raises :class:`KafkaUnavailableError` and nothing is open.
 
+``send_offsets_to_transaction`` is given up on when it has not returned after twice its
+timeout (librdkafka can block in it for good after a broker restart, see :mod:`._boundedcall`):
+the producer is renewed as after a fatal error, or :class:`TransactionProducerFailedError`.
+
 Methods are called from one thread (the one that owns the producer).
 """
 
@@ -54,8 +58,10 @@ from typing import Any, NoReturn
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from ._boundedcall import BoundedCalls, CallOutlivedError
 from ._errors import (
     KafkaUnavailableError,
+    NotAuthorizedError,
     TransactionAbortedError,
     TransactionError,
     TransactionFencedError,
@@ -94,8 +100,11 @@ class TransactionSteps:
         pause_s: float = 0.1,
         sleep: Callable[[float], None] = time.sleep,
         renew: Callable[[], TransactionalProducer] | None = None,
+        acl: tuple[str, str | None, str | None] | None = None,
     ) -> None:
         self.producer = producer
+        self._acl = acl
+        """(transactional id, Kafka user, role), named when Kafka's ACLs refuse the id."""
         self._renew = renew
         self._registered = False
         """Whether :attr:`producer`'s transactional id is registered: a renewed producer's is
@@ -112,6 +121,8 @@ class TransactionSteps:
         """When the open transaction began (``time.monotonic``). Kafka aborts one open longer
         than ``transaction.timeout.ms``, and fences its producer for good."""
         self._unfinished: str | None = None  # commit or abort: see the module docstring
+        self._bounded = BoundedCalls("pipeline-txn-offsets")
+        """Where ``send_offsets_to_transaction`` runs, to be given up on (:meth:`_send_offsets`)."""
         self._renewals = 0
 
     @property
@@ -164,11 +175,7 @@ class TransactionSteps:
             return
         if offsets and self._unfinished != _COMMIT:
             self._step(
-                "send the consumed offsets",
-                self.producer.send_offsets_to_transaction,
-                list(offsets),
-                group_metadata,
-                self._timeout,
+                "send the consumed offsets", self._send_offsets, list(offsets), group_metadata
             )
         self._step(
             "commit a transaction", self.producer.commit_transaction, self._timeout, resumable=True
@@ -213,6 +220,37 @@ class TransactionSteps:
         self._registered = True
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _send_offsets(self, offsets: list[TopicPartition], group_metadata: Any) -> None:
+        """``send_offsets_to_transaction``, given up on at twice its timeout: librdkafka can
+        block in it for good (see :mod:`._boundedcall`). The producer is stuck then, its
+        transaction with it: it is renewed as after a fatal error (the new one's registration
+        aborts that transaction), or the owner is told to write it with a new one."""
+        deadline = 2 * self._timeout
+        producer = self.producer
+        try:
+            self._bounded.call(
+                deadline, producer.send_offsets_to_transaction, offsets, group_metadata,
+                self._timeout,
+            )  # fmt: skip
+        except CallOutlivedError:
+            reason = (
+                f"send_offsets_to_transaction did not return in {deadline:g}s, twice its "
+                "timeout: librdkafka's call is left on a thread of its own"
+            )
+            self._open = False
+            self._unfinished = None
+            if self._renewed(reason):
+                raise TransactionAbortedError(
+                    f"{self.name} stopped answering while trying to send the consumed offsets "
+                    f"({reason}); a new producer takes its place. Nothing of the open "
+                    "transaction was committed"
+                ) from None
+            raise TransactionProducerFailedError(
+                f"{self.name} stopped answering while trying to send the consumed offsets "
+                f"({reason}); nothing of the open transaction was committed: a new producer "
+                "must write it again"
+            ) from None
 
     def _abort_calls(self) -> KafkaException | None:
         """Call ``abort_transaction`` up to ``attempts`` times while it fails retriably; the
@@ -318,6 +356,12 @@ class TransactionSteps:
         commit, which librdkafka goes on with after a call that timed out."""
         error: KafkaError = exc.args[0]
         reason = error.str()
+        if error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+            # Not a fence, and no restart or new producer cures it: the ACLs must change.
+            self._open = False
+            self._unfinished = None
+            txn_id, user, role = self._acl or ("of this producer", None, None)
+            raise NotAuthorizedError("TRANSACTIONAL_ID", txn_id, "WRITE", user, role) from exc
         if error.fatal() or (error.code() in _FENCED and not error.txn_requires_abort()):
             self._failed_for_good(exc, doing)
         if error.txn_requires_abort():

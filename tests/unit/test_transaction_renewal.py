@@ -8,11 +8,15 @@ abort that says to write the transaction again, never a fenced error.
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from pipeline._errors import (
     KafkaUnavailableError,
+    NotAuthorizedError,
     TransactionAbortedError,
     TransactionFencedError,
     TransactionProducerFailedError,
@@ -143,19 +147,19 @@ def test_a_new_producer_registers_once_kafka_answers() -> None:
 
 
 def test_a_new_producer_kafka_refuses_to_register_stops_the_caller() -> None:
-    """Renewing again would not cure it: the transactional id is not allowed."""
+    """Renewing again would not cure it: the cluster cannot take this producer."""
     new = FakeProducer().failing("init_transactions", fatal())
     renewing = Renewing(FakeProducer().failing("commit_transaction", invalid_state()), new)
     txn = renewing.txn
     txn.init()
-    with pytest.raises(TransactionFencedError, match="not authorized"):
+    with pytest.raises(TransactionFencedError, match="transactions not supported"):
         txn.run(write_two)
     assert txn.renewals == 1
 
 
 def test_a_fatal_error_before_the_first_registration_is_not_renewed() -> None:
     renewing = Renewing(FakeProducer().failing("init_transactions", fatal()))
-    with pytest.raises(TransactionFencedError, match="not authorized"):
+    with pytest.raises(TransactionFencedError, match="transactions not supported"):
         renewing.txn.init()
     assert len(renewing.producers) == 1
 
@@ -200,3 +204,115 @@ def test_without_renew_a_fenced_producer_still_stops_the_caller() -> None:
     txn.init()
     with pytest.raises(TransactionFencedError, match="was fenced"):
         txn.run(write_two)
+
+
+class Hanging(FakeProducer):
+    """``send_offsets_to_transaction`` blocks, whatever its timeout, until :attr:`release` is
+    set: librdkafka's call after a broker restart (confluentinc/librdkafka#5456)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def send_offsets_to_transaction(
+        self, positions: list[TopicPartition], group_metadata: Any, timeout: float = -1, /
+    ) -> None:
+        self.calls.append("send_offsets_to_transaction")
+        self.release.wait()
+
+
+@pytest.mark.parametrize("renews", [True, False], ids=["renewed", "owner-told"])
+def test_a_send_of_offsets_that_never_returns_is_given_up_on_at_twice_its_timeout(
+    renews: bool,
+) -> None:
+    """The worker's commit thread sat in it for good after a broker restart: no job ran
+    again until the worker was restarted."""
+    stuck = Hanging()
+    later: list[FakeProducer] = []
+
+    def new() -> FakeProducer:
+        later.append(FakeProducer())
+        return later[-1]
+
+    txn = Transactions(
+        stuck,
+        name="the test's transactional producer",
+        sleep=lambda _: None,
+        timeout_s=0.05,
+        renew=new if renews else None,
+    )
+    try:
+        txn.init()
+        txn.produce("ns.dlq", b"moved")
+        raised: list[BaseException] = []
+
+        def commit() -> None:
+            try:
+                txn.commit(OFFSETS, "group-metadata")
+            except BaseException as exc:
+                raised.append(exc)
+
+        committing = threading.Thread(target=commit, daemon=True)
+        committing.start()
+        committing.join(10)  # bounded: without the deadline the commit never returns
+        assert not committing.is_alive(), "the commit still waits for the stuck call"
+        [error] = raised
+        assert type(error) is (
+            TransactionAbortedError if renews else TransactionProducerFailedError
+        )
+        assert "did not return in 0.1s, twice its timeout" in str(error)
+        assert not txn.open
+        assert "commit_transaction" not in stuck.calls
+        if renews:
+            txn.rewrite(lambda t: t.produce("ns.dlq", b"moved"))
+            txn.commit(OFFSETS, "group-metadata")
+            [new_producer] = later
+            assert new_producer.calls[:2] == ["init_transactions", "begin_transaction"]
+            assert new_producer.committed == [[("ns.dlq", b"moved")]]
+            assert new_producer.sent_offsets == [(OFFSETS, "group-metadata")]
+    finally:
+        stuck.release.set()
+        txn.close(0.1)
+
+
+@pytest.mark.parametrize("step", ["init_transactions", "send_offsets_to_transaction"])
+@pytest.mark.parametrize("renews", [True, False], ids=["renewed", "not-renewed"])
+def test_a_transactional_id_the_acls_refuse_is_named_not_renewed_nor_fenced(
+    step: str, renews: bool
+) -> None:
+    """The worker said "failed for good ... restart the process" (a restart fails again, and
+    `--processes` restarted it every 30 s, running its jobs again); the scheduler said it was
+    fenced by another scheduler."""
+    refused = KafkaException(
+        KafkaError(
+            KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            "Transactional Id authorization failed",
+            fatal=True,
+        )
+    )
+    made: list[FakeProducer] = []
+
+    def new() -> FakeProducer:
+        made.append(FakeProducer())
+        return made[-1]
+
+    txn = Transactions(
+        FakeProducer().failing(step, refused),
+        name="the test's transactional producer",
+        sleep=lambda _: None,
+        renew=new if renews else None,
+        acl=("acme.worker.host-1", "alice", "worker"),
+    )
+
+    def register_and_run() -> None:
+        txn.init()
+        txn.run(write_two, OFFSETS, "group-metadata")
+
+    with pytest.raises(NotAuthorizedError) as raised:
+        register_and_run()
+    assert "Kafka user alice lacks WRITE on TRANSACTIONAL_ID acme.worker.host-1" in str(
+        raised.value
+    )
+    assert "--role worker --principal User:alice" in str(raised.value)
+    assert made == []
+    assert not txn.open

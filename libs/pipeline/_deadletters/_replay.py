@@ -71,6 +71,7 @@ def _dlq_transactions(settings: Settings, timeout: float) -> tuple[Transactions,
             "`pipeline dlq ls --all` and run again when it is finished"
         ),
         timeout_s=timeout,
+        acl=(txn_id, settings.security.sasl_username, "operator"),  # its role in _acls
     )
     return txn, producer
 

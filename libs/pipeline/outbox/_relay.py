@@ -42,6 +42,7 @@ from .._brokerhealth import BrokerHealth
 from .._errors import (
     ConfigurationError,
     KafkaUnavailableError,
+    NotAuthorizedError,
     TransactionAbortedError,
     TransactionFencedError,
 )
@@ -128,7 +129,7 @@ class OutboxRelay:
             waiting = False
             try:
                 self._run_active(stop)
-            except TransactionFencedError as exc:
+            except (TransactionFencedError, NotAuthorizedError) as exc:  # its id refused too
                 _log.error("%s; back to standby", exc)
             except ConfigurationError:
                 raise

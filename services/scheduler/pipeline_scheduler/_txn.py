@@ -31,6 +31,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from pipeline._acls import Role
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._newclient import client
 from pipeline._producer import producer_config
@@ -81,4 +82,5 @@ def leader_transactions(
         timeout_s=timeout_s,
         attempts=ATTEMPTS,
         sleep=serve if serve is not None else time.sleep,
+        acl=(txn_id, settings.security.sasl_username, Role.SCHEDULER.value),
     )

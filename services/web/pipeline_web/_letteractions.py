@@ -30,6 +30,7 @@ from starlette.responses import RedirectResponse
 from starlette.routing import Route
 
 from pipeline._deadletters import (
+    LATEST_MS,
     LetterFilter,
     actionable,
     discard_letters,
@@ -174,7 +175,7 @@ def _act(
 def _pin_time(fields: Mapping[str, str]) -> int:
     text = fields.get("at", "")
     at = whole_number(text)
-    if at is None:
+    if at is None or at > LATEST_MS:
         raise HTTPException(400, f"'at' must be epoch milliseconds, got {text!r}")
     return at
 

@@ -163,3 +163,53 @@ def run_one_job(settings: Settings, recording: Recording, worker: WorkerProcess,
     finally:
         producer.close(30)
     wait_until(lambda: recording.all_finished([job_id]), timeout=60, what=what, watch=[worker])
+
+
+@pytest.mark.slow
+def test_jobs_run_again_after_the_broker_restarts_under_open_transactions(
+    namespace: str,
+    launch: Callable[[Settings], tuple[WorkerLauncher, Recording]],
+    dev_cluster_factory: Callable[..., DevCluster],
+) -> None:
+    """Keyed jobs (each commit a transaction with their key records) and failing ones (moves
+    to the retry tiers) before and after a 30 s stop of the broker. After the restart
+    librdkafka sat in a ``send_offsets_to_transaction`` for good (its timeout unchecked), and
+    with every slot held by a failed job waiting for its move, no job ran again until the
+    worker was restarted. The call is given up on and the producer replaced."""
+    cluster = dev_cluster_factory(1)
+    settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
+    apply_topics(settings)
+    launcher, recording = launch(settings)
+    worker = launcher.start()
+    producer = Pipeline(settings)
+    keyed: list[str] = []
+
+    def rounds(first: int, count: int) -> None:
+        for n in range(first, first + count * 20, 20):
+            keyed.extend(
+                producer.enqueue("noop", {"n": n + i}, idempotency_key=f"key-{n + i}")
+                for i in range(20)
+            )
+            enqueue(producer, "twice", 4, first=n)  # two runs, then dead-lettered: moves
+
+    try:
+        rounds(0, 10)
+        wait_until(
+            lambda: recording.all_finished(keyed), timeout=60, what="the jobs before the stop",
+            watch=[worker],
+        )  # fmt: skip
+        cluster.stop_node(0)
+        time.sleep(30)  # the outage itself: nothing to wait for
+        cluster.start_node(0)
+        rounds(1000, 20)
+        wait_until(
+            lambda: recording.all_finished(keyed),
+            timeout=180,
+            what=lambda: (
+                f"every keyed job to run, {len(set(keyed) - recording.finished_ids)} did not"
+            ),
+            watch=[worker],
+        )
+    finally:
+        producer.close(30)
+    assert "Traceback" not in worker.log(), worker.log_tail()

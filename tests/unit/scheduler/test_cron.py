@@ -132,6 +132,16 @@ def test_validation() -> None:
         make_schedule("x", cron="* * * * *", job_type="t", missed="sometimes")
 
 
+def test_seven_fields_end_with_seconds_then_a_year_as_the_refusal_says() -> None:
+    """croniter reads a seventh field, the year; the refusal named five or six fields only."""
+    after = ms(2024, 6, 1, 12, 0)
+    assert local(next_fire_ms("0 9 1 1 * 0 2030", "Europe/Paris", after)) == (
+        "2030-01-01T09:00:00+01:00"
+    )
+    with pytest.raises(ConfigurationError, match=r"or seven with seconds then a year"):
+        make_schedule("x", cron="0 0 * * * 5 1", job_type="t")
+
+
 def test_app_schedule_registers_in_code() -> None:
     app = Pipeline(Settings(namespace="unit"))
     made = app.schedule(

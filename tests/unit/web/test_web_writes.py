@@ -142,3 +142,18 @@ def test_a_trigger_s_fire_time_must_be_epoch_milliseconds(
     answer = client.post("/schedules/trigger?name=nightly", data={"csrf": _csrf(client), "at": at})
     assert answer.status_code == 400
     assert calls == []
+
+
+@pytest.mark.parametrize("at", ["-5", "1_000", "99999999999999999999"])
+@pytest.mark.parametrize("action", ["replay", "discard"])
+def test_a_bulk_action_s_pinned_time_must_be_epoch_milliseconds(
+    app: Starlette, topic: _Topic, action: str, at: str
+) -> None:
+    """Past the year 9999 it was taken, and the page said "dead before 99999999999999999999"."""
+    topic.add(_add_letter(app, now_ms() - 60_000, "report.build"))
+    client = _client(app)
+    asked = client.post(f"/dead-letters/{action}", data={"csrf": _csrf(client), "type": "report.*"})
+    answer = client.post(f"/dead-letters/{action}", data={**_confirmation(asked.text), "at": at})
+    assert answer.status_code == 400
+    assert f"'at' must be epoch milliseconds, got {at!r}" in answer.text
+    assert topic.replayed == []

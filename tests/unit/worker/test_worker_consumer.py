@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_INVALID, KafkaError, KafkaException, Message, TopicPartition
 
-from pipeline import Priority, Settings
+from pipeline import NotAuthorizedError, Priority, Settings
 from pipeline_worker._metrics import WorkerMetrics
 from pipeline_worker._work import PartitionState
 from pipeline_worker.commit import committer as committer_module
@@ -321,6 +321,27 @@ def test_a_session_timeout_the_broker_refuses_stops_the_worker_naming_the_settin
     assert thread.stop_requested
     assert "fatal consumer error: JoinGroup failed: Invalid session" in caplog.text
     assert "worker.session_timeout_ms is outside what the broker allows" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("error", "topic", "says"),
+    [
+        (KafkaError.GROUP_AUTHORIZATION_FAILED, None, "lacks READ on GROUP ns.workers"),
+        (KafkaError.TOPIC_AUTHORIZATION_FAILED, TOPIC, f"lacks READ on TOPIC {TOPIC}"),
+    ],
+)
+def test_a_read_the_acls_refuse_stops_the_worker_naming_what_it_lacks(
+    loop: asyncio.AbstractEventLoop, error: int, topic: str | None, says: str
+) -> None:
+    """A worker without READ on its group logged one warning and sat with no partition for
+    good, /healthz ok, a --burst run never ending."""
+    thread, _, _ = consumer_thread(loop)
+    refused = Message(topic=topic, partition=0, error=KafkaError(error, "authorization failed"))
+    with pytest.raises(NotAuthorizedError) as raised:
+        thread._hand([refused])
+    assert says in str(raised.value)
+    assert "`pipeline acls apply --role worker" in str(raised.value)
+    assert raised.value.exit_code == 4
 
 
 def finish_all(state: PartitionState) -> None:

@@ -297,10 +297,12 @@ class Committer:
         except KafkaException as exc:
             self._unmapped(offsets)
             self._metrics.count_commit("sync", False, time.monotonic() - started, exc.args[0])
-            # Usually a rebalance in progress; the callers try again.
-            _log.info(
-                "synchronous offset commit refused: %s", exc, extra={"offsets": describe(offsets)}
-            )
+            # Usually a rebalance in progress; the callers try again (at every turn of the
+            # consumer thread while it lasts: one line in 10 s).
+            self._errors.log(
+                logging.INFO, "sync", "synchronous offset commit refused: %s", exc,
+                extra={"offsets": describe(offsets)},
+            )  # fmt: skip
             return False
         self._metrics.count_commit("sync", True, time.monotonic() - started)
         return self._record(result or [])

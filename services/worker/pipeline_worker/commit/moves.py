@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Producer, TopicPartition
 
+from pipeline._acls import Role
 from pipeline._errors import KafkaUnavailableError
 from pipeline._newclient import client
 from pipeline._ratelog import RateLimitedLog
@@ -91,6 +92,7 @@ class Mover:
             timeout_s=TIMEOUT_S,
             attempts=ATTEMPTS,
             renew=lambda: client(producer_factory, conf),  # its transactional id is this process's
+            acl=(conf["transactional.id"], settings.security.sasl_username, Role.WORKER.value),
         )
         self._loop = loop
         self._max_moved = max_moved(settings.worker.offset_metadata_max_bytes)

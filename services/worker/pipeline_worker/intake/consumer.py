@@ -159,6 +159,8 @@ class ConsumerThread:
             cluster=self._cluster,
             deliver=self._deliver,
             on_fatal=self._on_error,
+            group=group_id,
+            user=settings.security.sasl_username,
         )
         self._burst_watch = BurstWatch(
             self._consumer, self._committer, self.states, self._cluster.known_partition_counts

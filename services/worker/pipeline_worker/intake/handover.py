@@ -8,7 +8,9 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError, Message
 
+from pipeline._acls import Role
 from pipeline._clientlog import is_fatal
+from pipeline._errors import NotAuthorizedError
 from pipeline._ratelog import RateLimitedLog
 from pipeline._topiccheck import is_missing_topic
 
@@ -21,11 +23,18 @@ from .loopside import Batch
 
 _log = logging.getLogger("pipeline.worker.consumer")
 
+_REFUSED = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED})
+"""Consumer errors that no retry cures: Kafka's ACLs refuse the worker READ."""
+
 
 class Handover:
     """What the consumer thread does with what a poll returned; see the module docstring.
 
-    ``deliver`` hands a batch to the loop; ``on_fatal`` is told of a fatal consumer error."""
+    ``deliver`` hands a batch to the loop; ``on_fatal`` is told of a fatal consumer error. A
+    refusal of the group's or a topic's READ raises :class:`NotAuthorizedError` (the worker
+    stops, exit 4): librdkafka reports it and goes on trying, and the worker sat with no
+    partition (or read nothing) for good, ``/healthz`` saying ok. ``group`` and ``user`` name
+    what it lacks."""
 
     def __init__(
         self,
@@ -37,7 +46,11 @@ class Handover:
         cluster: ClusterView,
         deliver: Callable[[Batch], None],
         on_fatal: Callable[[KafkaError], None],
+        group: str = "",
+        user: str | None = None,
     ) -> None:
+        self._group = group
+        self._user = user
         self._states = states
         self._assignment = assignment
         self._flow = flow
@@ -98,6 +111,12 @@ class Handover:
         if is_missing_topic(error):
             self._cluster.topic_missing(time.monotonic())  # checked after this poll
             return
+        if error is not None and error.code() in _REFUSED:
+            topic = msg.topic()
+            resource, name = ("TOPIC", topic) if topic else ("GROUP", self._group)
+            if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and not topic:
+                resource, name = "TOPIC", "the consumed topics"
+            raise NotAuthorizedError(resource, name, "READ", self._user, Role.WORKER.value)
         if error is not None and error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
             # The broker refuses the group's session timeout, at every join: a worker would
             # try again for good (a burst run never ending). It stops, saying which setting.

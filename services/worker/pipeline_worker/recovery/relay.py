@@ -41,6 +41,7 @@ from confluent_kafka import (
 )
 
 from pipeline import DecodeError, Job, Priority, Settings
+from pipeline._acls import Role
 from pipeline._brokerhealth import BrokerHealth
 from pipeline._clientlog import is_fatal
 from pipeline._codec import DeadLetterCodec
@@ -131,6 +132,7 @@ class RetryRelay:
             ),
             timeout_s=TIMEOUT_S,
             renew=lambda: client(Producer, txn_conf),  # its transactional id is this process's
+            acl=(txn_conf["transactional.id"], settings.security.sasl_username, Role.WORKER.value),
         )
         self._parked: dict[Where, deque[Parked]] = {}
         """Per paused partition: its head and what came after it, with their due times."""
