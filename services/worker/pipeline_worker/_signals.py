@@ -167,11 +167,12 @@ class StopBudget:
         threading.Thread(target=run, name=f"pipeline-stop-{name}", daemon=True).start()
         return await self.wait(name, done)
 
-    async def wait(self, name: str, step: Awaitable[object]) -> bool:
-        """Await ``step`` for at most what is left (cancelled after); False (logged) if it
-        ran out of time. It is started even with no time left (its first step runs: closing
-        the executors stops the pool and cancels the runners there), as :meth:`call` does."""
-        left = self.left()
+    async def wait(self, name: str, step: Awaitable[object], at_most: float | None = None) -> bool:
+        """Await ``step`` for at most what is left (cancelled after), or ``at_most`` seconds if
+        that is less; False (logged) if it ran out of time. It is started even with no time
+        left (its first step runs: closing the executors stops the pool and cancels the
+        runners there), as :meth:`call` does."""
+        left = self.left() if at_most is None else min(at_most, self.left())
         task = asyncio.ensure_future(step)
         await asyncio.wait({task}, timeout=left)  # yields once at least: the task starts
         if not task.done():

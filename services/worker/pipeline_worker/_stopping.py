@@ -33,6 +33,9 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("pipeline.worker")
 
+UNREACHABLE_CLOSE_S = 5.0
+"""How long the consumer's close is waited for while Kafka is unreachable."""
+
 RELAY_STOP_S = 10.0
 """The retry relay's own wait for its thread (and last commit) at most."""
 
@@ -62,8 +65,16 @@ async def drain(
             extra={"timeout_s": timeout_s},
         )
     consumer.stop_requested = True
-    # The final commit (bounded by FINAL_COMMIT_S) comes first, then leaving the group.
-    await budget.wait("the consumer (final commit, leaving the group)", _closed(consumer))
+    # The final commit (bounded by FINAL_COMMIT_S) comes first, then leaving the group. With
+    # Kafka unreachable there is neither to make (Kafka expires the member), and librdkafka's
+    # close waits for the coordinator all the same: it took the whole budget, past the grace
+    # period an orchestrator gives (30 s by Kubernetes' default), which then killed it.
+    unreachable = consumer.health.down
+    await budget.wait(
+        "the consumer (final commit, leaving the group)",
+        _closed(consumer),
+        at_most=UNREACHABLE_CLOSE_S if unreachable else None,
+    )
 
 
 async def _closed(consumer: ConsumerThread) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -50,6 +51,7 @@ class FakeConsumer:
         self.done = threading.Event()
         self.intake_stopped = False
         self.started = threading.Event()
+        self.health = SimpleNamespace(down=False)  # Kafka reachable
 
     @property
     def stop_requested(self) -> bool:
@@ -372,3 +374,31 @@ def test_a_step_started_with_no_time_left_is_logged_as_not_waited_for(
     assert [r.getMessage() for r in caplog.records] == [
         "stopping: the retry relay had no time left; started, not waited for"
     ]
+
+
+@pytest.mark.parametrize("down", [True, False], ids=["kafka-unreachable", "kafka-reachable"])
+def test_a_consumer_closing_while_kafka_is_unreachable_is_waited_for_briefly(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, down: bool
+) -> None:
+    """librdkafka's close waits for a group coordinator that does not answer: a SIGTERM during
+    an outage took the whole 45 s budget, past Kubernetes' default grace period of 30 s."""
+    from pipeline_worker import _stopping
+    from pipeline_worker._signals import StopBudget
+
+    monkeypatch.setattr(_stopping, "UNREACHABLE_CLOSE_S", 0.05)
+    closing = SimpleNamespace(
+        stop_requested=False,
+        intake_stopped=False,
+        done=threading.Event(),  # never set: the close goes on
+        health=SimpleNamespace(down=down),
+    )
+    idle = SimpleNamespace(stopping=False, in_progress=0, drop=lambda states: 0)
+    budget = StopBudget(NEVER_S if down else 0.3)
+    with caplog.at_level(logging.ERROR, logger="pipeline.worker"):
+        asyncio.run(_stopping.drain(budget, idle, closing, [], 1.0))  # type: ignore[arg-type]
+    assert closing.stop_requested
+    if down:
+        assert budget.left() > NEVER_S - 5  # not the whole budget
+    else:
+        assert budget.left() == 0  # reachable: the close may use all of it
+    assert "the consumer (final commit, leaving the group) did not finish" in caplog.text
