@@ -12,14 +12,17 @@ The evidence, and why it is enough:
 
 * *Unreachable*: a client's ``_ALL_BROKERS_DOWN`` error: it lost or never had a connection to
   any broker. The cause named is the last connection error before it (``Connection refused``,
-  a name that does not resolve, a TLS failure). Where clients with statistics watch the
+  a name that does not resolve, a TLS failure). Or statistics in which no broker has sent this
+  client anything for ``SILENT_S``: a frozen broker or a network that drops packets breaks no
+  connection, and librdkafka reports nothing down. Where clients with statistics watch the
   cluster (the worker's consumer, the scheduler's leadership consumer), only theirs count: an
   error of a client that is polled now and then may be served long after the outage ended.
 * *Reachable*: a client's statistics (``stats=True``, once a second, for clients that are
-  polled continuously) that show a broker ``UP``, or the delivery of a message produced during
-  the outage. A client that saw the outage itself proves the end of it as soon as it reports
-  a broker up; another client's word counts only ``GRACE_S`` after the outage began, since its
-  statistics may have been taken before the connections broke.
+  polled continuously) that show a broker ``UP`` heard from within ``SILENT_S``, or the
+  delivery of a message produced during the outage. A client that saw the outage itself
+  proves the end of it as soon as it reports a broker up; another client's word counts only
+  ``GRACE_S`` after the outage began, since its statistics may have been taken before the
+  connections broke.
 
 A client Kafka *refuses* (bad credentials, a TLS certificate it does not trust:
 :func:`~pipeline._authfailure.is_refusal`) is not an outage: the tracker keeps the cause in
@@ -57,6 +60,9 @@ _log = logging.getLogger("pipeline.kafka")
 STATS_INTERVAL_MS = 1000
 GRACE_S = 2.5 * STATS_INTERVAL_MS / 1000
 """How long after an outage began a client that did not see it may prove it is over."""
+SILENT_S = 20.0
+"""How long the brokers of a client with statistics may stay silent (no byte received from any,
+``rxidle``) before Kafka counts as unreachable, its connections open or not."""
 REPEAT_S = 60.0
 """librdkafka lines of one kind (numbers aside) that are not about connections: one per minute."""
 
@@ -198,9 +204,22 @@ class BrokerHealth:
             brokers = json.loads(text).get("brokers") or {}
         except (ValueError, AttributeError):
             return
-        if any(isinstance(b, dict) and b.get("state") == "UP" for b in brokers.values()):
-            self.refusal = None  # UP: authenticated
-            self.reachable(source)
+        up = [b for b in brokers.values() if isinstance(b, dict) and b.get("state") == "UP"]
+        if not up:
+            return
+        self.refusal = None  # UP: authenticated
+        idle = [b.get("rxidle") for b in up]
+        heard = [i for i in idle if isinstance(i, int) and i >= 0]
+        if heard and min(heard) > SILENT_S * 1_000_000:
+            # Connected, and yet no broker has said anything for that long, where a polled
+            # client hears from one every few seconds (fetches, heartbeats): a broker frozen,
+            # or a network that drops packets. No connection breaks then, so no client
+            # reports its brokers down.
+            self.unreachable(
+                source, f"no broker has answered for {min(heard) / 1_000_000:.0f}s (connected)"
+            )
+            return
+        self.reachable(source)
 
     def refused(self, source: str, text: str, then: RefusedCallback | None = None) -> None:
         """Kafka refused client ``source`` (``text``: librdkafka's words); not an outage."""

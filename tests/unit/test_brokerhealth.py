@@ -8,7 +8,7 @@ import logging
 import pytest
 from confluent_kafka import KafkaError
 
-from pipeline._brokerhealth import GRACE_S, REPEAT_S, BrokerHealth
+from pipeline._brokerhealth import GRACE_S, REPEAT_S, SILENT_S, BrokerHealth
 
 REFUSED = "localhost:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused"
 
@@ -182,3 +182,36 @@ def test_the_delivery_callback_type_is_defined_once() -> None:
     from pipeline import _brokerhealth, _producer
 
     assert _producer.DeliveryCallback is _brokerhealth.DeliveryCallback
+
+
+def silent_stats(*idle_s: float) -> str:
+    """Statistics of brokers all ``UP``, each last heard from ``idle_s`` ago (``rxidle``)."""
+    brokers = {
+        f"localhost:{i}/{i}": {"state": "UP", "nodeid": i, "rxidle": int(s * 1_000_000)}
+        for i, s in enumerate(idle_s)
+    }
+    return json.dumps({"name": "rdkafka#consumer-1", "ts": 1, "brokers": brokers})
+
+
+def test_connected_brokers_that_stay_silent_are_an_outage_until_one_answers(
+    health: BrokerHealth, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker frozen (SIGSTOP, a full GC, a network dropping packets) breaks no connection:
+    librdkafka reported nothing down, and /healthz answered 200 for as long as it lasted."""
+    health.on_stats("consumer", silent_stats(2.0, 300.0))  # one broker idle: it has no work
+    assert health.unreachable_for() is None
+    health.on_stats("consumer", silent_stats(SILENT_S + 1, 300.0))
+    assert health.down
+    clock.now += 30.0
+    health.on_stats("consumer", silent_stats(SILENT_S + 31, 330.0))
+    assert health.describe() == (
+        f"Kafka at localhost:1 unreachable for 30s: no broker has answered for "
+        f"{SILENT_S + 1:.0f}s (connected)"
+    )
+    health.on_stats("consumer", silent_stats(0.5, 331.0))
+    assert not health.down
+    assert lines(caplog, logging.INFO) == [
+        lines(caplog, logging.INFO)[0],
+        "Kafka at localhost:1 reachable again after 30.0s",
+    ]
+    assert "unreachable since" in lines(caplog, logging.INFO)[0]

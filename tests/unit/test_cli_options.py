@@ -215,3 +215,29 @@ def test_dev_down_purge_does_not_claim_to_delete_a_folder_that_is_not_there(
     assert result.exit_code == 0, result.output
     assert "Deleted" not in result.output
     assert f"Nothing to delete: {missing} is no folder." in result.output
+
+
+def test_an_enqueue_kafka_refuses_is_reported_once_not_again_at_exit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wrong password printed the error, then at exit "1 enqueued job(s) never reached Kafka
+    ... Call app.flush() before exiting": advice for a script, about the same job."""
+    from pipeline import KafkaAuthenticationError, Pipeline, _exitflush
+
+    submitted: list[Pipeline] = []
+
+    class Refused:
+        def wait(self) -> None:
+            raise KafkaAuthenticationError("Kafka refused user alice: wrong password", "SASL")
+
+    def submit(self: Pipeline, *args: object, **kwargs: object) -> Refused:
+        _exitflush.watch(self)  # as an enqueue does: its jobs are flushed at exit
+        submitted.append(self)
+        return Refused()
+
+    monkeypatch.setattr(Pipeline, "submit", submit)
+    result = CliRunner().invoke(cli, ["enqueue", "a.b", "--payload", "{}"], env=NOWHERE)
+    assert result.exit_code == 4, result.output
+    assert result.output.count("Kafka refused user alice") == 1
+    [app] = submitted
+    assert app not in _exitflush._watched

@@ -6,7 +6,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pipeline import Pipeline, Priority
+from pipeline import Pipeline, PipelineError, Priority
+from pipeline import _exitflush as exitflush
 from pipeline._cliargs import not_empty
 from pipeline._job import MAX_DELAY_S
 
@@ -154,17 +155,23 @@ def enqueue(
             # and the interceptors that add headers at enqueue.
             app = Pipeline(settings, middleware=loaded.middleware)
             app.registry = loaded.registry
-        handle = app.submit(
-            job_type,
-            payload,
-            priority=priority,
-            delay=delay,
-            key=key,
-            idempotency_key=idempotency_key,
-            tenant=tenant,
-            max_attempts=max_attempts,
-            headers=headers,
-        ).wait()
+        try:
+            handle = app.submit(
+                job_type,
+                payload,
+                priority=priority,
+                delay=delay,
+                key=key,
+                idempotency_key=idempotency_key,
+                tenant=tenant,
+                max_attempts=max_attempts,
+                headers=headers,
+            ).wait()
+        except PipelineError:
+            # The error says what became of the job; the exit report would say it again, with
+            # advice for a script ("call app.flush() before exiting").
+            exitflush.unwatch(app)
+            raise
     if as_json:
         print_json(
             {
