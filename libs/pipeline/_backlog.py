@@ -36,13 +36,14 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from ._adminsession import AdminSession, PartitionOffsets
+from ._adminsession import AdminSession, PartitionOffsets, has_code
 from ._backlogmodel import Backlog, GroupMember, GroupMembers, PartitionBacklog, TopicBacklog
 from ._clientlog import LastProblemLog
 from ._deadletters import DlqStats, dlq_stats, read_dead_letters
 from ._errors import (
     KafkaUnavailableError,
     NotAuthorizedError,
+    TopicAdminError,
     TopicMissingError,
 )
 from ._job import Priority
@@ -209,8 +210,14 @@ class BacklogReader:
             futures = client.list_consumer_group_offsets(
                 request, request_timeout=self._admin.remaining()
             )
-            doing = f"list the committed offsets of group {group} in"
-            return list(self._admin.result(futures[group], doing, None).topic_partitions)
+            doing = f"list the committed offsets of group {group}"
+            try:
+                return list(self._admin.result(futures[group], doing, None).topic_partitions)
+            except TopicAdminError as exc:
+                if has_code(exc.__cause__, KafkaError.GROUP_AUTHORIZATION_FAILED):
+                    user = self.settings.security.sasl_username
+                    raise NotAuthorizedError("GROUP", group, "DESCRIBE", user, "operator") from exc
+                raise
 
         for group, tps in by_group.items():
             for tp in self._admin.retry(functools.partial(listed, group, tps)):

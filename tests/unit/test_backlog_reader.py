@@ -3,11 +3,14 @@ with a new admin client after a read Kafka did not answer."""
 
 from __future__ import annotations
 
+from concurrent.futures import Future
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from pipeline import KafkaUnavailableError, Settings, _backlog
+from pipeline import KafkaUnavailableError, NotAuthorizedError, Settings, _backlog
 from pipeline._backlog import BacklogReader
 
 
@@ -39,3 +42,40 @@ def test_a_read_kafka_did_not_answer_makes_the_next_one_ask_with_a_new_client(
             with pytest.raises(KafkaUnavailableError):
                 reader.read()
             assert Unanswered.made == 1 + reads
+
+
+class _RefusedOffsets:
+    """An admin client whose listing of a group's committed offsets Kafka's ACLs refuse."""
+
+    def list_consumer_group_offsets(self, request: Any, request_timeout: float) -> Any:
+        refused: Future[Any] = Future()
+        refused.set_exception(
+            KafkaException(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "not authorized"))
+        )
+        return {request[0].group_id: refused}
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_group_whose_offsets_the_acls_refuse_is_named_as_a_refusal() -> None:
+    """`pipeline status` said "Kafka refused to list the committed offsets of group
+    orders.workers in: ...": a dangling "in", not what to allow whom."""
+    settings = Settings(
+        bootstrap_servers="127.0.0.1:9",
+        security={
+            "protocol": "SASL_PLAINTEXT",
+            "sasl_mechanism": "PLAIN",
+            "sasl_username": "ops",
+            "sasl_password": "secret",
+        },
+    )
+    with BacklogReader(settings, timeout=1.0) as reader:
+        reader._admin.client = _RefusedOffsets()  # type: ignore[assignment]
+        metadata = SimpleNamespace(
+            topics={"pipeline.jobs.default": SimpleNamespace(partitions={0: None})}
+        )
+        with pytest.raises(NotAuthorizedError) as raised:
+            reader._committed(metadata, {"pipeline.jobs.default": "pipeline.workers"})
+    assert "Kafka user ops lacks DESCRIBE on GROUP pipeline.workers" in str(raised.value)
+    assert "--role operator --principal User:ops" in str(raised.value)

@@ -241,3 +241,16 @@ def test_an_enqueue_kafka_refuses_is_reported_once_not_again_at_exit(
     assert result.output.count("Kafka refused user alice") == 1
     [app] = submitted
     assert app not in _exitflush._watched
+
+
+def test_a_port_in_use_is_a_usage_error_as_for_the_other_servers() -> None:
+    """`pipeline exporter`, the worker and the scheduler exit 2 for it; `pipeline web` exited 1."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["web", "--port", str(port)], env=NOWHERE)
+    assert result.exit_code == 2, result.output
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in result.output

@@ -32,3 +32,15 @@ def test_a_topic_that_may_hold_jobs_is_taken(topic: str) -> None:
     result = CliRunner().invoke(cli, ["dlq", "replay", "--to-topic", topic, "--yes", *UNREACHABLE])
     assert result.exit_code == 1, result.output  # it went on to read Kafka, which is not there
     assert "did not answer" in result.output
+
+
+@pytest.mark.parametrize(
+    ("topic", "says"), [("bad topic!", "it holds ' ', '!'"), ("..", "'..' is not allowed")]
+)
+def test_a_name_kafka_refuses_is_refused_before_anything_is_read(topic: str, says: str) -> None:
+    """A dry run said "would replay 5 dead letters to bad topic!" and exited 0."""
+    result = CliRunner().invoke(
+        cli, ["dlq", "replay", "--to-topic", topic, "--dry-run", *UNREACHABLE]
+    )
+    assert result.exit_code == 2, result.output
+    assert f"{topic!r} is not a topic name: {says}" in result.output

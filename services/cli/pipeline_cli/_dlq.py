@@ -30,6 +30,7 @@ from pipeline._deadletters import (
     replay_targets,
 )
 from pipeline._errors import PipelineError, TopicMissingError
+from pipeline._topiccheck import topic_name_problem
 from pipeline._topics import TopicNames
 from pipeline._topicspec import scheduler_control_topic
 
@@ -167,10 +168,16 @@ def _run_write(
 
 
 def _check_target(to_topic: str | None, namespace: str) -> None:
-    """Refuse a ``--to-topic`` of the namespace that no worker reads jobs from: the jobs
-    would be lost there, and their dead letters marked replayed."""
+    """Refuse a ``--to-topic`` that Kafka would refuse as a name, and one of the namespace that
+    no worker reads jobs from: the jobs would be lost there, and their dead letters marked
+    replayed."""
     if to_topic is None:
         return
+    problem = topic_name_problem(to_topic)
+    if problem is not None:
+        raise click.BadParameter(
+            f"{to_topic!r} is not a topic name: {problem}", param_hint="'--to-topic'"
+        )
     from pipeline.outbox._progress import progress_topic  # imported when it is needed
 
     names = TopicNames(namespace)
@@ -226,7 +233,8 @@ def _confirm(question: str, yes: bool) -> None:
     "--priority",
     type=click.Choice([p.value for p in Priority]),
     default=None,
-    help="Send the jobs at this priority instead of their own.",
+    help="Send the jobs at this priority instead of their own: to its topic (unless "
+    "--to-topic), and their retries after it.",
 )
 @click.option(
     "--to-topic",

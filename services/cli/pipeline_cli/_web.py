@@ -31,7 +31,7 @@ def _listen(host: str, port: int) -> socket.socket:
         sock.bind((host, port))
     except OSError as exc:
         sock.close()
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise UsageFailure(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     sock.listen(128)
     return sock
 
