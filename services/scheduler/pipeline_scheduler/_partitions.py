@@ -21,8 +21,13 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from pipeline._errors import KafkaUnavailableError, TopicMissingError
-from pipeline._topiccheck import MetadataClient, is_missing_topic, missing_topics
+from pipeline._errors import KafkaUnavailableError, NotAuthorizedError, TopicMissingError
+from pipeline._topiccheck import (
+    MetadataClient,
+    is_missing_topic,
+    missing_topics,
+    not_authorized,
+)
 
 __all__ = ["PartitionWatch", "term_partitions"]
 
@@ -30,11 +35,18 @@ _log = logging.getLogger("pipeline.scheduler")
 
 
 def term_partitions(
-    client: MetadataClient, topics: list[str], namespace: str, timeout: float = 30.0
+    client: MetadataClient,
+    topics: list[str],
+    namespace: str,
+    timeout: float = 30.0,
+    *,
+    user: str | None = None,
 ) -> dict[str, list[int]]:
     """The partitions of each of ``topics``. Raises :class:`TopicMissingError` for topics the
-    cluster confirms missing (asked again by name: a broker may not know a new topic yet), and
-    :class:`KafkaUnavailableError` for a topic it cannot describe now (to try again)."""
+    cluster confirms missing (asked again by name: a broker may not know a new topic yet),
+    :class:`NotAuthorizedError` for one Kafka's ACLs hide from ``user`` (no READ, which allows
+    describing it: it looks missing), and :class:`KafkaUnavailableError` for a topic it cannot
+    describe now (to try again)."""
     metadata = client.list_topics(timeout=timeout)
     found: dict[str, list[int]] = {}
     absent: list[str] = []
@@ -50,6 +62,9 @@ def term_partitions(
         missing = missing_topics(client, absent, timeout=5.0)
         if missing:
             raise TopicMissingError(missing, namespace)
+        for topic in absent:
+            if not_authorized(client, topic, 5.0):
+                raise NotAuthorizedError("TOPIC", topic, "READ", user, "scheduler")
         raise KafkaUnavailableError(f"topics {', '.join(absent)} are not known to every broker yet")
     return found
 

@@ -268,8 +268,8 @@ class Scheduler:
         except TransactionFencedError:
             session.close()
             raise
-        except (KafkaAuthenticationError, TopicMissingError):
-            session.close()  # neither goes away by trying again: the process stops
+        except (KafkaAuthenticationError, NotAuthorizedError, TopicMissingError):
+            session.close()  # none goes away by trying again: the process stops
             raise
         except (PipelineError, KafkaException) as exc:
             _log.error("could not take the lead; retrying", extra={"error": str(exc)})

@@ -141,7 +141,10 @@ class LeaderSession:
         self._consumer = consumer
         sources = [self.names.deferred, *self.tier_topics]
         partitions = term_partitions(
-            consumer, [*sources, self.names.schedules], self.settings.namespace
+            consumer,
+            [*sources, self.names.schedules],
+            self.settings.namespace,
+            user=self.settings.security.sasl_username,
         )
         wanted = [TopicPartition(t, p) for t in sources for p in partitions[t]]
         self._watch = PartitionWatch(

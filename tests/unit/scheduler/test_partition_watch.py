@@ -1,13 +1,16 @@
-"""A leader's term ends when a topic it reads gained partitions, so that the next reads them."""
+"""A leader's term ends when a topic it reads gained partitions, so that the next reads them;
+its start names a topic Kafka's ACLs hide."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from pipeline_scheduler._partitions import PartitionWatch
+from pipeline import NotAuthorizedError
+from pipeline_scheduler._partitions import PartitionWatch, term_partitions
 
 
 class Cluster:
@@ -57,3 +60,32 @@ def test_metadata_that_cannot_be_read_changes_nothing() -> None:
     cluster.down = False
     clock[0] = 60.0
     assert watch.changed(cluster.list_topics)  # asked again next time
+
+
+class _Hidden:
+    """Metadata in which Kafka's ACLs hide ``hidden`` from this client: left out of the
+    listing, and TOPIC_AUTHORIZATION_FAILED when asked for by name."""
+
+    def __init__(self, listed: dict[str, int], hidden: str) -> None:
+        self._listed = listed
+        self._hidden = hidden
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+        if topic == self._hidden:
+            refused = KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+            return SimpleNamespace(topics={topic: SimpleNamespace(error=refused, partitions={})})
+        topics = {
+            name: SimpleNamespace(error=None, partitions=dict.fromkeys(range(n)))
+            for name, n in self._listed.items()
+        }
+        return SimpleNamespace(topics=topics)
+
+
+def test_a_topic_the_acls_hide_stops_the_term_naming_it() -> None:
+    """The leader said "topics orders.deferred are not known to every broker yet" and tried
+    again for good: delayed jobs never ran."""
+    client = _Hidden({"orders.schedules": 1}, hidden="orders.deferred")
+    with pytest.raises(NotAuthorizedError) as raised:
+        term_partitions(client, ["orders.deferred", "orders.schedules"], "orders", user="sched")
+    assert "Kafka user sched lacks READ on TOPIC orders.deferred" in str(raised.value)
+    assert "--role scheduler" in str(raised.value)

@@ -15,13 +15,14 @@ import pipeline_scheduler._runtime as runtime
 import pipeline_scheduler._txn as txn_module
 from pipeline._errors import (
     KafkaUnavailableError,
+    NotAuthorizedError,
     TransactionAbortedError,
     TransactionFencedError,
     TransactionProducerFailedError,
 )
 from pipeline._settings import Settings
 from pipeline._transactions import Transactions
-from pipeline_scheduler._runtime import EXIT_FENCED, Scheduler
+from pipeline_scheduler._runtime import EXIT_FENCED, EXIT_REFUSED, Scheduler
 from pipeline_scheduler._txn import leader_transactions
 
 
@@ -272,3 +273,27 @@ def test_a_revocation_during_a_step_s_retries_ends_the_term_at_once(
         "pipeline_scheduler_transaction_aborts_total"
     )
     assert aborts == 0.0
+
+
+def test_a_refusal_of_the_acls_at_a_term_s_start_stops_the_scheduler(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A topic hidden from it, or its transactional id refused: it said "could not take the
+    lead; retrying" for good, and no delayed job or cron ran."""
+    starts: list[int] = []
+
+    class RefusedSession:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            starts.append(1)
+            raise NotAuthorizedError("TOPIC", "ns.deferred", "READ", "sched", "scheduler")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(runtime, "Leadership", FakeLeadership)
+    monkeypatch.setattr(runtime, "LeaderSession", RefusedSession)
+    assert Scheduler(Settings(bootstrap_servers="localhost:1")).run() == EXIT_REFUSED
+    assert starts == [1]
