@@ -250,9 +250,10 @@ class Heartbeats:
             return
         self.off = True
         _log.warning(
-            "topic %s does not exist: no heartbeats, so `pipeline status` shows no in-flight "
-            "jobs for this worker; create it with `pipeline topics apply` (they resume once "
-            "it exists)",
+            "topic %s does not exist, or Kafka's ACLs hide it from this worker (no WRITE on it, "
+            "which would allow describing it, as the check at start says): no heartbeats, so "
+            "`pipeline status` shows no in-flight jobs for this worker; create it with "
+            "`pipeline topics apply`, or allow the worker to write it (they resume then)",
             self.topic,
         )
 
