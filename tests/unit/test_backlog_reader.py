@@ -79,3 +79,22 @@ def test_a_group_whose_offsets_the_acls_refuse_is_named_as_a_refusal() -> None:
             reader._committed(metadata, {"pipeline.jobs.default": "pipeline.workers"})
     assert "Kafka user ops lacks DESCRIBE on GROUP pipeline.workers" in str(raised.value)
     assert "--role operator --principal User:ops" in str(raised.value)
+
+
+def test_the_dead_letter_index_asks_for_topic_ids_with_a_new_client_after_no_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The dashboard's and the exporter's index keep their admin client as the reader does."""
+    from pipeline._deadletters import _topicids
+
+    class Silent(Unanswered):
+        def describe(self, topics: list[str]) -> Any:
+            raise KafkaUnavailableError("Kafka did not answer in 1s")
+
+    monkeypatch.setattr(_topicids, "AdminSession", Silent)
+    Silent.made = 0
+    ids = _topicids.TopicIds(Settings(bootstrap_servers="127.0.0.1:9"))
+    for reads in (1, 2):
+        with pytest.raises(KafkaUnavailableError):
+            ids.read(["pipeline.dlq"], 1.0)
+        assert Silent.made == reads

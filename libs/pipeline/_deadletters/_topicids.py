@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._adminsession import AdminSession
-from .._errors import TopicAdminError
+from .._errors import KafkaUnavailableError, TopicAdminError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -38,7 +38,12 @@ class TopicIds:
         session = self._session
         session.restart_deadline(timeout)
         ids: dict[str, str] = {}
-        for name, found in session.describe(list(topics)).items():
+        try:
+            described = session.describe(list(topics))
+        except KafkaUnavailableError:
+            self._session = None  # asked with a new client next time (see BacklogReader.read)
+            raise
+        for name, found in described.items():
             topic_id = None if isinstance(found, TopicAdminError) else found.topic_id
             if topic_id is not None and (
                 topic_id.get_most_significant_bits() or topic_id.get_least_significant_bits()

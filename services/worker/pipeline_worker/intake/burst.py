@@ -147,6 +147,7 @@ class EmptyJoin:
             described = session.result(futures[self._group], "describe the group", None)
         except PipelineError as exc:
             self._errors.warning("join", "could not describe the group %s: %s", self._group, exc)
+            self._session = None  # asked with a new client next time (see BacklogReader.read)
             return False
         joined = described.state == ConsumerGroupState.STABLE and any(
             m.member_id == member and not (m.assignment and m.assignment.topic_partitions)
