@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +20,7 @@ from pipeline_worker.commit import committer as committer_module
 from pipeline_worker.commit.marks import CommitMark
 from pipeline_worker.commit.moves import Mover
 from pipeline_worker.intake import consumer as consumer_module
+from pipeline_worker.intake.burst import SAY_AFTER_S
 from pipeline_worker.intake.config import consumer_config
 from pipeline_worker.intake.consumer import CHORES_S, ConsumerThread
 from pipeline_worker.route.policy import Record
@@ -818,3 +820,20 @@ def test_burst_members_at_the_end_of_partitions_that_deliver_nothing_commit_that
     assert group == {(TOPIC, 0): 10, (TOPIC, 1): 10}
     assert side_a.drained.is_set()
     assert side_b.drained.is_set()
+
+
+def test_a_burst_that_waits_long_says_what_for(
+    loop: asyncio.AbstractEventLoop, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A burst run that never ended logged nothing past its assignment: nothing told why."""
+    thread, _, _ = consumer_thread(loop, burst=True)
+    [state] = own(thread, 0)
+    thread._hand(messages(0, 0, 3))  # handed, not finished: the run goes on
+    watch = thread._burst_watch
+    with caplog.at_level(logging.INFO, logger="pipeline.worker.consumer"):
+        assert not watch.drained(1000.0)
+        assert "burst: waiting" not in caplog.text
+        assert not watch.drained(1000.0 + SAY_AFTER_S)
+    assert f"burst: waiting for {TOPIC}[0]: at end False" in caplog.text
+    assert f"handed 3, taken {state.taken}" in caplog.text
+    assert f"for {SAY_AFTER_S:.0f}s" in caplog.text

@@ -8,7 +8,7 @@ from confluent_kafka.admin import ClusterMetadata, TopicMetadata
 
 from pipeline._errors import TopicMissingError
 from pipeline_worker._metrics import WorkerMetrics
-from pipeline_worker.intake.cluster import TOPIC_CHECK_RETRY_S, ClusterView
+from pipeline_worker.intake.cluster import SHARE_RETRY_S, TOPIC_CHECK_RETRY_S, ClusterView
 
 TOPICS = ["ns.jobs.critical", "ns.jobs.default"]
 
@@ -85,3 +85,28 @@ def test_an_unanswered_check_is_tried_again_later() -> None:
     cluster.down = False
     with pytest.raises(TopicMissingError, match=r"topic ns\.jobs\.critical does not exist"):
         watch.check_topics(1.0 + TOPIC_CHECK_RETRY_S)
+
+
+def test_a_partition_count_not_read_is_asked_again_until_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A topic answered with an error (a leader moving) was skipped and never asked again: a
+    ``--burst`` worker, whose check waits for the count of every topic, never exited."""
+    import time
+
+    now = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    cluster = Cluster({"ns.jobs.critical"})
+    watch = view(cluster)
+    watch.share_changed = True  # assigned
+    assert watch.share_due(now[0])
+    _, counts = watch.share()
+    assert "ns.jobs.default" not in counts
+    assert watch.known_partition_counts() is None
+    assert not watch.share_due(now[0])  # not at every turn of the consumer thread
+    now[0] += SHARE_RETRY_S
+    assert watch.share_due(now[0])
+    cluster.existing.add("ns.jobs.default")
+    watch.share()
+    assert watch.known_partition_counts() == {"ns.jobs.critical": 0, "ns.jobs.default": 0}
+    assert not watch.share_due(now[0] + 60)

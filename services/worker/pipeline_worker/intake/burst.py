@@ -37,6 +37,8 @@ JOIN_CHECK_S = 1.0
 """How often a member the group assigned nothing yet describes the group (the first time once it
 has waited this long: a member with partitions has its assignment callback by then)."""
 DESCRIBE_TIMEOUT_S = 5.0
+SAY_AFTER_S = 30.0
+"""How long an idle burst run waits before its log says what for."""
 
 
 class BurstWatch:
@@ -56,6 +58,8 @@ class BurstWatch:
         self._next_check = 0.0
         self._next_group_check = 0.0
         self._errors = RateLimitedLog(_log, interval_s=10.0)
+        self._waits = RateLimitedLog(_log, interval_s=30.0)
+        self._waiting_since: float | None = None
 
     def drained(self, now: float) -> bool:
         """Whether everything is done (and committed); checks at most every ``CHECK_S``."""
@@ -63,19 +67,34 @@ class BurstWatch:
             return False
         self._next_check = now + CHECK_S
         states = list(self._states.values())
-        if not all(_done(state) for state in states):
+        undone = next((state for state in states if not _done(state)), None)
+        if undone is not None:
+            self._waiting(now, f"{undone.topic}[{undone.partition}]: {_progress(undone)}")
             return False
         if not self._committer.commit(states, now, sync=True):  # refused, or left one out
+            self._waiting(now, "the commit of the owned partitions")
             return False
         if now < self._next_group_check:
             return False
         self._next_group_check = now + GROUP_CHECK_S
         left = self._undrained_partition()
         if left is not None:
-            _log.debug("burst: waiting for the group to drain %s", left)
+            self._waiting(now, f"the group to drain {left}")
             return False
         _log.info("every partition is drained", extra={"owned": len(states)})
         return True
+
+    def _waiting(self, now: float, what: str) -> None:
+        """Say what the run waits for, once it has waited ``SAY_AFTER_S`` (then now and then):
+        a run that does not end tells why in its log."""
+        _log.debug("burst: waiting for %s", what)
+        if self._waiting_since is None:
+            self._waiting_since = now
+        elif now - self._waiting_since >= SAY_AFTER_S:
+            self._waits.log(
+                logging.INFO, "wait", "burst: waiting for %s for %.0fs", what,
+                now - self._waiting_since,
+            )  # fmt: skip
 
     def recheck_now(self) -> None:
         self._next_check = self._next_group_check = 0.0
@@ -156,6 +175,14 @@ class EmptyJoin:
         if joined:
             self._session = None  # not needed again
         return joined
+
+
+def _progress(state: PartitionState) -> str:
+    """Where ``state`` stands, for the log of a run that waits for it."""
+    return (
+        f"at end {state.at_end}, paused {state.paused}, handed {state.handed}, taken "
+        f"{state.taken}, next {state.handed_next}, commit point {state.commit_offset}"
+    )
 
 
 def _done(state: PartitionState) -> bool:

@@ -10,6 +10,7 @@ binding's call state, see ``Rebalance._give_up`` in ``rebalance``).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -29,6 +30,10 @@ PAUSED_WATERMARK_TIMEOUT_S = 0.5
 """How long the high watermark of a paused partition is waited for (see :meth:`ClusterView.
 update_lag`): one such query a paused partition every ``LAG_INTERVAL_S``."""
 TOPIC_CHECK_RETRY_S = 1.0
+
+
+SHARE_RETRY_S = 1.0
+"""How soon partition counts that could not be read are asked for again."""
 
 
 class ClusterView:
@@ -55,6 +60,7 @@ class ClusterView:
         self.partition_counts: dict[str, int] = {}
         self.share_changed = False
         """Set when the assignment changed: :meth:`share` is due after the next poll."""
+        self._share_retry_at = 0.0
         self._next_lag = 0.0
         self._check_topics_at: float | None = None
         self._written = list(written)
@@ -66,18 +72,35 @@ class ClusterView:
         counts = self.partition_counts
         return counts if len(counts) == len(self._topics) else None
 
+    def share_due(self, now: float) -> bool:
+        """Whether :meth:`share` is due: the assignment changed, or a count was not read (asked
+        again at most every ``SHARE_RETRY_S``)."""
+        return self.share_changed and now >= self._share_retry_at
+
     def share(self) -> tuple[dict[str, int], dict[str, int]]:
-        """Partitions owned and in all, per topic (counts read again from the cluster)."""
+        """Partitions owned and in all, per topic (counts read again from the cluster). A
+        count not read (Kafka did not answer, or answered for the topic with an error: a
+        leader moving) is asked again: without it a ``--burst`` run never ended, its check
+        waiting for the counts of every topic."""
         self.share_changed = False
+        unread: list[str] = []
         try:
             for topic in self._topics:
                 metadata = self._consumer.list_topics(topic, timeout=5.0)
                 found = metadata.topics.get(topic)
                 if found is not None and found.error is None:
                     self.partition_counts[topic] = len(found.partitions)
+                else:
+                    unread.append(f"{topic} ({found.error.str() if found else 'not listed'})")
         except KafkaException as exc:
-            _log.warning("could not read the topics' partition counts: %s", exc)
-            self.share_changed = True  # try again after the next poll
+            unread.append(f"all ({exc})")
+        if unread:
+            self._errors.warning(
+                "share", "could not read the partition counts of %s; asking again",
+                ", ".join(unread),
+            )  # fmt: skip
+            self.share_changed = True  # after the next poll, SHARE_RETRY_S from now
+            self._share_retry_at = time.monotonic() + SHARE_RETRY_S
         owned = dict.fromkeys(self._topics, 0)
         for topic, _ in self._states:
             owned[topic] += 1

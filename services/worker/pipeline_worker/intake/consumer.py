@@ -317,7 +317,7 @@ class ConsumerThread:
         if reachable:
             cluster.check_written(now)
         self._read_member_id(now)
-        if cluster.share_changed and reachable:  # the burst check needs the counts too
+        if reachable and cluster.share_due(now):  # the burst check needs the counts too
             self._update_share()
         cluster.update_lag(now)
         if idle and self._burst and not self.intake_stopped:
