@@ -169,6 +169,21 @@ def test_an_outage_is_logged_once_and_its_end_once(caplog: pytest.LogCaptureFixt
     assert sample(exporter, "pipeline_exporter_read_errors_total") == 5
 
 
+def test_an_outage_whose_error_librdkafka_repeats_is_still_one_line(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """librdkafka's repeat of an error says ", 1 identical error(s) suppressed": the outage was
+    logged twice."""
+    exporter = Exporter(Settings(), port=0, clock=Clock())
+    cause = "Connect to ipv4#127.0.0.1:9092 failed: Connection refused (after 0ms in state CONNECT"
+    reader = FlakyReader(KafkaUnavailableError(f"{cause})"))
+    with caplog.at_level(logging.INFO, logger="pipeline.exporter"):
+        exporter.read_once(reader)
+        reader.failure = KafkaUnavailableError(f"{cause}, 1 identical error(s) suppressed)")
+        exporter.read_once(reader)
+    assert [r.getMessage() for r in caplog.records] == ["reading the backlog failed"]
+
+
 def test_deferred_help_counts_the_jobs_the_scheduler_holds() -> None:
     # The scheduler leader commits <ns>.deferred only when it releases a job: a job it has
     # read and holds in memory is still in the depth, which the help must not deny.

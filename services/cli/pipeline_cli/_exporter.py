@@ -8,6 +8,7 @@ reads the namespace's backlog from Kafka (:mod:`pipeline._backlog`) and serves t
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import threading
 import time
@@ -36,6 +37,10 @@ if TYPE_CHECKING:
 _log = logging.getLogger("pipeline.exporter")
 
 DEFAULT_PORT = 9103
+
+
+_SUPPRESSED = re.compile(r",? \d+ identical error\(s\) suppressed")
+"""What librdkafka adds to an error it repeats (inside the parentheses of its detail)."""
 
 
 class BacklogSource(Protocol):
@@ -239,6 +244,9 @@ class Exporter:
         """Record a failed read; whether it is worth a log line (the first of its kind in a
         row: an outage logs once, not at every interval)."""
         state = self.state
+        # librdkafka appends ", N identical error(s) suppressed" to a repeated error: the same
+        # outage, not a new line.
+        error = _SUPPRESSED.sub("", error)
         new = state.ok or state.errors == 0 or error != state.last_error
         state.ok = False
         state.errors += 1

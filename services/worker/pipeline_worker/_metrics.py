@@ -63,6 +63,10 @@ class Histogram:
         return out
 
 
+EXPECTED_DEAD_REASONS = ("max_attempts", "fatal_error", "timeout", "validation_error")
+"""The dead-letter reasons counted from 0 for each registered type (the others are rare)."""
+
+
 class TypeStats:
     """Counters of one job type at one priority."""
 
@@ -162,6 +166,15 @@ class WorkerMetrics:
         key = (job_type, reason)
         with self._lock:
             table[key] = table.get(key, 0) + 1
+
+    def expect_moves(self, job_type: str, tiers: int) -> None:
+        """Count ``job_type``'s moves from 0: to each of ``tiers`` retry tiers, and to the
+        dead-letter topic for the reasons a job of a registered type is dead-lettered with."""
+        with self._lock:
+            for tier in range(tiers):
+                self.retries.setdefault((job_type, f"retry.{tier}"), 0)
+            for reason in EXPECTED_DEAD_REASONS:
+                self.dead_letters.setdefault((job_type, reason), 0)
 
     def type_stats(self, job_type: str, priority: str) -> TypeStats:
         key = (job_type, priority)

@@ -57,6 +57,13 @@ class TypeTable:
         self.limits: list[TypeLimit[Work]] = []
         self._owned: dict[str, int] = {}
         self._partitions: dict[str, int] = {}
+        tiers = len(app.settings.topics.retry_delays_s)
+        for job_type in app.registry:
+            # Every registered type's counters exist from the start, at 0: a counter that
+            # first appears with a count already in it shows no increase to rate(), and a
+            # burst of failures at a start went unseen by the failure-rate alert.
+            self.find(job_type.name)
+            metrics.expect_moves(job_type.name, tiers)
 
     def find(self, name: str) -> TypeEntry | None:
         """The entry of job type ``name``, or None if the application has no such handler."""
