@@ -1,7 +1,7 @@
 """The moves' producer failing for good, against a real broker: a new producer takes its place,
 the moves are written again, and each is committed once with its offset; the worker goes on.
 
-Kafka fences a transactional producer for good when it aborts a transaction on timeout (a
+Kafka may fence a transactional producer for good when it aborts a transaction on timeout (a
 consumer thread held up longer than ``transaction_timeout_ms``), and a broker crash can leave
 it ``INVALID_TXN_STATE``. The first is what the slow test does; the quick one fences the
 producer by registering its transactional id from another producer, the same fatal error at
@@ -37,12 +37,20 @@ class Factory:
         return Producer(conf)
 
 
-def commit_after_renewal(thread: Thread, factory: Factory, servers: str) -> None:
-    """Turns until the moved job's offset is committed; then the checks."""
+def commit_after_renewal(
+    thread: Thread, factory: Factory, servers: str, *, fenced: bool | None = True
+) -> None:
+    """Turns until the moved job's offset is committed; then the checks. ``fenced``: whether
+    Kafka fenced the first producer, which must then have been replaced (None: Kafka may have
+    fenced it or not, see below)."""
     thread.commit_point = 4  # the jobs at 1 to 3 succeeded meanwhile
-    assert wait_for(thread.turn, 60), "the move was not committed with a new producer"
-    assert len(factory.made) == 2, "the producer was not replaced"
-    assert thread.mover._txn.renewals == 1
+    assert wait_for(thread.turn, 60), "the move was not committed"
+    renewed = len(factory.made) - 1
+    assert thread.mover._txn.renewals == renewed
+    if fenced is None:
+        assert renewed in (0, 1), f"{renewed} producers replaced the first"
+    else:
+        assert renewed == int(fenced), "the producer was not replaced"
     values = committed_values(servers, thread.dlq)
     assert [v for v in values if v != AFTER] == [b"moved-0"]
     [position] = thread.consumer.committed([TopicPartition(thread.source, 0)], timeout=30)
@@ -68,9 +76,14 @@ def test_a_fenced_moves_producer_is_replaced_and_its_moves_committed_once(
 
 
 @pytest.mark.slow
-def test_a_moves_producer_fenced_after_kafka_timed_its_transaction_out_is_replaced(
+def test_a_moves_transaction_kafka_timed_out_is_written_again_and_committed_once(
     bootstrap_servers: str, namespace: str
 ) -> None:
+    """Kafka aborts the transaction at its timeout and bumps the producer's epoch. Whether the
+    producer's next call then fails for good (fenced: it is replaced) or only asks for an abort
+    (transactions version 2: the same producer writes it again) depends on when that call
+    reaches the coordinator; both were seen with Kafka 4.4 and librdkafka 2.16. Either way the
+    move is committed once, with its offset, and the worker goes on."""
     settings = Settings(
         bootstrap_servers=bootstrap_servers,
         namespace=namespace,
@@ -90,7 +103,7 @@ def test_a_moves_producer_fenced_after_kafka_timed_its_transaction_out_is_replac
             plain.produce(thread.dlq, AFTER, partition=p)
         assert plain.flush(30) == 0
         assert wait_for(lambda: aborted(bootstrap_servers, thread.dlq, len(partitions)), 120)
-        commit_after_renewal(thread, factory, bootstrap_servers)
+        commit_after_renewal(thread, factory, bootstrap_servers, fenced=None)
     finally:
         thread.close()
 
