@@ -18,6 +18,8 @@ from .harness.metrics import free_port, health
 
 UNHEALTHY_AFTER = {"PIPELINE_WORKER__UNHEALTHY_AFTER_S": "2"}
 UNREACHABLE_FOR = re.compile(r"unreachable for (\d+)s")
+OUTAGE_S = 30
+"""How long the broker stays stopped under open transactions (as the worker measures it)."""
 
 
 @pytest.fixture
@@ -180,7 +182,8 @@ def test_jobs_run_again_after_the_broker_restarts_under_open_transactions(
     settings = Settings(bootstrap_servers=cluster.bootstrap_servers, namespace=namespace)
     apply_topics(settings)
     launcher, recording = launch(settings)
-    worker = launcher.start()
+    port = free_port()
+    worker = launcher.start("--metrics-port", str(port), env=UNHEALTHY_AFTER)
     producer = Pipeline(settings)
     keyed: list[str] = []
 
@@ -199,7 +202,13 @@ def test_jobs_run_again_after_the_broker_restarts_under_open_transactions(
             watch=[worker],
         )  # fmt: skip
         cluster.stop_node(0)
-        time.sleep(30)  # the outage itself: nothing to wait for
+        # The outage lasts until the worker itself has seen Kafka unreachable for 30 s.
+        wait_until(
+            lambda: unreachable_for(port) >= OUTAGE_S,
+            timeout=OUTAGE_S + 60,
+            what=lambda: f"/healthz saying Kafka is unreachable for {OUTAGE_S}s: {health(port)}",
+            watch=[worker],
+        )
         cluster.start_node(0)
         rounds(1000, 20)
         wait_until(
