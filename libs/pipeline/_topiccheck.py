@@ -31,6 +31,13 @@ class MetadataClient(Protocol):
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata: ...
 
 
+REFUSED_READS = {
+    KafkaError.GROUP_AUTHORIZATION_FAILED: "GROUP",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "TOPIC",
+}
+"""Consumer errors no retry cures: the kind of resource whose READ Kafka's ACLs refuse."""
+
+
 def is_missing_topic(error: KafkaError | None) -> bool:
     """Whether ``error`` says that a topic does not exist."""
     return error is not None and error.code() in _MISSING

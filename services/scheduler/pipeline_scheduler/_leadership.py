@@ -38,18 +38,12 @@ from pipeline._clientlog import is_fatal
 from pipeline._errors import NotAuthorizedError, PipelineError, TopicMissingError
 from pipeline._newclient import client
 from pipeline._settings import Settings
-from pipeline._topiccheck import is_missing_topic, missing_topics
+from pipeline._topiccheck import REFUSED_READS, is_missing_topic, missing_topics
 from pipeline._topics import scheduler_group
 from pipeline._topicspec import scheduler_control_topic
 from pipeline._writecheck import check_writes
 
 _log = logging.getLogger("pipeline.scheduler.leadership")
-
-_REFUSED = {
-    KafkaError.GROUP_AUTHORIZATION_FAILED: "GROUP",
-    KafkaError.TOPIC_AUTHORIZATION_FAILED: "TOPIC",
-}
-"""Consumer errors no retry cures: the resource whose READ Kafka's ACLs refuse."""
 
 MIN_SESSION = "group.min.session.timeout.ms"
 MAX_SESSION = "group.max.session.timeout.ms"
@@ -192,7 +186,7 @@ class Leadership:
         if error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
             self._rejoin_within_bounds()
             return
-        refused = _REFUSED.get(error.code())
+        refused = REFUSED_READS.get(error.code())
         if refused is not None:
             # Kafka's ACLs: librdkafka tries again for good, and the scheduler stood by, never
             # leading, /healthz ok. It stops (exit 4), naming what it lacks.

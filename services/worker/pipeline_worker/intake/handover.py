@@ -12,7 +12,7 @@ from pipeline._acls import Role
 from pipeline._clientlog import is_fatal
 from pipeline._errors import NotAuthorizedError
 from pipeline._ratelog import RateLimitedLog
-from pipeline._topiccheck import is_missing_topic
+from pipeline._topiccheck import REFUSED_READS, is_missing_topic
 
 from .._work import PartitionState
 from ..recovery.poison import PoisonWatch
@@ -22,9 +22,6 @@ from .flow import FlowControl
 from .loopside import Batch
 
 _log = logging.getLogger("pipeline.worker.consumer")
-
-_REFUSED = frozenset({KafkaError.GROUP_AUTHORIZATION_FAILED, KafkaError.TOPIC_AUTHORIZATION_FAILED})
-"""Consumer errors that no retry cures: Kafka's ACLs refuse the worker READ."""
 
 
 class Handover:
@@ -111,11 +108,9 @@ class Handover:
         if is_missing_topic(error):
             self._cluster.topic_missing(time.monotonic())  # checked after this poll
             return
-        if error is not None and error.code() in _REFUSED:
-            topic = msg.topic()
-            resource, name = ("TOPIC", topic) if topic else ("GROUP", self._group)
-            if error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED and not topic:
-                resource, name = "TOPIC", "the consumed topics"
+        resource = REFUSED_READS.get(error.code()) if error is not None else None
+        if resource is not None:
+            name = self._group if resource == "GROUP" else msg.topic() or "the consumed topics"
             raise NotAuthorizedError(resource, name, "READ", self._user, Role.WORKER.value)
         if error is not None and error.code() == KafkaError.INVALID_SESSION_TIMEOUT:
             # The broker refuses the group's session timeout, at every join: a worker would
